@@ -1,0 +1,345 @@
+package idgen
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/ragent-go/ragent/internal/testenv"
+)
+
+func mustLease(t *testing.T, rdb redis.UniversalClient, prefix string, opts ...Option) *Generator {
+	t.Helper()
+	g, err := Lease(t.Context(), rdb, prefix, opts...)
+	if err != nil {
+		t.Fatalf("Lease: %v", err)
+	}
+	t.Cleanup(func() { _ = g.Close(context.Background()) })
+	return g
+}
+
+// occupy leases every worker id but the given ones under a foreign token,
+// as other instances would.
+func occupy(t *testing.T, rdb *redis.Client, prefix string, except ...int64) {
+	t.Helper()
+	skip := map[int64]bool{}
+	for _, w := range except {
+		skip[w] = true
+	}
+	l := &lease{prefix: prefix}
+	var keys []string
+	_, err := rdb.Pipelined(t.Context(), func(p redis.Pipeliner) error {
+		for w := range int64(MaxWorkerID + 1) {
+			if !skip[w] {
+				keys = append(keys, l.key(w))
+				p.Set(t.Context(), l.key(w), "someone-else", time.Minute)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("occupy: %v", err)
+	}
+	t.Cleanup(func() { rdb.Del(context.Background(), keys...) })
+}
+
+func TestLeasedGeneratorsGetDistinctWorkers(t *testing.T) {
+	prefix := testenv.Prefix(t)
+	seen := map[int64]bool{}
+	for range 3 {
+		g := mustLease(t, testenv.Redis(t), prefix)
+		w := g.WorkerID()
+		if w < 0 || w > MaxWorkerID || seen[w] {
+			t.Fatalf("worker id %d (seen before: %v)", w, seen[w])
+		}
+		seen[w] = true
+		if _, got, _ := Decompose(mustNext(t, g)); got != w {
+			t.Fatalf("id carries worker %d, want %d", got, w)
+		}
+	}
+}
+
+func TestLeaseScansToTheLastFreeWorker(t *testing.T) {
+	rdb := testenv.Redis(t)
+	prefix := testenv.Prefix(t)
+	occupy(t, rdb, prefix, 777)
+
+	g := mustLease(t, testenv.Redis(t), prefix)
+	if g.WorkerID() != 777 {
+		t.Fatalf("WorkerID = %d, want the only free id 777", g.WorkerID())
+	}
+	if _, err := Lease(t.Context(), testenv.Redis(t), prefix); !errors.Is(err, ErrNoWorker) {
+		t.Fatalf("Lease with every id taken: %v, want ErrNoWorker", err)
+	}
+}
+
+func TestMillionIDsUniqueAndIncreasing(t *testing.T) {
+	g := mustLease(t, testenv.Redis(t), testenv.Prefix(t))
+	const n = 1_000_000
+	start := time.Now()
+	prev := int64(-1)
+	for i := range n {
+		id, err := g.Next()
+		if err != nil {
+			t.Fatalf("Next #%d: %v", i, err)
+		}
+		if id <= prev {
+			t.Fatalf("id #%d = %d not above %d", i, id, prev)
+		}
+		prev = id
+	}
+	t.Logf("%d IDs in %s", n, time.Since(start))
+}
+
+func TestCloseReleasesLease(t *testing.T) {
+	rdb := testenv.Redis(t)
+	prefix := testenv.Prefix(t)
+	g, err := Lease(t.Context(), testenv.Redis(t), prefix, WithLeaseTTL(time.Second))
+	if err != nil {
+		t.Fatalf("Lease: %v", err)
+	}
+	key := g.lease.key(g.WorkerID())
+	if err := g.Close(t.Context()); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	// The key lingers for the clock margin only (a tenth of the TTL).
+	if ttl := rdb.PTTL(t.Context(), key).Val(); ttl > 100*time.Millisecond {
+		t.Fatalf("after Close the lease key lives %s more, want <= 100ms", ttl)
+	}
+	if _, err := g.Next(); !errors.Is(err, ErrClosed) {
+		t.Fatalf("Next after Close: %v, want ErrClosed", err)
+	}
+}
+
+func TestLostLeaseIsReacquired(t *testing.T) {
+	tests := []struct {
+		name string
+		// lose makes the generator lose the lease on key.
+		lose func(ctx context.Context, rdb *redis.Client, key string) error
+		// moves reports whether the generator must take another worker id.
+		moves bool
+	}{
+		{"deleted", func(ctx context.Context, rdb *redis.Client, key string) error {
+			return rdb.Del(ctx, key).Err()
+		}, false},
+		{"taken by another instance", func(ctx context.Context, rdb *redis.Client, key string) error {
+			return rdb.Set(ctx, key, "someone-else", time.Minute).Err()
+		}, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			rdb := testenv.Redis(t)
+			prefix := testenv.Prefix(t)
+			g := mustLease(t, testenv.Redis(t), prefix, WithLeaseTTL(300*time.Millisecond))
+			old := g.WorkerID()
+			key := g.lease.key(old)
+			t.Cleanup(func() { rdb.Del(context.Background(), key) })
+
+			ids := []int64{mustNext(t, g)}
+			if err := tt.lose(t.Context(), rdb, key); err != nil {
+				t.Fatal(err)
+			}
+			// Renewal runs every 100ms; within a second the generator must
+			// hold a worker id again under its own token.
+			deadline := time.Now().Add(2 * time.Second)
+			for {
+				w := g.WorkerID()
+				if (w != old || !tt.moves) && w >= 0 &&
+					rdb.Get(t.Context(), g.lease.key(w)).Val() == g.lease.token &&
+					rdb.PTTL(t.Context(), g.lease.key(w)).Val() > 0 {
+					if tt.moves && w == old {
+						t.Fatal("kept the stolen worker id")
+					}
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("lease not re-acquired: worker %d", w)
+				}
+				ids = append(ids, mustNext(t, g))
+				time.Sleep(10 * time.Millisecond)
+			}
+			for range 1000 {
+				ids = append(ids, mustNext(t, g))
+			}
+			for i := 1; i < len(ids); i++ {
+				if ids[i] <= ids[i-1] {
+					t.Fatalf("id %d after %d", ids[i], ids[i-1])
+				}
+			}
+			if _, w, _ := Decompose(ids[len(ids)-1]); w != g.WorkerID() {
+				t.Fatalf("last id has worker %d, generator holds %d", w, g.WorkerID())
+			}
+		})
+	}
+}
+
+// TestLeaseExpiresWhileRedisUnreachable cuts the generator off from Redis
+// until its lease expires there and another instance takes the same worker
+// id: the generator must stop issuing IDs before Redis frees the id, and
+// come back with another worker id once Redis is reachable and one is free.
+func TestLeaseExpiresWhileRedisUnreachable(t *testing.T) {
+	rdb := testenv.Redis(t)
+	prefix := testenv.Prefix(t)
+	opt, _ := redis.ParseURL(testenv.RedisURL(t))
+	p := newProxy(t, opt.Addr)
+	opt.Addr = p.addr
+	opt.DialTimeout = 100 * time.Millisecond
+	opt.MaxRetries = -1
+	cut := redis.NewClient(opt)
+	t.Cleanup(func() { cut.Close() })
+
+	const ttl = 400 * time.Millisecond
+	g := mustLease(t, cut, prefix, WithLeaseTTL(ttl), WithLeaseWait(20*time.Millisecond))
+	worker := g.WorkerID()
+	key := g.lease.key(worker)
+	occupy(t, rdb, prefix, worker)
+
+	mine := map[int64]bool{}
+	for range 100 {
+		mine[mustNext(t, g)] = true
+	}
+	p.stop()
+	expiresAt := time.Now().Add(rdb.PTTL(t.Context(), key).Val())
+
+	// Issue IDs until the generator refuses; none may be stamped at or after
+	// the moment Redis frees the worker id.
+	for {
+		id, err := g.Next()
+		if errors.Is(err, ErrNoWorker) {
+			break
+		}
+		if err != nil {
+			t.Fatalf("Next: %v", err)
+		}
+		if at, _, _ := Decompose(id); !at.Before(expiresAt.Truncate(time.Millisecond)) {
+			t.Fatalf("id stamped %s, lease expires in Redis at %s", at, expiresAt)
+		}
+		mine[id] = true
+		if time.Now().After(expiresAt.Add(time.Second)) {
+			t.Fatal("generator kept issuing IDs after its lease expired")
+		}
+	}
+
+	// Another instance takes the freed worker id, the only free one.
+	deadline := time.Now().Add(2 * time.Second)
+	for rdb.Exists(t.Context(), key).Val() == 1 {
+		if time.Now().After(deadline) {
+			t.Fatal("lease key did not expire")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	other := mustLease(t, testenv.Redis(t), prefix)
+	if other.WorkerID() != worker {
+		t.Fatalf("other instance got worker %d, want the freed %d", other.WorkerID(), worker)
+	}
+	theirs := map[int64]bool{}
+	for range 1000 {
+		theirs[mustNext(t, other)] = true
+	}
+
+	// Back online, the generator finds its lease gone and, once an id is
+	// free, takes it.
+	p.start()
+	if err := rdb.Del(t.Context(), g.lease.key((worker+1)%(MaxWorkerID+1))).Err(); err != nil {
+		t.Fatal(err)
+	}
+	deadline = time.Now().Add(3 * time.Second)
+	for g.WorkerID() < 0 || g.WorkerID() == worker {
+		if time.Now().After(deadline) {
+			t.Fatalf("generator did not re-acquire: worker %d", g.WorkerID())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	for range 1000 {
+		mine[mustNext(t, g)] = true
+	}
+	for id := range mine {
+		if theirs[id] {
+			t.Fatalf("duplicate id %d across instances", id)
+		}
+	}
+}
+
+// proxy forwards TCP connections to Redis and can be cut and restored, to
+// make Redis unreachable for one client only.
+type proxy struct {
+	t      *testing.T
+	target string
+	addr   string
+
+	mu    sync.Mutex
+	ln    net.Listener
+	conns map[net.Conn]bool
+}
+
+func newProxy(t *testing.T, target string) *proxy {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &proxy{t: t, target: target, addr: ln.Addr().String(), conns: map[net.Conn]bool{}}
+	p.serve(ln)
+	t.Cleanup(p.stop)
+	return p
+}
+
+func (p *proxy) serve(ln net.Listener) {
+	p.mu.Lock()
+	p.ln = ln
+	p.mu.Unlock()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			up, err := net.Dial("tcp", p.target)
+			if err != nil {
+				c.Close()
+				continue
+			}
+			p.mu.Lock()
+			p.conns[c], p.conns[up] = true, true
+			p.mu.Unlock()
+			go pipe(c, up)
+			go pipe(up, c)
+		}
+	}()
+}
+
+func pipe(dst, src net.Conn) {
+	_, _ = io.Copy(dst, src)
+	dst.Close()
+	src.Close()
+}
+
+// stop closes the listener and every connection: clients get connection
+// refused until start.
+func (p *proxy) stop() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.ln != nil {
+		p.ln.Close()
+		p.ln = nil
+	}
+	for c := range p.conns {
+		c.Close()
+	}
+	clear(p.conns)
+}
+
+func (p *proxy) start() {
+	p.t.Helper()
+	ln, err := net.Listen("tcp", p.addr)
+	if err != nil {
+		p.t.Fatalf("proxy relisten: %v", err)
+	}
+	p.serve(ln)
+}
