@@ -1,0 +1,474 @@
+package redisstream_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/ragent-go/ragent/internal/testenv"
+	"github.com/ragent-go/ragent/mq"
+	"github.com/ragent-go/ragent/mq/redisstream"
+)
+
+const (
+	topic = "ragent-document-ingest"
+	group = "ingest"
+	// waitLimit bounds every wait; generous for a noisy 2-core machine.
+	waitLimit = 10 * time.Second
+)
+
+// fixture is one topic on the test Redis under a fresh prefix.
+type fixture struct {
+	rdb    *redis.Client
+	prefix string
+	prod   *redisstream.Producer
+}
+
+func newFixture(t *testing.T) *fixture {
+	t.Helper()
+	rdb := testenv.Redis(t)
+	prefix := testenv.Prefix(t)
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		rdb.Del(ctx, redisstream.StreamKey(prefix, topic), redisstream.DeadKey(prefix, topic))
+	})
+	return &fixture{rdb: rdb, prefix: prefix, prod: redisstream.NewProducer(rdb, redisstream.ProducerOptions{Prefix: prefix})}
+}
+
+func (f *fixture) publish(t *testing.T, key, body string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := f.prod.Publish(ctx, topic, key, []byte(body)); err != nil {
+		t.Fatalf("publish: %v", err)
+	}
+}
+
+// fastOptions shrink every interval so redeliveries happen within a second.
+func (f *fixture) fastOptions(name string) redisstream.ConsumerOptions {
+	return redisstream.ConsumerOptions{
+		Prefix:            f.prefix,
+		Consumer:          name,
+		VisibilityTimeout: 400 * time.Millisecond,
+		ReclaimInterval:   100 * time.Millisecond,
+		Block:             100 * time.Millisecond,
+		MaxDeliveries:     3,
+		Logger:            slog.New(slog.DiscardHandler),
+	}
+}
+
+// start runs a consumer until the returned stop function is called or the
+// test ends; stop fails the test if Run does not return promptly.
+func (f *fixture) start(t *testing.T, h mq.Handler, opts redisstream.ConsumerOptions) (stop func()) {
+	t.Helper()
+	c, err := redisstream.NewConsumer(f.rdb, group, topic, h, opts)
+	if err != nil {
+		t.Fatalf("NewConsumer: %v", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- c.Run(ctx) }()
+	var once sync.Once
+	stop = func() {
+		once.Do(func() {
+			cancel()
+			select {
+			case err := <-done:
+				if err != nil {
+					t.Errorf("Run: %v", err)
+				}
+			case <-time.After(waitLimit):
+				t.Errorf("Run did not return within %v of cancel", waitLimit)
+			}
+		})
+	}
+	t.Cleanup(stop)
+	return stop
+}
+
+func (f *fixture) pending(t *testing.T) int64 {
+	t.Helper()
+	p, err := f.rdb.XPending(context.Background(), redisstream.StreamKey(f.prefix, topic), group).Result()
+	if err != nil {
+		t.Fatalf("XPENDING: %v", err)
+	}
+	return p.Count
+}
+
+func (f *fixture) deadLetters(t *testing.T) []redis.XMessage {
+	t.Helper()
+	msgs, err := f.rdb.XRange(context.Background(), redisstream.DeadKey(f.prefix, topic), "-", "+").Result()
+	if err != nil {
+		t.Fatalf("XRANGE dead: %v", err)
+	}
+	return msgs
+}
+
+// recorder is a handler that records every delivery and answers with the
+// result of its decide function.
+type recorder struct {
+	mu     sync.Mutex
+	got    []mq.Message
+	decide func(ctx context.Context, m mq.Message, call int) error
+}
+
+func (r *recorder) handle(ctx context.Context, m mq.Message) error {
+	r.mu.Lock()
+	r.got = append(r.got, m)
+	call := len(r.got)
+	r.mu.Unlock()
+	if r.decide == nil {
+		return nil
+	}
+	return r.decide(ctx, m, call)
+}
+
+func (r *recorder) messages() []mq.Message {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]mq.Message(nil), r.got...)
+}
+
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(waitLimit)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for %s", waitLimit, what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func TestPublishConsume(t *testing.T) {
+	f := newFixture(t)
+	bodies := []string{"one", "二", "three"}
+	for i, b := range bodies {
+		f.publish(t, fmt.Sprintf("doc%d:1", i), b)
+	}
+	var r recorder
+	f.start(t, r.handle, f.fastOptions("c1"))
+	waitFor(t, "three deliveries", func() bool { return len(r.messages()) == 3 })
+
+	// Handlers run concurrently, so arrival order is not publication order.
+	byKey := map[string]mq.Message{}
+	for _, m := range r.messages() {
+		byKey[m.Key] = m
+	}
+	for i, b := range bodies {
+		m := byKey[fmt.Sprintf("doc%d:1", i)]
+		if m.Topic != topic || string(m.Body) != b || m.Deliveries != 1 || m.ID == "" {
+			t.Errorf("message doc%d:1 = %+v (body %q)", i, m, m.Body)
+		}
+	}
+	waitFor(t, "acks", func() bool { return f.pending(t) == 0 })
+	f.publish(t, "late:1", "published while consuming")
+	waitFor(t, "the late message", func() bool { return len(r.messages()) == 4 })
+}
+
+func TestSameKeyPublishedFiveTimesIsDeliveredFiveTimes(t *testing.T) {
+	f := newFixture(t)
+	for range 5 {
+		f.publish(t, "42:1", "same")
+	}
+	var r recorder
+	f.start(t, r.handle, f.fastOptions("c1"))
+	waitFor(t, "five deliveries", func() bool { return len(r.messages()) == 5 })
+	ids := map[string]bool{}
+	for _, m := range r.messages() {
+		if m.Key != "42:1" {
+			t.Errorf("key = %q", m.Key)
+		}
+		ids[m.ID] = true
+	}
+	if len(ids) != 5 {
+		t.Errorf("distinct IDs = %d, want 5 (one per publication)", len(ids))
+	}
+	time.Sleep(300 * time.Millisecond)
+	if n := len(r.messages()); n != 5 {
+		t.Errorf("deliveries = %d after acks, want 5", n)
+	}
+}
+
+func TestHandlerFailureIsRedelivered(t *testing.T) {
+	for _, failure := range []error{io.ErrUnexpectedEOF, fmt.Errorf("guard: %w", mq.ErrRetryLater)} {
+		t.Run(failure.Error(), func(t *testing.T) {
+			f := newFixture(t)
+			f.publish(t, "7:1", "x")
+			r := recorder{decide: func(_ context.Context, _ mq.Message, call int) error {
+				if call == 1 {
+					return failure
+				}
+				return nil
+			}}
+			f.start(t, r.handle, f.fastOptions("c1"))
+			waitFor(t, "redelivery", func() bool { return len(r.messages()) == 2 })
+			got := r.messages()
+			if got[0].ID != got[1].ID || got[0].Deliveries != 1 || got[1].Deliveries != 2 {
+				t.Errorf("deliveries = %+v, want the same entry delivered twice", got)
+			}
+			waitFor(t, "ack", func() bool { return f.pending(t) == 0 })
+			if d := f.deadLetters(t); len(d) != 0 {
+				t.Errorf("dead letters = %v, want none", d)
+			}
+		})
+	}
+}
+
+func TestKilledConsumerMessageIsRedelivered(t *testing.T) {
+	f := newFixture(t)
+	f.publish(t, "9:1", "x")
+
+	started := make(chan struct{})
+	first := recorder{decide: func(ctx context.Context, _ mq.Message, _ int) error {
+		close(started)
+		<-ctx.Done() // killed mid-message
+		return ctx.Err()
+	}}
+	stopFirst := f.start(t, first.handle, f.fastOptions("dying"))
+	select {
+	case <-started:
+	case <-time.After(waitLimit):
+		t.Fatal("first consumer never got the message")
+	}
+	stopFirst()
+	if n := f.pending(t); n != 1 {
+		t.Fatalf("pending after the kill = %d, want 1 (never acked)", n)
+	}
+
+	var second recorder
+	f.start(t, second.handle, f.fastOptions("heir"))
+	waitFor(t, "redelivery to the new consumer", func() bool { return len(second.messages()) == 1 })
+	if m := second.messages()[0]; m.Key != "9:1" || m.Deliveries != 2 || m.ID != first.messages()[0].ID {
+		t.Errorf("redelivered %+v, want the same entry with Deliveries 2", m)
+	}
+	waitFor(t, "ack", func() bool { return f.pending(t) == 0 })
+}
+
+func TestDeadLetters(t *testing.T) {
+	boom := errors.New("boom")
+	tests := []struct {
+		name           string
+		decide         func(context.Context, mq.Message, int) error
+		wantCalls      int
+		wantDeliveries string
+		wantError      string
+	}{
+		{
+			name:           "max deliveries",
+			decide:         func(context.Context, mq.Message, int) error { return boom },
+			wantCalls:      3,
+			wantDeliveries: "3",
+			wantError:      "boom",
+		},
+		{
+			name:           "permanent at once",
+			decide:         func(context.Context, mq.Message, int) error { return fmt.Errorf("parse: %w", mq.Permanent(boom)) },
+			wantCalls:      1,
+			wantDeliveries: "1",
+			wantError:      "parse: boom",
+		},
+		{
+			name:           "panic counts as failure",
+			decide:         func(context.Context, mq.Message, int) error { panic("bad input") },
+			wantCalls:      3,
+			wantDeliveries: "3",
+			wantError:      "handler panic: bad input",
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			f := newFixture(t)
+			f.publish(t, "5:2", "payload")
+			r := recorder{decide: tt.decide}
+			f.start(t, r.handle, f.fastOptions("c1"))
+			waitFor(t, "a dead letter", func() bool { return len(f.deadLetters(t)) == 1 })
+			// Longer than a visibility timeout: no further delivery may follow.
+			time.Sleep(700 * time.Millisecond)
+			if n := len(r.messages()); n != tt.wantCalls {
+				t.Errorf("handler calls = %d, want %d", n, tt.wantCalls)
+			}
+			d := f.deadLetters(t)
+			if len(d) != 1 {
+				t.Fatalf("dead letters = %d, want 1", len(d))
+			}
+			v := d[0].Values
+			if v["key"] != "5:2" || v["body"] != "payload" || v["group"] != group ||
+				v["deliveries"] != tt.wantDeliveries || v["error"] != tt.wantError || v["id"] != r.messages()[0].ID {
+				t.Errorf("dead letter = %v", v)
+			}
+			if n := f.pending(t); n != 0 {
+				t.Errorf("pending = %d, want 0 (dead letters are acked)", n)
+			}
+		})
+	}
+}
+
+// A message whose consumers keep dying is dead-lettered by the reclaim scan
+// without another handler call.
+func TestAbandonedPastMaxDeliveriesIsDeadLettered(t *testing.T) {
+	f := newFixture(t)
+	f.publish(t, "3:1", "x")
+	opts := f.fastOptions("dying")
+	opts.MaxDeliveries = 1
+	started := make(chan struct{})
+	first := recorder{decide: func(ctx context.Context, _ mq.Message, _ int) error {
+		close(started)
+		<-ctx.Done()
+		return ctx.Err()
+	}}
+	stop := f.start(t, first.handle, opts)
+	<-started
+	stop()
+
+	var second recorder
+	opts.Consumer = "heir"
+	f.start(t, second.handle, opts)
+	waitFor(t, "a dead letter", func() bool { return len(f.deadLetters(t)) == 1 })
+	if n := len(second.messages()); n != 0 {
+		t.Errorf("handler calls after max deliveries = %d, want 0", n)
+	}
+	if v := f.deadLetters(t)[0].Values; v["deliveries"] != "2" || !strings.Contains(v["error"].(string), "abandoned") {
+		t.Errorf("dead letter = %v", v)
+	}
+}
+
+// A handler that runs for several visibility timeouts keeps its message: the
+// heartbeat stops another consumer from taking it over.
+func TestLongHandlerIsNotRedelivered(t *testing.T) {
+	f := newFixture(t)
+	f.publish(t, "1:1", "slow")
+	slow := recorder{decide: func(ctx context.Context, _ mq.Message, _ int) error {
+		select {
+		case <-time.After(1500 * time.Millisecond):
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}}
+	f.start(t, slow.handle, f.fastOptions("slow"))
+	waitFor(t, "the slow consumer to start", func() bool { return len(slow.messages()) == 1 })
+	var other recorder
+	f.start(t, other.handle, f.fastOptions("other"))
+	waitFor(t, "ack", func() bool { return f.pending(t) == 0 })
+	if n := len(other.messages()); n != 0 {
+		t.Errorf("the other consumer got %d deliveries of a message still in progress", n)
+	}
+}
+
+func TestConcurrencyIsBounded(t *testing.T) {
+	f := newFixture(t)
+	for i := range 8 {
+		f.publish(t, fmt.Sprintf("%d:1", i), "x")
+	}
+	var running, peak atomic.Int32
+	r := recorder{decide: func(context.Context, mq.Message, int) error {
+		n := running.Add(1)
+		for {
+			p := peak.Load()
+			if n <= p || peak.CompareAndSwap(p, n) {
+				break
+			}
+		}
+		time.Sleep(100 * time.Millisecond)
+		running.Add(-1)
+		return nil
+	}}
+	opts := f.fastOptions("c1")
+	opts.Concurrency = 2
+	f.start(t, r.handle, opts)
+	waitFor(t, "eight deliveries", func() bool { return len(r.messages()) == 8 })
+	if p := peak.Load(); p != 2 {
+		t.Errorf("peak concurrency = %d, want 2", p)
+	}
+}
+
+// unreachable returns a client for a port where nothing listens, counting the
+// commands it attempts.
+func unreachable(t *testing.T) (*redis.Client, *atomic.Int32) {
+	t.Helper()
+	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", DialTimeout: 200 * time.Millisecond})
+	t.Cleanup(func() { rdb.Close() })
+	var calls atomic.Int32
+	rdb.AddHook(countHook{&calls})
+	return rdb, &calls
+}
+
+type countHook struct{ n *atomic.Int32 }
+
+func (countHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h countHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error { h.n.Add(1); return next(ctx, cmd) }
+}
+func (h countHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+func TestRedisUnreachable(t *testing.T) {
+	rdb, calls := unreachable(t)
+	t.Run("publish fails within its context", func(t *testing.T) {
+		p := redisstream.NewProducer(rdb, redisstream.ProducerOptions{})
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		start := time.Now()
+		if err := p.Publish(ctx, topic, "k", []byte("x")); err == nil {
+			t.Fatal("Publish succeeded on an unreachable Redis")
+		}
+		if d := time.Since(start); d > 3*time.Second {
+			t.Errorf("Publish took %v", d)
+		}
+		if err := p.Ping(ctx); err == nil {
+			t.Error("Ping succeeded on an unreachable Redis")
+		}
+	})
+	t.Run("consumer backs off instead of spinning", func(t *testing.T) {
+		calls.Store(0)
+		c, err := redisstream.NewConsumer(rdb, group, topic, func(context.Context, mq.Message) error { return nil },
+			redisstream.ConsumerOptions{Logger: slog.New(slog.DiscardHandler)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		if err := c.Run(ctx); err != nil {
+			t.Errorf("Run = %v, want nil after its context ends", err)
+		}
+		// Backoff 0.1+0.2+0.4+0.8 s fits about five attempts in two seconds.
+		if n := calls.Load(); n < 2 || n > 10 {
+			t.Errorf("commands attempted in 2 s = %d, want a handful (backoff)", n)
+		}
+	})
+}
+
+func TestNewConsumerValidates(t *testing.T) {
+	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
+	defer rdb.Close()
+	h := func(context.Context, mq.Message) error { return nil }
+	for _, tc := range []struct {
+		name, group, topic string
+		h                  mq.Handler
+	}{{"no group", "", topic, h}, {"no topic", group, "", h}, {"no handler", group, topic, nil}} {
+		if _, err := redisstream.NewConsumer(rdb, tc.group, tc.topic, tc.h, redisstream.ConsumerOptions{}); err == nil {
+			t.Errorf("%s: no error", tc.name)
+		}
+	}
+}
+
+func TestKeys(t *testing.T) {
+	if got := redisstream.StreamKey("ragent:", "ingest"); got != "ragent:mq:{ingest}" {
+		t.Errorf("StreamKey = %q", got)
+	}
+	if got := redisstream.DeadKey("ragent:", "ingest"); got != "ragent:mq:{ingest}:dead" {
+		t.Errorf("DeadKey = %q", got)
+	}
+}
