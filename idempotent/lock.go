@@ -1,0 +1,99 @@
+package idempotent
+
+import (
+	"context"
+	"crypto/md5"
+	"encoding/hex"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Locks hands out submit locks: one holder per key across all instances.
+type Locks struct {
+	rdb redis.UniversalClient
+	ttl time.Duration
+	opt options
+}
+
+// NewLocks returns Locks whose locks expire ttl after the last renewal.
+// While a lock is held its watchdog renews it every ttl/3, so ttl bounds how
+// long a crashed holder blocks duplicates, not how long a request may run.
+// ttl must be at least a millisecond (Redis PX granularity).
+func NewLocks(rdb redis.UniversalClient, ttl time.Duration, opts ...Option) *Locks {
+	if ttl < time.Millisecond {
+		panic(fmt.Sprintf("idempotent: lock ttl %v is below 1ms", ttl))
+	}
+	return &Locks{rdb: rdb, ttl: ttl, opt: newOptions(opts)}
+}
+
+// SubmitKey returns the submit-lock key of a request:
+// {prefix}idem:submit:{path}:{userID}:{md5 of Canonical(body)}.
+// The body is canonicalised here, so two JSON bodies that differ only in key
+// order or whitespace share a key; path should be the route pattern or the
+// request path, whichever identifies "the same submit" for the caller.
+func SubmitKey(prefix, path, userID string, body []byte) string {
+	sum := md5.Sum(Canonical(body))
+	return prefix + "idem:submit:" + path + ":" + userID + ":" + hex.EncodeToString(sum[:])
+}
+
+// Acquire takes the lock on key (a full Redis key, e.g. from SubmitKey) and
+// starts its watchdog. It returns ErrLocked when another holder has it and
+// an error wrapping ErrUnavailable when Redis fails; the caller must Release
+// a returned lock.
+func (l *Locks) Acquire(ctx context.Context, key string) (*Lock, error) {
+	token := newToken()
+	ok, err := l.rdb.SetNX(ctx, key, token, l.ttl).Result()
+	if err != nil {
+		return nil, l.opt.redisError(ctx, componentLock, "acquire "+key, err)
+	}
+	if !ok {
+		l.opt.metrics.lockConflicts.Inc()
+		return nil, ErrLocked
+	}
+	l.opt.metrics.locksAcquired.Inc()
+	lock := &Lock{locks: l, key: key, token: token}
+	lock.watchdog = startWatchdog(ctx, l.rdb, key, token, l.ttl,
+		func() {
+			l.opt.metrics.leasesLost.WithLabelValues(componentLock).Inc()
+			l.opt.log.WarnContext(ctx, "idempotent: submit lock lost before release; a duplicate may run",
+				"key", key)
+		},
+		func(err error) {
+			l.opt.metrics.redisErrors.WithLabelValues(componentLock).Inc()
+			l.opt.log.WarnContext(ctx, "idempotent: submit lock renewal failed", "key", key, "err", err)
+		})
+	return lock, nil
+}
+
+// Lock is a held submit lock.
+type Lock struct {
+	locks    *Locks
+	key      string
+	token    string
+	watchdog *watchdog
+	stopOnce sync.Once
+}
+
+// Key returns the Redis key the lock holds.
+func (lk *Lock) Key() string { return lk.key }
+
+// Release stops the watchdog and deletes the lock if it still holds this
+// lock's token. It returns ErrNotOwner when the lock had expired (and maybe
+// been taken by another request), and an error wrapping ErrUnavailable when
+// Redis fails; then the lock expires by itself within the ttl. Pass a
+// context that outlives the request (context.WithoutCancel) so a client that
+// hung up does not leave the lock to expire.
+func (lk *Lock) Release(ctx context.Context) error {
+	lk.stopOnce.Do(lk.watchdog.stop)
+	n, err := releaseScript.Run(ctx, lk.locks.rdb, []string{lk.key}, lk.token).Int()
+	if err != nil {
+		return lk.locks.opt.redisError(ctx, componentLock, "release "+lk.key, err)
+	}
+	if n == 0 {
+		return fmt.Errorf("idempotent: release %s: %w", lk.key, ErrNotOwner)
+	}
+	return nil
+}

@@ -1,0 +1,176 @@
+package idempotent_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/ragent-go/ragent/idempotent"
+	"github.com/ragent-go/ragent/internal/testenv"
+)
+
+func TestLocksConcurrentAcquireOneWins(t *testing.T) {
+	rdb := testenv.Redis(t)
+	reg := prometheus.NewRegistry()
+	locks := idempotent.NewLocks(rdb, 5*time.Second, idempotent.WithRegisterer(reg))
+	key := idempotent.SubmitKey(testenv.Prefix(t), "/api/v1/chat", "7", []byte(`{"question":"hi"}`))
+	ctx := context.Background()
+
+	const n = 50
+	var (
+		wg      sync.WaitGroup
+		start   = make(chan struct{})
+		mu      sync.Mutex
+		winners []*idempotent.Lock
+		locked  int
+		others  []error
+	)
+	for range n {
+		wg.Go(func() {
+			<-start
+			lock, err := locks.Acquire(ctx, key)
+			mu.Lock()
+			defer mu.Unlock()
+			switch {
+			case err == nil:
+				winners = append(winners, lock)
+			case errors.Is(err, idempotent.ErrLocked):
+				locked++
+			default:
+				others = append(others, err)
+			}
+		})
+	}
+	close(start)
+	wg.Wait()
+
+	if len(winners) != 1 || locked != n-1 || len(others) != 0 {
+		t.Fatalf("winners=%d locked=%d other errors=%v; want 1, %d, none", len(winners), locked, others, n-1)
+	}
+	if got := counter(t, reg, "ragent_idempotent_locks_acquired_total", nil); got != 1 {
+		t.Errorf("locks_acquired_total = %v, want 1", got)
+	}
+	if got := counter(t, reg, "ragent_idempotent_lock_conflicts_total", nil); got != n-1 {
+		t.Errorf("lock_conflicts_total = %v, want %d", got, n-1)
+	}
+	if err := winners[0].Release(ctx); err != nil {
+		t.Fatalf("release: %v", err)
+	}
+	lock, err := locks.Acquire(ctx, key)
+	if err != nil {
+		t.Fatalf("acquire after release: %v", err)
+	}
+	if err := lock.Release(ctx); err != nil {
+		t.Fatalf("release: %v", err)
+	}
+}
+
+func TestLockWatchdogKeepsLockPastTTL(t *testing.T) {
+	rdb := testenv.Redis(t)
+	const ttl = 300 * time.Millisecond
+	locks := idempotent.NewLocks(rdb, ttl)
+	key := testenv.Prefix(t) + "idem:submit:slow"
+	ctx := context.Background()
+
+	lock, err := locks.Acquire(ctx, key)
+	if err != nil {
+		t.Fatalf("acquire: %v", err)
+	}
+	if pttl := rdb.PTTL(ctx, key).Val(); pttl <= 0 || pttl > ttl {
+		t.Fatalf("initial PTTL %v, want in (0, %v]", pttl, ttl)
+	}
+
+	time.Sleep(4 * ttl) // a slow request: four initial TTLs
+
+	if pttl := rdb.PTTL(ctx, key).Val(); pttl <= 0 {
+		t.Fatalf("PTTL after %v = %v; the watchdog did not keep the lock", 4*ttl, pttl)
+	}
+	if _, err := locks.Acquire(ctx, key); !errors.Is(err, idempotent.ErrLocked) {
+		t.Fatalf("second acquire while held: err = %v, want ErrLocked", err)
+	}
+	if err := lock.Release(ctx); err != nil {
+		t.Fatalf("release: %v", err)
+	}
+	if n := rdb.Exists(ctx, key).Val(); n != 0 {
+		t.Fatalf("key still exists after release")
+	}
+	// The watchdog is stopped: nothing recreates or extends the key.
+	time.Sleep(ttl / 2)
+	if n := rdb.Exists(ctx, key).Val(); n != 0 {
+		t.Fatalf("key reappeared after release")
+	}
+	again, err := locks.Acquire(ctx, key)
+	if err != nil {
+		t.Fatalf("acquire after release: %v", err)
+	}
+	if err := again.Release(ctx); err != nil {
+		t.Fatalf("release: %v", err)
+	}
+}
+
+func TestLockReleaseByFormerOwnerKeepsNewOwnersLock(t *testing.T) {
+	rdb := testenv.Redis(t)
+	reg := prometheus.NewRegistry()
+	logger, logs := newTestLogger()
+	locks := idempotent.NewLocks(rdb, 300*time.Millisecond, idempotent.WithRegisterer(reg), idempotent.WithLogger(logger))
+	key := testenv.Prefix(t) + "idem:submit:handover"
+	ctx := context.Background()
+
+	first, err := locks.Acquire(ctx, key)
+	if err != nil {
+		t.Fatalf("acquire: %v", err)
+	}
+	// The first holder's lock vanishes, as after a long GC pause past its TTL.
+	rdb.Del(ctx, key)
+	waitFor(t, 2*time.Second, "the first watchdog to notice the loss", func() bool {
+		return counter(t, reg, "ragent_idempotent_leases_lost_total", map[string]string{"component": "lock"}) == 1
+	})
+	second, err := locks.Acquire(ctx, key)
+	if err != nil {
+		t.Fatalf("second acquire: %v", err)
+	}
+	secondToken := rdb.Get(ctx, key).Val()
+
+	if err := first.Release(ctx); !errors.Is(err, idempotent.ErrNotOwner) {
+		t.Fatalf("release by former owner: err = %v, want ErrNotOwner", err)
+	}
+	if got := rdb.Get(ctx, key).Val(); got != secondToken {
+		t.Fatalf("former owner's release changed the lock: %q, want %q", got, secondToken)
+	}
+	if _, err := locks.Acquire(ctx, key); !errors.Is(err, idempotent.ErrLocked) {
+		t.Fatalf("acquire while the second holds it: err = %v, want ErrLocked", err)
+	}
+	if err := second.Release(ctx); err != nil {
+		t.Fatalf("release by owner: %v", err)
+	}
+	if err := second.Release(ctx); !errors.Is(err, idempotent.ErrNotOwner) {
+		t.Fatalf("second release: err = %v, want ErrNotOwner", err)
+	}
+	if !containsAll(logs.String(), "submit lock lost", key) {
+		t.Errorf("lost lock not logged; logs:\n%s", logs)
+	}
+}
+
+func TestLocksRedisErrors(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	locks := idempotent.NewLocks(unreachableRedis(t), time.Second, idempotent.WithRegisterer(reg))
+
+	_, err := locks.Acquire(context.Background(), "k")
+	if !errors.Is(err, idempotent.ErrUnavailable) {
+		t.Fatalf("acquire on a down Redis: err = %v, want ErrUnavailable", err)
+	}
+	if got := counter(t, reg, "ragent_idempotent_redis_errors_total", map[string]string{"component": "lock"}); got != 1 {
+		t.Errorf("redis_errors_total{component=lock} = %v, want 1", got)
+	}
+
+	// A caller that gave up is not a Redis outage.
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	_, err = idempotent.NewLocks(testenv.Redis(t), time.Second).Acquire(ctx, testenv.Prefix(t)+"k")
+	if !errors.Is(err, context.Canceled) || errors.Is(err, idempotent.ErrUnavailable) {
+		t.Fatalf("acquire with a cancelled context: err = %v, want context.Canceled only", err)
+	}
+}
