@@ -1,0 +1,479 @@
+package llm
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/ragent-go/ragent/service"
+)
+
+// fakeLLM is an OpenAI-compatible server whose answer to the n-th request
+// (0-based) is written by handle.
+type fakeLLM struct {
+	t      *testing.T
+	srv    *httptest.Server
+	handle func(n int, w http.ResponseWriter, r *http.Request)
+
+	calls    atomic.Int32
+	mu       sync.Mutex
+	bodies   []map[string]any
+	headers  []http.Header
+	arrivals []time.Time
+}
+
+func newFakeLLM(t *testing.T, handle func(n int, w http.ResponseWriter, r *http.Request)) *fakeLLM {
+	t.Helper()
+	f := &fakeLLM{t: t, handle: handle}
+	f.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var body map[string]any
+		if err := json.NewDecoder(r.Body).Decode(&body); err != nil {
+			t.Errorf("request body: %v", err)
+		}
+		f.mu.Lock()
+		f.bodies = append(f.bodies, body)
+		f.headers = append(f.headers, r.Header.Clone())
+		f.arrivals = append(f.arrivals, time.Now())
+		f.mu.Unlock()
+		f.handle(int(f.calls.Add(1))-1, w, r)
+	}))
+	t.Cleanup(f.srv.Close)
+	return f
+}
+
+func (f *fakeLLM) arrival(i int) time.Time {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.arrivals[i]
+}
+
+// sse writes one server-sent event and flushes it.
+func sse(w http.ResponseWriter, v any) {
+	data := "[DONE]"
+	if v != nil {
+		b, _ := json.Marshal(v)
+		data = string(b)
+	}
+	fmt.Fprintf(w, "data: %s\n\n", data)
+	w.(http.Flusher).Flush()
+}
+
+func startSSE(w http.ResponseWriter) {
+	w.Header().Set("Content-Type", "text/event-stream")
+	w.WriteHeader(http.StatusOK)
+	w.(http.Flusher).Flush()
+}
+
+func delta(field, s string) map[string]any {
+	return map[string]any{"choices": []any{map[string]any{"index": 0, "delta": map[string]any{field: s}, "finish_reason": nil}}}
+}
+
+func finish() map[string]any {
+	return map[string]any{"choices": []any{map[string]any{"index": 0, "delta": map[string]any{}, "finish_reason": "stop"}}}
+}
+
+func usageChunk(p, c int) map[string]any {
+	return map[string]any{"choices": []any{}, "usage": map[string]any{"prompt_tokens": p, "completion_tokens": c, "total_tokens": p + c}}
+}
+
+// streamAnswer writes a complete stream of the given content pieces.
+func streamAnswer(w http.ResponseWriter, pieces ...string) {
+	startSSE(w)
+	sse(w, delta("role", "assistant"))
+	for _, p := range pieces {
+		sse(w, delta("content", p))
+	}
+	sse(w, finish())
+	sse(w, nil)
+}
+
+// fastConfig keeps retries quick so tests measure only what they mean to.
+func fastConfig(base string) Config {
+	return Config{Provider: ProviderOpenAI, BaseURL: base, APIKey: "sk-test", FirstTokenTimeout: 5 * time.Second, IdleTimeout: 5 * time.Second}
+}
+
+func chatFor(t *testing.T, cfg Config, opts ...Option) service.ChatModel {
+	t.Helper()
+	m, err := NewChatModel(cfg, "test-model", append([]Option{WithBackoff(10*time.Millisecond, 50*time.Millisecond)}, opts...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+var question = service.ChatRequest{Messages: []service.ChatMessage{{Role: "system", Content: "Be brief."}, {Role: "user", Content: "Say hello"}}}
+
+func TestOpenAIStream(t *testing.T) {
+	f := newFakeLLM(t, func(_ int, w http.ResponseWriter, _ *http.Request) {
+		startSSE(w)
+		fmt.Fprint(w, ": keep-alive\n\n")
+		sse(w, delta("role", "assistant"))
+		for _, p := range []string{"Hel", "lo", " world"} {
+			time.Sleep(20 * time.Millisecond)
+			sse(w, delta("content", p))
+		}
+		sse(w, finish())
+		sse(w, usageChunk(12, 3))
+		sse(w, nil)
+	})
+	deltas, usage, err := collect(t, context.Background(), chatFor(t, fastConfig(f.srv.URL)), question)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(deltas) != 3 || joined(deltas, service.DeltaResponse) != "Hello world" {
+		t.Fatalf("deltas %+v", deltas)
+	}
+	if usage != (service.Usage{PromptTokens: 12, CompletionTokens: 3, TotalTokens: 15}) {
+		t.Fatalf("usage %+v", usage)
+	}
+	body, hdr := f.bodies[0], f.headers[0]
+	if body["model"] != "test-model" || body["stream"] != true || hdr.Get("Authorization") != "Bearer sk-test" {
+		t.Fatalf("request %v %v", body, hdr)
+	}
+	if so, _ := body["stream_options"].(map[string]any); so["include_usage"] != true {
+		t.Fatalf("stream_options %v", body["stream_options"])
+	}
+	if _, ok := body["response_format"]; ok {
+		t.Fatalf("response_format sent without JSON: %v", body)
+	}
+}
+
+func TestOpenAIRequestOptions(t *testing.T) {
+	f := newFakeLLM(t, func(_ int, w http.ResponseWriter, _ *http.Request) { streamAnswer(w, `{"a":1}`) })
+	req := question
+	req.JSON, req.Temperature, req.MaxTokens, req.Model = true, 0.2, 64, "override"
+	deltas, usage, err := collect(t, context.Background(), chatFor(t, fastConfig(f.srv.URL)), req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if joined(deltas, service.DeltaResponse) != `{"a":1}` {
+		t.Fatalf("deltas %+v", deltas)
+	}
+	// No usage chunk: the usage is estimated.
+	if usage.PromptTokens == 0 || usage.CompletionTokens == 0 {
+		t.Fatalf("estimated usage %+v", usage)
+	}
+	body := f.bodies[0]
+	rf, _ := body["response_format"].(map[string]any)
+	if body["model"] != "override" || body["temperature"] != 0.2 || body["max_tokens"] != float64(64) || rf["type"] != "json_object" {
+		t.Fatalf("request %v", body)
+	}
+}
+
+func TestOpenAIReasoning(t *testing.T) {
+	f := newFakeLLM(t, func(_ int, w http.ResponseWriter, _ *http.Request) {
+		startSSE(w)
+		sse(w, delta("reasoning_content", "The user "))
+		sse(w, delta("reasoning", "wants a greeting."))
+		sse(w, delta("content", "Hello"))
+		sse(w, finish())
+		sse(w, nil)
+	})
+	m := chatFor(t, fastConfig(f.srv.URL))
+	tests := []struct {
+		thinking  bool
+		wantThink string
+	}{
+		{thinking: true, wantThink: "The user wants a greeting."},
+		{thinking: false, wantThink: ""},
+	}
+	for _, tt := range tests {
+		t.Run(fmt.Sprintf("thinking=%v", tt.thinking), func(t *testing.T) {
+			req := question
+			req.Thinking = tt.thinking
+			deltas, _, err := collect(t, context.Background(), m, req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := joined(deltas, service.DeltaThink); got != tt.wantThink {
+				t.Fatalf("think %q, want %q", got, tt.wantThink)
+			}
+			if got := joined(deltas, service.DeltaResponse); got != "Hello" {
+				t.Fatalf("response %q", got)
+			}
+			if tt.thinking && deltas[0].Kind != service.DeltaThink {
+				t.Fatalf("reasoning must come first: %+v", deltas)
+			}
+		})
+	}
+}
+
+func TestOpenAIRetryAfter(t *testing.T) {
+	f := newFakeLLM(t, func(n int, w http.ResponseWriter, _ *http.Request) {
+		if n == 0 {
+			w.Header().Set("Retry-After", "1")
+			http.Error(w, `{"error":{"message":"rate limited"}}`, http.StatusTooManyRequests)
+			return
+		}
+		streamAnswer(w, "ok")
+	})
+	deltas, _, err := collect(t, context.Background(), chatFor(t, fastConfig(f.srv.URL)), question)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if joined(deltas, service.DeltaResponse) != "ok" || f.calls.Load() != 2 {
+		t.Fatalf("deltas %+v after %d calls", deltas, f.calls.Load())
+	}
+	// The backoff is 10 ms, so only the header explains a wait of a second.
+	if waited := f.arrival(1).Sub(f.arrival(0)); waited < time.Second || waited > 2*time.Second {
+		t.Fatalf("waited %v between attempts, want Retry-After's 1s (≤ 2s)", waited)
+	}
+}
+
+func TestOpenAIFailures(t *testing.T) {
+	tests := []struct {
+		name      string
+		handle    func(n int, w http.ResponseWriter, r *http.Request)
+		retries   int
+		wantCalls int32
+		wantText  string
+		wantErr   string
+	}{
+		{
+			name:      "500 until retries are exhausted",
+			handle:    func(_ int, w http.ResponseWriter, _ *http.Request) { http.Error(w, "boom", http.StatusInternalServerError) },
+			retries:   2,
+			wantCalls: 3,
+			wantErr:   "upstream status 500",
+		},
+		{
+			name: "503 then success",
+			handle: func(n int, w http.ResponseWriter, _ *http.Request) {
+				if n < 2 {
+					http.Error(w, "overloaded", http.StatusServiceUnavailable)
+					return
+				}
+				streamAnswer(w, "fine")
+			},
+			retries:   3,
+			wantCalls: 3,
+			wantText:  "fine",
+		},
+		{
+			name:      "400 is not retried",
+			handle:    func(_ int, w http.ResponseWriter, _ *http.Request) { http.Error(w, "no such model", http.StatusBadRequest) },
+			retries:   3,
+			wantCalls: 1,
+			wantErr:   "upstream status 400: no such model",
+		},
+		{
+			name: "a dropped connection before the first token is retried",
+			handle: func(n int, w http.ResponseWriter, _ *http.Request) {
+				if n == 0 {
+					dropConnection(w)
+					return
+				}
+				streamAnswer(w, "again")
+			},
+			retries:   1,
+			wantCalls: 2,
+			wantText:  "again",
+		},
+		{
+			name: "a dropped connection after a token is not retried",
+			handle: func(_ int, w http.ResponseWriter, _ *http.Request) {
+				startSSE(w)
+				sse(w, delta("content", "partial"))
+				dropConnection(w)
+			},
+			retries:   3,
+			wantCalls: 1,
+			wantText:  "partial",
+			wantErr:   "unavailable",
+		},
+		{
+			name: "a stream cut short without a finish is an error",
+			handle: func(_ int, w http.ResponseWriter, _ *http.Request) {
+				startSSE(w)
+				sse(w, delta("content", "half"))
+			},
+			retries:   3,
+			wantCalls: 1,
+			wantText:  "half",
+			wantErr:   "unexpected EOF",
+		},
+		{
+			name: "an error inside the stream",
+			handle: func(_ int, w http.ResponseWriter, _ *http.Request) {
+				startSSE(w)
+				sse(w, map[string]any{"error": map[string]any{"message": "content filtered"}})
+			},
+			retries:   3,
+			wantCalls: 1,
+			wantErr:   "content filtered",
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			f := newFakeLLM(t, tt.handle)
+			cfg := fastConfig(f.srv.URL)
+			cfg.MaxRetries = tt.retries
+			deltas, _, err := collect(t, context.Background(), chatFor(t, cfg), question)
+			if got := joined(deltas, service.DeltaResponse); got != tt.wantText {
+				t.Errorf("text %q, want %q", got, tt.wantText)
+			}
+			if got := f.calls.Load(); got != tt.wantCalls {
+				t.Errorf("%d calls, want %d", got, tt.wantCalls)
+			}
+			switch {
+			case tt.wantErr == "" && err != nil:
+				t.Fatalf("unexpected error %v", err)
+			case tt.wantErr != "" && (!errors.Is(err, service.ErrUnavailable) || !strings.Contains(err.Error(), tt.wantErr)):
+				t.Fatalf("err = %v, want ErrUnavailable containing %q", err, tt.wantErr)
+			}
+		})
+	}
+}
+
+// dropConnection closes the TCP connection without a proper HTTP ending.
+func dropConnection(w http.ResponseWriter) {
+	conn, _, err := http.NewResponseController(w).Hijack()
+	if err != nil {
+		panic(err)
+	}
+	conn.Close()
+}
+
+func TestOpenAITimeouts(t *testing.T) {
+	tests := []struct {
+		name     string
+		handle   func(w http.ResponseWriter, r *http.Request)
+		wantText string
+		wantErr  string
+	}{
+		{
+			name: "slow first token",
+			handle: func(w http.ResponseWriter, r *http.Request) {
+				startSSE(w)
+				sse(w, delta("role", "assistant")) // not a token
+				<-r.Context().Done()
+			},
+			wantErr: "no first token within 300ms",
+		},
+		{
+			name: "no headers at all",
+			handle: func(_ http.ResponseWriter, r *http.Request) {
+				<-r.Context().Done()
+			},
+			wantErr: "no first token within 300ms",
+		},
+		{
+			name: "silence between tokens",
+			handle: func(w http.ResponseWriter, r *http.Request) {
+				startSSE(w)
+				sse(w, delta("content", "one"))
+				time.Sleep(100 * time.Millisecond)
+				sse(w, delta("content", " two"))
+				<-r.Context().Done()
+			},
+			wantText: "one two",
+			wantErr:  "no token for 300ms",
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			f := newFakeLLM(t, func(_ int, w http.ResponseWriter, r *http.Request) { tt.handle(w, r) })
+			cfg := fastConfig(f.srv.URL)
+			cfg.FirstTokenTimeout, cfg.IdleTimeout = 300*time.Millisecond, 300*time.Millisecond
+			start := time.Now()
+			deltas, _, err := collect(t, context.Background(), chatFor(t, cfg), question)
+			elapsed := time.Since(start)
+			if !errors.Is(err, service.ErrUnavailable) || !strings.Contains(err.Error(), tt.wantErr) {
+				t.Fatalf("err = %v, want ErrUnavailable containing %q", err, tt.wantErr)
+			}
+			if got := joined(deltas, service.DeltaResponse); got != tt.wantText {
+				t.Errorf("text %q, want %q", got, tt.wantText)
+			}
+			if elapsed > 2*time.Second {
+				t.Errorf("took %v to time out", elapsed)
+			}
+			if f.calls.Load() != 1 {
+				t.Errorf("%d calls: a timeout must not be retried", f.calls.Load())
+			}
+		})
+	}
+}
+
+func TestOpenAICancelAbortsUpstream(t *testing.T) {
+	aborted := make(chan time.Time, 1)
+	f := newFakeLLM(t, func(_ int, w http.ResponseWriter, r *http.Request) {
+		startSSE(w)
+		sse(w, delta("content", "first"))
+		select {
+		case <-r.Context().Done(): // the abandoned connection detector
+			aborted <- time.Now()
+		case <-time.After(10 * time.Second):
+		}
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var cancelledAt time.Time
+	_, _, err := func() ([]service.Delta, service.Usage, error) {
+		var deltas []service.Delta
+		u, err := chatFor(t, fastConfig(f.srv.URL)).Stream(ctx, question, func(d service.Delta) error {
+			deltas = append(deltas, d)
+			cancelledAt = time.Now()
+			cancel()
+			return nil
+		})
+		return deltas, u, err
+	}()
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("err = %v, want context.Canceled", err)
+	}
+	select {
+	case at := <-aborted:
+		if d := at.Sub(cancelledAt); d > 500*time.Millisecond {
+			t.Fatalf("server saw the abort %v after the cancel", d)
+		}
+	case <-time.After(2 * time.Second):
+		t.Fatal("server never saw the connection close")
+	}
+}
+
+func TestOpenAICallbackError(t *testing.T) {
+	f := newFakeLLM(t, func(_ int, w http.ResponseWriter, _ *http.Request) { streamAnswer(w, "a", "b", "c") })
+	stop := errors.New("client went away")
+	n := 0
+	_, err := chatFor(t, fastConfig(f.srv.URL)).Stream(context.Background(), question, func(service.Delta) error {
+		n++
+		return stop
+	})
+	if err != stop || n != 1 || f.calls.Load() != 1 {
+		t.Fatalf("err = %v after %d deltas and %d calls, want the onDelta error unchanged after 1", err, n, f.calls.Load())
+	}
+}
+
+func TestOllamaChatUsesV1(t *testing.T) {
+	var path string
+	f := newFakeLLM(t, func(_ int, w http.ResponseWriter, r *http.Request) {
+		path = r.URL.Path
+		streamAnswer(w, "hi")
+	})
+	for _, base := range []string{f.srv.URL, f.srv.URL + "/v1/"} {
+		m, err := NewChatModel(Config{Provider: ProviderOllama, BaseURL: base}, "qwen3:0.6b")
+		if err != nil {
+			t.Fatal(err)
+		}
+		deltas, _, err := collect(t, context.Background(), m, question)
+		if err != nil || joined(deltas, service.DeltaResponse) != "hi" || path != "/v1/chat/completions" {
+			t.Fatalf("base %s: err %v, deltas %+v, path %s", base, err, deltas, path)
+		}
+	}
+}
+
+func TestNewChatModelValidates(t *testing.T) {
+	for _, cfg := range []Config{{Provider: "gpt"}, {Provider: ProviderOpenAI}} {
+		if _, err := NewChatModel(cfg, ""); !errors.Is(err, service.ErrInvalid) {
+			t.Errorf("%+v: err = %v, want ErrInvalid", cfg, err)
+		}
+	}
+}
