@@ -1,0 +1,92 @@
+package api
+
+import (
+	"net/http"
+	"time"
+
+	"github.com/gin-gonic/gin"
+
+	"github.com/ragent-go/ragent/service"
+)
+
+type loginRequest struct {
+	Username string `json:"username"`
+	Password string `json:"password"`
+}
+
+func (s *Server) login(c *gin.Context) {
+	var req loginRequest
+	if !bindJSON(c, &req) {
+		return
+	}
+	sess, err := s.deps.Auth.Login(c.Request.Context(), req.Username, req.Password, c.ClientIP())
+	if err != nil {
+		fail(c, err)
+		return
+	}
+	s.setSessionCookie(c, sess.Token, time.Until(sess.Expires))
+	c.JSON(http.StatusOK, sess)
+}
+
+func (s *Server) logout(c *gin.Context) {
+	if err := s.deps.Auth.Logout(c.Request.Context(), principal(c)); err != nil {
+		fail(c, err)
+		return
+	}
+	s.setSessionCookie(c, "", -time.Second)
+	c.Status(http.StatusNoContent)
+}
+
+func (s *Server) setSessionCookie(c *gin.Context, token string, ttl time.Duration) {
+	c.SetSameSite(http.SameSiteLaxMode)
+	c.SetCookie(SessionCookie, token, int(ttl.Seconds()), "/", "", s.deps.SecureCookie, true)
+}
+
+func (s *Server) me(c *gin.Context) {
+	u, err := s.deps.Auth.Me(c.Request.Context(), principal(c))
+	if err != nil {
+		fail(c, err)
+		return
+	}
+	c.JSON(http.StatusOK, u)
+}
+
+// list is the JSON shape of every paged list.
+type list[T any] struct {
+	Items      []T     `json:"items"`
+	NextCursor *string `json:"nextCursor"`
+}
+
+func newList[T any](items []T, limit int, cursor func(T) string) list[T] {
+	if items == nil {
+		items = []T{}
+	}
+	l := list[T]{Items: items}
+	if limit > 0 && len(items) == limit {
+		next := cursor(items[len(items)-1])
+		l.NextCursor = &next
+	}
+	return l
+}
+
+// pageParams reads ?cursor= and ?limit= (1..200, default 50).
+func pageParams(c *gin.Context) (after service.ID, limit int, ok bool) {
+	limit = 50
+	if v := c.Query("limit"); v != "" {
+		n, err := parsePositiveInt(v)
+		if err != nil || n > 200 {
+			fail(c, service.Errorf(service.ErrInvalid, "limit must be between 1 and 200"))
+			return 0, 0, false
+		}
+		limit = n
+	}
+	if v := c.Query("cursor"); v != "" {
+		id, err := service.ParseID(v)
+		if err != nil {
+			fail(c, service.Errorf(service.ErrInvalid, "invalid cursor"))
+			return 0, 0, false
+		}
+		after = id
+	}
+	return after, limit, true
+}

@@ -1,0 +1,52 @@
+package api
+
+import (
+	"context"
+	"net/http"
+	"sort"
+	"sync"
+
+	"github.com/gin-gonic/gin"
+)
+
+func (s *Server) healthz(c *gin.Context) {
+	c.JSON(http.StatusOK, gin.H{"status": "ok"})
+}
+
+// readyz checks every dependency concurrently; any failure answers 503 with
+// the failing names, so a load balancer stops sending traffic here.
+func (s *Server) readyz(c *gin.Context) {
+	ctx, cancel := context.WithTimeout(c.Request.Context(), s.deps.ReadyTimeout)
+	defer cancel()
+	var (
+		mu     sync.Mutex
+		wg     sync.WaitGroup
+		checks = make(map[string]string, len(s.deps.Pingers))
+	)
+	for name, p := range s.deps.Pingers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			status := "ok"
+			if err := p.Ping(ctx); err != nil {
+				status = err.Error()
+			}
+			mu.Lock()
+			checks[name] = status
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	var down []string
+	for name, st := range checks {
+		if st != "ok" {
+			down = append(down, name)
+		}
+	}
+	sort.Strings(down)
+	if len(down) > 0 {
+		c.JSON(http.StatusServiceUnavailable, gin.H{"status": "unavailable", "down": down, "checks": checks})
+		return
+	}
+	c.JSON(http.StatusOK, gin.H{"status": "ok", "checks": checks})
+}

@@ -1,0 +1,206 @@
+package api
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"runtime/debug"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/gin-gonic/gin"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/ragent-go/ragent/service"
+)
+
+// Keys of values kept in the gin context.
+const (
+	ctxLogger    = "ragent.logger"
+	ctxPrincipal = "ragent.principal"
+)
+
+// SessionCookie carries the token for browsers.
+const SessionCookie = "ragent_session"
+
+// requestID takes X-Request-ID from the client when it is sane, or makes
+// one, and puts it in the response, the request context and the logger.
+func requestID(log *slog.Logger) gin.HandlerFunc {
+	return func(c *gin.Context) {
+		id := c.GetHeader("X-Request-ID")
+		if id == "" || len(id) > 64 || strings.ContainsAny(id, " \t\r\n") {
+			var b [8]byte
+			_, _ = rand.Read(b[:])
+			id = hex.EncodeToString(b[:])
+		}
+		c.Header("X-Request-ID", id)
+		c.Request = c.Request.WithContext(service.WithRequestID(c.Request.Context(), id))
+		// The logger adds the id from the request context to every line.
+		c.Set(ctxLogger, log)
+		c.Next()
+	}
+}
+
+// accessLog logs one line per request.
+func accessLog() gin.HandlerFunc {
+	return func(c *gin.Context) {
+		start := time.Now()
+		c.Next()
+		route := c.FullPath()
+		if route == "" {
+			route = "unmatched"
+		}
+		level := slog.LevelInfo
+		if c.Writer.Status() >= 500 {
+			level = slog.LevelWarn
+		}
+		if route == "/healthz" || route == "/readyz" || route == "/metrics" {
+			level = slog.LevelDebug
+		}
+		logger(c).Log(c.Request.Context(), level, "http request",
+			"method", c.Request.Method, "route", route, "status", c.Writer.Status(),
+			"duration_ms", time.Since(start).Milliseconds(), "bytes", c.Writer.Size(), "ip", c.ClientIP())
+	}
+}
+
+// recovery turns a panic into a logged 500 JSON error.
+func recovery() gin.HandlerFunc {
+	return func(c *gin.Context) {
+		defer func() {
+			if r := recover(); r != nil {
+				if r == http.ErrAbortHandler {
+					panic(r)
+				}
+				logger(c).ErrorContext(c.Request.Context(), "panic", "panic", fmt.Sprint(r), "stack", string(debug.Stack()))
+				if !c.Writer.Written() {
+					failCode(c, http.StatusInternalServerError, "internal", "internal server error")
+				} else {
+					c.Abort()
+				}
+			}
+		}()
+		c.Next()
+	}
+}
+
+type httpMetrics struct {
+	requests *prometheus.CounterVec
+	duration *prometheus.HistogramVec
+}
+
+func newHTTPMetrics(reg prometheus.Registerer) *httpMetrics {
+	m := &httpMetrics{
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "ragent_http_requests_total", Help: "HTTP requests by route, method and status.",
+		}, []string{"route", "method", "status"}),
+		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "ragent_http_request_duration_seconds", Help: "HTTP request latency by route (SSE streams included).",
+			Buckets: prometheus.ExponentialBuckets(0.001, 2.5, 12),
+		}, []string{"route", "method"}),
+	}
+	if reg != nil {
+		reg.MustRegister(m.requests, m.duration)
+	}
+	return m
+}
+
+func (m *httpMetrics) handler() gin.HandlerFunc {
+	return func(c *gin.Context) {
+		start := time.Now()
+		c.Next()
+		route := c.FullPath()
+		if route == "" {
+			route = "unmatched"
+		}
+		m.requests.WithLabelValues(route, c.Request.Method, strconv.Itoa(c.Writer.Status())).Inc()
+		m.duration.WithLabelValues(route, c.Request.Method).Observe(time.Since(start).Seconds())
+	}
+}
+
+// limitBody caps request bodies; reading past the cap fails and the JSON
+// binder reports 413.
+func limitBody(max int64) gin.HandlerFunc {
+	return func(c *gin.Context) {
+		if c.Request.ContentLength > max {
+			failCode(c, http.StatusRequestEntityTooLarge, "too_large", fmt.Sprintf("request body exceeds %d bytes", max))
+			return
+		}
+		c.Request.Body = http.MaxBytesReader(c.Writer, c.Request.Body, max)
+		c.Next()
+	}
+}
+
+// authenticate requires a valid token from the Authorization header or the
+// session cookie and stores the principal.
+func (s *Server) authenticate(c *gin.Context) {
+	token := ""
+	if h := c.GetHeader("Authorization"); h != "" {
+		scheme, rest, ok := strings.Cut(h, " ")
+		if !ok || !strings.EqualFold(scheme, "Bearer") || strings.TrimSpace(rest) == "" {
+			fail(c, service.Errorf(service.ErrUnauthenticated, "authorization header must be 'Bearer <token>'"))
+			return
+		}
+		token = strings.TrimSpace(rest)
+	} else if ck, err := c.Cookie(SessionCookie); err == nil {
+		token = ck
+	}
+	if token == "" {
+		fail(c, service.Errorf(service.ErrUnauthenticated, "login required"))
+		return
+	}
+	p, err := s.deps.Auth.Authenticate(c.Request.Context(), token)
+	if err != nil {
+		fail(c, err)
+		return
+	}
+	c.Set(ctxPrincipal, p)
+	c.Next()
+}
+
+// requireAdmin lets only admins through.
+func requireAdmin(c *gin.Context) {
+	if !principal(c).IsAdmin() {
+		fail(c, service.Errorf(service.ErrForbidden, "admin role required"))
+		return
+	}
+	c.Next()
+}
+
+// principal returns the authenticated caller; authenticate must have run.
+func principal(c *gin.Context) service.Principal {
+	p, _ := c.Get(ctxPrincipal)
+	pp, _ := p.(service.Principal)
+	return pp
+}
+
+// bindJSON decodes the body into dst, mapping every failure to a clear 4xx.
+func bindJSON(c *gin.Context, dst any) bool {
+	if ct := c.ContentType(); ct != "" && ct != "application/json" {
+		fail(c, service.Errorf(service.ErrUnsupported, "content type must be application/json"))
+		return false
+	}
+	if err := decodeJSON(c.Request.Body, dst); err != nil {
+		var tooBig *http.MaxBytesError
+		if errors.As(err, &tooBig) {
+			failCode(c, http.StatusRequestEntityTooLarge, "too_large", fmt.Sprintf("request body exceeds %d bytes", tooBig.Limit))
+			return false
+		}
+		failCode(c, http.StatusBadRequest, "malformed_json", "malformed JSON: "+err.Error())
+		return false
+	}
+	return true
+}
+
+// pathID parses the :name path parameter as an ID.
+func pathID(c *gin.Context, name string) (service.ID, bool) {
+	id, err := service.ParseID(c.Param(name))
+	if err != nil {
+		fail(c, err)
+		return 0, false
+	}
+	return id, true
+}

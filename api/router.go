@@ -1,0 +1,96 @@
+// Package api is ragent's HTTP adapter: the Gin router, handlers, middleware,
+// the SSE writer and the one table from domain errors to HTTP statuses. It
+// also serves the embedded web UI.
+//
+// api reaches data only through use cases (service/...) and mechanisms
+// (ratelimit, idempotent); dependencies it must check for readiness are
+// passed in as Pingers.
+package api
+
+import (
+	"context"
+	"log/slog"
+	"net/http"
+	"time"
+
+	"github.com/gin-gonic/gin"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/ragent-go/ragent/service/auth"
+)
+
+// Pinger reports whether a dependency is reachable.
+type Pinger interface {
+	Ping(ctx context.Context) error
+}
+
+// PingFunc adapts a function to Pinger.
+type PingFunc func(ctx context.Context) error
+
+// Ping calls f.
+func (f PingFunc) Ping(ctx context.Context) error { return f(ctx) }
+
+// Deps is everything the HTTP layer needs, built by cmd/ragent.
+type Deps struct {
+	Log      *slog.Logger
+	Auth     *auth.Service
+	Pingers  map[string]Pinger // checked by /readyz
+	Registry *prometheus.Registry
+
+	MaxBodyBytes int64         // JSON body cap; default 1 MiB
+	SecureCookie bool          // set Secure on the session cookie (behind TLS)
+	ReadyTimeout time.Duration // per dependency; default 2s
+}
+
+// Server holds the handlers' dependencies.
+type Server struct {
+	deps Deps
+}
+
+// NewRouter returns the HTTP handler of the whole API, the metrics endpoint
+// and the web UI. Every route is registered here.
+func NewRouter(deps Deps) http.Handler {
+	if deps.Log == nil {
+		deps.Log = slog.New(slog.DiscardHandler)
+	}
+	if deps.MaxBodyBytes <= 0 {
+		deps.MaxBodyBytes = 1 << 20
+	}
+	if deps.ReadyTimeout <= 0 {
+		deps.ReadyTimeout = 2 * time.Second
+	}
+	if deps.Registry == nil {
+		deps.Registry = prometheus.NewRegistry()
+	}
+	s := &Server{deps: deps}
+
+	gin.SetMode(gin.ReleaseMode)
+	r := gin.New()
+	r.HandleMethodNotAllowed = true
+	r.ContextWithFallback = true
+	r.Use(requestID(deps.Log), recovery(), newHTTPMetrics(deps.Registry).handler(), accessLog())
+	r.NoRoute(func(c *gin.Context) { failCode(c, http.StatusNotFound, "not_found", "no such route") })
+	r.NoMethod(func(c *gin.Context) {
+		failCode(c, http.StatusMethodNotAllowed, "method_not_allowed", "method not allowed")
+	})
+
+	r.GET("/healthz", s.healthz)
+	r.GET("/readyz", s.readyz)
+	r.GET("/metrics", gin.WrapH(promhttp.HandlerFor(deps.Registry, promhttp.HandlerOpts{Registry: deps.Registry})))
+
+	v1 := r.Group("/api/v1", limitBody(deps.MaxBodyBytes))
+	v1.POST("/auth/login", s.login)
+
+	user := v1.Group("", s.authenticate)
+	user.POST("/auth/logout", s.logout)
+	user.GET("/me", s.me)
+
+	admin := user.Group("", requireAdmin)
+	admin.GET("/users", s.listUsers)
+	admin.POST("/users", s.createUser)
+	admin.PATCH("/users/:id", s.updateUser)
+	admin.DELETE("/users/:id", s.deleteUser)
+
+	return r
+}

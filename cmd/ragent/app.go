@@ -1,0 +1,247 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/ragent-go/ragent/api"
+	"github.com/ragent-go/ragent/cache"
+	"github.com/ragent-go/ragent/idgen"
+	"github.com/ragent-go/ragent/repository"
+	"github.com/ragent-go/ragent/service"
+	"github.com/ragent-go/ragent/service/auth"
+)
+
+// App is one running ragent instance. Tests start several in one process,
+// each with its own clients, as separate instances would have.
+type App struct {
+	cfg      Config
+	log      *slog.Logger
+	store    *repository.Store
+	rdb      *redis.Client
+	ids      *idgen.Generator
+	registry *prometheus.Registry
+	handler  http.Handler
+
+	// AdminPassword is the generated first-admin password, set only on the
+	// start that created the admin.
+	AdminPassword string
+
+	closers []func(context.Context) error
+	runners []func(context.Context) error
+}
+
+// newApp connects to every dependency, migrates and bootstraps under the
+// startup lock, and wires the use cases. It starts nothing yet: Run does.
+func newApp(ctx context.Context, cfg Config, log *slog.Logger) (_ *App, err error) {
+	a := &App{cfg: cfg, log: log, registry: prometheus.NewRegistry()}
+	defer func() {
+		if err != nil {
+			a.Close(context.Background())
+		}
+	}()
+	a.registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+
+	// Postgres: the source of truth. Migrations and first-start bootstrap run
+	// under one advisory lock, so many instances can start at once.
+	a.store, err = repository.Open(ctx, cfg.DatabaseURL, repository.Options{Logger: log})
+	if err != nil {
+		return nil, err
+	}
+	a.closers = append(a.closers, func(context.Context) error { return a.store.Close() })
+
+	// Redis: coordination state and caches.
+	opt, err := redis.ParseURL(cfg.RedisURL)
+	if err != nil {
+		return nil, fmt.Errorf("RAGENT_REDIS_URL: %w", err)
+	}
+	a.rdb = redis.NewClient(opt)
+	a.closers = append(a.closers, func(context.Context) error { return a.rdb.Close() })
+
+	// Snowflake IDs: a fixed worker id needs no Redis at start.
+	if cfg.WorkerID >= 0 {
+		a.ids = idgen.New(int64(cfg.WorkerID), idgen.WithLogger(log))
+	} else if a.ids, err = idgen.Lease(ctx, a.rdb, cfg.RedisPrefix, idgen.WithLogger(log)); err != nil {
+		return nil, fmt.Errorf("lease a snowflake worker id (or set RAGENT_WORKER_ID): %w", err)
+	}
+	a.closers = append(a.closers, a.ids.Close)
+	ids := idSource{a.ids}
+
+	var authSvc *auth.Service
+	err = a.store.WithStartupLock(ctx, func(ctx context.Context) error {
+		secret, err := a.signingSecret(ctx)
+		if err != nil {
+			return err
+		}
+		authSvc, err = auth.New(a.store, cache.NewAuthState(a.rdb, cfg.RedisPrefix), cache.NewAuthState(a.rdb, cfg.RedisPrefix),
+			ids, auth.Config{Secret: secret, TokenTTL: cfg.TokenTTL}, log, nil)
+		if err != nil {
+			return err
+		}
+		generated, created, err := authSvc.Bootstrap(ctx, cfg.AdminUsername, cfg.AdminPassword)
+		if err != nil {
+			return err
+		}
+		if created {
+			a.AdminPassword = generated
+			log.Info("created the first admin", "username", cfg.AdminUsername, "password_generated", generated != "")
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("migrate and bootstrap: %w", err)
+	}
+
+	a.handler = api.NewRouter(api.Deps{
+		Log:          log,
+		Auth:         authSvc,
+		Registry:     a.registry,
+		SecureCookie: cfg.SecureCookie,
+		Pingers: map[string]api.Pinger{
+			"postgres": a.store,
+			"redis":    api.PingFunc(func(ctx context.Context) error { return a.rdb.Ping(ctx).Err() }),
+		},
+	})
+	return a, nil
+}
+
+// signingSecret returns RAGENT_AUTH_SECRET or the secret stored in settings,
+// generating and storing one on the first start.
+func (a *App) signingSecret(ctx context.Context) ([]byte, error) {
+	if a.cfg.AuthSecret != "" {
+		return []byte(a.cfg.AuthSecret), nil
+	}
+	var b [32]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return nil, err
+	}
+	v, err := a.store.SettingOrCreate(ctx, "auth.signing_secret", hex.EncodeToString(b[:]))
+	if err != nil {
+		return nil, fmt.Errorf("signing secret: %w", err)
+	}
+	return []byte(v), nil
+}
+
+// Handler returns the HTTP handler (for in-process tests).
+func (a *App) Handler() http.Handler { return a.handler }
+
+// Run serves HTTP on ln (when the role includes the API) and runs the
+// background workers until ctx is cancelled, then shuts down gracefully.
+func (a *App) Run(ctx context.Context, ln net.Listener) error {
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	var wg sync.WaitGroup
+	errc := make(chan error, 1+len(a.runners))
+	for _, r := range a.runners {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := r(ctx); err != nil && !errors.Is(err, context.Canceled) {
+				errc <- err
+			}
+		}()
+	}
+	var srv *http.Server
+	if ln != nil {
+		srv = &http.Server{
+			Handler:           a.handler,
+			ReadHeaderTimeout: 10 * time.Second,
+			IdleTimeout:       120 * time.Second,
+			BaseContext:       func(net.Listener) context.Context { return ctx },
+			ErrorLog:          slog.NewLogLogger(a.log.Handler(), slog.LevelWarn),
+		}
+		go func() {
+			if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				errc <- err
+			}
+		}()
+	}
+	var runErr error
+	select {
+	case <-ctx.Done():
+	case runErr = <-errc:
+	}
+	a.log.Info("shutting down", "timeout", a.cfg.ShutdownTimeout.String())
+	sctx, scancel := context.WithTimeout(context.WithoutCancel(ctx), a.cfg.ShutdownTimeout)
+	defer scancel()
+	if srv != nil {
+		// Stop accepting; open streams see ctx cancelled (reason shutdown),
+		// end their SSE and release their permits before Shutdown returns.
+		cancel(errShutdown)
+		if err := srv.Shutdown(sctx); err != nil {
+			a.log.Warn("http shutdown", "err", err)
+			srv.Close()
+		}
+	}
+	cancel(errShutdown)
+	wg.Wait()
+	return runErr
+}
+
+var errShutdown = errors.New("shutdown")
+
+// Close releases every client and lease, in reverse order of creation.
+func (a *App) Close(ctx context.Context) {
+	for i := len(a.closers) - 1; i >= 0; i-- {
+		if err := a.closers[i](ctx); err != nil && !errors.Is(err, redis.ErrClosed) {
+			a.log.Warn("close", "err", err)
+		}
+	}
+	a.closers = nil
+}
+
+// idSource adapts the Snowflake generator to service.IDGenerator.
+type idSource struct{ g *idgen.Generator }
+
+func (s idSource) NextID() (service.ID, error) {
+	id, err := s.g.Next()
+	return service.ID(id), err
+}
+
+func serve(ctx context.Context, cfg Config, log *slog.Logger, stdout io.Writer) error {
+	log.Info("starting ragent", append([]any{"version", version}, cfg.logAttrs()...)...)
+	a, err := newApp(ctx, cfg, log)
+	if err != nil {
+		return err
+	}
+	defer a.Close(context.Background())
+	var ln net.Listener
+	if cfg.Role != "worker" {
+		if ln, err = net.Listen("tcp", cfg.HTTPAddr); err != nil {
+			return err
+		}
+		log.Info("listening", "addr", ln.Addr().String(), "role", cfg.Role)
+		if a.AdminPassword != "" {
+			// Printed once, on the start that created the admin.
+			fmt.Fprintf(stdout, "\nragent: first admin created — username %q, password %q (change it after logging in)\n\n",
+				cfg.AdminUsername, a.AdminPassword)
+		}
+	}
+	return a.Run(ctx, ln)
+}
+
+func migrate(ctx context.Context, cfg Config, log *slog.Logger) error {
+	store, err := repository.Open(ctx, cfg.DatabaseURL, repository.Options{Logger: log, MaxOpenConns: 2})
+	if err != nil {
+		return err
+	}
+	defer store.Close()
+	if err := store.Migrate(ctx); err != nil {
+		return err
+	}
+	log.Info("migrations applied")
+	return nil
+}

@@ -1,0 +1,132 @@
+// Package repository is ragent's Postgres adapter: GORM with pgvector, and the
+// only place in the code base that speaks SQL.
+//
+// It translates driver errors into the service package's sentinels once
+// (record not found → service.ErrNotFound, unique violation →
+// service.ErrConflict) so no caller ever sees a driver error.
+package repository
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
+	"gorm.io/driver/postgres"
+	"gorm.io/gorm"
+	"gorm.io/gorm/logger"
+
+	"github.com/ragent-go/ragent/service"
+)
+
+// Store is the Postgres-backed store of every table. Its methods are grouped
+// by table in the files of this package.
+type Store struct {
+	db  *gorm.DB
+	log *slog.Logger
+}
+
+// Options tunes the connection pool.
+type Options struct {
+	MaxOpenConns int
+	MaxIdleConns int
+	Logger       *slog.Logger
+}
+
+// Open connects to Postgres and checks the connection.
+func Open(ctx context.Context, url string, opt Options) (*Store, error) {
+	if opt.Logger == nil {
+		opt.Logger = slog.New(slog.DiscardHandler)
+	}
+	if opt.MaxOpenConns == 0 {
+		opt.MaxOpenConns = 20
+	}
+	if opt.MaxIdleConns == 0 {
+		opt.MaxIdleConns = opt.MaxOpenConns
+	}
+	db, err := gorm.Open(postgres.New(postgres.Config{DSN: url}), &gorm.Config{
+		Logger:                 logger.Discard,
+		SkipDefaultTransaction: true,
+		PrepareStmt:            false,
+		NowFunc:                func() time.Time { return time.Now().UTC() },
+	})
+	if err != nil {
+		return nil, fmt.Errorf("open postgres: %w", err)
+	}
+	sqlDB, err := db.DB()
+	if err != nil {
+		return nil, fmt.Errorf("open postgres: %w", err)
+	}
+	sqlDB.SetMaxOpenConns(opt.MaxOpenConns)
+	sqlDB.SetMaxIdleConns(opt.MaxIdleConns)
+	sqlDB.SetConnMaxIdleTime(5 * time.Minute)
+	s := &Store{db: db, log: opt.Logger}
+	if err := s.Ping(ctx); err != nil {
+		sqlDB.Close()
+		return nil, err
+	}
+	return s, nil
+}
+
+// Close closes the connection pool.
+func (s *Store) Close() error {
+	sqlDB, err := s.db.DB()
+	if err != nil {
+		return err
+	}
+	return sqlDB.Close()
+}
+
+// Ping checks that Postgres answers; readiness uses it.
+func (s *Store) Ping(ctx context.Context) error {
+	sqlDB, err := s.db.DB()
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	if err := sqlDB.PingContext(ctx); err != nil {
+		return fmt.Errorf("%w: postgres: %v", service.ErrUnavailable, err)
+	}
+	return nil
+}
+
+// WithinTx runs fn with a Store bound to one transaction, committing when fn
+// returns nil and rolling back otherwise.
+func (s *Store) WithinTx(ctx context.Context, fn func(tx *Store) error) error {
+	err := s.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
+		return fn(&Store{db: tx, log: s.log})
+	})
+	return translate(err)
+}
+
+func (s *Store) conn(ctx context.Context) *gorm.DB { return s.db.WithContext(ctx) }
+
+// translate turns driver errors into service sentinels.
+func translate(err error) error {
+	if err == nil {
+		return nil
+	}
+	if errors.Is(err, gorm.ErrRecordNotFound) {
+		return fmt.Errorf("%w", service.ErrNotFound)
+	}
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		switch pgErr.Code {
+		case "23505": // unique_violation
+			return fmt.Errorf("%w: %s", service.ErrConflict, pgErr.ConstraintName)
+		case "23503": // foreign_key_violation
+			return fmt.Errorf("%w: %s references a missing row", service.ErrInvalid, pgErr.ConstraintName)
+		case "57P01", "57P02", "57P03", "08000", "08003", "08006":
+			return fmt.Errorf("%w: postgres: %v", service.ErrUnavailable, err)
+		}
+		return err
+	}
+	var connErr *pgconn.ConnectError
+	if errors.As(err, &connErr) {
+		return fmt.Errorf("%w: postgres: %v", service.ErrUnavailable, err)
+	}
+	return err
+}

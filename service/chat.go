@@ -1,0 +1,106 @@
+package service
+
+import (
+	"context"
+	"encoding/json"
+	"time"
+)
+
+// Conversation is a chat thread of one user.
+type Conversation struct {
+	ID        ID        `json:"id"`
+	UserID    ID        `json:"userId"`
+	Title     string    `json:"title"`
+	CreatedAt time.Time `json:"createdAt"`
+	UpdatedAt time.Time `json:"updatedAt"`
+}
+
+// MessageStatus is how a chat turn ended.
+type MessageStatus string
+
+const (
+	MessageCompleted MessageStatus = "completed"
+	MessageRejected  MessageStatus = "rejected"
+	MessageCancelled MessageStatus = "cancelled"
+	MessageFailed    MessageStatus = "failed"
+)
+
+// Message is one turn of a conversation.
+type Message struct {
+	ID             ID              `json:"id"`
+	ConversationID ID              `json:"conversationId"`
+	Role           string          `json:"role"` // "user" or "assistant"
+	Content        string          `json:"content"`
+	Thinking       string          `json:"thinking,omitempty"`
+	Status         MessageStatus   `json:"status"`
+	Sources        json.RawMessage `json:"sources,omitempty"`
+	ReplyTo        ID              `json:"replyTo,omitempty"`
+	Usage          Usage           `json:"usage"`
+	LatencyMS      int64           `json:"latencyMs"`
+	CreatedAt      time.Time       `json:"createdAt"`
+}
+
+// Source is a numbered piece of evidence an answer cites as [Index].
+type Source struct {
+	Index        int     `json:"index"`
+	DocumentID   ID      `json:"documentId"`
+	DocumentName string  `json:"documentName"`
+	ChunkID      ID      `json:"chunkId"`
+	Score        float64 `json:"score"`
+	Excerpt      string  `json:"excerpt"`
+	Content      string  `json:"-"` // the full chunk, given to the model
+}
+
+// Usage counts LLM tokens.
+type Usage struct {
+	PromptTokens     int `json:"promptTokens"`
+	CompletionTokens int `json:"completionTokens"`
+	TotalTokens      int `json:"totalTokens"`
+}
+
+// ChatMessage is one message of an LLM prompt.
+type ChatMessage struct {
+	Role    string `json:"role"` // system, user, assistant
+	Content string `json:"content"`
+}
+
+// ChatRequest asks a model for a completion.
+type ChatRequest struct {
+	Model       string
+	Messages    []ChatMessage
+	Temperature float64
+	MaxTokens   int
+	Thinking    bool // ask for reasoning when the model supports it
+	JSON        bool // ask for a JSON object answer
+	// Sources are the numbered sources the prompt cites. Models read them in
+	// the prompt; the offline provider, which cannot read, answers from them.
+	Sources []Source
+}
+
+// DeltaKind tells reasoning from answer text.
+type DeltaKind string
+
+const (
+	DeltaThink    DeltaKind = "think"
+	DeltaResponse DeltaKind = "response"
+)
+
+// Delta is a streamed piece of a completion.
+type Delta struct {
+	Kind DeltaKind
+	Text string
+}
+
+// ChatModel streams completions. Stream calls onDelta for each piece in
+// order and returns the usage when the model finishes; cancelling ctx aborts
+// the upstream request.
+type ChatModel interface {
+	Stream(ctx context.Context, req ChatRequest, onDelta func(Delta) error) (Usage, error)
+}
+
+// Embedder turns texts into vectors of a fixed dimension.
+type Embedder interface {
+	Embed(ctx context.Context, texts []string) ([][]float32, error)
+	Model() string
+	Dim() int
+}

@@ -1,0 +1,49 @@
+package service
+
+import (
+	"errors"
+	"fmt"
+)
+
+// Sentinel errors. Adapters wrap driver errors into these with %w; api maps
+// them to HTTP statuses in one table.
+var (
+	ErrInvalid          = errors.New("invalid")                                     // 400
+	ErrUnauthenticated  = errors.New("unauthenticated")                             // 401
+	ErrForbidden        = errors.New("forbidden")                                   // 403
+	ErrNotFound         = errors.New("not found")                                   // 404
+	ErrConflict         = errors.New("conflict")                                    // 409
+	ErrDuplicateRequest = errors.New("duplicate request")                           // 409, idempotent submit
+	ErrTooLarge         = errors.New("too large")                                   // 413
+	ErrUnsupported      = errors.New("unsupported type")                            // 415
+	ErrKeyReused        = errors.New("idempotency key reused with another payload") // 422
+	ErrBusy             = errors.New("busy")                                        // 429
+	ErrUnavailable      = errors.New("unavailable")                                 // 503
+)
+
+// Error is a domain error with a message fit for users and optional details
+// (e.g. the id of the existing document on a duplicate upload).
+type Error struct {
+	Kind    error // one of the sentinels above
+	Message string
+	Details map[string]string
+}
+
+func (e *Error) Error() string {
+	if e.Message == "" {
+		return e.Kind.Error()
+	}
+	return e.Message
+}
+
+func (e *Error) Unwrap() error { return e.Kind }
+
+// Errorf returns an *Error of the given kind with a formatted message.
+func Errorf(kind error, format string, args ...any) error {
+	return &Error{Kind: kind, Message: fmt.Sprintf(format, args...)}
+}
+
+// WithDetails returns an *Error of the given kind carrying details.
+func WithDetails(kind error, msg string, details map[string]string) error {
+	return &Error{Kind: kind, Message: msg, Details: details}
+}

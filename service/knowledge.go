@@ -1,0 +1,93 @@
+package service
+
+import "time"
+
+// KnowledgeBase is a named collection of documents searched together.
+type KnowledgeBase struct {
+	ID             ID        `json:"id"`
+	Name           string    `json:"name"`
+	Description    string    `json:"description"`
+	EmbeddingModel string    `json:"embeddingModel"`
+	EmbeddingDim   int       `json:"embeddingDim"`
+	ChunkSize      int       `json:"chunkSize"`    // target tokens per chunk
+	ChunkOverlap   int       `json:"chunkOverlap"` // tokens repeated between chunks
+	VectorWeight   float64   `json:"vectorWeight"` // weight of the vector list in hybrid fusion (keyword list weighs 1)
+	DocumentCount  int       `json:"documentCount"`
+	CreatedAt      time.Time `json:"createdAt"`
+	UpdatedAt      time.Time `json:"updatedAt"`
+}
+
+// DocumentStatus is where a document is in the ingestion pipeline.
+type DocumentStatus string
+
+const (
+	DocumentPending DocumentStatus = "pending"
+	DocumentRunning DocumentStatus = "running"
+	DocumentReady   DocumentStatus = "ready"
+	DocumentFailed  DocumentStatus = "failed"
+)
+
+// Document is one uploaded file of a knowledge base.
+type Document struct {
+	ID              ID             `json:"id"`
+	KnowledgeBaseID ID             `json:"knowledgeBaseId"`
+	Name            string         `json:"name"`
+	Mime            string         `json:"mime"`
+	Size            int64          `json:"size"`
+	SHA256          string         `json:"sha256"`
+	Status          DocumentStatus `json:"status"`
+	Error           string         `json:"error"`
+	ChunkCount      int            `json:"chunkCount"`
+	Generation      int            `json:"generation"`
+	Attempts        int            `json:"attempts"`
+	CreatedAt       time.Time      `json:"createdAt"`
+	UpdatedAt       time.Time      `json:"updatedAt"`
+}
+
+// Chunk is a retrievable piece of a document.
+type Chunk struct {
+	ID              ID        `json:"id"`
+	DocumentID      ID        `json:"documentId"`
+	KnowledgeBaseID ID        `json:"knowledgeBaseId"`
+	Generation      int       `json:"generation"`
+	Ordinal         int       `json:"ordinal"`
+	Content         string    `json:"content"`
+	Section         string    `json:"section"`
+	TokenCount      int       `json:"tokenCount"`
+	Embedding       []float32 `json:"-"`
+}
+
+// SearchMode selects the retrieval strategy.
+type SearchMode string
+
+const (
+	SearchHybrid  SearchMode = "hybrid"
+	SearchKeyword SearchMode = "keyword"
+	SearchVector  SearchMode = "vector"
+)
+
+// Valid reports whether m is a known mode.
+func (m SearchMode) Valid() bool {
+	return m == SearchHybrid || m == SearchKeyword || m == SearchVector
+}
+
+// SearchResult is one ranked chunk.
+type SearchResult struct {
+	ChunkID         ID      `json:"chunkId"`
+	DocumentID      ID      `json:"documentId"`
+	DocumentName    string  `json:"documentName"`
+	KnowledgeBaseID ID      `json:"knowledgeBaseId"`
+	Content         string  `json:"content"`
+	Section         string  `json:"section"`
+	Score           float64 `json:"score"`
+}
+
+// IngestTopic is the MQ topic of document ingestion messages.
+const IngestTopic = "ragent-document-ingest"
+
+// IngestMessage asks a worker to (re)build the chunks of one document
+// generation. Its MQ key is "documentId:generation".
+type IngestMessage struct {
+	DocumentID ID  `json:"documentId"`
+	Generation int `json:"generation"`
+}

@@ -1,0 +1,40 @@
+package service
+
+import "time"
+
+// Role decides what a user may do.
+type Role string
+
+const (
+	RoleAdmin Role = "admin"
+	RoleUser  Role = "user"
+)
+
+// Valid reports whether r is a known role.
+func (r Role) Valid() bool { return r == RoleAdmin || r == RoleUser }
+
+// User is a person who logs in.
+type User struct {
+	ID           ID        `json:"id"`
+	Username     string    `json:"username"`
+	PasswordHash string    `json:"-"`
+	Role         Role      `json:"role"`
+	Disabled     bool      `json:"disabled"`
+	CreatedAt    time.Time `json:"createdAt"`
+	UpdatedAt    time.Time `json:"updatedAt"`
+}
+
+// IsAdmin reports whether u has the admin role.
+func (u *User) IsAdmin() bool { return u != nil && u.Role == RoleAdmin }
+
+// Principal is the authenticated caller of a request.
+type Principal struct {
+	UserID   ID
+	Username string
+	Role     Role
+	TokenID  string    // identifies the token for revocation
+	Expires  time.Time // when the token stops verifying
+}
+
+// IsAdmin reports whether p has the admin role.
+func (p Principal) IsAdmin() bool { return p.Role == RoleAdmin }
