@@ -1,0 +1,350 @@
+// Package stream is the cross-instance registry of running chat tasks and
+// their stop signal, on Redis.
+//
+// The instance running a task records its owner in {p}stream:task:{taskId}
+// (a HASH with fields user and instance, its TTL refreshed while the task
+// runs), so a stop request reaching any instance can be authorized. A stop
+// sets the flag {p}stream:cancel:{taskId} (30 minutes) and publishes the
+// taskId on {p}stream:cancel; every instance cancels the task if it runs it.
+// The flag makes a stop that arrives before the task registers still win,
+// and a periodic check of the flags of local tasks catches stops whose
+// message was lost while the subscription was down.
+//
+// A task is cancelled with the cause ErrStopped, so the chat pipeline can
+// tell a user's stop from a client disconnect or a shutdown. Without Redis,
+// stopping a task on the instance that runs it still works (DESIGN §11).
+package stream
+
+import (
+	"context"
+	_ "embed"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+var (
+	// ErrStopped is the cancel cause of a task stopped through Cancel.
+	ErrStopped = errors.New("stream: stopped by user")
+	// ErrNotFound means no running task has that id.
+	ErrNotFound = errors.New("stream: task not found")
+	// ErrUnavailable wraps Redis failures: the stop could not be recorded or
+	// broadcast, or the owner could not be looked up.
+	ErrUnavailable = errors.New("stream: redis unavailable")
+	// ErrRegistered means the task id is already registered on this instance.
+	ErrRegistered = errors.New("stream: task already registered")
+)
+
+var (
+	//go:embed unregister.lua
+	unregisterLua    string
+	unregisterScript = redis.NewScript(unregisterLua)
+)
+
+// Manager registers the tasks this instance runs and cancels them when a
+// stop for them arrives from any instance. It is safe for concurrent use.
+type Manager struct {
+	rdb           redis.UniversalClient
+	prefix        string
+	instanceID    string
+	taskTTL       time.Duration
+	cancelTTL     time.Duration
+	checkInterval time.Duration
+	opTimeout     time.Duration
+	log           *slog.Logger
+
+	mu    sync.Mutex
+	tasks map[string]*task
+	// recordMu orders refresh against unregister, so a refresh that read a
+	// task before it ended cannot rewrite its record after the delete.
+	recordMu sync.Mutex
+}
+
+type task struct {
+	owner  string
+	cancel context.CancelCauseFunc
+	// stopped is set once cancel was called, so the flag check skips it.
+	stopped bool
+}
+
+// Option configures a Manager.
+type Option func(*Manager)
+
+// WithTaskTTL sets the TTL of a task record (default 60 s), refreshed every
+// third of it while the task runs, so records of a killed instance vanish.
+func WithTaskTTL(d time.Duration) Option { return func(m *Manager) { m.taskTTL = d } }
+
+// WithCancelTTL sets how long a stop flag lives (default 30 min).
+func WithCancelTTL(d time.Duration) Option { return func(m *Manager) { m.cancelTTL = d } }
+
+// WithCheckInterval sets how often Run checks the stop flags of local tasks,
+// the fallback for Pub/Sub messages lost while disconnected (default 1 s).
+func WithCheckInterval(d time.Duration) Option { return func(m *Manager) { m.checkInterval = d } }
+
+// WithLogger sets the logger for Redis failures (default: discard).
+func WithLogger(l *slog.Logger) Option { return func(m *Manager) { m.log = l } }
+
+// NewManager returns a manager for the instance instanceID, keeping its keys
+// under prefix. Call Run to receive stops from other instances and to keep
+// task records alive.
+func NewManager(rdb redis.UniversalClient, prefix, instanceID string, opts ...Option) *Manager {
+	m := &Manager{
+		rdb:           rdb,
+		prefix:        prefix,
+		instanceID:    instanceID,
+		taskTTL:       time.Minute,
+		cancelTTL:     30 * time.Minute,
+		checkInterval: time.Second,
+		opTimeout:     2 * time.Second,
+		log:           slog.New(slog.DiscardHandler),
+		tasks:         map[string]*task{},
+	}
+	for _, o := range opts {
+		o(m)
+	}
+	// Non-positive durations would stop the tickers in Run from ticking.
+	if m.taskTTL < 3*time.Millisecond {
+		m.taskTTL = time.Minute
+	}
+	if m.checkInterval <= 0 {
+		m.checkInterval = time.Second
+	}
+	if m.cancelTTL <= 0 {
+		m.cancelTTL = 30 * time.Minute
+	}
+	return m
+}
+
+func (m *Manager) taskKey(taskID string) string   { return m.prefix + "stream:task:" + taskID }
+func (m *Manager) cancelKey(taskID string) string { return m.prefix + "stream:cancel:" + taskID }
+func (m *Manager) channel() string                { return m.prefix + "stream:cancel" }
+
+// Register records that this instance runs taskID for ownerUserID; cancel is
+// called with ErrStopped when the task is stopped, at once if a stop arrived
+// before registration. The caller must call unregister when the task ends.
+//
+// Redis failures do not fail Register: the task is registered locally (so a
+// stop on this instance works), the failure is logged and Run writes the
+// record and checks the flag again on its next rounds. The error is non-nil
+// only for an empty task or owner id or an already registered task id.
+func (m *Manager) Register(ctx context.Context, taskID, ownerUserID string, cancel context.CancelCauseFunc) (unregister func(), err error) {
+	if taskID == "" || ownerUserID == "" {
+		return nil, errors.New("stream: empty task or owner id")
+	}
+	t := &task{owner: ownerUserID, cancel: cancel}
+	m.mu.Lock()
+	if _, ok := m.tasks[taskID]; ok {
+		m.mu.Unlock()
+		return nil, fmt.Errorf("%w: %s", ErrRegistered, taskID)
+	}
+	m.tasks[taskID] = t
+	m.mu.Unlock()
+	unregister = sync.OnceFunc(func() { m.unregister(taskID, t) })
+
+	ctx, cancelOp := context.WithTimeout(ctx, m.opTimeout)
+	defer cancelOp()
+	var flag *redis.IntCmd
+	_, err = m.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		m.writeRecord(ctx, p, taskID, ownerUserID)
+		flag = p.Exists(ctx, m.cancelKey(taskID))
+		return nil
+	})
+	if err != nil {
+		m.log.Warn("stream: task registered locally only", "task", taskID, "err", err)
+		return unregister, nil
+	}
+	if flag.Val() == 1 {
+		m.stop(t)
+	}
+	return unregister, nil
+}
+
+func (m *Manager) writeRecord(ctx context.Context, p redis.Pipeliner, taskID, owner string) {
+	key := m.taskKey(taskID)
+	p.HSet(ctx, key, "user", owner, "instance", m.instanceID)
+	p.PExpire(ctx, key, m.taskTTL)
+}
+
+func (m *Manager) unregister(taskID string, t *task) {
+	m.mu.Lock()
+	if m.tasks[taskID] == t {
+		delete(m.tasks, taskID)
+	}
+	m.mu.Unlock()
+	m.recordMu.Lock()
+	defer m.recordMu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), m.opTimeout)
+	defer cancel()
+	if err := unregisterScript.Run(ctx, m.rdb, []string{m.taskKey(taskID)}, m.instanceID).Err(); err != nil {
+		m.log.Warn("stream: task record not deleted; it expires with its TTL", "task", taskID, "err", err)
+	}
+}
+
+// Owner returns the user who owns the running task taskID and the instance
+// running it, or ErrNotFound.
+func (m *Manager) Owner(ctx context.Context, taskID string) (userID, instanceID string, err error) {
+	vals, err := m.rdb.HMGet(ctx, m.taskKey(taskID), "user", "instance").Result()
+	if err != nil {
+		return "", "", unavailable("look up task "+taskID, err)
+	}
+	user, _ := vals[0].(string)
+	instance, _ := vals[1].(string)
+	if user == "" {
+		return "", "", fmt.Errorf("%w: %s", ErrNotFound, taskID)
+	}
+	return user, instance, nil
+}
+
+// Cancel stops taskID wherever it runs: it cancels the task at once if this
+// instance runs it (local reports that), sets the stop flag and broadcasts
+// the stop to the other instances. Authorization is the caller's job (see
+// Owner). If Redis fails, the error wraps ErrUnavailable; a local task has
+// been cancelled all the same.
+func (m *Manager) Cancel(ctx context.Context, taskID string) (local bool, err error) {
+	m.mu.Lock()
+	t := m.tasks[taskID]
+	m.mu.Unlock()
+	if t != nil {
+		m.stop(t)
+		local = true
+	}
+	_, err = m.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		p.Set(ctx, m.cancelKey(taskID), "1", m.cancelTTL)
+		p.Publish(ctx, m.channel(), taskID)
+		return nil
+	})
+	if err != nil {
+		return local, unavailable("stop task "+taskID, err)
+	}
+	return local, nil
+}
+
+// stop cancels t once.
+func (m *Manager) stop(t *task) {
+	m.mu.Lock()
+	already := t.stopped
+	t.stopped = true
+	m.mu.Unlock()
+	if !already {
+		t.cancel(ErrStopped)
+	}
+}
+
+func (m *Manager) stopLocal(taskID string) {
+	m.mu.Lock()
+	t := m.tasks[taskID]
+	m.mu.Unlock()
+	if t != nil {
+		m.stop(t)
+	}
+}
+
+// Run receives stops from other instances and keeps the records of local
+// tasks alive until ctx is done. The subscription reconnects by itself after
+// a drop; stops published meanwhile are caught by the flag check, which runs
+// on every (re)subscription and every check interval.
+func (m *Manager) Run(ctx context.Context) error {
+	sub := m.rdb.Subscribe(ctx, m.channel())
+	defer sub.Close()
+	msgs := sub.ChannelWithSubscriptions()
+
+	check := time.NewTicker(m.checkInterval)
+	defer check.Stop()
+	refresh := time.NewTicker(m.taskTTL / 3)
+	defer refresh.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case msg, ok := <-msgs:
+			if !ok {
+				return errors.New("stream: subscription closed")
+			}
+			switch msg := msg.(type) {
+			case *redis.Subscription:
+				if msg.Kind == "subscribe" {
+					m.checkFlags(ctx)
+				}
+			case *redis.Message:
+				m.stopLocal(msg.Payload)
+			}
+		case <-check.C:
+			m.checkFlags(ctx)
+		case <-refresh.C:
+			m.refresh(ctx)
+		}
+	}
+}
+
+// checkFlags cancels local tasks whose stop flag is set.
+func (m *Manager) checkFlags(ctx context.Context) {
+	m.mu.Lock()
+	ids := make([]string, 0, len(m.tasks))
+	for id, t := range m.tasks {
+		if !t.stopped {
+			ids = append(ids, id)
+		}
+	}
+	m.mu.Unlock()
+	if len(ids) == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, m.opTimeout)
+	defer cancel()
+	flags := make([]*redis.IntCmd, len(ids))
+	_, err := m.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, id := range ids {
+			flags[i] = p.Exists(ctx, m.cancelKey(id))
+		}
+		return nil
+	})
+	if err != nil {
+		m.log.Warn("stream: stop flags not checked", "tasks", len(ids), "err", err)
+		return
+	}
+	for i, id := range ids {
+		if flags[i].Val() == 1 {
+			m.stopLocal(id)
+		}
+	}
+}
+
+// refresh rewrites the records of local tasks with a fresh TTL; rewriting
+// (not only extending) restores records lost while Redis was down.
+func (m *Manager) refresh(ctx context.Context) {
+	m.recordMu.Lock()
+	defer m.recordMu.Unlock()
+	m.mu.Lock()
+	owners := make(map[string]string, len(m.tasks))
+	for id, t := range m.tasks {
+		owners[id] = t.owner
+	}
+	m.mu.Unlock()
+	if len(owners) == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, m.opTimeout)
+	defer cancel()
+	_, err := m.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for id, owner := range owners {
+			m.writeRecord(ctx, p, id, owner)
+		}
+		return nil
+	})
+	if err != nil {
+		m.log.Warn("stream: task records not refreshed", "tasks", len(owners), "err", err)
+	}
+}
+
+// unavailable wraps a Redis failure in ErrUnavailable; the caller's own
+// cancellation stays what it is.
+func unavailable(op string, err error) error {
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return fmt.Errorf("stream: %s: %w", op, err)
+	}
+	return fmt.Errorf("stream: %s: %w: %w", op, ErrUnavailable, err)
+}

@@ -1,0 +1,305 @@
+package stream
+
+import (
+	"context"
+	"errors"
+	"net"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/ragent-go/ragent/internal/testenv"
+)
+
+// never is a check interval long enough that only Pub/Sub can deliver a stop
+// within a test.
+const never = time.Hour
+
+func newManager(t *testing.T, rdb redis.UniversalClient, prefix, instance string, opts ...Option) *Manager {
+	t.Helper()
+	return NewManager(rdb, prefix, instance, opts...)
+}
+
+// run runs m until the test ends.
+func run(t *testing.T, m *Manager) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- m.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	})
+}
+
+func waitSubscribers(t *testing.T, rdb *redis.Client, channel string, want int64) {
+	t.Helper()
+	deadline := time.Now().Add(3 * time.Second)
+	for {
+		n := rdb.PubSubNumSub(t.Context(), channel).Val()[channel]
+		if n == want {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d subscribers on %s, want %d", n, channel, want)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func register(t *testing.T, m *Manager, taskID, owner string) (context.Context, func()) {
+	t.Helper()
+	ctx, cancel := context.WithCancelCause(context.Background())
+	t.Cleanup(func() { cancel(nil) })
+	unregister, err := m.Register(t.Context(), taskID, owner, cancel)
+	if err != nil {
+		t.Fatalf("Register: %v", err)
+	}
+	t.Cleanup(unregister)
+	return ctx, unregister
+}
+
+// waitStopped fails unless ctx is cancelled with ErrStopped within d.
+func waitStopped(t *testing.T, ctx context.Context, d time.Duration) time.Duration {
+	t.Helper()
+	start := time.Now()
+	if ctx.Err() == nil {
+		select {
+		case <-ctx.Done():
+		case <-time.After(d):
+			t.Fatalf("task not cancelled within %s", d)
+		}
+	}
+	if cause := context.Cause(ctx); !errors.Is(cause, ErrStopped) {
+		t.Fatalf("cancel cause %v, want ErrStopped", cause)
+	}
+	return time.Since(start)
+}
+
+func assertRunning(t *testing.T, ctx context.Context) {
+	t.Helper()
+	if ctx.Err() != nil {
+		t.Fatalf("task cancelled: %v", context.Cause(ctx))
+	}
+}
+
+func TestStopOnOtherInstanceCancelsViaPubSub(t *testing.T) {
+	prefix := testenv.Prefix(t)
+	rdb := testenv.Redis(t)
+	a := newManager(t, testenv.Redis(t), prefix, "a", WithCheckInterval(never))
+	b := newManager(t, testenv.Redis(t), prefix, "b", WithCheckInterval(never))
+	run(t, a)
+	run(t, b)
+	waitSubscribers(t, rdb, a.channel(), 2)
+
+	ctx, _ := register(t, a, "task-1", "user-1")
+	other, _ := register(t, a, "task-2", "user-1")
+	assertRunning(t, ctx)
+
+	start := time.Now()
+	local, err := b.Cancel(t.Context(), "task-1")
+	if err != nil || local {
+		t.Fatalf("Cancel on B = %v, %v; want false, nil", local, err)
+	}
+	waitStopped(t, ctx, 500*time.Millisecond)
+	t.Logf("stop on B reached the task on A in %s", time.Since(start))
+	assertRunning(t, other)
+}
+
+func TestStopBeforeRegisterWins(t *testing.T) {
+	prefix := testenv.Prefix(t)
+	a := newManager(t, testenv.Redis(t), prefix, "a")
+	b := newManager(t, testenv.Redis(t), prefix, "b")
+
+	if _, err := b.Cancel(t.Context(), "early"); err != nil {
+		t.Fatalf("Cancel: %v", err)
+	}
+	ctx, _ := register(t, a, "early", "user-1")
+	if ctx.Err() == nil {
+		t.Fatal("task registered after its stop is still running")
+	}
+	waitStopped(t, ctx, 0)
+}
+
+func TestCancelSetsFlagForThirtyMinutes(t *testing.T) {
+	rdb := testenv.Redis(t)
+	m := newManager(t, testenv.Redis(t), testenv.Prefix(t), "a")
+	local, err := m.Cancel(t.Context(), "nowhere")
+	if err != nil || local {
+		t.Fatalf("Cancel = %v, %v; want false, nil", local, err)
+	}
+	ttl := rdb.PTTL(t.Context(), m.cancelKey("nowhere")).Val()
+	if ttl < 29*time.Minute || ttl > 30*time.Minute {
+		t.Fatalf("flag TTL %s, want ~30m", ttl)
+	}
+}
+
+func TestLocalCancelIsImmediate(t *testing.T) {
+	m := newManager(t, testenv.Redis(t), testenv.Prefix(t), "a", WithCheckInterval(never))
+	ctx, _ := register(t, m, "t", "u")
+	local, err := m.Cancel(t.Context(), "t")
+	if err != nil || !local {
+		t.Fatalf("Cancel = %v, %v; want true, nil", local, err)
+	}
+	waitStopped(t, ctx, 0)
+	// A second stop (a double click) is harmless.
+	if local, err := m.Cancel(t.Context(), "t"); err != nil || !local {
+		t.Fatalf("second Cancel = %v, %v; want true, nil", local, err)
+	}
+}
+
+func TestRecordLifecycle(t *testing.T) {
+	prefix := testenv.Prefix(t)
+	rdb := testenv.Redis(t)
+	a := newManager(t, testenv.Redis(t), prefix, "instance-a", WithTaskTTL(300*time.Millisecond))
+	b := newManager(t, testenv.Redis(t), prefix, "instance-b")
+	run(t, a)
+
+	if _, _, err := b.Owner(t.Context(), "t1"); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("Owner before register: %v, want ErrNotFound", err)
+	}
+	_, unregister := register(t, a, "t1", "user-7")
+	if _, err := a.Register(t.Context(), "t1", "user-7", func(error) {}); !errors.Is(err, ErrRegistered) {
+		t.Fatalf("second Register: %v, want ErrRegistered", err)
+	}
+
+	// The record outlives its TTL several times while the task runs.
+	time.Sleep(time.Second)
+	user, instance, err := b.Owner(t.Context(), "t1")
+	if err != nil || user != "user-7" || instance != "instance-a" {
+		t.Fatalf("Owner = %q, %q, %v; want user-7, instance-a", user, instance, err)
+	}
+	if ttl := rdb.PTTL(t.Context(), a.taskKey("t1")).Val(); ttl <= 0 || ttl > 300*time.Millisecond {
+		t.Fatalf("record TTL %s, want within (0, 300ms]", ttl)
+	}
+
+	unregister()
+	unregister()
+	if n := rdb.Exists(t.Context(), a.taskKey("t1")).Val(); n != 0 {
+		t.Fatal("record still exists after unregister")
+	}
+	if _, _, err := b.Owner(t.Context(), "t1"); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("Owner after unregister: %v, want ErrNotFound", err)
+	}
+	// The id is free again on this instance.
+	register(t, a, "t1", "user-7")
+}
+
+func TestUnregisterKeepsAnotherInstancesRecord(t *testing.T) {
+	prefix := testenv.Prefix(t)
+	a := newManager(t, testenv.Redis(t), prefix, "a")
+	b := newManager(t, testenv.Redis(t), prefix, "b")
+	_, unregisterA := register(t, a, "shared", "u1")
+	register(t, b, "shared", "u2")
+	unregisterA()
+	if user, instance, err := a.Owner(t.Context(), "shared"); err != nil || user != "u2" || instance != "b" {
+		t.Fatalf("Owner = %q, %q, %v; want u2, b", user, instance, err)
+	}
+}
+
+func TestFlagCheckCatchesLostMessage(t *testing.T) {
+	prefix := testenv.Prefix(t)
+	rdb := testenv.Redis(t)
+	a := newManager(t, testenv.Redis(t), prefix, "a", WithCheckInterval(200*time.Millisecond))
+	run(t, a)
+	ctx, _ := register(t, a, "t", "u")
+
+	// A stop whose Pub/Sub message never arrived: only the flag is there.
+	if err := rdb.Set(t.Context(), a.cancelKey("t"), "1", time.Minute).Err(); err != nil {
+		t.Fatal(err)
+	}
+	took := waitStopped(t, ctx, 2*time.Second)
+	t.Logf("flag check caught the stop in %s", took)
+}
+
+func TestSubscriptionReconnectsAfterDrop(t *testing.T) {
+	prefix := testenv.Prefix(t)
+	rdb := testenv.Redis(t)
+	opt, _ := redis.ParseURL(testenv.RedisURL(t))
+	opt.ClientName = "stream-test-" + testenv.RandomSuffix()
+	aClient := redis.NewClient(opt)
+	t.Cleanup(func() { aClient.Close() })
+	a := newManager(t, aClient, prefix, "a", WithCheckInterval(never))
+	b := newManager(t, testenv.Redis(t), prefix, "b")
+	run(t, a)
+	waitSubscribers(t, rdb, a.channel(), 1)
+
+	killSubscriber(t, rdb, opt.ClientName)
+	waitSubscribers(t, rdb, a.channel(), 0)
+	waitSubscribers(t, rdb, a.channel(), 1)
+
+	ctx, _ := register(t, a, "t", "u")
+	if _, err := b.Cancel(t.Context(), "t"); err != nil {
+		t.Fatalf("Cancel: %v", err)
+	}
+	waitStopped(t, ctx, 500*time.Millisecond)
+}
+
+// killSubscriber closes the Pub/Sub connection of the client named name on
+// the server side, as a network failure would.
+func killSubscriber(t *testing.T, rdb *redis.Client, name string) {
+	t.Helper()
+	list, err := rdb.ClientList(t.Context()).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for line := range strings.Lines(list) {
+		fields := strings.Fields(line)
+		var id, cname, cmd string
+		for _, f := range fields {
+			k, v, _ := strings.Cut(f, "=")
+			switch k {
+			case "id":
+				id = v
+			case "name":
+				cname = v
+			case "cmd":
+				cmd = v
+			}
+		}
+		if cname == name && cmd == "subscribe" {
+			if err := rdb.Do(t.Context(), "CLIENT", "KILL", "ID", id).Err(); err != nil {
+				t.Fatal(err)
+			}
+			return
+		}
+	}
+	t.Fatalf("no subscriber connection named %s", name)
+}
+
+func TestRedisDownLocalStopStillWorks(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	down := redis.NewClient(&redis.Options{Addr: addr, DialTimeout: 100 * time.Millisecond, DialerRetries: 1, MaxRetries: -1})
+	t.Cleanup(func() { down.Close() })
+	m := newManager(t, down, "test:", "a")
+	run(t, m)
+
+	start := time.Now()
+	ctx, unregister := register(t, m, "t", "u")
+	t.Logf("Register with Redis down took %s", time.Since(start))
+	assertRunning(t, ctx)
+	start = time.Now()
+	local, err := m.Cancel(t.Context(), "t")
+	if !local || !errors.Is(err, ErrUnavailable) {
+		t.Fatalf("Cancel = %v, %v; want true, ErrUnavailable", local, err)
+	}
+	waitStopped(t, ctx, 0)
+	t.Logf("Cancel with Redis down took %s", time.Since(start))
+
+	if local, err := m.Cancel(t.Context(), "elsewhere"); local || !errors.Is(err, ErrUnavailable) {
+		t.Fatalf("Cancel of a remote task = %v, %v; want false, ErrUnavailable", local, err)
+	}
+	if _, _, err := m.Owner(t.Context(), "t"); !errors.Is(err, ErrUnavailable) {
+		t.Fatalf("Owner: %v, want ErrUnavailable", err)
+	}
+	unregister()
+}
