@@ -26,7 +26,6 @@
 package llm
 
 import (
-	"fmt"
 	"net"
 	"net/http"
 	"strings"
@@ -273,8 +272,4 @@ func ollamaOpenAIBase(base string) string {
 // ollamaNativeBase is the inverse: Ollama's own API lives beside /v1.
 func ollamaNativeBase(base string) string {
 	return strings.TrimSuffix(strings.TrimRight(base, "/"), "/v1")
-}
-
-func errUnavailable(format string, args ...any) error {
-	return fmt.Errorf("%w: "+format, append([]any{service.ErrUnavailable}, args...)...)
 }

@@ -267,3 +267,15 @@ func TestOfflineChatCancellation(t *testing.T) {
 		}
 	})
 }
+
+func BenchmarkOfflineEmbed(b *testing.B) {
+	e := newOfflineEmbedder(DefaultEmbeddingDim)
+	chunk := []string{strings.Repeat("Vitamin D deficiency is associated with a higher risk of fracture in elderly patients. ", 12) +
+		strings.Repeat("员工申请年假需要提前三天在系统中提交申请。", 6)}
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := e.Embed(context.Background(), chunk); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
