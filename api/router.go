@@ -48,9 +48,26 @@ type Server struct {
 	deps Deps
 }
 
-// NewRouter returns the HTTP handler of the whole API, the metrics endpoint
-// and the web UI. Every route is registered here.
-func NewRouter(deps Deps) http.Handler {
+// Router is the HTTP handler of the whole API, the metrics endpoint and the
+// web UI.
+type Router struct {
+	*gin.Engine
+}
+
+// Route is a registered method and path.
+type Route struct{ Method, Path string }
+
+// Routes lists every registered route (tests check each one's access rules).
+func (r *Router) Routes() []Route {
+	var out []Route
+	for _, ri := range r.Engine.Routes() {
+		out = append(out, Route{ri.Method, ri.Path})
+	}
+	return out
+}
+
+// NewRouter builds the router. Every route is registered here.
+func NewRouter(deps Deps) *Router {
 	if deps.Log == nil {
 		deps.Log = slog.New(slog.DiscardHandler)
 	}
@@ -92,5 +109,5 @@ func NewRouter(deps Deps) http.Handler {
 	admin.PATCH("/users/:id", s.updateUser)
 	admin.DELETE("/users/:id", s.deleteUser)
 
-	return r
+	return &Router{r}
 }

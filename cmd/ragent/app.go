@@ -34,7 +34,7 @@ type App struct {
 	rdb      *redis.Client
 	ids      *idgen.Generator
 	registry *prometheus.Registry
-	handler  http.Handler
+	router   *api.Router
 
 	// AdminPassword is the generated first-admin password, set only on the
 	// start that created the admin.
@@ -105,7 +105,7 @@ func newApp(ctx context.Context, cfg Config, log *slog.Logger) (_ *App, err erro
 		return nil, fmt.Errorf("migrate and bootstrap: %w", err)
 	}
 
-	a.handler = api.NewRouter(api.Deps{
+	a.router = api.NewRouter(api.Deps{
 		Log:          log,
 		Auth:         authSvc,
 		Registry:     a.registry,
@@ -136,7 +136,7 @@ func (a *App) signingSecret(ctx context.Context) ([]byte, error) {
 }
 
 // Handler returns the HTTP handler (for in-process tests).
-func (a *App) Handler() http.Handler { return a.handler }
+func (a *App) Handler() http.Handler { return a.router }
 
 // Run serves HTTP on ln (when the role includes the API) and runs the
 // background workers until ctx is cancelled, then shuts down gracefully.
@@ -157,7 +157,7 @@ func (a *App) Run(ctx context.Context, ln net.Listener) error {
 	var srv *http.Server
 	if ln != nil {
 		srv = &http.Server{
-			Handler:           a.handler,
+			Handler:           a.router,
 			ReadHeaderTimeout: 10 * time.Second,
 			IdleTimeout:       120 * time.Second,
 			BaseContext:       func(net.Listener) context.Context { return ctx },

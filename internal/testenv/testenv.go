@@ -151,3 +151,16 @@ func RocketMQNamesrv(t testing.TB) string {
 	c.Close()
 	return addr
 }
+
+// RedisProxyURL starts a Proxy in front of the test Redis and returns it with
+// a Redis URL that goes through it.
+func RedisProxyURL(t testing.TB) (*Proxy, string) {
+	t.Helper()
+	u, err := url.Parse(RedisURL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := NewProxy(t, u.Host)
+	u.Host = p.Addr()
+	return p, u.String()
+}

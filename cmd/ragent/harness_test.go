@@ -1,0 +1,182 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ragent-go/ragent/internal/testenv"
+)
+
+// instance is one in-process ragent with its own clients, serving on a real
+// loopback port, as a separate process would.
+type instance struct {
+	app  *App
+	url  string
+	stop func()
+}
+
+// testConfig returns a configuration on the test services: a fresh database
+// and a unique Redis prefix, shared by every instance started from it.
+func testConfig(t *testing.T) Config {
+	t.Helper()
+	redisURL := testenv.RedisURL(t)
+	env := map[string]string{
+		"RAGENT_DATABASE_URL":   testenv.FreshDatabase(t),
+		"RAGENT_REDIS_URL":      redisURL,
+		"RAGENT_REDIS_PREFIX":   testenv.Prefix(t),
+		"RAGENT_ADMIN_PASSWORD": "admin-password",
+		"RAGENT_DEMO":           "false",
+		"RAGENT_HTTP_ADDR":      "127.0.0.1:0",
+		"RAGENT_LOG_LEVEL":      "warn",
+	}
+	cfg, err := loadConfig(func(k string) string { return env[k] })
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cfg
+}
+
+func testLogger(t *testing.T) *slog.Logger {
+	if testing.Verbose() {
+		return newLogger(os.Stderr, "debug")
+	}
+	return newLogger(io.Discard, "error")
+}
+
+// start runs an instance until the test ends.
+func start(t *testing.T, cfg Config) *instance {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	app, err := newApp(ctx, cfg, testLogger(t))
+	if err != nil {
+		cancel()
+		t.Fatalf("start instance: %v", err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- app.Run(ctx, ln) }()
+	in := &instance{app: app, url: "http://" + ln.Addr().String()}
+	stopped := false
+	in.stop = func() {
+		if stopped {
+			return
+		}
+		stopped = true
+		cancel()
+		select {
+		case <-done:
+		case <-time.After(30 * time.Second):
+			t.Errorf("instance did not stop within 30s")
+		}
+		app.Close(context.Background())
+	}
+	t.Cleanup(in.stop)
+	return in
+}
+
+// client calls one instance with an optional bearer token.
+type client struct {
+	t     *testing.T
+	base  string
+	token string
+}
+
+func (in *instance) client(t *testing.T, token string) *client {
+	return &client{t: t, base: in.url, token: token}
+}
+
+type response struct {
+	Status int
+	Header http.Header
+	Body   []byte
+}
+
+func (r response) json(t *testing.T, dst any) {
+	t.Helper()
+	if err := json.Unmarshal(r.Body, dst); err != nil {
+		t.Fatalf("decode %q: %v", r.Body, err)
+	}
+}
+
+func (r response) errorCode(t *testing.T) string {
+	t.Helper()
+	var e struct {
+		Error struct{ Code string } `json:"error"`
+	}
+	r.json(t, &e)
+	return e.Error.Code
+}
+
+func (c *client) do(method, path string, body any, headers ...string) response {
+	c.t.Helper()
+	var rd io.Reader
+	switch b := body.(type) {
+	case nil:
+	case string:
+		rd = strings.NewReader(b)
+	case []byte:
+		rd = bytes.NewReader(b)
+	default:
+		buf, err := json.Marshal(b)
+		if err != nil {
+			c.t.Fatal(err)
+		}
+		rd = bytes.NewReader(buf)
+	}
+	req, err := http.NewRequest(method, c.base+path, rd)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	if c.token != "" {
+		req.Header.Set("Authorization", "Bearer "+c.token)
+	}
+	for i := 0; i+1 < len(headers); i += 2 {
+		req.Header.Set(headers[i], headers[i+1])
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		c.t.Fatalf("%s %s: %v", method, path, err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return response{Status: resp.StatusCode, Header: resp.Header, Body: b}
+}
+
+// login returns a token for the user.
+func (in *instance) login(t *testing.T, username, password string) string {
+	t.Helper()
+	r := in.client(t, "").do("POST", "/api/v1/auth/login", map[string]string{"username": username, "password": password})
+	if r.Status != http.StatusOK {
+		t.Fatalf("login %s: %d %s", username, r.Status, r.Body)
+	}
+	var s struct{ Token string }
+	r.json(t, &s)
+	return s.Token
+}
+
+// createUser makes a plain user through the admin API and returns its id.
+func (in *instance) createUser(t *testing.T, adminToken, username, password, role string) string {
+	t.Helper()
+	r := in.client(t, adminToken).do("POST", "/api/v1/users", map[string]string{"username": username, "password": password, "role": role})
+	if r.Status != http.StatusCreated {
+		t.Fatalf("create user: %d %s", r.Status, r.Body)
+	}
+	var u struct{ ID string }
+	r.json(t, &u)
+	return u.ID
+}

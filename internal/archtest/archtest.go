@@ -1,0 +1,120 @@
+// Package archtest enforces the dependency rule of DESIGN.md §1 over the
+// module's import graph (read with `go list`), so the rule stays true as the
+// code grows. Its test fails on any violation.
+package archtest
+
+import (
+	"fmt"
+	"strings"
+)
+
+// Module is ragent's module path.
+const Module = "github.com/ragent-go/ragent"
+
+// Package is a node of the import graph: its path relative to the module
+// ("service/chat") and its non-test imports.
+type Package struct {
+	Path    string
+	Imports []string
+}
+
+var (
+	adapters   = []string{"repository", "cache", "stream", "mq", "llm", "idgen"}
+	mechanisms = []string{"ratelimit", "idempotent"}
+	drivers    = []string{"gorm.io/", "github.com/redis/go-redis", "github.com/apache/rocketmq-client-go", "github.com/jackc/pgx", "github.com/pgvector/"}
+)
+
+// top returns the first element of a relative path ("mq/rocketmq" → "mq").
+func top(rel string) string {
+	t, _, _ := strings.Cut(rel, "/")
+	return t
+}
+
+func oneOf(s string, set []string) bool {
+	for _, v := range set {
+		if s == v {
+			return true
+		}
+	}
+	return false
+}
+
+func isDriver(imp string) bool {
+	for _, d := range drivers {
+		if strings.HasPrefix(imp, d) {
+			return true
+		}
+	}
+	return false
+}
+
+func isStdlib(imp string) bool {
+	first, _, _ := strings.Cut(imp, "/")
+	return !strings.Contains(first, ".")
+}
+
+// Violations returns every breach of the dependency rule by p.
+func Violations(p Package) []string {
+	var out []string
+	bad := func(format string, args ...any) {
+		out = append(out, fmt.Sprintf("%s imports %s: ", p.Path, args[0])+fmt.Sprintf(format, args[1:]...))
+	}
+	for _, imp := range p.Imports {
+		rel, internal := strings.CutPrefix(imp, Module+"/")
+		ownTop := top(p.Path)
+		switch {
+		case p.Path == "service":
+			if !isStdlib(imp) {
+				bad("the vocabulary package imports the standard library only", imp)
+			}
+		case strings.HasPrefix(p.Path, "service/"):
+			feature := top(strings.TrimPrefix(p.Path, "service/"))
+			switch {
+			case strings.Contains(imp, "gin-gonic") || isDriver(imp):
+				bad("use cases declare interfaces instead of importing drivers", imp)
+			case internal && (oneOf(top(rel), adapters) || oneOf(top(rel), mechanisms) || top(rel) == "api" || top(rel) == "cmd"):
+				bad("use cases must not import adapters, mechanisms or api", imp)
+			case internal && strings.HasPrefix(rel, "service/"):
+				other := top(strings.TrimPrefix(rel, "service/"))
+				if other != feature && !(feature == "chat" && other == "retrieve") {
+					bad("features form a DAG (chat → retrieve only); share through the service root", imp)
+				}
+			}
+		case oneOf(ownTop, adapters):
+			switch {
+			case internal && (top(rel) == "api" || strings.HasPrefix(rel, "service/") || top(rel) == "cmd"):
+				bad("adapters import only the service root", imp)
+			case internal && oneOf(top(rel), adapters) && top(rel) != ownTop:
+				bad("adapters must not import each other", imp)
+			case internal && oneOf(top(rel), mechanisms):
+				bad("adapters must not import mechanisms", imp)
+			}
+		case oneOf(ownTop, mechanisms):
+			switch {
+			case internal && top(rel) != ownTop:
+				bad("mechanisms know no domain", imp)
+			case !internal && !isStdlib(imp) && !strings.HasPrefix(imp, "github.com/redis/go-redis") &&
+				!strings.HasPrefix(imp, "github.com/prometheus/"):
+				bad("mechanisms import only the stdlib, go-redis and Prometheus", imp)
+			}
+		case ownTop == "api":
+			switch {
+			case isDriver(imp):
+				bad("api reaches data through services", imp)
+			case internal && (oneOf(top(rel), adapters) || top(rel) == "cmd"):
+				bad("api reaches adapters through services and pinger interfaces", imp)
+			}
+		case ownTop != "cmd" && ownTop != "internal" && ownTop != "migrations" && ownTop != "web" && ownTop != "text":
+			// New top-level packages must be placed in the rule on purpose.
+			out = append(out, fmt.Sprintf("%s: package outside the layout of DESIGN.md §1", p.Path))
+			return out
+		}
+		if strings.Contains(imp, "gin-gonic") && ownTop != "api" && ownTop != "cmd" {
+			bad("only api imports gin", imp)
+		}
+		if ownTop == "text" && internal {
+			bad("text is a pure library", imp)
+		}
+	}
+	return out
+}
