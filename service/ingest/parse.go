@@ -1,0 +1,259 @@
+package ingest
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+
+	"github.com/ragent-go/ragent/service"
+)
+
+// Media types Sniff returns and Parse accepts.
+const (
+	MimeText     = "text/plain"
+	MimeMarkdown = "text/markdown"
+	MimeHTML     = "text/html"
+	MimeCSV      = "text/csv"
+	MimePDF      = "application/pdf"
+	MimeDOCX     = "application/vnd.openxmlformats-officedocument.wordprocessingml.document"
+	MimePPTX     = "application/vnd.openxmlformats-officedocument.presentationml.presentation"
+	MimeXLSX     = "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet"
+)
+
+// Parse failures. All of them are permanent: retrying the same bytes fails the
+// same way, so the document should end `failed` with the error's message
+// rather than be redelivered. Each wraps the service sentinel the API maps to
+// a status, so a rejection at upload time answers 415, 413 or 400.
+var (
+	ErrUnsupported = &parseError{"unsupported file type", service.ErrUnsupported}
+	ErrEncrypted   = &parseError{"encrypted or password-protected file", service.ErrUnsupported}
+	ErrTooLarge    = &parseError{"file exceeds a parsing limit", service.ErrTooLarge}
+	ErrCorrupt     = &parseError{"corrupt or malformed file", service.ErrInvalid}
+	ErrEmpty       = &parseError{"file contains no text", service.ErrInvalid}
+)
+
+// parseError is a sentinel with its own message that still matches the
+// service sentinel it belongs to under errors.Is.
+type parseError struct {
+	msg  string
+	kind error
+}
+
+func (e *parseError) Error() string { return e.msg }
+func (e *parseError) Unwrap() error { return e.kind }
+
+// IsPermanent reports whether err is a parse failure that retrying cannot fix.
+func IsPermanent(err error) bool {
+	for _, p := range []error{ErrUnsupported, ErrEncrypted, ErrTooLarge, ErrCorrupt, ErrEmpty} {
+		if errors.Is(err, p) {
+			return true
+		}
+	}
+	return false
+}
+
+// BlockKind is the structural role of a Block.
+type BlockKind int
+
+// Block kinds, in the order a chunker cares about them.
+const (
+	Paragraph BlockKind = iota
+	Heading
+	ListItem
+	TableRow
+	Code
+)
+
+func (k BlockKind) String() string {
+	switch k {
+	case Heading:
+		return "heading"
+	case ListItem:
+		return "list-item"
+	case TableRow:
+		return "table-row"
+	case Code:
+		return "code"
+	}
+	return "paragraph"
+}
+
+// Block is one structural unit of a document: the chunker keeps a block
+// whole when it fits and starts a new section at each heading.
+type Block struct {
+	Kind  BlockKind
+	Level int // heading level, 1 = top; 0 for other kinds
+	Text  string
+}
+
+// Document is the format-independent result of parsing a file.
+type Document struct {
+	Blocks []Block
+}
+
+// add appends a block unless its text is blank.
+func (d *Document) add(kind BlockKind, level int, text string) {
+	if kind != Code {
+		text = strings.TrimSpace(text)
+	} else {
+		text = strings.Trim(text, "\n")
+	}
+	if strings.TrimSpace(text) == "" {
+		return
+	}
+	if kind != Heading {
+		level = 0
+	}
+	d.Blocks = append(d.Blocks, Block{Kind: kind, Level: level, Text: text})
+}
+
+// Limits bound the work Parse does on untrusted input. A zero field takes
+// its value from DefaultLimits.
+type Limits struct {
+	MaxDecompressedBytes int64         // total bytes read out of a zip container, or of a text file
+	MaxZipEntries        int64         // entries in a zip container (docx, pptx, xlsx)
+	MaxPages             int64         // PDF pages
+	MaxRows              int64         // spreadsheet and CSV rows, all sheets together
+	Timeout              time.Duration // wall time for one Parse
+}
+
+// DefaultLimits are generous for real documents and small enough that one
+// hostile upload cannot exhaust a worker.
+func DefaultLimits() Limits {
+	return Limits{
+		MaxDecompressedBytes: 256 << 20,
+		MaxZipEntries:        10_000,
+		MaxPages:             2_000,
+		MaxRows:              200_000,
+		Timeout:              2 * time.Minute,
+	}
+}
+
+func (l Limits) withDefaults() Limits {
+	d := DefaultLimits()
+	if l.MaxDecompressedBytes <= 0 {
+		l.MaxDecompressedBytes = d.MaxDecompressedBytes
+	}
+	if l.MaxZipEntries <= 0 {
+		l.MaxZipEntries = d.MaxZipEntries
+	}
+	if l.MaxPages <= 0 {
+		l.MaxPages = d.MaxPages
+	}
+	if l.MaxRows <= 0 {
+		l.MaxRows = d.MaxRows
+	}
+	if l.Timeout <= 0 {
+		l.Timeout = d.Timeout
+	}
+	return l
+}
+
+// oleMagic starts every Compound File Binary: legacy .doc/.xls/.ppt and,
+// importantly, password-protected OOXML, which Office wraps in CFB.
+var oleMagic = []byte{0xD0, 0xCF, 0x11, 0xE0, 0xA1, 0xB1, 0x1A, 0xE1}
+
+// Parse reads the file r of the given size as the media type mime (one of
+// the Mime constants, as returned by Sniff) and returns its blocks.
+//
+// Failures caused by the file are returned wrapping one of the Err*
+// sentinels above; a cancelled ctx returns ctx's error, which is transient.
+// Parse never panics: a panic inside a third-party parser becomes ErrCorrupt.
+// When the time limit passes, Parse returns ErrTooLarge at once; a parser
+// stuck inside a library call may keep reading r for a while afterwards, so
+// r must stay valid (e.g. a byte slice or an open temporary file that is
+// closed by the garbage collector, not reused).
+func Parse(ctx context.Context, r io.ReaderAt, size int64, mime string, limits Limits) (*Document, error) {
+	limits = limits.withDefaults()
+	if size <= 0 {
+		return nil, fmt.Errorf("%w: the file is empty", ErrEmpty)
+	}
+	var head [8]byte
+	if n, _ := r.ReadAt(head[:], 0); n == len(head) && bytes.Equal(head[:], oleMagic) {
+		return nil, fmt.Errorf("%w: encrypted or legacy Office format (.doc, .xls, .ppt or a password-protected file); save it as an unprotected .docx, .xlsx or .pptx", ErrEncrypted)
+	}
+	var parse func(ctx context.Context) (*Document, error)
+	switch mime {
+	case MimeText:
+		parse = func(ctx context.Context) (*Document, error) { return parseTextFile(r, size, limits, parsePlain) }
+	case MimeMarkdown:
+		parse = func(ctx context.Context) (*Document, error) { return parseTextFile(r, size, limits, parseMarkdown) }
+	case MimeHTML:
+		parse = func(ctx context.Context) (*Document, error) { return parseTextFile(r, size, limits, parseHTML) }
+	case MimeCSV:
+		parse = func(ctx context.Context) (*Document, error) { return parseCSV(ctx, r, size, limits) }
+	case MimePDF:
+		parse = func(ctx context.Context) (*Document, error) { return parsePDF(ctx, r, size, limits) }
+	case MimeDOCX:
+		parse = func(ctx context.Context) (*Document, error) { return parseDOCX(ctx, r, size, limits) }
+	case MimePPTX:
+		parse = func(ctx context.Context) (*Document, error) { return parsePPTX(ctx, r, size, limits) }
+	case MimeXLSX:
+		parse = func(ctx context.Context) (*Document, error) { return parseXLSX(ctx, r, size, limits) }
+	default:
+		return nil, fmt.Errorf("%w: %q", ErrUnsupported, mime)
+	}
+	doc, err := guard(ctx, limits.Timeout, parse)
+	if err != nil {
+		return nil, err
+	}
+	if len(doc.Blocks) == 0 {
+		return nil, fmt.Errorf("%w: no text could be extracted", ErrEmpty)
+	}
+	return doc, nil
+}
+
+// guard runs parse with a deadline and turns its panics into ErrCorrupt.
+// The parse runs in its own goroutine so a library that ignores ctx cannot
+// hold the caller past the deadline.
+func guard(ctx context.Context, timeout time.Duration, parse func(context.Context) (*Document, error)) (*Document, error) {
+	pctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	type result struct {
+		doc *Document
+		err error
+	}
+	done := make(chan result, 1) // buffered: an abandoned parse must not block forever
+	go func() {
+		defer func() {
+			if p := recover(); p != nil {
+				done <- result{err: fmt.Errorf("%w: the parser crashed on this file (%v)", ErrCorrupt, p)}
+			}
+		}()
+		doc, err := parse(pctx)
+		done <- result{doc, err}
+	}()
+	select {
+	case res := <-done:
+		if res.err != nil && pctx.Err() != nil {
+			return nil, deadlineError(ctx, timeout)
+		}
+		return res.doc, res.err
+	case <-pctx.Done():
+		return nil, deadlineError(ctx, timeout)
+	}
+}
+
+func deadlineError(ctx context.Context, timeout time.Duration) error {
+	if err := ctx.Err(); err != nil {
+		return err // the caller gave up (shutdown): not the file's fault
+	}
+	return fmt.Errorf("%w: parsing took longer than %s", ErrTooLarge, timeout)
+}
+
+// readAllLimited reads r fully, failing with ErrTooLarge past max bytes.
+func readAllLimited(r io.ReaderAt, size, max int64) ([]byte, error) {
+	if size > max {
+		return nil, fmt.Errorf("%w: %d bytes of text exceed the %d-byte limit", ErrTooLarge, size, max)
+	}
+	b := make([]byte, size)
+	n, err := r.ReadAt(b, 0)
+	if err != nil && !(errors.Is(err, io.EOF) && int64(n) == size) {
+		return nil, fmt.Errorf("read: %w", err)
+	}
+	return b, nil
+}
