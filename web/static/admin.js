@@ -1,0 +1,442 @@
+// Admin pages: knowledge bases, term mappings, users and the chat limiter.
+// (Documents and the intent tree live in documents.js and intents.js.)
+import { t } from './i18n.js';
+import { h, toast, errorText, confirmDialog, promptDialog, formatTime, field } from './dom.js';
+import { get, post, put, patch, del, enc } from './api.js';
+
+export function pageHeader(titleText, subtitle) {
+  return h('div', { class: 'page-head' },
+    h('h1', {}, titleText),
+    subtitle ? h('p', { class: 'muted' }, subtitle) : null);
+}
+
+export function formError() {
+  return h('p', { class: 'form-error', role: 'alert', hidden: true });
+}
+
+export function showFormError(box, err) {
+  box.textContent = errorText(err);
+  box.hidden = false;
+}
+
+export function emptyRow(cols, text) {
+  return h('tr', { class: 'empty-row' }, h('td', { colspan: cols, class: 'muted' }, text));
+}
+
+function optionalInt(input) {
+  const v = input.value.trim();
+  return v === '' ? undefined : Number.parseInt(v, 10);
+}
+
+// ---------------------------------------------------------------- knowledge bases
+
+export function mountKnowledgeBases(root, ctx) {
+  let items = [];
+  let editing = null;
+  let destroyed = false;
+
+  const name = h('input', { id: 'kb-name', required: true, maxlength: 200, 'data-testid': 'kb-name', autocomplete: 'off' });
+  const description = h('textarea', { id: 'kb-description', rows: 2, maxlength: 2000, 'data-testid': 'kb-description' });
+  const chunkSize = h('input', { id: 'kb-chunk-size', type: 'number', min: 50, max: 8000, step: 1, 'data-testid': 'kb-chunk-size', placeholder: t('kb.default') });
+  const chunkOverlap = h('input', { id: 'kb-chunk-overlap', type: 'number', min: 0, max: 2000, step: 1, 'data-testid': 'kb-chunk-overlap', placeholder: t('kb.default') });
+  const errBox = formError();
+  const submit = h('button', { type: 'submit', class: 'btn btn-primary', 'data-testid': 'kb-submit' }, t('common.create'));
+  const cancel = h('button', { type: 'button', class: 'btn', 'data-testid': 'kb-cancel', hidden: true, onClick: () => setEditing(null) }, t('common.cancel'));
+  const formTitle = h('h2', {}, t('kb.createTitle'));
+  const form = h('form', { class: 'card form-card', 'data-testid': 'kb-form', 'aria-label': t('kb.formLabel') },
+    formTitle,
+    h('div', { class: 'form-grid' },
+      field(t('kb.name'), name),
+      field(t('kb.chunkSize'), chunkSize, t('kb.chunkSizeHint')),
+      field(t('kb.chunkOverlap'), chunkOverlap, t('kb.chunkOverlapHint'))),
+    field(t('kb.description'), description),
+    errBox,
+    h('div', { class: 'form-actions' }, cancel, submit));
+  const tbody = h('tbody');
+  const table = h('div', { class: 'table-wrap card' }, h('table', { class: 'table' },
+    h('thead', {}, h('tr', {},
+      h('th', { scope: 'col' }, t('kb.name')),
+      h('th', { scope: 'col' }, t('kb.description')),
+      h('th', { scope: 'col', class: 'num' }, t('kb.documents')),
+      h('th', { scope: 'col' }, t('kb.chunking')),
+      h('th', { scope: 'col' }, t('kb.embedding')),
+      h('th', { scope: 'col' }, t('common.actions')))),
+    tbody));
+  root.append(h('div', { class: 'page' }, pageHeader(t('kb.title'), t('kb.subtitle')), form, table));
+
+  function setEditing(kb) {
+    editing = kb;
+    errBox.hidden = true;
+    name.value = kb?.name ?? '';
+    description.value = kb?.description ?? '';
+    chunkSize.value = kb?.chunkSize || '';
+    chunkOverlap.value = kb?.chunkOverlap ?? '';
+    if (!kb) chunkOverlap.value = '';
+    formTitle.textContent = kb ? t('kb.editTitle', { name: kb.name }) : t('kb.createTitle');
+    submit.textContent = kb ? t('common.save') : t('common.create');
+    cancel.hidden = !kb;
+    if (kb) name.focus();
+  }
+
+  form.addEventListener('submit', async (e) => {
+    e.preventDefault();
+    errBox.hidden = true;
+    const body = { name: name.value.trim(), description: description.value.trim() };
+    const cs = optionalInt(chunkSize);
+    const co = optionalInt(chunkOverlap);
+    if (cs !== undefined) body.chunkSize = cs;
+    if (co !== undefined) body.chunkOverlap = co;
+    submit.disabled = true;
+    try {
+      if (editing) {
+        await patch(`/knowledge-bases/${enc(editing.id)}`, body);
+        toast(t('common.saved'), 'info');
+      } else {
+        await post('/knowledge-bases', body);
+        toast(t('common.created'), 'info');
+      }
+      setEditing(null);
+      await load();
+    } catch (err) {
+      showFormError(errBox, err);
+    } finally {
+      submit.disabled = false;
+    }
+  });
+
+  async function remove(kb) {
+    if (!(await confirmDialog(t('kb.deleteConfirm', { name: kb.name }), { okLabel: t('common.delete'), danger: true }))) return;
+    try {
+      await del(`/knowledge-bases/${enc(kb.id)}`);
+      if (editing?.id === kb.id) setEditing(null);
+      await load();
+    } catch (err) {
+      toast(errorText(err));
+    }
+  }
+
+  function render() {
+    tbody.replaceChildren(...items.map((kb) => h('tr', { 'data-testid': 'kb-row', 'data-kb-id': kb.id, 'data-name': kb.name },
+      h('th', { scope: 'row' }, h('a', { href: `#/admin/docs/${enc(kb.id)}` }, kb.name)),
+      h('td', { class: 'wrap' }, kb.description || '—'),
+      h('td', { class: 'num' }, kb.documentCount ?? '—'),
+      h('td', {}, kb.chunkSize ? `${kb.chunkSize} / ${kb.chunkOverlap ?? 0}` : '—'),
+      h('td', { class: 'muted' }, kb.embeddingModel ? `${kb.embeddingModel} · ${kb.embeddingDim}` : '—'),
+      h('td', { class: 'actions' },
+        h('a', { class: 'btn btn-sm', href: `#/admin/docs/${enc(kb.id)}`, 'data-testid': 'kb-docs-link' }, t('kb.docs')),
+        h('button', { type: 'button', class: 'btn btn-sm', 'data-testid': 'kb-edit', 'aria-label': `${t('common.edit')}: ${kb.name}`, onClick: () => setEditing(kb) }, t('common.edit')),
+        h('button', { type: 'button', class: 'btn btn-sm btn-danger-ghost', 'data-testid': 'kb-delete', 'aria-label': `${t('common.delete')}: ${kb.name}`, onClick: () => remove(kb) }, t('common.delete'))))));
+    if (items.length === 0) tbody.append(emptyRow(6, t('kb.empty')));
+  }
+
+  async function load() {
+    try {
+      const res = await get('/knowledge-bases?limit=200');
+      items = res?.items ?? [];
+    } catch (err) {
+      if (err.status === 403) { ctx.forbidden(); return; }
+      toast(errorText(err));
+    }
+    if (!destroyed) render();
+  }
+
+  load();
+  return { destroy() { destroyed = true; } };
+}
+
+// ---------------------------------------------------------------- term mappings
+
+export function mountTerms(root, ctx) {
+  let items = [];
+  let editing = null;
+  let destroyed = false;
+
+  const source = h('input', { id: 'term-source', required: true, maxlength: 200, 'data-testid': 'term-source', autocomplete: 'off' });
+  const target = h('input', { id: 'term-target', required: true, maxlength: 200, 'data-testid': 'term-target', autocomplete: 'off' });
+  const priority = h('input', { id: 'term-priority', type: 'number', step: 1, value: '0', 'data-testid': 'term-priority' });
+  const enabled = h('input', { id: 'term-enabled', type: 'checkbox', checked: true, 'data-testid': 'term-enabled' });
+  const errBox = formError();
+  const submit = h('button', { type: 'submit', class: 'btn btn-primary', 'data-testid': 'term-submit' }, t('common.create'));
+  const cancel = h('button', { type: 'button', class: 'btn', 'data-testid': 'term-cancel', hidden: true, onClick: () => setEditing(null) }, t('common.cancel'));
+  const formTitle = h('h2', {}, t('terms.createTitle'));
+  const form = h('form', { class: 'card form-card', 'data-testid': 'term-form', 'aria-label': t('terms.formLabel') },
+    formTitle,
+    h('div', { class: 'form-grid' },
+      field(t('terms.source'), source, t('terms.sourceHint')),
+      field(t('terms.target'), target),
+      field(t('terms.priority'), priority, t('terms.priorityHint')),
+      h('div', { class: 'field field-check' }, h('label', { class: 'check', for: 'term-enabled' }, enabled, h('span', {}, t('common.enabled'))))),
+    errBox,
+    h('div', { class: 'form-actions' }, cancel, submit));
+  const tbody = h('tbody');
+  root.append(h('div', { class: 'page' },
+    pageHeader(t('terms.title'), t('terms.subtitle')),
+    form,
+    h('div', { class: 'table-wrap card' }, h('table', { class: 'table' },
+      h('thead', {}, h('tr', {},
+        h('th', { scope: 'col' }, t('terms.source')),
+        h('th', { scope: 'col' }, t('terms.target')),
+        h('th', { scope: 'col', class: 'num' }, t('terms.priority')),
+        h('th', { scope: 'col' }, t('common.status')),
+        h('th', { scope: 'col' }, t('common.updated')),
+        h('th', { scope: 'col' }, t('common.actions')))),
+      tbody))));
+
+  function setEditing(m) {
+    editing = m;
+    errBox.hidden = true;
+    source.value = m?.sourceTerm ?? '';
+    target.value = m?.targetTerm ?? '';
+    priority.value = String(m?.priority ?? 0);
+    enabled.checked = m ? Boolean(m.enabled) : true;
+    formTitle.textContent = m ? t('terms.editTitle', { source: m.sourceTerm }) : t('terms.createTitle');
+    submit.textContent = m ? t('common.save') : t('common.create');
+    cancel.hidden = !m;
+    if (m) source.focus();
+  }
+
+  function bodyOf() {
+    return {
+      sourceTerm: source.value.trim(),
+      targetTerm: target.value.trim(),
+      priority: optionalInt(priority) ?? 0,
+      enabled: enabled.checked,
+    };
+  }
+
+  form.addEventListener('submit', async (e) => {
+    e.preventDefault();
+    errBox.hidden = true;
+    submit.disabled = true;
+    try {
+      if (editing) await put(`/admin/term-mappings/${enc(editing.id)}`, bodyOf());
+      else await post('/admin/term-mappings', bodyOf());
+      toast(editing ? t('common.saved') : t('common.created'), 'info');
+      setEditing(null);
+      await load();
+    } catch (err) {
+      showFormError(errBox, err);
+    } finally {
+      submit.disabled = false;
+    }
+  });
+
+  async function toggle(m) {
+    try {
+      await put(`/admin/term-mappings/${enc(m.id)}`, { sourceTerm: m.sourceTerm, targetTerm: m.targetTerm, priority: m.priority, enabled: !m.enabled });
+      await load();
+    } catch (err) {
+      toast(errorText(err));
+    }
+  }
+
+  async function remove(m) {
+    if (!(await confirmDialog(t('terms.deleteConfirm', { source: m.sourceTerm, target: m.targetTerm }), { okLabel: t('common.delete'), danger: true }))) return;
+    try {
+      await del(`/admin/term-mappings/${enc(m.id)}`);
+      if (editing?.id === m.id) setEditing(null);
+      await load();
+    } catch (err) {
+      toast(errorText(err));
+    }
+  }
+
+  function render() {
+    tbody.replaceChildren(...items.map((m) => h('tr', { 'data-testid': 'term-row', 'data-id': m.id, 'data-source': m.sourceTerm, class: m.enabled ? '' : 'row-disabled' },
+      h('th', { scope: 'row' }, m.sourceTerm),
+      h('td', {}, '→ ', m.targetTerm),
+      h('td', { class: 'num' }, m.priority ?? 0),
+      h('td', {}, h('span', { class: m.enabled ? 'badge badge-ok' : 'badge' }, m.enabled ? t('common.enabled') : t('common.disabled'))),
+      h('td', { class: 'muted' }, formatTime(m.updatedAt)),
+      h('td', { class: 'actions' },
+        h('button', { type: 'button', class: 'btn btn-sm', 'data-testid': 'term-edit', 'aria-label': `${t('common.edit')}: ${m.sourceTerm}`, onClick: () => setEditing(m) }, t('common.edit')),
+        h('button', { type: 'button', class: 'btn btn-sm', 'data-testid': 'term-toggle', 'aria-label': `${m.enabled ? t('common.disable') : t('common.enable')}: ${m.sourceTerm}`, onClick: () => toggle(m) }, m.enabled ? t('common.disable') : t('common.enable')),
+        h('button', { type: 'button', class: 'btn btn-sm btn-danger-ghost', 'data-testid': 'term-delete', 'aria-label': `${t('common.delete')}: ${m.sourceTerm}`, onClick: () => remove(m) }, t('common.delete'))))));
+    if (items.length === 0) tbody.append(emptyRow(6, t('terms.empty')));
+  }
+
+  async function load() {
+    try {
+      const res = await get('/admin/term-mappings');
+      items = (res?.items ?? []).slice().sort((a, b) => (b.priority ?? 0) - (a.priority ?? 0) || a.sourceTerm.localeCompare(b.sourceTerm));
+    } catch (err) {
+      if (err.status === 403) { ctx.forbidden(); return; }
+      toast(errorText(err));
+    }
+    if (!destroyed) render();
+  }
+
+  load();
+  return { destroy() { destroyed = true; } };
+}
+
+// ---------------------------------------------------------------- users
+
+export function mountUsers(root, ctx) {
+  let items = [];
+  let destroyed = false;
+
+  const username = h('input', { id: 'user-username', required: true, maxlength: 64, autocomplete: 'off', 'data-testid': 'user-username' });
+  const password = h('input', { id: 'user-password', type: 'password', required: true, minlength: 8, autocomplete: 'new-password', 'data-testid': 'user-password' });
+  const role = h('select', { id: 'user-role', 'data-testid': 'user-role' },
+    h('option', { value: 'user' }, t('role.user')),
+    h('option', { value: 'admin' }, t('role.admin')));
+  const errBox = formError();
+  const submit = h('button', { type: 'submit', class: 'btn btn-primary', 'data-testid': 'user-submit' }, t('common.create'));
+  const form = h('form', { class: 'card form-card', 'data-testid': 'user-form', 'aria-label': t('users.formLabel') },
+    h('h2', {}, t('users.createTitle')),
+    h('div', { class: 'form-grid' },
+      field(t('users.username'), username),
+      field(t('users.password'), password, t('users.passwordHint')),
+      field(t('users.role'), role)),
+    errBox,
+    h('div', { class: 'form-actions' }, submit));
+  const tbody = h('tbody');
+  root.append(h('div', { class: 'page' },
+    pageHeader(t('users.title'), t('users.subtitle')),
+    form,
+    h('div', { class: 'table-wrap card' }, h('table', { class: 'table' },
+      h('thead', {}, h('tr', {},
+        h('th', { scope: 'col' }, t('users.username')),
+        h('th', { scope: 'col' }, t('users.role')),
+        h('th', { scope: 'col' }, t('common.status')),
+        h('th', { scope: 'col' }, t('common.createdAt')),
+        h('th', { scope: 'col' }, t('common.actions')))),
+      tbody))));
+
+  form.addEventListener('submit', async (e) => {
+    e.preventDefault();
+    errBox.hidden = true;
+    submit.disabled = true;
+    try {
+      await post('/users', { username: username.value.trim(), password: password.value, role: role.value });
+      toast(t('common.created'), 'info');
+      form.reset();
+      await load();
+    } catch (err) {
+      showFormError(errBox, err);
+    } finally {
+      submit.disabled = false;
+    }
+  });
+
+  async function update(u, body, okText = t('common.saved')) {
+    try {
+      await patch(`/users/${enc(u.id)}`, body);
+      toast(okText, 'info');
+    } catch (err) {
+      toast(errorText(err));
+    }
+    await load();
+  }
+
+  async function resetPassword(u) {
+    const pw = await promptDialog(t('users.newPassword', { name: u.username }), '', { type: 'password' });
+    if (pw) await update(u, { password: pw }, t('users.passwordChanged'));
+  }
+
+  async function remove(u) {
+    if (!(await confirmDialog(t('users.deleteConfirm', { name: u.username }), { okLabel: t('common.delete'), danger: true }))) return;
+    try {
+      await del(`/users/${enc(u.id)}`);
+    } catch (err) {
+      toast(errorText(err));
+    }
+    await load();
+  }
+
+  function render() {
+    tbody.replaceChildren(...items.map((u) => {
+      const self = u.id === ctx.user.id;
+      const roleSelect = h('select', { 'data-testid': 'user-role-select', 'aria-label': `${t('users.role')}: ${u.username}`, disabled: self },
+        h('option', { value: 'user', selected: u.role === 'user' }, t('role.user')),
+        h('option', { value: 'admin', selected: u.role === 'admin' }, t('role.admin')));
+      roleSelect.addEventListener('change', () => update(u, { role: roleSelect.value }));
+      return h('tr', { 'data-testid': 'user-row', 'data-id': u.id, 'data-username': u.username, class: u.disabled ? 'row-disabled' : '' },
+        h('th', { scope: 'row' }, u.username, self ? h('span', { class: 'badge' }, t('users.you')) : null),
+        h('td', {}, roleSelect),
+        h('td', {}, h('span', { class: u.disabled ? 'badge badge-bad' : 'badge badge-ok' }, u.disabled ? t('common.disabled') : t('common.enabled'))),
+        h('td', { class: 'muted' }, formatTime(u.createdAt)),
+        h('td', { class: 'actions' },
+          h('button', { type: 'button', class: 'btn btn-sm', 'data-testid': 'user-disable', disabled: self, 'aria-label': `${u.disabled ? t('common.enable') : t('common.disable')}: ${u.username}`, onClick: () => update(u, { disabled: !u.disabled }) }, u.disabled ? t('common.enable') : t('common.disable')),
+          h('button', { type: 'button', class: 'btn btn-sm', 'data-testid': 'user-password-reset', 'aria-label': `${t('users.resetPassword')}: ${u.username}`, onClick: () => resetPassword(u) }, t('users.resetPassword')),
+          h('button', { type: 'button', class: 'btn btn-sm btn-danger-ghost', 'data-testid': 'user-delete', disabled: self, 'aria-label': `${t('common.delete')}: ${u.username}`, onClick: () => remove(u) }, t('common.delete'))));
+    }));
+    if (items.length === 0) tbody.append(emptyRow(5, t('users.empty')));
+  }
+
+  async function load() {
+    try {
+      const res = await get('/users');
+      items = res?.items ?? [];
+    } catch (err) {
+      if (err.status === 403) { ctx.forbidden(); return; }
+      toast(errorText(err));
+    }
+    if (!destroyed) render();
+  }
+
+  load();
+  return { destroy() { destroyed = true; } };
+}
+
+// ---------------------------------------------------------------- limiter
+
+const LIMITER_REFRESH_MS = 2000;
+
+export function mountLimiter(root, ctx) {
+  let timer = 0;
+  let destroyed = false;
+
+  const stat = (testid, label) => {
+    const value = h('strong', { class: 'stat-value', 'data-testid': testid }, '—');
+    return { value, el: h('div', { class: 'card stat' }, h('span', { class: 'stat-label' }, label), value) };
+  };
+  const permits = stat('limiter-permits', t('limiter.permits'));
+  const max = stat('limiter-max', t('limiter.max'));
+  const queue = stat('limiter-queue', t('limiter.queue'));
+  const oldest = stat('limiter-oldest', t('limiter.oldest'));
+  const meterFill = h('div', { class: 'meter-fill' });
+  const meter = h('div', { class: 'meter', role: 'meter', 'aria-label': t('limiter.usage'), 'aria-valuemin': '0', 'aria-valuemax': '1', 'aria-valuenow': '0' }, meterFill);
+  const updated = h('p', { class: 'muted', 'data-testid': 'limiter-updated', 'aria-live': 'off' }, '');
+  const errBox = formError();
+
+  root.append(h('div', { class: 'page' },
+    pageHeader(t('limiter.title'), t('limiter.subtitle')),
+    h('section', { class: 'limiter', 'data-testid': 'limiter-panel', 'aria-label': t('limiter.title') },
+      h('div', { class: 'stats' }, permits.el, max.el, queue.el, oldest.el),
+      h('div', { class: 'card' }, h('p', { class: 'stat-label' }, t('limiter.usage')), meter, updated),
+      errBox)));
+
+  async function refresh() {
+    try {
+      const s = await get('/admin/limiter');
+      if (destroyed) return;
+      errBox.hidden = true;
+      permits.value.textContent = String(s.permitsInUse ?? 0);
+      max.value.textContent = String(s.maxConcurrent ?? '—');
+      queue.value.textContent = String(s.queueLength ?? 0);
+      oldest.value.textContent = s.oldestWaitMs ? `${(s.oldestWaitMs / 1000).toFixed(1)} s` : '0 s';
+      const ratio = s.maxConcurrent ? Math.min(1, (s.permitsInUse ?? 0) / s.maxConcurrent) : 0;
+      meterFill.style.width = `${Math.round(ratio * 100)}%`;
+      meterFill.classList.toggle('full', ratio >= 1);
+      meter.setAttribute('aria-valuenow', ratio.toFixed(2));
+      updated.textContent = t('limiter.updated', { time: new Date().toLocaleTimeString() });
+    } catch (err) {
+      if (destroyed) return;
+      if (err.status === 403) { ctx.forbidden(); return; }
+      showFormError(errBox, err);
+    }
+    // Schedule after the answer, so a slow server never gets overlapping polls.
+    if (!destroyed) timer = setTimeout(refresh, LIMITER_REFRESH_MS);
+  }
+
+  refresh();
+  return {
+    destroy() {
+      destroyed = true;
+      clearTimeout(timer);
+    },
+  };
+}
+

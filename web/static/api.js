@@ -1,0 +1,206 @@
+// The only module that talks to the server. Every call goes to /api/v1 with the
+// session cookie (credentials: 'same-origin'); no token is kept in the page.
+import { t } from './i18n.js';
+
+const BASE = '/api/v1';
+
+// ApiError mirrors the server's {"error":{"code","message","details"}} body.
+export class ApiError extends Error {
+  constructor(status, code, message, details = {}, retryAfter = 0) {
+    super(message);
+    this.name = 'ApiError';
+    this.status = status;
+    this.code = code;
+    this.details = details ?? {};
+    this.retryAfter = retryAfter; // seconds, from Retry-After on 429/503
+  }
+}
+
+function retryAfterOf(headerValue) {
+  const n = Number.parseInt(headerValue ?? '', 10);
+  return Number.isFinite(n) && n > 0 ? n : 0;
+}
+
+function errorFromBody(status, bodyText, retryAfterHeader) {
+  let code = `http_${status}`;
+  let message = '';
+  let details = {};
+  try {
+    const e = JSON.parse(bodyText)?.error;
+    if (e) ({ code = code, message = '', details = {} } = e);
+  } catch {
+    // Not JSON (a proxy page, an empty body): fall back to the status.
+  }
+  return new ApiError(status, code, message || t(`err.${code}`, {}, t('err.status', { status })), details, retryAfterOf(retryAfterHeader));
+}
+
+async function errorFromResponse(res) {
+  const text = await res.text().catch(() => '');
+  const err = errorFromBody(res.status, text, res.headers.get('Retry-After'));
+  if (res.status === 401) window.dispatchEvent(new CustomEvent('ragent:unauthorized'));
+  return err;
+}
+
+function networkError(err) {
+  if (err?.name === 'AbortError') return err;
+  return new ApiError(0, 'network', t('err.network'));
+}
+
+// request sends a JSON request and returns the decoded body (null for 204).
+export async function request(method, path, body, { signal } = {}) {
+  let res;
+  try {
+    res = await fetch(BASE + path, {
+      method,
+      credentials: 'same-origin',
+      headers: body === undefined ? { Accept: 'application/json' } : { Accept: 'application/json', 'Content-Type': 'application/json' },
+      body: body === undefined ? undefined : JSON.stringify(body),
+      signal,
+    });
+  } catch (err) {
+    throw networkError(err);
+  }
+  if (!res.ok) throw await errorFromResponse(res);
+  if (res.status === 204) return null;
+  const text = await res.text();
+  return text ? JSON.parse(text) : null;
+}
+
+export const get = (path, opts) => request('GET', path, undefined, opts);
+export const post = (path, body = {}, opts) => request('POST', path, body, opts);
+export const put = (path, body, opts) => request('PUT', path, body, opts);
+export const patch = (path, body, opts) => request('PATCH', path, body, opts);
+export const del = (path, opts) => request('DELETE', path, undefined, opts);
+
+// enc escapes one path segment.
+export const enc = (s) => encodeURIComponent(String(s));
+
+// upload posts one file as multipart field "file". It uses XMLHttpRequest
+// because fetch cannot report upload progress. onProgress gets 0..1.
+export function upload(knowledgeBaseId, file, onProgress) {
+  const xhr = new XMLHttpRequest();
+  const promise = new Promise((resolve, reject) => {
+    xhr.open('POST', `${BASE}/knowledge-bases/${enc(knowledgeBaseId)}/documents`);
+    xhr.withCredentials = true;
+    xhr.setRequestHeader('Accept', 'application/json');
+    xhr.upload.addEventListener('progress', (e) => {
+      if (e.lengthComputable) onProgress?.(e.loaded / e.total);
+    });
+    xhr.addEventListener('load', () => {
+      if (xhr.status >= 200 && xhr.status < 300) {
+        onProgress?.(1);
+        try {
+          const body = JSON.parse(xhr.responseText || 'null');
+          resolve(body?.document ?? body);
+        } catch {
+          resolve(null);
+        }
+        return;
+      }
+      if (xhr.status === 401) window.dispatchEvent(new CustomEvent('ragent:unauthorized'));
+      reject(errorFromBody(xhr.status, xhr.responseText, xhr.getResponseHeader('Retry-After')));
+    });
+    xhr.addEventListener('error', () => reject(new ApiError(0, 'network', t('err.network'))));
+    xhr.addEventListener('abort', () => reject(new DOMException('aborted', 'AbortError')));
+    const form = new FormData();
+    form.append('file', file, file.name);
+    xhr.send(form);
+  });
+  return { promise, abort: () => xhr.abort() };
+}
+
+// parseEvent decodes one SSE event block (lines without the blank separator).
+// It returns null for comment-only blocks such as ": ping".
+export function parseEvent(block) {
+  let name = 'message';
+  let id = '';
+  const data = [];
+  for (const line of block.split('\n')) {
+    if (line === '' || line.startsWith(':')) continue;
+    const colon = line.indexOf(':');
+    const field = colon < 0 ? line : line.slice(0, colon);
+    let value = colon < 0 ? '' : line.slice(colon + 1);
+    if (value.startsWith(' ')) value = value.slice(1);
+    if (field === 'event') name = value;
+    else if (field === 'data') data.push(value);
+    else if (field === 'id') id = value;
+  }
+  if (data.length === 0) return null;
+  return { name, id, data: data.join('\n') };
+}
+
+// SSEDecoder splits a text stream into events; it copes with chunks that end
+// mid-line and with CRLF line endings split across chunks.
+export class SSEDecoder {
+  constructor(onEvent) {
+    this.onEvent = onEvent;
+    this.buf = '';
+    this.carryCR = false;
+  }
+
+  push(text) {
+    if (this.carryCR) { text = '\r' + text; this.carryCR = false; }
+    if (text.endsWith('\r')) { this.carryCR = true; text = text.slice(0, -1); }
+    this.buf += text.replace(/\r\n?/g, '\n');
+    let i;
+    while ((i = this.buf.indexOf('\n\n')) >= 0) {
+      const block = this.buf.slice(0, i);
+      this.buf = this.buf.slice(i + 2);
+      const ev = parseEvent(block);
+      if (ev) this.onEvent(ev);
+    }
+  }
+
+  end() {
+    if (this.carryCR) this.buf += '\n';
+    const ev = parseEvent(this.buf);
+    this.buf = '';
+    if (ev) this.onEvent(ev);
+  }
+}
+
+// streamChat posts a question and calls onEvent(name, data) for every SSE
+// event (data is parsed JSON, or the raw text for "done"). It resolves when
+// the stream ends and rejects with ApiError when the server refuses the request
+// before streaming (400, 401, 429, …). Aborting signal closes the connection,
+// which the server treats as a disconnect and cancels generation.
+export async function streamChat(body, onEvent, signal) {
+  let res;
+  try {
+    res = await fetch(`${BASE}/chat`, {
+      method: 'POST',
+      credentials: 'same-origin',
+      headers: { 'Content-Type': 'application/json', Accept: 'text/event-stream' },
+      body: JSON.stringify(body),
+      signal,
+    });
+  } catch (err) {
+    throw networkError(err);
+  }
+  if (!res.ok) throw await errorFromResponse(res);
+  if (!(res.headers.get('Content-Type') ?? '').includes('text/event-stream') || !res.body) {
+    throw new ApiError(res.status, 'bad_response', t('err.bad_response'));
+  }
+  const decoder = new SSEDecoder((ev) => {
+    if (ev.name === 'done') { onEvent('done', ev.data); return; }
+    let data;
+    try {
+      data = JSON.parse(ev.data);
+    } catch {
+      onEvent('error', { code: 'bad_event', message: t('err.bad_response') });
+      return;
+    }
+    onEvent(ev.name, data);
+  });
+  const reader = res.body.pipeThrough(new TextDecoderStream()).getReader();
+  try {
+    for (;;) {
+      const { value, done } = await reader.read();
+      if (done) break;
+      decoder.push(value);
+    }
+  } catch (err) {
+    throw networkError(err);
+  }
+  decoder.end();
+}

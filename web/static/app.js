@@ -1,0 +1,283 @@
+// Ragent web UI: entry module, hash router, shell and login.
+//
+// Stable hooks for browser tests (data-testid unless noted; ids are on form
+// controls so labels can point at them):
+//   shell:    app, main-nav, nav-chat, nav-kb, nav-intents, nav-terms, nav-users,
+//             nav-limiter, lang-switch, current-user, logout-button, toasts, toast,
+//             forbidden (403 view), not-found
+//   dialogs:  confirm-dialog, confirm-ok, confirm-cancel, prompt-dialog,
+//             prompt-input, prompt-ok, prompt-cancel, modal, modal-close
+//   login:    login-form, login-username (#login-username), login-password
+//             (#login-password), login-submit, login-error
+//   chat:     conversation-list, conversation-item (data-id, aria-current),
+//             conversation-title, conv-rename, conv-delete, conv-load-more,
+//             new-chat-button, conv-drawer-toggle, chat-title, message-list,
+//             user-message, assistant-message (data-status = streaming |
+//             completed | rejected | cancelled | failed, data-message-id),
+//             pending-indicator, queue-indicator (data-position, data-queued),
+//             thinking (<details>), answer, cite (data-cite=n), sources-panel,
+//             source-item (data-index, data-document-id), message-notice
+//             (data-kind), retry-button, composer, chat-input (#chat-input),
+//             deep-thinking-toggle (#deep-thinking), kb-filter (<details>),
+//             kb-filter-option (data-kb-id), send-button, stop-button
+//   kb:       kb-form, kb-name, kb-description, kb-chunk-size, kb-chunk-overlap,
+//             kb-submit, kb-cancel, kb-row (data-kb-id, data-name), kb-docs-link,
+//             kb-edit, kb-delete
+//   docs:     upload-dropzone, upload-input (#upload-input, type=file multiple),
+//             upload-item (data-state = uploading | done | duplicate | busy |
+//             error, data-name), upload-progress, upload-retry, doc-table,
+//             doc-row (data-doc-id, data-name, data-status), doc-status,
+//             doc-error, doc-chunks, doc-reindex, doc-delete, chunk-list,
+//             chunk-item
+//   intents:  intent-tree, intent-node (data-id, data-code), intent-add-root,
+//             intent-add-child, intent-form, intent-parent, intent-code,
+//             intent-name, intent-description, intent-examples, intent-kind,
+//             intent-kb-option (data-kb-id), intent-prompt, intent-enabled,
+//             intent-sort, intent-save, intent-delete, intent-path
+//   terms:    term-form, term-source, term-target, term-priority, term-enabled,
+//             term-submit, term-cancel, term-row (data-id, data-source),
+//             term-edit, term-delete, term-toggle
+//   users:    user-form, user-username, user-password, user-role, user-submit,
+//             user-row (data-id, data-username), user-role-select,
+//             user-disable, user-password-reset, user-delete
+//   limiter:  limiter-panel, limiter-permits, limiter-max, limiter-queue,
+//             limiter-oldest, limiter-updated
+import { t, getLang, setLang } from './i18n.js';
+import { h, clear, toast, errorText } from './dom.js';
+import { get, post, ApiError } from './api.js';
+import { mountChat } from './chat.js';
+import { mountKnowledgeBases, mountTerms, mountUsers, mountLimiter } from './admin.js';
+import { mountDocuments } from './documents.js';
+import { mountIntents } from './intents.js';
+
+// Each route names a page key (pages with the same key update in place
+// instead of remounting), whether it needs an admin, and its mount function.
+const routes = [
+  { pattern: /^\/chat(?:\/([^/]+))?$/, key: 'chat', mount: mountChat, params: (m) => ({ id: m[1] ? decodeURIComponent(m[1]) : null }) },
+  { pattern: /^\/admin\/kb$/, key: 'kb', admin: true, mount: mountKnowledgeBases },
+  { pattern: /^\/admin\/docs\/([^/]+)$/, key: 'docs', admin: true, mount: mountDocuments, params: (m) => ({ kbId: decodeURIComponent(m[1]) }) },
+  { pattern: /^\/admin\/intents$/, key: 'intents', admin: true, mount: mountIntents },
+  { pattern: /^\/admin\/terms$/, key: 'terms', admin: true, mount: mountTerms },
+  { pattern: /^\/admin\/users$/, key: 'users', admin: true, mount: mountUsers },
+  { pattern: /^\/admin\/limiter$/, key: 'limiter', admin: true, mount: mountLimiter },
+];
+
+const navItems = [
+  { href: '#/chat', key: 'chat', label: 'nav.chat', testid: 'nav-chat' },
+  { href: '#/admin/kb', key: 'kb', label: 'nav.kb', testid: 'nav-kb', admin: true, also: ['docs'] },
+  { href: '#/admin/intents', key: 'intents', label: 'nav.intents', testid: 'nav-intents', admin: true },
+  { href: '#/admin/terms', key: 'terms', label: 'nav.terms', testid: 'nav-terms', admin: true },
+  { href: '#/admin/users', key: 'users', label: 'nav.users', testid: 'nav-users', admin: true },
+  { href: '#/admin/limiter', key: 'limiter', label: 'nav.limiter', testid: 'nav-limiter', admin: true },
+];
+
+const state = {
+  user: null,
+  page: null, // { key, instance }
+  busy: false, // a chat answer is streaming; the language switch waits
+  shell: null,
+};
+
+const appRoot = document.getElementById('app');
+
+function currentPath() {
+  const p = location.hash.replace(/^#/, '');
+  return p.startsWith('/') ? p : '/';
+}
+
+function isAdmin() {
+  return state.user?.role === 'admin';
+}
+
+function destroyPage() {
+  try {
+    state.page?.instance?.destroy?.();
+  } finally {
+    state.page = null;
+  }
+}
+
+function setBusy(busy) {
+  state.busy = busy;
+  const btn = document.querySelector('[data-testid=lang-switch]');
+  if (btn) {
+    btn.disabled = busy;
+    btn.title = busy ? t('shell.langBusy') : '';
+  }
+}
+
+async function route() {
+  const path = currentPath();
+  if (!state.user) {
+    if (path !== '/login') {
+      sessionStorage.setItem('ragent.returnTo', location.hash);
+      location.replace('#/login');
+      return;
+    }
+    destroyPage();
+    renderLogin();
+    return;
+  }
+  if (path === '/login' || path === '/') {
+    location.replace('#/chat');
+    return;
+  }
+  const shell = ensureShell();
+  let match = null;
+  let r = null;
+  for (const candidate of routes) {
+    match = path.match(candidate.pattern);
+    if (match) { r = candidate; break; }
+  }
+  highlightNav(r?.key);
+  if (!r) {
+    destroyPage();
+    clear(shell.view).append(h('section', { class: 'empty-page', 'data-testid': 'not-found' },
+      h('h1', {}, '404'), h('p', {}, t('shell.notFound')), h('a', { href: '#/chat', class: 'btn' }, t('nav.chat'))));
+    return;
+  }
+  if (r.admin && !isAdmin()) {
+    destroyPage();
+    renderForbidden(shell.view);
+    return;
+  }
+  const params = r.params ? r.params(match) : {};
+  if (state.page?.key === r.key && state.page.instance?.update) {
+    state.page.instance.update(params);
+    return;
+  }
+  destroyPage();
+  clear(shell.view);
+  const ctx = { user: state.user, params, setBusy, forbidden: () => renderForbidden(shell.view) };
+  state.page = { key: r.key, instance: r.mount(shell.view, ctx) ?? {} };
+}
+
+function renderForbidden(view) {
+  destroyPage();
+  clear(view).append(h('section', { class: 'empty-page', 'data-testid': 'forbidden', role: 'alert' },
+    h('h1', {}, '403'), h('p', {}, t('shell.forbidden')), h('a', { href: '#/chat', class: 'btn' }, t('nav.chat'))));
+}
+
+function highlightNav(key) {
+  for (const a of document.querySelectorAll('.main-nav a')) {
+    const keys = [a.dataset.key, ...(a.dataset.also ? a.dataset.also.split(',') : [])];
+    if (keys.includes(key)) a.setAttribute('aria-current', 'page');
+    else a.removeAttribute('aria-current');
+  }
+}
+
+function langButton() {
+  return h('button', {
+    type: 'button', class: 'btn btn-ghost lang-switch', 'data-testid': 'lang-switch',
+    lang: getLang() === 'zh' ? 'en' : 'zh-CN',
+    'aria-label': t('shell.switchLang'),
+    disabled: state.busy,
+    onClick: () => {
+      if (state.busy) return;
+      setLang(getLang() === 'zh' ? 'en' : 'zh');
+      rerender();
+    },
+  }, getLang() === 'zh' ? 'English' : '中文');
+}
+
+// rerender rebuilds everything in the new language.
+function rerender() {
+  destroyPage();
+  state.shell = null;
+  route();
+}
+
+function ensureShell() {
+  if (state.shell && appRoot.contains(state.shell.view)) return state.shell;
+  const view = h('main', { id: 'view', class: 'view', tabindex: '-1' });
+  const nav = h('nav', { class: 'main-nav', 'aria-label': t('nav.label'), 'data-testid': 'main-nav' },
+    navItems.filter((n) => !n.admin || isAdmin()).map((n) =>
+      h('a', { href: n.href, 'data-key': n.key, 'data-also': (n.also ?? []).join(','), 'data-testid': n.testid }, t(n.label))));
+  const user = state.user;
+  clear(appRoot).append(
+    h('a', { class: 'skip-link', href: '#view', onClick: (e) => { e.preventDefault(); view.focus(); } }, t('shell.skip')),
+    h('header', { class: 'topbar' },
+      h('a', { class: 'brand', href: '#/chat', 'aria-label': 'Ragent' }, h('span', { class: 'brand-mark', 'aria-hidden': 'true' }, 'R'), h('span', { class: 'brand-name' }, 'Ragent')),
+      nav,
+      h('div', { class: 'topbar-right' },
+        langButton(),
+        h('span', { class: 'user-badge', 'data-testid': 'current-user', title: user.username },
+          h('span', { class: 'user-name' }, user.username),
+          h('span', { class: `role role-${user.role}` }, t(`role.${user.role}`, {}, user.role))),
+        h('button', { type: 'button', class: 'btn btn-ghost', 'data-testid': 'logout-button', onClick: logout }, t('shell.logout')))),
+    view);
+  state.shell = { view };
+  return state.shell;
+}
+
+async function logout() {
+  try {
+    await post('/auth/logout');
+  } catch (err) {
+    if (!(err instanceof ApiError && err.status === 401)) toast(errorText(err));
+  }
+  destroyPage();
+  state.user = null;
+  state.shell = null;
+  location.hash = '#/login';
+}
+
+function renderLogin() {
+  state.shell = null;
+  const username = h('input', { id: 'login-username', name: 'username', autocomplete: 'username', required: true, 'data-testid': 'login-username' });
+  const password = h('input', { id: 'login-password', name: 'password', type: 'password', autocomplete: 'current-password', required: true, 'data-testid': 'login-password' });
+  const errorBox = h('p', { class: 'form-error', role: 'alert', 'data-testid': 'login-error', hidden: true });
+  const submit = h('button', { type: 'submit', class: 'btn btn-primary btn-block', 'data-testid': 'login-submit' }, t('login.submit'));
+  const form = h('form', { class: 'login-card', 'data-testid': 'login-form', 'aria-labelledby': 'login-title' },
+    h('div', { class: 'login-head' },
+      h('span', { class: 'brand-mark', 'aria-hidden': 'true' }, 'R'),
+      h('h1', { id: 'login-title' }, t('login.title')),
+      langButton()),
+    h('p', { class: 'muted' }, t('login.subtitle')),
+    h('div', { class: 'field' }, h('label', { for: 'login-username' }, t('login.username')), username),
+    h('div', { class: 'field' }, h('label', { for: 'login-password' }, t('login.password')), password),
+    errorBox,
+    submit);
+  form.addEventListener('submit', async (e) => {
+    e.preventDefault();
+    errorBox.hidden = true;
+    submit.disabled = true;
+    try {
+      const res = await post('/auth/login', { username: username.value.trim(), password: password.value });
+      state.user = res.user;
+      const back = sessionStorage.getItem('ragent.returnTo');
+      sessionStorage.removeItem('ragent.returnTo');
+      location.hash = back && back !== '#/login' ? back : '#/chat';
+    } catch (err) {
+      errorBox.textContent = err.status === 401 ? t('login.failed') : errorText(err);
+      errorBox.hidden = false;
+      password.select();
+    } finally {
+      submit.disabled = false;
+    }
+  });
+  clear(appRoot).append(h('div', { class: 'login-page' }, form));
+  username.focus();
+}
+
+async function boot() {
+  document.documentElement.lang = getLang() === 'zh' ? 'zh-CN' : 'en';
+  window.addEventListener('ragent:unauthorized', () => {
+    if (!state.user) return;
+    state.user = null;
+    destroyPage();
+    toast(t('shell.sessionExpired'), 'info');
+    route();
+  });
+  window.addEventListener('hashchange', () => route());
+  try {
+    const me = await get('/me');
+    state.user = me?.user ?? me;
+  } catch (err) {
+    if (!(err instanceof ApiError && err.status === 401)) toast(errorText(err));
+    state.user = null;
+  }
+  route();
+}
+
+boot();

@@ -1,0 +1,277 @@
+// Documents of one knowledge base: drag-and-drop upload with per-file
+// progress, live ingestion status, chunk preview, reindex and delete.
+import { t } from './i18n.js';
+import { h, toast, errorText, confirmDialog, modal, formatTime, formatBytes } from './dom.js';
+import { get, post, del, enc, upload } from './api.js';
+import { pageHeader, emptyRow } from './admin.js';
+
+const POLL_MS = 2000;
+const PARALLEL_UPLOADS = 3;
+const ACCEPT = '.txt,.md,.markdown,.html,.htm,.pdf,.docx,.pptx,.xlsx,.csv';
+
+export function mountDocuments(root, ctx) {
+  const kbId = ctx.params.kbId;
+  let docs = [];
+  let destroyed = false;
+  let pollTimer = 0;
+  let loading = false;
+  let reloadAfter = false; // a load was asked for while one was in flight
+  const queue = []; // upload items waiting for a slot
+  let active = 0;
+
+  const heading = pageHeader(t('docs.title'), '');
+  const subtitle = heading.querySelector('p') ?? heading.appendChild(h('p', { class: 'muted' }));
+  const fileInput = h('input', { id: 'upload-input', type: 'file', multiple: true, accept: ACCEPT, class: 'visually-hidden', 'data-testid': 'upload-input' });
+  const dropzone = h('label', { for: 'upload-input', class: 'dropzone', 'data-testid': 'upload-dropzone' },
+    fileInput,
+    h('span', { class: 'dropzone-icon', 'aria-hidden': 'true' }, '⇪'),
+    h('strong', {}, t('docs.dropTitle')),
+    h('span', { class: 'muted' }, t('docs.dropHint')));
+  const uploads = h('ul', { class: 'upload-list', 'aria-label': t('docs.uploads'), 'aria-live': 'polite' });
+  const tbody = h('tbody');
+  const pollNote = h('span', { class: 'muted poll-note', 'aria-live': 'off' });
+
+  root.append(h('div', { class: 'page' },
+    h('p', { class: 'breadcrumb' }, h('a', { href: '#/admin/kb' }, '← ', t('nav.kb'))),
+    heading,
+    h('section', { class: 'card', 'aria-label': t('docs.upload') }, dropzone, uploads),
+    h('div', { class: 'section-head' }, h('h2', {}, t('docs.list')), pollNote,
+      h('button', { type: 'button', class: 'btn btn-sm', onClick: () => load() }, t('common.refresh'))),
+    h('div', { class: 'table-wrap card' }, h('table', { class: 'table', 'data-testid': 'doc-table' },
+      h('thead', {}, h('tr', {},
+        h('th', { scope: 'col' }, t('docs.name')),
+        h('th', { scope: 'col' }, t('common.status')),
+        h('th', { scope: 'col', class: 'num' }, t('docs.chunks')),
+        h('th', { scope: 'col', class: 'num' }, t('docs.size')),
+        h('th', { scope: 'col' }, t('common.updated')),
+        h('th', { scope: 'col' }, t('common.actions')))),
+      tbody))));
+
+  // ---- upload ----
+  fileInput.addEventListener('change', () => {
+    addFiles(fileInput.files);
+    fileInput.value = '';
+  });
+  for (const ev of ['dragenter', 'dragover']) {
+    dropzone.addEventListener(ev, (e) => {
+      e.preventDefault();
+      dropzone.classList.add('dragging');
+    });
+  }
+  dropzone.addEventListener('dragleave', (e) => {
+    if (!dropzone.contains(e.relatedTarget)) dropzone.classList.remove('dragging');
+  });
+  dropzone.addEventListener('drop', (e) => {
+    e.preventDefault();
+    dropzone.classList.remove('dragging');
+    addFiles(e.dataTransfer?.files ?? []);
+  });
+  // A file dropped beside the zone would make the browser navigate to it.
+  const blockDrop = (e) => { if (!dropzone.contains(e.target)) e.preventDefault(); };
+  window.addEventListener('dragover', blockDrop);
+  window.addEventListener('drop', blockDrop);
+
+  function addFiles(files) {
+    for (const file of files) {
+      const item = uploadItem(file);
+      uploads.prepend(item.el);
+      queue.push(item);
+    }
+    pump();
+  }
+
+  function pump() {
+    while (!destroyed && active < PARALLEL_UPLOADS && queue.length > 0) {
+      const item = queue.shift();
+      active++;
+      item.start().finally(() => {
+        active--;
+        pump();
+      });
+    }
+  }
+
+  function uploadItem(file) {
+    const progress = h('progress', { max: '1', value: '0', 'data-testid': 'upload-progress', 'aria-label': t('docs.progress', { name: file.name }) });
+    const stateText = h('span', { class: 'upload-state' }, t('docs.waiting'));
+    const actions = h('span', { class: 'upload-actions' });
+    const el = h('li', { class: 'upload-item', 'data-testid': 'upload-item', 'data-state': 'waiting', 'data-name': file.name },
+      h('span', { class: 'upload-name', title: file.name }, file.name),
+      h('span', { class: 'muted' }, formatBytes(file.size)),
+      progress, stateText, actions);
+    let xhr = null;
+
+    const setState = (state, text) => {
+      el.dataset.state = state;
+      stateText.textContent = text;
+      actions.replaceChildren();
+    };
+    const retryButton = () => h('button', {
+      type: 'button', class: 'btn btn-sm', 'data-testid': 'upload-retry',
+      onClick: () => { queue.push(item); setState('waiting', t('docs.waiting')); pump(); },
+    }, t('chat.retry'));
+
+    const item = {
+      el,
+      async start() {
+        setState('uploading', '0%');
+        progress.value = 0;
+        xhr = upload(kbId, file, (p) => {
+          progress.value = p;
+          stateText.textContent = `${Math.round(p * 100)}%`;
+        });
+        try {
+          const doc = await xhr.promise;
+          setState('done', t('docs.uploaded'));
+          if (doc?.id && !docs.some((d) => d.id === doc.id)) {
+            docs.unshift(doc);
+            render();
+          }
+          schedulePoll(0);
+        } catch (err) {
+          if (destroyed || err?.name === 'AbortError') return;
+          if (err.status === 409 && err.details?.documentId) {
+            const id = err.details.documentId;
+            setState('duplicate', t('docs.duplicate'));
+            actions.append(h('button', { type: 'button', class: 'btn btn-sm', onClick: () => highlight(id) }, t('docs.showExisting')));
+          } else if (err.status === 429 || err.status === 503) {
+            setState('busy', err.retryAfter ? t('docs.busyRetry', { seconds: err.retryAfter }) : t('chat.busy'));
+            actions.append(retryButton());
+          } else {
+            setState('error', errorText(err));
+            actions.append(retryButton());
+          }
+        } finally {
+          xhr = null;
+        }
+      },
+    };
+    return item;
+  }
+
+  function highlight(id) {
+    const row = tbody.querySelector(`[data-doc-id="${CSS.escape(id)}"]`);
+    if (!row) { toast(t('docs.notInList'), 'info'); return; }
+    row.scrollIntoView({ block: 'center', behavior: 'smooth' });
+    row.classList.remove('flash');
+    void row.offsetWidth;
+    row.classList.add('flash');
+    row.querySelector('button')?.focus({ preventScroll: true });
+  }
+
+  // ---- list ----
+  function statusBadge(d) {
+    const cls = { ready: 'badge-ok', failed: 'badge-bad', running: 'badge-run', pending: 'badge-wait' }[d.status] ?? '';
+    return h('span', { class: `badge ${cls}`, 'data-testid': 'doc-status', 'data-status': d.status },
+      d.status === 'running' || d.status === 'pending' ? h('span', { class: 'spinner', 'aria-hidden': 'true' }) : null,
+      t(`docs.status.${d.status}`, {}, d.status));
+  }
+
+  function render() {
+    tbody.replaceChildren(...docs.map((d) => h('tr', { 'data-testid': 'doc-row', 'data-doc-id': d.id, 'data-name': d.name, 'data-status': d.status },
+      h('th', { scope: 'row', class: 'wrap' }, d.name,
+        d.status === 'failed' && d.error ? h('p', { class: 'doc-error', 'data-testid': 'doc-error', role: 'note' }, d.error) : null),
+      h('td', {}, statusBadge(d)),
+      h('td', { class: 'num' }, d.chunkCount ?? 0),
+      h('td', { class: 'num muted' }, formatBytes(d.size)),
+      h('td', { class: 'muted' }, formatTime(d.updatedAt || d.createdAt)),
+      h('td', { class: 'actions' },
+        h('button', { type: 'button', class: 'btn btn-sm', 'data-testid': 'doc-chunks', disabled: d.status !== 'ready', 'aria-label': `${t('docs.preview')}: ${d.name}`, onClick: () => previewChunks(d) }, t('docs.preview')),
+        h('button', { type: 'button', class: 'btn btn-sm', 'data-testid': 'doc-reindex', disabled: d.status === 'pending' || d.status === 'running', 'aria-label': `${t('docs.reindex')}: ${d.name}`, onClick: () => reindex(d) }, t('docs.reindex')),
+        h('button', { type: 'button', class: 'btn btn-sm btn-danger-ghost', 'data-testid': 'doc-delete', 'aria-label': `${t('common.delete')}: ${d.name}`, onClick: () => remove(d) }, t('common.delete'))))));
+    if (docs.length === 0) tbody.append(emptyRow(6, t('docs.empty')));
+    const busy = docs.some((d) => d.status === 'pending' || d.status === 'running');
+    pollNote.textContent = busy ? t('docs.polling') : '';
+  }
+
+  async function load() {
+    if (loading) { reloadAfter = true; return; }
+    loading = true;
+    reloadAfter = false;
+    try {
+      const res = await get(`/knowledge-bases/${enc(kbId)}/documents?limit=500`);
+      if (destroyed) return;
+      docs = res?.items ?? [];
+      render();
+    } catch (err) {
+      if (destroyed) return;
+      if (err.status === 403) { ctx.forbidden(); return; }
+      toast(errorText(err));
+    } finally {
+      loading = false;
+    }
+    if (reloadAfter) schedulePoll(0);
+    else if (docs.some((d) => d.status === 'pending' || d.status === 'running')) schedulePoll(POLL_MS);
+  }
+
+  function schedulePoll(ms) {
+    if (destroyed) return;
+    clearTimeout(pollTimer);
+    pollTimer = setTimeout(load, ms);
+  }
+
+  async function loadKb() {
+    try {
+      const kb = await get(`/knowledge-bases/${enc(kbId)}`);
+      if (destroyed) return;
+      heading.querySelector('h1').textContent = t('docs.titleOf', { name: kb.name });
+      subtitle.textContent = kb.description || '';
+    } catch (err) {
+      if (destroyed) return;
+      if (err.status === 403) { ctx.forbidden(); return; }
+      toast(errorText(err));
+    }
+  }
+
+  async function previewChunks(d) {
+    const list = h('ol', { class: 'chunk-list', 'data-testid': 'chunk-list' }, h('li', { class: 'muted' }, t('common.loading')));
+    modal(t('docs.chunksOf', { name: d.name }), list, 'chunk-dialog');
+    try {
+      const res = await get(`/documents/${enc(d.id)}/chunks?limit=500`);
+      const items = res?.items ?? [];
+      list.replaceChildren(...items.map((c) => h('li', { class: 'chunk-item', 'data-testid': 'chunk-item' },
+        h('div', { class: 'chunk-meta' },
+          h('strong', {}, `#${c.ordinal}`),
+          c.section ? h('span', { class: 'chunk-section' }, c.section) : null,
+          h('span', { class: 'muted' }, t('docs.tokens', { n: c.tokenCount ?? 0 }))),
+        h('pre', { class: 'chunk-content' }, c.content))));
+      if (items.length === 0) list.append(h('li', { class: 'muted' }, t('docs.noChunks')));
+      if (res?.nextCursor) list.append(h('li', { class: 'muted' }, t('docs.moreChunks')));
+    } catch (err) {
+      list.replaceChildren(h('li', { class: 'form-error', role: 'alert' }, errorText(err)));
+    }
+  }
+
+  async function reindex(d) {
+    try {
+      await post(`/documents/${enc(d.id)}/reindex`);
+      toast(t('docs.reindexStarted', { name: d.name }), 'info');
+    } catch (err) {
+      toast(errorText(err));
+    }
+    await load();
+  }
+
+  async function remove(d) {
+    if (!(await confirmDialog(t('docs.deleteConfirm', { name: d.name }), { okLabel: t('common.delete'), danger: true }))) return;
+    try {
+      await del(`/documents/${enc(d.id)}`);
+    } catch (err) {
+      toast(errorText(err));
+    }
+    await load();
+  }
+
+  loadKb();
+  load();
+
+  return {
+    destroy() {
+      destroyed = true;
+      clearTimeout(pollTimer);
+      for (const item of queue.splice(0)) item.el.remove();
+      window.removeEventListener('dragover', blockDrop);
+      window.removeEventListener('drop', blockDrop);
+    },
+  };
+}

@@ -1,0 +1,164 @@
+package web
+
+import (
+	"bytes"
+	"io/fs"
+	"regexp"
+	"strings"
+	"testing"
+	"testing/fstest"
+)
+
+var versionedRef = regexp.MustCompile(`/assets/([A-Za-z0-9_./-]+)\?v=([^"'\s]+)`)
+
+func TestIndexReferencesVersionedAssetsThatExist(t *testing.T) {
+	index := Index()
+	if bytes.Contains(index, []byte(versionPlaceholder)) {
+		t.Fatalf("Index() still contains %s", versionPlaceholder)
+	}
+	v := Version()
+	if len(v) != 16 {
+		t.Fatalf("Version() = %q, want 16 hex digits", v)
+	}
+	refs := versionedRef.FindAllSubmatch(index, -1)
+	if len(refs) == 0 {
+		t.Fatal("index.html references no versioned assets")
+	}
+	seen := map[string]bool{}
+	for _, m := range refs {
+		name, ver := string(m[1]), string(m[2])
+		if ver != v {
+			t.Errorf("/assets/%s has version %q, want %q", name, ver, v)
+		}
+		if _, err := fs.Stat(Assets(), name); err != nil {
+			t.Errorf("index.html references /assets/%s, which is not in Assets(): %v", name, err)
+		}
+		seen[name] = true
+	}
+	for _, want := range []string{"app.js", "style.css", "favicon.svg"} {
+		if !seen[want] {
+			t.Errorf("index.html does not reference /assets/%s?v=…", want)
+		}
+	}
+	// An asset loaded without ?v= would be cached for a year and go stale.
+	for _, m := range regexp.MustCompile(`(?:src|href)="(/assets/[^"]*)"`).FindAllSubmatch(index, -1) {
+		if !bytes.Contains(m[1], []byte("?v="+v)) {
+			t.Errorf("index.html loads %s without ?v=%s", m[1], v)
+		}
+	}
+}
+
+// TestModuleImportsAreInImportMap checks that every module imported by
+// another module is rewritten to a versioned URL by index.html's import map;
+// otherwise the browser would fetch and cache it without ?v=.
+func TestModuleImportsAreInImportMap(t *testing.T) {
+	index := string(Index())
+	importRe := regexp.MustCompile(`(?m)^\s*import\s[^'"]*['"]\./([A-Za-z0-9_-]+\.js)['"]`)
+	jsFiles, err := fs.Glob(Assets(), "*.js")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range jsFiles {
+		src, err := fs.ReadFile(Assets(), f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range importRe.FindAllStringSubmatch(string(src), -1) {
+			entry := `"/assets/` + m[1] + `": "/assets/` + m[1] + `?v=` + Version() + `"`
+			if !strings.Contains(index, entry) {
+				t.Errorf("%s imports ./%s, but the import map lacks %s", f, m[1], entry)
+			}
+		}
+	}
+}
+
+// TestTranslationKeys checks that every literal t('key') used by a module
+// exists in both the Chinese and the English dictionary.
+func TestTranslationKeys(t *testing.T) {
+	src, err := fs.ReadFile(Assets(), "i18n.js")
+	if err != nil {
+		t.Fatal(err)
+	}
+	zhPart, enPart, ok := strings.Cut(string(src), "const en = {")
+	if !ok {
+		t.Fatal("i18n.js has no English dictionary")
+	}
+	keyRe := regexp.MustCompile(`(?m)^\s*'([^']+)':`)
+	dict := func(s string) map[string]bool {
+		keys := map[string]bool{}
+		for _, m := range keyRe.FindAllStringSubmatch(s, -1) {
+			keys[m[1]] = true
+		}
+		return keys
+	}
+	zh, en := dict(zhPart), dict(enPart)
+	for k := range zh {
+		if !en[k] {
+			t.Errorf("key %q has no English text", k)
+		}
+	}
+	for k := range en {
+		if !zh[k] {
+			t.Errorf("key %q has no Chinese text", k)
+		}
+	}
+
+	useRe := regexp.MustCompile(`\bt\(\s*'([A-Za-z0-9_.]+)'`)
+	jsFiles, err := fs.Glob(Assets(), "*.js")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range jsFiles {
+		b, err := fs.ReadFile(Assets(), f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range useRe.FindAllStringSubmatch(string(b), -1) {
+			if !zh[m[1]] {
+				t.Errorf("%s uses t(%q), which i18n.js does not define", f, m[1])
+			}
+		}
+	}
+}
+
+func TestHashFS(t *testing.T) {
+	base := fstest.MapFS{
+		"a.js":      {Data: []byte("ab")},
+		"b/c.css":   {Data: []byte("c")},
+		"index.htm": {Data: []byte("x")},
+	}
+	tests := []struct {
+		name string
+		fsys fstest.MapFS
+		same bool
+	}{
+		{"identical content", fstest.MapFS{"a.js": {Data: []byte("ab")}, "b/c.css": {Data: []byte("c")}, "index.htm": {Data: []byte("x")}}, true},
+		{"one byte changed", fstest.MapFS{"a.js": {Data: []byte("aB")}, "b/c.css": {Data: []byte("c")}, "index.htm": {Data: []byte("x")}}, false},
+		{"file renamed", fstest.MapFS{"a2.js": {Data: []byte("ab")}, "b/c.css": {Data: []byte("c")}, "index.htm": {Data: []byte("x")}}, false},
+		{"bytes moved between files", fstest.MapFS{"a.js": {Data: []byte("a")}, "b/c.css": {Data: []byte("bc")}, "index.htm": {Data: []byte("x")}}, false},
+		{"file added", fstest.MapFS{"a.js": {Data: []byte("ab")}, "b/c.css": {Data: []byte("c")}, "index.htm": {Data: []byte("x")}, "d.js": {}}, false},
+	}
+	want, err := hashFS(base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := hashFS(tt.fsys)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if (got == want) != tt.same {
+				t.Errorf("hashFS = %s, base %s; want same=%v", got, want, tt.same)
+			}
+		})
+	}
+}
+
+func TestIndexReturnsACopy(t *testing.T) {
+	a := Index()
+	a[0] = 'X'
+	if b := Index(); b[0] == 'X' {
+		t.Fatal("Index() shares its backing array between callers")
+	}
+}
