@@ -87,15 +87,17 @@ CREATE INDEX chunks_kb ON chunks (kb_id);
 CREATE INDEX chunks_embedding_512 ON chunks USING hnsw ((embedding::halfvec(512)) halfvec_cosine_ops)
     WHERE embedding_dim = 512;
 
--- The keyword index: one posting per (term, chunk) with its term frequency.
+-- The keyword index: one posting per (term, chunk) with its term frequency
+-- and the chunk's length, so BM25 scores a term from an index-only scan.
 -- Document frequencies are counted at query time over live chunks, so
--- concurrent ingestion never contends on shared counters.
+-- concurrent ingestion never contends on shared per-term counters.
 CREATE TABLE chunk_terms (
     term     text NOT NULL,
-    chunk_id bigint NOT NULL REFERENCES chunks (id) ON DELETE CASCADE,
     kb_id    bigint NOT NULL,
+    chunk_id bigint NOT NULL REFERENCES chunks (id) ON DELETE CASCADE,
     tf       integer NOT NULL,
-    PRIMARY KEY (term, kb_id, chunk_id)
+    dl       integer NOT NULL,
+    PRIMARY KEY (term, kb_id, chunk_id) INCLUDE (tf, dl)
 );
 CREATE INDEX chunk_terms_chunk ON chunk_terms (chunk_id);
 

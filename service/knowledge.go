@@ -55,6 +55,10 @@ type Chunk struct {
 	Section         string    `json:"section"`
 	TokenCount      int       `json:"tokenCount"`
 	Embedding       []float32 `json:"-"`
+	// Terms are the chunk's keyword-index terms with their frequencies, and
+	// TermCount their total: what BM25 needs.
+	Terms     map[string]int `json:"-"`
+	TermCount int            `json:"-"`
 }
 
 // SearchMode selects the retrieval strategy.
@@ -90,4 +94,13 @@ const IngestTopic = "ragent-document-ingest"
 type IngestMessage struct {
 	DocumentID ID  `json:"documentId"`
 	Generation int `json:"generation"`
+}
+
+// OutboxMessage is a message stored with a business change in one
+// transaction and published to the MQ afterwards (the transactional outbox).
+type OutboxMessage struct {
+	ID      ID
+	Topic   string
+	Key     string
+	Payload []byte
 }

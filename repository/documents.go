@@ -1,0 +1,204 @@
+package repository
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"gorm.io/gorm"
+
+	"github.com/ragent-go/ragent/service"
+)
+
+type documentRow struct {
+	ID         int64
+	KbID       int64
+	Name       string
+	Mime       string
+	Size       int64
+	Sha256     string
+	Status     string
+	Error      string
+	ChunkCount int
+	Generation int
+	Attempts   int
+	StartedAt  *time.Time
+	CreatedBy  *int64
+	CreatedAt  time.Time
+	UpdatedAt  time.Time
+	DeletedAt  gorm.DeletedAt
+}
+
+func (documentRow) TableName() string { return "documents" }
+
+func (r documentRow) doc() *service.Document {
+	return &service.Document{
+		ID: service.ID(r.ID), KnowledgeBaseID: service.ID(r.KbID), Name: r.Name, Mime: r.Mime, Size: r.Size,
+		SHA256: r.Sha256, Status: service.DocumentStatus(r.Status), Error: r.Error, ChunkCount: r.ChunkCount,
+		Generation: r.Generation, Attempts: r.Attempts, CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt,
+	}
+}
+
+// CreateUpload stores the blob, the pending document and the outbox row that
+// asks for its ingestion in one transaction. The same content in the same
+// knowledge base is a service.ErrConflict carrying the existing document's
+// id in its details; the unique index decides, not a check-then-insert.
+func (s *Store) CreateUpload(ctx context.Context, d *service.Document, blob []byte, msg service.OutboxMessage) error {
+	err := s.WithinTx(ctx, func(tx *Store) error {
+		if err := tx.db.Exec(`INSERT INTO document_blobs (sha256, bytes, size) VALUES (?, ?, ?)
+			ON CONFLICT (sha256) DO NOTHING`, d.SHA256, blob, int64(len(blob))).Error; err != nil {
+			return translate(err)
+		}
+		row := documentRow{
+			ID: int64(d.ID), KbID: int64(d.KnowledgeBaseID), Name: d.Name, Mime: d.Mime, Size: d.Size,
+			Sha256: d.SHA256, Status: string(service.DocumentPending), Generation: 1,
+		}
+		if err := tx.db.Create(&row).Error; err != nil {
+			return translate(err)
+		}
+		d.Status, d.Generation, d.CreatedAt, d.UpdatedAt = service.DocumentPending, 1, row.CreatedAt, row.UpdatedAt
+		return tx.enqueue(msg)
+	})
+	if errors.Is(err, service.ErrConflict) {
+		var existing documentRow
+		if e := s.conn(ctx).Where("kb_id = ? AND sha256 = ?", int64(d.KnowledgeBaseID), d.SHA256).Take(&existing).Error; e == nil {
+			return service.WithDetails(service.ErrConflict, "this file is already in the knowledge base",
+				map[string]string{"documentId": service.ID(existing.ID).String()})
+		}
+	}
+	return err
+}
+
+// Document returns a live document.
+func (s *Store) Document(ctx context.Context, id service.ID) (*service.Document, error) {
+	var row documentRow
+	if err := s.conn(ctx).Take(&row, int64(id)).Error; err != nil {
+		return nil, translate(err)
+	}
+	return row.doc(), nil
+}
+
+// Documents lists a knowledge base's live documents, newest first, before
+// the cursor (a document id; 0 = from the newest).
+func (s *Store) Documents(ctx context.Context, kbID, before service.ID, limit int) ([]*service.Document, error) {
+	var rows []documentRow
+	q := s.conn(ctx).Where("kb_id = ?", int64(kbID)).Order("id DESC").Limit(limit)
+	if before > 0 {
+		q = q.Where("id < ?", int64(before))
+	}
+	if err := q.Find(&rows).Error; err != nil {
+		return nil, translate(err)
+	}
+	out := make([]*service.Document, len(rows))
+	for i, r := range rows {
+		out[i] = r.doc()
+	}
+	return out, nil
+}
+
+// DocumentBlob returns the original bytes of a document.
+func (s *Store) DocumentBlob(ctx context.Context, sha256 string) ([]byte, error) {
+	var b []byte
+	res := s.conn(ctx).Raw("SELECT bytes FROM document_blobs WHERE sha256 = ?", sha256).Scan(&b)
+	if res.Error != nil {
+		return nil, translate(res.Error)
+	}
+	if res.RowsAffected == 0 {
+		return nil, service.ErrNotFound
+	}
+	return b, nil
+}
+
+// DeleteDocument soft-deletes a document and removes its chunks at once, so
+// it vanishes from search in the same transaction.
+func (s *Store) DeleteDocument(ctx context.Context, id service.ID) error {
+	return s.WithinTx(ctx, func(tx *Store) error {
+		var row documentRow
+		if err := tx.db.Clauses(lockForUpdate).Take(&row, int64(id)).Error; err != nil {
+			return translate(err)
+		}
+		if err := tx.removeChunks(row.ID, row.KbID); err != nil {
+			return err
+		}
+		return translate(tx.db.Delete(&documentRow{}, row.ID).Error)
+	})
+}
+
+// Reindex starts a new generation of a document: it goes back to pending
+// and an ingest message for the new generation is queued. Its current chunks
+// stay searchable until the new generation replaces them.
+func (s *Store) Reindex(ctx context.Context, id service.ID, outbox func(doc *service.Document) service.OutboxMessage) (*service.Document, error) {
+	var doc *service.Document
+	err := s.WithinTx(ctx, func(tx *Store) error {
+		var row documentRow
+		if err := tx.db.Clauses(lockForUpdate).Take(&row, int64(id)).Error; err != nil {
+			return translate(err)
+		}
+		row.Generation++
+		row.Status, row.Error, row.Attempts, row.StartedAt = string(service.DocumentPending), "", 0, nil
+		if err := tx.db.Model(&row).Select("generation", "status", "error", "attempts", "started_at", "updated_at").
+			Updates(&row).Error; err != nil {
+			return translate(err)
+		}
+		doc = row.doc()
+		return tx.enqueue(outbox(doc))
+	})
+	return doc, err
+}
+
+// ClaimDocument marks a document generation running and counts the attempt.
+// It returns service.ErrNotFound when the document is gone or the message is
+// for a generation that is no longer current, so stale messages are dropped.
+func (s *Store) ClaimDocument(ctx context.Context, id service.ID, generation int) (*service.Document, error) {
+	var row documentRow
+	res := s.conn(ctx).Raw(`UPDATE documents SET status = 'running', attempts = attempts + 1,
+		started_at = now(), updated_at = now(), error = ''
+		WHERE id = ? AND generation = ? AND deleted_at IS NULL RETURNING *`, int64(id), generation).Scan(&row)
+	if res.Error != nil {
+		return nil, translate(res.Error)
+	}
+	if res.RowsAffected == 0 {
+		return nil, service.ErrNotFound
+	}
+	return row.doc(), nil
+}
+
+// FailDocument records a permanent failure of a generation.
+func (s *Store) FailDocument(ctx context.Context, id service.ID, generation int, reason string) error {
+	return translate(s.conn(ctx).Exec(`UPDATE documents SET status = 'failed', error = ?, updated_at = now()
+		WHERE id = ? AND generation = ? AND deleted_at IS NULL`, reason, int64(id), generation).Error)
+}
+
+// StuckDocuments returns documents running since before the cutoff: their
+// worker died or lost its message.
+func (s *Store) StuckDocuments(ctx context.Context, cutoff time.Time, limit int) ([]*service.Document, error) {
+	var rows []documentRow
+	if err := s.conn(ctx).Where("status = 'running' AND started_at < ?", cutoff).Order("started_at").
+		Limit(limit).Find(&rows).Error; err != nil {
+		return nil, translate(err)
+	}
+	out := make([]*service.Document, len(rows))
+	for i, r := range rows {
+		out[i] = r.doc()
+	}
+	return out, nil
+}
+
+// Requeue puts a stuck document back to pending with a fresh outbox row,
+// unless another worker moved it on since it was read.
+func (s *Store) Requeue(ctx context.Context, d *service.Document, msg service.OutboxMessage) (bool, error) {
+	requeued := false
+	err := s.WithinTx(ctx, func(tx *Store) error {
+		res := tx.db.Exec(`UPDATE documents SET status = 'pending', started_at = NULL, updated_at = now()
+			WHERE id = ? AND generation = ? AND status = 'running' AND deleted_at IS NULL`, int64(d.ID), d.Generation)
+		if res.Error != nil {
+			return translate(res.Error)
+		}
+		if res.RowsAffected == 0 {
+			return nil
+		}
+		requeued = true
+		return tx.enqueue(msg)
+	})
+	return requeued, err
+}

@@ -1,0 +1,133 @@
+package repository
+
+import (
+	"context"
+	"strconv"
+	"time"
+
+	"gorm.io/gorm"
+
+	"github.com/ragent-go/ragent/service"
+)
+
+type knowledgeBaseRow struct {
+	ID             int64
+	Name           string
+	Description    string
+	EmbeddingModel string
+	EmbeddingDim   int
+	ChunkSize      int
+	ChunkOverlap   int
+	VectorWeight   float64
+	ChunkTotal     int64
+	TermTotal      int64
+	CreatedAt      time.Time
+	UpdatedAt      time.Time
+	DeletedAt      gorm.DeletedAt
+	DocumentCount  int `gorm:"->;-:migration"`
+}
+
+func (knowledgeBaseRow) TableName() string { return "knowledge_bases" }
+
+func (r knowledgeBaseRow) kb() *service.KnowledgeBase {
+	return &service.KnowledgeBase{
+		ID: service.ID(r.ID), Name: r.Name, Description: r.Description,
+		EmbeddingModel: r.EmbeddingModel, EmbeddingDim: r.EmbeddingDim,
+		ChunkSize: r.ChunkSize, ChunkOverlap: r.ChunkOverlap, VectorWeight: r.VectorWeight,
+		DocumentCount: r.DocumentCount, CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt,
+	}
+}
+
+// kbColumns selects a knowledge base with its live document count.
+const kbColumns = `knowledge_bases.*, (SELECT count(*) FROM documents d
+	WHERE d.kb_id = knowledge_bases.id AND d.deleted_at IS NULL) AS document_count`
+
+// CreateKnowledgeBase inserts kb; a taken name is service.ErrConflict.
+func (s *Store) CreateKnowledgeBase(ctx context.Context, kb *service.KnowledgeBase) error {
+	row := knowledgeBaseRow{
+		ID: int64(kb.ID), Name: kb.Name, Description: kb.Description,
+		EmbeddingModel: kb.EmbeddingModel, EmbeddingDim: kb.EmbeddingDim,
+		ChunkSize: kb.ChunkSize, ChunkOverlap: kb.ChunkOverlap, VectorWeight: kb.VectorWeight,
+	}
+	if err := s.conn(ctx).Omit("DocumentCount").Create(&row).Error; err != nil {
+		return translate(err)
+	}
+	kb.CreatedAt, kb.UpdatedAt = row.CreatedAt, row.UpdatedAt
+	return s.EnsureVectorIndex(ctx, kb.EmbeddingDim)
+}
+
+// KnowledgeBase returns a live knowledge base.
+func (s *Store) KnowledgeBase(ctx context.Context, id service.ID) (*service.KnowledgeBase, error) {
+	var row knowledgeBaseRow
+	if err := s.conn(ctx).Select(kbColumns).Take(&row, int64(id)).Error; err != nil {
+		return nil, translate(err)
+	}
+	return row.kb(), nil
+}
+
+// KnowledgeBases returns live knowledge bases in id order after the cursor;
+// limit <= 0 returns all.
+func (s *Store) KnowledgeBases(ctx context.Context, after service.ID, limit int) ([]*service.KnowledgeBase, error) {
+	var rows []knowledgeBaseRow
+	q := s.conn(ctx).Select(kbColumns).Where("id > ?", int64(after)).Order("id")
+	if limit > 0 {
+		q = q.Limit(limit)
+	}
+	if err := q.Find(&rows).Error; err != nil {
+		return nil, translate(err)
+	}
+	out := make([]*service.KnowledgeBase, len(rows))
+	for i, r := range rows {
+		out[i] = r.kb()
+	}
+	return out, nil
+}
+
+// UpdateKnowledgeBase stores the editable fields of kb.
+func (s *Store) UpdateKnowledgeBase(ctx context.Context, kb *service.KnowledgeBase) error {
+	res := s.conn(ctx).Model(&knowledgeBaseRow{ID: int64(kb.ID)}).Updates(map[string]any{
+		"name": kb.Name, "description": kb.Description, "chunk_size": kb.ChunkSize,
+		"chunk_overlap": kb.ChunkOverlap, "vector_weight": kb.VectorWeight, "updated_at": time.Now().UTC(),
+	})
+	if res.Error != nil {
+		return translate(res.Error)
+	}
+	if res.RowsAffected == 0 {
+		return service.ErrNotFound
+	}
+	return nil
+}
+
+// DeleteKnowledgeBase soft-deletes a knowledge base with its documents and
+// removes their chunks, so nothing of it is searchable afterwards.
+func (s *Store) DeleteKnowledgeBase(ctx context.Context, id service.ID) error {
+	return s.WithinTx(ctx, func(tx *Store) error {
+		db := tx.db
+		res := db.Delete(&knowledgeBaseRow{}, int64(id))
+		if res.Error != nil {
+			return translate(res.Error)
+		}
+		if res.RowsAffected == 0 {
+			return service.ErrNotFound
+		}
+		if err := db.Exec("UPDATE documents SET deleted_at = now() WHERE kb_id = ? AND deleted_at IS NULL", int64(id)).Error; err != nil {
+			return translate(err)
+		}
+		if err := db.Exec("DELETE FROM chunks WHERE kb_id = ?", int64(id)).Error; err != nil {
+			return translate(err)
+		}
+		return translate(db.Exec("UPDATE knowledge_bases SET chunk_total = 0, term_total = 0 WHERE id = ?", int64(id)).Error)
+	})
+}
+
+// EnsureVectorIndex creates the HNSW cosine index for one embedding
+// dimension if it does not exist yet. The dimension is an integer validated
+// by the schema's CHECK, so formatting it into DDL is safe.
+func (s *Store) EnsureVectorIndex(ctx context.Context, dim int) error {
+	if dim < 1 || dim > 4000 {
+		return service.Errorf(service.ErrInvalid, "embedding dimension %d out of range", dim)
+	}
+	sql := "CREATE INDEX IF NOT EXISTS chunks_embedding_" + strconv.Itoa(dim) +
+		" ON chunks USING hnsw ((embedding::halfvec(" + strconv.Itoa(dim) + ")) halfvec_cosine_ops) WHERE embedding_dim = " + strconv.Itoa(dim)
+	return translate(s.conn(ctx).Exec(sql).Error)
+}

@@ -1,0 +1,243 @@
+package repository
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"sync"
+	"testing"
+
+	"github.com/ragent-go/ragent/internal/testenv"
+	"github.com/ragent-go/ragent/service"
+)
+
+// migrated returns a Store on a fresh, migrated database.
+func migrated(t *testing.T) *Store {
+	t.Helper()
+	s := openTest(t, testenv.FreshDatabase(t))
+	if err := s.Migrate(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+var nextID int64 = 1000
+
+func newID() service.ID {
+	nextID++
+	return service.ID(nextID)
+}
+
+func seedKB(t *testing.T, s *Store, dim int) *service.KnowledgeBase {
+	t.Helper()
+	kb := &service.KnowledgeBase{ID: newID(), Name: fmt.Sprint("kb", nextID), EmbeddingModel: "m", EmbeddingDim: dim,
+		ChunkSize: 512, ChunkOverlap: 64, VectorWeight: 1}
+	if err := s.CreateKnowledgeBase(context.Background(), kb); err != nil {
+		t.Fatal(err)
+	}
+	return kb
+}
+
+func seedDoc(t *testing.T, s *Store, kb *service.KnowledgeBase, content string) *service.Document {
+	t.Helper()
+	d := &service.Document{ID: newID(), KnowledgeBaseID: kb.ID, Name: "doc.txt", Mime: "text/plain",
+		Size: int64(len(content)), SHA256: fmt.Sprintf("%064x", nextID)}
+	msg := service.OutboxMessage{ID: newID(), Topic: service.IngestTopic, Key: d.ID.String() + ":1", Payload: []byte("{}")}
+	if err := s.CreateUpload(context.Background(), d, []byte(content), msg); err != nil {
+		t.Fatal(err)
+	}
+	return d
+}
+
+// unit returns a unit vector of dim with 1 at position i.
+func unit(dim, i int) []float32 {
+	v := make([]float32, dim)
+	v[i%dim] = 1
+	return v
+}
+
+func chunk(ordinal int, content string, vec []float32, terms ...string) service.Chunk {
+	tf := map[string]int{}
+	for _, term := range terms {
+		tf[term]++
+	}
+	return service.Chunk{ID: newID(), Ordinal: ordinal, Content: content, TokenCount: len(terms),
+		Embedding: vec, Terms: tf, TermCount: len(terms)}
+}
+
+func TestUploadDuplicateIsConflictWithDocumentID(t *testing.T) {
+	s := migrated(t)
+	kb := seedKB(t, s, 4)
+	d := seedDoc(t, s, kb, "hello")
+	dup := &service.Document{ID: newID(), KnowledgeBaseID: kb.ID, Name: "again.txt", Mime: "text/plain", Size: 5, SHA256: d.SHA256}
+	err := s.CreateUpload(context.Background(), dup, []byte("hello"), service.OutboxMessage{ID: newID(), Topic: "t", Key: "k", Payload: []byte("{}")})
+	var de *service.Error
+	if !errors.Is(err, service.ErrConflict) || !errors.As(err, &de) || de.Details["documentId"] != d.ID.String() {
+		t.Fatalf("duplicate upload: %v, want conflict with documentId %s", err, d.ID)
+	}
+	// The failed upload left no outbox row behind.
+	var n int
+	s.db.Raw("SELECT count(*) FROM outbox").Scan(&n)
+	if n != 1 {
+		t.Fatalf("%d outbox rows, want 1", n)
+	}
+}
+
+func TestReplaceChunksAndSearch(t *testing.T) {
+	s := migrated(t)
+	ctx := context.Background()
+	kb := seedKB(t, s, 4)
+	other := seedKB(t, s, 4)
+	d := seedDoc(t, s, kb, "x")
+	o := seedDoc(t, s, other, "y")
+
+	if err := s.ReplaceChunks(ctx, d.ID, 1, []service.Chunk{
+		chunk(0, "vpn setup guide", unit(4, 0), "vpn", "setup", "guid"),
+		chunk(1, "printer driver", unit(4, 1), "printer", "driver"),
+		chunk(2, "vpn vpn troubleshooting", unit(4, 2), "vpn", "vpn", "troubleshoot"),
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.ReplaceChunks(ctx, o.ID, 1, []service.Chunk{chunk(0, "vpn elsewhere", unit(4, 0), "vpn", "elsewher")}); err != nil {
+		t.Fatal(err)
+	}
+
+	got, err := s.KeywordSearch(ctx, KeywordQuery{KnowledgeBaseIDs: []service.ID{kb.ID}, Terms: []string{"vpn"}, Counts: []int{1}, K1: 0.9, B: 0.4, Limit: 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 2 || got[0].Content != "vpn vpn troubleshooting" || got[0].DocumentName != "doc.txt" {
+		t.Fatalf("keyword results %+v", got)
+	}
+	// BM25 by hand for the top hit: N=3, df=2, tf=2, dl=3, avgdl=8/3.
+	idf := math.Log(1 + (3-2+0.5)/(2+0.5))
+	want := idf * 2 * 1.9 / (2 + 0.9*(1-0.4+0.4*3/(8.0/3)))
+	if math.Abs(got[0].Score-want) > 1e-9 {
+		t.Fatalf("bm25 score %v, want %v", got[0].Score, want)
+	}
+
+	vec, err := s.VectorSearch(ctx, VectorQuery{KnowledgeBaseIDs: []service.ID{kb.ID}, Vector: unit(4, 1), Limit: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(vec) != 2 || vec[0].Content != "printer driver" || math.Abs(vec[0].Score-1) > 1e-3 {
+		t.Fatalf("vector results %+v", vec)
+	}
+
+	doc, _ := s.Document(ctx, d.ID)
+	if doc.Status != service.DocumentReady || doc.ChunkCount != 3 {
+		t.Fatalf("document after replace: %+v", doc)
+	}
+
+	// A stale generation is refused and changes nothing.
+	if err := s.ReplaceChunks(ctx, d.ID, 7, nil); !errors.Is(err, service.ErrNotFound) {
+		t.Fatalf("stale generation: %v", err)
+	}
+	// Deleting the document removes it from search and from the statistics.
+	if err := s.DeleteDocument(ctx, d.ID); err != nil {
+		t.Fatal(err)
+	}
+	got, _ = s.KeywordSearch(ctx, KeywordQuery{KnowledgeBaseIDs: []service.ID{kb.ID, other.ID}, Terms: []string{"vpn"}, Counts: []int{1}, K1: 0.9, B: 0.4, Limit: 10})
+	if len(got) != 1 || got[0].Content != "vpn elsewhere" {
+		t.Fatalf("after delete: %+v", got)
+	}
+	var stats struct{ ChunkTotal, TermTotal int64 }
+	s.db.Raw("SELECT chunk_total, term_total FROM knowledge_bases WHERE id = ?", int64(kb.ID)).Scan(&stats)
+	if stats.ChunkTotal != 0 || stats.TermTotal != 0 {
+		t.Fatalf("stats after delete %+v", stats)
+	}
+}
+
+// Searches running while a document is reindexed see the old chunks or the
+// new ones, never a mix and never nothing.
+func TestReindexIsAtomicForReaders(t *testing.T) {
+	s := migrated(t)
+	ctx := context.Background()
+	kb := seedKB(t, s, 4)
+	d := seedDoc(t, s, kb, "x")
+	gen := func(g, n int) []service.Chunk {
+		out := make([]service.Chunk, n)
+		for i := range out {
+			out[i] = chunk(i, fmt.Sprintf("gen%d part %d", g, i), unit(4, i), "shared", fmt.Sprintf("gen%d", g))
+		}
+		return out
+	}
+	if err := s.ReplaceChunks(ctx, d.ID, 1, gen(1, 5)); err != nil {
+		t.Fatal(err)
+	}
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	var bad []string
+	var mu sync.Mutex
+	for w := 0; w < 3; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				res, err := s.KeywordSearch(ctx, KeywordQuery{KnowledgeBaseIDs: []service.ID{kb.ID}, Terms: []string{"shared"}, Counts: []int{1}, K1: 0.9, B: 0.4, Limit: 50})
+				if err != nil {
+					mu.Lock()
+					bad = append(bad, err.Error())
+					mu.Unlock()
+					return
+				}
+				gens := map[string]bool{}
+				for _, r := range res {
+					gens[r.Content[:4]] = true
+				}
+				if len(res) == 0 || len(gens) != 1 {
+					mu.Lock()
+					bad = append(bad, fmt.Sprintf("%d results from generations %v", len(res), gens))
+					mu.Unlock()
+				}
+			}
+		}()
+	}
+	for g := 2; g <= 6; g++ {
+		doc, err := s.Reindex(ctx, d.ID, func(doc *service.Document) service.OutboxMessage {
+			return service.OutboxMessage{ID: newID(), Topic: service.IngestTopic, Key: fmt.Sprint(doc.ID, ":", doc.Generation), Payload: []byte("{}")}
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := s.ReplaceChunks(ctx, d.ID, doc.Generation, gen(doc.Generation, 3+g)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	close(stop)
+	wg.Wait()
+	if len(bad) > 0 {
+		t.Fatalf("readers saw %d inconsistent results, first: %s", len(bad), bad[0])
+	}
+}
+
+func TestRelayOutbox(t *testing.T) {
+	s := migrated(t)
+	ctx := context.Background()
+	kb := seedKB(t, s, 4)
+	seedDoc(t, s, kb, "a")
+	seedDoc(t, s, kb, "b")
+	seedDoc(t, s, kb, "c")
+
+	failing := func(context.Context, service.OutboxMessage) error { return errors.New("mq down") }
+	sent, failed, err := s.RelayOutbox(ctx, 10, failing)
+	if err != nil || sent != 0 || failed != 1 {
+		t.Fatalf("relay with MQ down: sent %d failed %d err %v", sent, failed, err)
+	}
+	var keys []string
+	ok := func(_ context.Context, m service.OutboxMessage) error { keys = append(keys, m.Key); return nil }
+	sent, _, err = s.RelayOutbox(ctx, 10, ok)
+	if err != nil || sent != 3 || len(keys) != 3 {
+		t.Fatalf("relay: sent %d keys %v err %v", sent, keys, err)
+	}
+	sent, _, _ = s.RelayOutbox(ctx, 10, ok)
+	if sent != 0 {
+		t.Fatalf("relayed %d rows twice", sent)
+	}
+}
