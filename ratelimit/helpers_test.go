@@ -1,0 +1,195 @@
+package ratelimit
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"net"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/ragent-go/ragent/internal/testenv"
+)
+
+// testLogger writes through t.Output, so logs show only for failing tests
+// (or with -v). Background goroutines (a best-effort leave after a Redis
+// error) may log after the test ends; those lines are dropped.
+func testLogger(t testing.TB) *slog.Logger {
+	w := &testWriter{out: t.Output()}
+	t.Cleanup(func() { w.mu.Lock(); w.done = true; w.mu.Unlock() })
+	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: slog.LevelWarn}))
+}
+
+type testWriter struct {
+	mu   sync.Mutex
+	done bool
+	out  io.Writer
+}
+
+func (w *testWriter) Write(b []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.done {
+		return len(b), nil
+	}
+	return w.out.Write(b)
+}
+
+// startLimiter builds a limiter, starts its subscription and waits until the
+// subscription is confirmed, so tests do not race the first notification.
+func startLimiter(t testing.TB, rdb redis.UniversalClient, prefix, name string, cfg Config, opts ...Option) *Limiter {
+	t.Helper()
+	l := New(rdb, prefix, name, cfg, append([]Option{WithLogger(testLogger(t))}, opts...)...)
+	l.Start(context.Background())
+	t.Cleanup(func() { l.Close() })
+	if l.n.enabled {
+		waitReady(t, l.n)
+	}
+	return l
+}
+
+func waitReady(t testing.TB, n *notifier) {
+	t.Helper()
+	select {
+	case <-n.ready:
+	case <-time.After(5 * time.Second):
+		t.Fatal("subscription not confirmed within 5s")
+	}
+}
+
+// cleanupKeys deletes every key under prefix when the test ends.
+func cleanupKeys(t testing.TB, rdb *redis.Client, prefix string) {
+	t.Helper()
+	t.Cleanup(func() {
+		ctx := context.Background()
+		iter := rdb.Scan(ctx, 0, prefix+"*", 1000).Iterator()
+		for iter.Next(ctx) {
+			rdb.Del(ctx, iter.Val())
+		}
+	})
+}
+
+// assertDrained checks that no permit, queue entry, marker or user count is
+// left behind under k.
+func assertDrained(t testing.TB, rdb *redis.Client, k keys) {
+	t.Helper()
+	ctx := context.Background()
+	for _, key := range []string{k.permits, k.queue} {
+		if n := rdb.ZCard(ctx, key).Val(); n != 0 {
+			t.Errorf("%s: %d members left: %v", key, n, rdb.ZRangeWithScores(ctx, key, 0, -1).Val())
+		}
+	}
+	for _, key := range []string{k.users, k.owners} {
+		if m := rdb.HGetAll(ctx, key).Val(); len(m) != 0 {
+			t.Errorf("%s: left %v", key, m)
+		}
+	}
+	if markers := rdb.Keys(ctx, k.entry+"*").Val(); len(markers) != 0 {
+		t.Errorf("entry markers left: %v", markers)
+	}
+}
+
+// eventually polls cond until it holds or timeout passes.
+func eventually(t testing.TB, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within %v", what, timeout)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// switchableClient is a client on the test Redis whose connections can be
+// cut (as if Redis went away) and restored, like a Redis restart seen from
+// one instance.
+type switchableClient struct {
+	*redis.Client
+	name  string
+	down  atomic.Bool
+	admin *redis.Client
+}
+
+func newSwitchableClient(t testing.TB) *switchableClient {
+	t.Helper()
+	opt, err := redis.ParseURL(testenv.RedisURL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &switchableClient{name: "ratelimit-test-" + testenv.RandomSuffix(), admin: testenv.Redis(t)}
+	opt.ClientName = c.name
+	opt.Dialer = func(ctx context.Context, network, addr string) (net.Conn, error) {
+		if c.down.Load() {
+			return nil, errors.New("simulated outage")
+		}
+		var d net.Dialer
+		return d.DialContext(ctx, network, addr)
+	}
+	c.Client = redis.NewClient(opt)
+	t.Cleanup(func() { c.Client.Close() })
+	return c
+}
+
+// cut refuses new connections and kills the open ones.
+func (c *switchableClient) cut(t testing.TB) {
+	t.Helper()
+	c.down.Store(true)
+	killClients(t, c.admin, c.name)
+}
+
+func (c *switchableClient) restore() { c.down.Store(false) }
+
+// killClients kills the server side of every connection named name (and only
+// those: other tests share this Redis).
+func killClients(t testing.TB, admin *redis.Client, name string) {
+	t.Helper()
+	ctx := context.Background()
+	list, err := admin.ClientList(ctx).Result()
+	if err != nil {
+		t.Fatalf("client list: %v", err)
+	}
+	sc := bufio.NewScanner(strings.NewReader(list))
+	for sc.Scan() {
+		var id, cname string
+		for _, f := range strings.Fields(sc.Text()) {
+			if v, ok := strings.CutPrefix(f, "id="); ok {
+				id = v
+			}
+			if v, ok := strings.CutPrefix(f, "name="); ok {
+				cname = v
+			}
+		}
+		if cname == name {
+			_ = admin.Do(ctx, "CLIENT", "KILL", "ID", id).Err()
+		}
+	}
+}
+
+// metricValue reads a counter's, gauge's value or a histogram's sample count.
+func metricValue(t testing.TB, c prometheus.Metric) float64 {
+	t.Helper()
+	var m dto.Metric
+	if err := c.Write(&m); err != nil {
+		t.Fatal(err)
+	}
+	switch {
+	case m.Counter != nil:
+		return m.Counter.GetValue()
+	case m.Gauge != nil:
+		return m.Gauge.GetValue()
+	case m.Histogram != nil:
+		return float64(m.Histogram.GetSampleCount())
+	}
+	t.Fatalf("unsupported metric %v", &m)
+	return 0
+}

@@ -1,0 +1,540 @@
+// Package ratelimit bounds how much work runs at once across every ragent
+// instance, with Redis as the shared state.
+//
+// A Limiter is the fair chat limiter of DESIGN §7: at most MaxConcurrent
+// permits exist at once; requests beyond that wait in one arrival-ordered
+// queue shared by all instances and are rejected after MaxWait. Permits are
+// leases (expiry from Redis TIME) renewed while held, so a crashed instance's
+// slots come back within one lease, and its queued requests stop blocking the
+// line once their entry markers expire. Every state change is one Lua script,
+// so an uncontended grant costs one round trip. Waiters wake on a Pub/Sub
+// notification when a permit is released and poll as a fallback.
+//
+// A Semaphore is the same lease mechanism without the queue (uploads).
+//
+// The package is a mechanism: it knows Redis and Prometheus, not HTTP or
+// ragent's domain. Callers translate its errors (ErrTimeout, ErrQueueFull,
+// ErrUnavailable) at their own edge.
+package ratelimit
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
+)
+
+// The errors Acquire returns besides the caller's own context error. They are
+// distinct so callers can answer each differently (wait longer, slow down,
+// report an outage).
+var (
+	// ErrTimeout means no permit became free within the maximum wait.
+	ErrTimeout = errors.New("ratelimit: no permit within the maximum wait")
+	// ErrQueueFull means the queue (or the user's share of it) is full;
+	// the request was rejected without waiting.
+	ErrQueueFull = errors.New("ratelimit: queue full")
+	// ErrUnavailable means Redis failed and the policy is PolicyReject.
+	ErrUnavailable = errors.New("ratelimit: redis unavailable")
+)
+
+// Policy says what a Limiter does when Redis fails.
+type Policy int
+
+const (
+	// PolicyReject fails the acquire with ErrUnavailable.
+	PolicyReject Policy = iota
+	// PolicyLocal falls back to an in-process semaphore of MaxConcurrent
+	// permits; the global bound holds again once Redis answers.
+	PolicyLocal
+)
+
+// ParsePolicy parses the RAGENT_CHAT_LIMITER_ON_REDIS_ERROR values "reject"
+// and "local".
+func ParsePolicy(s string) (Policy, error) {
+	switch s {
+	case "reject":
+		return PolicyReject, nil
+	case "local":
+		return PolicyLocal, nil
+	}
+	return PolicyReject, fmt.Errorf("ratelimit: unknown policy %q (want reject or local)", s)
+}
+
+func (p Policy) String() string {
+	if p == PolicyLocal {
+		return "local"
+	}
+	return "reject"
+}
+
+// Config sets a Limiter's bounds. Zero durations and a zero MaxConcurrent
+// take the DESIGN defaults (10, 15 s wait, 30 s lease, 200 ms poll); a zero
+// MaxQueue or MaxQueuedPerUser means no cap. Enabled false makes Acquire a
+// pass-through.
+type Config struct {
+	MaxConcurrent    int
+	MaxWait          time.Duration
+	Lease            time.Duration
+	PollInterval     time.Duration
+	MaxQueue         int
+	MaxQueuedPerUser int
+	OnRedisError     Policy
+	Enabled          bool
+}
+
+const (
+	defaultMaxConcurrent = 10
+	defaultMaxWait       = 15 * time.Second
+	defaultLease         = 30 * time.Second
+	defaultPollInterval  = 200 * time.Millisecond
+
+	// markerGrace is how long a queue entry outlives its waiter's deadline,
+	// so a live waiter is never mistaken for a zombie near its deadline.
+	markerGrace = 5 * time.Second
+	// redisRetryAfter is how long Acquire applies the Redis-error policy
+	// without asking Redis again after a failure.
+	redisRetryAfter = time.Second
+	// headWindow is how many queue members one claim inspects ahead of the
+	// caller. It bounds a script's work; a longer run of zombies is cleared
+	// over several claims.
+	headWindow = 128
+)
+
+func (c Config) withDefaults() Config {
+	if c.MaxConcurrent <= 0 {
+		c.MaxConcurrent = defaultMaxConcurrent
+	}
+	if c.MaxWait <= 0 {
+		c.MaxWait = defaultMaxWait
+	}
+	if c.Lease <= 0 {
+		c.Lease = defaultLease
+	}
+	return c
+}
+
+// Option configures a Limiter or a Semaphore.
+type Option func(*options)
+
+type options struct {
+	log    *slog.Logger
+	reg    prometheus.Registerer
+	now    func() time.Time
+	pubsub bool
+	poll   time.Duration
+}
+
+// WithLogger sets the logger (default slog.Default()).
+func WithLogger(log *slog.Logger) Option { return func(o *options) { o.log = log } }
+
+// WithRegisterer registers the metrics on reg. Limiters with the same name on
+// the same registerer share one set of series. Without it the metrics are
+// kept but not exported.
+func WithRegisterer(reg prometheus.Registerer) Option { return func(o *options) { o.reg = reg } }
+
+// WithClock sets the clock used to measure wait times and to pause Redis
+// after a failure (default time.Now). Leases never use it: they run on
+// Redis TIME.
+func WithClock(now func() time.Time) Option { return func(o *options) { o.now = now } }
+
+// WithoutPubSub turns off the notification subscription, so waiters only
+// poll. Releases still publish, for instances that do subscribe.
+func WithoutPubSub() Option { return func(o *options) { o.pubsub = false } }
+
+// WithPollInterval sets how often a waiter retries without a notification
+// (default 200 ms). A Limiter's Config.PollInterval, when set, wins.
+func WithPollInterval(d time.Duration) Option { return func(o *options) { o.poll = d } }
+
+func buildOptions(name string, opts []Option) (options, *metrics) {
+	o := options{log: slog.Default(), now: time.Now, pubsub: true, poll: defaultPollInterval}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	m, err := registerMetrics(o.reg, name)
+	if err != nil {
+		o.log.Error("ratelimit: metrics not registered", "limiter", name, "err", err)
+	}
+	return o, m
+}
+
+// keys are one limiter's Redis keys. They share the hash tag {limiter:name}
+// so every script's keys live in one Redis Cluster slot.
+type keys struct {
+	queue, seq, permits, entry, notify, users, owners string
+}
+
+func newKeys(prefix, name string) keys {
+	if prefix == "" {
+		prefix = "ragent:"
+	}
+	base := prefix + "{limiter:" + name + "}:"
+	return keys{
+		queue:   base + "queue",
+		seq:     base + "seq",
+		permits: base + "permits",
+		entry:   base + "entry:",
+		notify:  base + "notify",
+		users:   base + "users",
+		owners:  base + "owners",
+	}
+}
+
+// Limiter is the fair distributed limiter. Create it with New, run its
+// subscription with Start (or Run), and stop it with Close.
+type Limiter struct {
+	name  string
+	rdb   redis.UniversalClient
+	cfg   Config
+	keys  keys
+	opts  options
+	m     *metrics
+	n     *notifier
+	local chan struct{} // the PolicyLocal fallback semaphore
+	bg    background
+
+	// downUntil (unix ns) skips Redis for a moment after it failed, so
+	// during an outage each Acquire does not first wait for the client's
+	// dial retries.
+	downUntil atomic.Int64
+}
+
+// New returns a limiter named name (the chat limiter is "chat") whose keys
+// start with prefix (empty means "ragent:").
+func New(rdb redis.UniversalClient, prefix, name string, cfg Config, opts ...Option) *Limiter {
+	cfg = cfg.withDefaults()
+	o, m := buildOptions(name, opts)
+	if cfg.PollInterval <= 0 {
+		cfg.PollInterval = o.poll
+	}
+	k := newKeys(prefix, name)
+	return &Limiter{
+		name: name, rdb: rdb, cfg: cfg, keys: k, opts: o, m: m,
+		n:     newNotifier(rdb, k.notify, o.pubsub, o.log),
+		local: make(chan struct{}, cfg.MaxConcurrent),
+	}
+}
+
+// Start runs the notification subscription in the background until ctx ends
+// or Close is called. Without it waiters still make progress by polling.
+func (l *Limiter) Start(ctx context.Context) { l.bg.start(ctx, l.n.run) }
+
+// Run holds the notification subscription until ctx ends, for callers that
+// manage their own goroutines.
+func (l *Limiter) Run(ctx context.Context) error { return l.n.run(ctx) }
+
+// Close stops what Start started and waits for it. Held permits stay valid
+// until released.
+func (l *Limiter) Close() error { l.bg.stop(); return nil }
+
+// Acquire waits for a permit for request requestID of user userID. While
+// the request waits, onPosition (if not nil) is called from Acquire's
+// goroutine each time its 1-based place in the queue changes, with the
+// current queue length; it must not block.
+//
+// It returns ErrQueueFull at once when the queue or the user's share is full,
+// ErrTimeout after MaxWait, ctx's error when ctx ends first, and (with
+// PolicyReject) ErrUnavailable when Redis fails. In every failure case the
+// request has left the queue when Acquire returns.
+func (l *Limiter) Acquire(ctx context.Context, requestID, userID string, onPosition func(position, queued int)) (*Permit, error) {
+	if !l.cfg.Enabled {
+		return newPermit(nil), nil
+	}
+	start := l.opts.now()
+	waitCtx, cancel := context.WithTimeout(ctx, l.cfg.MaxWait)
+	defer cancel()
+
+	var p *Permit
+	var err error
+	if l.opts.now().UnixNano() < l.downUntil.Load() {
+		err = &redisError{errors.New("redis failed less than a second ago")}
+	} else if p, err = l.acquireRedis(ctx, waitCtx, requestID, userID, onPosition); err != nil {
+		var rerr *redisError
+		if errors.As(err, &rerr) {
+			l.downUntil.Store(l.opts.now().Add(redisRetryAfter).UnixNano())
+		}
+	}
+	var rerr *redisError
+	switch {
+	case err == nil:
+		l.m.waitSeconds.Observe(l.opts.now().Sub(start).Seconds())
+		return p, nil
+	case !errors.As(err, &rerr):
+		return nil, err
+	case l.cfg.OnRedisError == PolicyLocal:
+		l.m.fallbacks.Inc()
+		l.opts.log.Warn("ratelimit: Redis failed, using the local semaphore",
+			"limiter", l.name, "max", l.cfg.MaxConcurrent, "err", rerr.err)
+		p, err := l.acquireLocal(ctx, waitCtx)
+		if err == nil {
+			l.m.waitSeconds.Observe(l.opts.now().Sub(start).Seconds())
+		}
+		return p, err
+	default:
+		l.m.rejections.WithLabelValues(reasonUnavailable).Inc()
+		return nil, fmt.Errorf("%w: %w", ErrUnavailable, rerr.err)
+	}
+}
+
+// redisError marks a failed Redis call, as opposed to the caller's context
+// ending, so Acquire can apply the policy.
+type redisError struct{ err error }
+
+func (e *redisError) Error() string { return e.err.Error() }
+func (e *redisError) Unwrap() error { return e.err }
+
+// claimReply is a decoded enqueue.lua or claim.lua reply.
+type claimReply struct {
+	status   int64 // 1 granted, 0 waiting, -1 lost, -2 queue full, -3 user full
+	position int   // waiting: 1-based live place in the queue
+	queued   int
+	free     int   // waiting: permits free when the script ran
+	inUse    int   // granted: permits held
+	nowUS    int64 // Redis TIME of the call
+}
+
+const (
+	statusGranted   = 1
+	statusWaiting   = 0
+	statusLost      = -1
+	statusQueueFull = -2
+	statusUserFull  = -3
+)
+
+func parseClaim(v []any) (claimReply, error) {
+	n := make([]int64, len(v))
+	for i, x := range v {
+		k, ok := x.(int64)
+		if !ok {
+			return claimReply{}, fmt.Errorf("ratelimit: unexpected script reply %v", v)
+		}
+		n[i] = k
+	}
+	if len(n) == 0 {
+		return claimReply{}, fmt.Errorf("ratelimit: empty script reply")
+	}
+	r := claimReply{status: n[0]}
+	switch {
+	case r.status == statusGranted && len(n) >= 4:
+		r.inUse, r.queued, r.nowUS = int(n[1]), int(n[2]), n[3]
+	case r.status == statusWaiting && len(n) >= 5:
+		r.position, r.queued, r.nowUS, r.free = int(n[1]), int(n[2]), n[3], int(n[4])
+	case r.status == statusLost && len(n) >= 4:
+		r.queued, r.nowUS = int(n[2]), n[3]
+	case r.status == statusQueueFull || r.status == statusUserFull:
+	default:
+		return claimReply{}, fmt.Errorf("ratelimit: unexpected script reply %v", v)
+	}
+	return r, nil
+}
+
+func (l *Limiter) queueKeys() []string {
+	return []string{l.keys.queue, l.keys.permits, l.keys.users, l.keys.owners, l.keys.entry}
+}
+
+func (l *Limiter) enqueue(ctx context.Context, id, user string) (claimReply, error) {
+	ttl := markerGrace + l.cfg.MaxWait
+	if d, ok := ctx.Deadline(); ok {
+		ttl = markerGrace + time.Until(d)
+	}
+	v, err := enqueueScript.Run(ctx, l.rdb,
+		[]string{l.keys.seq, l.keys.queue, l.keys.permits, l.keys.users, l.keys.owners, l.keys.entry},
+		id, user, l.cfg.MaxConcurrent, l.cfg.Lease.Milliseconds(), ttl.Milliseconds(),
+		l.cfg.MaxQueue, l.cfg.MaxQueuedPerUser, headWindow).Slice()
+	if err != nil {
+		return claimReply{}, err
+	}
+	return parseClaim(v)
+}
+
+func (l *Limiter) claim(ctx context.Context, id string) (claimReply, error) {
+	v, err := claimScript.Run(ctx, l.rdb, l.queueKeys(),
+		id, l.cfg.MaxConcurrent, l.cfg.Lease.Milliseconds(), headWindow).Slice()
+	if err != nil {
+		return claimReply{}, err
+	}
+	return parseClaim(v)
+}
+
+// acquireRedis runs the enqueue-then-claim loop. Between claims it sleeps
+// until a notification or the poll tick. Each waiter keeps a gap: how many
+// permits must still be freed before its turn (its position minus the free
+// permits at its last claim). A release notification lowers the gap by one,
+// and a waiter only claims on a notification once the gap reaches zero, so
+// a release wakes one claim rather than one per waiter. The poll claims
+// regardless, which covers lost notifications, expired leases and zombies.
+func (l *Limiter) acquireRedis(ctx, waitCtx context.Context, id, user string, onPosition func(int, int)) (*Permit, error) {
+	w := l.n.add()
+	defer l.n.remove(w)
+	poll := time.NewTicker(l.cfg.PollInterval)
+	defer poll.Stop()
+
+	res, err := l.enqueue(waitCtx, id, user)
+	lastPosition, woken := 0, false
+	for {
+		if err != nil {
+			return nil, l.abandon(ctx, waitCtx, id, err)
+		}
+		switch res.status {
+		case statusGranted:
+			if at := w.last.Load(); woken && at > 0 && res.nowUS >= at {
+				l.m.handoff.Observe(float64(res.nowUS-at) / 1e6)
+			}
+			l.m.permitsInUse.Set(float64(res.inUse))
+			l.m.queueLength.Set(float64(res.queued))
+			return newRedisPermit(l.lease(id)), nil
+		case statusQueueFull:
+			l.m.rejections.WithLabelValues(reasonQueueFull).Inc()
+			return nil, ErrQueueFull
+		case statusUserFull:
+			l.m.rejections.WithLabelValues(reasonUserQueueFull).Inc()
+			return nil, fmt.Errorf("%w: too many queued requests for this user", ErrQueueFull)
+		case statusLost:
+			// The entry vanished (Redis lost its data, or our marker expired):
+			// queue again for the wait that is left.
+			res, err = l.enqueue(waitCtx, id, user)
+			continue
+		}
+
+		l.m.queueLength.Set(float64(res.queued))
+		if res.position != lastPosition {
+			lastPosition = res.position
+			if onPosition != nil {
+				onPosition(res.position, res.queued)
+			}
+		}
+		gap := int64(res.position - res.free)
+		woken = false
+	wait:
+		for {
+			select {
+			case <-waitCtx.Done():
+				return nil, l.abandon(ctx, waitCtx, id, nil)
+			case <-poll.C:
+				// Notifications seen so far are reflected in this claim.
+				w.count.Store(0)
+				break wait
+			case <-w.wake:
+				if gap -= w.count.Swap(0); gap <= 0 {
+					woken = true
+					break wait
+				}
+			}
+		}
+		res, err = l.claim(waitCtx, id)
+	}
+}
+
+// abandon takes request id out of the queue (and gives back a permit granted
+// by a reply that never arrived) and says why Acquire failed. It runs even
+// though ctx may be done: a waiter whose client left must not block the line.
+func (l *Limiter) abandon(ctx, waitCtx context.Context, id string, cause error) error {
+	leave := func() {
+		lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
+		defer cancel()
+		if err := leaveScript.Run(lctx, l.rdb, l.queueKeys(), id, l.keys.notify).Err(); err != nil {
+			l.m.redisErrors.Inc()
+			l.opts.log.Warn("ratelimit: leaving the queue failed; the entry expires by itself",
+				"request", id, "err", err)
+		}
+	}
+	switch {
+	case ctx.Err() != nil:
+		leave()
+		return ctx.Err()
+	case waitCtx.Err() != nil:
+		leave()
+		l.m.rejections.WithLabelValues(reasonTimeout).Inc()
+		return ErrTimeout
+	}
+	// Redis just failed: leaving would likely fail slowly too, and the
+	// fallback should not wait for it. The marker expiry is the backstop.
+	go leave()
+	l.m.redisErrors.Inc()
+	return &redisError{cause}
+}
+
+// acquireLocal takes a permit from the in-process fallback semaphore.
+func (l *Limiter) acquireLocal(ctx, waitCtx context.Context) (*Permit, error) {
+	select {
+	case l.local <- struct{}{}:
+		p := newPermit(func(context.Context) { <-l.local })
+		p.local = true
+		return p, nil
+	case <-waitCtx.Done():
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		l.m.rejections.WithLabelValues(reasonTimeout).Inc()
+		return nil, ErrTimeout
+	}
+}
+
+func (l *Limiter) lease(id string) lease {
+	return lease{rdb: l.rdb, permits: l.keys.permits, notify: l.keys.notify, id: id,
+		duration: l.cfg.Lease, log: l.opts.log, m: l.m}
+}
+
+// Stats is a snapshot of a limiter's shared state, for the admin endpoint.
+type Stats struct {
+	PermitsInUse int
+	QueueLength  int
+	// OldestWait is how long the head of the queue has waited (0 when empty).
+	OldestWait time.Duration
+}
+
+// Stats reads the limiter's current state from Redis.
+func (l *Limiter) Stats(ctx context.Context) (Stats, error) {
+	return readStats(ctx, l.rdb, l.keys)
+}
+
+func readStats(ctx context.Context, rdb redis.UniversalClient, k keys) (Stats, error) {
+	v, err := statsScript.Run(ctx, rdb, []string{k.permits, k.queue, k.entry}, headWindow).Int64Slice()
+	if err != nil {
+		return Stats{}, fmt.Errorf("ratelimit: stats: %w", err)
+	}
+	if len(v) != 3 {
+		return Stats{}, fmt.Errorf("ratelimit: unexpected stats reply %v", v)
+	}
+	s := Stats{PermitsInUse: int(v[0]), QueueLength: int(v[1])}
+	if v[2] > 0 {
+		s.OldestWait = time.Duration(v[2]) * time.Millisecond
+	}
+	return s, nil
+}
+
+// background runs one goroutine between Start and Close.
+type background struct {
+	mu     sync.Mutex
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+func (b *background) start(ctx context.Context, run func(context.Context) error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.cancel != nil {
+		return
+	}
+	ctx, b.cancel = context.WithCancel(ctx)
+	b.done = make(chan struct{})
+	go func(done chan struct{}) {
+		defer close(done)
+		_ = run(ctx)
+	}(b.done)
+}
+
+func (b *background) stop() {
+	b.mu.Lock()
+	cancel, done := b.cancel, b.done
+	b.mu.Unlock()
+	if cancel != nil {
+		cancel()
+		<-done
+	}
+}

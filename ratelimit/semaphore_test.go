@@ -1,0 +1,102 @@
+package ratelimit
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/ragent-go/ragent/internal/testenv"
+)
+
+func startSemaphore(t testing.TB, max int, lease, maxWait time.Duration, prefix string) *Semaphore {
+	t.Helper()
+	s := NewSemaphore(testenv.Redis(t), prefix, "upload", max, lease, maxWait,
+		WithLogger(testLogger(t)), WithPollInterval(50*time.Millisecond))
+	s.Start(t.Context())
+	t.Cleanup(func() { s.Close() })
+	waitReady(t, s.n)
+	return s
+}
+
+func TestSemaphoreCapAcrossInstances(t *testing.T) {
+	t.Parallel()
+	const max = 3
+	prefix := testenv.Prefix(t)
+	rdb := testenv.Redis(t)
+	cleanupKeys(t, rdb, prefix)
+	var sems []*Semaphore
+	for range 3 {
+		sems = append(sems, startSemaphore(t, max, 5*time.Second, 10*time.Second, prefix))
+	}
+	var holders, peak atomic.Int64
+	var wg sync.WaitGroup
+	for i := range 60 {
+		wg.Go(func() {
+			p, err := sems[i%3].Acquire(t.Context(), fmt.Sprint("h", i))
+			if err != nil {
+				t.Errorf("acquire %d: %v", i, err)
+				return
+			}
+			h := holders.Add(1)
+			for m := peak.Load(); h > m && !peak.CompareAndSwap(m, h); m = peak.Load() {
+			}
+			time.Sleep(2 * time.Millisecond)
+			holders.Add(-1)
+			p.Release()
+		})
+	}
+	wg.Wait()
+	if p := peak.Load(); p > max {
+		t.Errorf("peak holders %d > %d", p, max)
+	}
+	st, err := sems[0].Stats(t.Context())
+	if err != nil || st != (Stats{}) {
+		t.Errorf("stats after all released = %+v, %v", st, err)
+	}
+}
+
+func TestSemaphoreTimeoutAndUnavailable(t *testing.T) {
+	t.Parallel()
+	const maxWait = 500 * time.Millisecond
+	prefix := testenv.Prefix(t)
+	cleanupKeys(t, testenv.Redis(t), prefix)
+	s := startSemaphore(t, 1, 5*time.Second, maxWait, prefix)
+	p, err := s.Acquire(t.Context(), "a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	if _, err := s.Acquire(t.Context(), "b"); !errors.Is(err, ErrTimeout) {
+		t.Errorf("err = %v, want ErrTimeout", err)
+	}
+	if d := time.Since(start); d < maxWait || d > maxWait*11/10 {
+		t.Errorf("timed out after %v, want within [%v, %v]", d, maxWait, maxWait*11/10)
+	}
+	// A release wakes a waiter well before the next poll.
+	got := make(chan time.Duration, 1)
+	go func() {
+		q, err := s.Acquire(t.Context(), "c")
+		if err != nil {
+			t.Error(err)
+			got <- 0
+			return
+		}
+		got <- 0
+		q.Release()
+	}()
+	time.Sleep(100 * time.Millisecond)
+	p.Release()
+	select {
+	case <-got:
+	case <-time.After(time.Second):
+		t.Fatal("waiter not granted after release")
+	}
+
+	dead := NewSemaphore(deadRedis(t), prefix, "upload", 1, time.Second, maxWait, WithLogger(testLogger(t)))
+	if _, err := dead.Acquire(t.Context(), "x"); !errors.Is(err, ErrUnavailable) {
+		t.Errorf("dead Redis: %v, want ErrUnavailable", err)
+	}
+}
