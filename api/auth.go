@@ -16,7 +16,7 @@ type loginRequest struct {
 
 func (s *Server) login(c *gin.Context) {
 	var req loginRequest
-	if !bindJSON(c, &req) {
+	if !s.bindJSON(c, &req) {
 		return
 	}
 	sess, err := s.deps.Auth.Login(c.Request.Context(), req.Username, req.Password, c.ClientIP())

@@ -121,19 +121,6 @@ func (m *httpMetrics) handler() gin.HandlerFunc {
 	}
 }
 
-// limitBody caps request bodies; reading past the cap fails and the JSON
-// binder reports 413.
-func limitBody(max int64) gin.HandlerFunc {
-	return func(c *gin.Context) {
-		if c.Request.ContentLength > max {
-			failCode(c, http.StatusRequestEntityTooLarge, "too_large", fmt.Sprintf("request body exceeds %d bytes", max))
-			return
-		}
-		c.Request.Body = http.MaxBytesReader(c.Writer, c.Request.Body, max)
-		c.Next()
-	}
-}
-
 // authenticate requires a valid token from the Authorization header or the
 // session cookie and stores the principal.
 func (s *Server) authenticate(c *gin.Context) {
@@ -178,12 +165,18 @@ func principal(c *gin.Context) service.Principal {
 }
 
 // bindJSON decodes the body into dst, mapping every failure to a clear 4xx.
-func bindJSON(c *gin.Context, dst any) bool {
+// Bodies are capped at Deps.MaxBodyBytes.
+func (s *Server) bindJSON(c *gin.Context, dst any) bool {
 	if ct := c.ContentType(); ct != "" && ct != "application/json" {
 		fail(c, service.Errorf(service.ErrUnsupported, "content type must be application/json"))
 		return false
 	}
-	if err := decodeJSON(c.Request.Body, dst); err != nil {
+	if c.Request.ContentLength > s.deps.MaxBodyBytes {
+		failCode(c, http.StatusRequestEntityTooLarge, "too_large", fmt.Sprintf("request body exceeds %d bytes", s.deps.MaxBodyBytes))
+		return false
+	}
+	body := http.MaxBytesReader(c.Writer, c.Request.Body, s.deps.MaxBodyBytes)
+	if err := decodeJSON(body, dst); err != nil {
 		var tooBig *http.MaxBytesError
 		if errors.As(err, &tooBig) {
 			failCode(c, http.StatusRequestEntityTooLarge, "too_large", fmt.Sprintf("request body exceeds %d bytes", tooBig.Limit))

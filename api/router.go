@@ -17,7 +17,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/ragent-go/ragent/service/admin"
 	"github.com/ragent-go/ragent/service/auth"
+	"github.com/ragent-go/ragent/service/ingest"
+	"github.com/ragent-go/ragent/service/retrieve"
 )
 
 // Pinger reports whether a dependency is reachable.
@@ -33,14 +36,18 @@ func (f PingFunc) Ping(ctx context.Context) error { return f(ctx) }
 
 // Deps is everything the HTTP layer needs, built by cmd/ragent.
 type Deps struct {
-	Log      *slog.Logger
-	Auth     *auth.Service
-	Pingers  map[string]Pinger // checked by /readyz
-	Registry *prometheus.Registry
+	Log            *slog.Logger
+	Auth           *auth.Service
+	KnowledgeBases *admin.KnowledgeBases
+	Ingest         *ingest.Service
+	Search         *retrieve.Searcher
+	Pingers        map[string]Pinger // checked by /readyz
+	Registry       *prometheus.Registry
 
-	MaxBodyBytes int64         // JSON body cap; default 1 MiB
-	SecureCookie bool          // set Secure on the session cookie (behind TLS)
-	ReadyTimeout time.Duration // per dependency; default 2s
+	MaxBodyBytes   int64         // JSON body cap; default 1 MiB
+	UploadMaxBytes int64         // upload cap; default 50 MiB
+	SecureCookie   bool          // set Secure on the session cookie (behind TLS)
+	ReadyTimeout   time.Duration // per dependency; default 2s
 }
 
 // Server holds the handlers' dependencies.
@@ -74,6 +81,9 @@ func NewRouter(deps Deps) *Router {
 	if deps.MaxBodyBytes <= 0 {
 		deps.MaxBodyBytes = 1 << 20
 	}
+	if deps.UploadMaxBytes <= 0 {
+		deps.UploadMaxBytes = 50 << 20
+	}
 	if deps.ReadyTimeout <= 0 {
 		deps.ReadyTimeout = 2 * time.Second
 	}
@@ -96,18 +106,32 @@ func NewRouter(deps Deps) *Router {
 	r.GET("/readyz", s.readyz)
 	r.GET("/metrics", gin.WrapH(promhttp.HandlerFor(deps.Registry, promhttp.HandlerOpts{Registry: deps.Registry})))
 
-	v1 := r.Group("/api/v1", limitBody(deps.MaxBodyBytes))
+	v1 := r.Group("/api/v1")
 	v1.POST("/auth/login", s.login)
 
 	user := v1.Group("", s.authenticate)
 	user.POST("/auth/logout", s.logout)
 	user.GET("/me", s.me)
 
-	admin := user.Group("", requireAdmin)
-	admin.GET("/users", s.listUsers)
-	admin.POST("/users", s.createUser)
-	admin.PATCH("/users/:id", s.updateUser)
-	admin.DELETE("/users/:id", s.deleteUser)
+	user.GET("/knowledge-bases", s.listKnowledgeBases)
+	user.GET("/knowledge-bases/:id", s.getKnowledgeBase)
+	user.GET("/knowledge-bases/:id/documents", s.listDocuments)
+	user.GET("/documents/:id", s.getDocument)
+	user.GET("/documents/:id/chunks", s.documentChunks)
+	user.POST("/search", s.search)
+
+	adm := user.Group("", requireAdmin)
+	adm.GET("/users", s.listUsers)
+	adm.POST("/users", s.createUser)
+	adm.PATCH("/users/:id", s.updateUser)
+	adm.DELETE("/users/:id", s.deleteUser)
+
+	adm.POST("/knowledge-bases", s.createKnowledgeBase)
+	adm.PATCH("/knowledge-bases/:id", s.updateKnowledgeBase)
+	adm.DELETE("/knowledge-bases/:id", s.deleteKnowledgeBase)
+	adm.POST("/knowledge-bases/:id/documents", s.uploadDocument)
+	adm.DELETE("/documents/:id", s.deleteDocument)
+	adm.POST("/documents/:id/reindex", s.reindexDocument)
 
 	return &Router{r}
 }

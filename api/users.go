@@ -25,7 +25,7 @@ func (s *Server) listUsers(c *gin.Context) {
 
 func (s *Server) createUser(c *gin.Context) {
 	var in auth.UserInput
-	if !bindJSON(c, &in) {
+	if !s.bindJSON(c, &in) {
 		return
 	}
 	u, err := s.deps.Auth.CreateUser(c.Request.Context(), principal(c), in)
@@ -42,7 +42,7 @@ func (s *Server) updateUser(c *gin.Context) {
 		return
 	}
 	var in auth.UserInput
-	if !bindJSON(c, &in) {
+	if !s.bindJSON(c, &in) {
 		return
 	}
 	u, err := s.deps.Auth.UpdateUser(c.Request.Context(), principal(c), id, in)

@@ -39,8 +39,9 @@ func (r documentRow) doc() *service.Document {
 	}
 }
 
-// CreateUpload stores the blob, the pending document and the outbox row that
-// asks for its ingestion in one transaction. The same content in the same
+// CreateUpload stores the blob, the document (pending unless d.Status says
+// otherwise) and the outbox row that asks for its ingestion (none when
+// msg.Topic is empty) in one transaction. The same content in the same
 // knowledge base is a service.ErrConflict carrying the existing document's
 // id in its details; the unique index decides, not a check-then-insert.
 func (s *Store) CreateUpload(ctx context.Context, d *service.Document, blob []byte, msg service.OutboxMessage) error {
@@ -49,14 +50,20 @@ func (s *Store) CreateUpload(ctx context.Context, d *service.Document, blob []by
 			ON CONFLICT (sha256) DO NOTHING`, d.SHA256, blob, int64(len(blob))).Error; err != nil {
 			return translate(err)
 		}
+		if d.Status == "" {
+			d.Status = service.DocumentPending
+		}
 		row := documentRow{
 			ID: int64(d.ID), KbID: int64(d.KnowledgeBaseID), Name: d.Name, Mime: d.Mime, Size: d.Size,
-			Sha256: d.SHA256, Status: string(service.DocumentPending), Generation: 1,
+			Sha256: d.SHA256, Status: string(d.Status), Error: d.Error, Generation: 1,
 		}
 		if err := tx.db.Create(&row).Error; err != nil {
 			return translate(err)
 		}
-		d.Status, d.Generation, d.CreatedAt, d.UpdatedAt = service.DocumentPending, 1, row.CreatedAt, row.UpdatedAt
+		d.Generation, d.CreatedAt, d.UpdatedAt = 1, row.CreatedAt, row.UpdatedAt
+		if msg.Topic == "" {
+			return nil
+		}
 		return tx.enqueue(msg)
 	})
 	if errors.Is(err, service.ErrConflict) {
@@ -147,13 +154,15 @@ func (s *Store) Reindex(ctx context.Context, id service.ID, outbox func(doc *ser
 }
 
 // ClaimDocument marks a document generation running and counts the attempt.
-// It returns service.ErrNotFound when the document is gone or the message is
-// for a generation that is no longer current, so stale messages are dropped.
+// It returns service.ErrNotFound when the document is gone, already finished
+// (ready or failed) or the message is for a generation that is no longer
+// current, so stale and repeated messages are dropped.
 func (s *Store) ClaimDocument(ctx context.Context, id service.ID, generation int) (*service.Document, error) {
 	var row documentRow
 	res := s.conn(ctx).Raw(`UPDATE documents SET status = 'running', attempts = attempts + 1,
 		started_at = now(), updated_at = now(), error = ''
-		WHERE id = ? AND generation = ? AND deleted_at IS NULL RETURNING *`, int64(id), generation).Scan(&row)
+		WHERE id = ? AND generation = ? AND status IN ('pending', 'running') AND deleted_at IS NULL
+		RETURNING *`, int64(id), generation).Scan(&row)
 	if res.Error != nil {
 		return nil, translate(res.Error)
 	}

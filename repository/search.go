@@ -54,17 +54,8 @@ SELECT s.chunk_id, c.document_id, d.name AS document_name, c.kb_id, c.content, c
 FROM scored s JOIN chunks c ON c.id = s.chunk_id JOIN documents d ON d.id = c.document_id
 ORDER BY s.score DESC, s.chunk_id`
 
-// KeywordQuery is a BM25 query: distinct terms with their counts in the query.
-type KeywordQuery struct {
-	KnowledgeBaseIDs []service.ID
-	Terms            []string
-	Counts           []int
-	K1, B            float64
-	Limit            int
-}
-
 // KeywordSearch ranks chunks by BM25.
-func (s *Store) KeywordSearch(ctx context.Context, q KeywordQuery) ([]service.SearchResult, error) {
+func (s *Store) KeywordSearch(ctx context.Context, q service.KeywordQuery) ([]service.SearchResult, error) {
 	if len(q.Terms) == 0 || len(q.KnowledgeBaseIDs) == 0 {
 		return nil, nil
 	}
@@ -81,19 +72,11 @@ func (s *Store) KeywordSearch(ctx context.Context, q KeywordQuery) ([]service.Se
 	return out, nil
 }
 
-// VectorQuery is a nearest-neighbour query in one embedding space.
-type VectorQuery struct {
-	KnowledgeBaseIDs []service.ID
-	Vector           []float32
-	Limit            int
-	EfSearch         int // HNSW candidate list; default 100
-}
-
 // VectorSearch ranks chunks by cosine similarity through the HNSW index of
 // the vector's dimension. Iterative scans keep the index searching until
 // enough rows pass the knowledge-base filter, so a filter on a small
 // knowledge base still returns Limit rows.
-func (s *Store) VectorSearch(ctx context.Context, q VectorQuery) ([]service.SearchResult, error) {
+func (s *Store) VectorSearch(ctx context.Context, q service.VectorQuery) ([]service.SearchResult, error) {
 	if len(q.Vector) == 0 || len(q.KnowledgeBaseIDs) == 0 {
 		return nil, nil
 	}

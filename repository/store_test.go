@@ -103,7 +103,7 @@ func TestReplaceChunksAndSearch(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	got, err := s.KeywordSearch(ctx, KeywordQuery{KnowledgeBaseIDs: []service.ID{kb.ID}, Terms: []string{"vpn"}, Counts: []int{1}, K1: 0.9, B: 0.4, Limit: 10})
+	got, err := s.KeywordSearch(ctx, service.KeywordQuery{KnowledgeBaseIDs: []service.ID{kb.ID}, Terms: []string{"vpn"}, Counts: []int{1}, K1: 0.9, B: 0.4, Limit: 10})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -117,7 +117,7 @@ func TestReplaceChunksAndSearch(t *testing.T) {
 		t.Fatalf("bm25 score %v, want %v", got[0].Score, want)
 	}
 
-	vec, err := s.VectorSearch(ctx, VectorQuery{KnowledgeBaseIDs: []service.ID{kb.ID}, Vector: unit(4, 1), Limit: 2})
+	vec, err := s.VectorSearch(ctx, service.VectorQuery{KnowledgeBaseIDs: []service.ID{kb.ID}, Vector: unit(4, 1), Limit: 2})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -138,7 +138,7 @@ func TestReplaceChunksAndSearch(t *testing.T) {
 	if err := s.DeleteDocument(ctx, d.ID); err != nil {
 		t.Fatal(err)
 	}
-	got, _ = s.KeywordSearch(ctx, KeywordQuery{KnowledgeBaseIDs: []service.ID{kb.ID, other.ID}, Terms: []string{"vpn"}, Counts: []int{1}, K1: 0.9, B: 0.4, Limit: 10})
+	got, _ = s.KeywordSearch(ctx, service.KeywordQuery{KnowledgeBaseIDs: []service.ID{kb.ID, other.ID}, Terms: []string{"vpn"}, Counts: []int{1}, K1: 0.9, B: 0.4, Limit: 10})
 	if len(got) != 1 || got[0].Content != "vpn elsewhere" {
 		t.Fatalf("after delete: %+v", got)
 	}
@@ -180,7 +180,7 @@ func TestReindexIsAtomicForReaders(t *testing.T) {
 					return
 				default:
 				}
-				res, err := s.KeywordSearch(ctx, KeywordQuery{KnowledgeBaseIDs: []service.ID{kb.ID}, Terms: []string{"shared"}, Counts: []int{1}, K1: 0.9, B: 0.4, Limit: 50})
+				res, err := s.KeywordSearch(ctx, service.KeywordQuery{KnowledgeBaseIDs: []service.ID{kb.ID}, Terms: []string{"shared"}, Counts: []int{1}, K1: 0.9, B: 0.4, Limit: 50})
 				if err != nil {
 					mu.Lock()
 					bad = append(bad, err.Error())

@@ -104,3 +104,20 @@ type OutboxMessage struct {
 	Key     string
 	Payload []byte
 }
+
+// KeywordQuery is a BM25 query: distinct terms with their counts in the query.
+type KeywordQuery struct {
+	KnowledgeBaseIDs []ID
+	Terms            []string
+	Counts           []int
+	K1, B            float64
+	Limit            int
+}
+
+// VectorQuery is a nearest-neighbour query in one embedding space.
+type VectorQuery struct {
+	KnowledgeBaseIDs []ID
+	Vector           []float32
+	Limit            int
+	EfSearch         int // HNSW candidate list; default 100
+}

@@ -1,0 +1,167 @@
+package api
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"mime"
+	"net/http"
+	"strconv"
+
+	"github.com/gin-gonic/gin"
+
+	"github.com/ragent-go/ragent/service"
+)
+
+// uploadDocument streams the multipart `file` part into the ingest use case
+// without a temporary file. The request body is capped at the upload limit
+// plus room for the multipart envelope.
+func (s *Server) uploadDocument(c *gin.Context) {
+	kbID, ok := pathID(c, "id")
+	if !ok {
+		return
+	}
+	mt, params, err := mime.ParseMediaType(c.GetHeader("Content-Type"))
+	if err != nil || mt != "multipart/form-data" || params["boundary"] == "" {
+		fail(c, service.Errorf(service.ErrUnsupported, "upload must be multipart/form-data with a `file` part"))
+		return
+	}
+	limit := s.deps.UploadMaxBytes + 64<<10
+	if c.Request.ContentLength > limit {
+		fail(c, service.Errorf(service.ErrTooLarge, "file exceeds the %d MiB upload limit", s.deps.UploadMaxBytes>>20))
+		return
+	}
+	c.Request.Body = http.MaxBytesReader(c.Writer, c.Request.Body, limit)
+	mr, err := c.Request.MultipartReader()
+	if err != nil {
+		fail(c, service.Errorf(service.ErrInvalid, "malformed multipart body: %v", err))
+		return
+	}
+	for {
+		part, err := mr.NextPart()
+		if errors.Is(err, io.EOF) {
+			fail(c, service.Errorf(service.ErrInvalid, "no `file` part in the upload"))
+			return
+		}
+		if err != nil {
+			s.uploadReadError(c, err)
+			return
+		}
+		if part.FormName() != "file" {
+			part.Close()
+			continue
+		}
+		doc, err := s.deps.Ingest.Upload(c.Request.Context(), kbID, part.FileName(), part)
+		part.Close()
+		if err != nil {
+			s.uploadReadError(c, err)
+			return
+		}
+		c.JSON(http.StatusAccepted, doc)
+		return
+	}
+}
+
+func (s *Server) uploadReadError(c *gin.Context, err error) {
+	var tooBig *http.MaxBytesError
+	if errors.As(err, &tooBig) {
+		fail(c, service.Errorf(service.ErrTooLarge, "file exceeds the %d MiB upload limit", s.deps.UploadMaxBytes>>20))
+		return
+	}
+	var se *service.Error
+	if errors.As(err, &se) || errors.Is(err, service.ErrNotFound) || errors.Is(err, service.ErrConflict) {
+		fail(c, err)
+		return
+	}
+	if errors.Is(err, service.ErrUnavailable) {
+		fail(c, err)
+		return
+	}
+	fail(c, fmt.Errorf("%w: reading the upload failed: %v", service.ErrInvalid, err))
+}
+
+func (s *Server) listDocuments(c *gin.Context) {
+	kbID, ok := pathID(c, "id")
+	if !ok {
+		return
+	}
+	before, limit, ok := pageParams(c)
+	if !ok {
+		return
+	}
+	docs, err := s.deps.Ingest.Documents(c.Request.Context(), kbID, before, limit)
+	if err != nil {
+		fail(c, err)
+		return
+	}
+	c.JSON(http.StatusOK, newList(docs, limit, func(d *service.Document) string { return d.ID.String() }))
+}
+
+func (s *Server) getDocument(c *gin.Context) {
+	id, ok := pathID(c, "id")
+	if !ok {
+		return
+	}
+	doc, err := s.deps.Ingest.Document(c.Request.Context(), id)
+	if err != nil {
+		fail(c, err)
+		return
+	}
+	c.JSON(http.StatusOK, doc)
+}
+
+func (s *Server) deleteDocument(c *gin.Context) {
+	id, ok := pathID(c, "id")
+	if !ok {
+		return
+	}
+	if err := s.deps.Ingest.Delete(c.Request.Context(), id); err != nil {
+		fail(c, err)
+		return
+	}
+	c.Status(http.StatusNoContent)
+}
+
+func (s *Server) reindexDocument(c *gin.Context) {
+	id, ok := pathID(c, "id")
+	if !ok {
+		return
+	}
+	doc, err := s.deps.Ingest.Reindex(c.Request.Context(), id)
+	if err != nil {
+		fail(c, err)
+		return
+	}
+	c.JSON(http.StatusAccepted, doc)
+}
+
+// documentChunks pages by ordinal: ?cursor= is the last ordinal seen.
+func (s *Server) documentChunks(c *gin.Context) {
+	id, ok := pathID(c, "id")
+	if !ok {
+		return
+	}
+	after, limit := -1, 100
+	if v := c.Query("cursor"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 0 {
+			fail(c, service.Errorf(service.ErrInvalid, "invalid cursor"))
+			return
+		}
+		after = n
+	}
+	if v := c.Query("limit"); v != "" {
+		n, err := parsePositiveInt(v)
+		if err != nil || n > 500 {
+			fail(c, service.Errorf(service.ErrInvalid, "limit must be between 1 and 500"))
+			return
+		}
+		limit = n
+	}
+	chunks, err := s.deps.Ingest.Chunks(c.Request.Context(), id, after, limit)
+	if err != nil {
+		fail(c, err)
+		return
+	}
+	c.JSON(http.StatusOK, newList(chunks, limit, func(ch service.Chunk) string { return strconv.Itoa(ch.Ordinal) }))
+}

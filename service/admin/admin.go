@@ -1,0 +1,3 @@
+// Package admin is what administrators curate: knowledge bases, the intent
+// tree that routes questions, and the term mappings that rewrite jargon.
+package admin

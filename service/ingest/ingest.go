@@ -1,0 +1,406 @@
+// Package ingest is the document pipeline: upload (size cap, content
+// sniffing, hashing, blob + document + outbox row in one transaction), then
+// on a worker parse → chunk → embed → index, and the document lifecycle
+// around it (list, delete, reindex, chunk preview, the outbox relay and the
+// reaper of stuck documents).
+package ingest
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"path"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/ragent-go/ragent/service"
+	"github.com/ragent-go/ragent/text"
+)
+
+// Store keeps documents, their blobs and chunks, and the outbox.
+type Store interface {
+	KnowledgeBase(ctx context.Context, id service.ID) (*service.KnowledgeBase, error)
+	CreateUpload(ctx context.Context, d *service.Document, blob []byte, msg service.OutboxMessage) error
+	Document(ctx context.Context, id service.ID) (*service.Document, error)
+	Documents(ctx context.Context, kbID, before service.ID, limit int) ([]*service.Document, error)
+	DocumentBlob(ctx context.Context, sha256 string) ([]byte, error)
+	DocumentChunks(ctx context.Context, docID service.ID, afterOrdinal, limit int) ([]service.Chunk, error)
+	DeleteDocument(ctx context.Context, id service.ID) error
+	Reindex(ctx context.Context, id service.ID, outbox func(*service.Document) service.OutboxMessage) (*service.Document, error)
+	ClaimDocument(ctx context.Context, id service.ID, generation int) (*service.Document, error)
+	FailDocument(ctx context.Context, id service.ID, generation int, reason string) error
+	ReplaceChunks(ctx context.Context, docID service.ID, generation int, chunks []service.Chunk) error
+	StuckDocuments(ctx context.Context, cutoff time.Time, limit int) ([]*service.Document, error)
+	Requeue(ctx context.Context, d *service.Document, msg service.OutboxMessage) (bool, error)
+	RelayOutbox(ctx context.Context, limit int, publish func(context.Context, service.OutboxMessage) error) (sent, failed int, err error)
+}
+
+// Publisher sends a message to the MQ.
+type Publisher interface {
+	Publish(ctx context.Context, topic, key string, body []byte) error
+}
+
+// ErrGaveUp marks a transient failure that was retried MaxAttempts times:
+// the document is marked failed and the message should be dead-lettered.
+var ErrGaveUp = errors.New("ingestion gave up")
+
+// Config tunes the pipeline. Zero values take the defaults.
+type Config struct {
+	MaxBytes       int64         // upload cap; default 50 MiB
+	Limits         Limits        // parser limits
+	MaxAttempts    int           // transient failures before giving up; default 5
+	RunningTimeout time.Duration // a document running longer is re-queued; default 15m
+	RelayInterval  time.Duration // outbox poll; default 1s
+	ReaperInterval time.Duration // default 1m
+	EmbedBatch     int           // texts per Embed call; default 64
+}
+
+func (c *Config) defaults() {
+	if c.MaxBytes <= 0 {
+		c.MaxBytes = 50 << 20
+	}
+	if c.MaxAttempts <= 0 {
+		c.MaxAttempts = 5
+	}
+	if c.RunningTimeout <= 0 {
+		c.RunningTimeout = 15 * time.Minute
+	}
+	if c.RelayInterval <= 0 {
+		c.RelayInterval = time.Second
+	}
+	if c.ReaperInterval <= 0 {
+		c.ReaperInterval = time.Minute
+	}
+	if c.EmbedBatch <= 0 {
+		c.EmbedBatch = 64
+	}
+}
+
+// Service runs uploads and ingestion.
+type Service struct {
+	store    Store
+	embedder service.Embedder
+	ids      service.IDGenerator
+	cfg      Config
+	log      *slog.Logger
+	now      func() time.Time
+	kick     chan struct{} // wakes the relay after an upload on this instance
+}
+
+// New returns a Service. now may be nil.
+func New(store Store, embedder service.Embedder, ids service.IDGenerator, cfg Config, log *slog.Logger, now func() time.Time) *Service {
+	cfg.defaults()
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	if now == nil {
+		now = time.Now
+	}
+	return &Service{store: store, embedder: embedder, ids: ids, cfg: cfg, log: log, now: now, kick: make(chan struct{}, 1)}
+}
+
+// Upload stores a file for ingestion and returns its pending document. The
+// body is read up to the size cap; a file whose type cannot be ingested is
+// still recorded, as a failed document with a readable error, so the admin
+// sees what happened to it. The same content in the same knowledge base is
+// a service.ErrConflict carrying the existing document's id.
+func (s *Service) Upload(ctx context.Context, kbID service.ID, filename string, body io.Reader) (*service.Document, error) {
+	name, err := cleanName(filename)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := s.store.KnowledgeBase(ctx, kbID); err != nil {
+		return nil, err
+	}
+	blob, err := io.ReadAll(io.LimitReader(body, s.cfg.MaxBytes+1))
+	if err != nil {
+		return nil, fmt.Errorf("read upload: %w", err)
+	}
+	if int64(len(blob)) > s.cfg.MaxBytes {
+		return nil, service.Errorf(service.ErrTooLarge, "file exceeds the %d MiB upload limit", s.cfg.MaxBytes>>20)
+	}
+	sum := sha256.Sum256(blob)
+	id, err := s.ids.NextID()
+	if err != nil {
+		return nil, err
+	}
+	doc := &service.Document{ID: id, KnowledgeBaseID: kbID, Name: name, Size: int64(len(blob)), SHA256: hex.EncodeToString(sum[:])}
+	mime, sniffErr := SniffReaderAt(bytes.NewReader(blob), int64(len(blob)), name)
+	var msg service.OutboxMessage
+	if sniffErr == nil {
+		doc.Mime = mime
+		if msg, err = s.ingestMessage(doc.ID, 1); err != nil {
+			return nil, err
+		}
+	} else {
+		// Recorded as failed and never queued: a worker would fail it the
+		// same way.
+		doc.Mime, doc.Status, doc.Error = "application/octet-stream", service.DocumentFailed, sniffErr.Error()
+	}
+	if err := s.store.CreateUpload(ctx, doc, blob, msg); err != nil {
+		return nil, err
+	}
+	s.wakeRelay()
+	return doc, nil
+}
+
+// cleanName keeps the base name of an uploaded file, as valid UTF-8.
+func cleanName(filename string) (string, error) {
+	name := path.Base(strings.ReplaceAll(strings.TrimSpace(filename), "\\", "/"))
+	if name == "." || name == "/" || name == "" {
+		return "", service.Errorf(service.ErrInvalid, "the file needs a name")
+	}
+	name = strings.ToValidUTF8(name, "?")
+	if utf8.RuneCountInString(name) > 255 {
+		name = string([]rune(name)[:255])
+	}
+	return name, nil
+}
+
+func (s *Service) ingestMessage(docID service.ID, generation int) (service.OutboxMessage, error) {
+	id, err := s.ids.NextID()
+	if err != nil {
+		return service.OutboxMessage{}, err
+	}
+	body, err := json.Marshal(service.IngestMessage{DocumentID: docID, Generation: generation})
+	if err != nil {
+		return service.OutboxMessage{}, err
+	}
+	return service.OutboxMessage{ID: id, Topic: service.IngestTopic, Key: fmt.Sprintf("%d:%d", docID, generation), Payload: body}, nil
+}
+
+// Document returns one document.
+func (s *Service) Document(ctx context.Context, id service.ID) (*service.Document, error) {
+	return s.store.Document(ctx, id)
+}
+
+// Documents lists a knowledge base's documents, newest first.
+func (s *Service) Documents(ctx context.Context, kbID, before service.ID, limit int) ([]*service.Document, error) {
+	if _, err := s.store.KnowledgeBase(ctx, kbID); err != nil {
+		return nil, err
+	}
+	return s.store.Documents(ctx, kbID, before, limit)
+}
+
+// Chunks returns a document's chunks in order, for preview.
+func (s *Service) Chunks(ctx context.Context, docID service.ID, afterOrdinal, limit int) ([]service.Chunk, error) {
+	if _, err := s.store.Document(ctx, docID); err != nil {
+		return nil, err
+	}
+	return s.store.DocumentChunks(ctx, docID, afterOrdinal, limit)
+}
+
+// Delete removes a document from search at once.
+func (s *Service) Delete(ctx context.Context, id service.ID) error {
+	return s.store.DeleteDocument(ctx, id)
+}
+
+// Reindex builds a new generation of a document's chunks; the current ones
+// stay searchable until the new ones replace them in one transaction.
+func (s *Service) Reindex(ctx context.Context, id service.ID) (*service.Document, error) {
+	var msgErr error
+	doc, err := s.store.Reindex(ctx, id, func(d *service.Document) service.OutboxMessage {
+		m, err := s.ingestMessage(d.ID, d.Generation)
+		msgErr = err
+		return m
+	})
+	if err == nil {
+		err = msgErr
+	}
+	if err != nil {
+		return nil, err
+	}
+	s.wakeRelay()
+	return doc, nil
+}
+
+// Process ingests one generation of a document: the MQ consumer's handler.
+// It returns nil when the message is done with (ingested, failed for good,
+// or stale), ErrGaveUp (wrapped) when retries are exhausted, and other
+// errors for transient failures that a redelivery may fix.
+func (s *Service) Process(ctx context.Context, body []byte) error {
+	var msg service.IngestMessage
+	if err := json.Unmarshal(body, &msg); err != nil || msg.DocumentID == 0 || msg.Generation < 1 {
+		s.log.ErrorContext(ctx, "dropping malformed ingest message", "body", string(body), "err", err)
+		return fmt.Errorf("%w: malformed ingest message", ErrGaveUp)
+	}
+	doc, err := s.store.ClaimDocument(ctx, msg.DocumentID, msg.Generation)
+	if errors.Is(err, service.ErrNotFound) {
+		s.log.InfoContext(ctx, "skipping stale ingest message", "document", msg.DocumentID, "generation", msg.Generation)
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	log := s.log.With("document", doc.ID, "generation", doc.Generation, "attempt", doc.Attempts)
+	start := s.now()
+	n, err := s.index(ctx, doc)
+	switch {
+	case err == nil:
+		log.InfoContext(ctx, "document ingested", "chunks", n, "ms", s.now().Sub(start).Milliseconds())
+		return nil
+	case errors.Is(err, service.ErrNotFound):
+		log.InfoContext(ctx, "document changed during ingestion; result dropped")
+		return nil
+	case IsPermanent(err) || errors.Is(err, errMismatch):
+		log.WarnContext(ctx, "document failed", "err", err)
+		return s.store.FailDocument(context.WithoutCancel(ctx), doc.ID, doc.Generation, err.Error())
+	case ctx.Err() != nil:
+		// Shutting down: leave the message unacknowledged for redelivery.
+		return err
+	case doc.Attempts >= s.cfg.MaxAttempts:
+		reason := fmt.Sprintf("gave up after %d attempts: %v", doc.Attempts, err)
+		log.ErrorContext(ctx, "document failed", "err", reason)
+		if ferr := s.store.FailDocument(ctx, doc.ID, doc.Generation, reason); ferr != nil {
+			return ferr
+		}
+		return fmt.Errorf("%w: %s", ErrGaveUp, reason)
+	default:
+		log.WarnContext(ctx, "ingestion failed; will retry", "err", err)
+		return err
+	}
+}
+
+var errMismatch = errors.New("embedding model mismatch")
+
+// index parses, chunks, embeds and stores one document generation.
+func (s *Service) index(ctx context.Context, doc *service.Document) (int, error) {
+	kb, err := s.store.KnowledgeBase(ctx, doc.KnowledgeBaseID)
+	if err != nil {
+		return 0, err
+	}
+	if kb.EmbeddingModel != s.embedder.Model() || kb.EmbeddingDim != s.embedder.Dim() {
+		return 0, fmt.Errorf("%w: the knowledge base uses %s (%d dimensions) but this worker embeds with %s (%d)",
+			errMismatch, kb.EmbeddingModel, kb.EmbeddingDim, s.embedder.Model(), s.embedder.Dim())
+	}
+	blob, err := s.store.DocumentBlob(ctx, doc.SHA256)
+	if err != nil {
+		return 0, err
+	}
+	parsed, err := Parse(ctx, bytes.NewReader(blob), int64(len(blob)), doc.Mime, s.cfg.Limits)
+	if err != nil {
+		return 0, err
+	}
+	pieces := Split(parsed, ChunkOptions{TargetTokens: kb.ChunkSize, OverlapTokens: kb.ChunkOverlap})
+	if len(pieces) == 0 {
+		return 0, fmt.Errorf("%w: no text to index", ErrEmpty)
+	}
+	chunks := make([]service.Chunk, len(pieces))
+	texts := make([]string, len(pieces))
+	for i, p := range pieces {
+		id, err := s.ids.NextID()
+		if err != nil {
+			return 0, err
+		}
+		terms := text.Tokenize(p.Content)
+		tf := make(map[string]int, len(terms))
+		for _, t := range terms {
+			tf[t]++
+		}
+		chunks[i] = service.Chunk{ID: id, DocumentID: doc.ID, KnowledgeBaseID: kb.ID, Generation: doc.Generation,
+			Ordinal: p.Ordinal, Content: p.Content, Section: p.Section, TokenCount: p.TokenCount, Terms: tf, TermCount: len(terms)}
+		texts[i] = p.Content
+	}
+	for start := 0; start < len(texts); start += s.cfg.EmbedBatch {
+		end := min(start+s.cfg.EmbedBatch, len(texts))
+		vecs, err := s.embedder.Embed(ctx, texts[start:end])
+		if err != nil {
+			return 0, fmt.Errorf("embed: %w", err)
+		}
+		if len(vecs) != end-start {
+			return 0, fmt.Errorf("embed: got %d vectors for %d texts", len(vecs), end-start)
+		}
+		for i, v := range vecs {
+			chunks[start+i].Embedding = v
+		}
+	}
+	if err := s.store.ReplaceChunks(ctx, doc.ID, doc.Generation, chunks); err != nil {
+		return 0, err
+	}
+	return len(chunks), nil
+}
+
+func (s *Service) wakeRelay() {
+	select {
+	case s.kick <- struct{}{}:
+	default:
+	}
+}
+
+// RunRelay publishes outbox rows until ctx ends: at once after an upload on
+// this instance, and every RelayInterval for rows written by other instances
+// or left behind while the MQ was down.
+func (s *Service) RunRelay(ctx context.Context, pub Publisher) error {
+	t := time.NewTicker(s.cfg.RelayInterval)
+	defer t.Stop()
+	publish := func(ctx context.Context, m service.OutboxMessage) error {
+		return pub.Publish(ctx, m.Topic, m.Key, m.Payload)
+	}
+	for {
+		for {
+			sent, failed, err := s.store.RelayOutbox(ctx, 100, publish)
+			if err != nil && ctx.Err() == nil {
+				s.log.WarnContext(ctx, "outbox relay failed", "err", err)
+			}
+			if failed > 0 {
+				s.log.WarnContext(ctx, "outbox publish failed; will retry", "sent", sent)
+			}
+			if err != nil || failed > 0 || sent < 100 {
+				break
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		case <-s.kick:
+		}
+	}
+}
+
+// RunReaper re-queues documents stuck in running (their worker died with
+// the message lost or dead-lettered) every ReaperInterval until ctx ends.
+func (s *Service) RunReaper(ctx context.Context) error {
+	t := time.NewTicker(s.cfg.ReaperInterval)
+	defer t.Stop()
+	for {
+		if err := s.ReapOnce(ctx); err != nil && ctx.Err() == nil {
+			s.log.WarnContext(ctx, "reaper failed", "err", err)
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+	}
+}
+
+// ReapOnce re-queues the documents running since before RunningTimeout.
+func (s *Service) ReapOnce(ctx context.Context) error {
+	stuck, err := s.store.StuckDocuments(ctx, s.now().Add(-s.cfg.RunningTimeout), 100)
+	if err != nil {
+		return err
+	}
+	for _, d := range stuck {
+		msg, err := s.ingestMessage(d.ID, d.Generation)
+		if err != nil {
+			return err
+		}
+		ok, err := s.store.Requeue(ctx, d, msg)
+		if err != nil {
+			return err
+		}
+		if ok {
+			s.log.WarnContext(ctx, "re-queued a stuck document", "document", d.ID, "generation", d.Generation, "attempts", d.Attempts)
+			s.wakeRelay()
+		}
+	}
+	return nil
+}
