@@ -277,7 +277,7 @@ export function mountUsers(root, ctx) {
   let destroyed = false;
 
   const username = h('input', { id: 'user-username', required: true, maxlength: 64, autocomplete: 'off', 'data-testid': 'user-username' });
-  const password = h('input', { id: 'user-password', type: 'password', required: true, minlength: 8, autocomplete: 'new-password', 'data-testid': 'user-password' });
+  const password = h('input', { id: 'user-password', type: 'password', required: true, autocomplete: 'new-password', 'data-testid': 'user-password' });
   const role = h('select', { id: 'user-role', 'data-testid': 'user-role' },
     h('option', { value: 'user' }, t('role.user')),
     h('option', { value: 'admin' }, t('role.admin')));
@@ -287,7 +287,7 @@ export function mountUsers(root, ctx) {
     h('h2', {}, t('users.createTitle')),
     h('div', { class: 'form-grid' },
       field(t('users.username'), username),
-      field(t('users.password'), password, t('users.passwordHint')),
+      field(t('users.password'), password),
       field(t('users.role'), role)),
     errBox,
     h('div', { class: 'form-actions' }, submit));

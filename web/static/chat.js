@@ -1,7 +1,7 @@
 // The chat page: conversation list, message history, composer, and the
 // streamed answer (SSE over fetch, see DESIGN §6).
 import { t } from './i18n.js';
-import { h, clear, toast, errorText, setTrustedHTML, confirmDialog, promptDialog, formatTime } from './dom.js';
+import { h, icon, toast, errorText, setTrustedHTML, confirmDialog, promptDialog, formatTime } from './dom.js';
 import { get, post, patch, del, enc, streamChat } from './api.js';
 import { renderMarkdown } from './markdown.js';
 
@@ -34,7 +34,7 @@ export function mountChat(root, ctx) {
     type: 'button', class: 'icon-btn drawer-toggle', 'data-testid': 'conv-drawer-toggle',
     'aria-controls': 'conv-panel', 'aria-expanded': 'false', 'aria-label': t('chat.toggleList'),
     onClick: () => toggleDrawer(!panel.classList.contains('open')),
-  }, '☰');
+  }, icon('menu'));
   const title = h('h1', { class: 'chat-title', 'data-testid': 'chat-title' }, t('chat.new'));
   const messages = h('div', { class: 'messages', 'data-testid': 'message-list', role: 'log', 'aria-label': t('chat.messages'), 'aria-live': 'polite', 'aria-relevant': 'additions' });
 
@@ -169,8 +169,8 @@ export function mountChat(root, ctx) {
           h('span', { class: 'conv-title' }, c.title || t('chat.untitled')),
           h('small', { class: 'muted' }, formatTime(c.updatedAt || c.createdAt))),
         h('span', { class: 'conv-actions' },
-          h('button', { type: 'button', class: 'icon-btn', 'data-testid': 'conv-rename', 'aria-label': t('chat.rename') + ': ' + (c.title || t('chat.untitled')), title: t('chat.rename'), onClick: () => rename(c) }, '✎'),
-          h('button', { type: 'button', class: 'icon-btn', 'data-testid': 'conv-delete', 'aria-label': t('common.delete') + ': ' + (c.title || t('chat.untitled')), title: t('common.delete'), onClick: () => remove(c) }, '🗑')));
+          h('button', { type: 'button', class: 'icon-btn', 'data-testid': 'conv-rename', 'aria-label': t('chat.rename') + ': ' + (c.title || t('chat.untitled')), title: t('chat.rename'), onClick: () => rename(c) }, icon('edit')),
+          h('button', { type: 'button', class: 'icon-btn', 'data-testid': 'conv-delete', 'aria-label': t('common.delete') + ': ' + (c.title || t('chat.untitled')), title: t('common.delete'), onClick: () => remove(c) }, icon('trash'))));
     }));
     if (s.conversations.length === 0) convList.append(h('li', { class: 'muted conv-empty' }, t('chat.noConversations')));
     loadMore.hidden = !s.nextCursor;

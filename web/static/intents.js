@@ -19,7 +19,7 @@ export function mountIntents(root, ctx) {
   const addRoot = h('button', { type: 'button', class: 'btn btn-sm btn-primary', 'data-testid': 'intent-add-root', onClick: () => startCreate(null) }, '+ ' + t('intents.addRoot'));
 
   const parent = h('select', { id: 'intent-parent', 'data-testid': 'intent-parent' });
-  const code = h('input', { id: 'intent-code', required: true, maxlength: 64, pattern: '[A-Za-z0-9_.:-]+', autocomplete: 'off', 'data-testid': 'intent-code' });
+  const code = h('input', { id: 'intent-code', required: true, maxlength: 64, autocomplete: 'off', 'data-testid': 'intent-code' });
   const name = h('input', { id: 'intent-name', required: true, maxlength: 100, autocomplete: 'off', 'data-testid': 'intent-name' });
   const description = h('textarea', { id: 'intent-description', rows: 2, 'data-testid': 'intent-description' });
   const examples = h('textarea', { id: 'intent-examples', rows: 3, 'data-testid': 'intent-examples' });

@@ -123,10 +123,13 @@ function renderBlocks(lines, ctx) {
   return out.join('\n');
 }
 
+// COPY_ICON is a constant of this module, not source text.
+const COPY_ICON = '<svg viewBox="0 0 24 24" width="14" height="14" fill="none" stroke="currentColor" stroke-width="2" stroke-linecap="round" stroke-linejoin="round" aria-hidden="true" focusable="false"><rect x="9" y="9" width="12" height="12" rx="2"/><path d="M5 15H4a1 1 0 0 1-1-1V4a1 1 0 0 1 1-1h10a1 1 0 0 1 1 1v1"/></svg>';
+
 function codeBlock(code, lang, ctx) {
   const cls = lang ? ` class="language-${escapeHTML(lang)}"` : '';
   const label = lang ? `<span class="code-lang">${escapeHTML(lang)}</span>` : '<span class="code-lang"></span>';
-  return `<div class="code-block"><div class="code-head">${label}<button type="button" class="copy-code" data-copy-code aria-label="${escapeHTML(ctx.copyLabel)}" title="${escapeHTML(ctx.copyLabel)}">⧉</button></div><pre><code${cls}>${escapeHTML(code)}</code></pre></div>`;
+  return `<div class="code-block"><div class="code-head">${label}<button type="button" class="copy-code" data-copy-code aria-label="${escapeHTML(ctx.copyLabel)}" title="${escapeHTML(ctx.copyLabel)}">${COPY_ICON}</button></div><pre><code${cls}>${escapeHTML(code)}</code></pre></div>`;
 }
 
 // renderList consumes a list starting at lines[start] and returns the index
