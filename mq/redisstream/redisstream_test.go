@@ -472,3 +472,41 @@ func TestKeys(t *testing.T) {
 		t.Errorf("DeadKey = %q", got)
 	}
 }
+
+// Within a group each message goes to one consumer; every group sees all.
+func TestGroups(t *testing.T) {
+	f := newFixture(t)
+	const n = 10
+	for i := range n {
+		f.publish(t, fmt.Sprintf("%d:1", i), "x")
+	}
+	var a1, a2, b recorder
+	for _, c := range []struct {
+		group, name string
+		r           *recorder
+	}{{"group-a", "a1", &a1}, {"group-a", "a2", &a2}, {"group-b", "b1", &b}} {
+		opts := f.fastOptions(c.name)
+		cons, err := redisstream.NewConsumer(f.rdb, c.group, topic, c.r.handle, opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan struct{})
+		go func() { defer close(done); _ = cons.Run(ctx) }()
+		t.Cleanup(func() { cancel(); <-done })
+	}
+	waitFor(t, "every message in both groups", func() bool {
+		return len(a1.messages())+len(a2.messages()) == n && len(b.messages()) == n
+	})
+	time.Sleep(600 * time.Millisecond) // past a visibility timeout: no duplicates follow
+	seen := map[string]int{}
+	for _, m := range append(a1.messages(), a2.messages()...) {
+		seen[m.Key]++
+	}
+	if len(seen) != n || len(a1.messages())+len(a2.messages()) != n {
+		t.Errorf("group-a deliveries: %d distinct of %d", len(seen), len(a1.messages())+len(a2.messages()))
+	}
+	if len(b.messages()) != n {
+		t.Errorf("group-b deliveries = %d, want %d", len(b.messages()), n)
+	}
+}
