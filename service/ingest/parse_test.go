@@ -156,7 +156,7 @@ paragraph with <b>bold</b>.</p><div>Div text<p>nested para</p>tail</div>
 		{
 			name: "xlsx",
 			data: xlsxFile(t, map[string][][]any{
-				"销售":   {{"产品", "数量"}, {"苹果", 3}, {"Pear", 5}},
+				"销售":    {{"产品", "数量"}, {"苹果", 3}, {"Pear", 5}},
 				"Notes": {{"just one cell"}},
 			}, "销售", "Notes"),
 			mime: MimeXLSX,
