@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/ragent-go/ragent/ratelimit"
 	"github.com/ragent-go/ragent/service/admin"
 	"github.com/ragent-go/ragent/service/auth"
 	"github.com/ragent-go/ragent/service/ingest"
@@ -41,8 +42,13 @@ type Deps struct {
 	KnowledgeBases *admin.KnowledgeBases
 	Ingest         *ingest.Service
 	Search         *retrieve.Searcher
-	Pingers        map[string]Pinger // checked by /readyz
-	Registry       *prometheus.Registry
+
+	UploadSemaphore   *ratelimit.Semaphore // nil: uploads are not bounded
+	UploadMaxWait     time.Duration        // Retry-After hint of a refused upload
+	ChatLimiter       LimiterStats         // nil when the limiter is disabled
+	ChatMaxConcurrent int
+	Pingers           map[string]Pinger // checked by /readyz
+	Registry          *prometheus.Registry
 
 	MaxBodyBytes   int64         // JSON body cap; default 1 MiB
 	UploadMaxBytes int64         // upload cap; default 50 MiB
@@ -104,6 +110,7 @@ func NewRouter(deps Deps) *Router {
 
 	r.GET("/healthz", s.healthz)
 	r.GET("/readyz", s.readyz)
+	serveWeb(r)
 	r.GET("/metrics", gin.WrapH(promhttp.HandlerFor(deps.Registry, promhttp.HandlerOpts{Registry: deps.Registry})))
 
 	v1 := r.Group("/api/v1")
@@ -129,9 +136,14 @@ func NewRouter(deps Deps) *Router {
 	adm.POST("/knowledge-bases", s.createKnowledgeBase)
 	adm.PATCH("/knowledge-bases/:id", s.updateKnowledgeBase)
 	adm.DELETE("/knowledge-bases/:id", s.deleteKnowledgeBase)
-	adm.POST("/knowledge-bases/:id/documents", s.uploadDocument)
+	upload := []gin.HandlerFunc{s.uploadDocument}
+	if deps.UploadSemaphore != nil {
+		upload = append([]gin.HandlerFunc{uploadGate(deps.UploadSemaphore, deps.UploadMaxWait)}, upload...)
+	}
+	adm.POST("/knowledge-bases/:id/documents", upload...)
 	adm.DELETE("/documents/:id", s.deleteDocument)
 	adm.POST("/documents/:id/reindex", s.reindexDocument)
+	adm.GET("/admin/limiter", s.limiterStats)
 
 	return &Router{r}
 }

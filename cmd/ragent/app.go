@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -19,10 +20,16 @@ import (
 
 	"github.com/ragent-go/ragent/api"
 	"github.com/ragent-go/ragent/cache"
+	"github.com/ragent-go/ragent/idempotent"
 	"github.com/ragent-go/ragent/idgen"
+	"github.com/ragent-go/ragent/llm"
+	"github.com/ragent-go/ragent/ratelimit"
 	"github.com/ragent-go/ragent/repository"
 	"github.com/ragent-go/ragent/service"
+	"github.com/ragent-go/ragent/service/admin"
 	"github.com/ragent-go/ragent/service/auth"
+	"github.com/ragent-go/ragent/service/ingest"
+	"github.com/ragent-go/ragent/service/retrieve"
 )
 
 // App is one running ragent instance. Tests start several in one process,
@@ -105,14 +112,62 @@ func newApp(ctx context.Context, cfg Config, log *slog.Logger) (_ *App, err erro
 		return nil, fmt.Errorf("migrate and bootstrap: %w", err)
 	}
 
+	// Knowledge: embeddings, retrieval, ingestion.
+	embedder, err := llm.NewEmbedder(llmConfig(cfg))
+	if err != nil {
+		return nil, fmt.Errorf("embedder: %w", err)
+	}
+	var reranker retrieve.Reranker
+	if cfg.RerankModel != "" {
+		reranker = llm.NewReranker(cmp.Or(cfg.RerankBaseURL, cfg.LLMBaseURL), cfg.LLMAPIKey, cfg.RerankModel)
+	}
+	kbs := admin.NewKnowledgeBases(a.store, ids, admin.EmbeddingDefaults{
+		Model: embedder.Model(), Dim: embedder.Dim(), VectorWeight: vectorWeight(cfg),
+	})
+	searcher := retrieve.New(a.store, embedder, reranker, retrieve.Config{}, log)
+	ingestSvc := ingest.New(a.store, embedder, ids, ingest.Config{MaxBytes: cfg.UploadMaxBytes}, log, nil)
+
+	// The MQ: the outbox relay and the reaper run on every instance; the
+	// ingestion consumer on workers.
+	q, err := newQueue(ctx, cfg, a.rdb, a)
+	if err != nil {
+		return nil, err
+	}
+	a.closers = append(a.closers, func(context.Context) error { q.close(); return nil })
+	a.runners = append(a.runners,
+		func(ctx context.Context) error { return ingestSvc.RunRelay(ctx, q.producer) },
+		ingestSvc.RunReaper,
+	)
+	if cfg.Role != "api" {
+		guard := idempotent.NewGuard(a.rdb, cfg.RedisPrefix, consumingTTL, consumedTTL,
+			idempotent.WithLogger(log), idempotent.WithRegisterer(a.registry))
+		consumer, err := q.consumer(ingestGroup, service.IngestTopic, ingestHandler(ingestSvc, guard))
+		if err != nil {
+			return nil, err
+		}
+		a.runners = append(a.runners, consumer.Run)
+	}
+
+	// Upload concurrency across instances.
+	uploads := ratelimit.NewSemaphore(a.rdb, cfg.RedisPrefix, "upload", cfg.UploadMaxConcurrent, 300*time.Second,
+		cfg.UploadMaxWait, ratelimit.WithLogger(log), ratelimit.WithRegisterer(a.registry))
+	a.runners = append(a.runners, uploads.Run)
+
 	a.router = api.NewRouter(api.Deps{
-		Log:          log,
-		Auth:         authSvc,
-		Registry:     a.registry,
-		SecureCookie: cfg.SecureCookie,
+		Log:             log,
+		Auth:            authSvc,
+		KnowledgeBases:  kbs,
+		Ingest:          ingestSvc,
+		Search:          searcher,
+		UploadSemaphore: uploads,
+		UploadMaxWait:   cfg.UploadMaxWait,
+		UploadMaxBytes:  cfg.UploadMaxBytes,
+		Registry:        a.registry,
+		SecureCookie:    cfg.SecureCookie,
 		Pingers: map[string]api.Pinger{
 			"postgres": a.store,
 			"redis":    api.PingFunc(func(ctx context.Context) error { return a.rdb.Ping(ctx).Err() }),
+			"mq":       q.producer,
 		},
 	})
 	return a, nil

@@ -20,6 +20,7 @@ type Config struct {
 
 	MQDriver        string // redis | rocketmq
 	RocketMQNamesrv string
+	RocketMQBroker  string // where `serve` creates the ingest topic
 
 	LLMProvider   string // offline | openai | ollama
 	LLMBaseURL    string
@@ -75,6 +76,7 @@ func loadConfig(getenv func(string) string) (Config, error) {
 
 		MQDriver:        e.str("RAGENT_MQ_DRIVER", "redis"),
 		RocketMQNamesrv: e.str("RAGENT_ROCKETMQ_NAMESRV", "127.0.0.1:9876"),
+		RocketMQBroker:  e.str("RAGENT_ROCKETMQ_BROKER", "127.0.0.1:10911"),
 
 		LLMProvider:   e.str("RAGENT_LLM_PROVIDER", "offline"),
 		LLMBaseURL:    e.str("RAGENT_LLM_BASE_URL", ""),
@@ -116,6 +118,9 @@ func loadConfig(getenv func(string) string) (Config, error) {
 		LogLevel:        e.str("RAGENT_LOG_LEVEL", "info"),
 		SecureCookie:    e.bool("RAGENT_SECURE_COOKIE", false),
 		InstanceID:      e.str("RAGENT_INSTANCE_ID", fmt.Sprintf("%s-%d", host, os.Getpid())),
+	}
+	if c.EmbedProvider != "offline" && strings.TrimSpace(getenv("RAGENT_EMBEDDING_DIM")) == "" {
+		e.errs = append(e.errs, fmt.Errorf("RAGENT_EMBEDDING_DIM is required with RAGENT_EMBEDDING_PROVIDER=%s (the model's vector size, e.g. 1024)", c.EmbedProvider))
 	}
 	if c.EmbedBaseURL == "" {
 		c.EmbedBaseURL = c.LLMBaseURL
@@ -214,7 +219,7 @@ func (c Config) logAttrs() []any {
 	}
 	return []any{
 		"http_addr", c.HTTPAddr, "database_url", redactURL(c.DatabaseURL), "redis_url", redactURL(c.RedisURL),
-		"redis_prefix", c.RedisPrefix, "mq_driver", c.MQDriver, "rocketmq_namesrv", c.RocketMQNamesrv,
+		"redis_prefix", c.RedisPrefix, "mq_driver", c.MQDriver, "rocketmq_namesrv", c.RocketMQNamesrv, "rocketmq_broker", c.RocketMQBroker,
 		"llm_provider", c.LLMProvider, "llm_base_url", c.LLMBaseURL, "llm_api_key", mask(c.LLMAPIKey),
 		"llm_chat_model", c.LLMChatModel, "llm_fast_model", c.LLMFastModel,
 		"embedding_provider", c.EmbedProvider, "embedding_model", c.EmbedModel, "embedding_dim", c.EmbedDim,

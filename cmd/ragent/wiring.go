@@ -1,0 +1,119 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/ragent-go/ragent/idempotent"
+	"github.com/ragent-go/ragent/llm"
+	"github.com/ragent-go/ragent/mq"
+	"github.com/ragent-go/ragent/mq/redisstream"
+	"github.com/ragent-go/ragent/mq/rocketmq"
+	"github.com/ragent-go/ragent/service"
+	"github.com/ragent-go/ragent/service/ingest"
+)
+
+// This file holds the small adapters that join a mechanism or an adapter to
+// an interface a use case declares (DESIGN §1 rule 6).
+
+// ingestGroup is the consumer group of the ingestion workers.
+const ingestGroup = "ragent-ingest"
+
+// offlineVectorWeight is the hybrid weight of the vector list for knowledge
+// bases embedded by the offline hashing embedder. The hashing embedder is
+// weak, so fusion leans on BM25; the value was tuned with `ragent eval` (see
+// BENCHMARKS.md).
+const offlineVectorWeight = 0.3
+
+func llmConfig(cfg Config) llm.Config {
+	return llm.Config{
+		Provider: cfg.LLMProvider, BaseURL: cfg.LLMBaseURL, APIKey: cfg.LLMAPIKey,
+		ChatModel: cfg.LLMChatModel, FastModel: cfg.LLMFastModel,
+		EmbeddingProvider: cfg.EmbedProvider, EmbeddingModel: cfg.EmbedModel,
+		EmbeddingBaseURL: cfg.EmbedBaseURL, EmbeddingAPIKey: cfg.EmbedAPIKey, EmbeddingDim: cfg.EmbedDim,
+	}
+}
+
+func vectorWeight(cfg Config) float64 {
+	if cfg.EmbedProvider == "offline" {
+		return offlineVectorWeight
+	}
+	return 1
+}
+
+// queue is the configured MQ driver's producer and a way to build consumers.
+type queue struct {
+	producer interface {
+		mq.Producer
+		mq.Pinger
+	}
+	consumer func(group, topic string, h mq.Handler) (mq.Consumer, error)
+	close    func()
+}
+
+func newQueue(ctx context.Context, cfg Config, rdb *redis.Client, a *App) (*queue, error) {
+	switch cfg.MQDriver {
+	case "rocketmq":
+		rocketmq.SetClientLogger(a.log)
+		// Consumers fail with "route info not found" until the topic exists.
+		if err := rocketmq.CreateTopic(ctx, cfg.RocketMQNamesrv, cfg.RocketMQBroker, service.IngestTopic, ingestGroup); err != nil {
+			a.log.Warn("could not create the ingest topic; uploads queue in the outbox until RocketMQ is reachable", "err", err)
+		}
+		p, err := rocketmq.NewProducer(cfg.RocketMQNamesrv, rocketmq.ProducerOptions{Instance: cfg.InstanceID})
+		if err != nil {
+			return nil, fmt.Errorf("rocketmq producer: %w", err)
+		}
+		return &queue{
+			producer: p,
+			consumer: func(group, topic string, h mq.Handler) (mq.Consumer, error) {
+				return rocketmq.NewConsumer(cfg.RocketMQNamesrv, group, topic, h, rocketmq.ConsumerOptions{
+					Instance: cfg.InstanceID, Logger: a.log,
+				})
+			},
+			close: func() { p.Close() },
+		}, nil
+	default:
+		p := redisstream.NewProducer(rdb, redisstream.ProducerOptions{Prefix: cfg.RedisPrefix})
+		return &queue{
+			producer: p,
+			consumer: func(group, topic string, h mq.Handler) (mq.Consumer, error) {
+				return redisstream.NewConsumer(rdb, group, topic, h, redisstream.ConsumerOptions{
+					Prefix: cfg.RedisPrefix, Consumer: cfg.InstanceID, Logger: a.log,
+				})
+			},
+			close: func() {},
+		}, nil
+	}
+}
+
+// ingestHandler runs ingestion behind the consume guard and translates the
+// outcomes into the MQ's delivery contract.
+func ingestHandler(svc *ingest.Service, guard *idempotent.Guard) mq.Handler {
+	guarded := guard.Wrap(ingestGroup, func(ctx context.Context, _ string, body []byte) error {
+		return svc.Process(ctx, body)
+	})
+	return func(ctx context.Context, m mq.Message) error {
+		err := guarded(ctx, m.Key, m.Body)
+		switch {
+		case err == nil:
+			return nil
+		case errors.Is(err, ingest.ErrGaveUp):
+			return mq.Permanent(err)
+		case errors.Is(err, idempotent.ErrInFlight):
+			return fmt.Errorf("%w: %v", mq.ErrRetryLater, err)
+		}
+		return err
+	}
+}
+
+// consumeTTLs: a running handler's mark is renewed while it runs, so the
+// CONSUMING lease only bounds how long a crashed worker delays redelivery;
+// CONSUMED outlives the MQ's redelivery horizon.
+const (
+	consumingTTL = 60 * time.Second
+	consumedTTL  = 24 * time.Hour
+)
