@@ -23,7 +23,7 @@ func unreachableRedis(t *testing.T) *redis.Client {
 	}
 	addr := ln.Addr().String()
 	ln.Close()
-	c := redis.NewClient(&redis.Options{Addr: addr, DialTimeout: 200 * time.Millisecond, MaxRetries: 1})
+	c := redis.NewClient(&redis.Options{Addr: addr, DialTimeout: 200 * time.Millisecond, DialerRetries: 1, MaxRetries: 1})
 	t.Cleanup(func() { c.Close() })
 	return c
 }

@@ -55,9 +55,9 @@ func startWatchdog(ctx context.Context, rdb redis.UniversalClient, key, token st
 				return
 			case <-ticker.C:
 			}
-			// A renewal slower than one interval is useless: the next tick
-			// tries again with a fresh deadline.
-			callCtx, callCancel := context.WithTimeout(ctx, interval)
+			// A renewal still pending after a full ttl is moot: the lease
+			// has run out by then.
+			callCtx, callCancel := context.WithTimeout(ctx, ttl)
 			n, err := renewScript.Run(callCtx, rdb, []string{key}, token, ttl.Milliseconds()).Int()
 			callCancel()
 			switch {
