@@ -1,0 +1,622 @@
+#!/usr/bin/env bash
+# Installs and runs ragent's backing services on 127.0.0.1 of a Debian 12
+# machine: PostgreSQL 15 with pgvector, Redis 7 and an Apache RocketMQ
+# NameServer + Broker.
+#
+#   scripts/services.sh start  [postgres|redis|rocketmq ...]
+#   scripts/services.sh stop   [postgres|redis|rocketmq ...]
+#   scripts/services.sh status [postgres|redis|rocketmq ...]
+#
+# Without service names the list comes from $SERVICES, else all three. `start`
+# is idempotent: on a warm machine it only checks and returns in seconds. It
+# needs root the first time (apt installs, the pgvector build, the database
+# role). When everything is up it prints the connection settings as export
+# lines on stdout, so `eval "$(scripts/services.sh start)"` works; progress
+# goes to stderr.
+#
+# `status` prints one up/down line per process and exits 1 if any is down.
+# `stop redis` shuts down whatever Redis answers on the port, ours or not.
+#
+# Jars and service state live outside the repository, under
+# ${XDG_CACHE_HOME:-$HOME/.cache}/ragent (override with RAGENT_SERVICES_CACHE):
+# rocketmq-VERSION/lib holds the jars, state/ the Redis and RocketMQ data,
+# pid files and logs (state/rocketmq/{namesrv,broker}.out and logs/).
+set -euo pipefail
+
+readonly ALL_SERVICES="postgres redis rocketmq"
+SCRIPT_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+readonly SCRIPT_DIR
+
+readonly CACHE_ROOT=${RAGENT_SERVICES_CACHE:-${XDG_CACHE_HOME:-${HOME:-/root}/.cache}/ragent}
+readonly STATE_DIR=$CACHE_ROOT/state
+
+readonly PG_MAJOR=15
+readonly PG_CLUSTER=main
+readonly PG_PORT=5432
+readonly PG_CONFIG=/usr/lib/postgresql/$PG_MAJOR/bin/pg_config
+# pgvector is not packaged for bookworm; trixie's source package builds
+# against bookworm's server headers.
+readonly PGVECTOR_SUITE=trixie
+readonly DEBIAN_MIRROR=${RAGENT_DEBIAN_MIRROR:-http://deb.debian.org/debian}
+
+readonly REDIS_PORT=6379
+
+readonly RMQ_VERSION=${RAGENT_ROCKETMQ_VERSION:-5.3.3}
+readonly RMQ_DIR=$CACHE_ROOT/rocketmq-$RMQ_VERSION
+readonly RMQ_LIB=$RMQ_DIR/lib
+readonly RMQ_STATE=$STATE_DIR/rocketmq
+readonly RMQ_NAMESRV_PORT=9876
+readonly RMQ_BROKER_PORT=10911
+readonly RMQ_BROKER_NAME=broker-a
+readonly RMQ_BOOT_TIMEOUT=${RAGENT_ROCKETMQ_BOOT_TIMEOUT:-120}
+readonly RMQ_NAMESRV_MAIN=org.apache.rocketmq.namesrv.NamesrvStartup
+readonly RMQ_BROKER_MAIN=org.apache.rocketmq.broker.BrokerStartup
+
+log() { printf '[services] %s\n' "$*" >&2; }
+die() {
+	printf '[services] ERROR: %s\n' "$*" >&2
+	exit 1
+}
+
+need_root() {
+	[[ $(id -u) -eq 0 ]] || die "$1 needs root; run as root (sudo $0 ...)"
+}
+
+# wait_until SECONDS COMMAND... polls COMMAND every half second until it
+# succeeds or SECONDS have passed.
+wait_until() {
+	local deadline=$((SECONDS + $1))
+	shift
+	until "$@"; do
+		((SECONDS < deadline)) || return 1
+		sleep 0.5
+	done
+}
+
+# port_open PORT reports whether something accepts TCP connections on
+# 127.0.0.1:PORT; bash's /dev/tcp avoids depending on netcat.
+port_open() {
+	timeout 2 bash -c "exec 3<>/dev/tcp/127.0.0.1/$1" 2>/dev/null
+}
+
+show_log_tail() {
+	local file=$1
+	if [[ -f $file ]]; then
+		log "last lines of $file:"
+		tail -n "${2:-40}" "$file" | sed 's/^/    /' >&2
+	fi
+}
+
+# --- packages -----------------------------------------------------------------
+
+apt_updated=
+ensure_packages() {
+	local missing=() pkg
+	for pkg in "$@"; do
+		if [[ $(dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null) != "install ok installed" ]]; then
+			missing+=("$pkg")
+		fi
+	done
+	((${#missing[@]} > 0)) || return 0
+	need_root "installing ${missing[*]}"
+	log "installing ${missing[*]}"
+	if [[ -z $apt_updated ]]; then
+		# An unrelated third-party list that cannot be fetched must not stop
+		# the install: the packages we want come from Debian's archive.
+		DEBIAN_FRONTEND=noninteractive apt-get update -q >&2 ||
+			log "apt-get update reported errors; trying the install anyway"
+		apt_updated=1
+	fi
+	DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends \
+		-o Dpkg::Options::=--force-confdef -o Dpkg::Options::=--force-confold \
+		"${missing[@]}" >&2 || die "apt-get install ${missing[*]} failed"
+}
+
+# --- postgres -----------------------------------------------------------------
+
+pg_up() { pg_isready -q -h 127.0.0.1 -p "$PG_PORT" -t 2; }
+
+# pg_admin DB ARGS... runs psql as the postgres superuser over the socket.
+pg_admin() {
+	local db=$1
+	shift
+	PGOPTIONS="-c client_min_messages=warning" runuser -u postgres -- psql -X -q -v ON_ERROR_STOP=1 -p "$PG_PORT" -d "$db" "$@"
+}
+
+ensure_pgvector() {
+	local ext_dir lib_dir
+	ext_dir=$("$PG_CONFIG" --sharedir)/extension
+	lib_dir=$("$PG_CONFIG" --pkglibdir)
+	if [[ -f $ext_dir/vector.control && -f $lib_dir/vector.so ]]; then
+		return 0
+	fi
+	ensure_packages "postgresql-server-dev-$PG_MAJOR" build-essential
+	need_root "installing pgvector"
+
+	local work
+	work=$(mktemp -d "${TMPDIR:-/tmp}/ragent-pgvector.XXXXXX")
+	log "building pgvector from Debian $PGVECTOR_SUITE's source package in $work"
+	mkdir -p "$work/lists/partial" "$work/cache/archives/partial" "$work/src"
+	echo "deb-src $DEBIAN_MIRROR $PGVECTOR_SUITE main" >"$work/sources.list"
+	# A private sources list, index and cache: the machine's own apt state
+	# never sees trixie.
+	local apt_opts=(
+		-o "Dir::Etc::sourcelist=$work/sources.list"
+		-o Dir::Etc::sourceparts=-
+		-o "Dir::State::Lists=$work/lists"
+		-o "Dir::Cache=$work/cache"
+		-o APT::Sandbox::User=root
+	)
+	apt-get "${apt_opts[@]}" -qq update >&2 ||
+		die "apt-get update of the private $PGVECTOR_SUITE source list failed"
+	(cd "$work" && apt-get "${apt_opts[@]}" -qq source --download-only pgvector >/dev/null) ||
+		die "apt-get source --download-only pgvector failed"
+	local tarballs=("$work"/pgvector_*.orig.tar.gz)
+	[[ -f ${tarballs[0]} ]] || die "no pgvector_*.orig.tar.gz downloaded in $work"
+	tar -xzf "${tarballs[0]}" -C "$work/src" --strip-components=1
+	log "building $(basename "${tarballs[0]}") (log: $work/build.log)"
+	{
+		make -C "$work/src" -j"$(nproc)" PG_CONFIG="$PG_CONFIG" &&
+			make -C "$work/src" install PG_CONFIG="$PG_CONFIG"
+	} >"$work/build.log" 2>&1 || {
+		show_log_tail "$work/build.log"
+		die "pgvector build/install failed (sources and log kept in $work)"
+	}
+	rm -rf "$work"
+	[[ -f $ext_dir/vector.control ]] || die "pgvector installed but $ext_dir/vector.control is missing"
+	log "pgvector $(sed -n "s/^default_version = '\(.*\)'/\1/p" "$ext_dir/vector.control") installed"
+}
+
+ensure_pg_cluster() {
+	local port
+	port=$(pg_lsclusters -h | awk -v v="$PG_MAJOR" -v c="$PG_CLUSTER" '$1 == v && $2 == c { print $3 }')
+	if [[ -z $port ]]; then
+		need_root "creating the Postgres cluster"
+		log "creating cluster $PG_MAJOR/$PG_CLUSTER"
+		pg_createcluster "$PG_MAJOR" "$PG_CLUSTER" -p "$PG_PORT" >&2
+		port=$PG_PORT
+	fi
+	[[ $port == "$PG_PORT" ]] ||
+		die "cluster $PG_MAJOR/$PG_CLUSTER is configured for port $port, expected $PG_PORT"
+}
+
+start_postgres() {
+	ensure_packages "postgresql-$PG_MAJOR" "postgresql-server-dev-$PG_MAJOR" build-essential
+	ensure_pgvector
+	ensure_pg_cluster
+	if pg_ctlcluster "$PG_MAJOR" "$PG_CLUSTER" status >/dev/null 2>&1; then
+		log "postgres: cluster $PG_MAJOR/$PG_CLUSTER already running"
+	else
+		need_root "starting Postgres"
+		log "postgres: starting cluster $PG_MAJOR/$PG_CLUSTER"
+		pg_ctlcluster "$PG_MAJOR" "$PG_CLUSTER" start >&2 || {
+			show_log_tail "/var/log/postgresql/postgresql-$PG_MAJOR-$PG_CLUSTER.log"
+			die "pg_ctlcluster $PG_MAJOR $PG_CLUSTER start failed"
+		}
+	fi
+	wait_until 60 pg_up || {
+		show_log_tail "/var/log/postgresql/postgresql-$PG_MAJOR-$PG_CLUSTER.log"
+		die "postgres did not accept connections on 127.0.0.1:$PG_PORT within 60s"
+	}
+
+	need_root "setting up the ragent role and databases"
+	# Superuser so that tests may CREATE EXTENSION in databases they make;
+	# vector is also put in template1 so fresh databases already have it.
+	pg_admin postgres <<'SQL'
+DO $$
+BEGIN
+	IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = 'ragent') THEN
+		CREATE ROLE ragent WITH LOGIN CREATEDB SUPERUSER PASSWORD 'ragent';
+	ELSIF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = 'ragent'
+	                  AND rolcanlogin AND rolcreatedb AND rolsuper) THEN
+		ALTER ROLE ragent WITH LOGIN CREATEDB SUPERUSER;
+	END IF;
+END
+$$;
+SQL
+	pg_admin template1 -c 'CREATE EXTENSION IF NOT EXISTS vector'
+	local db
+	for db in ragent ragent_test; do
+		pg_admin postgres <<SQL
+SELECT 'CREATE DATABASE $db OWNER ragent' WHERE NOT EXISTS (SELECT FROM pg_database WHERE datname = '$db')
+\gexec
+SQL
+		pg_admin "$db" -c 'CREATE EXTENSION IF NOT EXISTS vector'
+	done
+
+	# Prove the settings we print work: password auth over TCP, pgvector on.
+	local version
+	if ! version=$(PGCONNECT_TIMEOUT=5 psql -X -tA "$(database_url ragent_test)" \
+		-c "SELECT extversion FROM pg_extension WHERE extname = 'vector'" 2>&1); then
+		# Only reset the password when password login fails, so warm runs
+		# do not rewrite the role every time.
+		log "postgres: password login failed ($version); resetting the ragent password"
+		pg_admin postgres -c "ALTER ROLE ragent WITH PASSWORD 'ragent'"
+		version=$(PGCONNECT_TIMEOUT=5 psql -X -tA "$(database_url ragent_test)" \
+			-c "SELECT extversion FROM pg_extension WHERE extname = 'vector'") ||
+			die "cannot log in as ragent over 127.0.0.1:$PG_PORT"
+	fi
+	[[ -n $version ]] || die "pgvector is not enabled in ragent_test"
+	log "postgres: up on 127.0.0.1:$PG_PORT (pgvector $version)"
+}
+
+stop_postgres() {
+	if pg_ctlcluster "$PG_MAJOR" "$PG_CLUSTER" status >/dev/null 2>&1; then
+		log "postgres: stopping cluster $PG_MAJOR/$PG_CLUSTER"
+		pg_ctlcluster "$PG_MAJOR" "$PG_CLUSTER" stop >&2
+	else
+		log "postgres: not running"
+	fi
+}
+
+status_postgres() {
+	if pg_up; then
+		echo "postgres  up    127.0.0.1:$PG_PORT"
+	else
+		echo "postgres  down  127.0.0.1:$PG_PORT"
+		return 1
+	fi
+}
+
+database_url() { echo "postgres://ragent:ragent@127.0.0.1:$PG_PORT/$1?sslmode=disable"; }
+
+# --- redis --------------------------------------------------------------------
+
+redis_up() {
+	[[ $(timeout 3 redis-cli -h 127.0.0.1 -p "$REDIS_PORT" ping 2>/dev/null) == PONG ]]
+}
+
+start_redis() {
+	ensure_packages redis-server
+	# Whatever answers on the port will do, including Debian's own service.
+	if redis_up; then
+		log "redis: already answering on 127.0.0.1:$REDIS_PORT"
+		return 0
+	fi
+	local dir=$STATE_DIR/redis
+	mkdir -p "$dir"
+	log "redis: starting on 127.0.0.1:$REDIS_PORT"
+	redis-server --daemonize yes --bind 127.0.0.1 --port "$REDIS_PORT" \
+		--save "" --appendonly no --dir "$dir" \
+		--logfile "$dir/redis.log" --pidfile "$dir/redis.pid" >&2 || {
+		show_log_tail "$dir/redis.log"
+		die "redis-server failed to start"
+	}
+	wait_until 30 redis_up || {
+		show_log_tail "$dir/redis.log"
+		die "redis did not answer PING on 127.0.0.1:$REDIS_PORT within 30s"
+	}
+	log "redis: up on 127.0.0.1:$REDIS_PORT"
+}
+
+stop_redis() {
+	if redis_up; then
+		log "redis: shutting down 127.0.0.1:$REDIS_PORT"
+		timeout 10 redis-cli -h 127.0.0.1 -p "$REDIS_PORT" shutdown nosave >/dev/null 2>&1 || true
+		wait_until 10 bash -c "! timeout 2 bash -c 'exec 3<>/dev/tcp/127.0.0.1/$REDIS_PORT' 2>/dev/null" ||
+			die "redis still answers on 127.0.0.1:$REDIS_PORT"
+	else
+		log "redis: not running"
+	fi
+}
+
+status_redis() {
+	if redis_up; then
+		echo "redis     up    127.0.0.1:$REDIS_PORT"
+	else
+		echo "redis     down  127.0.0.1:$REDIS_PORT"
+		return 1
+	fi
+}
+
+# --- rocketmq -----------------------------------------------------------------
+
+# ensure_rocketmq_jars resolves the NameServer and Broker classpath from Maven
+# Central once per pom content and version.
+ensure_rocketmq_jars() {
+	local pom=$SCRIPT_DIR/rocketmq/pom.xml stamp=$RMQ_DIR/.resolved want
+	[[ -f $pom ]] || die "missing $pom"
+	want="$RMQ_VERSION $(sha256sum <"$pom" | cut -d' ' -f1)"
+	if [[ -f $stamp && $(<"$stamp") == "$want" ]] && compgen -G "$RMQ_LIB/rocketmq-broker-*.jar" >/dev/null; then
+		return 0
+	fi
+	ensure_packages maven
+	local tmp=$RMQ_DIR/resolve.tmp
+	rm -rf "$tmp"
+	mkdir -p "$tmp"
+	cp "$pom" "$tmp/pom.xml"
+	log "rocketmq: resolving $RMQ_VERSION jars from Maven Central into $RMQ_LIB"
+	mvn -B -q -Dstyle.color=never -f "$tmp/pom.xml" -Drocketmq.version="$RMQ_VERSION" \
+		org.apache.maven.plugins:maven-dependency-plugin:3.6.1:copy-dependencies \
+		-DoutputDirectory="$tmp/lib" -DincludeScope=runtime >&2 ||
+		die "mvn copy-dependencies for RocketMQ $RMQ_VERSION failed"
+	compgen -G "$tmp/lib/rocketmq-broker-*.jar" >/dev/null || die "mvn did not produce rocketmq-broker-*.jar"
+	rm -rf "$RMQ_LIB"
+	mv "$tmp/lib" "$RMQ_LIB"
+	rm -rf "$tmp"
+	echo "$want" >"$stamp"
+	log "rocketmq: $(find "$RMQ_LIB" -name '*.jar' | wc -l) jars, $(du -sh "$RMQ_LIB" | cut -f1)"
+}
+
+write_rocketmq_config() {
+	mkdir -p "$RMQ_STATE/conf" "$RMQ_STATE/home" "$RMQ_STATE/store"
+	cat >"$RMQ_STATE/conf/namesrv.properties" <<EOF
+listenPort=$RMQ_NAMESRV_PORT
+bindAddress=127.0.0.1
+EOF
+	# brokerIP1/2 must be loopback: otherwise the broker advertises a
+	# private-range address to clients, and such traffic is forbidden here.
+	# File sizes are cut down from the multi-GB defaults.
+	cat >"$RMQ_STATE/conf/broker.conf" <<EOF
+brokerClusterName=DefaultCluster
+brokerName=$RMQ_BROKER_NAME
+brokerId=0
+namesrvAddr=127.0.0.1:$RMQ_NAMESRV_PORT
+brokerIP1=127.0.0.1
+brokerIP2=127.0.0.1
+bindAddress=127.0.0.1
+listenPort=$RMQ_BROKER_PORT
+brokerRole=ASYNC_MASTER
+flushDiskType=ASYNC_FLUSH
+deleteWhen=04
+fileReservedTime=48
+autoCreateTopicEnable=true
+autoCreateSubscriptionGroup=true
+storePathRootDir=$RMQ_STATE/store
+storePathCommitLog=$RMQ_STATE/store/commitlog
+mappedFileSizeCommitLog=67108864
+mappedFileSizeConsumeQueue=600000
+mappedFileSizeTimerLog=16777216
+maxHashSlotNum=10000
+maxIndexNum=40000
+diskMaxUsedSpaceRatio=95
+EOF
+}
+
+# rmq_pid NAME prints the pid recorded for NAME when that process is alive
+# and still runs MAIN (pids get reused).
+rmq_pid() {
+	local name=$1 main=$2 pid
+	[[ -f $RMQ_STATE/$name.pid ]] || return 1
+	pid=$(<"$RMQ_STATE/$name.pid")
+	[[ $pid =~ ^[0-9]+$ ]] || return 1
+	kill -0 "$pid" 2>/dev/null || return 1
+	tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -qF "$main" || return 1
+	echo "$pid"
+}
+
+# rmq_launch NAME MAIN CONFIG JAVA_OPTS... starts one JVM in its own session
+# (so a Ctrl-C in the caller's terminal does not reach it) and records its pid.
+rmq_launch() {
+	local name=$1 main=$2 config=$3
+	shift 3
+	local java_opts=(
+		-server -XX:+UseG1GC -XX:-OmitStackTraceInFastThrow
+		-XX:+ExitOnOutOfMemoryError
+		"$@"
+		# Without the first two the broker dies on Java 17.
+		--add-opens=java.base/java.nio=ALL-UNNAMED
+		--add-exports=java.base/sun.nio.ch=ALL-UNNAMED
+		--add-opens=java.base/sun.nio.ch=ALL-UNNAMED
+		--add-opens=java.base/java.lang=ALL-UNNAMED
+		--add-opens=java.base/java.util=ALL-UNNAMED
+		--add-opens=java.base/jdk.internal.ref=ALL-UNNAMED
+		-Duser.home="$RMQ_STATE"
+		-Drocketmq.home.dir="$RMQ_STATE/home"
+		-Drmq.logback.configurationFile="rmq.$name.logback.xml"
+		-cp "$RMQ_LIB/*"
+		"$main" -c "$config"
+	)
+	rm -f "$RMQ_STATE/$name.pid"
+	rmq_launched=1
+	# The inner shell records its own pid and then becomes java, so the
+	# pid file names the JVM whether or not setsid had to fork.
+	# shellcheck disable=SC2016 # $$ and $@ belong to the inner shell.
+	ROCKETMQ_HOME=$RMQ_STATE/home setsid nohup bash -c 'echo $$ >"$1"; shift; exec java "$@"' \
+		_ "$RMQ_STATE/$name.pid" "${java_opts[@]}" \
+		>"$RMQ_STATE/$name.out" 2>&1 </dev/null &
+}
+
+# rmq_booted NAME MAIN PORT PATTERN: up when the JVM runs, the port accepts
+# connections and stdout shows the boot line.
+rmq_booted() {
+	rmq_pid "$1" "$2" >/dev/null && port_open "$3" && grep -qF "$4" "$RMQ_STATE/$1.out"
+}
+
+# rmq_wait_boot NAME MAIN PORT PATTERN waits for rmq_booted, failing early
+# with the log when the JVM exits.
+rmq_wait_boot() {
+	local name=$1 main=$2 port=$3 pattern=$4
+	local deadline=$((SECONDS + RMQ_BOOT_TIMEOUT))
+	until rmq_booted "$name" "$main" "$port" "$pattern"; do
+		if ! rmq_pid "$name" "$main" >/dev/null && [[ -f $RMQ_STATE/$name.pid ]]; then
+			show_log_tail "$RMQ_STATE/$name.out" 60
+			die "rocketmq $name exited during startup (log: $RMQ_STATE/$name.out)"
+		fi
+		if ((SECONDS >= deadline)); then
+			show_log_tail "$RMQ_STATE/$name.out" 60
+			die "rocketmq $name did not report \"$pattern\" on 127.0.0.1:$port within ${RMQ_BOOT_TIMEOUT}s"
+		fi
+		sleep 1
+	done
+}
+
+# rmq_start_one NAME MAIN CONFIG PORT PATTERN JAVA_OPTS...
+rmq_start_one() {
+	local name=$1 main=$2 config=$3 port=$4 pattern=$5
+	shift 5
+	if rmq_pid "$name" "$main" >/dev/null; then
+		rmq_wait_boot "$name" "$main" "$port" "$pattern"
+		log "rocketmq: $name already running on 127.0.0.1:$port"
+		return 0
+	fi
+	if port_open "$port"; then
+		die "127.0.0.1:$port is taken by a process this script did not start; stop it or free the port"
+	fi
+	log "rocketmq: starting $name on 127.0.0.1:$port (log: $RMQ_STATE/$name.out)"
+	rmq_launch "$name" "$main" "$config" "$@"
+	rmq_wait_boot "$name" "$main" "$port" "$pattern"
+	log "rocketmq: $name booted"
+}
+
+rmq_launched=
+start_rocketmq() {
+	ensure_packages openjdk-17-jre-headless
+	ensure_rocketmq_jars
+	write_rocketmq_config
+	# Only log lines written from here on may prove a fresh registration.
+	local ns_from broker_from
+	ns_from=$(log_size "$RMQ_STATE/logs/rocketmqlogs/namesrv.log")
+	broker_from=$(log_size "$RMQ_STATE/logs/rocketmqlogs/broker.log")
+	rmq_start_one namesrv "$RMQ_NAMESRV_MAIN" "$RMQ_STATE/conf/namesrv.properties" \
+		"$RMQ_NAMESRV_PORT" "The Name Server boot success" \
+		-Xms128m -Xmx256m
+	rmq_start_one broker "$RMQ_BROKER_MAIN" "$RMQ_STATE/conf/broker.conf" "$RMQ_BROKER_PORT" \
+		"The broker[$RMQ_BROKER_NAME, 127.0.0.1:$RMQ_BROKER_PORT] boot success" \
+		-Xms256m -Xmx512m -XX:MaxDirectMemorySize=256m \
+		-Drocketmq.broker.diskSpaceWarningLevelRatio=0.98
+	# The broker registers with the NameServer about 10 s after booting and
+	# clients find no route until it has. Processes that were already running
+	# proved this when they were started.
+	if [[ -n $rmq_launched ]]; then
+		log "rocketmq: waiting for the broker to register with the NameServer"
+		wait_until 60 rmq_broker_registered "$ns_from" "$broker_from" || {
+			show_log_tail "$RMQ_STATE/logs/rocketmqlogs/namesrv.log"
+			show_log_tail "$RMQ_STATE/logs/rocketmqlogs/broker.log"
+			die "broker $RMQ_BROKER_NAME did not register with the NameServer within 60s"
+		}
+	fi
+	log "rocketmq: up: namesrv 127.0.0.1:$RMQ_NAMESRV_PORT, broker 127.0.0.1:$RMQ_BROKER_PORT registered"
+}
+
+log_size() { stat -c %s "$1" 2>/dev/null || echo 0; }
+
+# rmq_broker_registered NS_FROM BROKER_FROM looks for a registration in the
+# NameServer's or the broker's log after the given byte offsets.
+rmq_broker_registered() {
+	local logs=$RMQ_STATE/logs/rocketmqlogs
+	tail -c +"$(($1 + 1))" "$logs/namesrv.log" 2>/dev/null |
+		grep -q "new broker registered, .*brokerAddr=127\.0\.0\.1:$RMQ_BROKER_PORT\]" ||
+		tail -c +"$(($2 + 1))" "$logs/broker.log" 2>/dev/null |
+		grep -qF "Registering current broker to name server completed. TargetHost=127.0.0.1:$RMQ_NAMESRV_PORT"
+}
+
+rmq_stop_one() {
+	local name=$1 main=$2 pid
+	if ! pid=$(rmq_pid "$name" "$main"); then
+		log "rocketmq: $name not running"
+		return 0
+	fi
+	log "rocketmq: stopping $name (pid $pid)"
+	kill "$pid" 2>/dev/null || true
+	if ! wait_until 30 bash -c "! kill -0 $pid 2>/dev/null"; then
+		log "rocketmq: $name ignored SIGTERM for 30s; killing it"
+		kill -9 "$pid" 2>/dev/null || true
+	fi
+	rm -f "$RMQ_STATE/$name.pid"
+}
+
+stop_rocketmq() {
+	rmq_stop_one broker "$RMQ_BROKER_MAIN"
+	rmq_stop_one namesrv "$RMQ_NAMESRV_MAIN"
+}
+
+status_rocketmq() {
+	local rc=0
+	if rmq_pid namesrv "$RMQ_NAMESRV_MAIN" >/dev/null && port_open "$RMQ_NAMESRV_PORT"; then
+		echo "namesrv   up    127.0.0.1:$RMQ_NAMESRV_PORT"
+	else
+		echo "namesrv   down  127.0.0.1:$RMQ_NAMESRV_PORT"
+		rc=1
+	fi
+	if rmq_pid broker "$RMQ_BROKER_MAIN" >/dev/null && port_open "$RMQ_BROKER_PORT"; then
+		echo "broker    up    127.0.0.1:$RMQ_BROKER_PORT"
+	else
+		echo "broker    down  127.0.0.1:$RMQ_BROKER_PORT"
+		rc=1
+	fi
+	return "$rc"
+}
+
+# --- main ---------------------------------------------------------------------
+
+print_settings() {
+	local svc
+	for svc in "$@"; do
+		case $svc in
+		postgres)
+			echo "export RAGENT_DATABASE_URL='$(database_url ragent)'"
+			echo "export RAGENT_TEST_DATABASE_URL='$(database_url ragent_test)'"
+			;;
+		redis)
+			echo "export RAGENT_REDIS_URL='redis://127.0.0.1:$REDIS_PORT/0'"
+			echo "export RAGENT_TEST_REDIS_URL='redis://127.0.0.1:$REDIS_PORT/15'"
+			;;
+		rocketmq)
+			echo "export RAGENT_ROCKETMQ_NAMESRV='127.0.0.1:$RMQ_NAMESRV_PORT'"
+			echo "export RAGENT_TEST_ROCKETMQ_NAMESRV='127.0.0.1:$RMQ_NAMESRV_PORT'"
+			;;
+		esac
+	done
+}
+
+usage() {
+	echo "usage: $0 start|stop|status [postgres|redis|rocketmq ...]  (default: \$SERVICES or all)" >&2
+	exit 2
+}
+
+main() {
+	(($# >= 1)) || usage
+	local cmd=$1
+	shift
+	local services=("$@")
+	if ((${#services[@]} == 0)); then
+		read -r -a services <<<"${SERVICES:-$ALL_SERVICES}"
+	fi
+	local svc
+	for svc in "${services[@]}"; do
+		[[ " $ALL_SERVICES " == *" $svc "* ]] || die "unknown service '$svc' (known: $ALL_SERVICES)"
+	done
+
+	if [[ $cmd == start || $cmd == stop ]] && [[ -z ${RAGENT_SERVICES_LOCKED:-} ]]; then
+		# Several engineers and make targets share this machine: one
+		# start/stop at a time. The script runs again under flock -o so
+		# the lock's descriptor is not inherited by the daemons it starts
+		# (Postgres, Redis, the JVMs, even apt's postinst scripts), which
+		# would otherwise hold the lock for as long as they live.
+		mkdir -p "$STATE_DIR"
+		local lock=$STATE_DIR/services.lock rc=0
+		RAGENT_SERVICES_LOCKED=1 flock -o -E 75 -w 600 "$lock" \
+			bash "${BASH_SOURCE[0]}" "$cmd" "${services[@]}" || rc=$?
+		((rc != 75)) || die "waited 600s for $lock: another services.sh start/stop is still running"
+		exit "$rc"
+	fi
+
+	case $cmd in
+	start)
+		local started=$SECONDS
+		for svc in "${services[@]}"; do
+			"start_$svc"
+		done
+		log "all up in $((SECONDS - started))s: ${services[*]}"
+		print_settings "${services[@]}"
+		;;
+	stop)
+		# Reverse order: the broker before the NameServer, apps' deps last.
+		local i
+		for ((i = ${#services[@]} - 1; i >= 0; i--)); do
+			"stop_${services[i]}"
+		done
+		;;
+	status)
+		local rc=0
+		for svc in "${services[@]}"; do
+			"status_$svc" || rc=1
+		done
+		return "$rc"
+		;;
+	*) usage ;;
+	esac
+}
+
+main "$@"
