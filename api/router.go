@@ -20,6 +20,7 @@ import (
 	"github.com/ragent-go/ragent/ratelimit"
 	"github.com/ragent-go/ragent/service/admin"
 	"github.com/ragent-go/ragent/service/auth"
+	"github.com/ragent-go/ragent/service/chat"
 	"github.com/ragent-go/ragent/service/ingest"
 	"github.com/ragent-go/ragent/service/retrieve"
 )
@@ -42,6 +43,8 @@ type Deps struct {
 	KnowledgeBases *admin.KnowledgeBases
 	Ingest         *ingest.Service
 	Search         *retrieve.Searcher
+	Chat           *chat.Service
+	PingInterval   time.Duration // SSE keep-alive; default 15s
 
 	UploadSemaphore   *ratelimit.Semaphore // nil: uploads are not bounded
 	UploadMaxWait     time.Duration        // Retry-After hint of a refused upload
@@ -87,6 +90,9 @@ func NewRouter(deps Deps) *Router {
 	if deps.MaxBodyBytes <= 0 {
 		deps.MaxBodyBytes = 1 << 20
 	}
+	if deps.PingInterval <= 0 {
+		deps.PingInterval = 15 * time.Second
+	}
 	if deps.UploadMaxBytes <= 0 {
 		deps.UploadMaxBytes = 50 << 20
 	}
@@ -126,6 +132,12 @@ func NewRouter(deps Deps) *Router {
 	user.GET("/documents/:id", s.getDocument)
 	user.GET("/documents/:id/chunks", s.documentChunks)
 	user.POST("/search", s.search)
+	user.POST("/chat", s.chatStream)
+	user.POST("/chat/tasks/:taskId/stop", s.stopChat)
+	user.GET("/conversations", s.listConversations)
+	user.GET("/conversations/:id/messages", s.conversationMessages)
+	user.PATCH("/conversations/:id", s.renameConversation)
+	user.DELETE("/conversations/:id", s.deleteConversation)
 
 	adm := user.Group("", requireAdmin)
 	adm.GET("/users", s.listUsers)

@@ -105,15 +105,15 @@ func (s *Store) Documents(ctx context.Context, kbID, before service.ID, limit in
 
 // DocumentBlob returns the original bytes of a document.
 func (s *Store) DocumentBlob(ctx context.Context, sha256 string) ([]byte, error) {
-	var b []byte
-	res := s.conn(ctx).Raw("SELECT bytes FROM document_blobs WHERE sha256 = ?", sha256).Scan(&b)
+	var row struct{ Bytes []byte }
+	res := s.conn(ctx).Raw("SELECT bytes FROM document_blobs WHERE sha256 = ?", sha256).Scan(&row)
 	if res.Error != nil {
 		return nil, translate(res.Error)
 	}
 	if res.RowsAffected == 0 {
 		return nil, service.ErrNotFound
 	}
-	return b, nil
+	return row.Bytes, nil
 }
 
 // DeleteDocument soft-deletes a document and removes its chunks at once, so

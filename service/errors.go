@@ -21,6 +21,10 @@ var (
 	ErrUnavailable      = errors.New("unavailable")                                 // 503
 )
 
+// ErrShutdown is the cancel cause of work interrupted because the process is
+// shutting down (not because a client went away).
+var ErrShutdown = errors.New("shutting down")
+
 // Error is a domain error with a message fit for users and optional details
 // (e.g. the id of the existing document on a duplicate upload).
 type Error struct {

@@ -28,8 +28,10 @@ import (
 	"github.com/ragent-go/ragent/service"
 	"github.com/ragent-go/ragent/service/admin"
 	"github.com/ragent-go/ragent/service/auth"
+	"github.com/ragent-go/ragent/service/chat"
 	"github.com/ragent-go/ragent/service/ingest"
 	"github.com/ragent-go/ragent/service/retrieve"
+	"github.com/ragent-go/ragent/stream"
 )
 
 // App is one running ragent instance. Tests start several in one process,
@@ -42,6 +44,12 @@ type App struct {
 	ids      *idgen.Generator
 	registry *prometheus.Registry
 	router   *api.Router
+
+	// The knowledge use cases, for commands that drive them without HTTP
+	// (eval).
+	kbs       *admin.KnowledgeBases
+	ingestSvc *ingest.Service
+	searcher  *retrieve.Searcher
 
 	// AdminPassword is the generated first-admin password, set only on the
 	// start that created the admin.
@@ -126,6 +134,7 @@ func newApp(ctx context.Context, cfg Config, log *slog.Logger) (_ *App, err erro
 	})
 	searcher := retrieve.New(a.store, embedder, reranker, retrieve.Config{}, log)
 	ingestSvc := ingest.New(a.store, embedder, ids, ingest.Config{MaxBytes: cfg.UploadMaxBytes}, log, nil)
+	a.kbs, a.ingestSvc, a.searcher = kbs, ingestSvc, searcher
 
 	// The MQ: the outbox relay and the reaper run on every instance; the
 	// ingestion consumer on workers.
@@ -148,22 +157,61 @@ func newApp(ctx context.Context, cfg Config, log *slog.Logger) (_ *App, err erro
 		a.runners = append(a.runners, consumer.Run)
 	}
 
+	// Chat: the fair queue in front of the model, the cross-instance stop.
+	answerModel, err := llm.NewChatModel(llmConfig(cfg), cfg.LLMChatModel)
+	if err != nil {
+		return nil, fmt.Errorf("chat model: %w", err)
+	}
+	var fastModel service.ChatModel
+	if cfg.LLMProvider != "offline" {
+		if fastModel, err = llm.NewChatModel(llmConfig(cfg), cfg.LLMFastModel); err != nil {
+			return nil, fmt.Errorf("fast model: %w", err)
+		}
+	}
+	var limiter chat.Limiter
+	var limiterStats api.LimiterStats
+	if cfg.ChatLimiterEnabled {
+		policy, err := ratelimit.ParsePolicy(cfg.ChatOnRedisError)
+		if err != nil {
+			return nil, err
+		}
+		l := ratelimit.New(a.rdb, cfg.RedisPrefix, "chat", ratelimit.Config{
+			MaxConcurrent: cfg.ChatMaxConcurrent, MaxWait: cfg.ChatMaxWait, Lease: cfg.ChatLease,
+			PollInterval: cfg.ChatPollInterval, MaxQueue: cfg.ChatMaxQueue, MaxQueuedPerUser: cfg.ChatMaxQueuedPerUser,
+			OnRedisError: policy, Enabled: true,
+		}, ratelimit.WithLogger(log), ratelimit.WithRegisterer(a.registry))
+		a.runners = append(a.runners, l.Run)
+		limiter, limiterStats = chatLimiter{l}, l
+	}
+	tasks := stream.NewManager(a.rdb, cfg.RedisPrefix, cfg.InstanceID, stream.WithLogger(log))
+	a.runners = append(a.runners, tasks.Run)
+	chatSvc := chat.New(chat.Deps{
+		Store: a.store, Limiter: limiter, Tasks: chatTasks{tasks}, Retriever: searcher,
+		Model: answerModel, FastModel: fastModel, IDs: ids, Log: log,
+	}, chat.Config{
+		RefuseWithoutSources: cfg.ChatEmptyRetrieval == "refuse",
+		AnswerModel:          cfg.LLMChatModel, FastModel: cfg.LLMFastModel,
+	})
+
 	// Upload concurrency across instances.
 	uploads := ratelimit.NewSemaphore(a.rdb, cfg.RedisPrefix, "upload", cfg.UploadMaxConcurrent, 300*time.Second,
 		cfg.UploadMaxWait, ratelimit.WithLogger(log), ratelimit.WithRegisterer(a.registry))
 	a.runners = append(a.runners, uploads.Run)
 
 	a.router = api.NewRouter(api.Deps{
-		Log:             log,
-		Auth:            authSvc,
-		KnowledgeBases:  kbs,
-		Ingest:          ingestSvc,
-		Search:          searcher,
-		UploadSemaphore: uploads,
-		UploadMaxWait:   cfg.UploadMaxWait,
-		UploadMaxBytes:  cfg.UploadMaxBytes,
-		Registry:        a.registry,
-		SecureCookie:    cfg.SecureCookie,
+		Log:               log,
+		Auth:              authSvc,
+		KnowledgeBases:    kbs,
+		Ingest:            ingestSvc,
+		Search:            searcher,
+		Chat:              chatSvc,
+		ChatLimiter:       limiterStats,
+		ChatMaxConcurrent: cfg.ChatMaxConcurrent,
+		UploadSemaphore:   uploads,
+		UploadMaxWait:     cfg.UploadMaxWait,
+		UploadMaxBytes:    cfg.UploadMaxBytes,
+		Registry:          a.registry,
+		SecureCookie:      cfg.SecureCookie,
 		Pingers: map[string]api.Pinger{
 			"postgres": a.store,
 			"redis":    api.PingFunc(func(ctx context.Context) error { return a.rdb.Ping(ctx).Err() }),
@@ -235,18 +283,16 @@ func (a *App) Run(ctx context.Context, ln net.Listener) error {
 	if srv != nil {
 		// Stop accepting; open streams see ctx cancelled (reason shutdown),
 		// end their SSE and release their permits before Shutdown returns.
-		cancel(errShutdown)
+		cancel(service.ErrShutdown)
 		if err := srv.Shutdown(sctx); err != nil {
 			a.log.Warn("http shutdown", "err", err)
 			srv.Close()
 		}
 	}
-	cancel(errShutdown)
+	cancel(service.ErrShutdown)
 	wg.Wait()
 	return runErr
 }
-
-var errShutdown = errors.New("shutdown")
 
 // Close releases every client and lease, in reverse order of creation.
 func (a *App) Close(ctx context.Context) {

@@ -13,8 +13,10 @@ import (
 	"github.com/ragent-go/ragent/mq"
 	"github.com/ragent-go/ragent/mq/redisstream"
 	"github.com/ragent-go/ragent/mq/rocketmq"
+	"github.com/ragent-go/ragent/ratelimit"
 	"github.com/ragent-go/ragent/service"
 	"github.com/ragent-go/ragent/service/ingest"
+	"github.com/ragent-go/ragent/stream"
 )
 
 // This file holds the small adapters that join a mechanism or an adapter to
@@ -117,3 +119,49 @@ const (
 	consumingTTL = 60 * time.Second
 	consumedTTL  = 24 * time.Hour
 )
+
+// chatLimiter adapts the fair queue to the chat use case's Limiter: queue
+// timeout and queue full become service.ErrBusy, a Redis failure under the
+// reject policy service.ErrUnavailable.
+type chatLimiter struct{ l *ratelimit.Limiter }
+
+func (c chatLimiter) Acquire(ctx context.Context, requestID, userID string, onPosition func(position, queued int)) (func(), error) {
+	permit, err := c.l.Acquire(ctx, requestID, userID, onPosition)
+	switch {
+	case err == nil:
+		return permit.Release, nil
+	case errors.Is(err, ratelimit.ErrTimeout):
+		return nil, fmt.Errorf("%w: queue wait exceeded", service.ErrBusy)
+	case errors.Is(err, ratelimit.ErrQueueFull):
+		return nil, fmt.Errorf("%w: queue full", service.ErrBusy)
+	case errors.Is(err, ratelimit.ErrUnavailable):
+		return nil, fmt.Errorf("%w: %v", service.ErrUnavailable, err)
+	}
+	return nil, err
+}
+
+// chatTasks adapts the stream manager to the chat use case's Tasks.
+type chatTasks struct{ m *stream.Manager }
+
+func (c chatTasks) Register(ctx context.Context, taskID, owner string, cancel context.CancelCauseFunc) (func(), error) {
+	return c.m.Register(ctx, taskID, owner, cancel)
+}
+
+func (c chatTasks) Owner(ctx context.Context, taskID string) (string, error) {
+	user, _, err := c.m.Owner(ctx, taskID)
+	switch {
+	case errors.Is(err, stream.ErrNotFound):
+		return "", fmt.Errorf("%w: task %s", service.ErrNotFound, taskID)
+	case errors.Is(err, stream.ErrUnavailable):
+		return "", fmt.Errorf("%w: %v", service.ErrUnavailable, err)
+	}
+	return user, err
+}
+
+func (c chatTasks) Cancel(ctx context.Context, taskID string) (bool, error) {
+	local, err := c.m.Cancel(ctx, taskID)
+	if errors.Is(err, stream.ErrUnavailable) {
+		return local, fmt.Errorf("%w: %v", service.ErrUnavailable, err)
+	}
+	return local, err
+}

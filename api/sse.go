@@ -1,0 +1,97 @@
+package api
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strconv"
+	"sync"
+	"time"
+)
+
+// sseWriter writes Server-Sent Events: `event:`, `id:` and one `data:` line
+// per event, flushed at once. Headers go out with the first event, so a
+// request that fails before streaming still gets a plain JSON error.
+type sseWriter struct {
+	mu      sync.Mutex
+	w       http.ResponseWriter
+	rc      *http.ResponseController
+	seq     int
+	started bool
+	err     error // the first write error: the client is gone
+}
+
+func newSSEWriter(w http.ResponseWriter) *sseWriter {
+	return &sseWriter{w: w, rc: http.NewResponseController(w)}
+}
+
+func (s *sseWriter) start() {
+	if s.started {
+		return
+	}
+	s.started = true
+	h := s.w.Header()
+	h.Set("Content-Type", "text/event-stream; charset=utf-8")
+	h.Set("Cache-Control", "no-cache")
+	h.Set("Connection", "keep-alive")
+	h.Set("X-Accel-Buffering", "no") // nginx: do not buffer the stream
+	s.w.WriteHeader(http.StatusOK)
+}
+
+// event writes one event; data is JSON-encoded unless raw is set.
+func (s *sseWriter) event(name string, data any, raw string) error {
+	var payload []byte
+	if data != nil {
+		b, err := json.Marshal(data)
+		if err != nil {
+			return err
+		}
+		payload = b
+	} else {
+		payload = []byte(raw)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.err != nil {
+		return s.err
+	}
+	s.start()
+	s.seq++
+	_, err := fmt.Fprintf(s.w, "event: %s\nid: %s\ndata: %s\n\n", name, strconv.Itoa(s.seq), payload)
+	if err == nil {
+		err = s.rc.Flush()
+	}
+	s.err = err
+	return err
+}
+
+// ping writes a comment that keeps proxies from closing an idle stream.
+func (s *sseWriter) ping() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.err != nil || !s.started {
+		return s.err
+	}
+	_, err := fmt.Fprint(s.w, ": ping\n\n")
+	if err == nil {
+		err = s.rc.Flush()
+	}
+	s.err = err
+	return err
+}
+
+// keepAlive pings every interval until done is closed.
+func (s *sseWriter) keepAlive(interval time.Duration, done <-chan struct{}) {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-done:
+			return
+		case <-t.C:
+			if s.ping() != nil {
+				return
+			}
+		}
+	}
+}

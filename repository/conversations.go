@@ -1,0 +1,181 @@
+package repository
+
+import (
+	"context"
+	"encoding/json"
+	"time"
+
+	"gorm.io/gorm"
+
+	"github.com/ragent-go/ragent/service"
+)
+
+type conversationRow struct {
+	ID        int64
+	UserID    int64
+	Title     string
+	CreatedAt time.Time
+	UpdatedAt time.Time
+	DeletedAt gorm.DeletedAt
+}
+
+func (conversationRow) TableName() string { return "conversations" }
+
+func (r conversationRow) conversation() *service.Conversation {
+	return &service.Conversation{ID: service.ID(r.ID), UserID: service.ID(r.UserID), Title: r.Title,
+		CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt}
+}
+
+type messageRow struct {
+	ID               int64
+	ConversationID   int64
+	Role             string
+	Content          string
+	Thinking         string
+	Status           string
+	Sources          []byte
+	ReplyTo          *int64
+	PromptTokens     int
+	CompletionTokens int
+	LatencyMs        int64
+	CreatedAt        time.Time
+}
+
+func (messageRow) TableName() string { return "messages" }
+
+func (r messageRow) message() service.Message {
+	m := service.Message{
+		ID: service.ID(r.ID), ConversationID: service.ID(r.ConversationID), Role: r.Role, Content: r.Content,
+		Thinking: r.Thinking, Status: service.MessageStatus(r.Status), Sources: json.RawMessage(r.Sources),
+		Usage: service.Usage{PromptTokens: r.PromptTokens, CompletionTokens: r.CompletionTokens,
+			TotalTokens: r.PromptTokens + r.CompletionTokens},
+		LatencyMS: r.LatencyMs, CreatedAt: r.CreatedAt,
+	}
+	if r.ReplyTo != nil {
+		m.ReplyTo = service.ID(*r.ReplyTo)
+	}
+	return m
+}
+
+// CreateConversation inserts c.
+func (s *Store) CreateConversation(ctx context.Context, c *service.Conversation) error {
+	row := conversationRow{ID: int64(c.ID), UserID: int64(c.UserID), Title: c.Title}
+	if err := s.conn(ctx).Create(&row).Error; err != nil {
+		return translate(err)
+	}
+	c.CreatedAt, c.UpdatedAt = row.CreatedAt, row.UpdatedAt
+	return nil
+}
+
+// Conversation returns a live conversation.
+func (s *Store) Conversation(ctx context.Context, id service.ID) (*service.Conversation, error) {
+	var row conversationRow
+	if err := s.conn(ctx).Take(&row, int64(id)).Error; err != nil {
+		return nil, translate(err)
+	}
+	return row.conversation(), nil
+}
+
+// Conversations lists a user's live conversations, most recently active
+// first; the cursor is the id of the last conversation of the previous
+// page. userID 0 lists everyone's (for admins).
+func (s *Store) Conversations(ctx context.Context, userID, before service.ID, limit int) ([]*service.Conversation, error) {
+	q := s.conn(ctx).Order("updated_at DESC, id DESC").Limit(limit)
+	if userID != 0 {
+		q = q.Where("user_id = ?", int64(userID))
+	}
+	if before != 0 {
+		q = q.Where("(updated_at, id) < (SELECT updated_at, id FROM conversations WHERE id = ?)", int64(before))
+	}
+	var rows []conversationRow
+	if err := q.Find(&rows).Error; err != nil {
+		return nil, translate(err)
+	}
+	out := make([]*service.Conversation, len(rows))
+	for i, r := range rows {
+		out[i] = r.conversation()
+	}
+	return out, nil
+}
+
+// RenameConversation sets the title.
+func (s *Store) RenameConversation(ctx context.Context, id service.ID, title string) error {
+	res := s.conn(ctx).Model(&conversationRow{ID: int64(id)}).Update("title", title)
+	if res.Error != nil {
+		return translate(res.Error)
+	}
+	if res.RowsAffected == 0 {
+		return service.ErrNotFound
+	}
+	return nil
+}
+
+// DeleteConversation soft-deletes a conversation; its messages stay for the record.
+func (s *Store) DeleteConversation(ctx context.Context, id service.ID) error {
+	res := s.conn(ctx).Delete(&conversationRow{}, int64(id))
+	if res.Error != nil {
+		return translate(res.Error)
+	}
+	if res.RowsAffected == 0 {
+		return service.ErrNotFound
+	}
+	return nil
+}
+
+// Messages returns up to limit messages of a conversation, oldest first,
+// after the given message id.
+func (s *Store) Messages(ctx context.Context, conversationID, after service.ID, limit int) ([]service.Message, error) {
+	var rows []messageRow
+	if err := s.conn(ctx).Where("conversation_id = ? AND id > ?", int64(conversationID), int64(after)).
+		Order("id").Limit(limit).Find(&rows).Error; err != nil {
+		return nil, translate(err)
+	}
+	out := make([]service.Message, len(rows))
+	for i, r := range rows {
+		out[i] = r.message()
+	}
+	return out, nil
+}
+
+// RecentMessages returns the last n messages of a conversation, oldest first.
+func (s *Store) RecentMessages(ctx context.Context, conversationID service.ID, n int) ([]service.Message, error) {
+	var rows []messageRow
+	if err := s.conn(ctx).Where("conversation_id = ?", int64(conversationID)).
+		Order("id DESC").Limit(n).Find(&rows).Error; err != nil {
+		return nil, translate(err)
+	}
+	out := make([]service.Message, len(rows))
+	for i, r := range rows {
+		out[len(rows)-1-i] = r.message()
+	}
+	return out, nil
+}
+
+// SaveMessage inserts a message and marks its conversation active; a title,
+// when given, is set in the same transaction.
+func (s *Store) SaveMessage(ctx context.Context, m *service.Message, title string) error {
+	sources := []byte(m.Sources)
+	if len(sources) == 0 {
+		sources = []byte("[]")
+	}
+	row := messageRow{
+		ID: int64(m.ID), ConversationID: int64(m.ConversationID), Role: m.Role, Content: m.Content,
+		Thinking: m.Thinking, Status: string(m.Status), Sources: sources,
+		PromptTokens: m.Usage.PromptTokens, CompletionTokens: m.Usage.CompletionTokens, LatencyMs: m.LatencyMS,
+	}
+	if m.ReplyTo != 0 {
+		r := int64(m.ReplyTo)
+		row.ReplyTo = &r
+	}
+	return s.WithinTx(ctx, func(tx *Store) error {
+		if err := tx.db.Create(&row).Error; err != nil {
+			return translate(err)
+		}
+		m.CreatedAt = row.CreatedAt
+		updates := map[string]any{"updated_at": time.Now().UTC()}
+		if title != "" {
+			updates["title"] = title
+		}
+		return translate(tx.db.Model(&conversationRow{ID: row.ConversationID}).Updates(updates).Error)
+	})
+}

@@ -1,0 +1,491 @@
+// Package chat is the RAG conversation pipeline: history → term mappings →
+// rewrite → intent → retrieve → prompt → generate, streamed as events, behind
+// the fair queue, with a stop that cancels the upstream model on whichever
+// instance runs it.
+//
+// Chat emits the events of DESIGN §6 through a callback; the api package
+// writes them as Server-Sent Events. Every request ends with exactly one
+// finish event followed by done, whatever happened in between, and the
+// question and the answer are saved for every terminal status.
+package chat
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"time"
+	"unicode/utf8"
+
+	"github.com/ragent-go/ragent/service"
+	"github.com/ragent-go/ragent/service/retrieve"
+)
+
+// Store keeps conversations and messages.
+type Store interface {
+	CreateConversation(ctx context.Context, c *service.Conversation) error
+	Conversation(ctx context.Context, id service.ID) (*service.Conversation, error)
+	Conversations(ctx context.Context, userID, before service.ID, limit int) ([]*service.Conversation, error)
+	RenameConversation(ctx context.Context, id service.ID, title string) error
+	DeleteConversation(ctx context.Context, id service.ID) error
+	Messages(ctx context.Context, conversationID, after service.ID, limit int) ([]service.Message, error)
+	RecentMessages(ctx context.Context, conversationID service.ID, n int) ([]service.Message, error)
+	SaveMessage(ctx context.Context, m *service.Message, title string) error
+}
+
+// Limiter admits generations through the fair queue. Acquire blocks while
+// the request waits, reporting its place in line, and fails with
+// service.ErrBusy (queue wait exceeded or queue full) or
+// service.ErrUnavailable (the queue's store is down and the policy rejects).
+type Limiter interface {
+	Acquire(ctx context.Context, requestID, userID string, onPosition func(position, queued int)) (release func(), err error)
+}
+
+// Tasks is the cross-instance registry of running generations.
+type Tasks interface {
+	// Register records a running task; cancel is called when a stop for it
+	// arrives on any instance (or arrived before it registered).
+	Register(ctx context.Context, taskID, ownerUserID string, cancel context.CancelCauseFunc) (unregister func(), err error)
+	// Owner returns the user that owns a running task.
+	Owner(ctx context.Context, taskID string) (userID string, err error)
+	// Cancel stops a task wherever it runs; local reports whether it ran here.
+	Cancel(ctx context.Context, taskID string) (local bool, err error)
+}
+
+// Retriever finds relevant chunks.
+type Retriever interface {
+	Search(ctx context.Context, q retrieve.Query) ([]service.SearchResult, error)
+}
+
+// Intents returns the intent tree (roots with children, disabled included).
+type Intents interface {
+	IntentTree(ctx context.Context) ([]*service.IntentNode, error)
+}
+
+// Terms returns the term mappings (disabled included).
+type Terms interface {
+	TermMappings(ctx context.Context) ([]service.TermMapping, error)
+}
+
+// Config tunes the pipeline.
+type Config struct {
+	// RefuseWithoutSources answers a fixed text without calling the model
+	// when retrieval finds nothing (RAGENT_CHAT_EMPTY_RETRIEVAL=refuse).
+	RefuseWithoutSources bool
+	HistoryMessages      int // default 16
+	TopK                 int // sources per answer; default 5
+	MaxQuestionRunes     int // default 4000
+	AnswerModel          string
+	FastModel            string
+}
+
+// Deps are the collaborators of the pipeline. FastModel is nil for the
+// offline provider: rewrite, LLM intent scoring and title generation are
+// then skipped (lexical intent matching and a truncated title instead).
+type Deps struct {
+	Store     Store
+	Limiter   Limiter // nil: no queue
+	Tasks     Tasks
+	Retriever Retriever
+	Intents   Intents
+	Terms     Terms
+	Model     service.ChatModel
+	FastModel service.ChatModel
+	IDs       service.IDGenerator
+	Log       *slog.Logger
+	Now       func() time.Time
+}
+
+// Service runs chats.
+type Service struct {
+	d   Deps
+	cfg Config
+
+	mu    sync.Mutex
+	local map[string]localTask // tasks running on this instance
+}
+
+type localTask struct {
+	owner  service.ID
+	cancel context.CancelCauseFunc
+}
+
+// New returns a Service.
+func New(d Deps, cfg Config) *Service {
+	if d.Log == nil {
+		d.Log = slog.New(slog.DiscardHandler)
+	}
+	if d.Now == nil {
+		d.Now = time.Now
+	}
+	if cfg.HistoryMessages <= 0 {
+		cfg.HistoryMessages = 16
+	}
+	if cfg.TopK <= 0 {
+		cfg.TopK = 5
+	}
+	if cfg.MaxQuestionRunes <= 0 {
+		cfg.MaxQuestionRunes = 4000
+	}
+	return &Service{d: d, cfg: cfg, local: map[string]localTask{}}
+}
+
+// Request is one question.
+type Request struct {
+	Question         string       `json:"question"`
+	ConversationID   service.ID   `json:"conversationId"`
+	KnowledgeBaseIDs []service.ID `json:"knowledgeBaseIds"`
+	DeepThinking     bool         `json:"deepThinking"`
+}
+
+// Event is one event of the stream (DESIGN §6).
+type Event struct {
+	Name string
+	Data any // JSON-encoded; nil for done
+}
+
+// Event names.
+const (
+	EventMeta    = "meta"
+	EventQueue   = "queue"
+	EventSources = "sources"
+	EventMessage = "message"
+	EventReject  = "reject"
+	EventCancel  = "cancel"
+	EventError   = "error"
+	EventFinish  = "finish"
+	EventDone    = "done"
+)
+
+// Cancel reasons.
+const (
+	ReasonUser       = "user"
+	ReasonDisconnect = "disconnect"
+	ReasonShutdown   = "shutdown"
+)
+
+// BusyMessage is what a user reads when the queue turns them away.
+const BusyMessage = "系统繁忙，请稍后再试"
+
+// NoSourcesAnswer is the fixed answer of the refuse policy.
+const NoSourcesAnswer = "没有找到相关文档，无法回答这个问题。No relevant documents were found for this question."
+
+// errStopped is the cause of a generation stopped through the stop route.
+var errStopped = errors.New("stopped by the user")
+
+// Validate checks a request before any stream starts, so a bad request gets
+// a plain 4xx instead of an event stream.
+func (s *Service) Validate(ctx context.Context, p service.Principal, req *Request) error {
+	req.Question = strings.TrimSpace(req.Question)
+	if req.Question == "" {
+		return service.Errorf(service.ErrInvalid, "question must not be empty")
+	}
+	if !utf8.ValidString(req.Question) {
+		return service.Errorf(service.ErrInvalid, "question must be valid UTF-8")
+	}
+	if n := utf8.RuneCountInString(req.Question); n > s.cfg.MaxQuestionRunes {
+		return service.Errorf(service.ErrInvalid, "question must be at most %d characters", s.cfg.MaxQuestionRunes)
+	}
+	if len(req.KnowledgeBaseIDs) > 20 {
+		return service.Errorf(service.ErrInvalid, "at most 20 knowledge bases per question")
+	}
+	if req.ConversationID != 0 {
+		if _, err := s.ownConversation(ctx, p, req.ConversationID, false); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// ownConversation returns the conversation when p may use it. Another
+// user's conversation is reported as not found, so ids reveal nothing;
+// admins may read (readOnly) any conversation.
+func (s *Service) ownConversation(ctx context.Context, p service.Principal, id service.ID, readOnly bool) (*service.Conversation, error) {
+	c, err := s.d.Store.Conversation(ctx, id)
+	if err != nil {
+		if errors.Is(err, service.ErrNotFound) {
+			return nil, service.Errorf(service.ErrNotFound, "conversation %s not found", id)
+		}
+		return nil, err
+	}
+	if c.UserID != p.UserID && !(readOnly && p.IsAdmin()) {
+		return nil, service.Errorf(service.ErrNotFound, "conversation %s not found", id)
+	}
+	return c, nil
+}
+
+// turn is the state of one chat request.
+type turn struct {
+	s        *Service
+	p        service.Principal
+	req      Request
+	emit     func(Event) error
+	conv     *service.Conversation
+	isNew    bool
+	taskID   service.ID
+	question service.Message
+	answer   service.Message
+	thinking strings.Builder
+	content  strings.Builder
+	sources  []service.Source
+	usage    service.Usage
+	started  time.Time
+	log      *slog.Logger
+	// emitFailed records that the client is gone; later events are dropped.
+	emitFailed bool
+}
+
+func (t *turn) send(name string, data any) {
+	if t.emitFailed {
+		return
+	}
+	if err := t.emit(Event{Name: name, Data: data}); err != nil {
+		t.emitFailed = true
+	}
+}
+
+// Chat runs one request to its end, emitting events in protocol order. It
+// returns an error only when nothing could be started (then no event was
+// emitted); every later failure becomes an error event.
+func (s *Service) Chat(ctx context.Context, p service.Principal, req Request, emit func(Event) error) error {
+	if err := s.Validate(ctx, p, &req); err != nil {
+		return err
+	}
+	t := &turn{s: s, p: p, req: req, emit: emit, started: s.d.Now()}
+	if err := t.begin(ctx); err != nil {
+		return err
+	}
+	t.log = s.d.Log.With("conversation", t.conv.ID, "task", t.taskID, "user", p.UserID)
+
+	// The task context: a stop (on any instance) cancels it with errStopped;
+	// a client disconnect or a shutdown cancels it through ctx.
+	taskCtx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	taskID := t.taskID.String()
+	stop := func(error) { cancel(errStopped) }
+	s.mu.Lock()
+	s.local[taskID] = localTask{owner: p.UserID, cancel: stop}
+	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		delete(s.local, taskID)
+		s.mu.Unlock()
+	}()
+	if s.d.Tasks != nil {
+		unregister, err := s.d.Tasks.Register(ctx, taskID, p.UserID.String(), stop)
+		if err != nil {
+			t.log.WarnContext(ctx, "task registry unavailable; stop works on this instance only", "err", err)
+		} else {
+			defer unregister()
+		}
+	}
+
+	t.send(EventMeta, map[string]any{"conversationId": t.conv.ID, "taskId": t.taskID, "messageId": t.answer.ID})
+	t.run(taskCtx)
+	return nil
+}
+
+// begin creates or loads the conversation, saves the question and reserves
+// the ids of the task and the answer.
+func (t *turn) begin(ctx context.Context) error {
+	s := t.s
+	if t.req.ConversationID != 0 {
+		c, err := s.ownConversation(ctx, t.p, t.req.ConversationID, false)
+		if err != nil {
+			return err
+		}
+		t.conv = c
+	} else {
+		id, err := s.d.IDs.NextID()
+		if err != nil {
+			return err
+		}
+		t.conv = &service.Conversation{ID: id, UserID: t.p.UserID}
+		if err := s.d.Store.CreateConversation(ctx, t.conv); err != nil {
+			return err
+		}
+		t.isNew = true
+	}
+	ids := make([]service.ID, 3)
+	for i := range ids {
+		id, err := s.d.IDs.NextID()
+		if err != nil {
+			return err
+		}
+		ids[i] = id
+	}
+	t.taskID = ids[0]
+	t.question = service.Message{ID: ids[1], ConversationID: t.conv.ID, Role: "user", Content: t.req.Question, Status: service.MessageCompleted}
+	t.answer = service.Message{ID: ids[2], ConversationID: t.conv.ID, Role: "assistant", ReplyTo: t.question.ID}
+	return s.d.Store.SaveMessage(ctx, &t.question, "")
+}
+
+// run is the pipeline after meta. Whatever happens, it ends with finish and
+// done and the answer saved.
+func (t *turn) run(ctx context.Context) {
+	s := t.s
+	status, errEvent := t.generate(ctx)
+	var title string
+	switch {
+	case status == service.MessageCancelled:
+		t.send(EventCancel, map[string]any{"reason": cancelReason(ctx)})
+	case errEvent != nil:
+		t.send(EventError, errEvent)
+	}
+	if t.isNew && status == service.MessageCompleted {
+		title = t.title(ctx)
+	}
+	t.answer.Status = status
+	t.answer.Content = t.content.String()
+	t.answer.Thinking = t.thinking.String()
+	t.answer.Usage = t.usage
+	t.answer.LatencyMS = s.d.Now().Sub(t.started).Milliseconds()
+	if len(t.sources) > 0 {
+		t.answer.Sources, _ = json.Marshal(t.sources)
+	}
+	// Saved even when the client is gone or the server is stopping.
+	saveCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	if err := s.d.Store.SaveMessage(saveCtx, &t.answer, title); err != nil {
+		t.log.ErrorContext(ctx, "saving the answer failed", "err", err)
+	}
+	finish := map[string]any{"messageId": t.answer.ID, "status": status}
+	if title != "" {
+		finish["title"] = title
+	}
+	if t.usage.TotalTokens > 0 {
+		finish["usage"] = t.usage
+	}
+	t.send(EventFinish, finish)
+	t.send(EventDone, nil)
+}
+
+// generate waits for an LLM slot, then runs the pipeline and streams the
+// answer. It returns the terminal status and, for failures, the error event.
+func (t *turn) generate(ctx context.Context) (service.MessageStatus, map[string]string) {
+	s := t.s
+	if s.d.Limiter != nil {
+		last := -1
+		release, err := s.d.Limiter.Acquire(ctx, t.taskID.String(), t.p.UserID.String(), func(position, queued int) {
+			if position != last {
+				last = position
+				t.send(EventQueue, map[string]int{"position": position, "queued": queued})
+			}
+		})
+		switch {
+		case err == nil:
+			defer release()
+		case ctx.Err() != nil:
+			return service.MessageCancelled, nil
+		case errors.Is(err, service.ErrBusy):
+			t.content.WriteString(BusyMessage)
+			t.send(EventReject, map[string]string{"code": "busy", "message": BusyMessage})
+			return service.MessageRejected, nil
+		case errors.Is(err, service.ErrUnavailable):
+			msg := "排队服务暂不可用，请稍后再试 (the queue is unavailable)"
+			t.content.WriteString(msg)
+			t.send(EventReject, map[string]string{"code": "unavailable", "message": msg})
+			return service.MessageRejected, nil
+		default:
+			t.log.ErrorContext(ctx, "limiter failed", "err", err)
+			return service.MessageFailed, map[string]string{"code": "internal", "message": "the request could not be queued"}
+		}
+	}
+
+	prompt, err := t.prepare(ctx)
+	if err == nil && prompt == nil {
+		return service.MessageCompleted, nil // answered without the model
+	}
+	if err == nil {
+		err = t.stream(ctx, prompt)
+	}
+	switch {
+	case err == nil:
+		return service.MessageCompleted, nil
+	case ctx.Err() != nil:
+		return service.MessageCancelled, nil
+	case errors.Is(err, service.ErrNotFound):
+		return service.MessageFailed, map[string]string{"code": "not_found", "message": err.Error()}
+	case errors.Is(err, service.ErrUnavailable):
+		t.log.WarnContext(ctx, "model unavailable", "err", err)
+		return service.MessageFailed, map[string]string{"code": "llm_unavailable", "message": "模型服务暂不可用，请稍后再试 (the model is unavailable)"}
+	default:
+		t.log.ErrorContext(ctx, "chat failed", "err", err)
+		return service.MessageFailed, map[string]string{"code": "internal", "message": "生成回答时出错 (the answer could not be generated)"}
+	}
+}
+
+func (t *turn) stream(ctx context.Context, req *service.ChatRequest) error {
+	usage, err := t.s.d.Model.Stream(ctx, *req, func(d service.Delta) error {
+		if d.Text == "" {
+			return nil
+		}
+		kind := "response"
+		if d.Kind == service.DeltaThink {
+			if !t.req.DeepThinking {
+				return nil
+			}
+			kind = "think"
+			t.thinking.WriteString(d.Text)
+		} else {
+			t.content.WriteString(d.Text)
+		}
+		t.send(EventMessage, map[string]string{"type": kind, "delta": d.Text})
+		return nil
+	})
+	t.usage = usage
+	return err
+}
+
+// cancelReason tells a user's stop from a disconnect and a shutdown.
+func cancelReason(ctx context.Context) string {
+	switch cause := context.Cause(ctx); {
+	case errors.Is(cause, errStopped):
+		return ReasonUser
+	case errors.Is(cause, service.ErrShutdown):
+		return ReasonShutdown
+	default:
+		return ReasonDisconnect
+	}
+}
+
+// Stop stops a running task of the caller (or of anyone, for admins) on
+// whichever instance runs it. Another user's task is reported as not found.
+func (s *Service) Stop(ctx context.Context, p service.Principal, taskID service.ID) error {
+	id := taskID.String()
+	s.mu.Lock()
+	lt, local := s.local[id]
+	s.mu.Unlock()
+	if local {
+		if lt.owner != p.UserID && !p.IsAdmin() {
+			return service.Errorf(service.ErrNotFound, "task %s not found", id)
+		}
+		lt.cancel(errStopped)
+		if s.d.Tasks != nil {
+			// Tell other instances too, in case a retry of this request
+			// registered there; failures do not matter, it is stopped here.
+			_, _ = s.d.Tasks.Cancel(ctx, id)
+		}
+		return nil
+	}
+	if s.d.Tasks == nil {
+		return service.Errorf(service.ErrNotFound, "task %s not found", id)
+	}
+	owner, err := s.d.Tasks.Owner(ctx, id)
+	if err != nil {
+		if errors.Is(err, service.ErrNotFound) {
+			return service.Errorf(service.ErrNotFound, "task %s not found or already finished", id)
+		}
+		return fmt.Errorf("%w: cannot reach the task registry: %v", service.ErrUnavailable, err)
+	}
+	if owner != p.UserID.String() && !p.IsAdmin() {
+		return service.Errorf(service.ErrNotFound, "task %s not found", id)
+	}
+	if _, err := s.d.Tasks.Cancel(ctx, id); err != nil {
+		return fmt.Errorf("%w: stop could not be delivered: %v", service.ErrUnavailable, err)
+	}
+	return nil
+}
