@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"io"
 	"log/slog"
+	"mime/multipart"
 	"net"
 	"net/http"
 	"os"
@@ -179,4 +180,55 @@ func (in *instance) createUser(t *testing.T, adminToken, username, password, rol
 	var u struct{ ID string }
 	r.json(t, &u)
 	return u.ID
+}
+
+// uploadDoc uploads a file into a knowledge base and returns the document id.
+func uploadDoc(t *testing.T, in *instance, token, kbID, name string, content []byte) string {
+	t.Helper()
+	var body bytes.Buffer
+	mw := multipart.NewWriter(&body)
+	fw, err := mw.CreateFormFile("file", name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fw.Write(content)
+	mw.Close()
+	req, _ := http.NewRequest("POST", in.url+"/api/v1/knowledge-bases/"+kbID+"/documents", &body)
+	req.Header.Set("Content-Type", mw.FormDataContentType())
+	req.Header.Set("Authorization", "Bearer "+token)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusAccepted {
+		t.Fatalf("upload %s: %d %s", name, resp.StatusCode, b)
+	}
+	var doc struct{ ID string }
+	if err := json.Unmarshal(b, &doc); err != nil {
+		t.Fatal(err)
+	}
+	return doc.ID
+}
+
+// waitDocReady waits until a document is ready (failing the test if it fails).
+func waitDocReady(t *testing.T, in *instance, token, docID string) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		r := in.client(t, token).do("GET", "/api/v1/documents/"+docID, nil)
+		var d struct{ Status, Error string }
+		r.json(t, &d)
+		switch d.Status {
+		case "ready":
+			return
+		case "failed":
+			t.Fatalf("document %s failed: %s", docID, d.Error)
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("document %s still %s after 30s", docID, d.Status)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 }

@@ -1,0 +1,352 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// chatConfig is a test configuration whose answer model is the fake LLM.
+func chatConfig(t *testing.T, llm *fakeLLM) Config {
+	cfg := testConfig(t)
+	cfg.LLMProvider, cfg.LLMBaseURL, cfg.LLMChatModel, cfg.LLMFastModel = "openai", llm.URL(), "test-model", "test-fast"
+	return cfg
+}
+
+// seedKnowledge creates a knowledge base with one ready document.
+func seedKnowledge(t *testing.T, in *instance, admin string) string {
+	t.Helper()
+	c := in.client(t, admin)
+	r := c.do("POST", "/api/v1/knowledge-bases", map[string]any{"name": "kb-" + t.Name()})
+	if r.Status != http.StatusCreated {
+		t.Fatalf("create kb: %d %s", r.Status, r.Body)
+	}
+	var kb struct{ ID string }
+	r.json(t, &kb)
+	doc := uploadDoc(t, in, admin, kb.ID, "vpn.md", []byte("# VPN\n\nTo connect to the VPN install the GlobalProtect client and sign in with your employee id.\n"))
+	waitDocReady(t, in, admin, doc)
+	return kb.ID
+}
+
+func TestChatCompletedStream(t *testing.T) {
+	llm := newFakeLLM(t)
+	llm.garbageJSON.Store(true) // intent scoring answers garbage: the chat must not fail
+	in := start(t, chatConfig(t, llm))
+	admin := in.login(t, "admin", "admin-password")
+	seedKnowledge(t, in, admin)
+	c := in.client(t, admin)
+
+	status, events := c.chatStream(context.Background(), map[string]any{"question": "How do I connect to the VPN?"}, nil)
+	if status != http.StatusOK {
+		t.Fatalf("status %d", status)
+	}
+	if got := collapse(events); got != "meta sources message finish done" {
+		t.Fatalf("sequence %q", got)
+	}
+	for i, e := range events {
+		if e.ID != fmt.Sprint(i+1) {
+			t.Fatalf("event %d has id %q", i, e.ID)
+		}
+	}
+	meta := events[0].json(t)
+	srcs := events[1].json(t)["sources"].([]any)
+	if len(srcs) == 0 || srcs[0].(map[string]any)["documentName"] != "vpn.md" {
+		t.Fatalf("sources %v", srcs)
+	}
+	finish := events[len(events)-2].json(t)
+	if finish["status"] != "completed" || finish["title"] != "Test title" || finish["usage"] == nil {
+		t.Fatalf("finish %v", finish)
+	}
+	if events[len(events)-1].Data != "[DONE]" {
+		t.Fatalf("done data %q", events[len(events)-1].Data)
+	}
+
+	r := c.do("GET", fmt.Sprintf("/api/v1/conversations/%s/messages", meta["conversationId"]), nil)
+	var msgs struct {
+		Messages []struct {
+			Role, Content, Status string
+			Sources               []any
+		}
+	}
+	r.json(t, &msgs)
+	if len(msgs.Messages) != 2 || msgs.Messages[1].Content != "Hello from the model [1]." || msgs.Messages[1].Status != "completed" || len(msgs.Messages[1].Sources) == 0 {
+		t.Fatalf("saved messages %+v", msgs.Messages)
+	}
+}
+
+func TestChatRetriesAfter429AndFailsCleanly(t *testing.T) {
+	llm := newFakeLLM(t)
+	in := start(t, chatConfig(t, llm))
+	c := in.client(t, in.login(t, "admin", "admin-password"))
+
+	start := time.Now()
+	_, events := c.chatStream(context.Background(), map[string]any{"question": "rate limited #429"}, nil)
+	if got := collapse(events); got != "meta sources message finish done" {
+		t.Fatalf("429 then success: %q", got)
+	}
+	if waited := time.Since(start); waited < time.Second {
+		t.Fatalf("answered after %v: Retry-After: 1 was not honoured", waited)
+	}
+
+	_, events = c.chatStream(context.Background(), map[string]any{"question": "broken #500"}, nil)
+	if got := collapse(events); got != "meta sources error finish done" {
+		t.Fatalf("500: %q", got)
+	}
+	if f := events[len(events)-2].json(t); f["status"] != "failed" {
+		t.Fatalf("finish %v", f)
+	}
+}
+
+func TestChatDisconnectCancelsUpstream(t *testing.T) {
+	llm := newFakeLLM(t)
+	in := start(t, chatConfig(t, llm))
+	c := in.client(t, in.login(t, "admin", "admin-password"))
+	q := "long answer #slow disconnect"
+
+	ctx, cancel := context.WithCancel(context.Background())
+	var cancelledAt time.Time
+	var convID string
+	c.chatStream(ctx, map[string]any{"question": q}, func(e sseEvent) bool {
+		if e.Name == "meta" {
+			convID = e.json(t)["conversationId"].(string)
+		}
+		if e.Name == "message" {
+			cancelledAt = time.Now()
+			cancel()
+			return false
+		}
+		return true
+	})
+	deadline := time.Now().Add(2 * time.Second)
+	for {
+		if at, ok := llm.abandonedAt(q); ok {
+			if d := at.Sub(cancelledAt); d > 500*time.Millisecond {
+				t.Fatalf("upstream aborted %v after the disconnect", d)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("upstream request was not aborted after the client disconnected")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	waitMessageStatus(t, c, convID, "cancelled")
+}
+
+// waitMessageStatus waits until the conversation's answer has the status.
+func waitMessageStatus(t *testing.T, c *client, convID, status string) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		r := c.do("GET", "/api/v1/conversations/"+convID+"/messages", nil)
+		var msgs struct {
+			Messages []struct{ Role, Status string }
+		}
+		r.json(t, &msgs)
+		if n := len(msgs.Messages); n == 2 && msgs.Messages[1].Status == status {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("answer not saved as %s: %+v", status, msgs.Messages)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// Stop sent to instance B for a task on instance A aborts the upstream
+// request within 500 ms and saves the answer as cancelled; another user can
+// neither stop it nor read the conversation.
+func TestChatStopAcrossInstances(t *testing.T) {
+	llm := newFakeLLM(t)
+	cfg := chatConfig(t, llm)
+	a, b := start(t, cfg), start(t, cfg)
+	admin := a.login(t, "admin", "admin-password")
+	a.createUser(t, admin, "alice", "alice-password", "user")
+	a.createUser(t, admin, "bob", "bob-password", "user")
+	alice := a.client(t, a.login(t, "alice", "alice-password"))
+	bobOnB := b.client(t, b.login(t, "bob", "bob-password"))
+	aliceOnB := b.client(t, alice.token)
+	q := "long answer #slow stop"
+
+	var (
+		taskID, convID string
+		stoppedAt      time.Time
+	)
+	_, events := alice.chatStream(context.Background(), map[string]any{"question": q}, func(e sseEvent) bool {
+		switch e.Name {
+		case "meta":
+			m := e.json(t)
+			taskID, convID = m["taskId"].(string), m["conversationId"].(string)
+		case "message":
+			if stoppedAt.IsZero() {
+				if r := bobOnB.do("POST", "/api/v1/chat/tasks/"+taskID+"/stop", nil); r.Status != http.StatusNotFound {
+					t.Errorf("another user's stop: %d %s, want 404", r.Status, r.Body)
+				}
+				stoppedAt = time.Now()
+				if r := aliceOnB.do("POST", "/api/v1/chat/tasks/"+taskID+"/stop", nil); r.Status != http.StatusOK {
+					t.Errorf("stop on instance B: %d %s", r.Status, r.Body)
+				}
+			}
+		}
+		return true
+	})
+	if got := collapse(events); got != "meta sources message cancel finish done" {
+		t.Fatalf("sequence %q", got)
+	}
+	if reason := events[len(events)-3].json(t)["reason"]; reason != "user" {
+		t.Fatalf("cancel reason %v", reason)
+	}
+	at, ok := llm.abandonedAt(q)
+	if !ok {
+		t.Fatal("upstream request was not aborted")
+	}
+	if d := at.Sub(stoppedAt); d > 500*time.Millisecond {
+		t.Fatalf("upstream aborted %v after the stop", d)
+	}
+	waitMessageStatus(t, alice, convID, "cancelled")
+
+	for _, tc := range []struct{ method, path string }{
+		{"GET", "/api/v1/conversations/" + convID + "/messages"},
+		{"PATCH", "/api/v1/conversations/" + convID},
+		{"DELETE", "/api/v1/conversations/" + convID},
+	} {
+		var body any
+		if tc.method == "PATCH" {
+			body = map[string]string{"title": "mine now"}
+		}
+		if r := bobOnB.do(tc.method, tc.path, body); r.Status != http.StatusNotFound {
+			t.Errorf("bob %s %s: %d, want 404", tc.method, tc.path, r.Status)
+		}
+	}
+	if r := bobOnB.do("GET", "/api/v1/conversations", nil); !strings.Contains(string(r.Body), `"items":[]`) {
+		t.Errorf("bob sees alice's conversations: %s", r.Body)
+	}
+	if r := b.client(t, admin).do("GET", "/api/v1/conversations/"+convID+"/messages", nil); r.Status != http.StatusOK {
+		t.Errorf("admin reading alice's conversation: %d", r.Status)
+	}
+}
+
+// Several instances on one Redis with N=2 and 12 concurrent chats: at most 2
+// upstream streams at once, admitted in arrival order, the rest see queue
+// events.
+func TestChatFairQueueAcrossInstances(t *testing.T) {
+	llm := newFakeLLM(t)
+	cfg := chatConfig(t, llm)
+	cfg.ChatMaxConcurrent, cfg.ChatMaxQueuedPerUser, cfg.ChatMaxWait = 2, 20, 60*time.Second
+	ins := []*instance{start(t, cfg), start(t, cfg), start(t, cfg)}
+	admin := ins[0].login(t, "admin", "admin-password")
+
+	const chats = 12
+	var (
+		wg     sync.WaitGroup
+		mu     sync.Mutex
+		queued = map[string]bool{}
+		seqs   = make([]string, chats)
+	)
+	for i := 0; i < chats; i++ {
+		q := fmt.Sprintf("question %02d #slow", i)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, events := ins[i%len(ins)].client(t, admin).chatStream(context.Background(), map[string]any{"question": q}, func(e sseEvent) bool {
+				if e.Name == "queue" {
+					mu.Lock()
+					queued[q] = true
+					mu.Unlock()
+				}
+				return true
+			})
+			seqs[i] = collapse(events)
+		}()
+		// Stagger arrivals so their order is known.
+		time.Sleep(150 * time.Millisecond)
+	}
+	wg.Wait()
+	if m := llm.maxActive.Load(); m > 2 {
+		t.Fatalf("%d upstream streams at once, limit 2", m)
+	}
+	order := llm.startOrder()
+	want := make([]string, chats)
+	for i := range want {
+		want[i] = fmt.Sprintf("question %02d #slow", i)
+	}
+	if !slices.Equal(order, want) {
+		t.Fatalf("admission order\n got %q\nwant %q", order, want)
+	}
+	if len(queued) < chats-2 {
+		t.Fatalf("only %d chats saw queue events, want at least %d", len(queued), chats-2)
+	}
+	for i, s := range seqs {
+		if s != "meta sources message finish done" && s != "meta queue sources message finish done" {
+			t.Fatalf("chat %d sequence %q", i, s)
+		}
+	}
+}
+
+// A queue wait beyond the limit is rejected without calling the model.
+func TestChatRejectedWhenQueueWaitExceeded(t *testing.T) {
+	llm := newFakeLLM(t)
+	cfg := chatConfig(t, llm)
+	cfg.ChatMaxConcurrent, cfg.ChatMaxWait = 1, 500*time.Millisecond
+	in := start(t, cfg)
+	c := in.client(t, in.login(t, "admin", "admin-password"))
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	holding := make(chan struct{})
+	go c.chatStream(ctx, map[string]any{"question": "holder #slow"}, func(e sseEvent) bool {
+		if e.Name == "message" {
+			select {
+			case <-holding:
+			default:
+				close(holding)
+			}
+		}
+		return true
+	})
+	<-holding
+	before := llm.streams.Load()
+	_, events := c.chatStream(context.Background(), map[string]any{"question": "too late"}, nil)
+	if got := collapse(events); got != "meta queue reject finish done" {
+		t.Fatalf("sequence %q", got)
+	}
+	rej := events[len(events)-3].json(t)
+	if rej["code"] != "busy" || rej["message"] != "系统繁忙，请稍后再试" {
+		t.Fatalf("reject %v", rej)
+	}
+	if f := events[len(events)-2].json(t); f["status"] != "rejected" || f["title"] != nil {
+		t.Fatalf("finish %v", f)
+	}
+	if llm.streams.Load() != before {
+		t.Fatal("a rejected request reached the model")
+	}
+}
+
+func TestChatValidation(t *testing.T) {
+	llm := newFakeLLM(t)
+	in := start(t, chatConfig(t, llm))
+	c := in.client(t, in.login(t, "admin", "admin-password"))
+	tests := []struct {
+		name   string
+		body   any
+		status int
+	}{
+		{"empty question", map[string]any{"question": "  "}, http.StatusBadRequest},
+		{"too long", map[string]any{"question": strings.Repeat("长", 4001)}, http.StatusBadRequest},
+		{"unknown conversation", map[string]any{"question": "hi", "conversationId": "12345"}, http.StatusNotFound},
+		{"bad conversation id", map[string]any{"question": "hi", "conversationId": "x"}, http.StatusBadRequest},
+		{"unknown field", map[string]any{"question": "hi", "foo": 1}, http.StatusBadRequest},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if r := c.do("POST", "/api/v1/chat", tt.body); r.Status != tt.status {
+				t.Fatalf("got %d %s, want %d", r.Status, r.Body, tt.status)
+			}
+		})
+	}
+}

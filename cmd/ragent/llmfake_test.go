@@ -1,0 +1,184 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// fakeLLM is an in-test OpenAI-compatible server. The behaviour of a chat
+// request is chosen by a marker in its last user message:
+//
+//	#slow     stream 40 pieces 50 ms apart (a long answer)
+//	#429      answer 429 with Retry-After: 1 once per question, then stream
+//	#500      always answer 500
+//	#firstslow wait 3 s before the first token
+//
+// JSON requests (intent scoring) get garbage when garbageJSON is set.
+type fakeLLM struct {
+	t   *testing.T
+	srv *httptest.Server
+
+	garbageJSON atomic.Bool
+	active      atomic.Int32 // answer streams open right now
+	maxActive   atomic.Int32
+	streams     atomic.Int32 // answer streams started
+
+	mu        sync.Mutex
+	order     []string             // questions in the order their streams started
+	abandoned map[string]time.Time // question → when the client went away mid-stream
+	seen429   map[string]bool
+}
+
+func newFakeLLM(t *testing.T) *fakeLLM {
+	f := &fakeLLM{t: t, abandoned: map[string]time.Time{}, seen429: map[string]bool{}}
+	f.srv = httptest.NewServer(http.HandlerFunc(f.serve))
+	t.Cleanup(f.srv.Close)
+	return f
+}
+
+// URL is the OpenAI base URL (…/v1).
+func (f *fakeLLM) URL() string { return f.srv.URL + "/v1" }
+
+type fakeRequest struct {
+	Model          string `json:"model"`
+	Stream         bool   `json:"stream"`
+	ResponseFormat *struct {
+		Type string `json:"type"`
+	} `json:"response_format"`
+	Messages []struct {
+		Role    string `json:"role"`
+		Content string `json:"content"`
+	} `json:"messages"`
+}
+
+func (f *fakeLLM) serve(w http.ResponseWriter, r *http.Request) {
+	if r.URL.Path != "/v1/chat/completions" {
+		http.NotFound(w, r)
+		return
+	}
+	var req fakeRequest
+	if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	question := ""
+	for _, m := range req.Messages {
+		if m.Role == "user" {
+			question = m.Content
+		}
+	}
+	if req.ResponseFormat != nil && req.ResponseFormat.Type == "json_object" {
+		if f.garbageJSON.Load() {
+			f.stream(w, r, question, []string{"this is {not json"}, 0)
+		} else {
+			f.stream(w, r, question, []string{`{"scores":[]}`}, 0)
+		}
+		return
+	}
+	if strings.Contains(req.Messages[0].Content, "short title") {
+		f.stream(w, r, question, []string{"Test title"}, 0)
+		return
+	}
+	switch {
+	case strings.Contains(question, "#500"):
+		http.Error(w, `{"error":{"message":"boom"}}`, http.StatusInternalServerError)
+		return
+	case strings.Contains(question, "#429"):
+		f.mu.Lock()
+		first := !f.seen429[question]
+		f.seen429[question] = true
+		f.mu.Unlock()
+		if first {
+			w.Header().Set("Retry-After", "1")
+			http.Error(w, `{"error":{"message":"rate limited"}}`, http.StatusTooManyRequests)
+			return
+		}
+	case strings.Contains(question, "#firstslow"):
+		select {
+		case <-time.After(3 * time.Second):
+		case <-r.Context().Done():
+			return
+		}
+	}
+	pieces, delay := []string{"Hello", " from", " the", " model", " [1]."}, 10*time.Millisecond
+	if strings.Contains(question, "#slow") {
+		pieces, delay = nil, 50*time.Millisecond
+		for i := 0; i < 40; i++ {
+			pieces = append(pieces, fmt.Sprintf("part%d ", i))
+		}
+	}
+	f.answer(w, r, question, pieces, delay)
+}
+
+// answer streams an answer, tracking concurrency and abandonment.
+func (f *fakeLLM) answer(w http.ResponseWriter, r *http.Request, question string, pieces []string, delay time.Duration) {
+	n := f.active.Add(1)
+	defer f.active.Add(-1)
+	for {
+		m := f.maxActive.Load()
+		if n <= m || f.maxActive.CompareAndSwap(m, n) {
+			break
+		}
+	}
+	f.streams.Add(1)
+	f.mu.Lock()
+	f.order = append(f.order, question)
+	f.mu.Unlock()
+	if !f.stream(w, r, question, pieces, delay) {
+		f.mu.Lock()
+		f.abandoned[question] = time.Now()
+		f.mu.Unlock()
+	}
+}
+
+// stream writes OpenAI chunks; it reports false when the client went away.
+func (f *fakeLLM) stream(w http.ResponseWriter, r *http.Request, question string, pieces []string, delay time.Duration) bool {
+	w.Header().Set("Content-Type", "text/event-stream")
+	w.WriteHeader(http.StatusOK)
+	fl := w.(http.Flusher)
+	for _, p := range pieces {
+		chunk, _ := json.Marshal(map[string]any{
+			"id": "x", "object": "chat.completion.chunk",
+			"choices": []any{map[string]any{"index": 0, "delta": map[string]string{"content": p}}},
+		})
+		if _, err := fmt.Fprintf(w, "data: %s\n\n", chunk); err != nil {
+			return false
+		}
+		fl.Flush()
+		if delay > 0 {
+			select {
+			case <-time.After(delay):
+			case <-r.Context().Done():
+				return false
+			}
+		}
+	}
+	done, _ := json.Marshal(map[string]any{
+		"id": "x", "object": "chat.completion.chunk",
+		"choices": []any{map[string]any{"index": 0, "delta": map[string]string{}, "finish_reason": "stop"}},
+		"usage":   map[string]int{"prompt_tokens": 10, "completion_tokens": len(pieces), "total_tokens": 10 + len(pieces)},
+	})
+	fmt.Fprintf(w, "data: %s\n\ndata: [DONE]\n\n", done)
+	fl.Flush()
+	return true
+}
+
+func (f *fakeLLM) abandonedAt(question string) (time.Time, bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	at, ok := f.abandoned[question]
+	return at, ok
+}
+
+func (f *fakeLLM) startOrder() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]string(nil), f.order...)
+}
