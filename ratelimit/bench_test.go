@@ -48,6 +48,7 @@ func BenchmarkHandoff(b *testing.B) {
 		go func() {
 			p, err := ls[(i+1)%2].Acquire(b.Context(), fmt.Sprint("h", i), "u",
 				func(int, int) { once.Do(func() { close(queued) }) })
+			once.Do(func() { close(queued) })
 			if err != nil {
 				b.Error(err)
 			}

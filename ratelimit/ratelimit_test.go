@@ -204,9 +204,9 @@ func TestFairness(t *testing.T) {
 				func(pos, _ int) {
 					once.Do(func() { firstPos[i] = pos; close(queued) })
 				})
+			once.Do(func() { close(queued) }) // granted or failed without queueing
 			if err != nil {
 				t.Errorf("waiter %d: %v", i, err)
-				once.Do(func() { close(queued) })
 				return
 			}
 			mu.Lock()
@@ -347,9 +347,11 @@ func TestCancelWhileQueuedLeavesAtOnce(t *testing.T) {
 
 	ctx, cancel := context.WithCancel(t.Context())
 	queued := make(chan struct{})
+	var once sync.Once
 	done := make(chan error, 1)
 	go func() {
-		_, err := l.Acquire(ctx, "gone", "u", func(int, int) { close(queued) })
+		_, err := l.Acquire(ctx, "gone", "u", func(int, int) { once.Do(func() { close(queued) }) })
+		once.Do(func() { close(queued) })
 		done <- err
 	}()
 	<-queued
@@ -468,7 +470,9 @@ func TestStatsOldestWait(t *testing.T) {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		_, _ = l.Acquire(ctx, "w", "u", func(int, int) { close(queued) })
+		var once sync.Once
+		_, _ = l.Acquire(ctx, "w", "u", func(int, int) { once.Do(func() { close(queued) }) })
+		once.Do(func() { close(queued) })
 	}()
 	<-queued
 	start := time.Now()
