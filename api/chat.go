@@ -17,9 +17,7 @@ func (s *Server) chatStream(c *gin.Context) {
 	}
 	ctx := c.Request.Context()
 	sse := newSSEWriter(c.Writer)
-	done := make(chan struct{})
-	defer close(done)
-	go sse.keepAlive(s.deps.PingInterval, done)
+	defer sse.keepAlive(s.deps.PingInterval)()
 	err := s.deps.Chat.Chat(ctx, principal(c), req, func(e chat.Event) error {
 		if e.Name == chat.EventDone {
 			return sse.event(e.Name, nil, "[DONE]")

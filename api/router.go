@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/ragent-go/ragent/idempotent"
 	"github.com/ragent-go/ragent/ratelimit"
 	"github.com/ragent-go/ragent/service/admin"
 	"github.com/ragent-go/ragent/service/auth"
@@ -45,6 +46,13 @@ type Deps struct {
 	Search         *retrieve.Searcher
 	Chat           *chat.Service
 	PingInterval   time.Duration // SSE keep-alive; default 15s
+	Intents        *admin.Intents
+	Terms          *admin.Terms
+
+	// Idempotent submit (s.submitLock, s.idempotent); nil disables each part.
+	Locks       *idempotent.Locks
+	Responses   *idempotent.Responses
+	RedisPrefix string // prefix of the submit-lock keys
 
 	UploadSemaphore   *ratelimit.Semaphore // nil: uploads are not bounded
 	UploadMaxWait     time.Duration        // Retry-After hint of a refused upload
@@ -141,12 +149,12 @@ func NewRouter(deps Deps) *Router {
 
 	adm := user.Group("", requireAdmin)
 	adm.GET("/users", s.listUsers)
-	adm.POST("/users", s.createUser)
-	adm.PATCH("/users/:id", s.updateUser)
+	adm.POST("/users", s.idempotent, s.createUser)
+	adm.PATCH("/users/:id", s.idempotent, s.updateUser)
 	adm.DELETE("/users/:id", s.deleteUser)
 
-	adm.POST("/knowledge-bases", s.createKnowledgeBase)
-	adm.PATCH("/knowledge-bases/:id", s.updateKnowledgeBase)
+	adm.POST("/knowledge-bases", s.idempotent, s.createKnowledgeBase)
+	adm.PATCH("/knowledge-bases/:id", s.idempotent, s.updateKnowledgeBase)
 	adm.DELETE("/knowledge-bases/:id", s.deleteKnowledgeBase)
 	upload := []gin.HandlerFunc{s.uploadDocument}
 	if deps.UploadSemaphore != nil {
@@ -156,6 +164,15 @@ func NewRouter(deps Deps) *Router {
 	adm.DELETE("/documents/:id", s.deleteDocument)
 	adm.POST("/documents/:id/reindex", s.reindexDocument)
 	adm.GET("/admin/limiter", s.limiterStats)
+
+	adm.GET("/admin/intents", s.listIntents)
+	adm.POST("/admin/intents", s.idempotent, s.createIntent)
+	adm.PUT("/admin/intents/:id", s.idempotent, s.updateIntent)
+	adm.DELETE("/admin/intents/:id", s.deleteIntent)
+	adm.GET("/admin/term-mappings", s.listTermMappings)
+	adm.POST("/admin/term-mappings", s.idempotent, s.createTermMapping)
+	adm.PUT("/admin/term-mappings/:id", s.idempotent, s.updateTermMapping)
+	adm.DELETE("/admin/term-mappings/:id", s.deleteTermMapping)
 
 	return &Router{r}
 }

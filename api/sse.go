@@ -80,18 +80,33 @@ func (s *sseWriter) ping() error {
 	return err
 }
 
-// keepAlive pings every interval until done is closed.
-func (s *sseWriter) keepAlive(interval time.Duration, done <-chan struct{}) {
-	t := time.NewTicker(interval)
-	defer t.Stop()
-	for {
-		select {
-		case <-done:
+// keepAlive pings every interval until the returned stop is called. It uses
+// a timer rather than a goroutine per stream: a thousand streams waiting in
+// the queue should cost as little memory as possible.
+func (s *sseWriter) keepAlive(interval time.Duration) (stop func()) {
+	var (
+		mu      sync.Mutex
+		stopped bool
+		timer   *time.Timer
+	)
+	var tick func()
+	tick = func() {
+		if s.ping() != nil {
 			return
-		case <-t.C:
-			if s.ping() != nil {
-				return
-			}
 		}
+		mu.Lock()
+		if !stopped {
+			timer.Reset(interval)
+		}
+		mu.Unlock()
+	}
+	mu.Lock()
+	timer = time.AfterFunc(interval, tick)
+	mu.Unlock()
+	return func() {
+		mu.Lock()
+		stopped = true
+		timer.Stop()
+		mu.Unlock()
 	}
 }

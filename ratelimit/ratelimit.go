@@ -104,6 +104,9 @@ const (
 	// caller. It bounds a script's work; a longer run of zombies is cleared
 	// over several claims.
 	headWindow = 128
+	// maxPollSkip bounds how many poll ticks a waiter far back in the queue
+	// lets pass between claims (2 s at the default 200 ms poll).
+	maxPollSkip = 10
 )
 
 func (c Config) withDefaults() Config {
@@ -367,7 +370,8 @@ func (l *Limiter) claim(ctx context.Context, id string) (claimReply, error) {
 // permits at its last claim). A release notification lowers the gap by one,
 // and a waiter only claims on a notification once the gap reaches zero, so
 // a release wakes one claim rather than one per waiter. The poll claims
-// regardless, which covers lost notifications, expired leases and zombies.
+// regardless (every min(gap, maxPollSkip) ticks), which covers lost
+// notifications, expired leases and zombies.
 func (l *Limiter) acquireRedis(ctx, waitCtx context.Context, id, user string, onPosition func(int, int)) (*Permit, error) {
 	w := l.n.add()
 	defer l.n.remove(w)
@@ -410,12 +414,20 @@ func (l *Limiter) acquireRedis(ctx, waitCtx context.Context, id, user string, on
 		}
 		gap := int64(res.position - res.free)
 		woken = false
+		// A waiter far back polls less often: it needs gap releases before
+		// its turn, so it claims every min(gap, maxPollSkip) ticks. The head
+		// still polls every tick, which is what catches expired leases and
+		// zombies; a thousand waiters then cost a fraction of the claims.
+		skip := min(max(gap, 1), maxPollSkip)
 	wait:
 		for {
 			select {
 			case <-waitCtx.Done():
 				return nil, l.abandon(ctx, waitCtx, id, nil)
 			case <-poll.C:
+				if skip--; skip > 0 {
+					continue
+				}
 				// Notifications seen so far are reflected in this claim.
 				w.count.Store(0)
 				break wait

@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"sync"
 	"time"
 
@@ -83,6 +84,9 @@ func newApp(ctx context.Context, cfg Config, log *slog.Logger) (_ *App, err erro
 	if err != nil {
 		return nil, fmt.Errorf("RAGENT_REDIS_URL: %w", err)
 	}
+	// Fail fast when Redis is away: every Redis-backed mechanism degrades
+	// (DESIGN §11) and a request should not wait seconds for retries first.
+	opt.DialTimeout, opt.DialerRetries, opt.MaxRetries = 2*time.Second, 1, 1
 	a.rdb = redis.NewClient(opt)
 	a.closers = append(a.closers, func(context.Context) error { return a.rdb.Close() })
 
@@ -135,6 +139,21 @@ func newApp(ctx context.Context, cfg Config, log *slog.Logger) (_ *App, err erro
 	searcher := retrieve.New(a.store, embedder, reranker, retrieve.Config{}, log)
 	ingestSvc := ingest.New(a.store, embedder, ids, ingest.Config{MaxBytes: cfg.UploadMaxBytes}, log, nil)
 	a.kbs, a.ingestSvc, a.searcher = kbs, ingestSvc, searcher
+
+	// Admin data: the intent tree and term mappings, read (by admins and the
+	// chat pipeline) through 7-day Redis caches that fall back to Postgres.
+	cacheMetrics := cache.NewMetrics(a.registry)
+	intentCache := cache.NewIntents(a.rdb, cfg.RedisPrefix, a.store, cacheMetrics, log)
+	termCache := cache.NewTerms(a.rdb, cfg.RedisPrefix, a.store, cacheMetrics, log)
+	intents := admin.NewIntents(a.store, intentCache, intentCache, ids, log)
+	terms := admin.NewTerms(a.store, termCache, termCache, ids, log)
+
+	// Idempotent submit: a duplicate of an in-flight request is refused (the
+	// lock's 30 s TTL only bounds a crashed holder: the watchdog renews it),
+	// and an Idempotency-Key's first response is replayed for 24 h.
+	submitLocks := idempotent.NewLocks(a.rdb, 30*time.Second, idempotent.WithLogger(log), idempotent.WithRegisterer(a.registry))
+	responses := idempotent.NewResponses(a.rdb, cfg.RedisPrefix, 5*time.Minute, idempotent.DefaultResponseTTL,
+		idempotent.WithLogger(log), idempotent.WithRegisterer(a.registry))
 
 	// The MQ: the outbox relay and the reaper run on every instance; the
 	// ingestion consumer on workers.
@@ -205,6 +224,11 @@ func newApp(ctx context.Context, cfg Config, log *slog.Logger) (_ *App, err erro
 		Ingest:            ingestSvc,
 		Search:            searcher,
 		Chat:              chatSvc,
+		Intents:           intents,
+		Terms:             terms,
+		Locks:             submitLocks,
+		Responses:         responses,
+		RedisPrefix:       cfg.RedisPrefix,
 		ChatLimiter:       limiterStats,
 		ChatMaxConcurrent: cfg.ChatMaxConcurrent,
 		UploadSemaphore:   uploads,
@@ -314,6 +338,17 @@ func (s idSource) NextID() (service.ID, error) {
 
 func serve(ctx context.Context, cfg Config, log *slog.Logger, stdout io.Writer) error {
 	log.Info("starting ragent", append([]any{"version", version}, cfg.logAttrs()...)...)
+	if cfg.PprofAddr != "" {
+		// Profiling on its own (loopback) listener, never on the API port.
+		mux := http.NewServeMux()
+		mux.HandleFunc("/debug/pprof/", pprof.Index)
+		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+		go func() {
+			srv := &http.Server{Addr: cfg.PprofAddr, Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+			log.Warn("pprof server stopped", "err", srv.ListenAndServe())
+		}()
+	}
 	a, err := newApp(ctx, cfg, log)
 	if err != nil {
 		return err

@@ -12,14 +12,14 @@ import (
 )
 
 // chatConfig is a test configuration whose answer model is the fake LLM.
-func chatConfig(t *testing.T, llm *fakeLLM) Config {
+func chatConfig(t testing.TB, llm *fakeLLM) Config {
 	cfg := testConfig(t)
 	cfg.LLMProvider, cfg.LLMBaseURL, cfg.LLMChatModel, cfg.LLMFastModel = "openai", llm.URL(), "test-model", "test-fast"
 	return cfg
 }
 
 // seedKnowledge creates a knowledge base with one ready document.
-func seedKnowledge(t *testing.T, in *instance, admin string) string {
+func seedKnowledge(t testing.TB, in *instance, admin string) string {
 	t.Helper()
 	c := in.client(t, admin)
 	r := c.do("POST", "/api/v1/knowledge-bases", map[string]any{"name": "kb-" + t.Name()})
@@ -139,7 +139,7 @@ func TestChatDisconnectCancelsUpstream(t *testing.T) {
 }
 
 // waitMessageStatus waits until the conversation's answer has the status.
-func waitMessageStatus(t *testing.T, c *client, convID, status string) {
+func waitMessageStatus(t testing.TB, c *client, convID, status string) {
 	t.Helper()
 	deadline := time.Now().Add(5 * time.Second)
 	for {

@@ -60,6 +60,7 @@ type Config struct {
 	Role            string // all | api | worker
 	ShutdownTimeout time.Duration
 	LogLevel        string
+	PprofAddr       string // serve net/http/pprof here (e.g. 127.0.0.1:6060); empty: off
 	SecureCookie    bool
 	InstanceID      string
 }
@@ -116,6 +117,7 @@ func loadConfig(getenv func(string) string) (Config, error) {
 		Role:            e.str("RAGENT_ROLE", "all"),
 		ShutdownTimeout: e.duration("RAGENT_SHUTDOWN_TIMEOUT", 20*time.Second),
 		LogLevel:        e.str("RAGENT_LOG_LEVEL", "info"),
+		PprofAddr:       e.str("RAGENT_PPROF_ADDR", ""),
 		SecureCookie:    e.bool("RAGENT_SECURE_COOKIE", false),
 		InstanceID:      e.str("RAGENT_INSTANCE_ID", fmt.Sprintf("%s-%d", host, os.Getpid())),
 	}
@@ -229,7 +231,7 @@ func (c Config) logAttrs() []any {
 		"chat_on_redis_error", c.ChatOnRedisError, "chat_max_queue", c.ChatMaxQueue, "chat_max_queued_per_user", c.ChatMaxQueuedPerUser,
 		"chat_empty_retrieval", c.ChatEmptyRetrieval, "upload_max_concurrent", c.UploadMaxConcurrent,
 		"upload_max_wait", c.UploadMaxWait.String(), "upload_max_bytes", c.UploadMaxBytes,
-		"worker_id", c.WorkerID, "demo", c.Demo, "role", c.Role, "instance_id", c.InstanceID,
+		"worker_id", c.WorkerID, "demo", c.Demo, "role", c.Role, "instance_id", c.InstanceID, "pprof_addr", c.PprofAddr,
 	}
 }
 

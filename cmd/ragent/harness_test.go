@@ -27,7 +27,7 @@ type instance struct {
 
 // testConfig returns a configuration on the test services: a fresh database
 // and a unique Redis prefix, shared by every instance started from it.
-func testConfig(t *testing.T) Config {
+func testConfig(t testing.TB) Config {
 	t.Helper()
 	redisURL := testenv.RedisURL(t)
 	env := map[string]string{
@@ -46,7 +46,7 @@ func testConfig(t *testing.T) Config {
 	return cfg
 }
 
-func testLogger(t *testing.T) *slog.Logger {
+func testLogger(t testing.TB) *slog.Logger {
 	if testing.Verbose() {
 		return newLogger(os.Stderr, "debug")
 	}
@@ -54,7 +54,7 @@ func testLogger(t *testing.T) *slog.Logger {
 }
 
 // start runs an instance until the test ends.
-func start(t *testing.T, cfg Config) *instance {
+func start(t testing.TB, cfg Config) *instance {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	app, err := newApp(ctx, cfg, testLogger(t))
@@ -89,12 +89,12 @@ func start(t *testing.T, cfg Config) *instance {
 
 // client calls one instance with an optional bearer token.
 type client struct {
-	t     *testing.T
+	t     testing.TB
 	base  string
 	token string
 }
 
-func (in *instance) client(t *testing.T, token string) *client {
+func (in *instance) client(t testing.TB, token string) *client {
 	return &client{t: t, base: in.url, token: token}
 }
 
@@ -104,14 +104,14 @@ type response struct {
 	Body   []byte
 }
 
-func (r response) json(t *testing.T, dst any) {
+func (r response) json(t testing.TB, dst any) {
 	t.Helper()
 	if err := json.Unmarshal(r.Body, dst); err != nil {
 		t.Fatalf("decode %q: %v", r.Body, err)
 	}
 }
 
-func (r response) errorCode(t *testing.T) string {
+func (r response) errorCode(t testing.TB) string {
 	t.Helper()
 	var e struct {
 		Error struct{ Code string } `json:"error"`
@@ -159,7 +159,7 @@ func (c *client) do(method, path string, body any, headers ...string) response {
 }
 
 // login returns a token for the user.
-func (in *instance) login(t *testing.T, username, password string) string {
+func (in *instance) login(t testing.TB, username, password string) string {
 	t.Helper()
 	r := in.client(t, "").do("POST", "/api/v1/auth/login", map[string]string{"username": username, "password": password})
 	if r.Status != http.StatusOK {
@@ -171,7 +171,7 @@ func (in *instance) login(t *testing.T, username, password string) string {
 }
 
 // createUser makes a plain user through the admin API and returns its id.
-func (in *instance) createUser(t *testing.T, adminToken, username, password, role string) string {
+func (in *instance) createUser(t testing.TB, adminToken, username, password, role string) string {
 	t.Helper()
 	r := in.client(t, adminToken).do("POST", "/api/v1/users", map[string]string{"username": username, "password": password, "role": role})
 	if r.Status != http.StatusCreated {
@@ -183,7 +183,7 @@ func (in *instance) createUser(t *testing.T, adminToken, username, password, rol
 }
 
 // uploadDoc uploads a file into a knowledge base and returns the document id.
-func uploadDoc(t *testing.T, in *instance, token, kbID, name string, content []byte) string {
+func uploadDoc(t testing.TB, in *instance, token, kbID, name string, content []byte) string {
 	t.Helper()
 	var body bytes.Buffer
 	mw := multipart.NewWriter(&body)
@@ -213,7 +213,7 @@ func uploadDoc(t *testing.T, in *instance, token, kbID, name string, content []b
 }
 
 // waitDocReady waits until a document is ready (failing the test if it fails).
-func waitDocReady(t *testing.T, in *instance, token, docID string) {
+func waitDocReady(t testing.TB, in *instance, token, docID string) {
 	t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
 	for {

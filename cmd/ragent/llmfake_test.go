@@ -22,7 +22,7 @@ import (
 //
 // JSON requests (intent scoring) get garbage when garbageJSON is set.
 type fakeLLM struct {
-	t   *testing.T
+	t   testing.TB
 	srv *httptest.Server
 
 	garbageJSON atomic.Bool
@@ -36,7 +36,7 @@ type fakeLLM struct {
 	seen429   map[string]bool
 }
 
-func newFakeLLM(t *testing.T) *fakeLLM {
+func newFakeLLM(t testing.TB) *fakeLLM {
 	f := &fakeLLM{t: t, abandoned: map[string]time.Time{}, seen429: map[string]bool{}}
 	f.srv = httptest.NewServer(http.HandlerFunc(f.serve))
 	t.Cleanup(f.srv.Close)

@@ -17,7 +17,7 @@ type sseEvent struct {
 	Data string
 }
 
-func (e sseEvent) json(t *testing.T) map[string]any {
+func (e sseEvent) json(t testing.TB) map[string]any {
 	t.Helper()
 	var m map[string]any
 	if err := json.Unmarshal([]byte(e.Data), &m); err != nil {

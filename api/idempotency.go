@@ -1,0 +1,220 @@
+package api
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"time"
+
+	"github.com/gin-gonic/gin"
+
+	"github.com/ragent-go/ragent/idempotent"
+	"github.com/ragent-go/ragent/service"
+)
+
+// Headers of idempotent submit (DESIGN §10).
+const (
+	IdempotencyKeyHeader = "Idempotency-Key"
+	ReplayedHeader       = "Idempotent-Replayed"
+)
+
+// maxStoredResponse bounds a response kept for Idempotency-Key replay; a
+// larger one is served but not stored, so a retry runs again.
+const maxStoredResponse = 1 << 20
+
+// idemTimeout bounds the Redis calls that end a guarded request, which run
+// detached from the request's context so a client that hung up still
+// releases its lock and settles its key.
+const idemTimeout = 2 * time.Second
+
+// submitLock refuses an identical request (same path, user and canonical
+// body) while one is in flight: 409 duplicate_request. It only locks and
+// never buffers the response, so it suits streamed answers (chat SSE).
+// authenticate must run before it.
+func (s *Server) submitLock(c *gin.Context) { s.guardSubmit(c, false) }
+
+// idempotent is submitLock plus the Idempotency-Key contract: the first
+// completed response for a key is stored and replayed with
+// Idempotent-Replayed: true; the key with another payload is 422; the key
+// while its first request still runs is 409. For JSON endpoints whose
+// responses are small; authenticate must run before it.
+func (s *Server) idempotent(c *gin.Context) { s.guardSubmit(c, true) }
+
+// keyClaim is an Idempotency-Key this request owns until it completes or
+// aborts it.
+type keyClaim struct{ user, key, hash string }
+
+func (s *Server) guardSubmit(c *gin.Context, replay bool) {
+	if s.deps.Locks == nil && (s.deps.Responses == nil || !replay) {
+		c.Next()
+		return
+	}
+	body, ok := s.readBody(c)
+	if !ok {
+		return
+	}
+	ctx := c.Request.Context()
+	user := principal(c).UserID.String()
+	path := c.Request.URL.Path
+
+	var claim *keyClaim
+	if key := c.GetHeader(IdempotencyKeyHeader); replay && key != "" && s.deps.Responses != nil {
+		hash := idempotent.PayloadHash(c.Request.Method, path, body)
+		outcome, stored, err := s.deps.Responses.Begin(ctx, user, key, hash)
+		switch {
+		case errors.Is(err, idempotent.ErrInvalidKey):
+			fail(c, service.Errorf(service.ErrInvalid, "%s must be 1 to %d bytes", IdempotencyKeyHeader, idempotent.MaxKeyLen))
+			return
+		case err != nil:
+			// Redis is unreachable (counted by the idempotent package): serve
+			// the request without replay; the database's unique keys remain.
+			logger(c).WarnContext(ctx, "idempotency keys unavailable; serving without replay", "err", err)
+		case outcome == idempotent.Replay:
+			writeStored(c, stored)
+			return
+		case outcome == idempotent.Mismatch:
+			fail(c, service.Errorf(service.ErrKeyReused, "%s %q was already used with another request", IdempotencyKeyHeader, key))
+			return
+		case outcome == idempotent.InFlight:
+			fail(c, service.Errorf(service.ErrDuplicateRequest, "the first request with this %s is still being processed", IdempotencyKeyHeader))
+			return
+		default:
+			claim = &keyClaim{user: user, key: key, hash: hash}
+		}
+	}
+
+	if s.deps.Locks != nil {
+		lock, err := s.deps.Locks.Acquire(ctx, idempotent.SubmitKey(s.deps.RedisPrefix, path, user, body))
+		switch {
+		case errors.Is(err, idempotent.ErrLocked):
+			if claim != nil {
+				s.settleKey(c, claim, nil)
+			}
+			fail(c, service.Errorf(service.ErrDuplicateRequest, "an identical request is already being processed"))
+			return
+		case err != nil:
+			logger(c).WarnContext(ctx, "submit locks unavailable; serving without the duplicate guard", "err", err)
+		default:
+			defer func() {
+				rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), idemTimeout)
+				defer cancel()
+				if err := lock.Release(rctx); err != nil {
+					logger(c).WarnContext(ctx, "submit lock release failed; it expires by itself", "key", lock.Key(), "err", err)
+				}
+			}()
+		}
+	}
+
+	if claim == nil {
+		c.Next()
+		return
+	}
+	rec := &recorder{ResponseWriter: c.Writer}
+	c.Writer = rec
+	settled := false
+	defer func() {
+		if !settled { // the handler panicked: let the client retry
+			s.settleKey(c, claim, nil)
+		}
+	}()
+	c.Next()
+	settled = true
+	// What the client got is what a replay gets, so send a status the
+	// handler set without a body now.
+	rec.WriteHeaderNow()
+	// 2xx and 4xx are the request's answer and are replayed; a 5xx (or a
+	// response too large to keep) frees the key for a retry.
+	if status := rec.Status(); status < 500 && !rec.overflow {
+		s.settleKey(c, claim, &idempotent.Stored{Status: status, Header: replayHeader(rec.Header()), Body: rec.buf.Bytes()})
+	} else {
+		s.settleKey(c, claim, nil)
+	}
+}
+
+// settleKey completes the claim with resp, or aborts it when resp is nil.
+func (s *Server) settleKey(c *gin.Context, k *keyClaim, resp *idempotent.Stored) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(c.Request.Context()), idemTimeout)
+	defer cancel()
+	op, err := "abort", error(nil)
+	if resp != nil {
+		op, err = "complete", s.deps.Responses.Complete(ctx, k.user, k.key, k.hash, *resp)
+	} else {
+		err = s.deps.Responses.Abort(ctx, k.user, k.key, k.hash)
+	}
+	if err != nil {
+		logger(c).WarnContext(c.Request.Context(), "idempotency key "+op+" failed", "err", err)
+	}
+}
+
+// readBody reads the capped body for hashing and puts it back for the handler.
+func (s *Server) readBody(c *gin.Context) ([]byte, bool) {
+	tooLarge := func() {
+		failCode(c, http.StatusRequestEntityTooLarge, "too_large", fmt.Sprintf("request body exceeds %d bytes", s.deps.MaxBodyBytes))
+	}
+	if c.Request.ContentLength > s.deps.MaxBodyBytes {
+		tooLarge()
+		return nil, false
+	}
+	b, err := io.ReadAll(http.MaxBytesReader(c.Writer, c.Request.Body, s.deps.MaxBodyBytes))
+	if err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			tooLarge()
+		} else {
+			failCode(c, http.StatusBadRequest, "invalid", "could not read the request body")
+		}
+		return nil, false
+	}
+	c.Request.Body = io.NopCloser(bytes.NewReader(b))
+	return b, true
+}
+
+// replayHeader keeps what a replay needs, never per-request headers such as
+// the request id or cookies.
+func replayHeader(h http.Header) http.Header {
+	out := http.Header{}
+	for _, k := range []string{"Content-Type", "Location"} {
+		if v := h.Values(k); len(v) > 0 {
+			out[k] = v
+		}
+	}
+	return out
+}
+
+func writeStored(c *gin.Context, r *idempotent.Stored) {
+	for k, v := range replayHeader(r.Header) {
+		c.Writer.Header()[k] = v
+	}
+	c.Header(ReplayedHeader, "true")
+	c.Status(r.Status)
+	_, _ = c.Writer.Write(r.Body)
+	c.Abort()
+}
+
+// recorder passes a response through and keeps a copy for replay.
+type recorder struct {
+	gin.ResponseWriter
+	buf      bytes.Buffer
+	overflow bool
+}
+
+func (r *recorder) record(b []byte) {
+	if r.overflow || r.buf.Len()+len(b) > maxStoredResponse {
+		r.overflow = true
+		return
+	}
+	r.buf.Write(b)
+}
+
+func (r *recorder) Write(b []byte) (int, error) {
+	r.record(b)
+	return r.ResponseWriter.Write(b)
+}
+
+func (r *recorder) WriteString(s string) (int, error) {
+	r.record([]byte(s))
+	return r.ResponseWriter.WriteString(s)
+}

@@ -1,0 +1,75 @@
+package api
+
+import (
+	"net/http"
+
+	"github.com/gin-gonic/gin"
+
+	"github.com/ragent-go/ragent/service"
+	"github.com/ragent-go/ragent/service/admin"
+)
+
+// listIntents answers the whole tree: {"items": roots with their children}.
+func (s *Server) listIntents(c *gin.Context) {
+	tree, err := s.deps.Intents.Tree(c.Request.Context())
+	if err != nil {
+		fail(c, err)
+		return
+	}
+	if tree == nil {
+		tree = []*service.IntentNode{}
+	}
+	c.JSON(http.StatusOK, gin.H{"items": tree})
+}
+
+func (s *Server) createIntent(c *gin.Context) {
+	var in admin.IntentInput
+	if !s.bindJSON(c, &in) {
+		return
+	}
+	n, err := s.deps.Intents.Create(c.Request.Context(), in)
+	if err != nil {
+		fail(c, err)
+		return
+	}
+	c.JSON(http.StatusCreated, n)
+}
+
+func (s *Server) updateIntent(c *gin.Context) {
+	id, ok := pathID(c, "id")
+	if !ok {
+		return
+	}
+	var in admin.IntentInput
+	if !s.bindJSON(c, &in) {
+		return
+	}
+	n, err := s.deps.Intents.Update(c.Request.Context(), id, in)
+	if err != nil {
+		fail(c, err)
+		return
+	}
+	c.JSON(http.StatusOK, n)
+}
+
+// deleteIntent deletes a node; one with children needs ?cascade=true.
+func (s *Server) deleteIntent(c *gin.Context) {
+	id, ok := pathID(c, "id")
+	if !ok {
+		return
+	}
+	var cascade bool
+	switch c.Query("cascade") {
+	case "", "false":
+	case "true":
+		cascade = true
+	default:
+		fail(c, service.Errorf(service.ErrInvalid, "cascade must be true or false"))
+		return
+	}
+	if err := s.deps.Intents.Delete(c.Request.Context(), id, cascade); err != nil {
+		fail(c, err)
+		return
+	}
+	c.Status(http.StatusNoContent)
+}

@@ -1,0 +1,256 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// firstEvent posts to url and returns the time until the first line that
+// starts with prefix (an SSE data line of the answer).
+func firstEvent(ctx context.Context, url, token string, body any, match func(line string) bool) (time.Duration, error) {
+	b, _ := json.Marshal(body)
+	req, _ := http.NewRequestWithContext(ctx, "POST", url, bytes.NewReader(b))
+	req.Header.Set("Content-Type", "application/json")
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	start := time.Now()
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		if match(sc.Text()) {
+			d := time.Since(start)
+			for sc.Scan() { // drain, so both sides finish the request
+			}
+			return d, nil
+		}
+	}
+	return 0, fmt.Errorf("stream ended without a first token (status %d)", resp.StatusCode)
+}
+
+func pct(ds []time.Duration, p float64) time.Duration {
+	s := append([]time.Duration(nil), ds...)
+	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
+	return s[min(len(s)-1, int(p*float64(len(s))))]
+}
+
+// BenchmarkChatTTFT measures the time to first token through ragent (offline
+// retrieval over a small knowledge base, no rewrite or intent LLM calls)
+// against the same fake LLM called directly, alternating the two in one run.
+//
+//	go test ./cmd/ragent -run '^$' -bench ChatTTFT -benchtime 200x
+func BenchmarkChatTTFT(b *testing.B) {
+	llm := newFakeLLM(b)
+	cfg := chatConfig(b, llm)
+	in := start(b, cfg)
+	admin := in.login(b, "admin", "admin-password")
+	seedKnowledge(b, in, admin)
+	direct := map[string]any{"model": "test-model", "stream": true,
+		"messages": []map[string]string{{"role": "user", "content": "How do I connect to the VPN?"}}}
+	isData := func(l string) bool { return strings.HasPrefix(l, "data: {") }
+	isMessage := func(l string) bool { return l == "event: message" }
+	ctx := context.Background()
+	var viaRagent, viaDirect []time.Duration
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		d, err := firstEvent(ctx, llm.URL()+"/chat/completions", "", direct, isData)
+		if err != nil {
+			b.Fatal(err)
+		}
+		viaDirect = append(viaDirect, d)
+		r, err := firstEvent(ctx, in.url+"/api/v1/chat", admin, map[string]any{"question": "How do I connect to the VPN?"}, isMessage)
+		if err != nil {
+			b.Fatal(err)
+		}
+		viaRagent = append(viaRagent, r)
+	}
+	b.StopTimer()
+	ms := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+	b.ReportMetric(ms(pct(viaDirect, 0.5)), "direct-p50-ms")
+	b.ReportMetric(ms(pct(viaDirect, 0.99)), "direct-p99-ms")
+	b.ReportMetric(ms(pct(viaRagent, 0.5)), "ragent-p50-ms")
+	b.ReportMetric(ms(pct(viaRagent, 0.99)), "ragent-p99-ms")
+	b.ReportMetric(ms(pct(viaRagent, 0.5)-pct(viaDirect, 0.5)), "added-p50-ms")
+	b.ReportMetric(ms(pct(viaRagent, 0.99)-pct(viaDirect, 0.99)), "added-p99-ms")
+}
+
+// BenchmarkQueuedStreams holds 1,000 SSE streams waiting in the fair queue
+// of one `ragent serve` process (a child process, so the client's memory is
+// not counted) and reports the server's memory per waiting stream and its
+// CPU use while they wait.
+//
+//	go test ./cmd/ragent -run '^$' -bench QueuedStreams -benchtime 1x
+func BenchmarkQueuedStreams(b *testing.B) {
+	const streams = 1000
+	llm := newFakeLLM(b)
+	cfg := chatConfig(b, llm)
+	bin := filepath.Join(b.TempDir(), "ragent")
+	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
+		b.Fatalf("build: %v\n%s", err, out)
+	}
+	port := freePort(b)
+	cmd := exec.Command(bin, "serve")
+	cmd.Env = append(os.Environ(),
+		"RAGENT_HTTP_ADDR=127.0.0.1:"+port,
+		"RAGENT_DATABASE_URL="+cfg.DatabaseURL, "RAGENT_REDIS_URL="+cfg.RedisURL, "RAGENT_REDIS_PREFIX="+cfg.RedisPrefix,
+		"RAGENT_ADMIN_PASSWORD=admin-password", "RAGENT_DEMO=false", "RAGENT_LOG_LEVEL=error",
+		"RAGENT_LLM_PROVIDER=openai", "RAGENT_LLM_BASE_URL="+llm.URL(), "RAGENT_LLM_CHAT_MODEL=m",
+		"RAGENT_CHAT_MAX_CONCURRENT=1", "RAGENT_CHAT_MAX_WAIT=120s", "RAGENT_CHAT_MAX_QUEUE=5000",
+		"RAGENT_CHAT_MAX_QUEUED_PER_USER=5000", "RAGENT_PPROF_ADDR="+os.Getenv("BENCH_PPROF_ADDR"))
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		b.Fatal(err)
+	}
+	defer func() { cmd.Process.Signal(os.Interrupt); cmd.Wait() }()
+	in := &instance{url: "http://127.0.0.1:" + port}
+	waitHTTP(b, in.url+"/readyz")
+	admin := in.login(b, "admin", "admin-password")
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	// One slow answer holds the only slot.
+	go firstEvent(ctx, in.url+"/api/v1/chat", admin, map[string]any{"question": "holder #slow"}, func(string) bool { return false })
+	time.Sleep(500 * time.Millisecond)
+	rss0, _ := procStats(b, cmd.Process.Pid)
+	m0 := goMetrics(b, in.url)
+
+	tr := &http.Transport{MaxIdleConnsPerHost: streams, MaxConnsPerHost: 0}
+	client := &http.Client{Transport: tr}
+	var queued atomic.Int32
+	var wg sync.WaitGroup
+	for i := 0; i < streams; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			body, _ := json.Marshal(map[string]any{"question": fmt.Sprintf("waiting %d", i)})
+			req, _ := http.NewRequestWithContext(ctx, "POST", in.url+"/api/v1/chat", bytes.NewReader(body))
+			req.Header.Set("Content-Type", "application/json")
+			req.Header.Set("Authorization", "Bearer "+admin)
+			resp, err := client.Do(req)
+			if err != nil {
+				return
+			}
+			defer resp.Body.Close()
+			sc := bufio.NewScanner(resp.Body)
+			counted := false
+			for sc.Scan() {
+				if !counted && sc.Text() == "event: queue" {
+					counted = true
+					queued.Add(1)
+				}
+			}
+		}()
+	}
+	deadline := time.Now().Add(60 * time.Second)
+	for queued.Load() < streams && time.Now().Before(deadline) {
+		time.Sleep(100 * time.Millisecond)
+	}
+	if n := queued.Load(); n < streams {
+		b.Fatalf("only %d of %d streams are queued", n, streams)
+	}
+	time.Sleep(time.Second) // settle
+	rss1, cpu1 := procStats(b, cmd.Process.Pid)
+	m1 := goMetrics(b, in.url)
+	for _, k := range []string{"go_goroutines", "go_memstats_heap_inuse_bytes", "go_memstats_stack_inuse_bytes", "go_memstats_heap_alloc_bytes"} {
+		b.Logf("%s: %.0f → %.0f (per stream %.0f)", k, m0[k], m1[k], (m1[k]-m0[k])/streams)
+	}
+	const idle = 5 * time.Second
+	if os.Getenv("BENCH_PPROF_ADDR") != "" {
+		exec.Command("curl", "-s", "-o", os.Getenv("BENCH_PPROF_OUT"), "http://"+os.Getenv("BENCH_PPROF_ADDR")+"/debug/pprof/heap?gc=1").Run()
+	}
+	time.Sleep(idle)
+	rss2, cpu2 := procStats(b, cmd.Process.Pid)
+	b.ReportMetric(float64(rss1-rss0)/streams/1024, "KiB/waiting-stream")
+	b.ReportMetric(float64(rss0)/(1<<20), "MiB-rss-before")
+	b.ReportMetric(float64(max(rss1, rss2))/(1<<20), "MiB-rss-with-streams")
+	b.ReportMetric(100*(cpu2-cpu1).Seconds()/idle.Seconds(), "cpu%-idle-1000-waiting")
+	cancel()
+	wg.Wait()
+}
+
+func freePort(b *testing.B) string {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer ln.Close()
+	_, port, _ := strings.Cut(ln.Addr().String(), ":")
+	return port
+}
+
+func waitHTTP(b *testing.B, url string) {
+	deadline := time.Now().Add(60 * time.Second)
+	for time.Now().Before(deadline) {
+		if resp, err := http.Get(url); err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return
+			}
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	b.Fatalf("%s not ready", url)
+}
+
+// procStats reads a process's resident set size (bytes) and CPU time.
+func procStats(b *testing.B, pid int) (int64, time.Duration) {
+	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		b.Fatal(err)
+	}
+	var rss int64
+	for _, line := range strings.Split(string(status), "\n") {
+		if strings.HasPrefix(line, "VmRSS:") {
+			f := strings.Fields(line)
+			kb, _ := strconv.ParseInt(f[1], 10, 64)
+			rss = kb * 1024
+		}
+	}
+	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		b.Fatal(err)
+	}
+	fields := strings.Fields(string(stat[bytes.LastIndexByte(stat, ')')+2:]))
+	utime, _ := strconv.ParseInt(fields[11], 10, 64)
+	stime, _ := strconv.ParseInt(fields[12], 10, 64)
+	const clockTicks = 100 // USER_HZ on Linux
+	return rss, time.Duration(utime+stime) * time.Second / clockTicks
+}
+
+// goMetrics reads the Go runtime gauges from /metrics.
+func goMetrics(b *testing.B, base string) map[string]float64 {
+	resp, err := http.Get(base + "/metrics")
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer resp.Body.Close()
+	out := map[string]float64{}
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		f := strings.Fields(sc.Text())
+		if len(f) == 2 && strings.HasPrefix(f[0], "go_") {
+			v, _ := strconv.ParseFloat(f[1], 64)
+			out[f[0]] = v
+		}
+	}
+	return out
+}

@@ -1,0 +1,151 @@
+package admin
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/ragent-go/ragent/service"
+)
+
+// TermStore keeps term mappings. An enabled mapping whose source term is
+// already enabled (ignoring case) is refused with service.ErrConflict.
+type TermStore interface {
+	TermMapping(ctx context.Context, id service.ID) (*service.TermMapping, error)
+	CreateTermMapping(ctx context.Context, m *service.TermMapping) error
+	UpdateTermMapping(ctx context.Context, m *service.TermMapping) error
+	DeleteTermMapping(ctx context.Context, id service.ID) error
+}
+
+// TermReader reads every mapping, enabled or not, highest priority first.
+// The cache satisfies it (falling back to Postgres), and so does the store.
+type TermReader interface {
+	TermMappings(ctx context.Context) ([]service.TermMapping, error)
+}
+
+// Terms manages the term mappings that rewrite jargon in questions.
+type Terms struct {
+	store TermStore
+	read  TermReader
+	cache Invalidator
+	ids   service.IDGenerator
+	log   *slog.Logger
+}
+
+// NewTerms returns the term-mapping use case. read serves the list (usually
+// the cache); cache is invalidated after every committed write.
+func NewTerms(store TermStore, read TermReader, cache Invalidator, ids service.IDGenerator, log *slog.Logger) *Terms {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &Terms{store: store, read: read, cache: cache, ids: ids, log: log}
+}
+
+// TermInput is a whole mapping as an admin submits it (PUT replaces every
+// field). Enabled defaults to true when omitted.
+type TermInput struct {
+	SourceTerm string `json:"sourceTerm"`
+	TargetTerm string `json:"targetTerm"`
+	Priority   int    `json:"priority"`
+	Enabled    *bool  `json:"enabled"`
+}
+
+func (in TermInput) mapping(id service.ID) (*service.TermMapping, error) {
+	m := &service.TermMapping{
+		ID: id, SourceTerm: strings.TrimSpace(in.SourceTerm), TargetTerm: strings.TrimSpace(in.TargetTerm),
+		Priority: in.Priority, Enabled: in.Enabled == nil || *in.Enabled,
+	}
+	switch n := utf8.RuneCountInString(m.SourceTerm); {
+	case n == 0:
+		return nil, service.Errorf(service.ErrInvalid, "sourceTerm is required")
+	case n > 100:
+		return nil, service.Errorf(service.ErrInvalid, "sourceTerm must be at most 100 characters")
+	case !utf8.ValidString(m.SourceTerm):
+		return nil, service.Errorf(service.ErrInvalid, "sourceTerm must be valid UTF-8")
+	}
+	switch n := utf8.RuneCountInString(m.TargetTerm); {
+	case n == 0:
+		return nil, service.Errorf(service.ErrInvalid, "targetTerm is required")
+	case n > 200:
+		return nil, service.Errorf(service.ErrInvalid, "targetTerm must be at most 200 characters")
+	case !utf8.ValidString(m.TargetTerm):
+		return nil, service.Errorf(service.ErrInvalid, "targetTerm must be valid UTF-8")
+	}
+	if m.SourceTerm == m.TargetTerm {
+		return nil, service.Errorf(service.ErrInvalid, "targetTerm must differ from sourceTerm")
+	}
+	if m.Priority < -1000 || m.Priority > 1000 {
+		return nil, service.Errorf(service.ErrInvalid, "priority must be between -1000 and 1000")
+	}
+	return m, nil
+}
+
+// List returns every mapping, enabled or not, highest priority first.
+func (t *Terms) List(ctx context.Context) ([]service.TermMapping, error) {
+	return t.read.TermMappings(ctx)
+}
+
+// Create adds a mapping.
+func (t *Terms) Create(ctx context.Context, in TermInput) (*service.TermMapping, error) {
+	id, err := t.ids.NextID()
+	if err != nil {
+		return nil, err
+	}
+	m, err := in.mapping(id)
+	if err != nil {
+		return nil, err
+	}
+	if err := t.store.CreateTermMapping(ctx, m); err != nil {
+		return nil, sourceConflict(err, m.SourceTerm)
+	}
+	t.invalidate(ctx)
+	return m, nil
+}
+
+// Update replaces a mapping; Enabled enables or disables it.
+func (t *Terms) Update(ctx context.Context, id service.ID, in TermInput) (*service.TermMapping, error) {
+	m, err := in.mapping(id)
+	if err != nil {
+		return nil, err
+	}
+	old, err := t.store.TermMapping(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	m.CreatedAt = old.CreatedAt
+	if err := t.store.UpdateTermMapping(ctx, m); err != nil {
+		return nil, sourceConflict(err, m.SourceTerm)
+	}
+	t.invalidate(ctx)
+	return m, nil
+}
+
+// Delete removes a mapping.
+func (t *Terms) Delete(ctx context.Context, id service.ID) error {
+	if err := t.store.DeleteTermMapping(ctx, id); err != nil {
+		return err
+	}
+	t.invalidate(ctx)
+	return nil
+}
+
+// sourceConflict explains the store's verdict that another enabled mapping
+// already rewrites the source term.
+func sourceConflict(err error, source string) error {
+	if errors.Is(err, service.ErrConflict) {
+		return service.Errorf(service.ErrConflict,
+			"an enabled mapping for %q already exists (source terms are unique among enabled mappings, ignoring case); edit or disable it first", source)
+	}
+	return err
+}
+
+// invalidate drops the cached mappings after a committed write; see
+// Intents.invalidate.
+func (t *Terms) invalidate(ctx context.Context) {
+	if err := t.cache.Invalidate(context.WithoutCancel(ctx)); err != nil {
+		t.log.ErrorContext(ctx, "term mappings changed but their cache could not be invalidated; readers may see the old mappings until they expire",
+			"err", err)
+	}
+}
