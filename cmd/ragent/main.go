@@ -35,6 +35,8 @@ const usage = `usage: ragent <command> [flags]
 commands:
   serve    [--role all|api|worker]   run the server (migrates first)
   migrate                            apply database migrations and exit
+  eval     --dataset DIR [--mode all|hybrid|keyword|vector] [--limit-queries N] [--keep]
+                                     ingest a BEIR folder through the pipeline, print nDCG@10 and recall@10
   version                            print the version
 
 Configuration comes from RAGENT_* environment variables; see README.md.`
@@ -70,6 +72,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return serve(ctx, cfg, log, stdout)
 	case "migrate":
 		return migrate(ctx, cfg, log)
+	case "eval":
+		return evalCommand(ctx, cfg, log, args, stdout, stderr)
 	default:
 		fmt.Fprintln(stderr, usage)
 		return fmt.Errorf("unknown command %q", cmd)
