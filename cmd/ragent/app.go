@@ -206,11 +206,23 @@ func newApp(ctx context.Context, cfg Config, log *slog.Logger) (_ *App, err erro
 	a.runners = append(a.runners, tasks.Run)
 	chatSvc := chat.New(chat.Deps{
 		Store: a.store, Limiter: limiter, Tasks: chatTasks{tasks}, Retriever: searcher,
+		Intents: intentCache, Terms: termCache,
 		Model: answerModel, FastModel: fastModel, IDs: ids, Log: log,
 	}, chat.Config{
 		RefuseWithoutSources: cfg.ChatEmptyRetrieval == "refuse",
 		AnswerModel:          cfg.LLMChatModel, FastModel: cfg.LLMFastModel,
 	})
+
+	// First start: the demo knowledge base, intents and term mappings, once
+	// for all instances (under the startup lock).
+	if cfg.Demo {
+		err := a.store.WithStartupLock(ctx, func(ctx context.Context) error {
+			return seedDemo(ctx, a.store, demoServices{kbs: kbs, ingest: ingestSvc, intents: intents, terms: terms}, log)
+		})
+		if err != nil {
+			return nil, fmt.Errorf("demo data: %w", err)
+		}
+	}
 
 	// Upload concurrency across instances.
 	uploads := ratelimit.NewSemaphore(a.rdb, cfg.RedisPrefix, "upload", cfg.UploadMaxConcurrent, 300*time.Second,
