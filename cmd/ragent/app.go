@@ -293,13 +293,18 @@ func (a *App) Run(ctx context.Context, ln net.Listener) error {
 			}
 		}()
 	}
+	// Requests get their own base context, cancelled with ErrShutdown when
+	// shutdown begins, so a stream can tell a shutdown from a client that
+	// went away (whatever cancelled ctx).
+	reqCtx, cancelRequests := context.WithCancelCause(context.WithoutCancel(ctx))
+	defer cancelRequests(nil)
 	var srv *http.Server
 	if ln != nil {
 		srv = &http.Server{
 			Handler:           a.router,
 			ReadHeaderTimeout: 10 * time.Second,
 			IdleTimeout:       120 * time.Second,
-			BaseContext:       func(net.Listener) context.Context { return ctx },
+			BaseContext:       func(net.Listener) context.Context { return reqCtx },
 			ErrorLog:          slog.NewLogLogger(a.log.Handler(), slog.LevelWarn),
 		}
 		go func() {
@@ -317,9 +322,10 @@ func (a *App) Run(ctx context.Context, ln net.Listener) error {
 	sctx, scancel := context.WithTimeout(context.WithoutCancel(ctx), a.cfg.ShutdownTimeout)
 	defer scancel()
 	if srv != nil {
-		// Stop accepting; open streams see ctx cancelled (reason shutdown),
-		// end their SSE and release their permits before Shutdown returns.
-		cancel(service.ErrShutdown)
+		// Stop accepting; open streams see their context cancelled (reason
+		// shutdown), end their SSE and release their permits before
+		// Shutdown returns.
+		cancelRequests(service.ErrShutdown)
 		if err := srv.Shutdown(sctx); err != nil {
 			a.log.Warn("http shutdown", "err", err)
 			srv.Close()

@@ -350,3 +350,57 @@ func TestChatValidation(t *testing.T) {
 		})
 	}
 }
+
+// Shutdown cancels running streams with reason shutdown and still ends them
+// with finish and done.
+func TestChatShutdownCancelsStreams(t *testing.T) {
+	llm := newFakeLLM(t)
+	in := start(t, chatConfig(t, llm))
+	c := in.client(t, in.login(t, "admin", "admin-password"))
+	stopped := make(chan struct{})
+	_, events := c.chatStream(context.Background(), map[string]any{"question": "long answer #slow shutdown"}, func(e sseEvent) bool {
+		if e.Name == "message" {
+			select {
+			case <-stopped:
+			default:
+				close(stopped)
+				go in.stop()
+			}
+		}
+		return true
+	})
+	if got := collapse(events); got != "meta sources message cancel finish done" {
+		t.Fatalf("sequence %q", got)
+	}
+	if reason := events[len(events)-3].json(t)["reason"]; reason != "shutdown" {
+		t.Fatalf("cancel reason %v, want shutdown", reason)
+	}
+}
+
+// A double click sends the same question twice: the second is refused
+// while the first streams.
+func TestChatDuplicateSubmitRefused(t *testing.T) {
+	llm := newFakeLLM(t)
+	in := start(t, chatConfig(t, llm))
+	c := in.client(t, in.login(t, "admin", "admin-password"))
+	body := map[string]any{"question": "same question #slow"}
+	streaming := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		c.chatStream(context.Background(), body, func(e sseEvent) bool {
+			if e.Name == "meta" {
+				close(streaming)
+			}
+			return true
+		})
+	}()
+	<-streaming
+	if r := c.do("POST", "/api/v1/chat", body); r.Status != http.StatusConflict || r.errorCode(t) != "duplicate_request" {
+		t.Fatalf("duplicate chat: %d %s", r.Status, r.Body)
+	}
+	<-done
+	if status, _ := c.chatStream(context.Background(), map[string]any{"question": "same question"}, nil); status != http.StatusOK {
+		t.Fatalf("a new question after the first finished: %d", status)
+	}
+}
