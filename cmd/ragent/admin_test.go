@@ -480,3 +480,45 @@ func TestIdempotentAdminSubmits(t *testing.T) {
 		}
 	})
 }
+
+// Two admins moving two roots under each other at once must not create a
+// cycle: the writes validate under one tree lock, so the second sees the
+// first's move.
+func TestConcurrentIntentMovesKeepTheTreeAcyclic(t *testing.T) {
+	_, c, kb1, _ := adminSetup(t, testConfig(t))
+	const base = "/api/v1/admin/intents"
+	for round := range 10 {
+		a := mustIntent(t, c, "POST", base, map[string]any{"code": fmt.Sprint("a", round), "name": "A", "kind": "system"}, http.StatusCreated)
+		b := mustIntent(t, c, "POST", base, map[string]any{"code": fmt.Sprint("b", round), "name": "B", "kind": "kb", "knowledgeBaseIds": []string{kb1}}, http.StatusCreated)
+		var wg sync.WaitGroup
+		statuses := make([]int, 2)
+		wg.Go(func() {
+			statuses[0] = c.do("PUT", base+"/"+a.ID, map[string]any{"code": a.Code, "name": "A", "kind": "system", "parentId": b.ID}).Status
+		})
+		wg.Go(func() {
+			statuses[1] = c.do("PUT", base+"/"+b.ID, map[string]any{"code": b.Code, "name": "B", "kind": "kb", "knowledgeBaseIds": []string{kb1}, "parentId": a.ID}).Status
+		})
+		wg.Wait()
+		ok := 0
+		for _, s := range statuses {
+			if s == http.StatusOK {
+				ok++
+			} else if s != http.StatusBadRequest {
+				t.Fatalf("round %d: move answered %d", round, s)
+			}
+		}
+		if ok != 1 {
+			t.Fatalf("round %d: %d of two crossing moves succeeded, want exactly 1", round, ok)
+		}
+		if got := paths(tree(t, c)); strings.Count(got, " > ") != 1 {
+			t.Fatalf("round %d: tree %q", round, got)
+		}
+		if r := c.do("DELETE", base+"/"+a.ID+"?cascade=true", nil); r.Status != http.StatusNoContent {
+			if r = c.do("DELETE", base+"/"+b.ID+"?cascade=true", nil); r.Status != http.StatusNoContent {
+				t.Fatalf("cleanup: %d", r.Status)
+			}
+		}
+		c.do("DELETE", base+"/"+a.ID, nil)
+		c.do("DELETE", base+"/"+b.ID, nil)
+	}
+}
