@@ -54,6 +54,7 @@ depcheck:
 test: test-services vet depcheck
 	RAGENT_REQUIRE_SERVICES=1 $(GO) test -race -count=1 -timeout 30m $(RACE_PKGS)
 	RAGENT_REQUIRE_SERVICES=1 $(GO) test -count=1 -timeout 15m ./mq/rocketmq/...
+	RAGENT_REQUIRE_SERVICES=1 $(GO) test -count=1 -timeout 10m -run RocketMQ ./cmd/ragent/
 
 .PHONY: bench
 bench: test-services

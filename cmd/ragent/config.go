@@ -21,6 +21,10 @@ type Config struct {
 	MQDriver        string // redis | rocketmq
 	RocketMQNamesrv string
 	RocketMQBroker  string // where `serve` creates the ingest topic
+	// MQVisibilityTimeout is how long a Redis Streams message may stay
+	// unacknowledged before another worker takes it over (a crashed worker's
+	// document is redelivered after it).
+	MQVisibilityTimeout time.Duration
 
 	LLMProvider   string // offline | openai | ollama
 	LLMBaseURL    string
@@ -75,9 +79,10 @@ func loadConfig(getenv func(string) string) (Config, error) {
 		RedisURL:    e.str("RAGENT_REDIS_URL", "redis://127.0.0.1:6379/0"),
 		RedisPrefix: e.str("RAGENT_REDIS_PREFIX", "ragent:"),
 
-		MQDriver:        e.str("RAGENT_MQ_DRIVER", "redis"),
-		RocketMQNamesrv: e.str("RAGENT_ROCKETMQ_NAMESRV", "127.0.0.1:9876"),
-		RocketMQBroker:  e.str("RAGENT_ROCKETMQ_BROKER", "127.0.0.1:10911"),
+		MQDriver:            e.str("RAGENT_MQ_DRIVER", "redis"),
+		RocketMQNamesrv:     e.str("RAGENT_ROCKETMQ_NAMESRV", "127.0.0.1:9876"),
+		RocketMQBroker:      e.str("RAGENT_ROCKETMQ_BROKER", "127.0.0.1:10911"),
+		MQVisibilityTimeout: e.duration("RAGENT_MQ_VISIBILITY_TIMEOUT", time.Minute),
 
 		LLMProvider:   e.str("RAGENT_LLM_PROVIDER", "offline"),
 		LLMBaseURL:    e.str("RAGENT_LLM_BASE_URL", ""),

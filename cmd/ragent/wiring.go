@@ -91,6 +91,7 @@ func newQueue(ctx context.Context, cfg Config, rdb *redis.Client, a *App) (*queu
 			consumer: func(group, topic string, h mq.Handler) (mq.Consumer, error) {
 				return redisstream.NewConsumer(rdb, group, topic, h, redisstream.ConsumerOptions{
 					Prefix: cfg.RedisPrefix, Consumer: cfg.InstanceID, Logger: a.log,
+					VisibilityTimeout: cfg.MQVisibilityTimeout,
 				})
 			},
 			close: func() {},

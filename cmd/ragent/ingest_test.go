@@ -1,0 +1,630 @@
+package main
+
+import (
+	"archive/zip"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"mime/multipart"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/xuri/excelize/v2"
+	"golang.org/x/text/encoding/simplifiedchinese"
+
+	"github.com/ragent-go/ragent/mq"
+	"github.com/ragent-go/ragent/mq/redisstream"
+	"github.com/ragent-go/ragent/service"
+)
+
+// These tests drive ingestion end to end through HTTP on in-process
+// instances: upload → outbox → relay → MQ (Redis Streams here; RocketMQ in
+// ingest_rocketmq_test.go) → consume guard → parse, chunk, embed, index.
+
+type docJSON struct {
+	ID         string `json:"id"`
+	Status     string `json:"status"`
+	Error      string `json:"error"`
+	ChunkCount int    `json:"chunkCount"`
+	Generation int    `json:"generation"`
+}
+
+// upload posts one file as multipart `file`.
+func (c *client) upload(kbID, name string, content []byte) response {
+	c.t.Helper()
+	var buf bytes.Buffer
+	mw := multipart.NewWriter(&buf)
+	w, err := mw.CreateFormFile("file", name)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	w.Write(content)
+	mw.Close()
+	return c.do("POST", "/api/v1/knowledge-bases/"+kbID+"/documents", buf.Bytes(), "Content-Type", mw.FormDataContentType())
+}
+
+// uploadAccepted uploads and expects 202 with a document.
+func (c *client) uploadAccepted(kbID, name string, content []byte) docJSON {
+	c.t.Helper()
+	r := c.upload(kbID, name, content)
+	if r.Status != http.StatusAccepted {
+		c.t.Fatalf("upload %s: %d %s", name, r.Status, r.Body)
+	}
+	var d docJSON
+	r.json(c.t, &d)
+	return d
+}
+
+func (c *client) createKB(name string) string {
+	c.t.Helper()
+	r := c.do("POST", "/api/v1/knowledge-bases", map[string]any{"name": name})
+	if r.Status != http.StatusCreated {
+		c.t.Fatalf("create knowledge base: %d %s", r.Status, r.Body)
+	}
+	var kb struct{ ID string }
+	r.json(c.t, &kb)
+	return kb.ID
+}
+
+func (c *client) document(id string) docJSON {
+	c.t.Helper()
+	r := c.do("GET", "/api/v1/documents/"+id, nil)
+	if r.Status != http.StatusOK {
+		c.t.Fatalf("get document %s: %d %s", id, r.Status, r.Body)
+	}
+	var d docJSON
+	r.json(c.t, &d)
+	return d
+}
+
+// waitDone polls a document until it is ready or failed.
+func (c *client) waitDone(id string, timeout time.Duration) docJSON {
+	c.t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		d := c.document(id)
+		if d.Status == "ready" || d.Status == "failed" {
+			return d
+		}
+		if time.Now().After(deadline) {
+			c.t.Fatalf("document %s still %s after %s", id, d.Status, timeout)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+type searchHit struct {
+	ChunkID    string `json:"chunkId"`
+	DocumentID string `json:"documentId"`
+	Content    string `json:"content"`
+}
+
+func (c *client) search(kbID, query, mode string) []searchHit {
+	c.t.Helper()
+	r := c.do("POST", "/api/v1/search", map[string]any{"query": query, "knowledgeBaseIds": []string{kbID}, "mode": mode, "topK": 10})
+	if r.Status != http.StatusOK {
+		c.t.Fatalf("search %q: %d %s", query, r.Status, r.Body)
+	}
+	var out struct{ Results []searchHit }
+	r.json(c.t, &out)
+	return out.Results
+}
+
+func hasDocument(hits []searchHit, docID string) bool {
+	for _, h := range hits {
+		if h.DocumentID == docID {
+			return true
+		}
+	}
+	return false
+}
+
+type chunkJSON struct {
+	Ordinal    int `json:"ordinal"`
+	Generation int `json:"generation"`
+	Content    string
+}
+
+// chunks returns every chunk row of a document.
+func (c *client) chunks(docID string) []chunkJSON {
+	c.t.Helper()
+	r := c.do("GET", "/api/v1/documents/"+docID+"/chunks?limit=500", nil)
+	if r.Status != http.StatusOK {
+		c.t.Fatalf("chunks: %d %s", r.Status, r.Body)
+	}
+	var out struct{ Items []chunkJSON }
+	r.json(c.t, &out)
+	return out.Items
+}
+
+// checkOneChunkSet fails unless the document's chunks are one generation
+// with ordinals 0..n-1, n = its chunkCount.
+func checkOneChunkSet(t *testing.T, c *client, d docJSON) {
+	t.Helper()
+	chunks := c.chunks(d.ID)
+	if len(chunks) != d.ChunkCount || len(chunks) == 0 {
+		t.Fatalf("document %s: %d chunk rows, chunkCount %d", d.ID, len(chunks), d.ChunkCount)
+	}
+	for i, ch := range chunks {
+		if ch.Ordinal != i || ch.Generation != d.Generation {
+			t.Fatalf("chunk %d: ordinal %d generation %d (document generation %d)", i, ch.Ordinal, ch.Generation, d.Generation)
+		}
+	}
+}
+
+// ingestEnv starts one instance and returns an admin client and a fresh
+// knowledge base.
+func ingestEnv(t *testing.T, cfg Config) (*instance, *client, string) {
+	t.Helper()
+	in := start(t, cfg)
+	c := in.client(t, in.login(t, "admin", "admin-password"))
+	return in, c, c.createKB("kb-" + strings.ToLower(t.Name()[len(t.Name())-min(20, len(t.Name())):]))
+}
+
+func TestIngestFormats(t *testing.T) {
+	_, c, kb := ingestEnv(t, testConfig(t))
+	gbk, err := simplifiedchinese.GBK.NewEncoder().String("量子计算机利用叠加态进行并行运算，这是中文编码测试。")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cases := []struct {
+		name    string
+		content []byte
+		query   string
+	}{
+		{"notes.txt", []byte("Photosynthesis converts sunlight into chemical energy in chloroplasts."), "photosynthesis chloroplasts"},
+		{"中文.txt", []byte("长城是中国古代的军事防御工程，绵延万里。"), "长城防御工程"},
+		{"gbk.txt", []byte(gbk), "量子计算机"},
+		{"guide.md", []byte("# 安装指南\n\n首先下载安装包，然后运行配置向导。\n\n## Upgrade\n\nRun the migration tool before upgrading."), "配置向导"},
+		{"page.html", []byte(`<html><head><style>.x{color:red}</style><script>var hiddenScriptWord = 1;</script></head>
+			<body><h1>Volcanoes</h1><p>Magma chambers feed volcanic eruptions.</p></body></html>`), "magma eruptions"},
+		{"table.csv", []byte("city,population\nReykjavik,131000\n上海,24870000\n"), "reykjavik"},
+		{"report.pdf", pdfFile(t, []string{"Glaciers retreat as temperatures rise.", "Meltwater raises sea levels."}), "glaciers meltwater"},
+		{"memo.docx", docxFile(t, docxPara("Heading1", "季度报告")+docxPara("", "本季度销售额增长百分之二十。")), "销售额增长"},
+		{"deck.pptx", pptxFile(t, pptxSlideXML("Roadmap", "Launch the telescope in spring."), pptxSlideXML("风险", "预算超支的风险较低。")), "telescope"},
+		{"sheet.xlsx", xlsxFile(t, [][]any{{"产品", "价格"}, {"咖啡机", 899}, {"Espresso grinder", 249}}), "咖啡机"},
+	}
+	ids := make([]string, len(cases))
+	for i, tc := range cases {
+		ids[i] = c.uploadAccepted(kb, tc.name, tc.content).ID
+	}
+	for i, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			c := &client{t: t, base: c.base, token: c.token}
+			d := c.waitDone(ids[i], 60*time.Second)
+			if d.Status != "ready" || d.ChunkCount == 0 {
+				t.Fatalf("status %s (%q), %d chunks", d.Status, d.Error, d.ChunkCount)
+			}
+			if hits := c.search(kb, tc.query, "keyword"); !hasDocument(hits, d.ID) {
+				t.Fatalf("keyword search %q misses the document: %+v", tc.query, hits)
+			}
+			if hits := c.search(kb, tc.query, "hybrid"); !hasDocument(hits, d.ID) {
+				t.Fatalf("hybrid search %q misses the document", tc.query)
+			}
+		})
+	}
+	t.Run("script text is not indexed", func(t *testing.T) {
+		if hits := c.search(kb, "hiddenScriptWord", "keyword"); len(hits) != 0 {
+			t.Fatalf("script content searchable: %+v", hits)
+		}
+	})
+}
+
+func TestIngestBadInputs(t *testing.T) {
+	cfg := testConfig(t)
+	cfg.UploadMaxBytes = 1 << 20
+	_, c, kb := ingestEnv(t, cfg)
+
+	ole := append([]byte{0xD0, 0xCF, 0x11, 0xE0, 0xA1, 0xB1, 0x1A, 0xE1}, make([]byte, 2048)...)
+	cases := []struct {
+		name    string
+		content []byte
+	}{
+		{"corrupt.docx", append([]byte("PK\x03\x04"), bytes.Repeat([]byte{0x42}, 600)...)},
+		{"truncated.pdf", []byte("%PDF-1.4\n1 0 obj\n<< /Type /Catalog")},
+		{"empty.txt", nil},
+		{"encrypted.docx", ole},
+		{"program.bin", append([]byte("\x7fELF\x02\x01\x01"), make([]byte, 1024)...)},
+		{"image.png", append([]byte("\x89PNG\r\n\x1a\n"), make([]byte, 512)...)},
+		{"bomb.docx", zipBomb(t, 300<<20)},
+		{"no-text.docx", docxFile(t, "")},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			c := &client{t: t, base: c.base, token: c.token}
+			r := c.upload(kb, tc.name, tc.content)
+			if r.Status >= 400 && r.Status < 500 {
+				if code := r.errorCode(t); code == "" {
+					t.Fatalf("%d without an error code: %s", r.Status, r.Body)
+				}
+				return
+			}
+			if r.Status != http.StatusAccepted {
+				t.Fatalf("upload: %d %s", r.Status, r.Body)
+			}
+			var d docJSON
+			r.json(t, &d)
+			d = c.waitDone(d.ID, 60*time.Second)
+			if d.Status != "failed" || strings.TrimSpace(d.Error) == "" {
+				t.Fatalf("status %s, error %q: want failed with a readable error", d.Status, d.Error)
+			}
+			if d.ChunkCount != 0 || len(c.chunks(d.ID)) != 0 {
+				t.Fatalf("failed document has chunks: count %d", d.ChunkCount)
+			}
+		})
+	}
+	t.Run("oversized is 413", func(t *testing.T) {
+		c := &client{t: t, base: c.base, token: c.token}
+		r := c.upload(kb, "big.txt", bytes.Repeat([]byte("word "), (2<<20)/5))
+		if r.Status != http.StatusRequestEntityTooLarge {
+			t.Fatalf("status %d %s, want 413", r.Status, r.Body)
+		}
+	})
+	t.Run("instance still healthy", func(t *testing.T) {
+		c := &client{t: t, base: c.base, token: c.token}
+		d := c.waitDone(c.uploadAccepted(kb, "fine.txt", []byte("Still alive after hostile uploads.")).ID, 30*time.Second)
+		if d.Status != "ready" {
+			t.Fatalf("status %s %q", d.Status, d.Error)
+		}
+	})
+}
+
+// zipBomb is a docx whose document.xml inflates to size bytes.
+func zipBomb(t *testing.T, size int) []byte {
+	t.Helper()
+	var buf bytes.Buffer
+	zw := zip.NewWriter(&buf)
+	w, err := zw.Create("[Content_Types].xml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	io.WriteString(w, `<?xml version="1.0"?><Types xmlns="http://schemas.openxmlformats.org/package/2006/content-types"/>`)
+	w, err = zw.Create("word/document.xml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	io.WriteString(w, `<?xml version="1.0"?><w:document `+wordNS+`><w:body><w:p><w:r><w:t>`)
+	block := bytes.Repeat([]byte("a"), 1<<20)
+	for n := 0; n < size; n += len(block) {
+		w.Write(block)
+	}
+	io.WriteString(w, `</w:t></w:r></w:p></w:body></w:document>`)
+	if err := zw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return buf.Bytes()
+}
+
+func TestIngestLifecycle(t *testing.T) {
+	cfg := testConfig(t)
+	in, c, kb := ingestEnv(t, cfg)
+	content := []byte("Tardigrades survive extreme dehydration by forming a tun state.")
+	d := c.uploadAccepted(kb, "tardigrade.txt", content)
+
+	t.Run("duplicate is 409 with the document id", func(t *testing.T) {
+		r := c.upload(kb, "copy-of-tardigrade.txt", content)
+		if r.Status != http.StatusConflict {
+			t.Fatalf("status %d %s", r.Status, r.Body)
+		}
+		var e struct {
+			Error struct {
+				Details struct{ DocumentID string } `json:"details"`
+			} `json:"error"`
+		}
+		r.json(t, &e)
+		if e.Error.Details.DocumentID != d.ID {
+			t.Fatalf("details.documentId %q, want %q", e.Error.Details.DocumentID, d.ID)
+		}
+	})
+
+	ready := c.waitDone(d.ID, 30*time.Second)
+	if ready.Status != "ready" {
+		t.Fatalf("status %s %q", ready.Status, ready.Error)
+	}
+
+	t.Run("reindex ends ready with the next generation", func(t *testing.T) {
+		r := c.do("POST", "/api/v1/documents/"+d.ID+"/reindex", nil)
+		if r.Status != http.StatusAccepted {
+			t.Fatalf("reindex: %d %s", r.Status, r.Body)
+		}
+		got := c.waitDone(d.ID, 30*time.Second)
+		if got.Status != "ready" || got.Generation != 2 {
+			t.Fatalf("after reindex: %+v", got)
+		}
+		checkOneChunkSet(t, c, got)
+		if !hasDocument(c.search(kb, "tardigrades dehydration", "keyword"), d.ID) {
+			t.Fatal("reindexed document not searchable")
+		}
+	})
+
+	t.Run("delete removes it from search", func(t *testing.T) {
+		if r := c.do("DELETE", "/api/v1/documents/"+d.ID, nil); r.Status != http.StatusNoContent {
+			t.Fatalf("delete: %d %s", r.Status, r.Body)
+		}
+		for _, mode := range []string{"keyword", "vector", "hybrid"} {
+			if hasDocument(c.search(kb, "tardigrades dehydration tun state", mode), d.ID) {
+				t.Fatalf("%s search still finds the deleted document", mode)
+			}
+		}
+		if r := c.do("GET", "/api/v1/documents/"+d.ID, nil); r.Status != http.StatusNotFound {
+			t.Fatalf("get deleted: %d", r.Status)
+		}
+	})
+
+	t.Run("anonymous upload is 401", func(t *testing.T) {
+		r := in.client(t, "").upload(kb, "anon.txt", []byte("nobody"))
+		if r.Status != http.StatusUnauthorized {
+			t.Fatalf("status %d %s", r.Status, r.Body)
+		}
+	})
+}
+
+func TestUploadConcurrencyCap(t *testing.T) {
+	cfg := testConfig(t)
+	cfg.UploadMaxConcurrent = 1
+	cfg.UploadMaxWait = 300 * time.Millisecond
+	_, c, kb := ingestEnv(t, cfg)
+
+	// The first upload holds the only permit while its body trickles in.
+	pr, pw := io.Pipe()
+	mw := multipart.NewWriter(pw)
+	req, _ := http.NewRequest("POST", c.base+"/api/v1/knowledge-bases/"+kb+"/documents", pr)
+	req.Header.Set("Authorization", "Bearer "+c.token)
+	req.Header.Set("Content-Type", mw.FormDataContentType())
+	first := make(chan int, 1)
+	go func() {
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			first <- 0
+			return
+		}
+		resp.Body.Close()
+		first <- resp.StatusCode
+	}()
+	part, _ := mw.CreateFormFile("file", "slow.txt")
+	part.Write([]byte("The slow upload holds the permit. "))
+
+	// Wait until the server holds the permit: a probe gets 429.
+	deadline := time.Now().Add(10 * time.Second)
+	var r response
+	for {
+		r = c.upload(kb, "second.txt", []byte("A second upload while the first is open."))
+		if r.Status == http.StatusTooManyRequests || time.Now().After(deadline) {
+			break
+		}
+		if r.Status != http.StatusAccepted {
+			t.Fatalf("probe: %d %s", r.Status, r.Body)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if r.Status != http.StatusTooManyRequests || r.Header.Get("Retry-After") == "" {
+		t.Fatalf("second upload: %d Retry-After %q %s", r.Status, r.Header.Get("Retry-After"), r.Body)
+	}
+	part.Write([]byte("Done now."))
+	mw.Close()
+	pw.Close()
+	if code := <-first; code != http.StatusAccepted {
+		t.Fatalf("first upload: %d", code)
+	}
+	// The permit is back.
+	c.uploadAccepted(kb, "third.txt", []byte("The permit returned after the slow upload finished."))
+}
+
+// TestIngestSameMessageFiveTimes publishes the ingest message of a pending
+// document five more times before any worker runs; the worker must build one
+// set of chunks.
+func TestIngestSameMessageFiveTimes(t *testing.T) {
+	cfg := testConfig(t)
+	cfg.Role = "api" // no consumer yet: messages pile up in the stream
+	_, c, kb := ingestEnv(t, cfg)
+	d := c.uploadAccepted(kb, "redelivered.txt", []byte(strings.Repeat("Octopuses have three hearts and blue blood. ", 200)))
+
+	opt, _ := redis.ParseURL(cfg.RedisURL)
+	rdb := redis.NewClient(opt)
+	t.Cleanup(func() { rdb.Close() })
+	publishFiveTimes(t, redisstream.NewProducer(rdb, redisstream.ProducerOptions{Prefix: cfg.RedisPrefix}), d.ID)
+
+	worker := cfg
+	worker.Role = "worker"
+	start(t, worker)
+	got := c.waitDone(d.ID, 60*time.Second)
+	if got.Status != "ready" || got.Generation != 1 {
+		t.Fatalf("document: %+v", got)
+	}
+	checkOneChunkSet(t, c, got)
+	// Late deliveries must not add chunks after ready either.
+	time.Sleep(time.Second)
+	checkOneChunkSet(t, c, c.document(d.ID))
+}
+
+func publishFiveTimes(t *testing.T, p mq.Producer, docID string) {
+	t.Helper()
+	id, err := service.ParseID(docID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := json.Marshal(service.IngestMessage{DocumentID: id, Generation: 1})
+	for range 5 {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		err := p.Publish(ctx, service.IngestTopic, fmt.Sprintf("%s:1", docID), body)
+		cancel()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// TestIngestWorkerKilledMidDocument stops a worker while it indexes a large
+// document; the message stays unacknowledged and a second worker finishes
+// the document after the visibility timeout.
+func TestIngestWorkerKilledMidDocument(t *testing.T) {
+	cfg := testConfig(t)
+	cfg.Role = "api"
+	cfg.MQVisibilityTimeout = 2 * time.Second
+	_, c, kb := ingestEnv(t, cfg)
+
+	worker := cfg
+	worker.Role = "worker"
+	worker.InstanceID = "worker-a"
+	a := start(t, worker)
+
+	var big strings.Builder
+	for i := 0; big.Len() < 1<<20; i++ {
+		fmt.Fprintf(&big, "Paragraph %d describes coral reef ecosystem number %d in detail.\n\n", i, i*7)
+	}
+	d := c.uploadAccepted(kb, "big.txt", []byte(big.String()))
+	deadline := time.Now().Add(30 * time.Second)
+	for c.document(d.ID).Status != "running" {
+		if time.Now().After(deadline) {
+			t.Fatal("the document never started running")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	a.stop()
+	if st := c.document(d.ID).Status; st != "running" && st != "pending" {
+		// The worker finished before it was stopped: the test proves nothing.
+		t.Fatalf("worker finished before the kill (status %s); make the document larger", st)
+	}
+
+	worker.InstanceID = "worker-b"
+	start(t, worker)
+	got := c.waitDone(d.ID, 90*time.Second)
+	if got.Status != "ready" {
+		t.Fatalf("after redelivery: %+v", got)
+	}
+	if got.ChunkCount < 2 {
+		t.Fatalf("%d chunks", got.ChunkCount)
+	}
+	chunks := c.chunks(d.ID)
+	if len(chunks) != min(got.ChunkCount, 500) {
+		t.Fatalf("%d chunk rows (first page), chunkCount %d", len(chunks), got.ChunkCount)
+	}
+	if !hasDocument(c.search(kb, "coral reef ecosystem", "keyword"), d.ID) {
+		t.Fatal("not searchable")
+	}
+}
+
+// docx, pptx, xlsx and pdf files built in memory.
+
+func zipFile(t *testing.T, entries ...[2]string) []byte {
+	t.Helper()
+	var buf bytes.Buffer
+	zw := zip.NewWriter(&buf)
+	for _, e := range entries {
+		w, err := zw.Create(e[0])
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.WriteString(w, e[1])
+	}
+	if err := zw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return buf.Bytes()
+}
+
+const wordNS = `xmlns:w="http://schemas.openxmlformats.org/wordprocessingml/2006/main"`
+
+func docxPara(style, text string) string {
+	ppr := ""
+	if style != "" {
+		ppr = `<w:pPr><w:pStyle w:val="` + style + `"/></w:pPr>`
+	}
+	return `<w:p>` + ppr + `<w:r><w:t xml:space="preserve">` + text + `</w:t></w:r></w:p>`
+}
+
+func docxFile(t *testing.T, body string) []byte {
+	t.Helper()
+	return zipFile(t,
+		[2]string{"[Content_Types].xml", `<?xml version="1.0"?><Types xmlns="http://schemas.openxmlformats.org/package/2006/content-types"/>`},
+		[2]string{"word/document.xml", `<?xml version="1.0"?><w:document ` + wordNS + `><w:body>` + body + `</w:body></w:document>`},
+	)
+}
+
+const slideNS = `xmlns:a="http://schemas.openxmlformats.org/drawingml/2006/main" xmlns:p="http://schemas.openxmlformats.org/presentationml/2006/main"`
+
+func pptxSlideXML(title string, paras ...string) string {
+	var b strings.Builder
+	b.WriteString(`<?xml version="1.0"?><p:sld ` + slideNS + `><p:cSld><p:spTree>`)
+	b.WriteString(`<p:sp><p:nvSpPr><p:nvPr><p:ph type="title"/></p:nvPr></p:nvSpPr><p:txBody><a:p><a:r><a:t>` + title + `</a:t></a:r></a:p></p:txBody></p:sp>`)
+	b.WriteString(`<p:sp><p:nvSpPr><p:nvPr><p:ph idx="1"/></p:nvPr></p:nvSpPr><p:txBody>`)
+	for _, p := range paras {
+		b.WriteString(`<a:p><a:r><a:t>` + p + `</a:t></a:r></a:p>`)
+	}
+	b.WriteString(`</p:txBody></p:sp></p:spTree></p:cSld></p:sld>`)
+	return b.String()
+}
+
+func pptxFile(t *testing.T, slides ...string) []byte {
+	t.Helper()
+	entries := [][2]string{
+		{"[Content_Types].xml", `<?xml version="1.0"?><Types xmlns="http://schemas.openxmlformats.org/package/2006/content-types"/>`},
+		{"ppt/presentation.xml", `<?xml version="1.0"?><p:presentation ` + slideNS + `/>`},
+	}
+	for i, s := range slides {
+		entries = append(entries, [2]string{fmt.Sprintf("ppt/slides/slide%d.xml", i+1), s})
+	}
+	return zipFile(t, entries...)
+}
+
+func xlsxFile(t *testing.T, rows [][]any) []byte {
+	t.Helper()
+	f := excelize.NewFile()
+	defer f.Close()
+	for r, row := range rows {
+		cell, _ := excelize.CoordinatesToCellName(1, r+1)
+		if err := f.SetSheetRow("Sheet1", cell, &row); err != nil {
+			t.Fatal(err)
+		}
+	}
+	buf, err := f.WriteToBuffer()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return buf.Bytes()
+}
+
+// pdfFile writes a minimal valid PDF, one page per entry, in Helvetica.
+func pdfFile(t *testing.T, pages ...[]string) []byte {
+	t.Helper()
+	kids := make([]string, len(pages))
+	for i := range pages {
+		kids[i] = fmt.Sprintf("%d 0 R", 4+2*i)
+	}
+	objs := []string{
+		"<< /Type /Catalog /Pages 2 0 R >>",
+		fmt.Sprintf("<< /Type /Pages /Kids [%s] /Count %d >>", strings.Join(kids, " "), len(pages)),
+		"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica /Encoding /WinAnsiEncoding >>",
+	}
+	for i, lines := range pages {
+		var content strings.Builder
+		content.WriteString("BT /F1 12 Tf 72 720 Td 14 TL\n")
+		for _, l := range lines {
+			fmt.Fprintf(&content, "(%s) Tj T*\n", l)
+		}
+		content.WriteString("ET")
+		objs = append(objs,
+			fmt.Sprintf("<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Resources << /Font << /F1 3 0 R >> >> /Contents %d 0 R >>", 5+2*i),
+			fmt.Sprintf("<< /Length %d >>\nstream\n%s\nendstream", content.Len(), content.String()),
+		)
+	}
+	var b bytes.Buffer
+	b.WriteString("%PDF-1.4\n")
+	offsets := make([]int, len(objs))
+	for i, o := range objs {
+		offsets[i] = b.Len()
+		fmt.Fprintf(&b, "%d 0 obj\n%s\nendobj\n", i+1, o)
+	}
+	xref := b.Len()
+	fmt.Fprintf(&b, "xref\n0 %d\n0000000000 65535 f \n", len(objs)+1)
+	for _, off := range offsets {
+		fmt.Fprintf(&b, "%010d 00000 n \n", off)
+	}
+	fmt.Fprintf(&b, "trailer\n<< /Size %d /Root 1 0 R >>\nstartxref\n%d\n%%%%EOF\n", len(objs)+1, xref)
+	return b.Bytes()
+}
