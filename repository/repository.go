@@ -8,9 +8,12 @@ package repository
 
 import (
 	"context"
+	"database/sql/driver"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
+	"net"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
@@ -124,9 +127,18 @@ func translate(err error) error {
 		}
 		return err
 	}
-	var connErr *pgconn.ConnectError
-	if errors.As(err, &connErr) {
+	if isConnectionError(err) {
 		return fmt.Errorf("%w: postgres: %v", service.ErrUnavailable, err)
 	}
 	return err
+}
+
+// isConnectionError reports whether err means Postgres could not be reached
+// or the connection broke, as opposed to a failed statement.
+func isConnectionError(err error) bool {
+	var connErr *pgconn.ConnectError
+	var netErr net.Error
+	return errors.As(err, &connErr) || errors.As(err, &netErr) ||
+		errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, driver.ErrBadConn) ||
+		pgconn.SafeToRetry(err) || pgconn.Timeout(err)
 }

@@ -26,18 +26,22 @@ type Config struct {
 	// document is redelivered after it).
 	MQVisibilityTimeout time.Duration
 
-	LLMProvider   string // offline | openai | ollama
-	LLMBaseURL    string
-	LLMAPIKey     string
-	LLMChatModel  string
-	LLMFastModel  string
-	RerankModel   string
-	RerankBaseURL string
-	EmbedProvider string
-	EmbedModel    string
-	EmbedDim      int
-	EmbedBaseURL  string
-	EmbedAPIKey   string
+	LLMProvider  string // offline | openai | ollama
+	LLMBaseURL   string
+	LLMAPIKey    string
+	LLMChatModel string
+	LLMFastModel string
+	// LLMFirstTokenTimeout and LLMIdleTimeout bound a model that sends no
+	// first token, or stalls between tokens.
+	LLMFirstTokenTimeout time.Duration
+	LLMIdleTimeout       time.Duration
+	RerankModel          string
+	RerankBaseURL        string
+	EmbedProvider        string
+	EmbedModel           string
+	EmbedDim             int
+	EmbedBaseURL         string
+	EmbedAPIKey          string
 
 	AdminUsername string
 	AdminPassword string
@@ -84,18 +88,20 @@ func loadConfig(getenv func(string) string) (Config, error) {
 		RocketMQBroker:      e.str("RAGENT_ROCKETMQ_BROKER", "127.0.0.1:10911"),
 		MQVisibilityTimeout: e.duration("RAGENT_MQ_VISIBILITY_TIMEOUT", time.Minute),
 
-		LLMProvider:   e.str("RAGENT_LLM_PROVIDER", "offline"),
-		LLMBaseURL:    e.str("RAGENT_LLM_BASE_URL", ""),
-		LLMAPIKey:     e.str("RAGENT_LLM_API_KEY", ""),
-		LLMChatModel:  e.str("RAGENT_LLM_CHAT_MODEL", ""),
-		LLMFastModel:  e.str("RAGENT_LLM_FAST_MODEL", ""),
-		RerankModel:   e.str("RAGENT_RERANK_MODEL", ""),
-		RerankBaseURL: e.str("RAGENT_RERANK_BASE_URL", ""),
-		EmbedProvider: e.str("RAGENT_EMBEDDING_PROVIDER", "offline"),
-		EmbedModel:    e.str("RAGENT_EMBEDDING_MODEL", ""),
-		EmbedDim:      e.int("RAGENT_EMBEDDING_DIM", 512),
-		EmbedBaseURL:  e.str("RAGENT_EMBEDDING_BASE_URL", ""),
-		EmbedAPIKey:   e.str("RAGENT_EMBEDDING_API_KEY", ""),
+		LLMProvider:          e.str("RAGENT_LLM_PROVIDER", "offline"),
+		LLMBaseURL:           e.str("RAGENT_LLM_BASE_URL", ""),
+		LLMAPIKey:            e.str("RAGENT_LLM_API_KEY", ""),
+		LLMChatModel:         e.str("RAGENT_LLM_CHAT_MODEL", ""),
+		LLMFastModel:         e.str("RAGENT_LLM_FAST_MODEL", ""),
+		LLMFirstTokenTimeout: e.duration("RAGENT_LLM_FIRST_TOKEN_TIMEOUT", 60*time.Second),
+		LLMIdleTimeout:       e.duration("RAGENT_LLM_IDLE_TIMEOUT", 60*time.Second),
+		RerankModel:          e.str("RAGENT_RERANK_MODEL", ""),
+		RerankBaseURL:        e.str("RAGENT_RERANK_BASE_URL", ""),
+		EmbedProvider:        e.str("RAGENT_EMBEDDING_PROVIDER", "offline"),
+		EmbedModel:           e.str("RAGENT_EMBEDDING_MODEL", ""),
+		EmbedDim:             e.int("RAGENT_EMBEDDING_DIM", 512),
+		EmbedBaseURL:         e.str("RAGENT_EMBEDDING_BASE_URL", ""),
+		EmbedAPIKey:          e.str("RAGENT_EMBEDDING_API_KEY", ""),
 
 		AdminUsername: e.str("RAGENT_ADMIN_USERNAME", "admin"),
 		AdminPassword: e.str("RAGENT_ADMIN_PASSWORD", ""),
@@ -189,6 +195,7 @@ func (c Config) validate() []error {
 		"RAGENT_CHAT_MAX_WAIT": c.ChatMaxWait, "RAGENT_CHAT_LEASE": c.ChatLease,
 		"RAGENT_CHAT_POLL_INTERVAL": c.ChatPollInterval, "RAGENT_UPLOAD_MAX_WAIT": c.UploadMaxWait,
 		"RAGENT_TOKEN_TTL": c.TokenTTL, "RAGENT_SHUTDOWN_TIMEOUT": c.ShutdownTimeout,
+		"RAGENT_LLM_FIRST_TOKEN_TIMEOUT": c.LLMFirstTokenTimeout, "RAGENT_LLM_IDLE_TIMEOUT": c.LLMIdleTimeout,
 	} {
 		if d <= 0 {
 			bad("%s must be positive", name)
@@ -229,6 +236,7 @@ func (c Config) logAttrs() []any {
 		"redis_prefix", c.RedisPrefix, "mq_driver", c.MQDriver, "rocketmq_namesrv", c.RocketMQNamesrv, "rocketmq_broker", c.RocketMQBroker,
 		"llm_provider", c.LLMProvider, "llm_base_url", c.LLMBaseURL, "llm_api_key", mask(c.LLMAPIKey),
 		"llm_chat_model", c.LLMChatModel, "llm_fast_model", c.LLMFastModel,
+		"llm_first_token_timeout", c.LLMFirstTokenTimeout.String(), "llm_idle_timeout", c.LLMIdleTimeout.String(),
 		"embedding_provider", c.EmbedProvider, "embedding_model", c.EmbedModel, "embedding_dim", c.EmbedDim,
 		"admin_username", c.AdminUsername, "admin_password", mask(c.AdminPassword), "auth_secret", mask(c.AuthSecret),
 		"chat_limiter_enabled", c.ChatLimiterEnabled, "chat_max_concurrent", c.ChatMaxConcurrent,

@@ -43,6 +43,7 @@ func llmConfig(cfg Config) llm.Config {
 		ChatModel: cfg.LLMChatModel, FastModel: cfg.LLMFastModel,
 		EmbeddingProvider: cfg.EmbedProvider, EmbeddingModel: cfg.EmbedModel,
 		EmbeddingBaseURL: cfg.EmbedBaseURL, EmbeddingAPIKey: cfg.EmbedAPIKey, EmbeddingDim: cfg.EmbedDim,
+		FirstTokenTimeout: cfg.LLMFirstTokenTimeout, IdleTimeout: cfg.LLMIdleTimeout,
 	}
 }
 

@@ -164,3 +164,16 @@ func RedisProxyURL(t testing.TB) (*Proxy, string) {
 	u.Host = p.Addr()
 	return p, u.String()
 }
+
+// PostgresProxyURL returns a fresh database (see FreshDatabase) reached
+// through a Proxy, so a test can take Postgres away from the code under test.
+func PostgresProxyURL(t testing.TB) (*Proxy, string) {
+	t.Helper()
+	u, err := url.Parse(FreshDatabase(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := NewProxy(t, u.Host)
+	u.Host = p.Addr()
+	return p, u.String()
+}

@@ -1,0 +1,152 @@
+package main
+
+import (
+	"context"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ragent-go/ragent/internal/testenv"
+)
+
+// The failure modes of DESIGN §11 that the other test files do not cover.
+
+// A model that never sends its first token ends in an error event, not a
+// hung stream.
+func TestChatFirstTokenTimeout(t *testing.T) {
+	llm := newFakeLLM(t)
+	cfg := chatConfig(t, llm)
+	cfg.LLMFirstTokenTimeout = 500 * time.Millisecond
+	in := start(t, cfg)
+	c := in.client(t, in.login(t, "admin", "admin-password"))
+	start := time.Now()
+	_, events := c.chatStream(context.Background(), map[string]any{"question": "silent model #firstslow"}, nil)
+	if got := collapse(events); got != "meta sources error finish done" {
+		t.Fatalf("sequence %q", got)
+	}
+	if e := events[2].json(t); e["code"] != "llm_unavailable" {
+		t.Fatalf("error event %v", e)
+	}
+	if d := time.Since(start); d > 2500*time.Millisecond {
+		t.Fatalf("stream took %v with a 500 ms first-token timeout", d)
+	}
+}
+
+// redisDownInstance starts an instance whose Redis goes through a proxy.
+func redisDownInstance(t *testing.T, cfg Config) (*instance, *testenv.Proxy) {
+	t.Helper()
+	proxy, url := testenv.RedisProxyURL(t)
+	cfg.RedisURL, cfg.WorkerID = url, 11
+	return start(t, cfg), proxy
+}
+
+// Redis down: the chat limiter follows RAGENT_CHAT_LIMITER_ON_REDIS_ERROR.
+func TestChatLimiterRedisDown(t *testing.T) {
+	for _, tt := range []struct {
+		policy string
+		want   string
+	}{
+		{"reject", "meta reject finish done"},
+		{"local", "meta sources message finish done"},
+	} {
+		t.Run(tt.policy, func(t *testing.T) {
+			llm := newFakeLLM(t)
+			cfg := chatConfig(t, llm)
+			cfg.ChatOnRedisError = tt.policy
+			in, proxy := redisDownInstance(t, cfg)
+			c := in.client(t, in.login(t, "admin", "admin-password"))
+			proxy.Down()
+			_, events := c.chatStream(context.Background(), map[string]any{"question": "is redis there?"}, nil)
+			if got := collapse(events); got != tt.want {
+				t.Fatalf("sequence %q, want %q", got, tt.want)
+			}
+			if tt.policy == "reject" {
+				if code := events[1].json(t)["code"]; code != "unavailable" {
+					t.Fatalf("reject code %v", code)
+				}
+			}
+			// The limiter asks Redis again a second after a failure.
+			proxy.Up()
+			deadline := time.Now().Add(10 * time.Second)
+			for {
+				_, events = c.chatStream(context.Background(), map[string]any{"question": "and now?"}, nil)
+				if got := collapse(events); got == "meta sources message finish done" {
+					break
+				} else if time.Now().After(deadline) {
+					t.Fatalf("after Redis came back: %q", got)
+				}
+				time.Sleep(300 * time.Millisecond)
+			}
+		})
+	}
+}
+
+// Redis down: a stop still works on the instance running the task; from
+// another instance it reports 503.
+func TestStopWithRedisDown(t *testing.T) {
+	llm := newFakeLLM(t)
+	cfg := chatConfig(t, llm)
+	cfg.ChatLimiterEnabled = false
+	a, proxyA := redisDownInstance(t, cfg)
+	b, proxyB := redisDownInstance(t, cfg)
+	token := a.login(t, "admin", "admin-password")
+	ca, cb := a.client(t, token), b.client(t, token)
+
+	run := func(q string, stopOn *client, wantStatus int) []sseEvent {
+		_, events := ca.chatStream(context.Background(), map[string]any{"question": q}, func(e sseEvent) bool {
+			if e.Name == "meta" {
+				proxyA.Down()
+				proxyB.Down()
+				task := e.json(t)["taskId"].(string)
+				go func() {
+					if r := stopOn.do("POST", "/api/v1/chat/tasks/"+task+"/stop", nil); r.Status != wantStatus {
+						t.Errorf("stop: %d %s, want %d", r.Status, r.Body, wantStatus)
+					}
+					if wantStatus != http.StatusOK {
+						proxyA.Up()
+						stopOn.do("POST", "/api/v1/chat/tasks/"+task+"/stop", nil)
+					}
+				}()
+			}
+			return true
+		})
+		proxyA.Up()
+		proxyB.Up()
+		return events
+	}
+	if got := collapse(run("local stop #slow", ca, http.StatusOK)); !strings.HasSuffix(got, "cancel finish done") {
+		t.Fatalf("local stop with Redis down: %q", got)
+	}
+	run("remote stop #slow", cb, http.StatusServiceUnavailable)
+}
+
+// Postgres down: the API answers 503 and readiness fails; it recovers.
+func TestPostgresDown(t *testing.T) {
+	cfg := testConfig(t)
+	proxy, url := testenv.PostgresProxyURL(t)
+	cfg.DatabaseURL = url
+	in := start(t, cfg)
+	c := in.client(t, in.login(t, "admin", "admin-password"))
+
+	proxy.Down()
+	if r := in.client(t, "").do("GET", "/readyz", nil); r.Status != http.StatusServiceUnavailable {
+		t.Fatalf("readyz with Postgres down: %d", r.Status)
+	}
+	for _, path := range []string{"/api/v1/me", "/api/v1/knowledge-bases"} {
+		if r := c.do("GET", path, nil); r.Status != http.StatusServiceUnavailable || r.errorCode(t) != "unavailable" {
+			t.Fatalf("GET %s with Postgres down: %d %s", path, r.Status, r.Body)
+		}
+	}
+	proxy.Up()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if r := c.do("GET", "/api/v1/knowledge-bases", nil); r.Status == http.StatusOK {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("API did not recover after Postgres came back")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
