@@ -36,9 +36,13 @@ run: services build
 	@echo "ragent: the first start prints the admin username and password below; later starts reuse them"
 	RAGENT_MQ_DRIVER=$(MQ_DRIVER) ./$(BIN) serve
 
+# Everything the tests need: the three servers and, for the browser tests,
+# Chromium with CJK fonts.
+TEST_SERVICES := postgres redis rocketmq browser
+
 .PHONY: test-services
 test-services:
-	bash scripts/services.sh start >/dev/null
+	bash scripts/services.sh start $(TEST_SERVICES) >/dev/null
 
 .PHONY: vet
 vet:

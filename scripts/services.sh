@@ -1,18 +1,20 @@
 #!/usr/bin/env bash
 # Installs and runs ragent's backing services on 127.0.0.1 of a Debian 12
 # machine: PostgreSQL 15 with pgvector, Redis 7 and an Apache RocketMQ
-# NameServer + Broker.
+# NameServer + Broker; on request also the headless Chromium of the browser
+# tests.
 #
-#   scripts/services.sh start  [postgres|redis|rocketmq ...]
-#   scripts/services.sh stop   [postgres|redis|rocketmq ...]
-#   scripts/services.sh status [postgres|redis|rocketmq ...]
+#   scripts/services.sh start  [postgres|redis|rocketmq|browser ...]
+#   scripts/services.sh stop   [postgres|redis|rocketmq|browser ...]
+#   scripts/services.sh status [postgres|redis|rocketmq|browser ...]
 #
-# Without service names the list comes from $SERVICES, else all three. `start`
-# is idempotent: on a warm machine it only checks and returns in seconds. It
-# needs root the first time (apt installs, the pgvector build, the database
-# role). When everything is up it prints the connection settings as export
-# lines on stdout, so `eval "$(scripts/services.sh start)"` works; progress
-# goes to stderr.
+# Without service names the list comes from $SERVICES, else the three
+# servers; `browser` (Chromium and CJK fonts, nothing to run) only when named.
+# `start` is idempotent: on a warm machine it only checks and returns in
+# seconds. It needs root the first time (apt installs, the pgvector build,
+# the database role). When everything is up it prints the connection settings
+# as export lines on stdout, so `eval "$(scripts/services.sh start)"` works;
+# progress goes to stderr.
 #
 # `status` prints one up/down line per process and exits 1 if any is down.
 # `stop redis` shuts down whatever Redis answers on the port, ours or not.
@@ -24,6 +26,7 @@
 set -euo pipefail
 
 readonly ALL_SERVICES="postgres redis rocketmq"
+readonly KNOWN_SERVICES="$ALL_SERVICES browser"
 SCRIPT_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 readonly SCRIPT_DIR
 
@@ -538,6 +541,35 @@ status_rocketmq() {
 	return "$rc"
 }
 
+# --- browser ------------------------------------------------------------------
+
+# The browser tests (cmd/ragent/browser_test.go) drive Debian's Chromium
+# headless; without the CJK fonts their screenshots of the Chinese UI would
+# show boxes. Nothing runs between tests, so start only installs and checks.
+readonly CHROMIUM=/usr/bin/chromium
+
+chromium_version() { "$CHROMIUM" --version 2>/dev/null; }
+
+start_browser() {
+	ensure_packages chromium fonts-noto-cjk
+	local version
+	version=$(chromium_version) || die "$CHROMIUM --version failed"
+	log "browser: $version"
+}
+
+stop_browser() { :; }
+
+status_browser() {
+	local version
+	if version=$(chromium_version) &&
+		[[ $(dpkg-query -W -f='${Status}' fonts-noto-cjk 2>/dev/null) == "install ok installed" ]]; then
+		echo "browser   up    $version"
+	else
+		echo "browser   down  $CHROMIUM with CJK fonts"
+		return 1
+	fi
+}
+
 # --- main ---------------------------------------------------------------------
 
 print_settings() {
@@ -556,12 +588,15 @@ print_settings() {
 			echo "export RAGENT_ROCKETMQ_NAMESRV='127.0.0.1:$RMQ_NAMESRV_PORT'"
 			echo "export RAGENT_TEST_ROCKETMQ_NAMESRV='127.0.0.1:$RMQ_NAMESRV_PORT'"
 			;;
+		browser)
+			echo "export RAGENT_CHROMIUM='$CHROMIUM'"
+			;;
 		esac
 	done
 }
 
 usage() {
-	echo "usage: $0 start|stop|status [postgres|redis|rocketmq ...]  (default: \$SERVICES or all)" >&2
+	echo "usage: $0 start|stop|status [postgres|redis|rocketmq|browser ...]  (default: \$SERVICES or the three servers)" >&2
 	exit 2
 }
 
@@ -575,7 +610,7 @@ main() {
 	fi
 	local svc
 	for svc in "${services[@]}"; do
-		[[ " $ALL_SERVICES " == *" $svc "* ]] || die "unknown service '$svc' (known: $ALL_SERVICES)"
+		[[ " $KNOWN_SERVICES " == *" $svc "* ]] || die "unknown service '$svc' (known: $KNOWN_SERVICES)"
 	done
 
 	if [[ $cmd == start || $cmd == stop ]] && [[ -z ${RAGENT_SERVICES_LOCKED:-} ]]; then

@@ -7,6 +7,10 @@ import { pageHeader, emptyRow } from './admin.js';
 
 const POLL_MS = 2000;
 const PARALLEL_UPLOADS = 3;
+// The server returns at most 200 items a page; the list follows the cursor
+// for up to this many pages.
+const PAGE_SIZE = 200;
+const MAX_PAGES = 25;
 const ACCEPT = '.txt,.md,.markdown,.html,.htm,.pdf,.docx,.pptx,.xlsx,.csv';
 
 export function mountDocuments(root, ctx) {
@@ -189,9 +193,9 @@ export function mountDocuments(root, ctx) {
     loading = true;
     reloadAfter = false;
     try {
-      const res = await get(`/knowledge-bases/${enc(kbId)}/documents?limit=500`);
+      const items = await fetchDocs();
       if (destroyed) return;
-      docs = res?.items ?? [];
+      docs = items;
       render();
     } catch (err) {
       if (destroyed) return;
@@ -202,6 +206,19 @@ export function mountDocuments(root, ctx) {
     }
     if (reloadAfter) schedulePoll(0);
     else if (docs.some((d) => d.status === 'pending' || d.status === 'running')) schedulePoll(POLL_MS);
+  }
+
+  async function fetchDocs() {
+    const items = [];
+    let cursor = '';
+    for (let page = 0; page < MAX_PAGES; page++) {
+      const q = cursor ? `&cursor=${enc(cursor)}` : '';
+      const res = await get(`/knowledge-bases/${enc(kbId)}/documents?limit=${PAGE_SIZE}${q}`);
+      items.push(...(res?.items ?? []));
+      cursor = res?.nextCursor;
+      if (!cursor) break;
+    }
+    return items;
   }
 
   function schedulePoll(ms) {

@@ -42,11 +42,22 @@ export function clear(el) {
 export function toast(message, kind = 'error') {
   const box = document.getElementById('toasts');
   if (!box) return;
+  const ttl = kind === 'error' ? 8000 : 4000;
+  // A failing poll repeats its error every few seconds: keep one toast per
+  // message and restart its timer instead of stacking copies.
+  for (const old of box.children) {
+    if (old.dataset.kind === kind && old.dataset.message === message) {
+      clearTimeout(Number(old.dataset.timer));
+      old.dataset.timer = String(setTimeout(() => old.remove(), ttl));
+      return;
+    }
+  }
   const el = h('div', { class: `toast toast-${kind}`, 'data-testid': 'toast', 'data-kind': kind },
     h('span', {}, message),
     h('button', { type: 'button', class: 'icon-btn', 'aria-label': t('common.close'), onClick: () => el.remove() }, '×'));
+  el.dataset.message = message;
+  el.dataset.timer = String(setTimeout(() => el.remove(), ttl));
   box.append(el);
-  setTimeout(() => el.remove(), kind === 'error' ? 8000 : 4000);
 }
 
 // errorText turns an ApiError (or anything thrown) into a sentence for the user.

@@ -275,7 +275,7 @@ function inline(src, ctx, allowLinks = true) {
       const n = Number(m[1] ?? m[2]);
       if (ctx.citations(n) && !(c === '[' && rest[m[0].length] === '(')) {
         flush();
-        out += `<button type="button" class="cite" data-cite="${n}" aria-label="source ${n}">${n}</button>`;
+        out += `<button type="button" class="cite" data-testid="cite" data-cite="${n}" aria-label="source ${n}">${n}</button>`;
         i += m[0].length;
         continue;
       }
