@@ -401,8 +401,9 @@ func TestPollingOnly(t *testing.T) {
 			close(got)
 			return
 		}
-		got <- time.Now()
-		p.Release()
+		at := time.Now()
+		p.Release() // before reporting, so the drained check below sees it
+		got <- at
 	}()
 	eventually(t, 2*time.Second, "waiter queued", func() bool {
 		return testenv.Redis(t).ZCard(t.Context(), a.keys.queue).Val() == 1
