@@ -44,7 +44,7 @@ func (s *Server) uploadDocument(c *gin.Context) {
 			return
 		}
 		if err != nil {
-			s.uploadReadError(c, err)
+			s.uploadError(c, fmt.Errorf("%w: malformed multipart body: %w", service.ErrInvalid, err))
 			return
 		}
 		if part.FormName() != "file" {
@@ -54,7 +54,7 @@ func (s *Server) uploadDocument(c *gin.Context) {
 		doc, err := s.deps.Ingest.Upload(c.Request.Context(), kbID, part.FileName(), part)
 		part.Close()
 		if err != nil {
-			s.uploadReadError(c, err)
+			s.uploadError(c, err)
 			return
 		}
 		c.JSON(http.StatusAccepted, doc)
@@ -62,22 +62,15 @@ func (s *Server) uploadDocument(c *gin.Context) {
 	}
 }
 
-func (s *Server) uploadReadError(c *gin.Context, err error) {
+// uploadError answers a failed upload; a body past the size cap is 413
+// whichever reader hit it.
+func (s *Server) uploadError(c *gin.Context, err error) {
 	var tooBig *http.MaxBytesError
 	if errors.As(err, &tooBig) {
 		fail(c, service.Errorf(service.ErrTooLarge, "file exceeds the %d MiB upload limit", s.deps.UploadMaxBytes>>20))
 		return
 	}
-	var se *service.Error
-	if errors.As(err, &se) || errors.Is(err, service.ErrNotFound) || errors.Is(err, service.ErrConflict) {
-		fail(c, err)
-		return
-	}
-	if errors.Is(err, service.ErrUnavailable) {
-		fail(c, err)
-		return
-	}
-	fail(c, fmt.Errorf("%w: reading the upload failed: %v", service.ErrInvalid, err))
+	fail(c, err)
 }
 
 func (s *Server) listDocuments(c *gin.Context) {

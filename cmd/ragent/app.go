@@ -136,7 +136,7 @@ func newApp(ctx context.Context, cfg Config, log *slog.Logger) (_ *App, err erro
 	kbs := admin.NewKnowledgeBases(a.store, ids, admin.EmbeddingDefaults{
 		Model: embedder.Model(), Dim: embedder.Dim(), VectorWeight: vectorWeight(cfg),
 	})
-	searcher := retrieve.New(a.store, embedder, reranker, retrieve.Config{}, log)
+	searcher := retrieve.New(a.store, embedder, reranker, retrieve.Config{MinVectorScore: cfg.SearchMinVectorScore}, log)
 	ingestSvc := ingest.New(a.store, embedder, ids, ingest.Config{MaxBytes: cfg.UploadMaxBytes}, log, nil)
 	a.kbs, a.ingestSvc, a.searcher = kbs, ingestSvc, searcher
 

@@ -404,3 +404,30 @@ func TestChatDuplicateSubmitRefused(t *testing.T) {
 		t.Fatalf("a new question after the first finished: %d", status)
 	}
 }
+
+// Nothing relevant found: by default the model answers as plain chat, told
+// so, with an empty sources list; with refuse a fixed text, no model call.
+func TestChatEmptyRetrieval(t *testing.T) {
+	for _, policy := range []string{"chat", "refuse"} {
+		t.Run(policy, func(t *testing.T) {
+			llm := newFakeLLM(t)
+			cfg := chatConfig(t, llm)
+			cfg.ChatEmptyRetrieval = policy
+			in := start(t, cfg)
+			admin := in.login(t, "admin", "admin-password")
+			seedKnowledge(t, in, admin)
+			before := llm.streams.Load()
+			_, events := in.client(t, admin).chatStream(context.Background(), map[string]any{"question": "量子色动力学的渐近自由"}, nil)
+			if got := collapse(events); got != "meta sources message finish done" {
+				t.Fatalf("sequence %q", got)
+			}
+			if srcs := events[1].json(t)["sources"].([]any); len(srcs) != 0 {
+				t.Fatalf("sources for an unrelated question: %v", srcs)
+			}
+			calls := llm.streams.Load() - before
+			if policy == "refuse" && calls != 0 || policy == "chat" && calls != 1 {
+				t.Fatalf("%s: %d answer streams from the model", policy, calls)
+			}
+		})
+	}
+}

@@ -35,6 +35,10 @@ type Config struct {
 	// first token, or stalls between tokens.
 	LLMFirstTokenTimeout time.Duration
 	LLMIdleTimeout       time.Duration
+	// SearchMinVectorScore is the cosine similarity a chunk found only by
+	// vector search needs to count as relevant; -1 picks the provider's
+	// default.
+	SearchMinVectorScore float64
 	RerankModel          string
 	RerankBaseURL        string
 	EmbedProvider        string
@@ -95,6 +99,7 @@ func loadConfig(getenv func(string) string) (Config, error) {
 		LLMFastModel:         e.str("RAGENT_LLM_FAST_MODEL", ""),
 		LLMFirstTokenTimeout: e.duration("RAGENT_LLM_FIRST_TOKEN_TIMEOUT", 60*time.Second),
 		LLMIdleTimeout:       e.duration("RAGENT_LLM_IDLE_TIMEOUT", 60*time.Second),
+		SearchMinVectorScore: e.float("RAGENT_SEARCH_MIN_VECTOR_SCORE", -1),
 		RerankModel:          e.str("RAGENT_RERANK_MODEL", ""),
 		RerankBaseURL:        e.str("RAGENT_RERANK_BASE_URL", ""),
 		EmbedProvider:        e.str("RAGENT_EMBEDDING_PROVIDER", "offline"),
@@ -140,6 +145,12 @@ func loadConfig(getenv func(string) string) (Config, error) {
 	}
 	if c.EmbedAPIKey == "" {
 		c.EmbedAPIKey = c.LLMAPIKey
+	}
+	if c.SearchMinVectorScore < 0 {
+		c.SearchMinVectorScore = 0
+		if c.EmbedProvider == "offline" {
+			c.SearchMinVectorScore = offlineMinVectorScore
+		}
 	}
 	if c.LLMFastModel == "" {
 		c.LLMFastModel = c.LLMChatModel
@@ -201,6 +212,9 @@ func (c Config) validate() []error {
 			bad("%s must be positive", name)
 		}
 	}
+	if c.SearchMinVectorScore > 1 {
+		bad("RAGENT_SEARCH_MIN_VECTOR_SCORE must be a cosine similarity, at most 1")
+	}
 	if c.ChatLease < 3*time.Second {
 		bad("RAGENT_CHAT_LEASE must be at least 3s (it is renewed every lease/3)")
 	}
@@ -237,7 +251,7 @@ func (c Config) logAttrs() []any {
 		"llm_provider", c.LLMProvider, "llm_base_url", c.LLMBaseURL, "llm_api_key", mask(c.LLMAPIKey),
 		"llm_chat_model", c.LLMChatModel, "llm_fast_model", c.LLMFastModel,
 		"llm_first_token_timeout", c.LLMFirstTokenTimeout.String(), "llm_idle_timeout", c.LLMIdleTimeout.String(),
-		"embedding_provider", c.EmbedProvider, "embedding_model", c.EmbedModel, "embedding_dim", c.EmbedDim,
+		"search_min_vector_score", c.SearchMinVectorScore, "embedding_provider", c.EmbedProvider, "embedding_model", c.EmbedModel, "embedding_dim", c.EmbedDim,
 		"admin_username", c.AdminUsername, "admin_password", mask(c.AdminPassword), "auth_secret", mask(c.AuthSecret),
 		"chat_limiter_enabled", c.ChatLimiterEnabled, "chat_max_concurrent", c.ChatMaxConcurrent,
 		"chat_max_wait", c.ChatMaxWait.String(), "chat_lease", c.ChatLease.String(), "chat_poll_interval", c.ChatPollInterval.String(),
@@ -271,6 +285,19 @@ func (e *env) int(name string, def int) int {
 		return def
 	}
 	return n
+}
+
+func (e *env) float(name string, def float64) float64 {
+	v := strings.TrimSpace(e.get(name))
+	if v == "" {
+		return def
+	}
+	f, err := strconv.ParseFloat(v, 64)
+	if err != nil {
+		e.errs = append(e.errs, fmt.Errorf("%s=%q: not a number", name, v))
+		return def
+	}
+	return f
 }
 
 func (e *env) bool(name string, def bool) bool {

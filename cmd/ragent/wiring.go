@@ -37,6 +37,12 @@ const ingestGroup = "ragent-ingest"
 // chunks BM25 missed, so hybrid never ranks below keyword.
 const offlineVectorWeight = 0.005
 
+// offlineMinVectorScore is the relevance gate for chunks found only by the
+// offline embedder: related texts score about 0.25 (Chinese) to 0.55
+// (English), unrelated ones about 0 (llm package tests), and a gate of 0.2
+// to 0.5 left SciFact's hybrid nDCG@10 within 0.005 (BENCHMARKS.md).
+const offlineMinVectorScore = 0.15
+
 func llmConfig(cfg Config) llm.Config {
 	return llm.Config{
 		Provider: cfg.LLMProvider, BaseURL: cfg.LLMBaseURL, APIKey: cfg.LLMAPIKey,

@@ -121,7 +121,7 @@ func (s *Service) Upload(ctx context.Context, kbID service.ID, filename string, 
 	}
 	blob, err := io.ReadAll(io.LimitReader(body, s.cfg.MaxBytes+1))
 	if err != nil {
-		return nil, fmt.Errorf("read upload: %w", err)
+		return nil, fmt.Errorf("%w: reading the upload failed: %w", service.ErrInvalid, err)
 	}
 	if int64(len(blob)) > s.cfg.MaxBytes {
 		return nil, service.Errorf(service.ErrTooLarge, "file exceeds the %d MiB upload limit", s.cfg.MaxBytes>>20)
