@@ -45,15 +45,21 @@ func requestID(log *slog.Logger) gin.HandlerFunc {
 	}
 }
 
+// routeLabel names the matched route pattern (never the raw path, so
+// metrics and logs stay low-cardinality).
+func routeLabel(c *gin.Context) string {
+	if route := c.FullPath(); route != "" {
+		return route
+	}
+	return "unmatched"
+}
+
 // accessLog logs one line per request.
 func accessLog() gin.HandlerFunc {
 	return func(c *gin.Context) {
 		start := time.Now()
 		c.Next()
-		route := c.FullPath()
-		if route == "" {
-			route = "unmatched"
-		}
+		route := routeLabel(c)
 		level := slog.LevelInfo
 		if c.Writer.Status() >= 500 {
 			level = slog.LevelWarn
@@ -112,10 +118,7 @@ func (m *httpMetrics) handler() gin.HandlerFunc {
 	return func(c *gin.Context) {
 		start := time.Now()
 		c.Next()
-		route := c.FullPath()
-		if route == "" {
-			route = "unmatched"
-		}
+		route := routeLabel(c)
 		m.requests.WithLabelValues(route, c.Request.Method, strconv.Itoa(c.Writer.Status())).Inc()
 		m.duration.WithLabelValues(route, c.Request.Method).Observe(time.Since(start).Seconds())
 	}
