@@ -39,17 +39,7 @@ func adminSetup(t *testing.T, cfg Config) (in *instance, c *client, kb1, kb2 str
 	t.Helper()
 	in = start(t, cfg)
 	c = in.client(t, in.login(t, "admin", "admin-password"))
-	var ids []string
-	for _, name := range []string{"it-docs", "hr-docs"} {
-		r := c.do("POST", "/api/v1/knowledge-bases", map[string]any{"name": name})
-		if r.Status != http.StatusCreated {
-			t.Fatalf("create kb: %d %s", r.Status, r.Body)
-		}
-		var kb struct{ ID string }
-		r.json(t, &kb)
-		ids = append(ids, kb.ID)
-	}
-	return in, c, ids[0], ids[1]
+	return in, c, c.createKB("it-docs"), c.createKB("hr-docs")
 }
 
 func mustIntent(t *testing.T, c *client, method, path string, body map[string]any, want int) intentJSON {

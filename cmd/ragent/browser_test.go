@@ -11,8 +11,6 @@ package main
 // step also leaves a screenshot of the tab it failed in.
 
 import (
-	"archive/zip"
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -31,6 +29,7 @@ import (
 	"github.com/chromedp/cdproto/network"
 	"github.com/chromedp/chromedp"
 
+	"github.com/ragent-go/ragent/internal/testdocs"
 	"github.com/ragent-go/ragent/internal/testenv"
 )
 
@@ -84,10 +83,10 @@ func TestBrowserUI(t *testing.T) {
 	docs := map[string][]byte{
 		"vpn-guide.md": []byte("# VPN guide\n\n## Connecting\n\nTo connect to the VPN install the GlobalProtect client and sign in with your employee id.\n\n" +
 			"## 常见问题\n\n连接 VPN 失败时，请先检查网络，再重新登录客户端。\n"),
-		"报销制度.docx": docxDocument(t,
-			"差旅报销制度",
-			"员工出差后应在十个工作日内提交报销申请，并附上发票原件。",
-			"Travel expenses are reimbursed within ten working days after approval."),
+		"报销制度.docx": testdocs.Docx(t,
+			testdocs.DocxParagraph("Title", "差旅报销制度")+
+				testdocs.DocxParagraph("", "员工出差后应在十个工作日内提交报销申请，并附上发票原件。")+
+				testdocs.DocxParagraph("", "Travel expenses are reimbursed within ten working days after approval.")),
 	}
 	step("upload documents", func(t *testing.T) {
 		admin.click(t, `[data-testid=nav-kb]`)
@@ -679,44 +678,6 @@ func artifactDir(t *testing.T) string {
 		t.Fatal(err)
 	}
 	return dir
-}
-
-// docxDocument builds a minimal Word document: a title paragraph and body
-// paragraphs.
-func docxDocument(t *testing.T, title string, paragraphs ...string) []byte {
-	t.Helper()
-	para := func(style, text string) string {
-		ppr := ""
-		if style != "" {
-			ppr = `<w:pPr><w:pStyle w:val="` + style + `"/></w:pPr>`
-		}
-		return `<w:p>` + ppr + `<w:r><w:t xml:space="preserve">` + text + `</w:t></w:r></w:p>`
-	}
-	body := para("Title", title)
-	for _, p := range paragraphs {
-		body += para("", p)
-	}
-	var buf bytes.Buffer
-	zw := zip.NewWriter(&buf)
-	for _, f := range [][2]string{
-		{"[Content_Types].xml", `<?xml version="1.0" encoding="UTF-8"?><Types xmlns="http://schemas.openxmlformats.org/package/2006/content-types">` +
-			`<Default Extension="xml" ContentType="application/xml"/>` +
-			`<Override PartName="/word/document.xml" ContentType="application/vnd.openxmlformats-officedocument.wordprocessingml.document.main+xml"/></Types>`},
-		{"word/document.xml", `<?xml version="1.0" encoding="UTF-8"?><w:document xmlns:w="http://schemas.openxmlformats.org/wordprocessingml/2006/main"><w:body>` +
-			body + `</w:body></w:document>`},
-	} {
-		w, err := zw.Create(f[0])
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := w.Write([]byte(f[1])); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := zw.Close(); err != nil {
-		t.Fatal(err)
-	}
-	return buf.Bytes()
 }
 
 // quoteJS quotes a string as a JavaScript string literal.

@@ -22,15 +22,10 @@ func chatConfig(t testing.TB, llm *fakeLLM) Config {
 func seedKnowledge(t testing.TB, in *instance, admin string) string {
 	t.Helper()
 	c := in.client(t, admin)
-	r := c.do("POST", "/api/v1/knowledge-bases", map[string]any{"name": "kb-" + t.Name()})
-	if r.Status != http.StatusCreated {
-		t.Fatalf("create kb: %d %s", r.Status, r.Body)
-	}
-	var kb struct{ ID string }
-	r.json(t, &kb)
-	doc := uploadDoc(t, in, admin, kb.ID, "vpn.md", []byte("# VPN\n\nTo connect to the VPN install the GlobalProtect client and sign in with your employee id.\n"))
-	waitDocReady(t, in, admin, doc)
-	return kb.ID
+	kb := c.createKB("kb-" + t.Name())
+	doc := c.uploadAccepted(kb, "vpn.md", []byte("# VPN\n\nTo connect to the VPN install the GlobalProtect client and sign in with your employee id.\n"))
+	c.waitReady(doc.ID)
+	return kb
 }
 
 func TestChatCompletedStream(t *testing.T) {

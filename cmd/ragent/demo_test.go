@@ -30,7 +30,7 @@ func TestDemoDataOnFirstStart(t *testing.T) {
 		t.Fatalf("demo documents: %+v", docs.Items)
 	}
 	for _, d := range docs.Items {
-		waitDocReady(t, a, admin, d.ID)
+		c.waitReady(d.ID)
 	}
 	if r := c.do("GET", "/api/v1/admin/intents", nil); r.Status != http.StatusOK || !strings.Contains(string(r.Body), `"it.logs"`) {
 		t.Fatalf("demo intents: %d %s", r.Status, r.Body)

@@ -182,53 +182,92 @@ func (in *instance) createUser(t testing.TB, adminToken, username, password, rol
 	return u.ID
 }
 
-// uploadDoc uploads a file into a knowledge base and returns the document id.
-func uploadDoc(t testing.TB, in *instance, token, kbID, name string, content []byte) string {
-	t.Helper()
-	var body bytes.Buffer
-	mw := multipart.NewWriter(&body)
-	fw, err := mw.CreateFormFile("file", name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	fw.Write(content)
-	mw.Close()
-	req, _ := http.NewRequest("POST", in.url+"/api/v1/knowledge-bases/"+kbID+"/documents", &body)
-	req.Header.Set("Content-Type", mw.FormDataContentType())
-	req.Header.Set("Authorization", "Bearer "+token)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	if resp.StatusCode != http.StatusAccepted {
-		t.Fatalf("upload %s: %d %s", name, resp.StatusCode, b)
-	}
-	var doc struct{ ID string }
-	if err := json.Unmarshal(b, &doc); err != nil {
-		t.Fatal(err)
-	}
-	return doc.ID
+// forTest returns a copy of c that reports to t, for use inside a subtest.
+func (c *client) forTest(t testing.TB) *client {
+	return &client{t: t, base: c.base, token: c.token}
 }
 
-// waitDocReady waits until a document is ready (failing the test if it fails).
-func waitDocReady(t testing.TB, in *instance, token, docID string) {
-	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
+// createKB creates a knowledge base and returns its id.
+func (c *client) createKB(name string) string {
+	c.t.Helper()
+	r := c.do("POST", "/api/v1/knowledge-bases", map[string]any{"name": name})
+	if r.Status != http.StatusCreated {
+		c.t.Fatalf("create knowledge base: %d %s", r.Status, r.Body)
+	}
+	var kb struct{ ID string }
+	r.json(c.t, &kb)
+	return kb.ID
+}
+
+// docJSON is a document as the API returns it.
+type docJSON struct {
+	ID         string `json:"id"`
+	Status     string `json:"status"`
+	Error      string `json:"error"`
+	ChunkCount int    `json:"chunkCount"`
+	Generation int    `json:"generation"`
+}
+
+// upload posts one file as multipart `file` and returns the response,
+// whatever its status.
+func (c *client) upload(kbID, name string, content []byte) response {
+	c.t.Helper()
+	var buf bytes.Buffer
+	mw := multipart.NewWriter(&buf)
+	w, err := mw.CreateFormFile("file", name)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	w.Write(content)
+	mw.Close()
+	return c.do("POST", "/api/v1/knowledge-bases/"+kbID+"/documents", buf.Bytes(), "Content-Type", mw.FormDataContentType())
+}
+
+// uploadAccepted uploads and expects 202 with a document.
+func (c *client) uploadAccepted(kbID, name string, content []byte) docJSON {
+	c.t.Helper()
+	r := c.upload(kbID, name, content)
+	if r.Status != http.StatusAccepted {
+		c.t.Fatalf("upload %s: %d %s", name, r.Status, r.Body)
+	}
+	var d docJSON
+	r.json(c.t, &d)
+	return d
+}
+
+// document fetches one document.
+func (c *client) document(id string) docJSON {
+	c.t.Helper()
+	r := c.do("GET", "/api/v1/documents/"+id, nil)
+	if r.Status != http.StatusOK {
+		c.t.Fatalf("get document %s: %d %s", id, r.Status, r.Body)
+	}
+	var d docJSON
+	r.json(c.t, &d)
+	return d
+}
+
+// waitDone polls a document until it is ready or failed.
+func (c *client) waitDone(id string, timeout time.Duration) docJSON {
+	c.t.Helper()
+	deadline := time.Now().Add(timeout)
 	for {
-		r := in.client(t, token).do("GET", "/api/v1/documents/"+docID, nil)
-		var d struct{ Status, Error string }
-		r.json(t, &d)
-		switch d.Status {
-		case "ready":
-			return
-		case "failed":
-			t.Fatalf("document %s failed: %s", docID, d.Error)
+		d := c.document(id)
+		if d.Status == "ready" || d.Status == "failed" {
+			return d
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("document %s still %s after 30s", docID, d.Status)
+			c.t.Fatalf("document %s still %s after %s", id, d.Status, timeout)
 		}
-		time.Sleep(100 * time.Millisecond)
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// waitReady waits up to 30s until a document is ready, failing the test if
+// its ingestion fails.
+func (c *client) waitReady(id string) {
+	c.t.Helper()
+	if d := c.waitDone(id, 30*time.Second); d.Status != "ready" {
+		c.t.Fatalf("document %s failed: %s", id, d.Error)
 	}
 }

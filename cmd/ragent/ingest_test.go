@@ -14,9 +14,9 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
-	"github.com/xuri/excelize/v2"
 	"golang.org/x/text/encoding/simplifiedchinese"
 
+	"github.com/ragent-go/ragent/internal/testdocs"
 	"github.com/ragent-go/ragent/mq"
 	"github.com/ragent-go/ragent/mq/redisstream"
 	"github.com/ragent-go/ragent/service"
@@ -25,78 +25,6 @@ import (
 // These tests drive ingestion end to end through HTTP on in-process
 // instances: upload → outbox → relay → MQ (Redis Streams here; RocketMQ in
 // ingest_rocketmq_test.go) → consume guard → parse, chunk, embed, index.
-
-type docJSON struct {
-	ID         string `json:"id"`
-	Status     string `json:"status"`
-	Error      string `json:"error"`
-	ChunkCount int    `json:"chunkCount"`
-	Generation int    `json:"generation"`
-}
-
-// upload posts one file as multipart `file`.
-func (c *client) upload(kbID, name string, content []byte) response {
-	c.t.Helper()
-	var buf bytes.Buffer
-	mw := multipart.NewWriter(&buf)
-	w, err := mw.CreateFormFile("file", name)
-	if err != nil {
-		c.t.Fatal(err)
-	}
-	w.Write(content)
-	mw.Close()
-	return c.do("POST", "/api/v1/knowledge-bases/"+kbID+"/documents", buf.Bytes(), "Content-Type", mw.FormDataContentType())
-}
-
-// uploadAccepted uploads and expects 202 with a document.
-func (c *client) uploadAccepted(kbID, name string, content []byte) docJSON {
-	c.t.Helper()
-	r := c.upload(kbID, name, content)
-	if r.Status != http.StatusAccepted {
-		c.t.Fatalf("upload %s: %d %s", name, r.Status, r.Body)
-	}
-	var d docJSON
-	r.json(c.t, &d)
-	return d
-}
-
-func (c *client) createKB(name string) string {
-	c.t.Helper()
-	r := c.do("POST", "/api/v1/knowledge-bases", map[string]any{"name": name})
-	if r.Status != http.StatusCreated {
-		c.t.Fatalf("create knowledge base: %d %s", r.Status, r.Body)
-	}
-	var kb struct{ ID string }
-	r.json(c.t, &kb)
-	return kb.ID
-}
-
-func (c *client) document(id string) docJSON {
-	c.t.Helper()
-	r := c.do("GET", "/api/v1/documents/"+id, nil)
-	if r.Status != http.StatusOK {
-		c.t.Fatalf("get document %s: %d %s", id, r.Status, r.Body)
-	}
-	var d docJSON
-	r.json(c.t, &d)
-	return d
-}
-
-// waitDone polls a document until it is ready or failed.
-func (c *client) waitDone(id string, timeout time.Duration) docJSON {
-	c.t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		d := c.document(id)
-		if d.Status == "ready" || d.Status == "failed" {
-			return d
-		}
-		if time.Now().After(deadline) {
-			c.t.Fatalf("document %s still %s after %s", id, d.Status, timeout)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-}
 
 type searchHit struct {
 	ChunkID    string `json:"chunkId"`
@@ -184,10 +112,10 @@ func TestIngestFormats(t *testing.T) {
 		{"page.html", []byte(`<html><head><style>.x{color:red}</style><script>var hiddenScriptWord = 1;</script></head>
 			<body><h1>Volcanoes</h1><p>Magma chambers feed volcanic eruptions.</p></body></html>`), "magma eruptions"},
 		{"table.csv", []byte("city,population\nReykjavik,131000\n上海,24870000\n"), "reykjavik"},
-		{"report.pdf", pdfFile(t, []string{"Glaciers retreat as temperatures rise.", "Meltwater raises sea levels."}), "glaciers meltwater"},
-		{"memo.docx", docxFile(t, docxPara("Heading1", "季度报告")+docxPara("", "本季度销售额增长百分之二十。")), "销售额增长"},
-		{"deck.pptx", pptxFile(t, pptxSlideXML("Roadmap", "Launch the telescope in spring."), pptxSlideXML("风险", "预算超支的风险较低。")), "telescope"},
-		{"sheet.xlsx", xlsxFile(t, [][]any{{"产品", "价格"}, {"咖啡机", 899}, {"Espresso grinder", 249}}), "咖啡机"},
+		{"report.pdf", testdocs.PDF(t, []string{"Glaciers retreat as temperatures rise.", "Meltwater raises sea levels."}), "glaciers meltwater"},
+		{"memo.docx", testdocs.Docx(t, testdocs.DocxParagraph("Heading1", "季度报告")+testdocs.DocxParagraph("", "本季度销售额增长百分之二十。")), "销售额增长"},
+		{"deck.pptx", testdocs.Pptx(t, testdocs.PptxSlide("Roadmap", "Launch the telescope in spring."), testdocs.PptxSlide("风险", "预算超支的风险较低。")), "telescope"},
+		{"sheet.xlsx", testdocs.Xlsx(t, map[string][][]any{"Sheet1": {{"产品", "价格"}, {"咖啡机", 899}, {"Espresso grinder", 249}}}, "Sheet1"), "咖啡机"},
 	}
 	ids := make([]string, len(cases))
 	for i, tc := range cases {
@@ -195,7 +123,7 @@ func TestIngestFormats(t *testing.T) {
 	}
 	for i, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			c := &client{t: t, base: c.base, token: c.token}
+			c := c.forTest(t)
 			d := c.waitDone(ids[i], 60*time.Second)
 			if d.Status != "ready" || d.ChunkCount == 0 {
 				t.Fatalf("status %s (%q), %d chunks", d.Status, d.Error, d.ChunkCount)
@@ -232,11 +160,11 @@ func TestIngestBadInputs(t *testing.T) {
 		{"program.bin", append([]byte("\x7fELF\x02\x01\x01"), make([]byte, 1024)...)},
 		{"image.png", append([]byte("\x89PNG\r\n\x1a\n"), make([]byte, 512)...)},
 		{"bomb.docx", zipBomb(t, 300<<20)},
-		{"no-text.docx", docxFile(t, "")},
+		{"no-text.docx", testdocs.Docx(t, "")},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			c := &client{t: t, base: c.base, token: c.token}
+			c := c.forTest(t)
 			r := c.upload(kb, tc.name, tc.content)
 			if r.Status >= 400 && r.Status < 500 {
 				if code := r.errorCode(t); code == "" {
@@ -259,14 +187,14 @@ func TestIngestBadInputs(t *testing.T) {
 		})
 	}
 	t.Run("oversized is 413", func(t *testing.T) {
-		c := &client{t: t, base: c.base, token: c.token}
+		c := c.forTest(t)
 		r := c.upload(kb, "big.txt", bytes.Repeat([]byte("word "), (2<<20)/5))
 		if r.Status != http.StatusRequestEntityTooLarge {
 			t.Fatalf("status %d %s, want 413", r.Status, r.Body)
 		}
 	})
 	t.Run("instance still healthy", func(t *testing.T) {
-		c := &client{t: t, base: c.base, token: c.token}
+		c := c.forTest(t)
 		d := c.waitDone(c.uploadAccepted(kb, "fine.txt", []byte("Still alive after hostile uploads.")).ID, 30*time.Second)
 		if d.Status != "ready" {
 			t.Fatalf("status %s %q", d.Status, d.Error)
@@ -288,7 +216,7 @@ func zipBomb(t *testing.T, size int) []byte {
 	if err != nil {
 		t.Fatal(err)
 	}
-	io.WriteString(w, `<?xml version="1.0"?><w:document `+wordNS+`><w:body><w:p><w:r><w:t>`)
+	io.WriteString(w, `<?xml version="1.0"?><w:document `+testdocs.WordNS+`><w:body><w:p><w:r><w:t>`)
 	block := bytes.Repeat([]byte("a"), 1<<20)
 	for n := 0; n < size; n += len(block) {
 		w.Write(block)
@@ -507,124 +435,4 @@ func TestIngestWorkerKilledMidDocument(t *testing.T) {
 	if !hasDocument(c.search(kb, "coral reef ecosystem", "keyword"), d.ID) {
 		t.Fatal("not searchable")
 	}
-}
-
-// docx, pptx, xlsx and pdf files built in memory.
-
-func zipFile(t *testing.T, entries ...[2]string) []byte {
-	t.Helper()
-	var buf bytes.Buffer
-	zw := zip.NewWriter(&buf)
-	for _, e := range entries {
-		w, err := zw.Create(e[0])
-		if err != nil {
-			t.Fatal(err)
-		}
-		io.WriteString(w, e[1])
-	}
-	if err := zw.Close(); err != nil {
-		t.Fatal(err)
-	}
-	return buf.Bytes()
-}
-
-const wordNS = `xmlns:w="http://schemas.openxmlformats.org/wordprocessingml/2006/main"`
-
-func docxPara(style, text string) string {
-	ppr := ""
-	if style != "" {
-		ppr = `<w:pPr><w:pStyle w:val="` + style + `"/></w:pPr>`
-	}
-	return `<w:p>` + ppr + `<w:r><w:t xml:space="preserve">` + text + `</w:t></w:r></w:p>`
-}
-
-func docxFile(t *testing.T, body string) []byte {
-	t.Helper()
-	return zipFile(t,
-		[2]string{"[Content_Types].xml", `<?xml version="1.0"?><Types xmlns="http://schemas.openxmlformats.org/package/2006/content-types"/>`},
-		[2]string{"word/document.xml", `<?xml version="1.0"?><w:document ` + wordNS + `><w:body>` + body + `</w:body></w:document>`},
-	)
-}
-
-const slideNS = `xmlns:a="http://schemas.openxmlformats.org/drawingml/2006/main" xmlns:p="http://schemas.openxmlformats.org/presentationml/2006/main"`
-
-func pptxSlideXML(title string, paras ...string) string {
-	var b strings.Builder
-	b.WriteString(`<?xml version="1.0"?><p:sld ` + slideNS + `><p:cSld><p:spTree>`)
-	b.WriteString(`<p:sp><p:nvSpPr><p:nvPr><p:ph type="title"/></p:nvPr></p:nvSpPr><p:txBody><a:p><a:r><a:t>` + title + `</a:t></a:r></a:p></p:txBody></p:sp>`)
-	b.WriteString(`<p:sp><p:nvSpPr><p:nvPr><p:ph idx="1"/></p:nvPr></p:nvSpPr><p:txBody>`)
-	for _, p := range paras {
-		b.WriteString(`<a:p><a:r><a:t>` + p + `</a:t></a:r></a:p>`)
-	}
-	b.WriteString(`</p:txBody></p:sp></p:spTree></p:cSld></p:sld>`)
-	return b.String()
-}
-
-func pptxFile(t *testing.T, slides ...string) []byte {
-	t.Helper()
-	entries := [][2]string{
-		{"[Content_Types].xml", `<?xml version="1.0"?><Types xmlns="http://schemas.openxmlformats.org/package/2006/content-types"/>`},
-		{"ppt/presentation.xml", `<?xml version="1.0"?><p:presentation ` + slideNS + `/>`},
-	}
-	for i, s := range slides {
-		entries = append(entries, [2]string{fmt.Sprintf("ppt/slides/slide%d.xml", i+1), s})
-	}
-	return zipFile(t, entries...)
-}
-
-func xlsxFile(t *testing.T, rows [][]any) []byte {
-	t.Helper()
-	f := excelize.NewFile()
-	defer f.Close()
-	for r, row := range rows {
-		cell, _ := excelize.CoordinatesToCellName(1, r+1)
-		if err := f.SetSheetRow("Sheet1", cell, &row); err != nil {
-			t.Fatal(err)
-		}
-	}
-	buf, err := f.WriteToBuffer()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return buf.Bytes()
-}
-
-// pdfFile writes a minimal valid PDF, one page per entry, in Helvetica.
-func pdfFile(t *testing.T, pages ...[]string) []byte {
-	t.Helper()
-	kids := make([]string, len(pages))
-	for i := range pages {
-		kids[i] = fmt.Sprintf("%d 0 R", 4+2*i)
-	}
-	objs := []string{
-		"<< /Type /Catalog /Pages 2 0 R >>",
-		fmt.Sprintf("<< /Type /Pages /Kids [%s] /Count %d >>", strings.Join(kids, " "), len(pages)),
-		"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica /Encoding /WinAnsiEncoding >>",
-	}
-	for i, lines := range pages {
-		var content strings.Builder
-		content.WriteString("BT /F1 12 Tf 72 720 Td 14 TL\n")
-		for _, l := range lines {
-			fmt.Fprintf(&content, "(%s) Tj T*\n", l)
-		}
-		content.WriteString("ET")
-		objs = append(objs,
-			fmt.Sprintf("<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Resources << /Font << /F1 3 0 R >> >> /Contents %d 0 R >>", 5+2*i),
-			fmt.Sprintf("<< /Length %d >>\nstream\n%s\nendstream", content.Len(), content.String()),
-		)
-	}
-	var b bytes.Buffer
-	b.WriteString("%PDF-1.4\n")
-	offsets := make([]int, len(objs))
-	for i, o := range objs {
-		offsets[i] = b.Len()
-		fmt.Fprintf(&b, "%d 0 obj\n%s\nendobj\n", i+1, o)
-	}
-	xref := b.Len()
-	fmt.Fprintf(&b, "xref\n0 %d\n0000000000 65535 f \n", len(objs)+1)
-	for _, off := range offsets {
-		fmt.Fprintf(&b, "%010d 00000 n \n", off)
-	}
-	fmt.Fprintf(&b, "trailer\n<< /Size %d /Root 1 0 R >>\nstartxref\n%d\n%%%%EOF\n", len(objs)+1, xref)
-	return b.Bytes()
 }

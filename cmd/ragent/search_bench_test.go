@@ -14,7 +14,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ragent-go/ragent/internal/testenv"
 	"github.com/ragent-go/ragent/llm"
 	"github.com/ragent-go/ragent/service"
 	"github.com/ragent-go/ragent/service/admin"
@@ -32,20 +31,11 @@ import (
 //	go test ./cmd/ragent -run '^$' -bench SearchOverhead -benchtime 400x
 func BenchmarkSearchOverhead(b *testing.B) {
 	const docs = 3000
-	env := map[string]string{
-		"RAGENT_DATABASE_URL":   testenv.FreshDatabase(b),
-		"RAGENT_REDIS_URL":      testenv.RedisURL(b),
-		"RAGENT_REDIS_PREFIX":   testenv.Prefix(b),
-		"RAGENT_ADMIN_PASSWORD": "admin-password",
-		"RAGENT_DEMO":           "false",
-		"RAGENT_LOG_LEVEL":      "error",
-	}
-	cfg, err := loadConfig(func(k string) string { return env[k] })
-	if err != nil {
-		b.Fatal(err)
-	}
+	cfg := testConfig(b)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
+	// Not start: its logger turns to debug under -v, which would weigh on
+	// the measured HTTP path.
 	a, err := newApp(ctx, cfg, newLogger(io.Discard, "error"))
 	if err != nil {
 		b.Fatal(err)
@@ -101,7 +91,7 @@ func BenchmarkSearchOverhead(b *testing.B) {
 		time.Sleep(200 * time.Millisecond)
 	}
 
-	token := benchLogin(b, base)
+	token := (&instance{url: base}).login(b, "admin", "admin-password")
 	embedder, err := llm.NewEmbedder(llmConfig(cfg))
 	if err != nil {
 		b.Fatal(err)
@@ -178,19 +168,4 @@ func BenchmarkSearchOverhead(b *testing.B) {
 	b.ReportMetric(float64(h)/float64(s), "ratio")
 	b.Logf("docs=%d queries=%d /search p50=%.2fms p99=%.2fms; direct SQL p50=%.2fms p99=%.2fms; ratio %.2f",
 		docs, len(httpLat), ms(h), ms(percentile(httpLat, 0.99)), ms(s), ms(percentile(sqlLat, 0.99)), float64(h)/float64(s))
-}
-
-func benchLogin(b *testing.B, base string) string {
-	b.Helper()
-	resp, err := http.Post(base+"/api/v1/auth/login", "application/json",
-		strings.NewReader(`{"username":"admin","password":"admin-password"}`))
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer resp.Body.Close()
-	var s struct{ Token string }
-	if err := json.NewDecoder(resp.Body).Decode(&s); err != nil || s.Token == "" {
-		b.Fatalf("login: %d %v", resp.StatusCode, err)
-	}
-	return s.Token
 }

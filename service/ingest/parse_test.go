@@ -16,6 +16,7 @@ import (
 	"golang.org/x/text/encoding/simplifiedchinese"
 	"golang.org/x/text/encoding/unicode"
 
+	"github.com/ragent-go/ragent/internal/testdocs"
 	"github.com/ragent-go/ragent/service"
 )
 
@@ -129,13 +130,13 @@ paragraph with <b>bold</b>.</p><div>Div text<p>nested para</p>tail</div>
 		},
 		{
 			name: "docx",
-			data: docxFile(t, docxPara("Title", "Annual Report 年度报告")+
-				docxPara("Heading1", "Overview")+
-				docxPara("", "Revenue grew. 收入增长。")+
+			data: testdocs.Docx(t, testdocs.DocxParagraph("Title", "Annual Report 年度报告")+
+				testdocs.DocxParagraph("Heading1", "Overview")+
+				testdocs.DocxParagraph("", "Revenue grew. 收入增长。")+
 				`<w:p><w:pPr><w:numPr><w:ilvl w:val="0"/></w:numPr></w:pPr><w:r><w:t>a list item</w:t></w:r></w:p>`+
-				docxPara("2", "中文标题样式")+
-				docxPara("MyChapter", "Custom heading")+
-				docxTableXML([]string{"Region", "Sales"}, []string{"East", "100"}, []string{"华北", "200"})+
+				testdocs.DocxParagraph("2", "中文标题样式")+
+				testdocs.DocxParagraph("MyChapter", "Custom heading")+
+				testdocs.DocxTable([]string{"Region", "Sales"}, []string{"East", "100"}, []string{"华北", "200"})+
 				`<w:p><w:r><w:t>tab</w:t><w:tab/><w:t>and</w:t><w:br/><w:t>break</w:t></w:r><w:r><w:instrText>PAGE</w:instrText></w:r></w:p>`),
 			mime: MimeDOCX,
 			want: []Block{
@@ -146,16 +147,16 @@ paragraph with <b>bold</b>.</p><div>Div text<p>nested para</p>tail</div>
 		},
 		{
 			name: "pptx",
-			data: pptxFile(t,
-				pptxSlideXML("Welcome 欢迎", "First point", "第二点"),
-				pptxSlideXML("", "Untitled slide text"),
+			data: testdocs.Pptx(t,
+				testdocs.PptxSlide("Welcome 欢迎", "First point", "第二点"),
+				testdocs.PptxSlide("", "Untitled slide text"),
 			),
 			mime: MimePPTX,
 			want: []Block{h(1, "Welcome 欢迎"), p("First point"), p("第二点"), h(1, "Slide 2"), p("Untitled slide text")},
 		},
 		{
 			name: "xlsx",
-			data: xlsxFile(t, map[string][][]any{
+			data: testdocs.Xlsx(t, map[string][][]any{
 				"销售":    {{"产品", "数量"}, {"苹果", 3}, {"Pear", 5}},
 				"Notes": {{"just one cell"}},
 			}, "销售", "Notes"),
@@ -164,7 +165,7 @@ paragraph with <b>bold</b>.</p><div>Div text<p>nested para</p>tail</div>
 		},
 		{
 			name: "pdf",
-			data: pdfFile(t, []string{"Hello PDF world.", "Second line"}, []string{"Page two text"}),
+			data: testdocs.PDF(t, []string{"Hello PDF world.", "Second line"}, []string{"Page two text"}),
 			mime: MimePDF,
 			want: []Block{p("Hello PDF world. Second line"), p("Page two text")},
 		},
@@ -188,8 +189,8 @@ func TestParseRejectsBadInput(t *testing.T) {
 	for i := range garbage {
 		garbage[i] = byte(rng.IntN(256))
 	}
-	pdf := pdfFile(t, []string{"some text"})
-	docx := docxFile(t, docxPara("", "hello"))
+	pdf := testdocs.PDF(t, []string{"some text"})
+	docx := testdocs.Docx(t, testdocs.DocxParagraph("", "hello"))
 
 	var bomb bytes.Buffer
 	zw := zip.NewWriter(&bomb)
@@ -235,19 +236,19 @@ func TestParseRejectsBadInput(t *testing.T) {
 		{"truncated pdf", pdf[:len(pdf)/2], MimePDF, ErrCorrupt},
 		{"pdf without %%EOF", pdf[:len(pdf)-7], MimePDF, ErrCorrupt},
 		{"corrupt zip", docx[:len(docx)-30], MimeDOCX, ErrCorrupt},
-		{"zip without document.xml", zipFile(t, [2]string{"a.txt", "x"}), MimeDOCX, ErrCorrupt},
+		{"zip without document.xml", testdocs.Zip(t, [2]string{"a.txt", "x"}), MimeDOCX, ErrCorrupt},
 		{"zip bomb", bomb.Bytes(), MimeDOCX, ErrTooLarge},
 		{"zip entry lying about its size", lying.Bytes(), MimeDOCX, ErrCorrupt},
-		{"too many zip entries", zipFile(t, many...), MimeDOCX, ErrTooLarge},
+		{"too many zip entries", testdocs.Zip(t, many...), MimeDOCX, ErrTooLarge},
 		{"OLE header (encrypted OOXML)", ole, MimeDOCX, ErrEncrypted},
 		{"OLE header as xlsx", ole, MimeXLSX, ErrEncrypted},
-		{"too many pdf pages", pdfFile(t, []string{"1"}, []string{"2"}, []string{"3"}, []string{"4"}, []string{"5"}, []string{"6"}), MimePDF, ErrTooLarge},
+		{"too many pdf pages", testdocs.PDF(t, []string{"1"}, []string{"2"}, []string{"3"}, []string{"4"}, []string{"5"}, []string{"6"}), MimePDF, ErrTooLarge},
 		{"too many csv rows", []byte("a,b\n1,2\n3,4\n5,6\n7,8\n"), MimeCSV, ErrTooLarge},
-		{"too many xlsx rows", xlsxFile(t, map[string][][]any{"S": {{"h"}, {1}, {2}, {3}, {4}}}, "S"), MimeXLSX, ErrTooLarge},
+		{"too many xlsx rows", testdocs.Xlsx(t, map[string][][]any{"S": {{"h"}, {1}, {2}, {3}, {4}}}, "S"), MimeXLSX, ErrTooLarge},
 		{"text over the size limit", bytes.Repeat([]byte("a "), 1<<20), MimeText, ErrTooLarge},
-		{"empty pptx", pptxFile(t, pptxSlideXML("")), MimePPTX, ErrEmpty},
-		{"empty xlsx", xlsxFile(t, map[string][][]any{"S": {}}, "S"), MimeXLSX, ErrEmpty},
-		{"malformed docx xml", zipFile(t, [2]string{"word/document.xml", "<w:document><w:body><w:p>"}), MimeDOCX, ErrCorrupt},
+		{"empty pptx", testdocs.Pptx(t, testdocs.PptxSlide("")), MimePPTX, ErrEmpty},
+		{"empty xlsx", testdocs.Xlsx(t, map[string][][]any{"S": {}}, "S"), MimeXLSX, ErrEmpty},
+		{"malformed docx xml", testdocs.Zip(t, [2]string{"word/document.xml", "<w:document><w:body><w:p>"}), MimeDOCX, ErrCorrupt},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -364,7 +365,7 @@ func FuzzParseText(f *testing.F) {
 }
 
 func TestParseEncryptedPDF(t *testing.T) {
-	data := pdfFile(t, []string{"secret"})
+	data := testdocs.PDF(t, []string{"secret"})
 	data = bytes.Replace(data, []byte("/Root 1 0 R"), []byte("/Root 1 0 R /Encrypt << /Filter /Standard /V 9 /R 9 >> /ID [(a)(a)]"), 1)
 	// Keep startxref pointing at the xref table: only the trailer grew.
 	if _, err := parseBytes(t, data, MimePDF, Limits{}); !errors.Is(err, ErrEncrypted) {
@@ -373,7 +374,7 @@ func TestParseEncryptedPDF(t *testing.T) {
 }
 
 func TestZipBudgetStopsLyingEntries(t *testing.T) {
-	data := zipFile(t, [2]string{"a.xml", strings.Repeat("a", 10_000)})
+	data := testdocs.Zip(t, [2]string{"a.xml", strings.Repeat("a", 10_000)})
 	a, err := openZip(bytes.NewReader(data), int64(len(data)), Limits{MaxDecompressedBytes: 1 << 20, MaxZipEntries: 10})
 	if err != nil {
 		t.Fatal(err)

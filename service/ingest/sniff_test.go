@@ -6,14 +6,16 @@ import (
 	"testing"
 
 	"golang.org/x/text/encoding/unicode"
+
+	"github.com/ragent-go/ragent/internal/testdocs"
 )
 
 func TestSniff(t *testing.T) {
-	pdf := pdfFile(t, []string{"x"})
-	docx := docxFile(t, docxPara("", "x"))
-	pptx := pptxFile(t, pptxSlideXML("t", "x"))
-	xlsx := xlsxFile(t, map[string][][]any{"S": {{"a"}}}, "S")
-	plainZip := zipFile(t, [2]string{"readme.txt", "hello"})
+	pdf := testdocs.PDF(t, []string{"x"})
+	docx := testdocs.Docx(t, testdocs.DocxParagraph("", "x"))
+	pptx := testdocs.Pptx(t, testdocs.PptxSlide("t", "x"))
+	xlsx := testdocs.Xlsx(t, map[string][][]any{"S": {{"a"}}}, "S")
+	plainZip := testdocs.Zip(t, [2]string{"readme.txt", "hello"})
 	gbkText := gbk(t, "中文内容，GBK 编码的文本文件。")
 	tests := []struct {
 		name     string
@@ -70,7 +72,7 @@ func TestSniffReaderAtReadsTheCentralDirectory(t *testing.T) {
 	var entries [][2]string
 	entries = append(entries, [2]string{"[Content_Types].xml", string(big)})
 	entries = append(entries, [2]string{"xl/workbook.xml", "<workbook/>"})
-	data := zipFile(t, entries...)
+	data := testdocs.Zip(t, entries...)
 	if got, err := SniffReaderAt(bytes.NewReader(data), int64(len(data)), "upload"); err != nil || got != MimeXLSX {
 		t.Fatalf("SniffReaderAt = %q, %v; want %q", got, err, MimeXLSX)
 	}

@@ -1,4 +1,13 @@
-package ingest
+// Package testdocs builds small documents of every supported format for tests:
+// Word, PowerPoint, Excel and PDF files made in memory, so that the parser
+// tests and the end-to-end ingestion tests share one set of generators
+// instead of copies that drift apart.
+//
+// The OOXML files carry only the parts the ingest parser reads, plus a
+// content-types part so they look like what Office writes. Text is inserted
+// verbatim into XML and PDF strings: callers pass plain text without markup
+// characters (or markup on purpose).
+package testdocs
 
 import (
 	"archive/zip"
@@ -10,8 +19,14 @@ import (
 	"github.com/xuri/excelize/v2"
 )
 
-// zipFile builds a zip archive of name → content entries, in order.
-func zipFile(t *testing.T, entries ...[2]string) []byte {
+// WordNS declares the WordprocessingML namespace as the prefix w, for tests
+// that write word/document.xml themselves.
+const WordNS = `xmlns:w="http://schemas.openxmlformats.org/wordprocessingml/2006/main"`
+
+const slideNS = `xmlns:a="http://schemas.openxmlformats.org/drawingml/2006/main" xmlns:p="http://schemas.openxmlformats.org/presentationml/2006/main"`
+
+// Zip builds a zip archive of name → content entries, in the given order.
+func Zip(t testing.TB, entries ...[2]string) []byte {
 	t.Helper()
 	var buf bytes.Buffer
 	zw := zip.NewWriter(&buf)
@@ -30,9 +45,9 @@ func zipFile(t *testing.T, entries ...[2]string) []byte {
 	return buf.Bytes()
 }
 
-const wordNS = `xmlns:w="http://schemas.openxmlformats.org/wordprocessingml/2006/main"`
-
-func docxPara(style, text string) string {
+// DocxParagraph returns one Word paragraph of text with the paragraph style
+// id style ("" for none, "Heading1", "Title", "MyChapter", ...).
+func DocxParagraph(style, text string) string {
 	ppr := ""
 	if style != "" {
 		ppr = `<w:pPr><w:pStyle w:val="` + style + `"/></w:pPr>`
@@ -40,13 +55,15 @@ func docxPara(style, text string) string {
 	return `<w:p>` + ppr + `<w:r><w:t xml:space="preserve">` + text + `</w:t></w:r></w:p>`
 }
 
-func docxTableXML(rows ...[]string) string {
+// DocxTable returns a Word table with one row per entry of rows, each cell a
+// plain paragraph.
+func DocxTable(rows ...[]string) string {
 	var b strings.Builder
 	b.WriteString(`<w:tbl>`)
 	for _, r := range rows {
 		b.WriteString(`<w:tr>`)
 		for _, c := range r {
-			b.WriteString(`<w:tc>` + docxPara("", c) + `</w:tc>`)
+			b.WriteString(`<w:tc>` + DocxParagraph("", c) + `</w:tc>`)
 		}
 		b.WriteString(`</w:tr>`)
 	}
@@ -54,20 +71,26 @@ func docxTableXML(rows ...[]string) string {
 	return b.String()
 }
 
-// docxFile builds a minimal Word document whose body is the given XML.
-func docxFile(t *testing.T, body string) []byte {
+// Docx builds a minimal Word document whose body is the given XML (built
+// from DocxParagraph and DocxTable). Its styles part defines one custom
+// style, "MyChapter", named "heading 2", so tests can check that headings
+// are recognised by style name as well as by the built-in ids.
+func Docx(t testing.TB, body string) []byte {
 	t.Helper()
-	return zipFile(t,
-		[2]string{"[Content_Types].xml", `<?xml version="1.0"?><Types xmlns="http://schemas.openxmlformats.org/package/2006/content-types"/>`},
-		[2]string{"word/styles.xml", `<?xml version="1.0"?><w:styles ` + wordNS + `>` +
+	return Zip(t,
+		[2]string{"[Content_Types].xml", `<?xml version="1.0" encoding="UTF-8"?><Types xmlns="http://schemas.openxmlformats.org/package/2006/content-types">` +
+			`<Default Extension="xml" ContentType="application/xml"/>` +
+			`<Override PartName="/word/document.xml" ContentType="application/vnd.openxmlformats-officedocument.wordprocessingml.document.main+xml"/></Types>`},
+		[2]string{"word/styles.xml", `<?xml version="1.0" encoding="UTF-8"?><w:styles ` + WordNS + `>` +
 			`<w:style w:type="paragraph" w:styleId="MyChapter"><w:name w:val="heading 2"/></w:style></w:styles>`},
-		[2]string{"word/document.xml", `<?xml version="1.0"?><w:document ` + wordNS + `><w:body>` + body + `</w:body></w:document>`},
+		[2]string{"word/document.xml", `<?xml version="1.0" encoding="UTF-8"?><w:document ` + WordNS + `><w:body>` + body + `</w:body></w:document>`},
 	)
 }
 
-const slideNS = `xmlns:a="http://schemas.openxmlformats.org/drawingml/2006/main" xmlns:p="http://schemas.openxmlformats.org/presentationml/2006/main"`
-
-func pptxSlideXML(title string, paras ...string) string {
+// PptxSlide returns the XML of one slide: a title placeholder (left out when
+// title is empty) and a body placeholder with one paragraph per entry of
+// paras.
+func PptxSlide(title string, paras ...string) string {
 	var b strings.Builder
 	b.WriteString(`<?xml version="1.0"?><p:sld ` + slideNS + `><p:cSld><p:spTree>`)
 	if title != "" {
@@ -81,21 +104,26 @@ func pptxSlideXML(title string, paras ...string) string {
 	return b.String()
 }
 
-func pptxFile(t *testing.T, slides ...string) []byte {
+// Pptx builds a presentation of the given slides (from PptxSlide), numbered
+// from 1 in order.
+func Pptx(t testing.TB, slides ...string) []byte {
 	t.Helper()
 	entries := [][2]string{
 		{"[Content_Types].xml", `<?xml version="1.0"?><Types xmlns="http://schemas.openxmlformats.org/package/2006/content-types"/>`},
 		{"ppt/presentation.xml", `<?xml version="1.0"?><p:presentation ` + slideNS + `/>`},
 	}
-	// Written in reverse so the parser must order slides by number.
+	// Written in reverse so the parser must order slides by number, not by
+	// their place in the archive.
 	for i := len(slides) - 1; i >= 0; i-- {
 		entries = append(entries, [2]string{fmt.Sprintf("ppt/slides/slide%d.xml", i+1), slides[i]})
 	}
-	return zipFile(t, entries...)
+	return Zip(t, entries...)
 }
 
-// xlsxFile builds a workbook with excelize: sheet name → rows.
-func xlsxFile(t *testing.T, sheets map[string][][]any, order ...string) []byte {
+// Xlsx builds a workbook with excelize: a sheet for each name in order, in
+// that order, holding its rows from sheets starting at A1. The names come
+// separately because a map has no order and the parser keeps the sheets'.
+func Xlsx(t testing.TB, sheets map[string][][]any, order ...string) []byte {
 	t.Helper()
 	f := excelize.NewFile()
 	defer f.Close()
@@ -108,7 +136,10 @@ func xlsxFile(t *testing.T, sheets map[string][][]any, order ...string) []byte {
 			t.Fatal(err)
 		}
 		for r, row := range sheets[name] {
-			cell, _ := excelize.CoordinatesToCellName(1, r+1)
+			cell, err := excelize.CoordinatesToCellName(1, r+1)
+			if err != nil {
+				t.Fatal(err)
+			}
 			if err := f.SetSheetRow(name, cell, &row); err != nil {
 				t.Fatal(err)
 			}
@@ -121,21 +152,20 @@ func xlsxFile(t *testing.T, sheets map[string][][]any, order ...string) []byte {
 	return buf.Bytes()
 }
 
-// pdfFile writes a minimal valid PDF with one page per entry of pages,
-// each showing its lines in Helvetica, with a correct xref table.
-func pdfFile(t *testing.T, pages ...[]string) []byte {
+// PDF writes a minimal valid PDF with one page per entry of pages, each
+// showing its lines in Helvetica, with a correct xref table.
+func PDF(t testing.TB, pages ...[]string) []byte {
 	t.Helper()
-	var objs []string
 	// 1: catalog, 2: pages, 3: font, then per page: page object and content stream.
 	kids := make([]string, len(pages))
 	for i := range pages {
 		kids[i] = fmt.Sprintf("%d 0 R", 4+2*i)
 	}
-	objs = append(objs,
+	objs := []string{
 		"<< /Type /Catalog /Pages 2 0 R >>",
 		fmt.Sprintf("<< /Type /Pages /Kids [%s] /Count %d >>", strings.Join(kids, " "), len(pages)),
 		"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica /Encoding /WinAnsiEncoding >>",
-	)
+	}
 	for i, lines := range pages {
 		var content strings.Builder
 		content.WriteString("BT /F1 12 Tf 72 720 Td 14 TL\n")
