@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 
 	"github.com/ragent-go/ragent/service"
@@ -23,4 +24,12 @@ func (h requestIDHandler) WithAttrs(attrs []slog.Attr) slog.Handler {
 
 func (h requestIDHandler) WithGroup(name string) slog.Handler {
 	return requestIDHandler{h.Handler.WithGroup(name)}
+}
+
+// redisLogger sends go-redis's own messages (pool dial failures and the
+// like) through the JSON logger instead of plain lines on stderr.
+type redisLogger struct{ log *slog.Logger }
+
+func (l redisLogger) Printf(ctx context.Context, format string, v ...any) {
+	l.log.WarnContext(ctx, fmt.Sprintf(format, v...), "component", "go-redis")
 }

@@ -15,6 +15,8 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // version is set at build time with -ldflags "-X main.version=…".
@@ -56,6 +58,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return fmt.Errorf("configuration:\n%w", err)
 	}
 	log := newLogger(stderr, cfg.LogLevel)
+	// go-redis logs through a package-level logger; this is the one place
+	// that sets it.
+	redis.SetLogger(redisLogger{log})
 
 	switch cmd {
 	case "serve":
