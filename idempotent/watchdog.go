@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	_ "embed"
 	"encoding/hex"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -32,9 +33,16 @@ func newToken() string {
 // it to ttl every ttl/3, so a slow owner keeps it while a dead one loses it
 // within one ttl. A renewal that fails on Redis is retried at the next tick:
 // two more chances remain before the lease runs out.
+//
+// It runs on a timer rather than a goroutine of its own: a chat stream holds
+// its submit lock for minutes, and a thousand idle goroutine stacks would
+// cost more memory than the streams themselves.
 type watchdog struct {
-	cancel context.CancelFunc
-	done   chan struct{}
+	mu      sync.Mutex
+	timer   *time.Timer
+	stopped bool
+	cancel  context.CancelFunc
+	running sync.WaitGroup // a renewal in progress
 }
 
 // startWatchdog renews key while it holds token. It stops by itself when the
@@ -43,40 +51,50 @@ type watchdog struct {
 func startWatchdog(ctx context.Context, rdb redis.UniversalClient, key, token string, ttl time.Duration,
 	lost func(), failed func(error)) *watchdog {
 	ctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	w := &watchdog{cancel: cancel, done: make(chan struct{})}
+	w := &watchdog{cancel: cancel}
 	interval := max(ttl/3, time.Millisecond)
-	go func() {
-		defer close(w.done)
-		ticker := time.NewTicker(interval)
-		defer ticker.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-ticker.C:
-			}
-			// A renewal still pending after a full ttl is moot: the lease
-			// has run out by then.
-			callCtx, callCancel := context.WithTimeout(ctx, ttl)
-			n, err := renewScript.Run(callCtx, rdb, []string{key}, token, ttl.Milliseconds()).Int()
-			callCancel()
-			switch {
-			case ctx.Err() != nil:
-				return
-			case err != nil:
-				failed(err)
-			case n == 0:
-				lost()
-				return
-			}
+	renew := func() {
+		w.mu.Lock()
+		if w.stopped {
+			w.mu.Unlock()
+			return
 		}
-	}()
+		w.running.Add(1)
+		w.mu.Unlock()
+		defer w.running.Done()
+		// A renewal still pending after a full ttl is moot: the lease has
+		// run out by then.
+		callCtx, callCancel := context.WithTimeout(ctx, ttl)
+		n, err := renewScript.Run(callCtx, rdb, []string{key}, token, ttl.Milliseconds()).Int()
+		callCancel()
+		switch {
+		case ctx.Err() != nil:
+			return
+		case err != nil:
+			failed(err)
+		case n == 0:
+			lost()
+			return
+		}
+		w.mu.Lock()
+		if !w.stopped {
+			w.timer.Reset(interval)
+		}
+		w.mu.Unlock()
+	}
+	w.mu.Lock()
+	w.timer = time.AfterFunc(interval, renew)
+	w.mu.Unlock()
 	return w
 }
 
-// stop ends the renewals and waits for the goroutine, so no renewal runs
+// stop ends the renewals and waits for one in progress, so no renewal runs
 // after the caller releases the lease.
 func (w *watchdog) stop() {
+	w.mu.Lock()
+	w.stopped = true
+	w.timer.Stop()
+	w.mu.Unlock()
 	w.cancel()
-	<-w.done
+	w.running.Wait()
 }

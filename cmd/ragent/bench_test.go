@@ -107,7 +107,7 @@ func BenchmarkQueuedStreams(b *testing.B) {
 	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
 		b.Fatalf("build: %v\n%s", err, out)
 	}
-	port := freePort(b)
+	port, pprofPort := freePort(b), freePort(b)
 	cmd := exec.Command(bin, "serve")
 	cmd.Env = append(os.Environ(),
 		"RAGENT_HTTP_ADDR=127.0.0.1:"+port,
@@ -115,7 +115,7 @@ func BenchmarkQueuedStreams(b *testing.B) {
 		"RAGENT_ADMIN_PASSWORD=admin-password", "RAGENT_DEMO=false", "RAGENT_LOG_LEVEL=error",
 		"RAGENT_LLM_PROVIDER=openai", "RAGENT_LLM_BASE_URL="+llm.URL(), "RAGENT_LLM_CHAT_MODEL=m",
 		"RAGENT_CHAT_MAX_CONCURRENT=1", "RAGENT_CHAT_MAX_WAIT=120s", "RAGENT_CHAT_MAX_QUEUE=5000",
-		"RAGENT_CHAT_MAX_QUEUED_PER_USER=5000", "RAGENT_PPROF_ADDR="+os.Getenv("BENCH_PPROF_ADDR"))
+		"RAGENT_CHAT_MAX_QUEUED_PER_USER=5000", "RAGENT_PPROF_ADDR=127.0.0.1:"+pprofPort)
 	cmd.Stderr = os.Stderr
 	if err := cmd.Start(); err != nil {
 		b.Fatal(err)
@@ -137,49 +137,70 @@ func BenchmarkQueuedStreams(b *testing.B) {
 	client := &http.Client{Transport: tr}
 	var queued atomic.Int32
 	var wg sync.WaitGroup
-	for i := 0; i < streams; i++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			body, _ := json.Marshal(map[string]any{"question": fmt.Sprintf("waiting %d", i)})
-			req, _ := http.NewRequestWithContext(ctx, "POST", in.url+"/api/v1/chat", bytes.NewReader(body))
-			req.Header.Set("Content-Type", "application/json")
-			req.Header.Set("Authorization", "Bearer "+admin)
-			resp, err := client.Do(req)
-			if err != nil {
-				return
-			}
-			defer resp.Body.Close()
-			sc := bufio.NewScanner(resp.Body)
-			counted := false
-			for sc.Scan() {
-				if !counted && sc.Text() == "event: queue" {
-					counted = true
-					queued.Add(1)
+	open := func(from, to int) {
+		for i := from; i < to; i++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				body, _ := json.Marshal(map[string]any{"question": fmt.Sprintf("waiting %d", i)})
+				req, _ := http.NewRequestWithContext(ctx, "POST", in.url+"/api/v1/chat", bytes.NewReader(body))
+				req.Header.Set("Content-Type", "application/json")
+				req.Header.Set("Authorization", "Bearer "+admin)
+				resp, err := client.Do(req)
+				if err != nil {
+					return
 				}
-			}
-		}()
+				defer resp.Body.Close()
+				sc := bufio.NewScanner(resp.Body)
+				counted := false
+				for sc.Scan() {
+					if !counted && sc.Text() == "event: queue" {
+						counted = true
+						queued.Add(1)
+					}
+				}
+			}()
+		}
+		deadline := time.Now().Add(60 * time.Second)
+		for int(queued.Load()) < to && time.Now().Before(deadline) {
+			time.Sleep(100 * time.Millisecond)
+		}
+		if n := queued.Load(); int(n) < to {
+			b.Fatalf("only %d of %d streams are queued", n, to)
+		}
+		time.Sleep(time.Second) // settle
 	}
-	deadline := time.Now().Add(60 * time.Second)
-	for queued.Load() < streams && time.Now().Before(deadline) {
-		time.Sleep(100 * time.Millisecond)
+	// Two steps: the first half also grows the connection pools (Postgres,
+	// Redis) to their caps, a fixed cost; the second half costs only what a
+	// waiting stream holds.
+	open(0, streams/2)
+	gc := func() {
+		// The heap profile endpoint runs a GC first, so live memory is read.
+		resp, err := http.Get("http://127.0.0.1:" + pprofPort + "/debug/pprof/heap?gc=1")
+		if err != nil {
+			b.Fatal(err)
+		}
+		resp.Body.Close()
 	}
-	if n := queued.Load(); n < streams {
-		b.Fatalf("only %d of %d streams are queued", n, streams)
+	live := func(m map[string]float64) float64 {
+		return m["go_memstats_heap_inuse_bytes"] + m["go_memstats_stack_inuse_bytes"]
 	}
-	time.Sleep(time.Second) // settle
+	gc()
+	rssHalf, _ := procStats(b, cmd.Process.Pid)
+	mHalf := goMetrics(b, in.url)
+	open(streams/2, streams)
+	gc()
 	rss1, cpu1 := procStats(b, cmd.Process.Pid)
 	m1 := goMetrics(b, in.url)
-	for _, k := range []string{"go_goroutines", "go_memstats_heap_inuse_bytes", "go_memstats_stack_inuse_bytes", "go_memstats_heap_alloc_bytes"} {
-		b.Logf("%s: %.0f → %.0f (per stream %.0f)", k, m0[k], m1[k], (m1[k]-m0[k])/streams)
+	for _, k := range []string{"go_goroutines", "go_memstats_heap_inuse_bytes", "go_memstats_stack_inuse_bytes"} {
+		b.Logf("%s: %.0f → %.0f → %.0f (per stream in the second half %.0f)", k, m0[k], mHalf[k], m1[k], (m1[k]-mHalf[k])/(streams/2))
 	}
 	const idle = 5 * time.Second
-	if os.Getenv("BENCH_PPROF_ADDR") != "" {
-		exec.Command("curl", "-s", "-o", os.Getenv("BENCH_PPROF_OUT"), "http://"+os.Getenv("BENCH_PPROF_ADDR")+"/debug/pprof/heap?gc=1").Run()
-	}
 	time.Sleep(idle)
 	rss2, cpu2 := procStats(b, cmd.Process.Pid)
-	b.ReportMetric(float64(rss1-rss0)/streams/1024, "KiB/waiting-stream")
+	b.ReportMetric((live(m1)-live(mHalf))/(streams/2)/1024, "KiB/waiting-stream")
+	b.ReportMetric(float64(rss1-rssHalf)/(streams/2)/1024, "KiB-rss/waiting-stream")
+	b.ReportMetric(float64(rss1-rss0)/streams/1024, "KiB/stream-incl-pool-growth")
 	b.ReportMetric(float64(rss0)/(1<<20), "MiB-rss-before")
 	b.ReportMetric(float64(max(rss1, rss2))/(1<<20), "MiB-rss-with-streams")
 	b.ReportMetric(100*(cpu2-cpu1).Seconds()/idle.Seconds(), "cpu%-idle-1000-waiting")
