@@ -1,0 +1,87 @@
+package main
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+)
+
+func envOf(kv ...string) func(string) string {
+	m := map[string]string{}
+	for i := 0; i+1 < len(kv); i += 2 {
+		m[kv[i]] = kv[i+1]
+	}
+	return func(k string) string { return m[k] }
+}
+
+func TestConfigDefaults(t *testing.T) {
+	c, err := loadConfig(envOf())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, got := range map[string]any{
+		"HTTPAddr": c.HTTPAddr, "RedisPrefix": c.RedisPrefix, "MQDriver": c.MQDriver, "LLMProvider": c.LLMProvider,
+		"EmbedDim": c.EmbedDim, "ChatMaxConcurrent": c.ChatMaxConcurrent, "ChatMaxWait": c.ChatMaxWait,
+		"ChatLease": c.ChatLease, "ChatPollInterval": c.ChatPollInterval, "ChatOnRedisError": c.ChatOnRedisError,
+		"ChatMaxQueue": c.ChatMaxQueue, "ChatMaxQueuedPerUser": c.ChatMaxQueuedPerUser, "UploadMaxBytes": c.UploadMaxBytes,
+		"WorkerID": c.WorkerID, "Demo": c.Demo, "SearchMinVectorScore": c.SearchMinVectorScore,
+	} {
+		want := map[string]any{
+			"HTTPAddr": ":8080", "RedisPrefix": "ragent:", "MQDriver": "redis", "LLMProvider": "offline",
+			"EmbedDim": 512, "ChatMaxConcurrent": 10, "ChatMaxWait": 15 * time.Second,
+			"ChatLease": 30 * time.Second, "ChatPollInterval": 200 * time.Millisecond, "ChatOnRedisError": "reject",
+			"ChatMaxQueue": 1000, "ChatMaxQueuedPerUser": 3, "UploadMaxBytes": int64(50 << 20),
+			"WorkerID": -1, "Demo": true, "SearchMinVectorScore": offlineMinVectorScore,
+		}[name]
+		if fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Errorf("%s = %v, want %v", name, got, want)
+		}
+	}
+}
+
+func TestConfigErrors(t *testing.T) {
+	tests := []struct {
+		name string
+		env  []string
+		want string
+	}{
+		{"bad int", []string{"RAGENT_CHAT_MAX_CONCURRENT", "ten"}, "RAGENT_CHAT_MAX_CONCURRENT"},
+		{"bad duration", []string{"RAGENT_CHAT_MAX_WAIT", "15"}, "RAGENT_CHAT_MAX_WAIT"},
+		{"bad bool", []string{"RAGENT_DEMO", "maybe"}, "RAGENT_DEMO"},
+		{"unknown driver", []string{"RAGENT_MQ_DRIVER", "kafka"}, "RAGENT_MQ_DRIVER"},
+		{"openai needs a model", []string{"RAGENT_LLM_PROVIDER", "openai", "RAGENT_LLM_BASE_URL", "http://x"}, "RAGENT_LLM_CHAT_MODEL"},
+		{"embedding needs a dimension", []string{"RAGENT_EMBEDDING_PROVIDER", "openai", "RAGENT_EMBEDDING_MODEL", "m"}, "RAGENT_EMBEDDING_DIM"},
+		{"short lease", []string{"RAGENT_CHAT_LEASE", "1s"}, "RAGENT_CHAT_LEASE"},
+		{"worker id range", []string{"RAGENT_WORKER_ID", "1024"}, "RAGENT_WORKER_ID"},
+		{"short secret", []string{"RAGENT_AUTH_SECRET", "short"}, "RAGENT_AUTH_SECRET"},
+		{"zero queue", []string{"RAGENT_CHAT_MAX_QUEUE", "0"}, "RAGENT_CHAT_MAX_QUEUE"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := loadConfig(envOf(tt.env...))
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("error %v, want one naming %s", err, tt.want)
+			}
+		})
+	}
+}
+
+func TestConfigLogMasksSecrets(t *testing.T) {
+	c, err := loadConfig(envOf(
+		"RAGENT_DATABASE_URL", "postgres://u:hunter2@db:5432/ragent",
+		"RAGENT_REDIS_URL", "redis://:redispass@cache:6379/0",
+		"RAGENT_LLM_PROVIDER", "openai", "RAGENT_LLM_BASE_URL", "http://llm", "RAGENT_LLM_CHAT_MODEL", "m",
+		"RAGENT_LLM_API_KEY", "sk-secret", "RAGENT_ADMIN_PASSWORD", "adminpass",
+		"RAGENT_AUTH_SECRET", strings.Repeat("s", 40),
+	))
+	if err != nil {
+		t.Fatal(err)
+	}
+	logged := fmt.Sprint(c.logAttrs()...)
+	for _, secret := range []string{"hunter2", "redispass", "sk-secret", "adminpass", strings.Repeat("s", 40)} {
+		if strings.Contains(logged, secret) {
+			t.Errorf("the start-up log shows a secret: %s", secret)
+		}
+	}
+}
