@@ -89,8 +89,7 @@ func (s *sseWriter) keepAlive(interval time.Duration) (stop func()) {
 		stopped bool
 		timer   *time.Timer
 	)
-	var tick func()
-	tick = func() {
+	tick := func() {
 		if s.ping() != nil {
 			return
 		}

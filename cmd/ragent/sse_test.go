@@ -69,14 +69,6 @@ func (c *client) chatStream(ctx context.Context, body map[string]any, onEvent fu
 	return resp.StatusCode, events
 }
 
-func names(events []sseEvent) string {
-	out := make([]string, len(events))
-	for i, e := range events {
-		out[i] = e.Name
-	}
-	return strings.Join(out, " ")
-}
-
 // collapse folds runs of one event (message message → message) for
 // sequence checks.
 func collapse(events []sseEvent) string {

@@ -66,7 +66,6 @@ type chunker struct {
 	opts     ChunkOptions
 	out      []Chunk
 	path     []Block // open headings, outermost first
-	heads    []string
 	units    []unit
 	tokens   int
 	hasBody  bool // units holds more than headings and overlap
