@@ -19,7 +19,7 @@ RACE_PKGS = $(shell $(GO) list ./... | grep -v '/mq/rocketmq')
 .PHONY: help
 help:
 	@echo "make run    start Postgres+pgvector, Redis (RocketMQ with RAGENT_MQ_DRIVER=rocketmq), build, serve on :8080"
-	@echo "make test   start every service, then go vet, the dependency check and all tests"
+	@echo "make test   start every service, then gofmt, go vet, staticcheck, the dependency check and all tests"
 	@echo "make build  build $(BIN)"
 
 .PHONY: build
@@ -49,13 +49,20 @@ vet:
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { echo "gofmt needed:"; gofmt -l $$(git ls-files '*.go'); exit 1; }
 	$(GO) vet ./...
 
+# staticcheck, pinned, fetched from the Go module proxy on first use.
+STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
+
+.PHONY: lint
+lint:
+	$(GO) run $(STATICCHECK) ./...
+
 .PHONY: depcheck
 depcheck:
 	$(GO) test -count=1 ./internal/archtest/
 
 # Everything CI runs. Missing services fail the run (RAGENT_REQUIRE_SERVICES=1).
 .PHONY: test
-test: test-services vet depcheck
+test: test-services vet lint depcheck
 	RAGENT_REQUIRE_SERVICES=1 $(GO) test -race -count=1 -timeout 30m $(RACE_PKGS)
 	RAGENT_REQUIRE_SERVICES=1 $(GO) test -count=1 -timeout 15m ./mq/rocketmq/...
 	RAGENT_REQUIRE_SERVICES=1 $(GO) test -count=1 -timeout 10m -run RocketMQ ./cmd/ragent/
