@@ -305,6 +305,11 @@ func TestChatRejectedWhenQueueWaitExceeded(t *testing.T) {
 		return true
 	})
 	<-holding
+	var lim struct{ PermitsInUse, MaxConcurrent, QueueLength int }
+	c.do("GET", "/api/v1/admin/limiter", nil).json(t, &lim)
+	if lim.PermitsInUse != 1 || lim.MaxConcurrent != 1 || lim.QueueLength != 0 {
+		t.Fatalf("admin limiter state while one answer streams: %+v", lim)
+	}
 	before := llm.streams.Load()
 	_, events := c.chatStream(context.Background(), map[string]any{"question": "too late"}, nil)
 	if got := collapse(events); got != "meta queue reject finish done" {
@@ -422,6 +427,49 @@ func TestChatEmptyRetrieval(t *testing.T) {
 			calls := llm.streams.Load() - before
 			if policy == "refuse" && calls != 0 || policy == "chat" && calls != 1 {
 				t.Fatalf("%s: %d answer streams from the model", policy, calls)
+			}
+		})
+	}
+}
+
+// Reasoning streams as think events only when deepThinking is on, and is
+// saved with the answer.
+func TestChatDeepThinking(t *testing.T) {
+	llm := newFakeLLM(t)
+	in := start(t, chatConfig(t, llm))
+	c := in.client(t, in.login(t, "admin", "admin-password"))
+	for _, deep := range []bool{true, false} {
+		t.Run(fmt.Sprint("deepThinking=", deep), func(t *testing.T) {
+			_, events := c.chatStream(context.Background(), map[string]any{"question": "why #think", "deepThinking": deep}, nil)
+			var think, answer strings.Builder
+			var convID string
+			for _, e := range events {
+				switch e.Name {
+				case "meta":
+					convID = e.json(t)["conversationId"].(string)
+				case "message":
+					m := e.json(t)
+					if m["type"] == "think" {
+						think.WriteString(m["delta"].(string))
+					} else {
+						answer.WriteString(m["delta"].(string))
+					}
+				}
+			}
+			if answer.String() != "Hello from the model [1]." {
+				t.Fatalf("answer %q", answer.String())
+			}
+			wantThink := ""
+			if deep {
+				wantThink = "Let me think. The VPN guide applies."
+			}
+			if think.String() != wantThink {
+				t.Fatalf("think deltas %q, want %q", think.String(), wantThink)
+			}
+			var msgs struct{ Messages []struct{ Thinking string } }
+			c.do("GET", "/api/v1/conversations/"+convID+"/messages", nil).json(t, &msgs)
+			if got := msgs.Messages[len(msgs.Messages)-1].Thinking; got != wantThink {
+				t.Fatalf("saved thinking %q, want %q", got, wantThink)
 			}
 		})
 	}

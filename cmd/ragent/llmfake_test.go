@@ -19,6 +19,7 @@ import (
 //	#429      answer 429 with Retry-After: 1 once per question, then stream
 //	#500      always answer 500
 //	#firstslow wait 3 s before the first token
+//	#think    stream reasoning_content before the answer
 //
 // JSON requests (intent scoring) get garbage when garbageJSON is set.
 type fakeLLM struct {
@@ -107,6 +108,9 @@ func (f *fakeLLM) serve(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
+	if strings.Contains(question, "#think") {
+		f.reason(w)
+	}
 	pieces, delay := []string{"Hello", " from", " the", " model", " [1]."}, 10*time.Millisecond
 	if strings.Contains(question, "#slow") {
 		pieces, delay = nil, 50*time.Millisecond
@@ -115,6 +119,19 @@ func (f *fakeLLM) serve(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	f.answer(w, r, question, pieces, delay)
+}
+
+// reason writes reasoning chunks (DeepSeek/Qwen style reasoning_content)
+// ahead of the answer; the answer's headers then go out with them.
+func (f *fakeLLM) reason(w http.ResponseWriter) {
+	w.Header().Set("Content-Type", "text/event-stream")
+	for _, r := range []string{"Let me think.", " The VPN guide applies."} {
+		chunk, _ := json.Marshal(map[string]any{
+			"id": "x", "object": "chat.completion.chunk",
+			"choices": []any{map[string]any{"index": 0, "delta": map[string]string{"reasoning_content": r}}},
+		})
+		fmt.Fprintf(w, "data: %s\n\n", chunk)
+	}
 }
 
 // answer streams an answer, tracking concurrency and abandonment.
