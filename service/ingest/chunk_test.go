@@ -176,3 +176,18 @@ func BenchmarkSplit(b *testing.B) {
 		Split(doc, DefaultChunkOptions())
 	}
 }
+
+func TestIndexTextAddsTheSectionToLaterChunks(t *testing.T) {
+	first := Chunk{Section: "VPN > 故障", Content: "故障\n如果 VPN 连不上，请重启客户端。"}
+	later := Chunk{Section: "VPN > 故障", Content: "仍然失败时请提交工单。"}
+	none := Chunk{Content: "plain text"}
+	if got := indexText(first); got != first.Content {
+		t.Errorf("first chunk of a section: %q", got)
+	}
+	if got := indexText(later); got != "VPN > 故障\n仍然失败时请提交工单。" {
+		t.Errorf("later chunk: %q", got)
+	}
+	if got := indexText(none); got != "plain text" {
+		t.Errorf("no section: %q", got)
+	}
+}

@@ -299,7 +299,7 @@ func (s *Service) index(ctx context.Context, doc *service.Document) (int, error)
 		if err != nil {
 			return 0, err
 		}
-		terms := text.Tokenize(p.Content)
+		terms := text.Tokenize(indexText(p))
 		tf := make(map[string]int, len(terms))
 		for _, t := range terms {
 			tf[t]++
@@ -403,4 +403,22 @@ func (s *Service) ReapOnce(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// indexText is what the keyword index sees of a chunk: its text, plus its
+// section path when the chunk does not start with it (only a section's
+// first chunk repeats its headings), so "VPN > Troubleshooting" still finds
+// the third chunk under that heading.
+func indexText(c Chunk) string {
+	if c.Section == "" || strings.HasPrefix(c.Content, lastHeading(c.Section)) {
+		return c.Content
+	}
+	return c.Section + "\n" + c.Content
+}
+
+func lastHeading(section string) string {
+	if i := strings.LastIndex(section, " > "); i >= 0 {
+		return section[i+3:]
+	}
+	return section
 }
