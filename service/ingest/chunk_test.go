@@ -191,3 +191,15 @@ func TestIndexTextAddsTheSectionToLaterChunks(t *testing.T) {
 		t.Errorf("no section: %q", got)
 	}
 }
+
+func TestIndexTextKnowsFirstChunksFromSplit(t *testing.T) {
+	doc := &Document{Blocks: []Block{
+		{Kind: Heading, Level: 1, Text: "VPN"},
+		{Kind: Heading, Level: 2, Text: "故障"},
+		{Kind: Paragraph, Text: "如果 VPN 连不上，请重启客户端。"},
+	}}
+	chunks := Split(doc, DefaultChunkOptions())
+	if len(chunks) != 1 || indexText(chunks[0]) != chunks[0].Content {
+		t.Fatalf("a first chunk carries its headings already: %+v → %q", chunks, indexText(chunks[0]))
+	}
+}

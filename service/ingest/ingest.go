@@ -410,7 +410,11 @@ func (s *Service) ReapOnce(ctx context.Context) error {
 // first chunk repeats its headings), so "VPN > Troubleshooting" still finds
 // the third chunk under that heading.
 func indexText(c Chunk) string {
-	if c.Section == "" || strings.HasPrefix(c.Content, lastHeading(c.Section)) {
+	if c.Section == "" {
+		return c.Content
+	}
+	// A section's first chunk opens with its heading lines.
+	if head := c.Content[:min(len(c.Content), len(c.Section)+8)]; strings.Contains(head, lastHeading(c.Section)) {
 		return c.Content
 	}
 	return c.Section + "\n" + c.Content
