@@ -24,8 +24,10 @@
 //             kb-submit, kb-cancel, kb-row (data-kb-id, data-name), kb-docs-link,
 //             kb-edit, kb-delete
 //   docs:     upload-dropzone, upload-input (#upload-input, type=file multiple),
-//             upload-item (data-state = uploading | done | duplicate | busy |
-//             error, data-name), upload-progress, upload-retry, doc-table,
+//             upload-item (data-state = waiting | uploading | done | duplicate |
+//             busy | error, data-name; once done, data-doc-status = pending |
+//             running | ready | failed | gone follows the document),
+//             upload-progress, upload-retry, doc-table,
 //             doc-row (data-doc-id, data-name, data-status), doc-status,
 //             doc-error, doc-chunks, doc-reindex, doc-delete, chunk-list,
 //             chunk-item
@@ -133,7 +135,7 @@ async function route() {
   if (!r) {
     destroyPage();
     clear(shell.view).append(h('section', { class: 'empty-page', 'data-testid': 'not-found' },
-      h('h1', {}, '404'), h('p', {}, t('shell.notFound')), h('a', { href: '#/chat', class: 'btn' }, t('nav.chat'))));
+      h('h1', {}, '404'), h('p', {}, t('shell.notFound')), h('a', { href: '#/chat', class: 'btn' }, t('shell.backToChat'))));
     return;
   }
   if (r.admin && !isAdmin()) {
@@ -155,7 +157,7 @@ async function route() {
 function renderForbidden(view) {
   destroyPage();
   clear(view).append(h('section', { class: 'empty-page', 'data-testid': 'forbidden', role: 'alert' },
-    h('h1', {}, '403'), h('p', {}, t('shell.forbidden')), h('a', { href: '#/chat', class: 'btn' }, t('nav.chat'))));
+    h('h1', {}, '403'), h('p', {}, t('shell.forbidden')), h('a', { href: '#/chat', class: 'btn' }, t('shell.backToChat'))));
 }
 
 function highlightNav(key) {
@@ -194,20 +196,35 @@ function ensureShell() {
     navItems.filter((n) => !n.admin || isAdmin()).map((n) =>
       h('a', { href: n.href, 'data-key': n.key, 'data-also': (n.also ?? []).join(','), 'data-testid': n.testid }, t(n.label))));
   const user = state.user;
+  const header = h('header', { class: 'topbar' },
+    h('a', { class: 'brand', href: '#/chat', 'aria-label': 'Ragent' }, h('span', { class: 'brand-mark', 'aria-hidden': 'true' }, 'R'), h('span', { class: 'brand-name' }, 'Ragent')),
+    nav,
+    h('div', { class: 'topbar-right' },
+      langButton(),
+      h('span', { class: 'user-badge', 'data-testid': 'current-user', title: user.username },
+        h('span', { class: 'user-name' }, user.username),
+        h('span', { class: `role role-${user.role}` }, t(`role.${user.role}`, {}, user.role))),
+      h('button', { type: 'button', class: 'btn btn-ghost', 'data-testid': 'logout-button', onClick: logout }, t('shell.logout'))));
+  trackTopbarHeight(header);
   clear(appRoot).append(
     h('a', { class: 'skip-link', href: '#view', onClick: (e) => { e.preventDefault(); view.focus(); } }, t('shell.skip')),
-    h('header', { class: 'topbar' },
-      h('a', { class: 'brand', href: '#/chat', 'aria-label': 'Ragent' }, h('span', { class: 'brand-mark', 'aria-hidden': 'true' }, 'R'), h('span', { class: 'brand-name' }, 'Ragent')),
-      nav,
-      h('div', { class: 'topbar-right' },
-        langButton(),
-        h('span', { class: 'user-badge', 'data-testid': 'current-user', title: user.username },
-          h('span', { class: 'user-name' }, user.username),
-          h('span', { class: `role role-${user.role}` }, t(`role.${user.role}`, {}, user.role))),
-        h('button', { type: 'button', class: 'btn btn-ghost', 'data-testid': 'logout-button', onClick: logout }, t('shell.logout')))),
+    header,
     view);
   state.shell = { view };
   return state.shell;
+}
+
+// trackTopbarHeight keeps --topbar-h equal to the bar's real height: the
+// nav wraps onto more rows on phones and with longer English labels, and
+// the chat drawer and the toasts sit right under the bar.
+let topbarObserver = null;
+function trackTopbarHeight(header) {
+  topbarObserver?.disconnect();
+  topbarObserver = new ResizeObserver(() => {
+    if (!header.isConnected) return;
+    document.documentElement.style.setProperty('--topbar-h', `${header.offsetHeight}px`);
+  });
+  topbarObserver.observe(header);
 }
 
 async function logout() {

@@ -286,7 +286,11 @@ export function mountChat(root, ctx) {
     let sources = [];
     let frame = 0;
     const citations = (n) => sources.some((src) => src.index === n);
-    const md = (text) => renderMarkdown(text, { citations, copyLabel: t('chat.copy') });
+    const citeLabel = (n) => {
+      const name = sources.find((src) => src.index === n)?.documentName;
+      return name ? t('chat.citeNamed', { n, name }) : t('chat.cite', { n });
+    };
+    const md = (text) => renderMarkdown(text, { citations, citeLabel, copyLabel: t('chat.copy') });
 
     const status = h('div', { class: 'status-line', 'data-testid': 'pending-indicator', 'aria-live': 'polite' },
       h('span', { class: 'dots', 'aria-hidden': 'true' }, h('i'), h('i'), h('i')), t('chat.thinkingWait'));
@@ -324,15 +328,28 @@ export function mountChat(root, ctx) {
 
     function setSources(list) {
       sources = Array.isArray(list) ? list : [];
-      sourceList.replaceChildren(...sources.map((src) => h('li', {
-        class: 'source-item', id: null, tabindex: '-1', 'data-testid': 'source-item',
-        'data-index': src.index, 'data-document-id': src.documentId,
-      },
-      h('div', { class: 'source-head' },
-        h('span', { class: 'source-index' }, `[${src.index}]`),
-        h('span', { class: 'source-name' }, src.documentName || src.documentId),
-        h('span', { class: 'source-score', title: t('chat.score') }, `${t('chat.score')} ${Number(src.score ?? 0).toFixed(3)}`)),
-      h('p', { class: 'source-excerpt' }, src.excerpt ?? ''))));
+      // Scores are Reciprocal Rank Fusion values (around 0.016): meaningless
+      // on their own, so the bar shows each score relative to the answer's
+      // best source and the raw value stays in the tooltip.
+      const top = Math.max(0, ...sources.map((src) => Number(src.score) || 0));
+      sourceList.replaceChildren(...sources.map((src) => {
+        const score = Number(src.score) || 0;
+        const pct = top > 0 ? Math.round((score / top) * 100) : 0;
+        const fill = h('span', { class: 'score-fill' });
+        fill.style.width = `${pct}%`;
+        return h('li', {
+          class: 'source-item', tabindex: '-1', 'data-testid': 'source-item',
+          'data-index': src.index, 'data-document-id': src.documentId,
+        },
+        h('div', { class: 'source-head' },
+          h('span', { class: 'source-index' }, `[${src.index}]`),
+          h('span', { class: 'source-name' }, src.documentName || src.documentId),
+          top > 0 ? h('span', { class: 'source-score', title: t('chat.scoreTitle', { pct, score: score.toFixed(4) }) },
+            h('span', { class: 'score-label', 'aria-hidden': 'true' }, t('chat.relevance')),
+            h('span', { class: 'score-bar', 'aria-hidden': 'true' }, fill),
+            h('span', { class: 'visually-hidden' }, t('chat.scoreRelative', { pct }))) : null),
+        h('p', { class: 'source-excerpt' }, src.excerpt ?? ''));
+      }));
       sourcesPanel.hidden = sources.length === 0;
       sourcesPanel.querySelector('.sources-title').textContent = `${t('chat.sources')} (${sources.length})`;
     }

@@ -21,6 +21,7 @@ export function mountDocuments(root, ctx) {
   let loading = false;
   let reloadAfter = false; // a load was asked for while one was in flight
   const queue = []; // upload items waiting for a slot
+  const following = new Set(); // uploaded items that show their document's status
   let active = 0;
 
   const heading = pageHeader(t('docs.title'), '');
@@ -32,13 +33,15 @@ export function mountDocuments(root, ctx) {
     h('strong', {}, t('docs.dropTitle')),
     h('span', { class: 'muted' }, t('docs.dropHint')));
   const uploads = h('ul', { class: 'upload-list', 'aria-label': t('docs.uploads'), 'aria-live': 'polite' });
+  const clearFinished = h('button', { type: 'button', class: 'btn btn-sm btn-ghost', hidden: true, onClick: clearUploads }, t('docs.clearFinished'));
   const tbody = h('tbody');
   const pollNote = h('span', { class: 'muted poll-note', 'aria-live': 'off' });
 
   root.append(h('div', { class: 'page' },
     h('p', { class: 'breadcrumb' }, h('a', { href: '#/admin/kb' }, '← ', t('nav.kb'))),
     heading,
-    h('section', { class: 'card', 'aria-label': t('docs.upload') }, dropzone, uploads),
+    h('section', { class: 'card', 'aria-label': t('docs.upload') }, dropzone, uploads,
+      h('div', { class: 'upload-foot' }, clearFinished)),
     h('div', { class: 'section-head' }, h('h2', {}, t('docs.list')), pollNote,
       h('button', { type: 'button', class: 'btn btn-sm', onClick: () => load() }, t('common.refresh'))),
     h('div', { class: 'table-wrap card' }, h('table', { class: 'table', 'data-testid': 'doc-table' },
@@ -110,6 +113,11 @@ export function mountDocuments(root, ctx) {
       stateText.textContent = text;
       actions.replaceChildren();
     };
+    // finish marks an item nothing more will happen to, so "clear" may drop it.
+    const finish = () => {
+      el.dataset.finished = 'true';
+      updateClearButton();
+    };
     const retryButton = () => h('button', {
       type: 'button', class: 'btn btn-sm', 'data-testid': 'upload-retry',
       onClick: () => { queue.push(item); setState('waiting', t('docs.waiting')); pump(); },
@@ -117,6 +125,7 @@ export function mountDocuments(root, ctx) {
 
     const item = {
       el,
+      docId: '',
       async start() {
         setState('uploading', '0%');
         progress.value = 0;
@@ -127,9 +136,13 @@ export function mountDocuments(root, ctx) {
         try {
           const doc = await xhr.promise;
           setState('done', t('docs.uploaded'));
-          if (doc?.id && !docs.some((d) => d.id === doc.id)) {
-            docs.unshift(doc);
+          item.docId = doc?.id ?? '';
+          if (item.docId) {
+            following.add(item);
+            if (!docs.some((d) => d.id === doc.id)) docs.unshift(doc);
             render();
+          } else {
+            finish();
           }
           schedulePoll(0);
         } catch (err) {
@@ -137,6 +150,7 @@ export function mountDocuments(root, ctx) {
           if (err.status === 409 && err.details?.documentId) {
             const id = err.details.documentId;
             setState('duplicate', t('docs.duplicate'));
+            finish();
             actions.append(h('button', { type: 'button', class: 'btn btn-sm', onClick: () => highlight(id) }, t('docs.showExisting')));
           } else if (err.status === 429 || err.status === 503) {
             setState('busy', err.retryAfter ? t('docs.busyRetry', { seconds: err.retryAfter }) : t('chat.busy'));
@@ -149,8 +163,39 @@ export function mountDocuments(root, ctx) {
           xhr = null;
         }
       },
+      // follow shows the uploaded document's processing status (doc is
+      // undefined once it left the list): data-state stays "done", the
+      // upload itself succeeded; data-doc-status tells how ingestion goes.
+      follow(doc) {
+        const status = doc ? doc.status : 'gone';
+        el.dataset.docStatus = status;
+        if (status === 'pending' || status === 'running') {
+          progress.removeAttribute('value'); // indeterminate: ingestion has no percentage
+          stateText.textContent = t(`docs.upload.${status}`);
+          return;
+        }
+        progress.value = 1;
+        following.delete(item);
+        if (status === 'ready') stateText.textContent = t('docs.upload.ready', { n: doc.chunkCount ?? 0 });
+        else if (status === 'failed') stateText.textContent = doc.error ? t('docs.upload.failedWith', { error: doc.error }) : t('docs.upload.failed');
+        else stateText.textContent = t('docs.upload.gone');
+        stateText.title = stateText.textContent;
+        finish();
+      },
     };
     return item;
+  }
+
+  function updateClearButton() {
+    clearFinished.hidden = ![...uploads.children].some((el) => el.dataset.finished === 'true');
+  }
+
+  function clearUploads() {
+    for (const el of [...uploads.children]) {
+      if (el.dataset.finished === 'true') el.remove();
+    }
+    updateClearButton();
+    fileInput.focus();
   }
 
   function highlight(id) {
@@ -184,6 +229,7 @@ export function mountDocuments(root, ctx) {
         h('button', { type: 'button', class: 'btn btn-sm', 'data-testid': 'doc-reindex', disabled: d.status === 'pending' || d.status === 'running', 'aria-label': `${t('docs.reindex')}: ${d.name}`, onClick: () => reindex(d) }, t('docs.reindex')),
         h('button', { type: 'button', class: 'btn btn-sm btn-danger-ghost', 'data-testid': 'doc-delete', 'aria-label': `${t('common.delete')}: ${d.name}`, onClick: () => remove(d) }, t('common.delete'))))));
     if (docs.length === 0) tbody.append(emptyRow(6, t('docs.empty')));
+    for (const item of [...following]) item.follow(docs.find((d) => d.id === item.docId));
     const busy = docs.some((d) => d.status === 'pending' || d.status === 'running');
     pollNote.textContent = busy ? t('docs.polling') : '';
   }

@@ -28,12 +28,15 @@ export function safeURL(raw) {
 }
 
 // renderMarkdown returns HTML for src. opts.citations: a function n → bool
-// telling which [n] markers link to a source; opts.copyLabel: the accessible
-// name of the copy button on code blocks.
+// telling which [n] markers link to a source; opts.citeLabel: a function
+// n → the accessible name of citation button n; opts.copyLabel: the
+// accessible name of the copy button on code blocks. The caller passes
+// translated labels: this module has no dictionary of its own.
 export function renderMarkdown(src, opts = {}) {
   const lines = String(src ?? '').replace(/\r\n?/g, '\n').split('\n');
   return renderBlocks(lines, {
     citations: opts.citations ?? (() => false),
+    citeLabel: opts.citeLabel ?? ((n) => `[${n}]`),
     copyLabel: opts.copyLabel ?? 'Copy',
   });
 }
@@ -275,7 +278,7 @@ function inline(src, ctx, allowLinks = true) {
       const n = Number(m[1] ?? m[2]);
       if (ctx.citations(n) && !(c === '[' && rest[m[0].length] === '(')) {
         flush();
-        out += `<button type="button" class="cite" data-testid="cite" data-cite="${n}" aria-label="source ${n}">${n}</button>`;
+        out += `<button type="button" class="cite" data-testid="cite" data-cite="${n}" aria-label="${escapeHTML(ctx.citeLabel(n))}" title="${escapeHTML(ctx.citeLabel(n))}">${n}</button>`;
         i += m[0].length;
         continue;
       }
