@@ -335,8 +335,14 @@ func (t *turn) run(ctx context.Context) {
 	case errEvent != nil:
 		t.send(EventError, errEvent)
 	}
-	if t.isNew && status == service.MessageCompleted {
+	switch {
+	case !t.isNew || status == service.MessageRejected:
+		// A rejected request makes no model call, not even for a title.
+	case status == service.MessageCompleted:
 		title = t.title(ctx)
+	default:
+		// Cancelled or failed: name it after the question, no model call.
+		title = excerpt(t.req.Question, 30)
 	}
 	t.answer.Status = status
 	t.answer.Content = t.content.String()
