@@ -153,3 +153,16 @@ func TestExcerpt(t *testing.T) {
 		t.Errorf("excerpt cuts runes: %q", got)
 	}
 }
+
+func TestWithoutHeadings(t *testing.T) {
+	for _, tt := range []struct{ content, section, want string }{
+		{"VPN guide\nConnecting\nInstall the client.", "VPN guide > Connecting", "Install the client."},
+		{"Install the client.", "VPN guide > Connecting", "Install the client."},
+		{"VPN guide", "VPN guide", "VPN guide"}, // nothing but a heading: keep it
+		{"No section.", "", "No section."},
+	} {
+		if got := withoutHeadings(tt.content, tt.section); got != tt.want {
+			t.Errorf("withoutHeadings(%q, %q) = %q, want %q", tt.content, tt.section, got, tt.want)
+		}
+	}
+}

@@ -76,7 +76,7 @@ func (t *turn) prepare(ctx context.Context) (*service.ChatRequest, error) {
 	for i, r := range results {
 		t.sources[i] = service.Source{
 			Index: i + 1, DocumentID: r.DocumentID, DocumentName: r.DocumentName, ChunkID: r.ChunkID,
-			Score: r.Score, Excerpt: excerpt(r.Content, 240), Content: r.Content,
+			Score: r.Score, Excerpt: excerpt(withoutHeadings(r.Content, r.Section), 240), Content: r.Content,
 		}
 	}
 	t.send(EventSources, map[string]any{"sources": t.sources})
@@ -194,6 +194,30 @@ func (t *turn) title(ctx context.Context) string {
 		return fallback
 	}
 	return excerpt(out, 30)
+}
+
+// withoutHeadings drops the heading lines a section's first chunk opens
+// with: the sources panel shows the document and section already.
+func withoutHeadings(content, section string) string {
+	if section == "" {
+		return content
+	}
+	headings := map[string]bool{}
+	for _, h := range strings.Split(section, " > ") {
+		headings[strings.TrimSpace(h)] = true
+	}
+	rest := content
+	for rest != "" {
+		line, after, _ := strings.Cut(rest, "\n")
+		if !headings[strings.TrimSpace(line)] {
+			break
+		}
+		rest = after
+	}
+	if strings.TrimSpace(rest) == "" {
+		return content
+	}
+	return rest
 }
 
 // excerpt cuts s to n runes on one line.
