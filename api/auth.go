@@ -1,12 +1,14 @@
 package api
 
 import (
+	"errors"
 	"net/http"
 	"time"
 
 	"github.com/gin-gonic/gin"
 
 	"github.com/ragent-go/ragent/service"
+	"github.com/ragent-go/ragent/service/auth"
 )
 
 type loginRequest struct {
@@ -21,7 +23,7 @@ func (s *Server) login(c *gin.Context) {
 	}
 	sess, err := s.deps.Auth.Login(c.Request.Context(), req.Username, req.Password, c.ClientIP())
 	if err != nil {
-		fail(c, err)
+		failWithRetryAfter(c, err)
 		return
 	}
 	s.setSessionCookie(c, sess.Token, time.Until(sess.Expires))
@@ -35,6 +37,43 @@ func (s *Server) logout(c *gin.Context) {
 	}
 	s.setSessionCookie(c, "", -time.Second)
 	c.Status(http.StatusNoContent)
+}
+
+// logoutAll ends every session of the caller on every instance, this one
+// included.
+func (s *Server) logoutAll(c *gin.Context) {
+	if err := s.deps.Auth.LogoutEverywhere(c.Request.Context(), principal(c)); err != nil {
+		fail(c, err)
+		return
+	}
+	s.setSessionCookie(c, "", -time.Second)
+	c.Status(http.StatusNoContent)
+}
+
+// changePassword changes the caller's own password. Every other session ends;
+// the answer is a new session (and cookie) for this one.
+func (s *Server) changePassword(c *gin.Context) {
+	var in auth.PasswordChange
+	if !s.bindJSON(c, &in) {
+		return
+	}
+	sess, err := s.deps.Auth.ChangePassword(c.Request.Context(), principal(c), in, c.ClientIP())
+	if err != nil {
+		failWithRetryAfter(c, err)
+		return
+	}
+	s.setSessionCookie(c, sess.Token, time.Until(sess.Expires))
+	c.JSON(http.StatusOK, sess)
+}
+
+// failWithRetryAfter is fail for the password-attempt limit, whose busy
+// error says in its details how long the pause lasts.
+func failWithRetryAfter(c *gin.Context, err error) {
+	var de *service.Error
+	if errors.As(err, &de) && errors.Is(err, service.ErrBusy) && de.Details["retryAfter"] != "" {
+		c.Header("Retry-After", de.Details["retryAfter"])
+	}
+	fail(c, err)
 }
 
 func (s *Server) setSessionCookie(c *gin.Context, token string, ttl time.Duration) {

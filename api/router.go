@@ -132,7 +132,9 @@ func NewRouter(deps Deps) *Router {
 
 	user := v1.Group("", s.authenticate)
 	user.POST("/auth/logout", s.logout)
+	user.POST("/auth/logout-all", s.logoutAll)
 	user.GET("/me", s.me)
+	user.POST("/me/password", s.changePassword)
 
 	user.GET("/knowledge-bases", s.listKnowledgeBases)
 	user.GET("/knowledge-bases/:id", s.getKnowledgeBase)

@@ -2,13 +2,18 @@ package cache
 
 import (
 	"context"
+	_ "embed"
+	"strconv"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 )
 
-// AuthState keeps logged-out token ids and failed-login counters in Redis
-// under {prefix}auth:revoked:{tokenId} and {prefix}auth:login:{username}:{ip}.
+// AuthState keeps logged-out token ids and login attempt counters in Redis:
+// {prefix}auth:revoked:{tokenId}, and per username {prefix}auth:login:{<username>}
+// beside per username and address {prefix}auth:login:{<username>}:{ip}. The
+// username is a literal hash tag, so one script may touch both counters on
+// Redis Cluster.
 type AuthState struct {
 	rdb    redis.UniversalClient
 	prefix string
@@ -30,32 +35,41 @@ func (a *AuthState) Revoked(ctx context.Context, tokenID string) (bool, error) {
 	return n > 0, err
 }
 
-func (a *AuthState) loginKey(username, ip string) string {
-	return a.prefix + "auth:login:" + username + ":" + ip
+// loginKeys returns the per-username and the per-username-and-address
+// counter keys.
+func (a *AuthState) loginKeys(username, ip string) []string {
+	user := a.prefix + "auth:login:{" + username + "}"
+	return []string{user, user + ":" + ip}
 }
 
-// Fail counts a failed login; the window starts at the first failure.
-func (a *AuthState) Fail(ctx context.Context, username, ip string, window time.Duration) (int, error) {
-	key := a.loginKey(username, ip)
-	pipe := a.rdb.TxPipeline()
-	incr := pipe.Incr(ctx, key)
-	pipe.ExpireNX(ctx, key, window)
-	if _, err := pipe.Exec(ctx); err != nil {
+var (
+	//go:embed login_reserve.lua
+	reserveSource string
+	reserveScript = redis.NewScript(reserveSource)
+
+	//go:embed login_reset.lua
+	resetSource string
+	resetScript = redis.NewScript(resetSource)
+)
+
+// Reserve counts one attempt on both counters unless either has reached its
+// limit (perUser for the username from any address, perIP for the username
+// from ip), in one script, so parallel attempts cannot all pass a check made
+// before counting. Each counter's window starts at its first attempt. It
+// returns 0 when the attempt is counted, else how long until the full
+// counter's window ends.
+func (a *AuthState) Reserve(ctx context.Context, username, ip string, perUser, perIP int, window time.Duration) (time.Duration, error) {
+	ms, err := reserveScript.Run(ctx, a.rdb, a.loginKeys(username, ip),
+		perUser, perIP, strconv.FormatInt(window.Milliseconds(), 10)).Int64()
+	if err != nil {
 		return 0, err
 	}
-	return int(incr.Val()), nil
+	return time.Duration(ms) * time.Millisecond, nil
 }
 
-// Failures returns the failed logins in the current window.
-func (a *AuthState) Failures(ctx context.Context, username, ip string) (int, error) {
-	n, err := a.rdb.Get(ctx, a.loginKey(username, ip)).Int()
-	if err == redis.Nil {
-		return 0, nil
-	}
-	return n, err
-}
-
-// Reset clears the counter after a successful login.
+// Reset clears the per-address counter and gives back the successful
+// attempt on the per-username one; the failures others made from elsewhere
+// stay counted.
 func (a *AuthState) Reset(ctx context.Context, username, ip string) error {
-	return a.rdb.Del(ctx, a.loginKey(username, ip)).Err()
+	return resetScript.Run(ctx, a.rdb, a.loginKeys(username, ip)).Err()
 }

@@ -15,6 +15,7 @@ type userRow struct {
 	PasswordHash string
 	Role         string
 	Disabled     bool
+	TokenVersion int64
 	CreatedAt    time.Time
 	UpdatedAt    time.Time
 	DeletedAt    gorm.DeletedAt
@@ -25,7 +26,7 @@ func (userRow) TableName() string { return "users" }
 func (r userRow) user() *service.User {
 	return &service.User{
 		ID: service.ID(r.ID), Username: r.Username, PasswordHash: r.PasswordHash,
-		Role: service.Role(r.Role), Disabled: r.Disabled, CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt,
+		Role: service.Role(r.Role), Disabled: r.Disabled, TokenVersion: r.TokenVersion, CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt,
 	}
 }
 
@@ -80,18 +81,52 @@ func (s *Store) CountUsers(ctx context.Context) (int64, error) {
 	return n, translate(err)
 }
 
-// UpdateUser stores the role, disabled flag and password hash of u.
-func (s *Store) UpdateUser(ctx context.Context, u *service.User) error {
-	res := s.conn(ctx).Model(&userRow{ID: int64(u.ID)}).Updates(map[string]any{
-		"role": string(u.Role), "disabled": u.Disabled, "password_hash": u.PasswordHash, "updated_at": time.Now().UTC(),
-	})
-	if res.Error != nil {
-		return translate(res.Error)
+// UpdateUser stores the role, disabled flag and password hash of u. With
+// endSessions it also increments the token version in the same statement (so
+// concurrent bumps are never lost) and sets u.TokenVersion to the new value.
+func (s *Store) UpdateUser(ctx context.Context, u *service.User, endSessions bool) error {
+	bump := 0
+	if endSessions {
+		bump = 1
 	}
-	if res.RowsAffected == 0 {
+	var versions []int64
+	err := s.conn(ctx).Raw(`UPDATE users SET role = ?, disabled = ?, password_hash = ?, token_version = token_version + ?, updated_at = now()
+		WHERE id = ? AND deleted_at IS NULL RETURNING token_version`,
+		string(u.Role), u.Disabled, u.PasswordHash, bump, int64(u.ID)).Scan(&versions).Error
+	if err != nil {
+		return translate(err)
+	}
+	if len(versions) == 0 {
 		return service.ErrNotFound
 	}
+	u.TokenVersion = versions[0]
 	return nil
+}
+
+// SetPassword stores a new password hash of a live, enabled user and
+// increments their token version, returning it. Only these two columns are
+// written, so a disable or role change made meanwhile stays.
+func (s *Store) SetPassword(ctx context.Context, id service.ID, passwordHash string) (int64, error) {
+	return s.bumpTokenVersion(ctx, `UPDATE users SET password_hash = ?, token_version = token_version + 1, updated_at = now()
+		WHERE id = ? AND deleted_at IS NULL AND NOT disabled RETURNING token_version`, passwordHash, int64(id))
+}
+
+// EndSessions increments the token version of a live user, which ends every
+// token issued before, and returns the new version.
+func (s *Store) EndSessions(ctx context.Context, id service.ID) (int64, error) {
+	return s.bumpTokenVersion(ctx, `UPDATE users SET token_version = token_version + 1, updated_at = now()
+		WHERE id = ? AND deleted_at IS NULL RETURNING token_version`, int64(id))
+}
+
+func (s *Store) bumpTokenVersion(ctx context.Context, sql string, args ...any) (int64, error) {
+	var versions []int64
+	if err := s.conn(ctx).Raw(sql, args...).Scan(&versions).Error; err != nil {
+		return 0, translate(err)
+	}
+	if len(versions) == 0 {
+		return 0, service.ErrNotFound
+	}
+	return versions[0], nil
 }
 
 // DeleteUser soft-deletes a user; their conversations stay for the record.

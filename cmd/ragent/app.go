@@ -105,8 +105,8 @@ func newApp(ctx context.Context, cfg Config, log *slog.Logger) (_ *App, err erro
 		if err != nil {
 			return err
 		}
-		authState := cache.NewAuthState(a.rdb, cfg.RedisPrefix) // revocations and failed-login counters
-		authSvc, err = auth.New(a.store, authState, authState, ids, auth.Config{Secret: secret, TokenTTL: cfg.TokenTTL}, log, nil)
+		authState := cache.NewAuthState(a.rdb, cfg.RedisPrefix) // revocations and login attempt counters
+		authSvc, err = auth.New(a.store, authState, loginAttempts{authState}, ids, authConfig(cfg, secret), log, nil)
 		if err != nil {
 			return err
 		}

@@ -29,7 +29,9 @@ var routeAccess = map[string]access{
 	"GET /metrics":                               public,
 	"POST /api/v1/auth/login":                    public,
 	"POST /api/v1/auth/logout":                   anyUser,
+	"POST /api/v1/auth/logout-all":               anyUser,
 	"GET /api/v1/me":                             anyUser,
+	"POST /api/v1/me/password":                   anyUser,
 	"GET /api/v1/users":                          adminOnly,
 	"POST /api/v1/users":                         adminOnly,
 	"PATCH /api/v1/users/:id":                    adminOnly,
@@ -115,6 +117,11 @@ func TestAuthorizationMatrix(t *testing.T) {
 					}
 				}
 			})
+		}
+		if key == "POST /api/v1/auth/logout-all" {
+			// That ended every session of both users: sign in again.
+			admin = in.login(t, "admin", "admin-password")
+			user = in.login(t, "alice", "alice-password")
 		}
 	}
 }
@@ -356,4 +363,36 @@ func TestBadRequests(t *testing.T) {
 			t.Fatalf("duplicate username: %d %s", r.Status, r.Body)
 		}
 	})
+}
+
+// Parallel wrong guesses must not all reach bcrypt: the attempt is reserved
+// in Redis before the password is checked, so at most the limit of them are
+// answered 401 and the rest 429.
+func TestParallelGuessesRespectLimit(t *testing.T) {
+	cfg := testConfig(t)
+	in := start(t, cfg)
+	admin := in.login(t, "admin", "admin-password")
+	in.createUser(t, admin, "dora", "dora-password", "user")
+
+	const guesses = 40
+	var (
+		wg       sync.WaitGroup
+		mu       sync.Mutex
+		statuses = map[int]int{}
+	)
+	for i := 0; i < guesses; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r := in.client(t, "").do("POST", "/api/v1/auth/login", map[string]string{"username": "dora", "password": "wrong-guess"})
+			mu.Lock()
+			statuses[r.Status]++
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	limit := 5 // auth.Config's default MaxFailures
+	if statuses[http.StatusUnauthorized] > limit || statuses[http.StatusUnauthorized]+statuses[http.StatusTooManyRequests] != guesses {
+		t.Fatalf("statuses %v: want at most %d × 401 (reached bcrypt) and the rest 429", statuses, limit)
+	}
 }

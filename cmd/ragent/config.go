@@ -51,6 +51,12 @@ type Config struct {
 	AdminPassword string
 	AuthSecret    string
 	TokenTTL      time.Duration
+	// Wrong-password limits: per username and client address, and per
+	// username from any address (wider, against many addresses guessing one
+	// account), within LoginFailWindow.
+	LoginMaxFailures        int
+	LoginMaxFailuresPerUser int
+	LoginFailWindow         time.Duration
 
 	ChatLimiterEnabled   bool
 	ChatMaxConcurrent    int
@@ -112,6 +118,10 @@ func loadConfig(getenv func(string) string) (Config, error) {
 		AdminPassword: e.str("RAGENT_ADMIN_PASSWORD", ""),
 		AuthSecret:    e.str("RAGENT_AUTH_SECRET", ""),
 		TokenTTL:      e.duration("RAGENT_TOKEN_TTL", 24*time.Hour),
+
+		LoginMaxFailures:        e.int("RAGENT_LOGIN_MAX_FAILURES", 5),
+		LoginMaxFailuresPerUser: e.int("RAGENT_LOGIN_MAX_FAILURES_PER_USER", 20),
+		LoginFailWindow:         e.duration("RAGENT_LOGIN_FAIL_WINDOW", 15*time.Minute),
 
 		ChatLimiterEnabled:   e.bool("RAGENT_CHAT_LIMITER_ENABLED", true),
 		ChatMaxConcurrent:    e.int("RAGENT_CHAT_MAX_CONCURRENT", 10),
@@ -196,6 +206,7 @@ func (c Config) validate() []error {
 	positive := map[string]int{
 		"RAGENT_CHAT_MAX_CONCURRENT": c.ChatMaxConcurrent, "RAGENT_CHAT_MAX_QUEUE": c.ChatMaxQueue,
 		"RAGENT_CHAT_MAX_QUEUED_PER_USER": c.ChatMaxQueuedPerUser, "RAGENT_UPLOAD_MAX_CONCURRENT": c.UploadMaxConcurrent,
+		"RAGENT_LOGIN_MAX_FAILURES": c.LoginMaxFailures, "RAGENT_LOGIN_MAX_FAILURES_PER_USER": c.LoginMaxFailuresPerUser,
 	}
 	for name, v := range positive {
 		if v < 1 {
@@ -205,7 +216,7 @@ func (c Config) validate() []error {
 	for name, d := range map[string]time.Duration{
 		"RAGENT_CHAT_MAX_WAIT": c.ChatMaxWait, "RAGENT_CHAT_LEASE": c.ChatLease,
 		"RAGENT_CHAT_POLL_INTERVAL": c.ChatPollInterval, "RAGENT_UPLOAD_MAX_WAIT": c.UploadMaxWait,
-		"RAGENT_TOKEN_TTL": c.TokenTTL, "RAGENT_SHUTDOWN_TIMEOUT": c.ShutdownTimeout,
+		"RAGENT_TOKEN_TTL": c.TokenTTL, "RAGENT_SHUTDOWN_TIMEOUT": c.ShutdownTimeout, "RAGENT_LOGIN_FAIL_WINDOW": c.LoginFailWindow,
 		"RAGENT_LLM_FIRST_TOKEN_TIMEOUT": c.LLMFirstTokenTimeout, "RAGENT_LLM_IDLE_TIMEOUT": c.LLMIdleTimeout,
 	} {
 		if d <= 0 {
@@ -223,6 +234,9 @@ func (c Config) validate() []error {
 	}
 	if c.WorkerID > 1023 || c.WorkerID < -1 {
 		bad("RAGENT_WORKER_ID must be between 0 and 1023")
+	}
+	if c.LoginMaxFailuresPerUser < c.LoginMaxFailures {
+		bad("RAGENT_LOGIN_MAX_FAILURES_PER_USER must be at least RAGENT_LOGIN_MAX_FAILURES")
 	}
 	if c.AuthSecret != "" && len(c.AuthSecret) < 32 {
 		bad("RAGENT_AUTH_SECRET must be at least 32 characters")
@@ -253,6 +267,7 @@ func (c Config) logAttrs() []any {
 		"llm_first_token_timeout", c.LLMFirstTokenTimeout.String(), "llm_idle_timeout", c.LLMIdleTimeout.String(),
 		"search_min_vector_score", c.SearchMinVectorScore, "embedding_provider", c.EmbedProvider, "embedding_model", c.EmbedModel, "embedding_dim", c.EmbedDim,
 		"admin_username", c.AdminUsername, "admin_password", mask(c.AdminPassword), "auth_secret", mask(c.AuthSecret),
+		"login_max_failures", c.LoginMaxFailures, "login_max_failures_per_user", c.LoginMaxFailuresPerUser, "login_fail_window", c.LoginFailWindow.String(),
 		"chat_limiter_enabled", c.ChatLimiterEnabled, "chat_max_concurrent", c.ChatMaxConcurrent,
 		"chat_max_wait", c.ChatMaxWait.String(), "chat_lease", c.ChatLease.String(), "chat_poll_interval", c.ChatPollInterval.String(),
 		"chat_on_redis_error", c.ChatOnRedisError, "chat_max_queue", c.ChatMaxQueue, "chat_max_queued_per_user", c.ChatMaxQueuedPerUser,

@@ -56,6 +56,8 @@ func TestConfigErrors(t *testing.T) {
 		{"worker id range", []string{"RAGENT_WORKER_ID", "1024"}, "RAGENT_WORKER_ID"},
 		{"short secret", []string{"RAGENT_AUTH_SECRET", "short"}, "RAGENT_AUTH_SECRET"},
 		{"zero queue", []string{"RAGENT_CHAT_MAX_QUEUE", "0"}, "RAGENT_CHAT_MAX_QUEUE"},
+		{"per-user login limit below per-address", []string{"RAGENT_LOGIN_MAX_FAILURES", "10", "RAGENT_LOGIN_MAX_FAILURES_PER_USER", "5"}, "RAGENT_LOGIN_MAX_FAILURES_PER_USER"},
+		{"zero login window", []string{"RAGENT_LOGIN_FAIL_WINDOW", "0s"}, "RAGENT_LOGIN_FAIL_WINDOW"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

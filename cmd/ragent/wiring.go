@@ -8,6 +8,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/ragent-go/ragent/cache"
 	"github.com/ragent-go/ragent/idempotent"
 	"github.com/ragent-go/ragent/llm"
 	"github.com/ragent-go/ragent/mq"
@@ -15,6 +16,7 @@ import (
 	"github.com/ragent-go/ragent/mq/rocketmq"
 	"github.com/ragent-go/ragent/ratelimit"
 	"github.com/ragent-go/ragent/service"
+	"github.com/ragent-go/ragent/service/auth"
 	"github.com/ragent-go/ragent/service/ingest"
 	"github.com/ragent-go/ragent/stream"
 )
@@ -133,6 +135,26 @@ const (
 	consumingTTL = 60 * time.Second
 	consumedTTL  = 24 * time.Hour
 )
+
+// authConfig is the auth use case's configuration.
+func authConfig(cfg Config, secret []byte) auth.Config {
+	return auth.Config{
+		Secret: secret, TokenTTL: cfg.TokenTTL,
+		MaxFailures: cfg.LoginMaxFailures, MaxUserFailures: cfg.LoginMaxFailuresPerUser, FailWindow: cfg.LoginFailWindow,
+	}
+}
+
+// loginAttempts adapts the Redis attempt counters to the auth use case's
+// Attempts.
+type loginAttempts struct{ s *cache.AuthState }
+
+func (l loginAttempts) Reserve(ctx context.Context, username, ip string, limit auth.Limit) (time.Duration, error) {
+	return l.s.Reserve(ctx, username, ip, limit.PerUser, limit.PerIP, limit.Window)
+}
+
+func (l loginAttempts) Reset(ctx context.Context, username, ip string) error {
+	return l.s.Reset(ctx, username, ip)
+}
 
 // chatLimiter adapts the fair queue to the chat use case's Limiter: queue
 // timeout and queue full become service.ErrBusy, a Redis failure under the

@@ -5,6 +5,18 @@
 // that the caller's store keeps (Redis in production). When that list cannot
 // be read, signed tokens still verify: availability wins over an instant
 // logout, and the event is logged.
+//
+// Every token also carries its user's token version. The version is bumped in
+// the user row on a password change, on disable, on a role change and on "log
+// out everywhere", and Authenticate compares it with the row it reads anyway
+// (to see disabled and deleted users), so every older token stops working at
+// once on every instance, also after the user is enabled again.
+//
+// Login attempts are reserved before the password is checked, per username
+// and client address and per username alone (a wider limit, against many
+// addresses guessing one account). Every path through Login does exactly one
+// password comparison at the configured cost, so its timing does not reveal
+// whether a username exists or is disabled.
 package auth
 
 import (
@@ -14,6 +26,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strconv"
 	"strings"
 	"time"
 	"unicode"
@@ -31,7 +44,17 @@ type Store interface {
 	UserByUsername(ctx context.Context, username string) (*service.User, error)
 	ListUsers(ctx context.Context, after service.ID, limit int) ([]*service.User, error)
 	CountUsers(ctx context.Context) (int64, error)
-	UpdateUser(ctx context.Context, u *service.User) error
+	// UpdateUser stores u's role, disabled flag and password hash. With
+	// endSessions it also increments the user's token version in the same
+	// statement and sets u.TokenVersion to the new value.
+	UpdateUser(ctx context.Context, u *service.User, endSessions bool) error
+	// SetPassword stores a new password hash of a live, enabled user and
+	// increments the token version in the same statement, returning the new
+	// version; a missing or disabled user is service.ErrNotFound. Only the
+	// hash and version are written, so a concurrent disable is never undone.
+	SetPassword(ctx context.Context, id service.ID, passwordHash string) (tokenVersion int64, err error)
+	// EndSessions increments the token version of a live user and returns it.
+	EndSessions(ctx context.Context, id service.ID) (tokenVersion int64, err error)
 	DeleteUser(ctx context.Context, id service.ID) error
 }
 
@@ -41,23 +64,37 @@ type Revocations interface {
 	Revoked(ctx context.Context, tokenID string) (bool, error)
 }
 
-// Attempts counts failed logins per username and client address.
+// Attempts counts password attempts per username and client address and per
+// username alone. An attempt is reserved before the password is checked and
+// given back after a success, so parallel guesses cannot pass the check
+// together before any of them is counted.
 type Attempts interface {
-	// Fail records a failure and returns the failures within window.
-	Fail(ctx context.Context, username, ip string, window time.Duration) (int, error)
-	// Failures returns the failures within the current window.
-	Failures(ctx context.Context, username, ip string) (int, error)
+	// Reserve counts one attempt for username+ip and for username, unless
+	// either counter has reached its limit, in one atomic step. Each counter's
+	// window starts at its first attempt. It returns 0 when the attempt is
+	// counted, else how long until the full counter's window ends.
+	Reserve(ctx context.Context, username, ip string, limit Limit) (retryAfter time.Duration, err error)
+	// Reset clears username+ip's counter and gives back the attempt's count on
+	// username alone, after a successful password check.
 	Reset(ctx context.Context, username, ip string) error
+}
+
+// Limit bounds password attempts within Window.
+type Limit struct {
+	PerIP   int // per username and client address
+	PerUser int // per username, from any address
+	Window  time.Duration
 }
 
 // Config tunes the service.
 type Config struct {
-	Secret      []byte        // HMAC key shared by every instance
-	TokenTTL    time.Duration // default 24h
-	MaxFailures int           // failed logins per username+IP before a pause; default 5
-	FailWindow  time.Duration // default 15m
-	BcryptCost  int           // default bcrypt.DefaultCost
-	MinPassword int           // default 8
+	Secret          []byte        // HMAC key shared by every instance
+	TokenTTL        time.Duration // default 24h
+	MaxFailures     int           // failed logins per username+IP before a pause; default 5
+	MaxUserFailures int           // failed logins per username from any address; default 20
+	FailWindow      time.Duration // default 15m
+	BcryptCost      int           // default bcrypt.DefaultCost
+	MinPassword     int           // default 8
 }
 
 // Service implements authentication and user management.
@@ -69,6 +106,12 @@ type Service struct {
 	cfg      Config
 	now      func() time.Time
 	log      *slog.Logger
+
+	// dummyHash is compared when the username is unknown; it has the
+	// configured cost so that path takes as long as a real comparison.
+	dummyHash []byte
+	// compare checks a password against a hash (bcrypt); tests count calls.
+	compare func(hash, password []byte) error
 }
 
 // New returns a Service. now may be nil (time.Now).
@@ -82,11 +125,20 @@ func New(store Store, revoked Revocations, attempts Attempts, ids service.IDGene
 	if cfg.MaxFailures <= 0 {
 		cfg.MaxFailures = 5
 	}
+	if cfg.MaxUserFailures <= 0 {
+		cfg.MaxUserFailures = 20
+	}
+	if cfg.MaxUserFailures < cfg.MaxFailures {
+		return nil, errors.New("auth: the per-username failure limit must not be below the per-username-and-address limit")
+	}
 	if cfg.FailWindow <= 0 {
 		cfg.FailWindow = 15 * time.Minute
 	}
 	if cfg.BcryptCost == 0 {
 		cfg.BcryptCost = bcrypt.DefaultCost
+	}
+	if cfg.BcryptCost < bcrypt.MinCost || cfg.BcryptCost > bcrypt.MaxCost {
+		return nil, fmt.Errorf("auth: bcrypt cost must be %d to %d", bcrypt.MinCost, bcrypt.MaxCost)
 	}
 	if cfg.MinPassword == 0 {
 		cfg.MinPassword = 8
@@ -97,7 +149,18 @@ func New(store Store, revoked Revocations, attempts Attempts, ids service.IDGene
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Service{store: store, revoked: revoked, attempts: attempts, ids: ids, cfg: cfg, now: now, log: log}, nil
+	var random [18]byte
+	if _, err := rand.Read(random[:]); err != nil {
+		return nil, err
+	}
+	dummy, err := bcrypt.GenerateFromPassword([]byte(hex.EncodeToString(random[:])), cfg.BcryptCost)
+	if err != nil {
+		return nil, err
+	}
+	return &Service{
+		store: store, revoked: revoked, attempts: attempts, ids: ids, cfg: cfg, now: now, log: log,
+		dummyHash: dummy, compare: bcrypt.CompareHashAndPassword,
+	}, nil
 }
 
 // Session is the result of a successful login.
@@ -111,39 +174,63 @@ type Session struct {
 // password and a disabled account, so login does not reveal which.
 var errBadCredentials = service.Errorf(service.ErrUnauthenticated, "invalid username or password")
 
-// Login checks the credentials and issues a token. Failures are counted per
-// username and ip; past the limit logins pause with service.ErrBusy.
+// Login checks the credentials and issues a token. Attempts are counted per
+// username and ip and per username alone; past either limit logins pause with
+// service.ErrBusy, whose details carry retryAfter in seconds.
 func (s *Service) Login(ctx context.Context, username, password, ip string) (*Session, error) {
 	username = strings.TrimSpace(username)
 	if username == "" || password == "" {
 		return nil, service.Errorf(service.ErrInvalid, "username and password are required")
 	}
-	// Count failures case-insensitively, as usernames are matched.
+	// Count attempts case-insensitively, as usernames are matched.
 	counted := strings.ToLower(username)
-	if n, err := s.attempts.Failures(ctx, counted, ip); err != nil {
-		s.log.WarnContext(ctx, "login attempt counter unavailable; not limiting", "err", err)
-	} else if n >= s.cfg.MaxFailures {
-		return nil, service.Errorf(service.ErrBusy, "too many failed logins; try again later")
+	if err := s.reserve(ctx, counted, ip, "too many failed logins; try again later"); err != nil {
+		return nil, err
 	}
 	u, err := s.store.UserByUsername(ctx, username)
 	if err != nil && !errors.Is(err, service.ErrNotFound) {
 		return nil, err
 	}
-	ok := u != nil && !u.Disabled && bcrypt.CompareHashAndPassword([]byte(u.PasswordHash), []byte(password)) == nil
-	if u == nil {
-		// Spend the same time as a real comparison so timing does not reveal
-		// whether the username exists.
-		_ = bcrypt.CompareHashAndPassword(dummyHash, []byte(password))
+	// One comparison at the configured cost on every path: an unknown user is
+	// compared with the dummy hash and a disabled one with their own, so the
+	// answer takes as long as for a live user with a wrong password.
+	hash := s.dummyHash
+	if u != nil {
+		hash = []byte(u.PasswordHash)
 	}
-	if !ok {
-		if _, err := s.attempts.Fail(ctx, counted, ip, s.cfg.FailWindow); err != nil {
-			s.log.WarnContext(ctx, "login attempt counter unavailable", "err", err)
-		}
+	match := s.compare(hash, []byte(password)) == nil
+	if u == nil || u.Disabled || !match {
+		// The reserved attempt stays counted as the failure.
 		return nil, errBadCredentials
 	}
-	if err := s.attempts.Reset(ctx, counted, ip); err != nil {
+	s.resetAttempts(ctx, counted, ip)
+	return s.session(u)
+}
+
+// reserve counts one password attempt or refuses it with service.ErrBusy.
+// When the counters cannot be reached the attempt goes ahead: availability
+// wins, and the event is logged.
+func (s *Service) reserve(ctx context.Context, username, ip, message string) error {
+	limit := Limit{PerIP: s.cfg.MaxFailures, PerUser: s.cfg.MaxUserFailures, Window: s.cfg.FailWindow}
+	wait, err := s.attempts.Reserve(ctx, username, ip, limit)
+	if err != nil {
+		s.log.WarnContext(ctx, "login attempt counter unavailable; not limiting", "err", err)
+		return nil
+	}
+	if wait > 0 {
+		secs := int64((wait + time.Second - 1) / time.Second)
+		return service.WithDetails(service.ErrBusy, message, map[string]string{"retryAfter": strconv.FormatInt(secs, 10)})
+	}
+	return nil
+}
+
+func (s *Service) resetAttempts(ctx context.Context, username, ip string) {
+	if err := s.attempts.Reset(ctx, username, ip); err != nil {
 		s.log.WarnContext(ctx, "login attempt counter unavailable", "err", err)
 	}
+}
+
+func (s *Service) session(u *service.User) (*Session, error) {
 	token, exp, err := s.issue(u)
 	if err != nil {
 		return nil, err
@@ -151,10 +238,12 @@ func (s *Service) Login(ctx context.Context, username, password, ip string) (*Se
 	return &Session{Token: token, User: u, Expires: exp}, nil
 }
 
-var dummyHash, _ = bcrypt.GenerateFromPassword([]byte("not a real password"), bcrypt.MinCost)
-
 type claims struct {
 	Role string `json:"role"`
+	// Version is the user's token version at issue; a bump in the user row
+	// ends every token that carries an older one. Tokens issued before
+	// versions existed have none (0), which matches a user never bumped.
+	Version int64 `json:"ver"`
 	jwt.RegisteredClaims
 }
 
@@ -166,7 +255,8 @@ func (s *Service) issue(u *service.User) (string, time.Time, error) {
 		return "", time.Time{}, err
 	}
 	c := claims{
-		Role: string(u.Role),
+		Role:    string(u.Role),
+		Version: u.TokenVersion,
 		RegisteredClaims: jwt.RegisteredClaims{
 			Subject:   u.ID.String(),
 			ID:        hex.EncodeToString(jti[:]),
@@ -180,7 +270,10 @@ func (s *Service) issue(u *service.User) (string, time.Time, error) {
 }
 
 // Authenticate verifies a token and returns its principal. It rejects
-// tampered, expired and revoked tokens and tokens of disabled or deleted users.
+// tampered, expired and revoked tokens, tokens of disabled or deleted users
+// and tokens older than the user's last password change, disable, role change
+// or "log out everywhere". The user row is read from the store on every call,
+// which keeps Postgres the one truth for all of these, on every instance.
 func (s *Service) Authenticate(ctx context.Context, token string) (service.Principal, error) {
 	var c claims
 	_, err := jwt.ParseWithClaims(token, &c, func(*jwt.Token) (any, error) { return s.cfg.Secret, nil },
@@ -209,6 +302,9 @@ func (s *Service) Authenticate(ctx context.Context, token string) (service.Princ
 	if err != nil {
 		return service.Principal{}, err
 	}
+	if c.Version != u.TokenVersion {
+		return service.Principal{}, service.Errorf(service.ErrUnauthenticated, "this session has ended; sign in again")
+	}
 	return service.Principal{UserID: u.ID, Username: u.Username, Role: u.Role, TokenID: c.ID, Expires: c.ExpiresAt.Time}, nil
 }
 
@@ -223,6 +319,65 @@ func (s *Service) Logout(ctx context.Context, p service.Principal) error {
 		return fmt.Errorf("%w: logout cannot be recorded: %v", service.ErrUnavailable, err)
 	}
 	return nil
+}
+
+// LogoutEverywhere ends every session of the caller, on every instance, by
+// bumping their token version; the caller's own token ends too.
+func (s *Service) LogoutEverywhere(ctx context.Context, p service.Principal) error {
+	_, err := s.store.EndSessions(ctx, p.UserID)
+	return err
+}
+
+// PasswordChange is a user's change of their own password.
+type PasswordChange struct {
+	OldPassword string `json:"oldPassword"`
+	NewPassword string `json:"newPassword"`
+}
+
+// errWrongPassword is a 400, not a 401: the caller's session is valid, only
+// the password they typed is not.
+var errWrongPassword = service.WithDetails(service.ErrInvalid, "the current password is incorrect", map[string]string{"field": "oldPassword"})
+
+// ChangePassword lets the caller change their own password. The old password
+// is checked under the same attempt limits as a login (from ip), so this is no
+// way around them. Every other session of the caller ends; the returned
+// session replaces the caller's.
+func (s *Service) ChangePassword(ctx context.Context, p service.Principal, in PasswordChange, ip string) (*Session, error) {
+	if in.OldPassword == "" {
+		return nil, service.WithDetails(service.ErrInvalid, "the current password is required", map[string]string{"field": "oldPassword"})
+	}
+	if err := s.validPassword(in.NewPassword); err != nil {
+		return nil, err
+	}
+	if in.NewPassword == in.OldPassword {
+		return nil, service.WithDetails(service.ErrInvalid, "the new password must differ from the current one", map[string]string{"field": "newPassword"})
+	}
+	u, err := s.store.UserByID(ctx, p.UserID)
+	if err != nil {
+		return nil, err
+	}
+	counted := strings.ToLower(u.Username)
+	if err := s.reserve(ctx, counted, ip, "too many wrong passwords; try again later"); err != nil {
+		return nil, err
+	}
+	if s.compare([]byte(u.PasswordHash), []byte(in.OldPassword)) != nil {
+		return nil, errWrongPassword
+	}
+	s.resetAttempts(ctx, counted, ip)
+	hash, err := s.hash(in.NewPassword)
+	if err != nil {
+		return nil, err
+	}
+	version, err := s.store.SetPassword(ctx, u.ID, hash)
+	if errors.Is(err, service.ErrNotFound) {
+		// Disabled or deleted since this request was authenticated.
+		return nil, service.Errorf(service.ErrUnauthenticated, "account is disabled or deleted")
+	}
+	if err != nil {
+		return nil, err
+	}
+	u.PasswordHash, u.TokenVersion = hash, version
+	return s.session(u)
 }
 
 // UserInput creates or changes a user. Nil fields are left unchanged on update.
@@ -297,12 +452,19 @@ func validUsername(name string) error {
 	return nil
 }
 
-func (s *Service) hash(password string) (string, error) {
+func (s *Service) validPassword(password string) error {
 	if len([]rune(password)) < s.cfg.MinPassword {
-		return "", service.Errorf(service.ErrInvalid, "password must be at least %d characters", s.cfg.MinPassword)
+		return service.Errorf(service.ErrInvalid, "password must be at least %d characters", s.cfg.MinPassword)
 	}
 	if len(password) > 72 { // bcrypt's input limit
-		return "", service.Errorf(service.ErrInvalid, "password must be at most 72 bytes")
+		return service.Errorf(service.ErrInvalid, "password must be at most 72 bytes")
+	}
+	return nil
+}
+
+func (s *Service) hash(password string) (string, error) {
+	if err := s.validPassword(password); err != nil {
+		return "", err
 	}
 	h, err := bcrypt.GenerateFromPassword([]byte(password), s.cfg.BcryptCost)
 	return string(h), err
@@ -318,6 +480,7 @@ func (s *Service) ListUsers(ctx context.Context, p service.Principal, after serv
 
 // UpdateUser changes role, disabled flag or password (admins only). An admin
 // cannot demote or disable themself, so there is always one admin left.
+// A new password, a disable and a role change end the user's sessions.
 func (s *Service) UpdateUser(ctx context.Context, p service.Principal, id service.ID, in UserInput) (*service.User, error) {
 	if !p.IsAdmin() {
 		return nil, service.ErrForbidden
@@ -329,6 +492,7 @@ func (s *Service) UpdateUser(ctx context.Context, p service.Principal, id servic
 	if err != nil {
 		return nil, err
 	}
+	endSessions := false
 	if in.Role != nil {
 		if !in.Role.Valid() {
 			return nil, service.Errorf(service.ErrInvalid, "role must be admin or user")
@@ -336,20 +500,23 @@ func (s *Service) UpdateUser(ctx context.Context, p service.Principal, id servic
 		if id == p.UserID && *in.Role != service.RoleAdmin {
 			return nil, service.Errorf(service.ErrConflict, "you cannot remove your own admin role")
 		}
+		endSessions = endSessions || u.Role != *in.Role
 		u.Role = *in.Role
 	}
 	if in.Disabled != nil {
 		if id == p.UserID && *in.Disabled {
 			return nil, service.Errorf(service.ErrConflict, "you cannot disable yourself")
 		}
+		endSessions = endSessions || (*in.Disabled && !u.Disabled)
 		u.Disabled = *in.Disabled
 	}
 	if in.Password != nil {
 		if u.PasswordHash, err = s.hash(*in.Password); err != nil {
 			return nil, err
 		}
+		endSessions = true
 	}
-	if err := s.store.UpdateUser(ctx, u); err != nil {
+	if err := s.store.UpdateUser(ctx, u, endSessions); err != nil {
 		return nil, err
 	}
 	return u, nil

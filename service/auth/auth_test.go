@@ -1,0 +1,582 @@
+package auth
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"golang.org/x/crypto/bcrypt"
+
+	"github.com/ragent-go/ragent/service"
+)
+
+// testCost is above bcrypt.MinCost, so a comparison at the minimum cost is
+// told apart from one at the configured cost.
+const testCost = bcrypt.MinCost + 2
+
+// clock is a settable time source.
+type clock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func (c *clock) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.now }
+func (c *clock) Add(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.now = c.now.Add(d)
+}
+
+// store keeps users in memory.
+type store struct {
+	mu    sync.Mutex
+	users map[service.ID]service.User
+}
+
+func (s *store) CreateUser(_ context.Context, u *service.User) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, o := range s.users {
+		if strings.EqualFold(o.Username, u.Username) {
+			return service.ErrConflict
+		}
+	}
+	s.users[u.ID] = *u
+	return nil
+}
+
+func (s *store) UserByID(_ context.Context, id service.ID) (*service.User, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	u, ok := s.users[id]
+	if !ok {
+		return nil, service.ErrNotFound
+	}
+	return &u, nil
+}
+
+func (s *store) UserByUsername(_ context.Context, name string) (*service.User, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, u := range s.users {
+		if strings.EqualFold(u.Username, name) {
+			return &u, nil
+		}
+	}
+	return nil, service.ErrNotFound
+}
+
+func (s *store) ListUsers(context.Context, service.ID, int) ([]*service.User, error) { return nil, nil }
+func (s *store) CountUsers(context.Context) (int64, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return int64(len(s.users)), nil
+}
+
+func (s *store) UpdateUser(_ context.Context, u *service.User, endSessions bool) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	old, ok := s.users[u.ID]
+	if !ok {
+		return service.ErrNotFound
+	}
+	old.Role, old.Disabled, old.PasswordHash = u.Role, u.Disabled, u.PasswordHash
+	if endSessions {
+		old.TokenVersion++
+	}
+	s.users[u.ID] = old
+	u.TokenVersion = old.TokenVersion
+	return nil
+}
+
+func (s *store) SetPassword(_ context.Context, id service.ID, hash string) (int64, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	u, ok := s.users[id]
+	if !ok || u.Disabled {
+		return 0, service.ErrNotFound
+	}
+	u.PasswordHash = hash
+	u.TokenVersion++
+	s.users[id] = u
+	return u.TokenVersion, nil
+}
+
+func (s *store) EndSessions(_ context.Context, id service.ID) (int64, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	u, ok := s.users[id]
+	if !ok {
+		return 0, service.ErrNotFound
+	}
+	u.TokenVersion++
+	s.users[id] = u
+	return u.TokenVersion, nil
+}
+
+func (s *store) DeleteUser(_ context.Context, id service.ID) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.users, id)
+	return nil
+}
+
+// revocations is an in-memory revocation list; err makes it unreachable.
+type revocations struct {
+	mu      sync.Mutex
+	revoked map[string]bool
+	err     error
+}
+
+func (r *revocations) Revoke(_ context.Context, id string, _ time.Duration) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.err != nil {
+		return r.err
+	}
+	r.revoked[id] = true
+	return nil
+}
+
+func (r *revocations) Revoked(_ context.Context, id string) (bool, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.revoked[id], r.err
+}
+
+// attempts mirrors the Redis counters (cache/login_reserve.lua) in memory,
+// on the test clock; err makes them unreachable.
+type attempts struct {
+	mu       sync.Mutex
+	clock    *clock
+	counters map[string]*counter
+	err      error
+}
+
+type counter struct {
+	n     int
+	until time.Time
+}
+
+func (a *attempts) live(key string) *counter {
+	c := a.counters[key]
+	if c == nil || !a.clock.Now().Before(c.until) {
+		return nil
+	}
+	return c
+}
+
+func (a *attempts) Reserve(_ context.Context, username, ip string, l Limit) (time.Duration, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.err != nil {
+		return 0, a.err
+	}
+	keys := []string{username, username + "|" + ip}
+	limits := []int{l.PerUser, l.PerIP}
+	var wait time.Duration
+	for i, k := range keys {
+		if c := a.live(k); c != nil && c.n >= limits[i] {
+			wait = max(wait, c.until.Sub(a.clock.Now()))
+		}
+	}
+	if wait > 0 {
+		return wait, nil
+	}
+	for _, k := range keys {
+		c := a.live(k)
+		if c == nil {
+			c = &counter{until: a.clock.Now().Add(l.Window)}
+			a.counters[k] = c
+		}
+		c.n++
+	}
+	return 0, nil
+}
+
+func (a *attempts) Reset(_ context.Context, username, ip string) error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.err != nil {
+		return a.err
+	}
+	delete(a.counters, username+"|"+ip)
+	if c := a.live(username); c != nil && c.n > 0 {
+		c.n--
+	}
+	return nil
+}
+
+type ids struct {
+	mu   sync.Mutex
+	next service.ID
+}
+
+func (g *ids) NextID() (service.ID, error) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.next++
+	return g.next, nil
+}
+
+// env is a Service on fakes with an admin and a user.
+type env struct {
+	svc      *Service
+	clock    *clock
+	store    *store
+	revoked  *revocations
+	attempts *attempts
+	admin    service.Principal
+	userID   service.ID
+	compares []int // bcrypt cost of every password comparison
+}
+
+func newEnv(t *testing.T, cfg Config) *env {
+	t.Helper()
+	clk := &clock{now: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)}
+	e := &env{
+		clock:    clk,
+		store:    &store{users: map[service.ID]service.User{}},
+		revoked:  &revocations{revoked: map[string]bool{}},
+		attempts: &attempts{clock: clk, counters: map[string]*counter{}},
+	}
+	cfg.Secret = []byte(strings.Repeat("s", 32))
+	cfg.BcryptCost = testCost
+	svc, err := New(e.store, e.revoked, e.attempts, &ids{}, cfg, nil, clk.Now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	svc.compare = func(hash, password []byte) error {
+		cost, err := bcrypt.Cost(hash)
+		if err != nil {
+			t.Fatalf("compared against a hash that is not bcrypt: %v", err)
+		}
+		e.compares = append(e.compares, cost)
+		return bcrypt.CompareHashAndPassword(hash, password)
+	}
+	e.svc = svc
+	ctx := context.Background()
+	if _, _, err := svc.Bootstrap(ctx, "admin", "admin-password"); err != nil {
+		t.Fatal(err)
+	}
+	sess, err := svc.Login(ctx, "admin", "admin-password", "192.0.2.1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if e.admin, err = svc.Authenticate(ctx, sess.Token); err != nil {
+		t.Fatal(err)
+	}
+	name, pw := "bob", "bob-password"
+	u, err := svc.CreateUser(ctx, e.admin, UserInput{Username: &name, Password: &pw})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.userID = u.ID
+	e.compares = nil
+	return e
+}
+
+// kind names the sentinel err wraps, for compact test tables.
+func kind(err error) string {
+	for _, k := range []error{service.ErrInvalid, service.ErrUnauthenticated, service.ErrForbidden, service.ErrNotFound, service.ErrConflict, service.ErrBusy} {
+		if errors.Is(err, k) {
+			return k.Error()
+		}
+	}
+	if err != nil {
+		return "other: " + err.Error()
+	}
+	return "ok"
+}
+
+func TestLoginLockout(t *testing.T) {
+	type step struct {
+		wait     time.Duration // advance the clock first
+		password string
+		ip       string
+		want     string
+	}
+	wrong := func(ip string, n int) []step {
+		s := make([]step, n)
+		for i := range s {
+			s[i] = step{password: "wrong-password", ip: ip, want: "unauthenticated"}
+		}
+		return s
+	}
+	join := func(parts ...[]step) []step {
+		var out []step
+		for _, p := range parts {
+			out = append(out, p...)
+		}
+		return out
+	}
+	const a, b = "198.51.100.1", "198.51.100.2"
+	tests := []struct {
+		name     string
+		cfg      Config
+		steps    []step
+		countErr error
+	}{
+		{"per address limit pauses that address", Config{}, join(wrong(a, 5), []step{
+			{password: "bob-password", ip: a, want: "busy"},
+			{password: "bob-password", ip: b, want: "ok"},
+		}), nil},
+		{"pause ends with the window", Config{FailWindow: time.Minute}, join(wrong(a, 5), []step{
+			{wait: 59 * time.Second, password: "bob-password", ip: a, want: "busy"},
+			{wait: time.Second, password: "bob-password", ip: a, want: "ok"},
+		}), nil},
+		{"success clears the address counter", Config{}, join(wrong(a, 4), []step{{password: "bob-password", ip: a, want: "ok"}}, wrong(a, 4), []step{
+			{password: "bob-password", ip: a, want: "ok"},
+		}), nil},
+		{"per username limit spans addresses", Config{MaxFailures: 3, MaxUserFailures: 7}, join(wrong(a, 3), wrong(b, 3), wrong("203.0.113.9", 1), []step{
+			{password: "bob-password", ip: "203.0.113.10", want: "busy"},
+			{wait: 15 * time.Minute, password: "bob-password", ip: "203.0.113.10", want: "ok"},
+		}), nil},
+		{"success does not clear other addresses' failures", Config{MaxFailures: 5, MaxUserFailures: 6}, join(wrong(a, 5), []step{{password: "bob-password", ip: b, want: "ok"}}, wrong(b, 1), []step{
+			{password: "bob-password", ip: b, want: "busy"},
+		}), nil},
+		{"counter unreachable: logins go on", Config{}, join(wrong(a, 7), []step{{password: "bob-password", ip: a, want: "ok"}}), errors.New("redis down")},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			e := newEnv(t, tt.cfg)
+			e.attempts.err = tt.countErr
+			for i, s := range tt.steps {
+				e.clock.Add(s.wait)
+				_, err := e.svc.Login(context.Background(), "BOB", s.password, s.ip)
+				if got := kind(err); got != s.want {
+					t.Fatalf("step %d (%s from %s): %s, want %s", i, s.password, s.ip, got, s.want)
+				}
+				var de *service.Error
+				if errors.Is(err, service.ErrBusy) && (!errors.As(err, &de) || de.Details["retryAfter"] == "") {
+					t.Fatalf("step %d: busy without retryAfter: %#v", i, err)
+				}
+			}
+		})
+	}
+}
+
+func TestLoginRetryAfterIsTheRestOfTheWindow(t *testing.T) {
+	e := newEnv(t, Config{FailWindow: 10 * time.Minute})
+	for i := 0; i < 5; i++ {
+		e.svc.Login(context.Background(), "bob", "wrong-password", "198.51.100.1")
+	}
+	e.clock.Add(4*time.Minute + 500*time.Millisecond)
+	_, err := e.svc.Login(context.Background(), "bob", "bob-password", "198.51.100.1")
+	var de *service.Error
+	if !errors.As(err, &de) || de.Details["retryAfter"] != "360" { // 5m59.5s rounded up
+		t.Fatalf("err %v, want busy with retryAfter 360", err)
+	}
+}
+
+// Every login path compares the password exactly once, against a hash of
+// the configured cost, so timing tells nothing about the username.
+func TestLoginComparesOnceAtConfiguredCost(t *testing.T) {
+	tests := []struct {
+		name     string
+		username string
+		password string
+		disable  bool
+		want     string
+	}{
+		{"unknown user", "nobody", "whatever-pw", false, "unauthenticated"},
+		{"wrong password", "bob", "wrong-password", false, "unauthenticated"},
+		{"disabled user, right password", "bob", "bob-password", true, "unauthenticated"},
+		{"disabled user, wrong password", "bob", "wrong-password", true, "unauthenticated"},
+		{"right password", "bob", "bob-password", false, "ok"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			e := newEnv(t, Config{})
+			if tt.disable {
+				d := true
+				if _, err := e.svc.UpdateUser(context.Background(), e.admin, e.userID, UserInput{Disabled: &d}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			e.compares = nil
+			_, err := e.svc.Login(context.Background(), tt.username, tt.password, "198.51.100.1")
+			if got := kind(err); got != tt.want {
+				t.Fatalf("login: %s, want %s", got, tt.want)
+			}
+			if len(e.compares) != 1 || e.compares[0] != testCost {
+				t.Fatalf("comparisons at costs %v, want exactly one at cost %d", e.compares, testCost)
+			}
+		})
+	}
+}
+
+func TestTokenVersion(t *testing.T) {
+	ctx := context.Background()
+	yes, no := true, false
+	admin, user := service.RoleAdmin, service.RoleUser
+	newPassword := "new-password"
+	tests := []struct {
+		name string
+		// act changes something; the old token's fate is want.
+		act  func(e *env, p service.Principal) error
+		want string
+	}{
+		{"nothing", func(*env, service.Principal) error { return nil }, "ok"},
+		{"own password change", func(e *env, p service.Principal) error {
+			_, err := e.svc.ChangePassword(ctx, p, PasswordChange{OldPassword: "bob-password", NewPassword: newPassword}, "198.51.100.1")
+			return err
+		}, "unauthenticated"},
+		{"admin sets password", func(e *env, _ service.Principal) error {
+			_, err := e.svc.UpdateUser(ctx, e.admin, e.userID, UserInput{Password: &newPassword})
+			return err
+		}, "unauthenticated"},
+		{"disable then enable", func(e *env, _ service.Principal) error {
+			if _, err := e.svc.UpdateUser(ctx, e.admin, e.userID, UserInput{Disabled: &yes}); err != nil {
+				return err
+			}
+			_, err := e.svc.UpdateUser(ctx, e.admin, e.userID, UserInput{Disabled: &no})
+			return err
+		}, "unauthenticated"},
+		{"role change", func(e *env, _ service.Principal) error {
+			_, err := e.svc.UpdateUser(ctx, e.admin, e.userID, UserInput{Role: &admin})
+			return err
+		}, "unauthenticated"},
+		{"same role and enabled again", func(e *env, _ service.Principal) error {
+			_, err := e.svc.UpdateUser(ctx, e.admin, e.userID, UserInput{Role: &user, Disabled: &no})
+			return err
+		}, "ok"},
+		{"log out everywhere", func(e *env, p service.Principal) error { return e.svc.LogoutEverywhere(ctx, p) }, "unauthenticated"},
+		{"another user logs out everywhere", func(e *env, _ service.Principal) error { return e.svc.LogoutEverywhere(ctx, e.admin) }, "ok"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			e := newEnv(t, Config{})
+			sess, err := e.svc.Login(ctx, "bob", "bob-password", "198.51.100.1")
+			if err != nil {
+				t.Fatal(err)
+			}
+			p, err := e.svc.Authenticate(ctx, sess.Token)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := tt.act(e, p); err != nil {
+				t.Fatalf("act: %v", err)
+			}
+			if _, err := e.svc.Authenticate(ctx, sess.Token); kind(err) != tt.want {
+				t.Fatalf("old token: %s, want %s", kind(err), tt.want)
+			}
+			// Whatever happened, signing in again gives a working token.
+			pw := "bob-password"
+			if _, err := e.svc.Login(ctx, "bob", pw, "198.51.100.2"); err != nil {
+				pw = newPassword
+			}
+			fresh, err := e.svc.Login(ctx, "bob", pw, "198.51.100.2")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := e.svc.Authenticate(ctx, fresh.Token); err != nil {
+				t.Fatalf("fresh token: %v", err)
+			}
+		})
+	}
+}
+
+func TestChangePassword(t *testing.T) {
+	ctx := context.Background()
+	tests := []struct {
+		name  string
+		in    PasswordChange
+		want  string
+		field string
+	}{
+		{"ok", PasswordChange{OldPassword: "bob-password", NewPassword: "bob-password-2"}, "ok", ""},
+		{"wrong old password", PasswordChange{OldPassword: "not-it", NewPassword: "bob-password-2"}, "invalid", "oldPassword"},
+		{"no old password", PasswordChange{NewPassword: "bob-password-2"}, "invalid", "oldPassword"},
+		{"too short", PasswordChange{OldPassword: "bob-password", NewPassword: "short"}, "invalid", ""},
+		{"unchanged", PasswordChange{OldPassword: "bob-password", NewPassword: "bob-password"}, "invalid", "newPassword"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			e := newEnv(t, Config{})
+			sess, _ := e.svc.Login(ctx, "bob", "bob-password", "198.51.100.1")
+			p, _ := e.svc.Authenticate(ctx, sess.Token)
+			got, err := e.svc.ChangePassword(ctx, p, tt.in, "198.51.100.1")
+			if kind(err) != tt.want {
+				t.Fatalf("got %v, want %s", err, tt.want)
+			}
+			var de *service.Error
+			if tt.field != "" && (!errors.As(err, &de) || de.Details["field"] != tt.field) {
+				t.Fatalf("error %#v does not name field %s", err, tt.field)
+			}
+			if err != nil {
+				if _, err := e.svc.Authenticate(ctx, sess.Token); err != nil {
+					t.Fatalf("a refused change ended the session: %v", err)
+				}
+				return
+			}
+			if _, err := e.svc.Authenticate(ctx, got.Token); err != nil {
+				t.Fatalf("the new session: %v", err)
+			}
+			if _, err := e.svc.Login(ctx, "bob", tt.in.NewPassword, "198.51.100.1"); err != nil {
+				t.Fatalf("login with the new password: %v", err)
+			}
+		})
+	}
+
+	t.Run("wrong old passwords count against the login limit", func(t *testing.T) {
+		e := newEnv(t, Config{})
+		sess, _ := e.svc.Login(ctx, "bob", "bob-password", "198.51.100.1")
+		p, _ := e.svc.Authenticate(ctx, sess.Token)
+		for i := 0; i < 5; i++ {
+			e.svc.ChangePassword(ctx, p, PasswordChange{OldPassword: "guess", NewPassword: "bob-password-2"}, "198.51.100.1")
+		}
+		if _, err := e.svc.ChangePassword(ctx, p, PasswordChange{OldPassword: "bob-password", NewPassword: "bob-password-2"}, "198.51.100.1"); kind(err) != "busy" {
+			t.Fatalf("change after 5 wrong passwords: %v, want busy", err)
+		}
+		if _, err := e.svc.Login(ctx, "bob", "bob-password", "198.51.100.1"); kind(err) != "busy" {
+			t.Fatalf("login after 5 wrong passwords: %v, want busy", err)
+		}
+	})
+}
+
+func TestTokenExpiryAndRevocation(t *testing.T) {
+	ctx := context.Background()
+	tests := []struct {
+		name    string
+		prepare func(e *env, p service.Principal)
+		want    string
+	}{
+		{"fresh", func(*env, service.Principal) {}, "ok"},
+		{"just before expiry", func(e *env, _ service.Principal) { e.clock.Add(time.Hour - time.Second) }, "ok"},
+		{"expired", func(e *env, _ service.Principal) { e.clock.Add(time.Hour + time.Second) }, "unauthenticated"},
+		{"logged out", func(e *env, p service.Principal) { e.svc.Logout(ctx, p) }, "unauthenticated"},
+		{"revocation list unreachable", func(e *env, _ service.Principal) { e.revoked.err = errors.New("redis down") }, "ok"},
+		{"user deleted", func(e *env, p service.Principal) { e.store.DeleteUser(ctx, p.UserID) }, "unauthenticated"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			e := newEnv(t, Config{TokenTTL: time.Hour})
+			sess, err := e.svc.Login(ctx, "bob", "bob-password", "198.51.100.1")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if want := e.clock.Now().Add(time.Hour); !sess.Expires.Equal(want) {
+				t.Fatalf("expires %v, want %v", sess.Expires, want)
+			}
+			p, err := e.svc.Authenticate(ctx, sess.Token)
+			if err != nil {
+				t.Fatal(err)
+			}
+			tt.prepare(e, p)
+			if _, err := e.svc.Authenticate(ctx, sess.Token); kind(err) != tt.want {
+				t.Fatalf("got %v, want %s", err, tt.want)
+			}
+		})
+	}
+}
+
+func TestNewRejectsLimitsBelowEachOther(t *testing.T) {
+	_, err := New(&store{}, &revocations{}, &attempts{}, &ids{}, Config{Secret: []byte(strings.Repeat("s", 32)), MaxFailures: 10, MaxUserFailures: 5}, nil, nil)
+	if err == nil {
+		t.Fatal("a per-username limit below the per-address one was accepted")
+	}
+}
