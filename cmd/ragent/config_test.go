@@ -56,6 +56,9 @@ func TestConfigErrors(t *testing.T) {
 		{"worker id range", []string{"RAGENT_WORKER_ID", "1024"}, "RAGENT_WORKER_ID"},
 		{"short secret", []string{"RAGENT_AUTH_SECRET", "short"}, "RAGENT_AUTH_SECRET"},
 		{"zero queue", []string{"RAGENT_CHAT_MAX_QUEUE", "0"}, "RAGENT_CHAT_MAX_QUEUE"},
+		{"bad proxy", []string{"RAGENT_TRUSTED_PROXIES", "10.0.0.0/8,proxy.local"}, "RAGENT_TRUSTED_PROXIES"},
+		{"origin with a path", []string{"RAGENT_ALLOWED_ORIGINS", "https://rag.example.com/app"}, "RAGENT_ALLOWED_ORIGINS"},
+		{"zero body timeout", []string{"RAGENT_HTTP_BODY_TIMEOUT", "0s"}, "RAGENT_HTTP_BODY_TIMEOUT"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -64,6 +67,28 @@ func TestConfigErrors(t *testing.T) {
 				t.Fatalf("error %v, want one naming %s", err, tt.want)
 			}
 		})
+	}
+}
+
+func TestConfigHTTPEdge(t *testing.T) {
+	c, err := loadConfig(envOf())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(c.TrustedProxies) != 0 || c.MetricsAddr != "" || c.HTTPBodyTimeout != 30*time.Second ||
+		c.HTTPUploadTimeout != 430*time.Second {
+		t.Fatalf("defaults: proxies %v, metrics %q, body %s, upload %s", c.TrustedProxies, c.MetricsAddr, c.HTTPBodyTimeout, c.HTTPUploadTimeout)
+	}
+	c, err = loadConfig(envOf("RAGENT_TRUSTED_PROXIES", " 10.1.2.3/8, 127.0.0.1 ,::1",
+		"RAGENT_ALLOWED_ORIGINS", "HTTPS://Rag.Example.com:443", "RAGENT_HTTP_UPLOAD_TIMEOUT", "1m"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := fmt.Sprint(c.TrustedProxies); got != "[10.0.0.0/8 127.0.0.1/32 ::1/128]" {
+		t.Errorf("proxies %s", got)
+	}
+	if fmt.Sprint(c.AllowedOrigins) != "[https://rag.example.com]" || c.HTTPUploadTimeout != time.Minute {
+		t.Errorf("origins %v, upload timeout %s", c.AllowedOrigins, c.HTTPUploadTimeout)
 	}
 }
 
