@@ -65,6 +65,9 @@ func (s *Server) uploadDocument(c *gin.Context) {
 // uploadError answers a failed upload; a body past the size cap is 413
 // whichever reader hit it.
 func (s *Server) uploadError(c *gin.Context, err error) {
+	if bodyTimedOut(c, err) {
+		return
+	}
 	var tooBig *http.MaxBytesError
 	if errors.As(err, &tooBig) {
 		fail(c, service.Errorf(service.ErrTooLarge, "file exceeds the %d MiB upload limit", s.deps.UploadMaxBytes>>20))

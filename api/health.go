@@ -2,6 +2,7 @@ package api
 
 import (
 	"context"
+	"errors"
 	"net/http"
 	"sort"
 	"sync"
@@ -14,7 +15,9 @@ func (s *Server) healthz(c *gin.Context) {
 }
 
 // readyz checks every dependency concurrently; any failure answers 503 with
-// the failing names, so a load balancer stops sending traffic here.
+// the failing names, so a load balancer stops sending traffic here. The
+// endpoint is public, so each check reports only "ok", "timeout" or
+// "unavailable"; the error itself (addresses, user names) goes to the log.
 func (s *Server) readyz(c *gin.Context) {
 	ctx, cancel := context.WithTimeout(c.Request.Context(), s.deps.ReadyTimeout)
 	defer cancel()
@@ -29,7 +32,11 @@ func (s *Server) readyz(c *gin.Context) {
 			defer wg.Done()
 			status := "ok"
 			if err := p.Ping(ctx); err != nil {
-				status = err.Error()
+				status = "unavailable"
+				if errors.Is(err, context.DeadlineExceeded) {
+					status = "timeout"
+				}
+				logger(c).WarnContext(ctx, "readiness check failed", "dependency", name, "err", err)
 			}
 			mu.Lock()
 			checks[name] = status

@@ -22,6 +22,7 @@ import (
 const (
 	ctxLogger    = "ragent.logger"
 	ctxPrincipal = "ragent.principal"
+	ctxViaCookie = "ragent.via_cookie" // authenticated by the session cookie, not a bearer token
 )
 
 // SessionCookie carries the token for browsers.
@@ -127,7 +128,7 @@ func (m *httpMetrics) handler() gin.HandlerFunc {
 // authenticate requires a valid token from the Authorization header or the
 // session cookie and stores the principal.
 func (s *Server) authenticate(c *gin.Context) {
-	token := ""
+	token, cookie := "", false
 	if h := c.GetHeader("Authorization"); h != "" {
 		scheme, rest, ok := strings.Cut(h, " ")
 		if !ok || !strings.EqualFold(scheme, "Bearer") || strings.TrimSpace(rest) == "" {
@@ -136,7 +137,7 @@ func (s *Server) authenticate(c *gin.Context) {
 		}
 		token = strings.TrimSpace(rest)
 	} else if ck, err := c.Cookie(SessionCookie); err == nil {
-		token = ck
+		token, cookie = ck, true
 	}
 	if token == "" {
 		fail(c, service.Errorf(service.ErrUnauthenticated, "login required"))
@@ -148,7 +149,14 @@ func (s *Server) authenticate(c *gin.Context) {
 		return
 	}
 	c.Set(ctxPrincipal, p)
+	c.Set(ctxViaCookie, cookie)
 	c.Next()
+}
+
+// viaCookie reports whether the caller authenticated with the session
+// cookie, which a browser attaches to requests other pages make.
+func viaCookie(c *gin.Context) bool {
+	return c.GetBool(ctxViaCookie)
 }
 
 // requireAdmin lets only admins through.
@@ -180,6 +188,9 @@ func (s *Server) bindJSON(c *gin.Context, dst any) bool {
 	}
 	body := http.MaxBytesReader(c.Writer, c.Request.Body, s.deps.MaxBodyBytes)
 	if err := decodeJSON(body, dst); err != nil {
+		if bodyTimedOut(c, err) {
+			return false
+		}
 		var tooBig *http.MaxBytesError
 		if errors.As(err, &tooBig) {
 			failCode(c, http.StatusRequestEntityTooLarge, "too_large", fmt.Sprintf("request body exceeds %d bytes", tooBig.Limit))

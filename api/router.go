@@ -11,6 +11,7 @@ import (
 	"context"
 	"log/slog"
 	"net/http"
+	"net/netip"
 	"time"
 
 	"github.com/gin-gonic/gin"
@@ -65,7 +66,25 @@ type Deps struct {
 	UploadMaxBytes int64         // upload cap; default 50 MiB
 	SecureCookie   bool          // set Secure on the session cookie (behind TLS)
 	ReadyTimeout   time.Duration // per dependency; default 2s
+
+	// TrustedProxies are the peers whose X-Forwarded-For, X-Real-IP and
+	// X-Forwarded-Proto are believed; with none, the client IP is the TCP
+	// peer (the headers are anyone's to forge).
+	TrustedProxies []netip.Prefix
+	// AllowedOrigins (normalized, see NormalizeOrigin) may send
+	// cookie-authenticated writes besides the request's own origin.
+	AllowedOrigins []string
+	// BodyTimeout bounds reading a request body (default 30s);
+	// UploadBodyTimeout an upload's (default BodyTimeout + 10 minutes).
+	BodyTimeout       time.Duration
+	UploadBodyTimeout time.Duration
+	// MetricsElsewhere leaves /metrics off this router: cmd serves it on
+	// its own listener (RAGENT_METRICS_ADDR).
+	MetricsElsewhere bool
 }
+
+// uploadRoute is the one route whose body is multipart and may be large.
+const uploadRoute = "/api/v1/knowledge-bases/:id/documents"
 
 // Server holds the handlers' dependencies.
 type Server struct {
@@ -110,13 +129,29 @@ func NewRouter(deps Deps) *Router {
 	if deps.Registry == nil {
 		deps.Registry = prometheus.NewRegistry()
 	}
+	if deps.BodyTimeout <= 0 {
+		deps.BodyTimeout = 30 * time.Second
+	}
+	if deps.UploadBodyTimeout <= 0 {
+		deps.UploadBodyTimeout = deps.BodyTimeout + 10*time.Minute
+	}
 	s := &Server{deps: deps}
 
 	gin.SetMode(gin.ReleaseMode)
 	r := gin.New()
 	r.HandleMethodNotAllowed = true
 	r.ContextWithFallback = true
-	r.Use(requestID(deps.Log), recovery(), newHTTPMetrics(deps.Registry).handler(), accessLog())
+	// Gin believes X-Forwarded-For from any peer unless told otherwise; the
+	// prefixes are valid by construction, so this cannot fail.
+	proxies := make([]string, 0, len(deps.TrustedProxies))
+	for _, p := range deps.TrustedProxies {
+		proxies = append(proxies, p.String())
+	}
+	if err := r.SetTrustedProxies(proxies); err != nil {
+		panic(err)
+	}
+	r.Use(requestID(deps.Log), recovery(), newHTTPMetrics(deps.Registry).handler(), accessLog(),
+		securityHeaders, bodyDeadline(deps.BodyTimeout, deps.UploadBodyTimeout, uploadRoute))
 	r.NoRoute(func(c *gin.Context) { failCode(c, http.StatusNotFound, "not_found", "no such route") })
 	r.NoMethod(func(c *gin.Context) {
 		failCode(c, http.StatusMethodNotAllowed, "method_not_allowed", "method not allowed")
@@ -125,12 +160,14 @@ func NewRouter(deps Deps) *Router {
 	r.GET("/healthz", s.healthz)
 	r.GET("/readyz", s.readyz)
 	serveWeb(r)
-	r.GET("/metrics", gin.WrapH(promhttp.HandlerFor(deps.Registry, promhttp.HandlerOpts{Registry: deps.Registry})))
+	if !deps.MetricsElsewhere {
+		r.GET("/metrics", gin.WrapH(promhttp.HandlerFor(deps.Registry, promhttp.HandlerOpts{Registry: deps.Registry})))
+	}
 
 	v1 := r.Group("/api/v1")
 	v1.POST("/auth/login", s.login)
 
-	user := v1.Group("", s.authenticate)
+	user := v1.Group("", s.authenticate, s.csrfGuard(uploadRoute))
 	user.POST("/auth/logout", s.logout)
 	user.POST("/auth/logout-all", s.logoutAll)
 	user.GET("/me", s.me)
@@ -162,7 +199,7 @@ func NewRouter(deps Deps) *Router {
 	if deps.UploadSemaphore != nil {
 		upload = append([]gin.HandlerFunc{uploadGate(deps.UploadSemaphore, deps.UploadMaxWait)}, upload...)
 	}
-	adm.POST("/knowledge-bases/:id/documents", upload...)
+	adm.POST("/knowledge-bases/:id/documents", upload...) // uploadRoute
 	adm.DELETE("/documents/:id", s.deleteDocument)
 	adm.POST("/documents/:id/reindex", s.reindexDocument)
 	adm.GET("/admin/limiter", s.limiterStats)

@@ -17,6 +17,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/ragent-go/ragent/api"
@@ -45,6 +46,9 @@ type App struct {
 	ids      *idgen.Generator
 	registry *prometheus.Registry
 	router   *api.Router
+	// metricsLn serves /metrics apart from the API (RAGENT_METRICS_ADDR);
+	// nil: /metrics is on the API's port.
+	metricsLn net.Listener
 
 	// The knowledge use cases, for commands that drive them without HTTP
 	// (eval).
@@ -248,12 +252,31 @@ func newApp(ctx context.Context, cfg Config, log *slog.Logger) (_ *App, err erro
 		UploadMaxBytes:    cfg.UploadMaxBytes,
 		Registry:          a.registry,
 		SecureCookie:      cfg.SecureCookie,
+		TrustedProxies:    cfg.TrustedProxies,
+		AllowedOrigins:    cfg.AllowedOrigins,
+		BodyTimeout:       cfg.HTTPBodyTimeout,
+		UploadBodyTimeout: cfg.HTTPUploadTimeout,
+		MetricsElsewhere:  cfg.MetricsAddr != "",
 		Pingers: map[string]api.Pinger{
 			"postgres": a.store,
 			"redis":    api.PingFunc(func(ctx context.Context) error { return a.rdb.Ping(ctx).Err() }),
 			"mq":       q.producer,
 		},
 	})
+
+	// Metrics on their own address, bound now so a bad address fails the
+	// start. Workers serve them too: they have no API port.
+	if cfg.MetricsAddr != "" {
+		if a.metricsLn, err = net.Listen("tcp", cfg.MetricsAddr); err != nil {
+			return nil, fmt.Errorf("RAGENT_METRICS_ADDR: %w", err)
+		}
+		a.closers = append(a.closers, func(context.Context) error {
+			if err := a.metricsLn.Close(); !errors.Is(err, net.ErrClosed) {
+				return err
+			}
+			return nil
+		})
+	}
 	return a, nil
 }
 
@@ -283,7 +306,7 @@ func (a *App) Run(ctx context.Context, ln net.Listener) error {
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	var wg sync.WaitGroup
-	errc := make(chan error, 1+len(a.runners))
+	errc := make(chan error, 2+len(a.runners)) // runners, the API and the metrics server
 	for _, r := range a.runners {
 		wg.Add(1)
 		go func() {
@@ -313,6 +336,19 @@ func (a *App) Run(ctx context.Context, ln net.Listener) error {
 			}
 		}()
 	}
+	var metrics *http.Server
+	if a.metricsLn != nil {
+		mux := http.NewServeMux()
+		mux.Handle("GET /metrics", promhttp.HandlerFor(a.registry, promhttp.HandlerOpts{Registry: a.registry}))
+		metrics = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 30 * time.Second, WriteTimeout: 30 * time.Second,
+			ErrorLog: slog.NewLogLogger(a.log.Handler(), slog.LevelWarn)}
+		a.log.Info("serving metrics", "addr", a.metricsLn.Addr().String())
+		go func() {
+			if err := metrics.Serve(a.metricsLn); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				errc <- err
+			}
+		}()
+	}
 	var runErr error
 	select {
 	case <-ctx.Done():
@@ -329,6 +365,12 @@ func (a *App) Run(ctx context.Context, ln net.Listener) error {
 		if err := srv.Shutdown(sctx); err != nil {
 			a.log.Warn("http shutdown", "err", err)
 			srv.Close()
+		}
+	}
+	if metrics != nil {
+		// Scraped until the API has drained, so the last numbers are seen.
+		if err := metrics.Shutdown(sctx); err != nil {
+			metrics.Close()
 		}
 	}
 	cancel(service.ErrShutdown)

@@ -3,20 +3,38 @@ package main
 import (
 	"errors"
 	"fmt"
+	"net/netip"
 	"net/url"
 	"os"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/ragent-go/ragent/api"
 )
 
 // Config is every setting, parsed once from RAGENT_* variables and passed
 // down as values. The README lists them.
 type Config struct {
-	HTTPAddr    string
-	DatabaseURL string
-	RedisURL    string
-	RedisPrefix string
+	HTTPAddr string
+	// MetricsAddr serves /metrics on its own listener (e.g. an address only
+	// the monitoring network reaches); empty: /metrics on HTTPAddr.
+	MetricsAddr string
+	// TrustedProxies are the peers whose X-Forwarded-For / X-Real-IP /
+	// X-Forwarded-Proto are believed. None by default: anyone can forge
+	// those headers, and the client IP keys the login guessing limit.
+	TrustedProxies []netip.Prefix
+	// AllowedOrigins may send cookie-authenticated writes besides the
+	// request's own origin (scheme://Host), e.g. the public https origin of
+	// a deployment behind a proxy that rewrites Host.
+	AllowedOrigins []string
+	// HTTPBodyTimeout bounds reading a request body; HTTPUploadTimeout the
+	// body of an upload (default: scaled to the upload size cap).
+	HTTPBodyTimeout   time.Duration
+	HTTPUploadTimeout time.Duration
+	DatabaseURL       string
+	RedisURL          string
+	RedisPrefix       string
 
 	MQDriver        string // redis | rocketmq
 	RocketMQNamesrv string
@@ -88,10 +106,15 @@ func loadConfig(getenv func(string) string) (Config, error) {
 	e := env{get: getenv}
 	host, _ := os.Hostname()
 	c := Config{
-		HTTPAddr:    e.str("RAGENT_HTTP_ADDR", ":8080"),
-		DatabaseURL: e.str("RAGENT_DATABASE_URL", "postgres://ragent:ragent@127.0.0.1:5432/ragent?sslmode=disable"),
-		RedisURL:    e.str("RAGENT_REDIS_URL", "redis://127.0.0.1:6379/0"),
-		RedisPrefix: e.str("RAGENT_REDIS_PREFIX", "ragent:"),
+		HTTPAddr:          e.str("RAGENT_HTTP_ADDR", ":8080"),
+		MetricsAddr:       e.str("RAGENT_METRICS_ADDR", ""),
+		TrustedProxies:    e.prefixes("RAGENT_TRUSTED_PROXIES"),
+		AllowedOrigins:    e.origins("RAGENT_ALLOWED_ORIGINS"),
+		HTTPBodyTimeout:   e.duration("RAGENT_HTTP_BODY_TIMEOUT", 30*time.Second),
+		HTTPUploadTimeout: e.duration("RAGENT_HTTP_UPLOAD_TIMEOUT", 0),
+		DatabaseURL:       e.str("RAGENT_DATABASE_URL", "postgres://ragent:ragent@127.0.0.1:5432/ragent?sslmode=disable"),
+		RedisURL:          e.str("RAGENT_REDIS_URL", "redis://127.0.0.1:6379/0"),
+		RedisPrefix:       e.str("RAGENT_REDIS_PREFIX", "ragent:"),
 
 		MQDriver:            e.str("RAGENT_MQ_DRIVER", "redis"),
 		RocketMQNamesrv:     e.str("RAGENT_ROCKETMQ_NAMESRV", "127.0.0.1:9876"),
@@ -165,6 +188,9 @@ func loadConfig(getenv func(string) string) (Config, error) {
 	if c.LLMFastModel == "" {
 		c.LLMFastModel = c.LLMChatModel
 	}
+	if c.HTTPUploadTimeout == 0 && c.UploadMaxBytes > 0 {
+		c.HTTPUploadTimeout = defaultUploadTimeout(c.HTTPBodyTimeout, c.UploadMaxBytes)
+	}
 	return c, errors.Join(append(e.errs, c.validate()...)...)
 }
 
@@ -218,6 +244,7 @@ func (c Config) validate() []error {
 		"RAGENT_CHAT_POLL_INTERVAL": c.ChatPollInterval, "RAGENT_UPLOAD_MAX_WAIT": c.UploadMaxWait,
 		"RAGENT_TOKEN_TTL": c.TokenTTL, "RAGENT_SHUTDOWN_TIMEOUT": c.ShutdownTimeout, "RAGENT_LOGIN_FAIL_WINDOW": c.LoginFailWindow,
 		"RAGENT_LLM_FIRST_TOKEN_TIMEOUT": c.LLMFirstTokenTimeout, "RAGENT_LLM_IDLE_TIMEOUT": c.LLMIdleTimeout,
+		"RAGENT_HTTP_BODY_TIMEOUT": c.HTTPBodyTimeout, "RAGENT_HTTP_UPLOAD_TIMEOUT": c.HTTPUploadTimeout,
 	} {
 		if d <= 0 {
 			bad("%s must be positive", name)
@@ -260,7 +287,9 @@ func (c Config) logAttrs() []any {
 		return u.Redacted()
 	}
 	return []any{
-		"http_addr", c.HTTPAddr, "database_url", redactURL(c.DatabaseURL), "redis_url", redactURL(c.RedisURL),
+		"http_addr", c.HTTPAddr, "metrics_addr", c.MetricsAddr, "trusted_proxies", fmt.Sprint(c.TrustedProxies),
+		"allowed_origins", strings.Join(c.AllowedOrigins, ","), "http_body_timeout", c.HTTPBodyTimeout.String(),
+		"http_upload_timeout", c.HTTPUploadTimeout.String(), "database_url", redactURL(c.DatabaseURL), "redis_url", redactURL(c.RedisURL),
 		"redis_prefix", c.RedisPrefix, "mq_driver", c.MQDriver, "rocketmq_namesrv", c.RocketMQNamesrv, "rocketmq_broker", c.RocketMQBroker,
 		"llm_provider", c.LLMProvider, "llm_base_url", c.LLMBaseURL, "llm_api_key", mask(c.LLMAPIKey),
 		"llm_chat_model", c.LLMChatModel, "llm_fast_model", c.LLMFastModel,
@@ -275,6 +304,16 @@ func (c Config) logAttrs() []any {
 		"upload_max_wait", c.UploadMaxWait.String(), "upload_max_bytes", c.UploadMaxBytes,
 		"worker_id", c.WorkerID, "demo", c.Demo, "role", c.Role, "instance_id", c.InstanceID, "pprof_addr", c.PprofAddr,
 	}
+}
+
+// uploadMinRate is the slowest upload (bytes per second) the default upload
+// body deadline still lets through at the full size cap.
+const uploadMinRate = 128 << 10
+
+// defaultUploadTimeout gives an upload the JSON body deadline plus the time
+// the size cap takes at uploadMinRate (50 MiB: 30s + 400s).
+func defaultUploadTimeout(body time.Duration, maxBytes int64) time.Duration {
+	return body + time.Duration(maxBytes/uploadMinRate)*time.Second
 }
 
 type env struct {
@@ -339,4 +378,47 @@ func (e *env) duration(name string, def time.Duration) time.Duration {
 		return def
 	}
 	return d
+}
+
+// list splits a comma-separated variable, dropping empty items.
+func (e *env) list(name string) []string {
+	var out []string
+	for _, item := range strings.Split(e.get(name), ",") {
+		if item = strings.TrimSpace(item); item != "" {
+			out = append(out, item)
+		}
+	}
+	return out
+}
+
+// prefixes reads a comma-separated list of CIDRs; a bare IP stands for
+// itself alone.
+func (e *env) prefixes(name string) []netip.Prefix {
+	var out []netip.Prefix
+	for _, item := range e.list(name) {
+		if p, err := netip.ParsePrefix(item); err == nil {
+			out = append(out, p.Masked())
+			continue
+		}
+		if a, err := netip.ParseAddr(item); err == nil {
+			out = append(out, netip.PrefixFrom(a.Unmap(), a.Unmap().BitLen()))
+			continue
+		}
+		e.errs = append(e.errs, fmt.Errorf("%s: %q is not a CIDR (e.g. 10.0.0.0/8) or an IP", name, item))
+	}
+	return out
+}
+
+// origins reads a comma-separated list of origins (scheme://host[:port]).
+func (e *env) origins(name string) []string {
+	var out []string
+	for _, item := range e.list(name) {
+		o, ok := api.NormalizeOrigin(item)
+		if !ok {
+			e.errs = append(e.errs, fmt.Errorf("%s: %q is not an origin (scheme://host[:port], no path)", name, item))
+			continue
+		}
+		out = append(out, o)
+	}
+	return out
 }

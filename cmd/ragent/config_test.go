@@ -58,6 +58,9 @@ func TestConfigErrors(t *testing.T) {
 		{"zero queue", []string{"RAGENT_CHAT_MAX_QUEUE", "0"}, "RAGENT_CHAT_MAX_QUEUE"},
 		{"per-user login limit below per-address", []string{"RAGENT_LOGIN_MAX_FAILURES", "10", "RAGENT_LOGIN_MAX_FAILURES_PER_USER", "5"}, "RAGENT_LOGIN_MAX_FAILURES_PER_USER"},
 		{"zero login window", []string{"RAGENT_LOGIN_FAIL_WINDOW", "0s"}, "RAGENT_LOGIN_FAIL_WINDOW"},
+		{"bad proxy", []string{"RAGENT_TRUSTED_PROXIES", "10.0.0.0/8,proxy.local"}, "RAGENT_TRUSTED_PROXIES"},
+		{"origin with a path", []string{"RAGENT_ALLOWED_ORIGINS", "https://rag.example.com/app"}, "RAGENT_ALLOWED_ORIGINS"},
+		{"zero body timeout", []string{"RAGENT_HTTP_BODY_TIMEOUT", "0s"}, "RAGENT_HTTP_BODY_TIMEOUT"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -66,6 +69,28 @@ func TestConfigErrors(t *testing.T) {
 				t.Fatalf("error %v, want one naming %s", err, tt.want)
 			}
 		})
+	}
+}
+
+func TestConfigHTTPEdge(t *testing.T) {
+	c, err := loadConfig(envOf())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(c.TrustedProxies) != 0 || c.MetricsAddr != "" || c.HTTPBodyTimeout != 30*time.Second ||
+		c.HTTPUploadTimeout != 430*time.Second {
+		t.Fatalf("defaults: proxies %v, metrics %q, body %s, upload %s", c.TrustedProxies, c.MetricsAddr, c.HTTPBodyTimeout, c.HTTPUploadTimeout)
+	}
+	c, err = loadConfig(envOf("RAGENT_TRUSTED_PROXIES", " 10.1.2.3/8, 127.0.0.1 ,::1",
+		"RAGENT_ALLOWED_ORIGINS", "HTTPS://Rag.Example.com:443", "RAGENT_HTTP_UPLOAD_TIMEOUT", "1m"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := fmt.Sprint(c.TrustedProxies); got != "[10.0.0.0/8 127.0.0.1/32 ::1/128]" {
+		t.Errorf("proxies %s", got)
+	}
+	if fmt.Sprint(c.AllowedOrigins) != "[https://rag.example.com]" || c.HTTPUploadTimeout != time.Minute {
+		t.Errorf("origins %v, upload timeout %s", c.AllowedOrigins, c.HTTPUploadTimeout)
 	}
 }
 

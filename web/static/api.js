@@ -53,7 +53,10 @@ export async function request(method, path, body, { signal } = {}) {
     res = await fetch(BASE + path, {
       method,
       credentials: 'same-origin',
-      headers: body === undefined ? { Accept: 'application/json' } : { Accept: 'application/json', 'Content-Type': 'application/json' },
+      // Every write says JSON, even a DELETE without a body: the server
+      // refuses a cookie-authenticated write of any other content type
+      // (CSRF), since only JSON needs a CORS preflight.
+      headers: method === 'GET' ? { Accept: 'application/json' } : { Accept: 'application/json', 'Content-Type': 'application/json' },
       body: body === undefined ? undefined : JSON.stringify(body),
       signal,
     });

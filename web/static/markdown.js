@@ -228,7 +228,8 @@ function renderTable(lines, start, ctx, out) {
     return l && r ? 'center' : r ? 'right' : l ? 'left' : '';
   });
   const cell = (tag, text, k) => {
-    const a = aligns[k] ? ` style="text-align:${aligns[k]}"` : '';
+    // A class, not a style attribute: the page's CSP allows no inline styles.
+    const a = aligns[k] ? ` class="align-${aligns[k]}"` : '';
     return `<${tag}${a}>${inline(text ?? '', ctx)}</${tag}>`;
   };
   let i = start + 2;
