@@ -6,6 +6,14 @@
 // It is built for text that grows while streaming: an unclosed code fence
 // renders as code so far, a half-typed table renders as a paragraph.
 //
+// Time rule: rendering is linear in the length of the source, whatever it
+// holds (answers are re-rendered on every frame while they stream, and a
+// model can be talked into writing 12,000 "[" in a row). No regular
+// expression here can backtrack over more than the construct it matches;
+// lookups ahead use tables built once per line; nesting and table width
+// are bounded. The browser test renders a table of hostile inputs with a
+// time budget.
+//
 // Supported: fenced code (``` and ~~~), inline code, ATX headings, bold,
 // italic, strikethrough, ordered/unordered (nested) lists, blockquotes,
 // GFM tables with alignment, horizontal rules, links and autolinks,
@@ -92,9 +100,16 @@ function startsBlock(lines, i, ctx) {
     (nests(ctx) && (QUOTE.test(line) || LIST_ITEM.test(line))) || isTableStart(lines, i);
 }
 
+// MAX_TABLE_COLUMNS bounds a table's width: every row is padded to the
+// header's cells, so a header of thousands of cells over thousands of short
+// rows would make output quadratic in the input. Wider "tables" stay text.
+const MAX_TABLE_COLUMNS = 64;
+
 function isTableStart(lines, i) {
-  return lines[i].includes('|') && i + 1 < lines.length && TABLE_SEP.test(lines[i + 1].trim()) &&
-    lines[i + 1].includes('-') && splitRow(lines[i]).length === splitRow(lines[i + 1]).length;
+  if (!lines[i].includes('|') || i + 1 >= lines.length || !lines[i + 1].includes('-') ||
+    !TABLE_SEP.test(lines[i + 1].trim())) return false;
+  const cols = splitRow(lines[i]).length;
+  return cols <= MAX_TABLE_COLUMNS && cols === splitRow(lines[i + 1]).length;
 }
 
 function renderBlocks(lines, ctx) {
@@ -262,7 +277,9 @@ function renderTable(lines, start, ctx, out) {
     return l && r ? 'center' : r ? 'right' : l ? 'left' : '';
   });
   const cell = (tag, text, k) => {
-    const a = aligns[k] ? ` style="text-align:${aligns[k]}"` : '';
+    // A class, not a style attribute: a Content-Security-Policy without
+    // 'unsafe-inline' styles drops style attributes in inserted HTML.
+    const a = aligns[k] ? ` class="align-${aligns[k]}"` : '';
     return `<${tag}${a}>${inline(text ?? '', ctx)}</${tag}>`;
   };
   let i = start + 2;
