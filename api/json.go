@@ -12,9 +12,7 @@ import (
 )
 
 // decodeJSON decodes exactly one JSON value, rejecting unknown fields and
-// trailing data so typos in field names are reported, not ignored. A string
-// that Postgres could not store is reported by checkText as
-// service.ErrInvalid naming the field.
+// trailing data so typos in field names are reported, not ignored.
 func decodeJSON(r io.Reader, dst any) error {
 	dec := json.NewDecoder(r)
 	dec.DisallowUnknownFields()
@@ -30,7 +28,13 @@ func decodeJSON(r io.Reader, dst any) error {
 	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
 		return errors.New("unexpected data after the JSON value")
 	}
-	return checkStrings(reflect.ValueOf(dst), "")
+	return nil
+}
+
+// storableStrings applies checkText to every string of a decoded request
+// body, so no handler needs its own check; the error names the field.
+func storableStrings(v any) error {
+	return checkStrings(reflect.ValueOf(v), "")
 }
 
 // checkText refuses text that cannot be stored: Postgres rejects U+0000 in

@@ -9,8 +9,8 @@ import (
 	"github.com/ragent-go/ragent/service"
 )
 
-// decodeJSON refuses a NUL anywhere in the decoded value and names where.
-func TestDecodeJSONRefusesNUL(t *testing.T) {
+// storableStrings refuses a NUL anywhere in a decoded value and names where.
+func TestStorableStringsRefusesNUL(t *testing.T) {
 	type inner struct {
 		Label string `json:"label"`
 	}
@@ -37,7 +37,10 @@ func TestDecodeJSONRefusesNUL(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			var b body
-			err := decodeJSON(strings.NewReader(tt.in), &b)
+			if err := decodeJSON(strings.NewReader(tt.in), &b); err != nil {
+				t.Fatalf("decode: %v", err)
+			}
+			err := storableStrings(&b)
 			if tt.field == "" {
 				if err != nil {
 					t.Fatalf("refused: %v", err)

@@ -185,11 +185,11 @@ func (s *Server) bindJSON(c *gin.Context, dst any) bool {
 			failCode(c, http.StatusRequestEntityTooLarge, "too_large", fmt.Sprintf("request body exceeds %d bytes", tooBig.Limit))
 			return false
 		}
-		if errors.Is(err, service.ErrInvalid) {
-			fail(c, err) // well-formed JSON with a value that cannot be stored
-			return false
-		}
 		failCode(c, http.StatusBadRequest, "malformed_json", "malformed JSON: "+err.Error())
+		return false
+	}
+	if err := storableStrings(dst); err != nil {
+		fail(c, err) // well-formed JSON with a value that cannot be stored
 		return false
 	}
 	return true
