@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"mime"
 	"net/http"
 	"strconv"
@@ -50,6 +51,11 @@ func (s *Server) uploadDocument(c *gin.Context) {
 		if part.FormName() != "file" {
 			part.Close()
 			continue
+		}
+		if err := checkText("the file name", part.FileName()); err != nil {
+			part.Close()
+			fail(c, err)
+			return
 		}
 		doc, err := s.deps.Ingest.Upload(c.Request.Context(), kbID, part.FileName(), part)
 		part.Close()
@@ -139,12 +145,13 @@ func (s *Server) documentChunks(c *gin.Context) {
 	}
 	after, limit := -1, 100
 	if v := c.Query("cursor"); v != "" {
-		n, err := strconv.Atoi(v)
+		// Ordinals are int4 in Postgres: a larger cursor is no ordinal.
+		n, err := strconv.ParseInt(v, 10, 32)
 		if err != nil || n < 0 {
-			fail(c, service.Errorf(service.ErrInvalid, "invalid cursor"))
+			fail(c, service.Errorf(service.ErrInvalid, "invalid cursor: want a chunk ordinal between 0 and %d", math.MaxInt32))
 			return
 		}
-		after = n
+		after = int(n)
 	}
 	if v := c.Query("limit"); v != "" {
 		n, err := parsePositiveInt(v)

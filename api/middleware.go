@@ -199,6 +199,10 @@ func (s *Server) bindJSON(c *gin.Context, dst any) bool {
 		failCode(c, http.StatusBadRequest, "malformed_json", "malformed JSON: "+err.Error())
 		return false
 	}
+	if err := storableStrings(dst); err != nil {
+		fail(c, err) // well-formed JSON with a value that cannot be stored
+		return false
+	}
 	return true
 }
 

@@ -78,14 +78,28 @@ func (s *Store) Conversation(ctx context.Context, id service.ID) (*service.Conve
 
 // Conversations lists a user's live conversations, most recently active
 // first; the cursor is the id of the last conversation of the previous
-// page. userID 0 lists everyone's (for admins).
+// page. userID 0 lists everyone's (for admins). The cursor must be one of
+// the listed user's conversations (service.ErrInvalid otherwise): another
+// user's would position the page by a stranger's activity time. It may have
+// been deleted since the previous page was read.
 func (s *Store) Conversations(ctx context.Context, userID, before service.ID, limit int) ([]*service.Conversation, error) {
 	q := s.conn(ctx).Order("updated_at DESC, id DESC").Limit(limit)
 	if userID != 0 {
 		q = q.Where("user_id = ?", int64(userID))
 	}
 	if before != 0 {
-		q = q.Where("(updated_at, id) < (SELECT updated_at, id FROM conversations WHERE id = ?)", int64(before))
+		cq := s.conn(ctx).Unscoped().Where("id = ?", int64(before))
+		if userID != 0 {
+			cq = cq.Where("user_id = ?", int64(userID))
+		}
+		var cursor []conversationRow
+		if err := cq.Limit(1).Find(&cursor).Error; err != nil {
+			return nil, translate(err)
+		}
+		if len(cursor) == 0 {
+			return nil, service.Errorf(service.ErrInvalid, "invalid cursor: %s is not one of your conversations", before)
+		}
+		q = q.Where("(updated_at, id) < (?, ?)", cursor[0].UpdatedAt, cursor[0].ID)
 	}
 	var rows []conversationRow
 	if err := q.Find(&rows).Error; err != nil {

@@ -6,6 +6,14 @@ import (
 	"time"
 )
 
+// MaxQuestionRunes is the longest question, in characters, that chat and
+// search accept: one limit, so whatever chat accepts retrieval accepts too.
+// Chat applies it to the question as asked and again after term mappings
+// (a mapping may lengthen it); a question too long once mapped is refused
+// with ErrInvalid before anything is saved, never truncated, so what is
+// searched and answered is always the whole question.
+const MaxQuestionRunes = 4000
+
 // Conversation is a chat thread of one user.
 type Conversation struct {
 	ID        ID        `json:"id"`

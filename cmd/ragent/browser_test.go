@@ -26,6 +26,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chromedp/cdproto/cdp"
+	"github.com/chromedp/cdproto/fetch"
 	"github.com/chromedp/cdproto/network"
 	"github.com/chromedp/chromedp"
 
@@ -77,6 +79,10 @@ func TestBrowserUI(t *testing.T) {
 		for _, nav := range []string{"nav-chat", "nav-kb", "nav-intents", "nav-terms", "nav-users", "nav-limiter"} {
 			admin.visible(t, `[data-testid=`+nav+`]`)
 		}
+	})
+
+	step("hostile markdown and i18n", func(t *testing.T) {
+		hostileRendering(t, admin)
 	})
 
 	const kbName = "员工手册 Handbook"
@@ -205,11 +211,22 @@ func TestBrowserUI(t *testing.T) {
 	})
 
 	step("edit an intent", func(t *testing.T) {
+		// The form is usable before the tree arrives. Hold the tree back until
+		// the admin has typed, so its arrival must not wipe what was typed
+		// (it used to, whenever the response was slower than the typing).
+		release := admin.holdRequests(t, "*/api/v1/admin/intents")
 		admin.click(t, `[data-testid=nav-intents]`)
 		admin.visible(t, `[data-testid=intent-form]`)
 		admin.sendKeys(t, `#intent-code`, "it.vpn")
 		admin.sendKeys(t, `#intent-name`, "VPN 问题")
 		admin.sendKeys(t, `#intent-examples`, "VPN 连不上")
+		release()
+		admin.visible(t, `[data-testid=intent-form][data-ready=true]`)
+		if n := admin.evalInt(t, `(document.querySelector('#intent-code').value === 'it.vpn') +
+			(document.querySelector('#intent-name').value === 'VPN 问题') +
+			(document.querySelector('#intent-examples').value === 'VPN 连不上')`); n != 3 {
+			t.Fatalf("the loaded tree wiped the typed form (%d of 3 fields kept)", n)
+		}
 		admin.visible(t, `[data-testid=intent-kb-option]`)
 		admin.click(t, `[data-testid=intent-kb-option]`)
 		admin.click(t, `[data-testid=intent-save]`)
@@ -633,6 +650,40 @@ func (tb *tab) unexpectedConsole() []chromedp.ConsoleMessage {
 		out = append(out, m)
 	}
 	return out
+}
+
+// holdRequests pauses the tab's requests whose URL matches pattern (a
+// Fetch-domain wildcard) until release is called; release waits until one
+// was paused, lets it go on and stops holding. It makes a response arrive
+// after the user acted, on purpose instead of by chance.
+func (tb *tab) holdRequests(t *testing.T, pattern string) (release func()) {
+	t.Helper()
+	sub, unsubscribe := context.WithCancel(tb.ctx)
+	t.Cleanup(unsubscribe)
+	paused := chromedp.Events(sub, fetch.RequestPaused) // subscribed before Enable
+	if _, err := chromedp.Call(tb.ctx, fetch.Enable, fetch.EnableParams{Patterns: []*fetch.RequestPattern{{URLPattern: pattern}}}); err != nil {
+		t.Fatalf("%s tab: hold %s: %v", tb.name, pattern, err)
+	}
+	return func() {
+		t.Helper()
+		defer unsubscribe()
+		timer := time.AfterFunc(stepTimeout, unsubscribe) // ends the wait below
+		defer timer.Stop()
+		var id fetch.RequestID
+		for ev, err := range paused {
+			if err != nil {
+				t.Fatalf("%s tab: no request to %s was paused within %v: %v", tb.name, pattern, stepTimeout, err)
+			}
+			id = ev.RequestID
+			break
+		}
+		if _, err := chromedp.Call(tb.ctx, fetch.ContinueRequest, fetch.ContinueRequestParams{RequestID: id}); err != nil {
+			t.Fatalf("%s tab: continue %s: %v", tb.name, pattern, err)
+		}
+		if _, err := chromedp.Call(tb.ctx, fetch.Disable, cdp.Empty{}); err != nil {
+			t.Fatalf("%s tab: stop holding %s: %v", tb.name, pattern, err)
+		}
+	}
 }
 
 // waitPermits waits until the chat limiter has n permits in use.

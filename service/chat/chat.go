@@ -77,7 +77,6 @@ type Config struct {
 	RefuseWithoutSources bool
 	HistoryMessages      int // default 16
 	TopK                 int // sources per answer; default 5
-	MaxQuestionRunes     int // default 4000
 	AnswerModel          string
 	FastModel            string
 }
@@ -127,9 +126,6 @@ func New(d Deps, cfg Config) *Service {
 	if cfg.TopK <= 0 {
 		cfg.TopK = 5
 	}
-	if cfg.MaxQuestionRunes <= 0 {
-		cfg.MaxQuestionRunes = 4000
-	}
 	return &Service{d: d, cfg: cfg, local: map[string]localTask{}}
 }
 
@@ -139,6 +135,9 @@ type Request struct {
 	ConversationID   service.ID   `json:"conversationId"`
 	KnowledgeBaseIDs []service.ID `json:"knowledgeBaseIds"`
 	DeepThinking     bool         `json:"deepThinking"`
+
+	// mapped is Question after term mappings, set by Validate.
+	mapped string
 }
 
 // Event is one event of the stream (DESIGN §6).
@@ -186,8 +185,8 @@ func (s *Service) Validate(ctx context.Context, p service.Principal, req *Reques
 	if !utf8.ValidString(req.Question) {
 		return service.Errorf(service.ErrInvalid, "question must be valid UTF-8")
 	}
-	if n := utf8.RuneCountInString(req.Question); n > s.cfg.MaxQuestionRunes {
-		return service.Errorf(service.ErrInvalid, "question must be at most %d characters", s.cfg.MaxQuestionRunes)
+	if utf8.RuneCountInString(req.Question) > service.MaxQuestionRunes {
+		return service.Errorf(service.ErrInvalid, "question must be at most %d characters", service.MaxQuestionRunes)
 	}
 	if len(req.KnowledgeBaseIDs) > 20 {
 		return service.Errorf(service.ErrInvalid, "at most 20 knowledge bases per question")
@@ -197,7 +196,7 @@ func (s *Service) Validate(ctx context.Context, p service.Principal, req *Reques
 			return err
 		}
 	}
-	return nil
+	return s.mapTerms(ctx, req)
 }
 
 // ownConversation returns the conversation when p may use it. Another

@@ -34,14 +34,7 @@ func (t *turn) prepare(ctx context.Context) (*service.ChatRequest, error) {
 	}
 	history = usableHistory(history, t.question.ID, s.cfg.HistoryMessages)
 
-	question := t.req.Question
-	if s.d.Terms != nil {
-		if mappings, err := s.d.Terms.TermMappings(ctx); err != nil {
-			t.log.WarnContext(ctx, "term mappings unavailable; question left as asked", "err", err)
-		} else {
-			question = service.ApplyTermMappings(question, mappings)
-		}
-	}
+	question := t.req.mapped
 	if s.d.FastModel != nil && len(history) > 0 {
 		question = t.rewrite(ctx, history, question)
 	}
@@ -90,6 +83,27 @@ func (t *turn) prepare(ctx context.Context) (*service.ChatRequest, error) {
 		return t.request(noSourcesPrompt, intent, history, question, nil), nil
 	}
 	return t.request(defaultSystemPrompt, intent, history, question, t.sources), nil
+}
+
+// mapTerms sets req.mapped to the question after term mappings. The
+// mapped question is what is searched and answered, so it must fit
+// service.MaxQuestionRunes too; it is checked here, before anything is
+// saved, so a refused question leaves no trace.
+func (s *Service) mapTerms(ctx context.Context, req *Request) error {
+	req.mapped = req.Question
+	if s.d.Terms == nil {
+		return nil
+	}
+	mappings, err := s.d.Terms.TermMappings(ctx)
+	if err != nil {
+		s.d.Log.WarnContext(ctx, "term mappings unavailable; question left as asked", "err", err)
+		return nil
+	}
+	req.mapped = service.ApplyTermMappings(req.Question, mappings)
+	if n := utf8.RuneCountInString(req.mapped); n > service.MaxQuestionRunes {
+		return service.Errorf(service.ErrInvalid, "question must be at most %d characters after term mappings (it has %d once mapped)", service.MaxQuestionRunes, n)
+	}
+	return nil
 }
 
 // usableHistory drops the question just saved and failed or rejected
@@ -149,7 +163,7 @@ func (t *turn) rewrite(ctx context.Context, history []service.Message, question 
 		Messages: []service.ChatMessage{{Role: "system", Content: rewritePrompt}, {Role: "user", Content: conv.String()}},
 	})
 	out = strings.TrimSpace(out)
-	if err != nil || out == "" || utf8.RuneCountInString(out) > 4*utf8.RuneCountInString(question)+200 {
+	if n := utf8.RuneCountInString(out); err != nil || out == "" || n > 4*utf8.RuneCountInString(question)+200 || n > service.MaxQuestionRunes {
 		if err != nil && ctx.Err() == nil {
 			t.log.WarnContext(ctx, "rewrite failed; using the question as asked", "err", err)
 		}

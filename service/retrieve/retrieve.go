@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"sort"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/ragent-go/ragent/service"
 	"github.com/ragent-go/ragent/text"
@@ -97,8 +98,8 @@ func (s *Searcher) Search(ctx context.Context, q Query) ([]service.SearchResult,
 	if q.Text == "" {
 		return nil, service.Errorf(service.ErrInvalid, "query must not be empty")
 	}
-	if len([]rune(q.Text)) > 2000 {
-		return nil, service.Errorf(service.ErrInvalid, "query must be at most 2000 characters")
+	if utf8.RuneCountInString(q.Text) > service.MaxQuestionRunes {
+		return nil, service.Errorf(service.ErrInvalid, "query must be at most %d characters", service.MaxQuestionRunes)
 	}
 	if q.Mode == "" {
 		q.Mode = service.SearchHybrid

@@ -535,6 +535,8 @@ export function setLang(next) {
 // fallback, then to the key itself; {name} placeholders take params.name.
 export function t(key, params = {}, fallback) {
   let s = dicts[lang][key] ?? zh[key] ?? fallback ?? key;
-  for (const [k, v] of Object.entries(params ?? {})) s = s.replaceAll(`{${k}}`, String(v));
+  // A function replacement inserts the value as it is: a string one would
+  // expand $&, $` and $' in user-supplied names into parts of the message.
+  for (const [k, v] of Object.entries(params ?? {})) s = s.replaceAll(`{${k}}`, () => String(v));
   return s;
 }

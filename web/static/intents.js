@@ -14,6 +14,10 @@ export function mountIntents(root, ctx) {
   let selected = null; // the node being edited, or null for a new one
   let newParentId = null; // parent of the node being created
   let destroyed = false;
+  // touched: the admin has typed or chosen something since the form was
+  // last filled. The first load must not wipe such input (the form is usable
+  // before the tree and knowledge bases arrive).
+  let touched = false;
 
   const treeBox = h('div', { class: 'intent-tree', 'data-testid': 'intent-tree', role: 'navigation', 'aria-label': t('intents.tree') });
   const addRoot = h('button', { type: 'button', class: 'btn btn-sm btn-primary', 'data-testid': 'intent-add-root', onClick: () => startCreate(null) }, '+ ' + t('intents.addRoot'));
@@ -54,6 +58,8 @@ export function mountIntents(root, ctx) {
     h('div', { class: 'form-actions' }, remove, h('span', { class: 'spacer' }), addChild, save));
 
   kind.addEventListener('change', () => { kbBox.hidden = kind.value !== 'kb'; });
+  form.addEventListener('input', () => { touched = true; });
+  form.addEventListener('change', () => { touched = true; });
 
   root.append(h('div', { class: 'page' },
     pageHeader(t('intents.title'), t('intents.subtitle')),
@@ -133,6 +139,7 @@ export function mountIntents(root, ctx) {
 
   // ---- form ----
   function fill(n, parentId) {
+    touched = false;
     errBox.hidden = true;
     code.value = n?.code ?? '';
     name.value = n?.name ?? '';
@@ -249,8 +256,17 @@ export function mountIntents(root, ctx) {
   fill(null, null);
   Promise.all([load(), loadKbs()]).then(() => {
     if (destroyed) return;
+    if (touched) {
+      // Keep what was typed; only add the choices that needed the data.
+      const checked = [...kbBox.querySelectorAll('input:checked')].map((c) => c.value);
+      renderParentOptions(parent.value || newParentId, selected);
+      renderKbOptions(checked);
+      form.dataset.ready = 'true';
+      return;
+    }
     if (selected) select(selected.id);
     else fill(null, newParentId);
+    form.dataset.ready = 'true';
   });
 
   return { destroy() { destroyed = true; } };
