@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
+	"os"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -104,6 +106,20 @@ func newQueue(ctx context.Context, cfg Config, rdb *redis.Client, a *App) (*queu
 			close: func() {},
 		}, nil
 	}
+}
+
+// newParser decides where uploaded files are parsed: by default in a child
+// process running this same binary's `parse` command, which a timeout or the
+// memory cap really stops (a goroutine cannot be stopped from outside).
+func newParser(cfg Config, log *slog.Logger) (ingest.Parser, error) {
+	if cfg.IngestParser == "inprocess" {
+		return ingest.InProcess{}, nil
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		return nil, fmt.Errorf("parser process: locate this binary: %w", err)
+	}
+	return &ingest.ChildParser{Command: []string{exe, "parse"}, MemoryLimit: cfg.IngestParserMemory, Log: log}, nil
 }
 
 // ingestHandler runs ingestion behind the consume guard and translates the

@@ -1,0 +1,311 @@
+package ingest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"runtime"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/ragent-go/ragent/internal/testdocs"
+	"github.com/ragent-go/ragent/internal/testenv"
+	"github.com/ragent-go/ragent/service"
+)
+
+// TestMain lets the test binary stand in for `ragent parse`: ChildParser
+// tests start os.Args[0] with childArg, and the child runs ServeChild, or
+// misbehaves on purpose the way a hostile file could make a parser
+// misbehave.
+func TestMain(m *testing.M) {
+	if len(os.Args) >= 3 && os.Args[1] == childArg {
+		os.Exit(runTestChild(os.Args[2]))
+	}
+	os.Exit(m.Run())
+}
+
+const childArg = "ragent-test-parse-child"
+
+func runTestChild(mode string) int {
+	switch mode {
+	case "serve":
+		if err := ServeChild(context.Background(), os.Stdin, os.Stdout); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		return 0
+	case "spin": // a parser looping inside a library, ignoring every deadline
+		io.Copy(io.Discard, os.Stdin)
+		for n := 0; ; n++ {
+			_ = n
+		}
+	case "hog": // a parser allocating without bound
+		io.Copy(io.Discard, os.Stdin)
+		var keep [][]byte
+		for {
+			b := make([]byte, 8<<20)
+			for i := range b {
+				b[i] = byte(i)
+			}
+			keep = append(keep, b)
+		}
+	case "crash": // a runtime fatal error: recover() cannot stop it
+		io.Copy(io.Discard, os.Stdin)
+		m := map[int]int{}
+		for i := 0; i < 4; i++ {
+			go func() {
+				for j := 0; ; j++ {
+					m[j] = j
+				}
+			}()
+		}
+		select {}
+	}
+	return 3
+}
+
+func testChild(mode string) *ChildParser {
+	return &ChildParser{Command: []string{os.Args[0], childArg, mode}, Poll: 10 * time.Millisecond}
+}
+
+// pdfLibraryGoroutines counts goroutines running inside the PDF library:
+// a parse abandoned at its deadline shows up here, still spinning.
+func pdfLibraryGoroutines() int {
+	buf := make([]byte, 1<<20)
+	buf = buf[:runtime.Stack(buf, true)]
+	return strings.Count(string(buf), "github.com/ledongthuc/pdf.")
+}
+
+// A page tree that loops through /Kids, and a page whose /Parent chain
+// loops, are refused before the library is called: the parse fails as
+// corrupt at once (not at the timeout) and leaves nothing running.
+func TestParsePDFLoopsFailFast(t *testing.T) {
+	cases := map[string][]byte{
+		"kids loop":   testdocs.PDFKidsLoop(t),
+		"parent loop": testdocs.PDFParentLoop(t),
+	}
+	for name, file := range cases {
+		t.Run(name, func(t *testing.T) {
+			// A timeout far beyond the test's own: only the pre-pass can end
+			// this parse in time.
+			_, err := parseBytes(t, file, MimePDF, Limits{Timeout: time.Hour})
+			if !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), "loops back on itself") {
+				t.Fatalf("err = %v, want corrupt: loops back on itself", err)
+			}
+			if n := pdfLibraryGoroutines(); n != 0 {
+				t.Fatalf("%d goroutines still inside the PDF library", n)
+			}
+		})
+	}
+	t.Run("a deep but finite tree is fine", func(t *testing.T) {
+		// Pages nested 20 levels deep, each level one kid: legal, if odd.
+		objs := []string{"<< /Type /Catalog /Pages 2 0 R >>"}
+		const depth = 20
+		for i := 0; i < depth; i++ {
+			parent := ""
+			if i > 0 {
+				parent = fmt.Sprintf(" /Parent %d 0 R", i+1)
+			}
+			objs = append(objs, fmt.Sprintf("<< /Type /Pages /Kids [%d 0 R] /Count 1%s >>", i+3, parent))
+		}
+		content := "BT /F1 12 Tf 72 720 Td (Deep page text) Tj ET"
+		objs = append(objs,
+			fmt.Sprintf("<< /Type /Page /Parent %d 0 R /Resources << /Font << /F1 %d 0 R >> >> /Contents %d 0 R >>", depth+1, depth+4, depth+3),
+			fmt.Sprintf("<< /Length %d >>\nstream\n%s\nendstream", len(content), content),
+			"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica /Encoding /WinAnsiEncoding >>",
+		)
+		doc, err := parseBytes(t, testdocs.PDFObjects(t, objs...), MimePDF, Limits{})
+		if err != nil || len(doc.Blocks) != 1 || doc.Blocks[0].Text != "Deep page text" {
+			t.Fatalf("doc %+v, err %v", doc, err)
+		}
+	})
+	t.Run("page limit counts real pages", func(t *testing.T) {
+		_, err := parseBytes(t, testdocs.PDF(t, []string{"one"}, []string{"two"}, []string{"three"}), MimePDF, Limits{MaxPages: 2})
+		if !errors.Is(err, ErrTooLarge) {
+			t.Fatalf("err = %v, want too large", err)
+		}
+	})
+}
+
+// Every format stops at the text cap with a reason that names it, however
+// the text expands: repeated paragraphs, a header row repeated on every
+// table row, a shared string referenced by every cell.
+func TestParseTextCap(t *testing.T) {
+	const limit = 64 << 10
+	para := "Lorem ipsum dolor sit amet, consectetur adipiscing elit."
+	longHeader := strings.Repeat("header", 200)
+	var md, csv strings.Builder
+	md.WriteString("| " + longHeader + " | b |\n|---|---|\n")
+	csv.WriteString(longHeader + ",b\n")
+	for i := 0; i < 200; i++ {
+		md.WriteString("| x | y |\n")
+		csv.WriteString("x,y\n")
+	}
+	var html strings.Builder
+	html.WriteString("<table><tr><th>" + longHeader + "</th><th>b</th></tr>")
+	for i := 0; i < 200; i++ {
+		html.WriteString("<tr><td>x</td><td>y</td></tr>")
+	}
+	html.WriteString("</table>")
+	pdfPages := make([][]string, 60)
+	for i := range pdfPages {
+		pdfPages[i] = []string{strings.Repeat(para+" ", 25)}
+	}
+	cases := []struct {
+		name string
+		mime string
+		file []byte
+	}{
+		{"txt", MimeText, []byte(strings.Repeat(para+"\n\n", 2000))},
+		{"markdown table header", MimeMarkdown, []byte(md.String())},
+		{"html table header", MimeHTML, []byte(html.String())},
+		{"csv header", MimeCSV, []byte(csv.String())},
+		{"docx paragraphs", MimeDOCX, testdocs.DocxRepeated(t, para, 2000)},
+		{"docx one huge paragraph", MimeDOCX, testdocs.Docx(t, testdocs.DocxParagraph("", strings.Repeat(para, 2000)))},
+		{"docx table", MimeDOCX, testdocs.Docx(t, testdocs.DocxTable(append([][]string{{longHeader, "b"}}, repeatRows(200, "x", "y")...)...))},
+		{"pptx", MimePPTX, testdocs.PptxRepeated(t, para, 2000)},
+		{"xlsx shared strings", MimeXLSX, testdocs.XlsxSharedStringsBomb(t, para, 100, 200)},
+		{"pdf", MimePDF, testdocs.PDF(t, pdfPages...)},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := parseBytes(t, tc.file, tc.mime, Limits{MaxTextBytes: limit})
+			if !errors.Is(err, ErrTooLarge) || !errors.Is(err, service.ErrTooLarge) || !strings.Contains(err.Error(), "text exceeds the limit of 64 KiB") {
+				t.Fatalf("err = %v, want the text cap", err)
+			}
+			// The same file is fine under a cap it fits in.
+			doc, err := parseBytes(t, tc.file, tc.mime, Limits{MaxTextBytes: 64 << 20})
+			if err != nil || doc.size <= limit {
+				t.Fatalf("under a large cap: %v, %d bytes of text", err, docSize(doc))
+			}
+		})
+	}
+}
+
+func repeatRows(n int, cells ...string) [][]string {
+	rows := make([][]string, n)
+	for i := range rows {
+		rows[i] = cells
+	}
+	return rows
+}
+
+func docSize(d *Document) int64 {
+	if d == nil {
+		return 0
+	}
+	return d.size
+}
+
+func TestChildParser(t *testing.T) {
+	ctx := context.Background()
+	t.Run("same blocks as in process", func(t *testing.T) {
+		file := testdocs.Docx(t, testdocs.DocxParagraph("Heading1", "季度报告")+testdocs.DocxParagraph("", "本季度销售额增长。")+
+			testdocs.DocxTable([]string{"产品", "价格"}, []string{"咖啡机", "899"}))
+		want, err := InProcess{}.Parse(ctx, file, MimeDOCX, Limits{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := testChild("serve").Parse(ctx, file, MimeDOCX, Limits{})
+		if err != nil || !equalBlocks(got.Blocks, want.Blocks) {
+			t.Fatalf("child: %+v, %v; in process: %+v", got, err, want.Blocks)
+		}
+	})
+	t.Run("parse failures keep their kind", func(t *testing.T) {
+		_, err := testChild("serve").Parse(ctx, testdocs.PDFKidsLoop(t), MimePDF, Limits{})
+		if !errors.Is(err, ErrCorrupt) || !IsPermanent(err) || !errors.Is(err, service.ErrInvalid) || !strings.Contains(err.Error(), "loops back") {
+			t.Fatalf("err = %v, want corrupt", err)
+		}
+		_, err = testChild("serve").Parse(ctx, []byte("just text"), "image/png", Limits{})
+		if !errors.Is(err, ErrUnsupported) {
+			t.Fatalf("err = %v, want unsupported", err)
+		}
+	})
+	t.Run("a spinning parser is killed at the timeout", func(t *testing.T) {
+		_, usage, err := testChild("spin").run(ctx, []byte("x"), MimeText, Limits{Timeout: 2 * time.Second})
+		if !errors.Is(err, ErrTooLarge) || !strings.Contains(err.Error(), "took longer than 2s") {
+			t.Fatalf("err = %v, want the timeout", err)
+		}
+		assertGone(t, usage.Pid)
+	})
+	t.Run("a parser that allocates without bound is killed at the memory cap", func(t *testing.T) {
+		p := testChild("hog")
+		p.MemoryLimit = 128 << 20
+		_, usage, err := p.run(ctx, []byte("x"), MimeText, Limits{Timeout: time.Minute})
+		if !errors.Is(err, ErrTooLarge) || !strings.Contains(err.Error(), "more than 128 MiB of memory") {
+			t.Fatalf("err = %v, want the memory cap", err)
+		}
+		assertGone(t, usage.Pid)
+	})
+	t.Run("a crash is a corrupt file, not a dead worker", func(t *testing.T) {
+		_, _, err := testChild("crash").run(ctx, []byte("x"), MimeText, Limits{Timeout: time.Minute})
+		if !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), "crashed") {
+			t.Fatalf("err = %v, want a crash", err)
+		}
+	})
+	t.Run("the caller's cancellation is not the file's fault", func(t *testing.T) {
+		cctx, cancel := context.WithCancel(ctx)
+		time.AfterFunc(200*time.Millisecond, cancel)
+		_, _, err := testChild("spin").run(cctx, []byte("x"), MimeText, Limits{Timeout: time.Minute})
+		if !errors.Is(err, context.Canceled) || IsPermanent(err) {
+			t.Fatalf("err = %v, want context.Canceled", err)
+		}
+	})
+	t.Run("a missing program is a transient failure", func(t *testing.T) {
+		p := &ChildParser{Command: []string{"/nonexistent/ragent", "parse"}}
+		if _, err := p.Parse(ctx, []byte("x"), MimeText, Limits{}); err == nil || IsPermanent(err) {
+			t.Fatalf("err = %v, want a transient error", err)
+		}
+	})
+}
+
+// The DOCX bomb of the hardening issue: a few hundred kilobytes holding
+// tens of megabytes of text. With the default limits it fails at the text
+// cap, and the child that parsed it never used much memory doing so.
+//
+// Under the race detector the parse is twenty times slower, so the cap and
+// the file shrink tenfold; the memory bound is what the normal run checks.
+func TestChildParserDocxBombMemory(t *testing.T) {
+	limits, paragraphs, capText := Limits{}, 1_000_000, "20 MiB"
+	if testenv.Race {
+		limits, paragraphs, capText = Limits{MaxTextBytes: 2 << 20}, 100_000, "2 MiB"
+	}
+	file := testdocs.DocxRepeated(t, "Lorem ipsum dolor sit amet, consectetur adipiscing elit.", paragraphs)
+	t.Logf("docx of %d KiB", len(file)>>10)
+	_, usage, err := testChild("serve").run(context.Background(), file, MimeDOCX, limits)
+	if !errors.Is(err, ErrTooLarge) || !strings.Contains(err.Error(), "text exceeds the limit of "+capText) {
+		t.Fatalf("err = %v, want the text cap", err)
+	}
+	t.Logf("child peak RSS %d MiB in %s", usage.MaxRSS>>20, usage.Elapsed)
+	if usage.MaxRSS <= 0 || usage.MaxRSS > 512<<20 {
+		t.Fatalf("child peak RSS %d MiB, want under 512 MiB", usage.MaxRSS>>20)
+	}
+}
+
+func equalBlocks(a, b []Block) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// assertGone checks that a child process no longer exists (it was killed
+// and reaped, not left running).
+func assertGone(t *testing.T, pid int) {
+	t.Helper()
+	if pid <= 0 {
+		t.Fatal("no child pid recorded")
+	}
+	if err := syscall.Kill(pid, 0); !errors.Is(err, syscall.ESRCH) {
+		t.Fatalf("child %d still exists: kill(0) = %v", pid, err)
+	}
+}
