@@ -127,7 +127,7 @@ func TestIngestHostileFiles(t *testing.T) {
 	if testenv.Race {
 		cfg.IngestMaxTextBytes, bombParagraphs, capText = 2<<20, 100_000, "2 MiB"
 	}
-	_, c, kb := ingestEnv(t, cfg)
+	in, c, kb := ingestEnv(t, cfg)
 	lorem := "Lorem ipsum dolor sit amet, consectetur adipiscing elit."
 
 	cases := []struct {
@@ -160,11 +160,7 @@ func TestIngestHostileFiles(t *testing.T) {
 			if heap > 1<<30 || child > 1<<30 {
 				t.Fatalf("peak heap %d MiB, parser peak RSS %d MiB: want both under 1 GiB", heap>>20, child>>20)
 			}
-			// The document is failed only after its parser exited: none is
-			// left running, and nothing spins inside the PDF library here.
-			if pids := parserChildren(); len(pids) != 0 {
-				t.Fatalf("parser processes still running: %v", pids)
-			}
+			// Nothing of the parse runs in the worker itself.
 			if n := pdfLibraryGoroutines(); n != 0 {
 				t.Fatalf("%d goroutines inside the PDF library", n)
 			}
@@ -196,6 +192,18 @@ func TestIngestHostileFiles(t *testing.T) {
 	t.Run("instance still ingests", func(t *testing.T) {
 		c := c.forTest(t)
 		c.waitReady(c.uploadAccepted(kb, "fine.pdf", testdocs.PDF(t, []string{"Still parsing after hostile uploads."})).ID)
+	})
+
+	// Parser processes are kept between parses (a killed one never is); the
+	// instance's shutdown ends them all.
+	t.Run("no parser process outlives the instance", func(t *testing.T) {
+		if len(parserChildren()) == 0 {
+			t.Fatal("no parser process found while the instance runs: is the test looking at the right processes?")
+		}
+		in.stop()
+		if pids := parserChildren(); len(pids) != 0 {
+			t.Fatalf("parser processes still running after shutdown: %v", pids)
+		}
 	})
 }
 

@@ -108,18 +108,20 @@ func newQueue(ctx context.Context, cfg Config, rdb *redis.Client, a *App) (*queu
 	}
 }
 
-// newParser decides where uploaded files are parsed: by default in a child
-// process running this same binary's `parse` command, which a timeout or the
-// memory cap really stops (a goroutine cannot be stopped from outside).
-func newParser(cfg Config, log *slog.Logger) (ingest.Parser, error) {
+// newParser decides where uploaded files are parsed: by default in child
+// processes running this same binary's `parse` command, which a timeout or
+// the memory cap really stops (a goroutine cannot be stopped from outside).
+// The returned func ends the idle children.
+func newParser(cfg Config, log *slog.Logger) (ingest.Parser, func() error, error) {
 	if cfg.IngestParser == "inprocess" {
-		return ingest.InProcess{}, nil
+		return ingest.InProcess{}, func() error { return nil }, nil
 	}
 	exe, err := os.Executable()
 	if err != nil {
-		return nil, fmt.Errorf("parser process: locate this binary: %w", err)
+		return nil, nil, fmt.Errorf("parser process: locate this binary: %w", err)
 	}
-	return &ingest.ChildParser{Command: []string{exe, "parse"}, MemoryLimit: cfg.IngestParserMemory, Log: log}, nil
+	p := &ingest.ChildParser{Command: []string{exe, "parse"}, MemoryLimit: cfg.IngestParserMemory, Log: log}
+	return p, p.Close, nil
 }
 
 // ingestHandler runs ingestion behind the consume guard and translates the

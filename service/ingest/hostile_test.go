@@ -1,7 +1,9 @@
 package ingest
 
 import (
+	"bufio"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -31,20 +33,28 @@ func TestMain(m *testing.M) {
 const childArg = "ragent-test-parse-child"
 
 func runTestChild(mode string) int {
-	switch mode {
-	case "serve":
+	if mode == "serve" {
 		if err := ServeChild(context.Background(), os.Stdin, os.Stdout); err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			return 1
 		}
 		return 0
+	}
+	// The other modes read one request, then misbehave the way a hostile
+	// file could make a parser misbehave.
+	br := bufio.NewReader(os.Stdin)
+	line, err := br.ReadBytes('\n')
+	var req childRequest
+	if err != nil || json.Unmarshal(line, &req) != nil {
+		return 2
+	}
+	io.CopyN(io.Discard, br, req.Size)
+	switch mode {
 	case "spin": // a parser looping inside a library, ignoring every deadline
-		io.Copy(io.Discard, os.Stdin)
 		for n := 0; ; n++ {
 			_ = n
 		}
 	case "hog": // a parser allocating without bound
-		io.Copy(io.Discard, os.Stdin)
 		var keep [][]byte
 		for {
 			b := make([]byte, 8<<20)
@@ -54,7 +64,6 @@ func runTestChild(mode string) int {
 			keep = append(keep, b)
 		}
 	case "crash": // a runtime fatal error: recover() cannot stop it
-		io.Copy(io.Discard, os.Stdin)
 		m := map[int]int{}
 		for i := 0; i < 4; i++ {
 			go func() {
@@ -68,8 +77,12 @@ func runTestChild(mode string) int {
 	return 3
 }
 
-func testChild(mode string) *ChildParser {
-	return &ChildParser{Command: []string{os.Args[0], childArg, mode}, Poll: 10 * time.Millisecond}
+// testChild returns a ChildParser whose children run mode; its idle
+// children end with the test.
+func testChild(t *testing.T, mode string) *ChildParser {
+	p := &ChildParser{Command: []string{os.Args[0], childArg, mode}, Poll: 10 * time.Millisecond}
+	t.Cleanup(func() { p.Close() })
+	return p
 }
 
 // pdfLibraryGoroutines counts goroutines running inside the PDF library:
@@ -210,30 +223,30 @@ func TestChildParser(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		got, err := testChild("serve").Parse(ctx, file, MimeDOCX, Limits{})
+		got, err := testChild(t, "serve").Parse(ctx, file, MimeDOCX, Limits{})
 		if err != nil || !equalBlocks(got.Blocks, want.Blocks) {
 			t.Fatalf("child: %+v, %v; in process: %+v", got, err, want.Blocks)
 		}
 	})
 	t.Run("parse failures keep their kind", func(t *testing.T) {
-		_, err := testChild("serve").Parse(ctx, testdocs.PDFKidsLoop(t), MimePDF, Limits{})
+		_, err := testChild(t, "serve").Parse(ctx, testdocs.PDFKidsLoop(t), MimePDF, Limits{})
 		if !errors.Is(err, ErrCorrupt) || !IsPermanent(err) || !errors.Is(err, service.ErrInvalid) || !strings.Contains(err.Error(), "loops back") {
 			t.Fatalf("err = %v, want corrupt", err)
 		}
-		_, err = testChild("serve").Parse(ctx, []byte("just text"), "image/png", Limits{})
+		_, err = testChild(t, "serve").Parse(ctx, []byte("just text"), "image/png", Limits{})
 		if !errors.Is(err, ErrUnsupported) {
 			t.Fatalf("err = %v, want unsupported", err)
 		}
 	})
 	t.Run("a spinning parser is killed at the timeout", func(t *testing.T) {
-		_, usage, err := testChild("spin").run(ctx, []byte("x"), MimeText, Limits{Timeout: 2 * time.Second})
+		_, usage, err := testChild(t, "spin").run(ctx, []byte("x"), MimeText, Limits{Timeout: 2 * time.Second})
 		if !errors.Is(err, ErrTooLarge) || !strings.Contains(err.Error(), "took longer than 2s") {
 			t.Fatalf("err = %v, want the timeout", err)
 		}
 		assertGone(t, usage.Pid)
 	})
 	t.Run("a parser that allocates without bound is killed at the memory cap", func(t *testing.T) {
-		p := testChild("hog")
+		p := testChild(t, "hog")
 		p.MemoryLimit = 128 << 20
 		_, usage, err := p.run(ctx, []byte("x"), MimeText, Limits{Timeout: time.Minute})
 		if !errors.Is(err, ErrTooLarge) || !strings.Contains(err.Error(), "more than 128 MiB of memory") {
@@ -242,7 +255,7 @@ func TestChildParser(t *testing.T) {
 		assertGone(t, usage.Pid)
 	})
 	t.Run("a crash is a corrupt file, not a dead worker", func(t *testing.T) {
-		_, _, err := testChild("crash").run(ctx, []byte("x"), MimeText, Limits{Timeout: time.Minute})
+		_, _, err := testChild(t, "crash").run(ctx, []byte("x"), MimeText, Limits{Timeout: time.Minute})
 		if !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), "crashed") {
 			t.Fatalf("err = %v, want a crash", err)
 		}
@@ -250,10 +263,37 @@ func TestChildParser(t *testing.T) {
 	t.Run("the caller's cancellation is not the file's fault", func(t *testing.T) {
 		cctx, cancel := context.WithCancel(ctx)
 		time.AfterFunc(200*time.Millisecond, cancel)
-		_, _, err := testChild("spin").run(cctx, []byte("x"), MimeText, Limits{Timeout: time.Minute})
+		_, _, err := testChild(t, "spin").run(cctx, []byte("x"), MimeText, Limits{Timeout: time.Minute})
 		if !errors.Is(err, context.Canceled) || IsPermanent(err) {
 			t.Fatalf("err = %v, want context.Canceled", err)
 		}
+	})
+	t.Run("a healthy child is reused, a killed one never", func(t *testing.T) {
+		p := testChild(t, "serve")
+		_, first, err := p.run(ctx, []byte("one"), MimeText, Limits{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		// A parse failure is an answer: the child stays healthy.
+		_, second, err := p.run(ctx, testdocs.PDFKidsLoop(t), MimePDF, Limits{})
+		if !errors.Is(err, ErrCorrupt) || second.Pid != first.Pid {
+			t.Fatalf("second parse: pid %d (first %d), %v; want the same child and a corrupt file", second.Pid, first.Pid, err)
+		}
+		if _, third, err := p.run(ctx, []byte("three"), MimeText, Limits{}); err != nil || third.Pid != first.Pid {
+			t.Fatalf("third parse: pid %d, %v", third.Pid, err)
+		}
+		p.Close()
+		assertGone(t, first.Pid)
+	})
+	t.Run("a child is replaced after MaxUses parses", func(t *testing.T) {
+		p := testChild(t, "serve")
+		p.MaxUses = 1
+		_, first, err1 := p.run(ctx, []byte("one"), MimeText, Limits{})
+		_, second, err2 := p.run(ctx, []byte("two"), MimeText, Limits{})
+		if err1 != nil || err2 != nil || first.Pid == second.Pid {
+			t.Fatalf("pids %d, %d (%v, %v): want two children", first.Pid, second.Pid, err1, err2)
+		}
+		assertGone(t, first.Pid)
 	})
 	t.Run("a missing program is a transient failure", func(t *testing.T) {
 		p := &ChildParser{Command: []string{"/nonexistent/ragent", "parse"}}
@@ -276,7 +316,7 @@ func TestChildParserDocxBombMemory(t *testing.T) {
 	}
 	file := testdocs.DocxRepeated(t, "Lorem ipsum dolor sit amet, consectetur adipiscing elit.", paragraphs)
 	t.Logf("docx of %d KiB", len(file)>>10)
-	_, usage, err := testChild("serve").run(context.Background(), file, MimeDOCX, limits)
+	_, usage, err := testChild(t, "serve").run(context.Background(), file, MimeDOCX, limits)
 	if !errors.Is(err, ErrTooLarge) || !strings.Contains(err.Error(), "text exceeds the limit of "+capText) {
 		t.Fatalf("err = %v, want the text cap", err)
 	}
