@@ -32,6 +32,9 @@ func TestMain(m *testing.M) {
 
 const childArg = "ragent-test-parse-child"
 
+// hogged keeps what the "hog" child allocates reachable.
+var hogged [][]byte
+
 func runTestChild(mode string) int {
 	if mode == "serve" {
 		if err := ServeChild(context.Background(), os.Stdin, os.Stdout); err != nil {
@@ -55,13 +58,12 @@ func runTestChild(mode string) int {
 			_ = n
 		}
 	case "hog": // a parser allocating without bound
-		var keep [][]byte
 		for {
 			b := make([]byte, 8<<20)
 			for i := range b {
 				b[i] = byte(i)
 			}
-			keep = append(keep, b)
+			hogged = append(hogged, b)
 		}
 	case "crash": // a runtime fatal error: recover() cannot stop it
 		m := map[int]int{}

@@ -212,9 +212,10 @@ var oleMagic = []byte{0xD0, 0xCF, 0x11, 0xE0, 0xA1, 0xB1, 0x1A, 0xE1}
 // sentinels above; a cancelled ctx returns ctx's error, which is transient.
 // Parse never panics: a panic inside a third-party parser becomes ErrCorrupt.
 // When the time limit passes, Parse returns ErrTooLarge at once; a parser
-// stuck inside a library call may keep reading r for a while afterwards, so
-// r must stay valid (e.g. a byte slice or an open temporary file that is
-// closed by the garbage collector, not reused).
+// stuck inside a library call may keep running, and reading r, afterwards
+// (nothing can stop a goroutine), so r must stay valid (e.g. a byte slice or
+// an open temporary file that is closed by the garbage collector, not
+// reused). ChildParser runs Parse where a timeout really ends it.
 func Parse(ctx context.Context, r io.ReaderAt, size int64, mime string, limits Limits) (*Document, error) {
 	limits = limits.withDefaults()
 	if size <= 0 {
