@@ -168,6 +168,7 @@ func (p *ChildParser) get() (*parserProc, error) {
 	}
 	cmd := exec.Command(p.Command[0], p.Command[1:]...)
 	cmd.Env = childEnv()
+	isolate(cmd)
 	inR, inW, err := os.Pipe()
 	if err != nil {
 		return nil, err
@@ -310,6 +311,10 @@ wait:
 	}
 	if reason != nil {
 		return nil, usage, reason
+	}
+	if ans.err != nil && ctx.Err() != nil {
+		c.kill()
+		return nil, usage, ctx.Err() // shutting down: whatever ended the child, it was not the file
 	}
 	if ans.err != nil {
 		// The child died on its own: a Go runtime fatal error (a stack

@@ -8,7 +8,10 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -42,6 +45,18 @@ func runTestChild(mode string) int {
 			return 1
 		}
 		return 0
+	}
+	if mode == "parent-of-spinner" {
+		// A worker with a child stuck in a parse, about to be SIGKILLed.
+		p := &ChildParser{Command: []string{os.Args[0], childArg, "spin"}}
+		go p.Parse(context.Background(), []byte("x"), MimeText, Limits{Timeout: time.Hour})
+		for {
+			if pids := childrenOf(os.Getpid()); len(pids) > 0 {
+				fmt.Println(pids[0])
+				select {}
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
 	}
 	// The other modes read one request, then misbehave the way a hostile
 	// file could make a parser misbehave.
@@ -303,6 +318,70 @@ func TestChildParser(t *testing.T) {
 			t.Fatalf("err = %v, want a transient error", err)
 		}
 	})
+}
+
+// A worker killed outright (OOM killer, SIGKILL) takes its parser
+// processes with it, even one spinning in a parse.
+func TestChildDiesWithItsWorker(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("the kernel kills children with their parent only on Linux")
+	}
+	worker := exec.Command(os.Args[0], childArg, "parent-of-spinner")
+	out, err := worker.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := worker.Start(); err != nil {
+		t.Fatal(err)
+	}
+	var child int
+	if _, err := fmt.Fscan(out, &child); err != nil {
+		worker.Process.Kill()
+		t.Fatalf("no child pid from the worker: %v", err)
+	}
+	worker.Process.Kill()
+	worker.Wait()
+	// The kernel signals the child when the worker dies; it is gone once
+	// its parent (now init or a subreaper) has reaped it.
+	deadline := time.Now().Add(30 * time.Second)
+	for processAlive(child) {
+		if time.Now().After(deadline) {
+			syscall.Kill(child, syscall.SIGKILL)
+			t.Fatalf("parser process %d outlived its worker", child)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// processAlive reports whether pid runs (a zombie awaiting its reaper
+// counts as gone: it runs nothing).
+func processAlive(pid int) bool {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return false
+	}
+	s := string(b)
+	f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
+	return len(f) > 0 && f[0] != "Z" && f[0] != "X"
+}
+
+// childrenOf lists the processes whose parent is ppid.
+func childrenOf(ppid int) []int {
+	stats, _ := filepath.Glob("/proc/[0-9]*/stat")
+	var pids []int
+	for _, f := range stats {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			continue
+		}
+		s := string(b)
+		fields := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
+		if len(fields) >= 2 && fields[1] == strconv.Itoa(ppid) {
+			pid, _ := strconv.Atoi(filepath.Base(filepath.Dir(f)))
+			pids = append(pids, pid)
+		}
+	}
+	return pids
 }
 
 // The DOCX bomb of the hardening issue: a few hundred kilobytes holding
