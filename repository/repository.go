@@ -14,6 +14,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
@@ -124,6 +125,11 @@ func translate(err error) error {
 			return fmt.Errorf("%w: %s references a missing row", service.ErrInvalid, pgErr.ConstraintName)
 		case "57P01", "57P02", "57P03", "08000", "08003", "08006":
 			return fmt.Errorf("%w: postgres: %v", service.ErrUnavailable, err)
+		case "54000": // program_limit_exceeded: e.g. a value too big for a btree index row
+			return dataError{pgErr}
+		}
+		if strings.HasPrefix(pgErr.Code, "22") { // data_exception: bad encoding, out-of-range value, string too long
+			return dataError{pgErr}
 		}
 		return err
 	}
@@ -132,6 +138,16 @@ func translate(err error) error {
 	}
 	return err
 }
+
+// dataError is Postgres refusing the data of a statement: invalid input
+// (400 at the API) that no retry can fix, so it is also service.ErrPermanent.
+type dataError struct{ pg *pgconn.PgError }
+
+func (e dataError) Error() string {
+	return fmt.Sprintf("postgres refused the data: %s (SQLSTATE %s)", e.pg.Message, e.pg.Code)
+}
+
+func (e dataError) Unwrap() []error { return []error{service.ErrInvalid, service.ErrPermanent, e.pg} }
 
 // isConnectionError reports whether err means Postgres could not be reached
 // or the connection broke, as opposed to a failed statement.

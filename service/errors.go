@@ -21,6 +21,13 @@ var (
 	ErrUnavailable      = errors.New("unavailable")                                 // 503
 )
 
+// ErrPermanent marks a failure that retrying the same work cannot fix: the
+// database refused the data itself (a value too long for an index row, an
+// invalid byte sequence, a number out of range). It is wrapped together with
+// the sentinel that gives the failure its API status (ErrInvalid), so a
+// background consumer can fail the work at once instead of retrying it.
+var ErrPermanent = errors.New("permanent failure")
+
 // ErrShutdown is the cancel cause of work interrupted because the process is
 // shutting down (not because a client went away).
 var ErrShutdown = errors.New("shutting down")

@@ -14,8 +14,19 @@ import (
 	"unicode/utf8"
 )
 
+// MaxTermBytes is the longest word, in bytes of its lower-cased UTF-8 form
+// before stemming, that becomes a term. Longer words are dropped, as
+// Lucene's standard tokenizer drops tokens over its limit: such a "word" is
+// a base64 blob, a minified line or a hostile file, never something a person
+// searches for, and an unbounded term would not fit a Postgres index row
+// (about 2.7 KB). 128 bytes keeps a SHA-512 in hex, long compound words and
+// identifiers. Queries are tokenized by the same rule, so nothing that was
+// indexed is unreachable.
+const MaxTermBytes = 128
+
 // Tokenize returns the search terms of s in order of appearance, duplicates
-// included (BM25 needs term frequencies).
+// included (BM25 needs term frequencies). Words longer than MaxTermBytes are
+// dropped.
 //
 // Full-width Latin letters and digits are folded to ASCII first, so "ＧＰＴ４"
 // and "GPT4" match. Any rune that is neither a letter, a digit nor CJK
@@ -25,6 +36,7 @@ func Tokenize(s string) []string {
 	// bytes); sizing once avoids most slice growth.
 	terms := make([]string, 0, len(s)/5+1)
 	word := make([]byte, 0, 32) // the current Latin/digit word, lower-cased
+	tooLong := false            // the word grew past MaxTermBytes: it stops growing and is dropped
 	var cjk [2]rune             // the last two runes of the current CJK run
 	runLen := 0                 // runes in the current CJK run
 	var buf [8]byte             // encodes a CJK term before its one allocation
@@ -32,10 +44,21 @@ func Tokenize(s string) []string {
 		if len(word) == 0 {
 			return
 		}
-		if t, ok := normalizeWord(word); ok {
-			terms = append(terms, t)
+		if !tooLong {
+			if t, ok := normalizeWord(word); ok {
+				terms = append(terms, t)
+			}
 		}
-		word = word[:0]
+		word, tooLong = word[:0], false
+	}
+	// appendRune adds a non-ASCII rune to the current word, or marks the word
+	// too long instead of growing it past the limit.
+	appendRune := func(r rune) {
+		if len(word)+utf8.RuneLen(r) > MaxTermBytes {
+			tooLong = true
+			return
+		}
+		word = utf8.AppendRune(word, r)
 	}
 	flushRun := func() {
 		if runLen == 1 {
@@ -60,7 +83,11 @@ func Tokenize(s string) []string {
 			if 'A' <= c && c <= 'Z' {
 				c += 'a' - 'A'
 			}
-			word = append(word, c)
+			if len(word) < MaxTermBytes {
+				word = append(word, c)
+			} else {
+				tooLong = true
+			}
 		case r == '\'' || r == '’':
 			// An apostrophe inside a word ends it; a following possessive
 			// "s" ("protein's") is dropped, as Lucene's English analyzer does.
@@ -83,9 +110,9 @@ func Tokenize(s string) []string {
 			// belong to the word; combining marks are not letters and split,
 			// which is acceptable for search terms.
 			flushRun()
-			word = utf8.AppendRune(word, unicode.ToLower(r))
+			appendRune(unicode.ToLower(r))
 		case r >= utf8.RuneSelf && unicode.Is(unicode.Mn, r) && len(word) > 0:
-			word = utf8.AppendRune(word, r)
+			appendRune(r)
 		default:
 			flushWord()
 			flushRun()

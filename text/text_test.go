@@ -227,3 +227,36 @@ func BenchmarkSentences(b *testing.B) {
 		Sentences(benchText)
 	}
 }
+
+// A word longer than MaxTermBytes is dropped whole (never truncated into a
+// term that matches unrelated words) and the words around it survive; the
+// limit counts bytes, so it holds for multi-byte letters too.
+func TestTokenizeDropsOverlongWords(t *testing.T) {
+	atLimit := strings.Repeat("x", MaxTermBytes)
+	tests := []struct {
+		name string
+		in   string
+		want []string
+	}{
+		{"40,000 letters", "alpha " + strings.Repeat("q", 40_000) + " omega", []string{"alpha", "omega"}},
+		{"at the limit kept", "alpha " + atLimit, []string{"alpha", atLimit}},
+		{"one byte over dropped", atLimit + "y beta", []string{"beta"}},
+		{"sha512 hex kept", strings.Repeat("0123456789abcdef", 8), []string{strings.Repeat("0123456789abcdef", 8)}},
+		{"multi-byte letters over the limit", "ж" + strings.Repeat("é", MaxTermBytes/2) + " gamma", []string{"gamma"}},
+		{"apostrophe after an overlong word", strings.Repeat("z", 500) + "'s delta", []string{"delta"}},
+		{"cjk next to an overlong word", strings.Repeat("k", 300) + "中文", []string{"中文"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := Tokenize(tt.in)
+			if !reflect.DeepEqual(got, tt.want) {
+				t.Fatalf("Tokenize = %q, want %q", got, tt.want)
+			}
+			for _, term := range got {
+				if len(term) > MaxTermBytes {
+					t.Fatalf("term of %d bytes", len(term))
+				}
+			}
+		})
+	}
+}

@@ -141,7 +141,17 @@ func newApp(ctx context.Context, cfg Config, log *slog.Logger) (_ *App, err erro
 		Model: embedder.Model(), Dim: embedder.Dim(), VectorWeight: vectorWeight(cfg),
 	})
 	searcher := retrieve.New(a.store, embedder, reranker, retrieve.Config{MinVectorScore: cfg.SearchMinVectorScore}, log)
-	ingestSvc := ingest.New(a.store, embedder, ids, ingest.Config{MaxBytes: cfg.UploadMaxBytes}, log, nil)
+	parser, closeParser, err := newParser(cfg, log)
+	if err != nil {
+		return nil, err
+	}
+	a.closers = append(a.closers, func(context.Context) error { return closeParser() })
+	ingestSvc := ingest.New(a.store, embedder, ids, ingest.Config{
+		MaxBytes:  cfg.UploadMaxBytes,
+		Limits:    ingest.Limits{MaxTextBytes: cfg.IngestMaxTextBytes, Timeout: cfg.IngestParseTimeout},
+		MaxChunks: cfg.IngestMaxChunks,
+		Parser:    parser,
+	}, log, nil)
 	a.kbs, a.ingestSvc, a.searcher = kbs, ingestSvc, searcher
 
 	// Admin data: the intent tree and term mappings, read (by admins and the

@@ -90,6 +90,12 @@ type Config struct {
 	UploadMaxWait       time.Duration
 	UploadMaxBytes      int64
 
+	IngestParser       string // process | inprocess
+	IngestParseTimeout time.Duration
+	IngestParserMemory int64 // resident memory cap of a parser process, bytes
+	IngestMaxTextBytes int64
+	IngestMaxChunks    int
+
 	WorkerID int // -1: lease from Redis
 	Demo     bool
 
@@ -159,6 +165,12 @@ func loadConfig(getenv func(string) string) (Config, error) {
 		UploadMaxConcurrent: e.int("RAGENT_UPLOAD_MAX_CONCURRENT", 10),
 		UploadMaxWait:       e.duration("RAGENT_UPLOAD_MAX_WAIT", 5*time.Second),
 		UploadMaxBytes:      int64(e.int("RAGENT_UPLOAD_MAX_BYTES", 50<<20)),
+
+		IngestParser:       e.str("RAGENT_INGEST_PARSER", "process"),
+		IngestParseTimeout: e.duration("RAGENT_INGEST_PARSE_TIMEOUT", 2*time.Minute),
+		IngestParserMemory: int64(e.int("RAGENT_INGEST_PARSER_MEMORY", 1<<30)),
+		IngestMaxTextBytes: int64(e.int("RAGENT_INGEST_MAX_TEXT_BYTES", 20<<20)),
+		IngestMaxChunks:    e.int("RAGENT_INGEST_MAX_CHUNKS", 20_000),
 
 		WorkerID: e.int("RAGENT_WORKER_ID", -1),
 		Demo:     e.bool("RAGENT_DEMO", true),
@@ -233,6 +245,7 @@ func (c Config) validate() []error {
 		"RAGENT_CHAT_MAX_CONCURRENT": c.ChatMaxConcurrent, "RAGENT_CHAT_MAX_QUEUE": c.ChatMaxQueue,
 		"RAGENT_CHAT_MAX_QUEUED_PER_USER": c.ChatMaxQueuedPerUser, "RAGENT_UPLOAD_MAX_CONCURRENT": c.UploadMaxConcurrent,
 		"RAGENT_LOGIN_MAX_FAILURES": c.LoginMaxFailures, "RAGENT_LOGIN_MAX_FAILURES_PER_USER": c.LoginMaxFailuresPerUser,
+		"RAGENT_INGEST_MAX_CHUNKS": c.IngestMaxChunks,
 	}
 	for name, v := range positive {
 		if v < 1 {
@@ -245,6 +258,7 @@ func (c Config) validate() []error {
 		"RAGENT_TOKEN_TTL": c.TokenTTL, "RAGENT_SHUTDOWN_TIMEOUT": c.ShutdownTimeout, "RAGENT_LOGIN_FAIL_WINDOW": c.LoginFailWindow,
 		"RAGENT_LLM_FIRST_TOKEN_TIMEOUT": c.LLMFirstTokenTimeout, "RAGENT_LLM_IDLE_TIMEOUT": c.LLMIdleTimeout,
 		"RAGENT_HTTP_BODY_TIMEOUT": c.HTTPBodyTimeout, "RAGENT_HTTP_UPLOAD_TIMEOUT": c.HTTPUploadTimeout,
+		"RAGENT_INGEST_PARSE_TIMEOUT": c.IngestParseTimeout,
 	} {
 		if d <= 0 {
 			bad("%s must be positive", name)
@@ -258,6 +272,15 @@ func (c Config) validate() []error {
 	}
 	if c.UploadMaxBytes < 1 {
 		bad("RAGENT_UPLOAD_MAX_BYTES must be positive")
+	}
+	if c.IngestParser != "process" && c.IngestParser != "inprocess" {
+		bad("RAGENT_INGEST_PARSER must be process or inprocess")
+	}
+	if c.IngestParserMemory < 64<<20 {
+		bad("RAGENT_INGEST_PARSER_MEMORY must be at least 67108864 (64 MiB)")
+	}
+	if c.IngestMaxTextBytes < 1 {
+		bad("RAGENT_INGEST_MAX_TEXT_BYTES must be positive")
 	}
 	if c.WorkerID > 1023 || c.WorkerID < -1 {
 		bad("RAGENT_WORKER_ID must be between 0 and 1023")
@@ -302,6 +325,8 @@ func (c Config) logAttrs() []any {
 		"chat_on_redis_error", c.ChatOnRedisError, "chat_max_queue", c.ChatMaxQueue, "chat_max_queued_per_user", c.ChatMaxQueuedPerUser,
 		"chat_empty_retrieval", c.ChatEmptyRetrieval, "upload_max_concurrent", c.UploadMaxConcurrent,
 		"upload_max_wait", c.UploadMaxWait.String(), "upload_max_bytes", c.UploadMaxBytes,
+		"ingest_parser", c.IngestParser, "ingest_parse_timeout", c.IngestParseTimeout.String(),
+		"ingest_parser_memory", c.IngestParserMemory, "ingest_max_text_bytes", c.IngestMaxTextBytes, "ingest_max_chunks", c.IngestMaxChunks,
 		"worker_id", c.WorkerID, "demo", c.Demo, "role", c.Role, "instance_id", c.InstanceID, "pprof_addr", c.PprofAddr,
 	}
 }

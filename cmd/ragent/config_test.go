@@ -26,6 +26,8 @@ func TestConfigDefaults(t *testing.T) {
 		"ChatLease": c.ChatLease, "ChatPollInterval": c.ChatPollInterval, "ChatOnRedisError": c.ChatOnRedisError,
 		"ChatMaxQueue": c.ChatMaxQueue, "ChatMaxQueuedPerUser": c.ChatMaxQueuedPerUser, "UploadMaxBytes": c.UploadMaxBytes,
 		"WorkerID": c.WorkerID, "Demo": c.Demo, "SearchMinVectorScore": c.SearchMinVectorScore,
+		"IngestParser": c.IngestParser, "IngestParseTimeout": c.IngestParseTimeout, "IngestParserMemory": c.IngestParserMemory,
+		"IngestMaxTextBytes": c.IngestMaxTextBytes, "IngestMaxChunks": c.IngestMaxChunks,
 	} {
 		want := map[string]any{
 			"HTTPAddr": ":8080", "RedisPrefix": "ragent:", "MQDriver": "redis", "LLMProvider": "offline",
@@ -33,6 +35,8 @@ func TestConfigDefaults(t *testing.T) {
 			"ChatLease": 30 * time.Second, "ChatPollInterval": 200 * time.Millisecond, "ChatOnRedisError": "reject",
 			"ChatMaxQueue": 1000, "ChatMaxQueuedPerUser": 3, "UploadMaxBytes": int64(50 << 20),
 			"WorkerID": -1, "Demo": true, "SearchMinVectorScore": offlineMinVectorScore,
+			"IngestParser": "process", "IngestParseTimeout": 2 * time.Minute, "IngestParserMemory": int64(1 << 30),
+			"IngestMaxTextBytes": int64(20 << 20), "IngestMaxChunks": 20_000,
 		}[name]
 		if fmt.Sprint(got) != fmt.Sprint(want) {
 			t.Errorf("%s = %v, want %v", name, got, want)
@@ -61,6 +65,11 @@ func TestConfigErrors(t *testing.T) {
 		{"bad proxy", []string{"RAGENT_TRUSTED_PROXIES", "10.0.0.0/8,proxy.local"}, "RAGENT_TRUSTED_PROXIES"},
 		{"origin with a path", []string{"RAGENT_ALLOWED_ORIGINS", "https://rag.example.com/app"}, "RAGENT_ALLOWED_ORIGINS"},
 		{"zero body timeout", []string{"RAGENT_HTTP_BODY_TIMEOUT", "0s"}, "RAGENT_HTTP_BODY_TIMEOUT"},
+		{"unknown parser", []string{"RAGENT_INGEST_PARSER", "thread"}, "RAGENT_INGEST_PARSER"},
+		{"tiny parser memory", []string{"RAGENT_INGEST_PARSER_MEMORY", "1000"}, "RAGENT_INGEST_PARSER_MEMORY"},
+		{"zero text cap", []string{"RAGENT_INGEST_MAX_TEXT_BYTES", "0"}, "RAGENT_INGEST_MAX_TEXT_BYTES"},
+		{"zero chunk cap", []string{"RAGENT_INGEST_MAX_CHUNKS", "0"}, "RAGENT_INGEST_MAX_CHUNKS"},
+		{"zero parse timeout", []string{"RAGENT_INGEST_PARSE_TIMEOUT", "0s"}, "RAGENT_INGEST_PARSE_TIMEOUT"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -17,6 +17,8 @@ import (
 	"syscall"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/ragent-go/ragent/service/ingest"
 )
 
 // version is set at build time with -ldflags "-X main.version=…".
@@ -40,6 +42,7 @@ commands:
   eval     --dataset DIR [--mode all|hybrid|keyword|vector] [--limit-queries N] [--keep]
                                      ingest a BEIR folder through the pipeline, print nDCG@10 and recall@10
   version                            print the version
+  parse                              (internal) parse one file from stdin for the ingestion worker
 
 Configuration comes from RAGENT_* environment variables; see README.md.`
 
@@ -52,6 +55,11 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	if cmd == "version" {
 		fmt.Fprintln(stdout, "ragent", version)
 		return nil
+	}
+	if cmd == "parse" {
+		// The ingestion worker's parser process: it needs no configuration
+		// (and gets none: its environment is empty).
+		return ingest.ServeChild(ctx, os.Stdin, stdout)
 	}
 	cfg, err := loadConfig(getenv)
 	if err != nil {

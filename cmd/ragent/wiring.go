@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
+	"os"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -106,6 +108,22 @@ func newQueue(ctx context.Context, cfg Config, rdb *redis.Client, a *App) (*queu
 			close: func() {},
 		}, nil
 	}
+}
+
+// newParser decides where uploaded files are parsed: by default in child
+// processes running this same binary's `parse` command, which a timeout or
+// the memory cap really stops (a goroutine cannot be stopped from outside).
+// The returned func ends the idle children.
+func newParser(cfg Config, log *slog.Logger) (ingest.Parser, func() error, error) {
+	if cfg.IngestParser == "inprocess" {
+		return ingest.InProcess{}, func() error { return nil }, nil
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		return nil, nil, fmt.Errorf("parser process: locate this binary: %w", err)
+	}
+	p := &ingest.ChildParser{Command: []string{exe, "parse"}, MemoryLimit: cfg.IngestParserMemory, Log: log}
+	return p, p.Close, nil
 }
 
 // ingestHandler runs ingestion behind the consume guard and translates the

@@ -178,6 +178,14 @@ func PDF(t testing.TB, pages ...[]string) []byte {
 			fmt.Sprintf("<< /Length %d >>\nstream\n%s\nendstream", content.Len(), content.String()),
 		)
 	}
+	return PDFObjects(t, objs...)
+}
+
+// PDFObjects writes a PDF whose objects are objs, numbered from 1 in order,
+// with a correct xref table and object 1 as the catalog. Tests use it to
+// build malformed page trees on purpose.
+func PDFObjects(t testing.TB, objs ...string) []byte {
+	t.Helper()
 	var b bytes.Buffer
 	b.WriteString("%PDF-1.4\n")
 	offsets := make([]int, len(objs))

@@ -12,6 +12,7 @@ import (
 type ChunkOptions struct {
 	TargetTokens  int // a chunk's maximum size; 0 means the default
 	OverlapTokens int // trailing sentences of a chunk repeated at the start of the next one in the same section
+	MaxChunks     int // Split stops after MaxChunks+1 chunks, enough to tell the cap was passed; 0 means no cap
 }
 
 // DefaultChunkOptions suit embedding models with 512-token windows and
@@ -42,6 +43,9 @@ func Split(doc *Document, opts ChunkOptions) []Chunk {
 	opts.OverlapTokens = max(0, min(opts.OverlapTokens, opts.TargetTokens/2))
 	c := &chunker{opts: opts}
 	for _, b := range doc.Blocks {
+		if opts.MaxChunks > 0 && len(c.out) > opts.MaxChunks {
+			return c.out
+		}
 		if b.Kind == Heading {
 			c.heading(b)
 			continue

@@ -54,7 +54,9 @@ var ErrGaveUp = errors.New("ingestion gave up")
 // Config tunes the pipeline. Zero values take the defaults.
 type Config struct {
 	MaxBytes       int64         // upload cap; default 50 MiB
-	Limits         Limits        // parser limits
+	Limits         Limits        // parser limits, the text cap among them
+	MaxChunks      int           // chunks per document; default 20,000
+	Parser         Parser        // where files are parsed; default InProcess
 	MaxAttempts    int           // transient failures before giving up; default 5
 	RunningTimeout time.Duration // a document running longer is re-queued; default 15m
 	RelayInterval  time.Duration // outbox poll; default 1s
@@ -65,6 +67,12 @@ type Config struct {
 func (c *Config) defaults() {
 	if c.MaxBytes <= 0 {
 		c.MaxBytes = 50 << 20
+	}
+	if c.MaxChunks <= 0 {
+		c.MaxChunks = 20_000
+	}
+	if c.Parser == nil {
+		c.Parser = InProcess{}
 	}
 	if c.MaxAttempts <= 0 {
 		c.MaxAttempts = 5
@@ -249,7 +257,9 @@ func (s *Service) Process(ctx context.Context, body []byte) error {
 	case errors.Is(err, service.ErrNotFound):
 		log.InfoContext(ctx, "document changed during ingestion; result dropped")
 		return nil
-	case IsPermanent(err) || errors.Is(err, errMismatch):
+	case IsPermanent(err) || errors.Is(err, errMismatch) || errors.Is(err, service.ErrPermanent):
+		// Retrying cannot help: the file, the configuration or the data
+		// the database refused is the same on every attempt.
 		log.WarnContext(ctx, "document failed", "err", err)
 		return s.store.FailDocument(context.WithoutCancel(ctx), doc.ID, doc.Generation, err.Error())
 	case ctx.Err() != nil:
@@ -280,17 +290,9 @@ func (s *Service) index(ctx context.Context, doc *service.Document) (int, error)
 		return 0, fmt.Errorf("%w: the knowledge base uses %s (%d dimensions) but this worker embeds with %s (%d)",
 			errMismatch, kb.EmbeddingModel, kb.EmbeddingDim, s.embedder.Model(), s.embedder.Dim())
 	}
-	blob, err := s.store.DocumentBlob(ctx, doc.SHA256)
+	pieces, err := s.parseAndSplit(ctx, doc, kb)
 	if err != nil {
 		return 0, err
-	}
-	parsed, err := Parse(ctx, bytes.NewReader(blob), int64(len(blob)), doc.Mime, s.cfg.Limits)
-	if err != nil {
-		return 0, err
-	}
-	pieces := Split(parsed, ChunkOptions{TargetTokens: kb.ChunkSize, OverlapTokens: kb.ChunkOverlap})
-	if len(pieces) == 0 {
-		return 0, fmt.Errorf("%w: no text to index", ErrEmpty)
 	}
 	chunks := make([]service.Chunk, len(pieces))
 	texts := make([]string, len(pieces))
@@ -325,6 +327,28 @@ func (s *Service) index(ctx context.Context, doc *service.Document) (int, error)
 		return 0, err
 	}
 	return len(chunks), nil
+}
+
+// parseAndSplit turns a document's file into chunks. The file and its
+// parsed text are garbage once it returns: only the chunks stay in memory
+// while they are embedded and stored.
+func (s *Service) parseAndSplit(ctx context.Context, doc *service.Document, kb *service.KnowledgeBase) ([]Chunk, error) {
+	blob, err := s.store.DocumentBlob(ctx, doc.SHA256)
+	if err != nil {
+		return nil, err
+	}
+	parsed, err := s.cfg.Parser.Parse(ctx, blob, doc.Mime, s.cfg.Limits)
+	if err != nil {
+		return nil, err
+	}
+	pieces := Split(parsed, ChunkOptions{TargetTokens: kb.ChunkSize, OverlapTokens: kb.ChunkOverlap, MaxChunks: s.cfg.MaxChunks})
+	if len(pieces) == 0 {
+		return nil, fmt.Errorf("%w: no text to index", ErrEmpty)
+	}
+	if len(pieces) > s.cfg.MaxChunks {
+		return nil, fmt.Errorf("%w: the document makes more than %d chunks, the limit per document", ErrTooLarge, s.cfg.MaxChunks)
+	}
+	return pieces, nil
 }
 
 func (s *Service) wakeRelay() {

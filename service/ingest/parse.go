@@ -31,7 +31,7 @@ const (
 var (
 	ErrUnsupported = &parseError{"unsupported file type", service.ErrUnsupported}
 	ErrEncrypted   = &parseError{"encrypted or password-protected file", service.ErrUnsupported}
-	ErrTooLarge    = &parseError{"file exceeds a parsing limit", service.ErrTooLarge}
+	ErrTooLarge    = &parseError{"file exceeds an ingestion limit", service.ErrTooLarge}
 	ErrCorrupt     = &parseError{"corrupt or malformed file", service.ErrInvalid}
 	ErrEmpty       = &parseError{"file contains no text", service.ErrInvalid}
 )
@@ -93,9 +93,48 @@ type Block struct {
 // Document is the format-independent result of parsing a file.
 type Document struct {
 	Blocks []Block
+
+	size int64 // bytes of text in Blocks
+	max  int64 // the text cap (Limits.MaxTextBytes); 0 means none
+	full bool  // a block was refused because it would pass the cap
 }
 
-// add appends a block unless its text is blank.
+// newDocument returns an empty document that holds at most the text cap of
+// limits: parsers stop filling it, and fail, once a small file has expanded
+// past the cap, instead of holding the whole expansion in memory.
+func newDocument(limits Limits) *Document {
+	return &Document{max: limits.MaxTextBytes}
+}
+
+// fits reports, as ErrTooLarge, whether n more bytes of text would pass the
+// cap; parsers check the text they are still assembling with it.
+func (d *Document) fits(n int) error {
+	if d.max > 0 && d.size+int64(n) > d.max {
+		d.full = true
+	}
+	return d.textErr()
+}
+
+// textErr is ErrTooLarge once the document has reached its text cap.
+func (d *Document) textErr() error {
+	if !d.full {
+		return nil
+	}
+	return fmt.Errorf("%w: the extracted text exceeds the limit of %s per document", ErrTooLarge, formatBytes(d.max))
+}
+
+// formatBytes renders a size for people: whole MiB or KiB when exact.
+func formatBytes(n int64) string {
+	switch {
+	case n >= 1<<20 && n%(1<<20) == 0:
+		return fmt.Sprintf("%d MiB", n>>20)
+	case n >= 1<<10 && n%(1<<10) == 0:
+		return fmt.Sprintf("%d KiB", n>>10)
+	}
+	return fmt.Sprintf("%d bytes", n)
+}
+
+// add appends a block unless its text is blank or the document is full.
 func (d *Document) add(kind BlockKind, level int, text string) {
 	if kind != Code {
 		text = strings.TrimSpace(text)
@@ -108,12 +147,17 @@ func (d *Document) add(kind BlockKind, level int, text string) {
 	if kind != Heading {
 		level = 0
 	}
+	if d.fits(len(text)) != nil {
+		return
+	}
+	d.size += int64(len(text))
 	d.Blocks = append(d.Blocks, Block{Kind: kind, Level: level, Text: text})
 }
 
 // Limits bound the work Parse does on untrusted input. A zero field takes
 // its value from DefaultLimits.
 type Limits struct {
+	MaxTextBytes         int64         // text extracted from one document, all blocks together
 	MaxDecompressedBytes int64         // total bytes read out of a zip container, or of a text file
 	MaxZipEntries        int64         // entries in a zip container (docx, pptx, xlsx)
 	MaxPages             int64         // PDF pages
@@ -125,6 +169,7 @@ type Limits struct {
 // hostile upload cannot exhaust a worker.
 func DefaultLimits() Limits {
 	return Limits{
+		MaxTextBytes:         20 << 20,
 		MaxDecompressedBytes: 256 << 20,
 		MaxZipEntries:        10_000,
 		MaxPages:             2_000,
@@ -135,6 +180,9 @@ func DefaultLimits() Limits {
 
 func (l Limits) withDefaults() Limits {
 	d := DefaultLimits()
+	if l.MaxTextBytes <= 0 {
+		l.MaxTextBytes = d.MaxTextBytes
+	}
 	if l.MaxDecompressedBytes <= 0 {
 		l.MaxDecompressedBytes = d.MaxDecompressedBytes
 	}
@@ -164,9 +212,10 @@ var oleMagic = []byte{0xD0, 0xCF, 0x11, 0xE0, 0xA1, 0xB1, 0x1A, 0xE1}
 // sentinels above; a cancelled ctx returns ctx's error, which is transient.
 // Parse never panics: a panic inside a third-party parser becomes ErrCorrupt.
 // When the time limit passes, Parse returns ErrTooLarge at once; a parser
-// stuck inside a library call may keep reading r for a while afterwards, so
-// r must stay valid (e.g. a byte slice or an open temporary file that is
-// closed by the garbage collector, not reused).
+// stuck inside a library call may keep running, and reading r, afterwards
+// (nothing can stop a goroutine), so r must stay valid (e.g. a byte slice or
+// an open temporary file that is closed by the garbage collector, not
+// reused). ChildParser runs Parse where a timeout really ends it.
 func Parse(ctx context.Context, r io.ReaderAt, size int64, mime string, limits Limits) (*Document, error) {
 	limits = limits.withDefaults()
 	if size <= 0 {
@@ -199,6 +248,9 @@ func Parse(ctx context.Context, r io.ReaderAt, size int64, mime string, limits L
 	}
 	doc, err := guard(ctx, limits.Timeout, parse)
 	if err != nil {
+		return nil, err
+	}
+	if err := doc.textErr(); err != nil {
 		return nil, err
 	}
 	if len(doc.Blocks) == 0 {

@@ -10,18 +10,17 @@ import (
 // parseHTML walks the HTML5 parse tree (the same error-tolerant algorithm a
 // browser uses, so broken markup still yields text), dropping scripts,
 // styles and other non-content elements.
-func parseHTML(s string) *Document {
+func parseHTML(doc *Document, s string) {
 	root, err := html.Parse(strings.NewReader(s))
-	doc := &Document{}
 	if err != nil {
 		// html.Parse only fails on reader errors, impossible for a string;
 		// fall back to the text so the document is not lost.
-		return parsePlain(s)
+		parsePlain(doc, s)
+		return
 	}
 	w := &htmlWalker{doc: doc, kind: Paragraph}
 	w.walk(root, 0)
 	w.flush()
-	return doc
 }
 
 type htmlWalker struct {
@@ -41,7 +40,7 @@ func (w *htmlWalker) flush() {
 }
 
 func (w *htmlWalker) walk(n *html.Node, depth int) {
-	if depth > maxHTMLDepth {
+	if depth > maxHTMLDepth || w.doc.full {
 		return
 	}
 	switch n.Type {

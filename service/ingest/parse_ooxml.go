@@ -148,7 +148,7 @@ func parseDOCX(ctx context.Context, r io.ReaderAt, size int64, limits Limits) (*
 			return nil, err
 		}
 	}
-	p := &docxParser{doc: &Document{}, styles: styles}
+	p := &docxParser{doc: newDocument(limits), styles: styles}
 	if err := a.xmlTokens(ctx, "word/document.xml", p.token); err != nil {
 		return nil, err
 	}
@@ -248,6 +248,11 @@ func (p *docxParser) token(tok xml.Token) error {
 	case xml.CharData:
 		if p.inText {
 			p.para.Write(t)
+			// A run of repeated text can expand far past the cap within
+			// one paragraph: check before it is ever added.
+			if err := p.doc.fits(p.para.Len()); err != nil {
+				return err
+			}
 		}
 	case xml.EndElement:
 		switch t.Name.Local {
@@ -259,6 +264,9 @@ func (p *docxParser) token(tok xml.Token) error {
 			p.endParagraph()
 		case "tc":
 			if t := p.table(); t != nil {
+				if err := p.doc.fits(t.cell.Len()); err != nil {
+					return err
+				}
 				t.row = append(t.row, strings.TrimSpace(t.cell.String()))
 			}
 		case "tr":
@@ -272,7 +280,7 @@ func (p *docxParser) token(tok xml.Token) error {
 			}
 		}
 	}
-	return nil
+	return p.doc.textErr()
 }
 
 func (p *docxParser) table() *docxTable {
@@ -376,10 +384,17 @@ func parsePPTX(ctx context.Context, r io.ReaderAt, size int64, limits Limits) (*
 		}
 	}
 	slices.SortFunc(slides, func(x, y slide) int { return x.n - y.n })
-	doc := &Document{}
+	doc := newDocument(limits)
 	for i, s := range slides {
-		p := &pptxSlide{}
+		// A slide's blocks come after its title, known only at its end;
+		// they are collected against what is left of the text cap.
+		// (Merging them checks the document's cap again, exactly.)
+		p := &pptxSlide{blocks: Document{max: max(1, limits.MaxTextBytes-doc.size)}}
 		if err := a.xmlTokens(ctx, s.name, p.token); err != nil {
+			if p.blocks.full {
+				doc.full = true
+				return nil, doc.textErr()
+			}
 			return nil, err
 		}
 		title := strings.TrimSpace(strings.Join(p.title, " "))
@@ -387,7 +402,12 @@ func parsePPTX(ctx context.Context, r io.ReaderAt, size int64, limits Limits) (*
 			title = fmt.Sprintf("Slide %d", i+1)
 		}
 		doc.add(Heading, 1, title)
-		doc.Blocks = append(doc.Blocks, p.blocks.Blocks...)
+		for _, b := range p.blocks.Blocks {
+			doc.add(b.Kind, b.Level, b.Text)
+		}
+		if err := doc.textErr(); err != nil {
+			return nil, err
+		}
 	}
 	if !hasContent(doc) {
 		return &Document{}, nil // only "Slide N" headings: nothing to search
@@ -434,6 +454,9 @@ func (s *pptxSlide) token(tok xml.Token) error {
 	case xml.CharData:
 		if s.inText {
 			s.para.Write(t)
+			if err := s.blocks.fits(s.para.Len() + s.cell.Len()); err != nil {
+				return err
+			}
 		}
 	case xml.EndElement:
 		switch t.Name.Local {
@@ -474,5 +497,5 @@ func (s *pptxSlide) token(tok xml.Token) error {
 			}
 		}
 	}
-	return nil
+	return s.blocks.textErr()
 }

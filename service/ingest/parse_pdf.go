@@ -23,23 +23,19 @@ func parsePDF(ctx context.Context, r io.ReaderAt, size int64, limits Limits) (*D
 		}
 		return nil, fmt.Errorf("%w: pdf: %v", ErrCorrupt, err)
 	}
-	pages := pr.NumPage()
-	if pages <= 0 {
-		return nil, fmt.Errorf("%w: pdf: no pages", ErrCorrupt)
+	// The library finds pages by trusting the tree's /Count and /Kids, and
+	// walks /Parent chains for inherited resources, without noticing a loop
+	// in either: a 244-byte file would spin forever. The pages are found
+	// here instead, with bounds, and only a tree that passed is handed on.
+	pages, err := pdfPages(pr, limits)
+	if err != nil {
+		return nil, err
 	}
-	if int64(pages) > limits.MaxPages {
-		return nil, fmt.Errorf("%w: %d pages exceed the limit of %d", ErrTooLarge, pages, limits.MaxPages)
-	}
-	doc := &Document{}
+	doc := newDocument(limits)
 	fonts := map[string]*pdf.Font{} // shared across pages: parsing a font's charmap is costly
-	var extracted int64
-	for i := 1; i <= pages; i++ {
+	for i, page := range pages {
 		if err := ctx.Err(); err != nil {
 			return nil, err
-		}
-		page := pr.Page(i)
-		if page.V.IsNull() {
-			continue
 		}
 		for _, name := range page.Fonts() {
 			if _, ok := fonts[name]; !ok {
@@ -49,16 +45,88 @@ func parsePDF(ctx context.Context, r io.ReaderAt, size int64, limits Limits) (*D
 		}
 		s, err := page.GetPlainText(fonts)
 		if err != nil {
-			return nil, fmt.Errorf("%w: pdf page %d: %v", ErrCorrupt, i, err)
+			return nil, fmt.Errorf("%w: pdf page %d: %v", ErrCorrupt, i+1, err)
 		}
-		if extracted += int64(len(s)); extracted > limits.MaxDecompressedBytes {
-			return nil, fmt.Errorf("%w: the PDF's text exceeds %d bytes", ErrTooLarge, limits.MaxDecompressedBytes)
+		if err := doc.fits(len(s)); err != nil {
+			return nil, err
 		}
 		for _, p := range splitParagraphs(cleanText(s)) {
 			doc.add(Paragraph, 0, joinLines(p))
 		}
 	}
 	return doc, nil
+}
+
+// maxPDFTreeDepth bounds the nesting of a PDF's page tree and the length of
+// a page's /Parent chain. Real trees are balanced and a few levels deep
+// (pdfTeX and Acrobat use 6 to 10 kids per node, so 10 levels hold millions
+// of pages); a loop is infinitely deep, so any loop ends at this bound.
+const maxPDFTreeDepth = 64
+
+// pdfPages lists the page objects of the document in order by walking the
+// page tree from the catalog. It refuses, as ErrCorrupt, a tree that loops
+// through /Kids or whose pages' /Parent chains loop, and, as ErrTooLarge,
+// one with more pages than the limit or so many shared subtrees that the
+// walk would visit more nodes than twice that.
+func pdfPages(pr *pdf.Reader, limits Limits) ([]pdf.Page, error) {
+	root := pr.Trailer().Key("Root").Key("Pages")
+	if root.Kind() != pdf.Dict {
+		return nil, fmt.Errorf("%w: pdf: no page tree", ErrCorrupt)
+	}
+	var (
+		pages   []pdf.Page
+		visited int64
+		budget  = 2*limits.MaxPages + maxPDFTreeDepth
+	)
+	var walk func(node pdf.Value, depth int) error
+	walk = func(node pdf.Value, depth int) error {
+		if depth > maxPDFTreeDepth {
+			return fmt.Errorf("%w: pdf: the page tree loops back on itself (or is nested more than %d levels deep)", ErrCorrupt, maxPDFTreeDepth)
+		}
+		if visited++; visited > budget {
+			return fmt.Errorf("%w: pdf: the page tree has more than %d nodes", ErrTooLarge, budget)
+		}
+		switch node.Key("Type").Name() {
+		case "Page":
+			if err := checkParentChain(node); err != nil {
+				return err
+			}
+			if int64(len(pages)) >= limits.MaxPages {
+				return fmt.Errorf("%w: more than %d pages", ErrTooLarge, limits.MaxPages)
+			}
+			pages = append(pages, pdf.Page{V: node})
+		case "Pages":
+			kids := node.Key("Kids")
+			for i := 0; i < kids.Len(); i++ {
+				if err := walk(kids.Index(i), depth+1); err != nil {
+					return err
+				}
+			}
+		}
+		// Anything else is not part of the tree; the library skips it too.
+		return nil
+	}
+	if err := walk(root, 0); err != nil {
+		return nil, err
+	}
+	if len(pages) == 0 {
+		return nil, fmt.Errorf("%w: pdf: no pages", ErrCorrupt)
+	}
+	return pages, nil
+}
+
+// checkParentChain follows a page's /Parent links, which the library walks
+// to find inherited attributes (resources, fonts) and would follow forever
+// around a loop.
+func checkParentChain(page pdf.Value) error {
+	v := page
+	for depth := 0; !v.IsNull(); depth++ {
+		if depth > maxPDFTreeDepth {
+			return fmt.Errorf("%w: pdf: a page's /Parent chain loops back on itself (or is more than %d levels long)", ErrCorrupt, maxPDFTreeDepth)
+		}
+		v = v.Key("Parent")
+	}
+	return nil
 }
 
 // joinLines undoes the hard line breaks of PDF layout inside a paragraph:

@@ -78,7 +78,7 @@ func cleanText(s string) string {
 	}, s)
 }
 
-func parseTextFile(r io.ReaderAt, size int64, limits Limits, parse func(string) *Document) (*Document, error) {
+func parseTextFile(r io.ReaderAt, size int64, limits Limits, parse func(*Document, string)) (*Document, error) {
 	b, err := readAllLimited(r, size, limits.MaxDecompressedBytes)
 	if err != nil {
 		return nil, err
@@ -87,16 +87,16 @@ func parseTextFile(r io.ReaderAt, size int64, limits Limits, parse func(string) 
 	if err != nil {
 		return nil, err
 	}
-	return parse(s), nil
+	doc := newDocument(limits)
+	parse(doc, s)
+	return doc, nil
 }
 
 // parsePlain makes one paragraph of each run of non-blank lines.
-func parsePlain(s string) *Document {
-	doc := &Document{}
+func parsePlain(doc *Document, s string) {
 	for _, p := range splitParagraphs(s) {
 		doc.add(Paragraph, 0, p)
 	}
-	return doc
 }
 
 func splitParagraphs(s string) []string {
@@ -135,8 +135,7 @@ var (
 // parseMarkdown reads the CommonMark structures a chunker cares about —
 // ATX and setext headings, fenced code, list items, pipe tables, paragraphs —
 // and strips inline markup that carries no meaning for search.
-func parseMarkdown(s string) *Document {
-	doc := &Document{}
+func parseMarkdown(doc *Document, s string) {
 	lines := strings.Split(s, "\n")
 	var para []string
 	var item []string
@@ -205,7 +204,6 @@ func parseMarkdown(s string) *Document {
 		}
 	}
 	flush()
-	return doc
 }
 
 func mdInline(s string) string {
@@ -294,7 +292,7 @@ func parseCSV(ctx context.Context, r io.ReaderAt, size int64, limits Limits) (*D
 	cr.FieldsPerRecord = -1
 	cr.LazyQuotes = true
 	cr.ReuseRecord = false
-	doc := &Document{}
+	doc := newDocument(limits)
 	var header []string
 	var rows int64
 	for {
@@ -319,6 +317,9 @@ func parseCSV(ctx context.Context, r io.ReaderAt, size int64, limits Limits) (*D
 			doc.add(TableRow, 0, joinCells(rec))
 		} else {
 			doc.add(TableRow, 0, tableRow(header, rec))
+		}
+		if err := doc.textErr(); err != nil {
+			return nil, err
 		}
 	}
 	if len(doc.Blocks) == 0 && header != nil {

@@ -29,7 +29,7 @@ func parseXLSX(ctx context.Context, r io.ReaderAt, size int64, limits Limits) (*
 		return nil, fmt.Errorf("%w: xlsx: %v", ErrCorrupt, err)
 	}
 	defer f.Close() // removes the temporary files of large sheets
-	doc := &Document{}
+	doc := newDocument(limits)
 	var total int64
 	for _, sheet := range f.GetSheetList() {
 		doc.add(Heading, 1, sheet)
@@ -64,6 +64,10 @@ func parseXLSX(ctx context.Context, r io.ReaderAt, size int64, limits Limits) (*
 				doc.add(TableRow, 0, tableRow(header, cells))
 			default:
 				doc.add(TableRow, 0, joinCells(cells))
+			}
+			if err := doc.textErr(); err != nil {
+				rows.Close()
+				return nil, err
 			}
 		}
 		err = rows.Error()
