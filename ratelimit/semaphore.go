@@ -83,7 +83,7 @@ func (s *Semaphore) Acquire(ctx context.Context, holderID string) (*Permit, erro
 		s.m.permitsInUse.Set(float64(v[1]))
 		if v[0] == 1 {
 			s.m.waitSeconds.Observe(s.opts.now().Sub(start).Seconds())
-			return newRedisPermit(lease{rdb: s.rdb, permits: s.keys.permits, notify: s.keys.notify,
+			return newRedisPermit(lease{rdb: s.rdb, keys: s.keys,
 				id: holderID, duration: s.lease, log: s.opts.log, m: s.m}), nil
 		}
 		select {
@@ -99,7 +99,7 @@ func (s *Semaphore) Acquire(ctx context.Context, holderID string) (*Permit, erro
 func (s *Semaphore) giveUp(ctx context.Context, holderID string) error {
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
 	defer cancel()
-	if err := releaseScript.Run(rctx, s.rdb, []string{s.keys.permits}, holderID, s.keys.notify).Err(); err != nil {
+	if err := releaseScript.Run(rctx, s.rdb, s.keys.releaseKeys(), holderID, s.keys.notify).Err(); err != nil {
 		s.m.redisErrors.Inc()
 	}
 	if ctx.Err() != nil {
