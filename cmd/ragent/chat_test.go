@@ -226,15 +226,25 @@ func TestChatStopAcrossInstances(t *testing.T) {
 	}
 }
 
-// Several instances on one Redis with N=2 and 12 concurrent chats: at most 2
-// upstream streams at once, admitted in arrival order, the rest see queue
-// events.
+// TestChatFairQueueAcrossInstances sends 12 new conversations of one user
+// through three instances with N = 2: they are admitted in arrival order
+// (one user's requests keep FIFO among themselves), and the model never sees
+// more than two calls at once of any kind — intent scoring, answers and the
+// titles of the new conversations all run under the turn's permit.
 func TestChatFairQueueAcrossInstances(t *testing.T) {
 	llm := newFakeLLM(t)
+	llm.slowTitles.Store(true)
 	cfg := chatConfig(t, llm)
 	cfg.ChatMaxConcurrent, cfg.ChatMaxQueuedPerUser, cfg.ChatMaxWait = 2, 20, 60*time.Second
 	ins := []*instance{start(t, cfg), start(t, cfg), start(t, cfg)}
 	admin := ins[0].login(t, "admin", "admin-password")
+	// An intent leaf, so every turn also asks the model to score intents.
+	kb := seedKnowledge(t, ins[0], admin)
+	if r := ins[0].client(t, admin).do("POST", "/api/v1/admin/intents", map[string]any{
+		"code": "it", "name": "IT support", "kind": "kb", "knowledgeBaseIds": []string{kb}, "description": "VPN and laptops",
+	}); r.Status != http.StatusCreated {
+		t.Fatalf("create intent: %d %s", r.Status, r.Body)
+	}
 
 	const chats = 12
 	var (
@@ -245,25 +255,35 @@ func TestChatFairQueueAcrossInstances(t *testing.T) {
 	)
 	for i := 0; i < chats; i++ {
 		q := fmt.Sprintf("question %02d #slow", i)
+		arrived := make(chan struct{})
+		var once sync.Once
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			defer once.Do(func() { close(arrived) })
 			_, events := ins[i%len(ins)].client(t, admin).chatStream(context.Background(), map[string]any{"question": q}, func(e sseEvent) bool {
 				if e.Name == "queue" {
 					mu.Lock()
 					queued[q] = true
 					mu.Unlock()
 				}
+				if e.Name != "meta" {
+					// queue (waiting) or sources (granted): it has its place.
+					once.Do(func() { close(arrived) })
+				}
 				return true
 			})
 			seqs[i] = collapse(events)
 		}()
-		// Stagger arrivals so their order is known.
-		time.Sleep(150 * time.Millisecond)
+		// The next chat arrives only once this one is in the queue or running.
+		<-arrived
 	}
 	wg.Wait()
 	if m := llm.maxActive.Load(); m > 2 {
-		t.Fatalf("%d upstream streams at once, limit 2", m)
+		t.Fatalf("%d upstream answer streams at once, limit 2", m)
+	}
+	if m := llm.maxCalls.Load(); m > 2 {
+		t.Fatalf("%d model calls at once (rewrite, intent, answer and title together), limit 2", m)
 	}
 	order := llm.startOrder()
 	want := make([]string, chats)

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -22,11 +23,17 @@ import (
 //	#think    stream reasoning_content before the answer
 //
 // JSON requests (intent scoring) get garbage when garbageJSON is set.
+// Title requests take 200 ms when slowTitles is set. calls and maxCalls
+// count every request at once, of all kinds (rewrite, intent, answer,
+// title).
 type fakeLLM struct {
 	t   testing.TB
 	srv *httptest.Server
 
 	garbageJSON atomic.Bool
+	slowTitles  atomic.Bool
+	calls       atomic.Int32 // requests of any kind open right now
+	maxCalls    atomic.Int32
 	active      atomic.Int32 // answer streams open right now
 	maxActive   atomic.Int32
 	streams     atomic.Int32 // answer streams started
@@ -64,6 +71,13 @@ func (f *fakeLLM) serve(w http.ResponseWriter, r *http.Request) {
 		http.NotFound(w, r)
 		return
 	}
+	// A call counts as open until just before its last bytes go out: the
+	// client cannot be done with it earlier, and its next call may follow at
+	// once, before this handler has returned.
+	raiseMax(&f.maxCalls, f.calls.Add(1))
+	end := sync.OnceFunc(func() { f.calls.Add(-1) })
+	defer end()
+	r = r.WithContext(context.WithValue(r.Context(), endKey{}, end))
 	var req fakeRequest
 	if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
 		http.Error(w, err.Error(), http.StatusBadRequest)
@@ -84,7 +98,11 @@ func (f *fakeLLM) serve(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if strings.Contains(req.Messages[0].Content, "short title") {
-		f.stream(w, r, question, []string{"Test title"}, 0)
+		if f.slowTitles.Load() {
+			f.stream(w, r, question, []string{"Test", " title"}, 100*time.Millisecond)
+		} else {
+			f.stream(w, r, question, []string{"Test title"}, 0)
+		}
 		return
 	}
 	switch {
@@ -121,6 +139,19 @@ func (f *fakeLLM) serve(w http.ResponseWriter, r *http.Request) {
 	f.answer(w, r, question, pieces, delay)
 }
 
+// endKey carries a request's end-of-call function to stream.
+type endKey struct{}
+
+// raiseMax records n in max if it is higher.
+func raiseMax(max *atomic.Int32, n int32) {
+	for {
+		m := max.Load()
+		if n <= m || max.CompareAndSwap(m, n) {
+			return
+		}
+	}
+}
+
 // reason writes reasoning chunks (DeepSeek/Qwen style reasoning_content)
 // ahead of the answer; the answer's headers then go out with them.
 func (f *fakeLLM) reason(w http.ResponseWriter) {
@@ -136,14 +167,8 @@ func (f *fakeLLM) reason(w http.ResponseWriter) {
 
 // answer streams an answer, tracking concurrency and abandonment.
 func (f *fakeLLM) answer(w http.ResponseWriter, r *http.Request, question string, pieces []string, delay time.Duration) {
-	n := f.active.Add(1)
 	defer f.active.Add(-1)
-	for {
-		m := f.maxActive.Load()
-		if n <= m || f.maxActive.CompareAndSwap(m, n) {
-			break
-		}
-	}
+	raiseMax(&f.maxActive, f.active.Add(1))
 	f.streams.Add(1)
 	f.mu.Lock()
 	f.order = append(f.order, question)
@@ -176,6 +201,9 @@ func (f *fakeLLM) stream(w http.ResponseWriter, r *http.Request, question string
 				return false
 			}
 		}
+	}
+	if end, ok := r.Context().Value(endKey{}).(func()); ok {
+		end()
 	}
 	done, _ := json.Marshal(map[string]any{
 		"id": "x", "object": "chat.completion.chunk",
