@@ -247,10 +247,13 @@ func (l *Limiter) Run(ctx context.Context) error { return l.n.run(ctx) }
 // until released.
 func (l *Limiter) Close() error { l.bg.stop(); return nil }
 
-// Acquire waits for a permit for request requestID of user userID. While
-// the request waits, onPosition (if not nil) is called from Acquire's
-// goroutine each time its 1-based place in the queue changes, with the
-// current queue length; it must not block.
+// Acquire waits for a permit for request requestID of user userID. The
+// request's place in the queue follows the fairness rule (package doc): the
+// user's permits held and requests queued at this moment set its level.
+// While the request waits, onPosition (if not nil) is called from Acquire's
+// goroutine each time its 1-based place in the queue changes (it can grow
+// when another user's request of a lower level arrives), with the current
+// queue length; it must not block.
 //
 // It returns ErrQueueFull at once when the queue or the user's share is full,
 // ErrTimeout after MaxWait, ctx's error when ctx ends first, and (with
