@@ -21,6 +21,8 @@ import (
 //	#500      always answer 500
 //	#firstslow wait 3 s before the first token
 //	#think    stream reasoning_content before the answer
+//	#gate     hold the answer (after it is counted as started) until the
+//	          test calls open(question); started reports it
 //
 // JSON requests (intent scoring) get garbage when garbageJSON is set.
 // Title requests take 200 ms when slowTitles is set. calls and maxCalls
@@ -38,14 +40,18 @@ type fakeLLM struct {
 	maxActive   atomic.Int32
 	streams     atomic.Int32 // answer streams started
 
+	started chan string // questions of #gate answers, as their streams start
+
 	mu        sync.Mutex
+	gates     map[string]chan struct{}
 	order     []string             // questions in the order their streams started
 	abandoned map[string]time.Time // question → when the client went away mid-stream
 	seen429   map[string]bool
 }
 
 func newFakeLLM(t testing.TB) *fakeLLM {
-	f := &fakeLLM{t: t, abandoned: map[string]time.Time{}, seen429: map[string]bool{}}
+	f := &fakeLLM{t: t, abandoned: map[string]time.Time{}, seen429: map[string]bool{},
+		gates: map[string]chan struct{}{}, started: make(chan string, 100)}
 	f.srv = httptest.NewServer(http.HandlerFunc(f.serve))
 	t.Cleanup(f.srv.Close)
 	return f
@@ -173,6 +179,14 @@ func (f *fakeLLM) answer(w http.ResponseWriter, r *http.Request, question string
 	f.mu.Lock()
 	f.order = append(f.order, question)
 	f.mu.Unlock()
+	if strings.Contains(question, "#gate") {
+		f.started <- question
+		select {
+		case <-f.gate(question):
+		case <-r.Context().Done():
+			return
+		}
+	}
 	if !f.stream(w, r, question, pieces, delay) {
 		f.mu.Lock()
 		f.abandoned[question] = time.Now()
@@ -214,6 +228,20 @@ func (f *fakeLLM) stream(w http.ResponseWriter, r *http.Request, question string
 	fl.Flush()
 	return true
 }
+
+func (f *fakeLLM) gate(question string) chan struct{} {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	g, ok := f.gates[question]
+	if !ok {
+		g = make(chan struct{})
+		f.gates[question] = g
+	}
+	return g
+}
+
+// open lets a #gate answer stream.
+func (f *fakeLLM) open(question string) { close(f.gate(question)) }
 
 func (f *fakeLLM) abandonedAt(question string) (time.Time, bool) {
 	f.mu.Lock()
