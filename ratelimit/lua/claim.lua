@@ -3,4 +3,4 @@
 -- KEYS: queue, permits, users, owners, held, deadlines, entry_prefix
 -- ARGV: id, max, lease_ms, window
 return claim(KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7],
-  ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4]), now_us())
+  ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4]), now_us(), false)

@@ -17,11 +17,11 @@ local max_queue, max_per_user, window = tonumber(ARGV[6]), tonumber(ARGV[7]), to
 
 local now = now_us()
 local now_ms = math.floor(now / 1000)
+-- Expired permits and waiters past their deadline no longer count towards
+-- the caps and the users' levels.
+expire(permits, owners, held, now_ms)
+sweep(queue, users, owners, deadlines, entry_prefix, now_ms)
 if not redis.call('ZSCORE', queue, id) and not redis.call('ZSCORE', permits, id) then
-  -- Expired permits and waiters past their deadline no longer count
-  -- towards the caps and the users' levels.
-  expire(permits, owners, held, now_ms)
-  sweep(queue, users, owners, deadlines, entry_prefix, now_ms)
   if max_queue > 0 and redis.call('ZCARD', queue) >= max_queue then
     return {-2}
   end
@@ -35,4 +35,4 @@ if not redis.call('ZSCORE', queue, id) and not redis.call('ZSCORE', permits, id)
   redis.call('HSET', owners, id, user)
   redis.call('HINCRBY', users, user, 1)
 end
-return claim(queue, permits, users, owners, held, deadlines, entry_prefix, id, max, lease_ms, window, now)
+return claim(queue, permits, users, owners, held, deadlines, entry_prefix, id, max, lease_ms, window, now, true)

@@ -95,7 +95,8 @@ local function score(users, held, user, seq)
   return string.format('%.0f', math.min(level, MAX_LEVEL) * LEVEL_UNIT + seq % LEVEL_UNIT)
 end
 
--- claim tries to move request id from the queue to the permits.
+-- claim tries to move request id from the queue to the permits. swept says
+-- the caller already dropped expired permits and dead waiters at now.
 --
 -- Replies:
 --   {1, permits_in_use, queue_length, now_us}            granted
@@ -108,10 +109,12 @@ end
 -- entry markers' names are only known here, so they are built from
 -- entry_prefix, which carries the same hash tag as every KEYS entry and so
 -- lives in the same cluster slot.
-local function claim(queue, permits, users, owners, held, deadlines, entry_prefix, id, max, lease_ms, window, now)
+local function claim(queue, permits, users, owners, held, deadlines, entry_prefix, id, max, lease_ms, window, now, swept)
   local now_ms = math.floor(now / 1000)
-  expire(permits, owners, held, now_ms)
-  sweep(queue, users, owners, deadlines, entry_prefix, now_ms)
+  if not swept then
+    expire(permits, owners, held, now_ms)
+    sweep(queue, users, owners, deadlines, entry_prefix, now_ms)
+  end
   local in_use = redis.call('ZCARD', permits)
   if redis.call('ZSCORE', permits, id) then
     -- Granted by an earlier call whose reply was lost.
