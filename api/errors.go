@@ -3,6 +3,7 @@ package api
 import (
 	"errors"
 	"log/slog"
+	"math"
 	"net/http"
 	"strconv"
 
@@ -68,7 +69,12 @@ func fail(c *gin.Context, err error) {
 		logger(c).WarnContext(c.Request.Context(), "dependency unavailable", "err", err)
 	}
 	if status == http.StatusTooManyRequests && c.Writer.Header().Get("Retry-After") == "" {
-		c.Header("Retry-After", strconv.Itoa(1))
+		seconds := 1
+		var de *service.Error
+		if errors.As(err, &de) && de.RetryAfter > 0 {
+			seconds = int(math.Ceil(de.RetryAfter.Seconds()))
+		}
+		c.Header("Retry-After", strconv.Itoa(seconds))
 	}
 	c.AbortWithStatusJSON(status, errorBody{Error: detail})
 }

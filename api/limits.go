@@ -19,7 +19,7 @@ import (
 // costs nothing: no permit → 429 with Retry-After, Redis down → 503.
 func uploadGate(sem *ratelimit.Semaphore, retryAfter time.Duration) gin.HandlerFunc {
 	return func(c *gin.Context) {
-		permit, err := sem.Acquire(c.Request.Context(), service.RequestID(c.Request.Context()))
+		permit, err := sem.Acquire(c.Request.Context())
 		switch {
 		case err == nil:
 		case errors.Is(err, ratelimit.ErrTimeout), errors.Is(err, ratelimit.ErrQueueFull):

@@ -224,7 +224,7 @@ func TestRedisRestartMidRun(t *testing.T) {
 		t.Fatal(err)
 	}
 	k := limiters[0].keys
-	admin.Del(t.Context(), k.queue, k.seq, k.permits, k.users, k.owners)
+	admin.Del(t.Context(), k.queue, k.seq, k.permits, k.users, k.owners, k.held, k.deadlines)
 
 	select {
 	case <-long.Lost():

@@ -83,12 +83,12 @@ func cleanupKeys(t testing.TB, rdb *redis.Client, prefix string) {
 func assertDrained(t testing.TB, rdb *redis.Client, k keys) {
 	t.Helper()
 	ctx := context.Background()
-	for _, key := range []string{k.permits, k.queue} {
+	for _, key := range []string{k.permits, k.queue, k.deadlines} {
 		if n := rdb.ZCard(ctx, key).Val(); n != 0 {
 			t.Errorf("%s: %d members left: %v", key, n, rdb.ZRangeWithScores(ctx, key, 0, -1).Val())
 		}
 	}
-	for _, key := range []string{k.users, k.owners} {
+	for _, key := range []string{k.users, k.owners, k.held} {
 		if m := rdb.HGetAll(ctx, key).Val(); len(m) != 0 {
 			t.Errorf("%s: left %v", key, m)
 		}

@@ -57,8 +57,7 @@ func newPermit(release func(ctx context.Context)) *Permit {
 // lease is the Redis side of a permit: its members and the script keys.
 type lease struct {
 	rdb      redis.UniversalClient
-	permits  string
-	notify   string
+	keys     keys
 	id       string
 	duration time.Duration
 	log      *slog.Logger
@@ -69,7 +68,7 @@ type lease struct {
 // starts its renewal.
 func newRedisPermit(l lease) *Permit {
 	p := newPermit(func(ctx context.Context) {
-		n, err := releaseScript.Run(ctx, l.rdb, []string{l.permits}, l.id, l.notify).Int()
+		n, err := releaseScript.Run(ctx, l.rdb, l.keys.releaseKeys(), l.id, l.keys.notify).Int()
 		if err != nil {
 			l.m.redisErrors.Inc()
 			l.log.Warn("ratelimit: release failed; the permit expires with its lease",
@@ -95,7 +94,7 @@ func (p *Permit) renew(l lease) {
 		case <-t.C:
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), every)
-		held, err := renewScript.Run(ctx, l.rdb, []string{l.permits}, l.id, l.duration.Milliseconds()).Int()
+		held, err := renewScript.Run(ctx, l.rdb, []string{l.keys.permits}, l.id, l.duration.Milliseconds()).Int()
 		cancel()
 		switch {
 		case err != nil:

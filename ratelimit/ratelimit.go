@@ -2,8 +2,15 @@
 // instance, with Redis as the shared state.
 //
 // A Limiter is the fair chat limiter of DESIGN §7: at most MaxConcurrent
-// permits exist at once; requests beyond that wait in one arrival-ordered
-// queue shared by all instances and are rejected after MaxWait. Permits are
+// permits exist at once; requests beyond that wait in one queue shared by
+// all instances and are rejected after MaxWait. The queue is fair between
+// users: a request's place is set by its level, the number of requests its
+// user already had in flight (holding a permit or waiting) when it arrived,
+// then by arrival. So a user's requests beyond their first yield to other
+// users' waiting requests with fewer in flight, requests of equal level are
+// served first come first served across instances, and a user alone still
+// gets every free permit (the level orders waiters; it caps no one). The
+// rule and its bookkeeping are described in lua/lib.lua. Permits are
 // leases (expiry from Redis TIME) renewed while held, so a crashed instance's
 // slots come back within one lease, and its queued requests stop blocking the
 // line once their entry markers expire. Every state change is one Lua script,
@@ -169,7 +176,7 @@ func buildOptions(name string, opts []Option) (options, *metrics) {
 // keys are one limiter's Redis keys. They share the hash tag {limiter:name}
 // so every script's keys live in one Redis Cluster slot.
 type keys struct {
-	queue, seq, permits, entry, notify, users, owners string
+	queue, seq, permits, entry, notify, users, owners, held, deadlines string
 }
 
 func newKeys(prefix, name string) keys {
@@ -178,15 +185,20 @@ func newKeys(prefix, name string) keys {
 	}
 	base := prefix + "{limiter:" + name + "}:"
 	return keys{
-		queue:   base + "queue",
-		seq:     base + "seq",
-		permits: base + "permits",
-		entry:   base + "entry:",
-		notify:  base + "notify",
-		users:   base + "users",
-		owners:  base + "owners",
+		queue:     base + "queue",
+		seq:       base + "seq",
+		permits:   base + "permits",
+		entry:     base + "entry:",
+		notify:    base + "notify",
+		users:     base + "users",
+		owners:    base + "owners",
+		held:      base + "held",
+		deadlines: base + "deadlines",
 	}
 }
+
+// releaseKeys are release.lua's keys: the permit and its owner bookkeeping.
+func (k keys) releaseKeys() []string { return []string{k.permits, k.owners, k.held} }
 
 // Limiter is the fair distributed limiter. Create it with New, run its
 // subscription with Start (or Run), and stop it with Close.
@@ -235,10 +247,13 @@ func (l *Limiter) Run(ctx context.Context) error { return l.n.run(ctx) }
 // until released.
 func (l *Limiter) Close() error { l.bg.stop(); return nil }
 
-// Acquire waits for a permit for request requestID of user userID. While
-// the request waits, onPosition (if not nil) is called from Acquire's
-// goroutine each time its 1-based place in the queue changes, with the
-// current queue length; it must not block.
+// Acquire waits for a permit for request requestID of user userID. The
+// request's place in the queue follows the fairness rule (package doc): the
+// user's permits held and requests queued at this moment set its level.
+// While the request waits, onPosition (if not nil) is called from Acquire's
+// goroutine each time its 1-based place in the queue changes (it can grow
+// when another user's request of a lower level arrives), with the current
+// queue length; it must not block.
 //
 // It returns ErrQueueFull at once when the queue or the user's share is full,
 // ErrTimeout after MaxWait, ctx's error when ctx ends first, and (with
@@ -337,7 +352,7 @@ func parseClaim(v []any) (claimReply, error) {
 }
 
 func (l *Limiter) queueKeys() []string {
-	return []string{l.keys.queue, l.keys.permits, l.keys.users, l.keys.owners, l.keys.entry}
+	return []string{l.keys.queue, l.keys.permits, l.keys.users, l.keys.owners, l.keys.held, l.keys.deadlines, l.keys.entry}
 }
 
 func (l *Limiter) enqueue(ctx context.Context, id, user string) (claimReply, error) {
@@ -346,7 +361,7 @@ func (l *Limiter) enqueue(ctx context.Context, id, user string) (claimReply, err
 		ttl = markerGrace + time.Until(d)
 	}
 	v, err := enqueueScript.Run(ctx, l.rdb,
-		[]string{l.keys.seq, l.keys.queue, l.keys.permits, l.keys.users, l.keys.owners, l.keys.entry},
+		[]string{l.keys.seq, l.keys.queue, l.keys.permits, l.keys.users, l.keys.owners, l.keys.held, l.keys.deadlines, l.keys.entry},
 		id, user, l.cfg.MaxConcurrent, l.cfg.Lease.Milliseconds(), ttl.Milliseconds(),
 		l.cfg.MaxQueue, l.cfg.MaxQueuedPerUser, headWindow).Slice()
 	if err != nil {
@@ -488,7 +503,7 @@ func (l *Limiter) acquireLocal(ctx, waitCtx context.Context) (*Permit, error) {
 }
 
 func (l *Limiter) lease(id string) lease {
-	return lease{rdb: l.rdb, permits: l.keys.permits, notify: l.keys.notify, id: id,
+	return lease{rdb: l.rdb, keys: l.keys, id: id,
 		duration: l.cfg.Lease, log: l.opts.log, m: l.m}
 }
 

@@ -18,7 +18,7 @@ import (
 
 func TestKeysShareHashTag(t *testing.T) {
 	k := newKeys("", "chat")
-	for _, key := range []string{k.queue, k.seq, k.permits, k.entry + "r1", k.notify, k.users, k.owners} {
+	for _, key := range []string{k.queue, k.seq, k.permits, k.entry + "r1", k.notify, k.users, k.owners, k.held, k.deadlines} {
 		if want := "ragent:{limiter:chat}:"; key[:len(want)] != want {
 			t.Errorf("key %q does not start with %q", key, want)
 		}
@@ -367,8 +367,11 @@ func TestCancelWhileQueuedLeavesAtOnce(t *testing.T) {
 	if n := rdb.ZCard(t.Context(), l.keys.queue).Val(); n != 0 {
 		t.Errorf("queue length %d after cancel", n)
 	}
-	if n := rdb.Exists(t.Context(), l.keys.entry+"gone", l.keys.users, l.keys.owners).Val(); n != 0 {
+	if n := rdb.Exists(t.Context(), l.keys.entry+"gone", l.keys.users, l.keys.deadlines).Val(); n != 0 {
 		t.Errorf("%d bookkeeping keys left after cancel", n)
+	}
+	if rdb.HExists(t.Context(), l.keys.owners, "gone").Val() {
+		t.Error("owner entry left after cancel")
 	}
 	// The user's queue share is free again.
 	ctx2, cancel2 := context.WithTimeout(t.Context(), 100*time.Millisecond)

@@ -17,7 +17,7 @@ var (
 	enqueueScript = newScript("lib.lua", "enqueue.lua")
 	claimScript   = newScript("lib.lua", "claim.lua")
 	leaveScript   = newScript("lib.lua", "leave.lua")
-	releaseScript = newScript("release.lua")
+	releaseScript = newScript("lib.lua", "release.lua")
 	renewScript   = newScript("renew.lua")
 	tryScript     = newScript("try.lua")
 	statsScript   = newScript("stats.lua")

@@ -2,6 +2,8 @@ package ratelimit
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"fmt"
 	"time"
 
@@ -56,10 +58,19 @@ func (s *Semaphore) Run(ctx context.Context) error { return s.n.run(ctx) }
 // Close stops what Start started and waits for it.
 func (s *Semaphore) Close() error { s.bg.stop(); return nil }
 
-// Acquire takes a permit for holderID (unique per holder), waiting up to
-// maxWait. It returns ErrTimeout when none frees up in time, ctx's error when
-// ctx ends first, and ErrUnavailable when Redis fails.
-func (s *Semaphore) Acquire(ctx context.Context, holderID string) (*Permit, error) {
+// Acquire takes a permit, waiting up to maxWait. It returns ErrTimeout when
+// none frees up in time, ctx's error when ctx ends first, and ErrUnavailable
+// when Redis fails.
+//
+// The permit's id is generated here, never taken from the caller: an id a
+// client can choose (such as its X-Request-ID) would let requests sharing it
+// count as one holder and pass the cap, and let one waiter's timeout release
+// another request's permit.
+func (s *Semaphore) Acquire(ctx context.Context) (*Permit, error) {
+	holderID, err := newHolderID()
+	if err != nil {
+		return nil, err
+	}
 	start := s.opts.now()
 	waitCtx, cancel := context.WithTimeout(ctx, s.maxWait)
 	defer cancel()
@@ -83,7 +94,7 @@ func (s *Semaphore) Acquire(ctx context.Context, holderID string) (*Permit, erro
 		s.m.permitsInUse.Set(float64(v[1]))
 		if v[0] == 1 {
 			s.m.waitSeconds.Observe(s.opts.now().Sub(start).Seconds())
-			return newRedisPermit(lease{rdb: s.rdb, permits: s.keys.permits, notify: s.keys.notify,
+			return newRedisPermit(lease{rdb: s.rdb, keys: s.keys,
 				id: holderID, duration: s.lease, log: s.opts.log, m: s.m}), nil
 		}
 		select {
@@ -99,7 +110,7 @@ func (s *Semaphore) Acquire(ctx context.Context, holderID string) (*Permit, erro
 func (s *Semaphore) giveUp(ctx context.Context, holderID string) error {
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
 	defer cancel()
-	if err := releaseScript.Run(rctx, s.rdb, []string{s.keys.permits}, holderID, s.keys.notify).Err(); err != nil {
+	if err := releaseScript.Run(rctx, s.rdb, s.keys.releaseKeys(), holderID, s.keys.notify).Err(); err != nil {
 		s.m.redisErrors.Inc()
 	}
 	if ctx.Err() != nil {
@@ -113,4 +124,14 @@ func (s *Semaphore) giveUp(ctx context.Context, holderID string) error {
 // always zero: there is no queue).
 func (s *Semaphore) Stats(ctx context.Context) (Stats, error) {
 	return readStats(ctx, s.rdb, s.keys)
+}
+
+// newHolderID returns a random permit id (128 bits, so ids of concurrent
+// holders on any instance never collide).
+func newHolderID() (string, error) {
+	var b [16]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return "", fmt.Errorf("ratelimit: permit id: %w", err)
+	}
+	return hex.EncodeToString(b[:]), nil
 }

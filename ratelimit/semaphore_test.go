@@ -2,7 +2,6 @@ package ratelimit
 
 import (
 	"errors"
-	"fmt"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -35,7 +34,7 @@ func TestSemaphoreCapAcrossInstances(t *testing.T) {
 	var wg sync.WaitGroup
 	for i := range 60 {
 		wg.Go(func() {
-			p, err := sems[i%3].Acquire(t.Context(), fmt.Sprint("h", i))
+			p, err := sems[i%3].Acquire(t.Context())
 			if err != nil {
 				t.Errorf("acquire %d: %v", i, err)
 				return
@@ -64,12 +63,12 @@ func TestSemaphoreTimeoutAndUnavailable(t *testing.T) {
 	prefix := testenv.Prefix(t)
 	cleanupKeys(t, testenv.Redis(t), prefix)
 	s := startSemaphore(t, 1, 5*time.Second, maxWait, prefix)
-	p, err := s.Acquire(t.Context(), "a")
+	p, err := s.Acquire(t.Context())
 	if err != nil {
 		t.Fatal(err)
 	}
 	start := time.Now()
-	if _, err := s.Acquire(t.Context(), "b"); !errors.Is(err, ErrTimeout) {
+	if _, err := s.Acquire(t.Context()); !errors.Is(err, ErrTimeout) {
 		t.Errorf("err = %v, want ErrTimeout", err)
 	}
 	if d := time.Since(start); d < maxWait || d > maxWait*11/10 {
@@ -78,7 +77,7 @@ func TestSemaphoreTimeoutAndUnavailable(t *testing.T) {
 	// A release wakes a waiter well before the next poll.
 	got := make(chan time.Duration, 1)
 	go func() {
-		q, err := s.Acquire(t.Context(), "c")
+		q, err := s.Acquire(t.Context())
 		if err != nil {
 			t.Error(err)
 			got <- 0
@@ -96,7 +95,7 @@ func TestSemaphoreTimeoutAndUnavailable(t *testing.T) {
 	}
 
 	dead := NewSemaphore(deadRedis(t), prefix, "upload", 1, time.Second, maxWait, WithLogger(testLogger(t)))
-	if _, err := dead.Acquire(t.Context(), "x"); !errors.Is(err, ErrUnavailable) {
+	if _, err := dead.Acquire(t.Context()); !errors.Is(err, ErrUnavailable) {
 		t.Errorf("dead Redis: %v, want ErrUnavailable", err)
 	}
 }

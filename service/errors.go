@@ -3,6 +3,7 @@ package service
 import (
 	"errors"
 	"fmt"
+	"time"
 )
 
 // Sentinel errors. Adapters wrap driver errors into these with %w; api maps
@@ -38,6 +39,9 @@ type Error struct {
 	Kind    error // one of the sentinels above
 	Message string
 	Details map[string]string
+	// RetryAfter, on an ErrBusy refusal, is when the client may try again
+	// (sent as the Retry-After header).
+	RetryAfter time.Duration
 }
 
 func (e *Error) Error() string {

@@ -216,10 +216,14 @@ func newApp(ctx context.Context, cfg Config, log *slog.Logger) (_ *App, err erro
 		a.runners = append(a.runners, l.Run)
 		limiter, limiterStats = chatLimiter{l}, l
 	}
+	var rate chat.RateLimit
+	if cfg.ChatRatePerMinute > 0 {
+		rate = chatRate{r: ratelimit.NewRate(a.rdb, cfg.RedisPrefix, "chat", cfg.ChatRatePerMinute, time.Minute), log: log}
+	}
 	tasks := stream.NewManager(a.rdb, cfg.RedisPrefix, cfg.InstanceID, stream.WithLogger(log))
 	a.runners = append(a.runners, tasks.Run)
 	chatSvc := chat.New(chat.Deps{
-		Store: a.store, Limiter: limiter, Tasks: chatTasks{tasks}, Retriever: searcher,
+		Store: a.store, Limiter: limiter, Rate: rate, Tasks: chatTasks{tasks}, Retriever: searcher,
 		Intents: intentCache, Terms: termCache,
 		Model: answerModel, FastModel: fastModel, IDs: ids, Log: log,
 	}, chat.Config{

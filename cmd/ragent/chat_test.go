@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"net/http"
-	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -226,15 +225,27 @@ func TestChatStopAcrossInstances(t *testing.T) {
 	}
 }
 
-// Several instances on one Redis with N=2 and 12 concurrent chats: at most 2
-// upstream streams at once, admitted in arrival order, the rest see queue
-// events.
+// TestChatFairQueueAcrossInstances sends 12 new conversations of one user
+// through three instances with N = 2: they are admitted in arrival order
+// (one user's requests keep FIFO among themselves), and the model never sees
+// more than two calls at once of any kind — intent scoring, answers and the
+// titles of the new conversations all run under the turn's permit. Answers
+// are held until the test lets one finish, so exactly one slot frees at a
+// time and the next admission is unambiguous.
 func TestChatFairQueueAcrossInstances(t *testing.T) {
 	llm := newFakeLLM(t)
+	llm.slowTitles.Store(true)
 	cfg := chatConfig(t, llm)
 	cfg.ChatMaxConcurrent, cfg.ChatMaxQueuedPerUser, cfg.ChatMaxWait = 2, 20, 60*time.Second
 	ins := []*instance{start(t, cfg), start(t, cfg), start(t, cfg)}
 	admin := ins[0].login(t, "admin", "admin-password")
+	// An intent leaf, so every turn also asks the model to score intents.
+	kb := seedKnowledge(t, ins[0], admin)
+	if r := ins[0].client(t, admin).do("POST", "/api/v1/admin/intents", map[string]any{
+		"code": "it", "name": "IT support", "kind": "kb", "knowledgeBaseIds": []string{kb}, "description": "VPN and laptops",
+	}); r.Status != http.StatusCreated {
+		t.Fatalf("create intent: %d %s", r.Status, r.Body)
+	}
 
 	const chats = 12
 	var (
@@ -243,38 +254,65 @@ func TestChatFairQueueAcrossInstances(t *testing.T) {
 		queued = map[string]bool{}
 		seqs   = make([]string, chats)
 	)
+	nextStart := func() string {
+		t.Helper()
+		select {
+		case q := <-llm.started:
+			return q
+		case <-time.After(30 * time.Second):
+			t.Fatal("no answer started within 30 s")
+			return ""
+		}
+	}
+	question := func(i int) string { return fmt.Sprintf("question %02d #gate", i) }
 	for i := 0; i < chats; i++ {
-		q := fmt.Sprintf("question %02d #slow", i)
+		q := question(i)
+		inQueue := make(chan struct{})
+		var once sync.Once
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			defer once.Do(func() { close(inQueue) })
 			_, events := ins[i%len(ins)].client(t, admin).chatStream(context.Background(), map[string]any{"question": q}, func(e sseEvent) bool {
 				if e.Name == "queue" {
 					mu.Lock()
 					queued[q] = true
 					mu.Unlock()
+					once.Do(func() { close(inQueue) })
 				}
 				return true
 			})
 			seqs[i] = collapse(events)
 		}()
-		// Stagger arrivals so their order is known.
-		time.Sleep(150 * time.Millisecond)
+		// The next chat arrives only once this one runs (its answer started)
+		// or waits in the queue.
+		if i < cfg.ChatMaxConcurrent {
+			if got := nextStart(); got != q {
+				t.Fatalf("answer %q started, want %q", got, q)
+			}
+		} else {
+			<-inQueue
+		}
+	}
+	// Let the running answers finish one at a time, oldest first: each
+	// freed slot goes to the oldest waiting chat.
+	for i := 0; i < chats; i++ {
+		llm.open(question(i))
+		if next := i + cfg.ChatMaxConcurrent; next < chats {
+			if got := nextStart(); got != question(next) {
+				t.Fatalf("after %q finished, %q was admitted, want %q", question(i), got, question(next))
+			}
+		}
 	}
 	wg.Wait()
 	if m := llm.maxActive.Load(); m > 2 {
-		t.Fatalf("%d upstream streams at once, limit 2", m)
+		t.Fatalf("%d upstream answer streams at once, limit 2", m)
 	}
-	order := llm.startOrder()
-	want := make([]string, chats)
-	for i := range want {
-		want[i] = fmt.Sprintf("question %02d #slow", i)
+	if m := llm.maxCalls.Load(); m > 2 {
+		t.Fatalf("%d model calls at once (rewrite, intent, answer and title together), limit 2", m)
 	}
-	if !slices.Equal(order, want) {
-		t.Fatalf("admission order\n got %q\nwant %q", order, want)
-	}
-	if len(queued) < chats-2 {
-		t.Fatalf("only %d chats saw queue events, want at least %d", len(queued), chats-2)
+	if len(queued) != chats-2 {
+		t.Fatalf("%d chats saw queue events, want %d", len(queued), chats-2)
 	}
 	for i, s := range seqs {
 		if s != "meta sources message finish done" && s != "meta queue sources message finish done" {

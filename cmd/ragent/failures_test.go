@@ -41,7 +41,8 @@ func redisDownInstance(t *testing.T, cfg Config) (*instance, *testenv.Proxy) {
 	return start(t, cfg), proxy
 }
 
-// Redis down: the chat limiter follows RAGENT_CHAT_LIMITER_ON_REDIS_ERROR.
+// Redis down: the chat limiter follows RAGENT_CHAT_LIMITER_ON_REDIS_ERROR
+// (and the chat rate limit fails open).
 func TestChatLimiterRedisDown(t *testing.T) {
 	for _, tt := range []struct {
 		policy string
@@ -54,6 +55,9 @@ func TestChatLimiterRedisDown(t *testing.T) {
 			llm := newFakeLLM(t)
 			cfg := chatConfig(t, llm)
 			cfg.ChatOnRedisError = tt.policy
+			// The per-user chat rate is on too: with Redis down it lets the
+			// chat through, and the queue's policy decides.
+			cfg.ChatRatePerMinute = 100
 			in, proxy := redisDownInstance(t, cfg)
 			c := in.client(t, in.login(t, "admin", "admin-password"))
 			proxy.Down()

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -20,25 +21,37 @@ import (
 //	#500      always answer 500
 //	#firstslow wait 3 s before the first token
 //	#think    stream reasoning_content before the answer
+//	#gate     hold the answer (after it is counted as started) until the
+//	          test calls open(question); started reports it
 //
 // JSON requests (intent scoring) get garbage when garbageJSON is set.
+// Title requests take 200 ms when slowTitles is set. calls and maxCalls
+// count every request at once, of all kinds (rewrite, intent, answer,
+// title).
 type fakeLLM struct {
 	t   testing.TB
 	srv *httptest.Server
 
 	garbageJSON atomic.Bool
+	slowTitles  atomic.Bool
+	calls       atomic.Int32 // requests of any kind open right now
+	maxCalls    atomic.Int32
 	active      atomic.Int32 // answer streams open right now
 	maxActive   atomic.Int32
 	streams     atomic.Int32 // answer streams started
 
+	started chan string // questions of #gate answers, as their streams start
+
 	mu        sync.Mutex
+	gates     map[string]chan struct{}
 	order     []string             // questions in the order their streams started
 	abandoned map[string]time.Time // question → when the client went away mid-stream
 	seen429   map[string]bool
 }
 
 func newFakeLLM(t testing.TB) *fakeLLM {
-	f := &fakeLLM{t: t, abandoned: map[string]time.Time{}, seen429: map[string]bool{}}
+	f := &fakeLLM{t: t, abandoned: map[string]time.Time{}, seen429: map[string]bool{},
+		gates: map[string]chan struct{}{}, started: make(chan string, 100)}
 	f.srv = httptest.NewServer(http.HandlerFunc(f.serve))
 	t.Cleanup(f.srv.Close)
 	return f
@@ -64,6 +77,13 @@ func (f *fakeLLM) serve(w http.ResponseWriter, r *http.Request) {
 		http.NotFound(w, r)
 		return
 	}
+	// A call counts as open until just before its last bytes go out: the
+	// client cannot be done with it earlier, and its next call may follow at
+	// once, before this handler has returned.
+	raiseMax(&f.maxCalls, f.calls.Add(1))
+	end := sync.OnceFunc(func() { f.calls.Add(-1) })
+	defer end()
+	r = r.WithContext(context.WithValue(r.Context(), endKey{}, end))
 	var req fakeRequest
 	if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
 		http.Error(w, err.Error(), http.StatusBadRequest)
@@ -84,7 +104,11 @@ func (f *fakeLLM) serve(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if strings.Contains(req.Messages[0].Content, "short title") {
-		f.stream(w, r, question, []string{"Test title"}, 0)
+		if f.slowTitles.Load() {
+			f.stream(w, r, question, []string{"Test", " title"}, 100*time.Millisecond)
+		} else {
+			f.stream(w, r, question, []string{"Test title"}, 0)
+		}
 		return
 	}
 	switch {
@@ -121,6 +145,19 @@ func (f *fakeLLM) serve(w http.ResponseWriter, r *http.Request) {
 	f.answer(w, r, question, pieces, delay)
 }
 
+// endKey carries a request's end-of-call function to stream.
+type endKey struct{}
+
+// raiseMax records n in max if it is higher.
+func raiseMax(max *atomic.Int32, n int32) {
+	for {
+		m := max.Load()
+		if n <= m || max.CompareAndSwap(m, n) {
+			return
+		}
+	}
+}
+
 // reason writes reasoning chunks (DeepSeek/Qwen style reasoning_content)
 // ahead of the answer; the answer's headers then go out with them.
 func (f *fakeLLM) reason(w http.ResponseWriter) {
@@ -136,18 +173,20 @@ func (f *fakeLLM) reason(w http.ResponseWriter) {
 
 // answer streams an answer, tracking concurrency and abandonment.
 func (f *fakeLLM) answer(w http.ResponseWriter, r *http.Request, question string, pieces []string, delay time.Duration) {
-	n := f.active.Add(1)
 	defer f.active.Add(-1)
-	for {
-		m := f.maxActive.Load()
-		if n <= m || f.maxActive.CompareAndSwap(m, n) {
-			break
-		}
-	}
+	raiseMax(&f.maxActive, f.active.Add(1))
 	f.streams.Add(1)
 	f.mu.Lock()
 	f.order = append(f.order, question)
 	f.mu.Unlock()
+	if strings.Contains(question, "#gate") {
+		f.started <- question
+		select {
+		case <-f.gate(question):
+		case <-r.Context().Done():
+			return
+		}
+	}
 	if !f.stream(w, r, question, pieces, delay) {
 		f.mu.Lock()
 		f.abandoned[question] = time.Now()
@@ -177,6 +216,9 @@ func (f *fakeLLM) stream(w http.ResponseWriter, r *http.Request, question string
 			}
 		}
 	}
+	if end, ok := r.Context().Value(endKey{}).(func()); ok {
+		end()
+	}
 	done, _ := json.Marshal(map[string]any{
 		"id": "x", "object": "chat.completion.chunk",
 		"choices": []any{map[string]any{"index": 0, "delta": map[string]string{}, "finish_reason": "stop"}},
@@ -186,6 +228,20 @@ func (f *fakeLLM) stream(w http.ResponseWriter, r *http.Request, question string
 	fl.Flush()
 	return true
 }
+
+func (f *fakeLLM) gate(question string) chan struct{} {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	g, ok := f.gates[question]
+	if !ok {
+		g = make(chan struct{})
+		f.gates[question] = g
+	}
+	return g
+}
+
+// open lets a #gate answer stream.
+func (f *fakeLLM) open(question string) { close(f.gate(question)) }
 
 func (f *fakeLLM) abandonedAt(question string) (time.Time, bool) {
 	f.mu.Lock()

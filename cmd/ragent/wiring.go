@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"os"
 	"time"
 
@@ -192,6 +193,30 @@ func (c chatLimiter) Acquire(ctx context.Context, requestID, userID string, onPo
 		return nil, fmt.Errorf("%w: %v", service.ErrUnavailable, err)
 	}
 	return nil, err
+}
+
+// chatRate adapts the per-user rate limit to the chat use case: over the
+// limit is service.ErrBusy with the wait as RetryAfter. When Redis fails the
+// chat is admitted (fail open) with a warning: the rate limit only guards
+// the database against floods, while the fair queue, which guards the model,
+// applies its own Redis-error policy to the same request right after.
+type chatRate struct {
+	r   *ratelimit.Rate
+	log *slog.Logger
+}
+
+func (c chatRate) Allow(ctx context.Context, userID string) error {
+	ok, wait, err := c.r.Allow(ctx, userID)
+	switch {
+	case err != nil:
+		c.log.WarnContext(ctx, "chat rate limit unavailable; chat admitted", "user", userID, "err", err)
+		return nil
+	case !ok:
+		secs := int(math.Ceil(wait.Seconds()))
+		return &service.Error{Kind: service.ErrBusy, RetryAfter: wait,
+			Message: fmt.Sprintf("too many questions; try again in %d s", secs)}
+	}
+	return nil
 }
 
 // chatTasks adapts the stream manager to the chat use case's Tasks.

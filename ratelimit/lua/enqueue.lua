@@ -1,19 +1,26 @@
 -- Enqueue a request and try to claim a permit at once, so an uncontended
 -- grant costs one round trip.
 --
--- KEYS: seq, queue, permits, users, owners, entry_prefix
+-- KEYS: seq, queue, permits, users, owners, held, deadlines, entry_prefix
 -- ARGV: id, user, max, lease_ms, marker_ttl_ms, max_queue, max_per_user, window
 --
 -- Replies as claim, plus {-2} when the queue is full and {-3} when the user
 -- has too many queued requests. Enqueueing an id that is already queued or
--- granted is a no-op, so a retried call does not enqueue twice.
-local seq, queue, permits, users, owners, entry_prefix =
-  KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
+-- granted is a no-op, so a retried call does not enqueue twice. The request's
+-- place follows the fairness rule in lib.lua: its level is its user's
+-- requests in flight (held + queued) at this moment.
+local seq, queue, permits, users, owners, held, deadlines, entry_prefix =
+  KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8]
 local id, user = ARGV[1], ARGV[2]
 local max, lease_ms, ttl_ms = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
 local max_queue, max_per_user, window = tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8])
 
 local now = now_us()
+local now_ms = math.floor(now / 1000)
+-- Expired permits and waiters past their deadline no longer count towards
+-- the caps and the users' levels.
+expire(permits, owners, held, now_ms)
+sweep(queue, users, owners, deadlines, entry_prefix, now_ms)
 if not redis.call('ZSCORE', queue, id) and not redis.call('ZSCORE', permits, id) then
   if max_queue > 0 and redis.call('ZCARD', queue) >= max_queue then
     return {-2}
@@ -21,10 +28,11 @@ if not redis.call('ZSCORE', queue, id) and not redis.call('ZSCORE', permits, id)
   if max_per_user > 0 and tonumber(redis.call('HGET', users, user) or '0') >= max_per_user then
     return {-3}
   end
-  redis.call('ZADD', queue, redis.call('INCR', seq), id)
+  redis.call('ZADD', queue, score(users, held, user, redis.call('INCR', seq)), id)
   -- The marker holds the enqueue time (ms) for the oldest-wait statistic.
-  redis.call('SET', entry_prefix .. id, string.format('%.0f', math.floor(now / 1000)), 'PX', ttl_ms)
+  redis.call('SET', entry_prefix .. id, string.format('%.0f', now_ms), 'PX', ttl_ms)
+  redis.call('ZADD', deadlines, now_ms + ttl_ms, id)
   redis.call('HSET', owners, id, user)
   redis.call('HINCRBY', users, user, 1)
 end
-return claim(queue, permits, users, owners, entry_prefix, id, max, lease_ms, window, now)
+return claim(queue, permits, users, owners, held, deadlines, entry_prefix, id, max, lease_ms, window, now, true)

@@ -1,32 +1,102 @@
--- Shared functions, prepended to enqueue.lua and claim.lua when the Go code
--- builds those scripts (Redis has no script includes).
+-- Shared functions, prepended to the scripts that use them when the Go code
+-- builds them (Redis has no script includes).
 --
 -- Times come from Redis TIME, never from a client clock, so instances with
 -- skewed clocks agree on lease expiry.
+--
+-- The fairness rule. A queued request's score is
+--   level * LEVEL_UNIT + seq
+-- where seq is the global arrival sequence and level is how many requests
+-- its user already had in flight (holding a permit or queued) when it
+-- arrived. The queue is served in score order: every request of a user with
+-- fewer requests in flight goes ahead of a request that is its user's k-th
+-- or later, and requests of the same level keep their arrival order across
+-- all instances (FIFO among equals). A user alone in the queue still gets
+-- every free permit: the level only orders waiters, it never caps anyone.
+-- The level is fixed at arrival; a user whose streams finish while their
+-- request waits keeps its place in the order it was given.
+--
+-- Bookkeeping (all in this limiter's hash tag):
+--   users  user -> requests queued (the per-user queue cap, and the level)
+--   held   user -> permits held (the level)
+--   owners id -> user, for queued requests and held permits, so a permit's
+--          release or expiry can lower its user's held count.
+--   deadlines  id -> when its entry marker expires (ms): a waiter past it is
+--          gone, so the request is forgotten even if no claim scans past it
+--          (a high level can keep it behind everyone else's).
+
+-- LEVEL_UNIT keeps scores exact doubles: levels up to MAX_LEVEL and
+-- sequences below 2^43 (8.8e12 arrivals) fit in 53 bits.
+local LEVEL_UNIT = 8796093022208 -- 2^43
+local MAX_LEVEL = 1023
 
 local function now_us()
   local t = redis.call('TIME')
   return tonumber(t[1]) * 1000000 + tonumber(t[2])
 end
 
+local function decr(hash, field)
+  if redis.call('HINCRBY', hash, field, -1) <= 0 then
+    redis.call('HDEL', hash, field)
+  end
+end
+
 -- forget removes a queued request's bookkeeping: its queue member, marker,
--- owner and its user's queued count. Returns 1 when it was queued.
-local function forget(queue, users, owners, entry_prefix, id)
+-- deadline, owner and its user's queued count. Returns 1 when it was queued.
+local function forget(queue, users, owners, deadlines, entry_prefix, id)
   redis.call('DEL', entry_prefix .. id)
+  redis.call('ZREM', deadlines, id)
   if redis.call('ZREM', queue, id) == 0 then
     return 0
   end
   local user = redis.call('HGET', owners, id)
   if user then
     redis.call('HDEL', owners, id)
-    if redis.call('HINCRBY', users, user, -1) <= 0 then
-      redis.call('HDEL', users, user)
-    end
+    decr(users, user)
   end
   return 1
 end
 
--- claim tries to move request id from the queue to the permits.
+-- sweep forgets the queued requests whose waiter is past its deadline (its
+-- instance died, or it could not leave): wherever they stand in the queue,
+-- they stop counting towards their users' queue caps and levels.
+local function sweep(queue, users, owners, deadlines, entry_prefix, now_ms)
+  for _, m in ipairs(redis.call('ZRANGEBYSCORE', deadlines, '-inf', '(' .. now_ms)) do
+    forget(queue, users, owners, deadlines, entry_prefix, m)
+  end
+end
+
+-- drop_permit removes a permit and lowers its user's held count. Returns 1
+-- when the permit was held. The owner entry is cleared even when the permit
+-- itself had vanished (a Redis data loss that spared the hashes), so the
+-- counts cannot drift.
+local function drop_permit(permits, owners, held, id)
+  local removed = redis.call('ZREM', permits, id)
+  local user = redis.call('HGET', owners, id)
+  if user then
+    redis.call('HDEL', owners, id)
+    decr(held, user)
+  end
+  return removed
+end
+
+-- expire drops the permits whose lease ended (a crashed holder stopped
+-- renewing), one by one so their users' held counts follow.
+local function expire(permits, owners, held, now_ms)
+  for _, m in ipairs(redis.call('ZRANGEBYSCORE', permits, '-inf', '(' .. now_ms)) do
+    drop_permit(permits, owners, held, m)
+  end
+end
+
+-- score is the queue score of a new request of user (see the fairness rule).
+local function score(users, held, user, seq)
+  local level = tonumber(redis.call('HGET', held, user) or '0') +
+    tonumber(redis.call('HGET', users, user) or '0')
+  return string.format('%.0f', math.min(level, MAX_LEVEL) * LEVEL_UNIT + seq % LEVEL_UNIT)
+end
+
+-- claim tries to move request id from the queue to the permits. swept says
+-- the caller already dropped expired permits and dead waiters at now.
 --
 -- Replies:
 --   {1, permits_in_use, queue_length, now_us}            granted
@@ -34,13 +104,17 @@ end
 --   {-1, 0, queue_length, now_us}                        not queued (lost)
 --
 -- Zombies (queue members whose entry marker has expired because their
--- instance died) are dropped from the head window as they are met. The
+-- instance died) are swept by their deadline wherever they stand, and
+-- dropped from the head window as they are met. The
 -- entry markers' names are only known here, so they are built from
 -- entry_prefix, which carries the same hash tag as every KEYS entry and so
 -- lives in the same cluster slot.
-local function claim(queue, permits, users, owners, entry_prefix, id, max, lease_ms, window, now)
+local function claim(queue, permits, users, owners, held, deadlines, entry_prefix, id, max, lease_ms, window, now, swept)
   local now_ms = math.floor(now / 1000)
-  redis.call('ZREMRANGEBYSCORE', permits, '-inf', '(' .. now_ms)
+  if not swept then
+    expire(permits, owners, held, now_ms)
+    sweep(queue, users, owners, deadlines, entry_prefix, now_ms)
+  end
   local in_use = redis.call('ZCARD', permits)
   if redis.call('ZSCORE', permits, id) then
     -- Granted by an earlier call whose reply was lost.
@@ -62,7 +136,7 @@ local function claim(queue, permits, users, owners, entry_prefix, id, max, lease
           break
         end
       else
-        forget(queue, users, owners, entry_prefix, m)
+        forget(queue, users, owners, deadlines, entry_prefix, m)
         dropped = dropped + 1
       end
     end
@@ -70,7 +144,16 @@ local function claim(queue, permits, users, owners, entry_prefix, id, max, lease
   -- Members beyond the scanned window are counted as live: granting needs
   -- every member ahead to have been seen.
   if scan == rank and live_ahead < free then
-    forget(queue, users, owners, entry_prefix, id)
+    -- Move the request from queued to held; its owner entry stays for the
+    -- permit's release or expiry.
+    redis.call('DEL', entry_prefix .. id)
+    redis.call('ZREM', deadlines, id)
+    redis.call('ZREM', queue, id)
+    local user = redis.call('HGET', owners, id)
+    if user then
+      decr(users, user)
+      redis.call('HINCRBY', held, user, 1)
+    end
     redis.call('ZADD', permits, now_ms + lease_ms, id)
     return {1, in_use + 1, redis.call('ZCARD', queue), now}
   end

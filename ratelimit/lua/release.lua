@@ -1,11 +1,11 @@
 -- Release a permit and wake the waiters. The notification carries Redis
 -- TIME (µs) so a waiter can measure handoff latency on the same clock.
 --
--- KEYS: permits
+-- KEYS: permits, owners, held
 -- ARGV: id, notify_channel
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-if redis.call('ZREM', KEYS[1], ARGV[1]) == 1 then
-  redis.call('PUBLISH', ARGV[2], string.format('%.0f', now))
+-- (A semaphore has no owners: its permits have no owner entry, and the
+-- held count is left alone.)
+if drop_permit(KEYS[1], KEYS[2], KEYS[3], ARGV[1]) == 1 then
+  redis.call('PUBLISH', ARGV[2], string.format('%.0f', now_us()))
 end
 return redis.call('ZCARD', KEYS[1])

@@ -5,8 +5,17 @@
 //
 // Chat emits the events of DESIGN §6 through a callback; the api package
 // writes them as Server-Sent Events. Every request ends with exactly one
-// finish event followed by done, whatever happened in between, and the
-// question and the answer are saved for every terminal status.
+// finish event followed by done, whatever happened in between.
+//
+// What a turn writes: a user over the chat rate gets ErrBusy before anything
+// is written or streamed. A new conversation and the question are written
+// only once the turn holds an LLM slot; then the answer is saved for every
+// terminal status. A turn that never got a slot (rejected as busy or
+// unavailable, or cancelled while queued) stores nothing in a new
+// conversation — the conversation named in meta is never created, and
+// finish says "saved": false — and only its question, with the turn's
+// status and no answer, in an existing one. So refusals cannot fill the
+// database.
 package chat
 
 import (
@@ -42,6 +51,13 @@ type Store interface {
 // service.ErrUnavailable (the queue's store is down and the policy rejects).
 type Limiter interface {
 	Acquire(ctx context.Context, requestID, userID string, onPosition func(position, queued int)) (release func(), err error)
+}
+
+// RateLimit bounds how many chats a user may start. Allow returns an
+// ErrBusy *service.Error carrying RetryAfter when the user is over it;
+// whether a failing store admits or refuses is the implementation's policy.
+type RateLimit interface {
+	Allow(ctx context.Context, userID string) error
 }
 
 // Tasks is the cross-instance registry of running generations.
@@ -86,7 +102,8 @@ type Config struct {
 // then skipped (lexical intent matching and a truncated title instead).
 type Deps struct {
 	Store     Store
-	Limiter   Limiter // nil: no queue
+	Limiter   Limiter   // nil: no queue
+	Rate      RateLimit // nil: no per-user chat rate
 	Tasks     Tasks
 	Retriever Retriever
 	Intents   Intents
@@ -231,8 +248,14 @@ type turn struct {
 	content  strings.Builder
 	sources  []service.Source
 	usage    service.Usage
+	// newTitle is a new conversation's title, made while the permit is
+	// still held (it may be a model call).
+	newTitle string
 	started  time.Time
 	log      *slog.Logger
+	// stored records that the conversation (when new) and the question are
+	// in the store: the turn got its LLM slot.
+	stored bool
 	// emitFailed records that the client is gone; later events are dropped.
 	emitFailed bool
 }
@@ -252,6 +275,11 @@ func (t *turn) send(name string, data any) {
 func (s *Service) Chat(ctx context.Context, p service.Principal, req Request, emit func(Event) error) error {
 	if err := s.Validate(ctx, p, &req); err != nil {
 		return err
+	}
+	if s.d.Rate != nil {
+		if err := s.d.Rate.Allow(ctx, p.UserID.String()); err != nil {
+			return err
+		}
 	}
 	t := &turn{s: s, p: p, req: req, emit: emit, started: s.d.Now()}
 	if err := t.begin(ctx); err != nil {
@@ -287,8 +315,8 @@ func (s *Service) Chat(ctx context.Context, p service.Principal, req Request, em
 	return nil
 }
 
-// begin creates or loads the conversation, saves the question and reserves
-// the ids of the task and the answer.
+// begin loads the conversation (or names a new one) and reserves the ids of
+// the task, the question and the answer. It writes nothing: see store.
 func (t *turn) begin(ctx context.Context) error {
 	s := t.s
 	if t.req.ConversationID != 0 {
@@ -303,9 +331,6 @@ func (t *turn) begin(ctx context.Context) error {
 			return err
 		}
 		t.conv = &service.Conversation{ID: id, UserID: t.p.UserID}
-		if err := s.d.Store.CreateConversation(ctx, t.conv); err != nil {
-			return err
-		}
 		t.isNew = true
 	}
 	ids := make([]service.ID, 3)
@@ -319,7 +344,22 @@ func (t *turn) begin(ctx context.Context) error {
 	t.taskID = ids[0]
 	t.question = service.Message{ID: ids[1], ConversationID: t.conv.ID, Role: "user", Content: t.req.Question, Status: service.MessageCompleted}
 	t.answer = service.Message{ID: ids[2], ConversationID: t.conv.ID, Role: "assistant", ReplyTo: t.question.ID}
-	return s.d.Store.SaveMessage(ctx, &t.question, "")
+	return nil
+}
+
+// store writes a new conversation and the question, once the turn holds its
+// LLM slot.
+func (t *turn) store(ctx context.Context) error {
+	if t.isNew {
+		if err := t.s.d.Store.CreateConversation(ctx, t.conv); err != nil {
+			return err
+		}
+	}
+	if err := t.s.d.Store.SaveMessage(ctx, &t.question, ""); err != nil {
+		return err
+	}
+	t.stored = true
+	return nil
 }
 
 // run is the pipeline after meta. Whatever happens, it ends with finish and
@@ -338,7 +378,7 @@ func (t *turn) run(ctx context.Context) {
 	case !t.isNew || status == service.MessageRejected:
 		// A rejected request makes no model call, not even for a title.
 	case status == service.MessageCompleted:
-		title = t.title(ctx)
+		title = t.newTitle
 	default:
 		// Cancelled or failed: name it after the question, no model call.
 		title = excerpt(t.req.Question, 30)
@@ -354,10 +394,27 @@ func (t *turn) run(ctx context.Context) {
 	// Saved even when the client is gone or the server is stopping.
 	saveCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
-	if err := s.d.Store.SaveMessage(saveCtx, &t.answer, title); err != nil {
-		t.log.ErrorContext(ctx, "saving the answer failed", "err", err)
+	saved := true
+	switch {
+	case t.stored:
+		if err := s.d.Store.SaveMessage(saveCtx, &t.answer, title); err != nil {
+			t.log.ErrorContext(ctx, "saving the answer failed", "err", err)
+		}
+	case t.isNew:
+		// No slot, no conversation: a refused first question leaves nothing.
+		saved, title = false, ""
+	default:
+		// No slot in an existing conversation: keep the question, marked with
+		// the turn's status (history leaves rejected ones out), no answer.
+		t.question.Status = status
+		if err := s.d.Store.SaveMessage(saveCtx, &t.question, ""); err != nil {
+			t.log.ErrorContext(ctx, "saving the question failed", "err", err)
+		}
 	}
 	finish := map[string]any{"messageId": t.answer.ID, "status": status}
+	if !saved {
+		finish["saved"] = false
+	}
 	if title != "" {
 		finish["title"] = title
 	}
@@ -370,6 +427,9 @@ func (t *turn) run(ctx context.Context) {
 
 // generate waits for an LLM slot, then runs the pipeline and streams the
 // answer. It returns the terminal status and, for failures, the error event.
+// Every model call of the turn — rewrite, intent scoring, the answer and a
+// new conversation's title — runs while the permit is held, so the model
+// never sees more than the queue's N calls at once from ragent.
 func (t *turn) generate(ctx context.Context) (service.MessageStatus, map[string]string) {
 	s := t.s
 	if s.d.Limiter != nil {
@@ -400,6 +460,22 @@ func (t *turn) generate(ctx context.Context) (service.MessageStatus, map[string]
 		}
 	}
 
+	if err := t.store(ctx); err != nil {
+		if ctx.Err() != nil {
+			return service.MessageCancelled, nil
+		}
+		t.log.ErrorContext(ctx, "saving the question failed", "err", err)
+		return service.MessageFailed, map[string]string{"code": "internal", "message": "the question could not be saved"}
+	}
+	status, errEvent := t.answerTurn(ctx)
+	if status == service.MessageCompleted && t.isNew {
+		t.newTitle = t.title(ctx)
+	}
+	return status, errEvent
+}
+
+// answerTurn runs the pipeline under the permit and streams the answer.
+func (t *turn) answerTurn(ctx context.Context) (service.MessageStatus, map[string]string) {
 	prompt, err := t.prepare(ctx)
 	if err == nil && prompt == nil {
 		return service.MessageCompleted, nil // answered without the model

@@ -457,6 +457,7 @@ export function mountChat(root, ctx) {
           if (data.conversationId && !s.current) {
             s.current = data.conversationId;
             st.conversationId = data.conversationId;
+            st.newConversation = true;
             s.conversations.unshift({ id: data.conversationId, title: question.slice(0, 40), updatedAt: new Date().toISOString() });
             // Record the conversation in the URL without triggering the router,
             // so a reload shows this history.
@@ -494,7 +495,19 @@ export function mountChat(root, ctx) {
             else if (data.status === 'cancelled') view.cancelled('user');
             else view.failed(st.errorMessage);
           }
-          touchConversation(st.conversationId, data.title);
+          if (data.saved === false && st.newConversation) {
+            // Refused before it started: the server kept nothing, so the
+            // conversation named in meta does not exist. The next question
+            // starts a new one.
+            s.conversations = s.conversations.filter((x) => x.id !== st.conversationId);
+            if (s.current === st.conversationId) {
+              s.current = null;
+              history.replaceState(null, '', '#/chat');
+            }
+            renderConversations();
+          } else {
+            touchConversation(st.conversationId, data.title);
+          }
           break;
         default:
           break; // unknown events are ignored so the server can add more

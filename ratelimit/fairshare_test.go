@@ -1,0 +1,195 @@
+package ratelimit
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/ragent-go/ragent/internal/testenv"
+)
+
+// TestFairShareBetweenUsers runs three instances on one Redis. A heavy user
+// holds every permit (two of them through an instance that then dies
+// without releasing) and queues more; a light user arriving later is granted
+// before the heavy user's queued requests, nobody holds more than N permits,
+// and the dead instance's permits and their users' counts come back.
+func TestFairShareBetweenUsers(t *testing.T) {
+	t.Parallel()
+	const n = 4
+	rdb := testenv.Redis(t)
+	prefix := testenv.Prefix(t)
+	cleanupKeys(t, rdb, prefix)
+	cfg := Config{MaxConcurrent: n, MaxWait: 20 * time.Second, Lease: time.Second,
+		PollInterval: 50 * time.Millisecond, Enabled: true}
+	var limiters []*Limiter
+	for range 3 {
+		limiters = append(limiters, startLimiter(t, testenv.Redis(t), prefix, "chat", cfg))
+	}
+	// The instance that dies: its Redis connections are cut, so it neither
+	// renews nor releases, as if it had been killed.
+	doomedClient := newSwitchableClient(t)
+	doomed := startLimiter(t, doomedClient, prefix, "chat", cfg)
+	ctx := t.Context()
+
+	var holders, maxHolders atomic.Int64
+	hold := func() {
+		h := holders.Add(1)
+		for {
+			m := maxHolders.Load()
+			if h <= m || maxHolders.CompareAndSwap(m, h) {
+				return
+			}
+		}
+	}
+	// The heavy user takes every permit: two on live instances, two on the
+	// instance that will die.
+	var heavyHeld []*Permit
+	for i := range 2 {
+		p, err := limiters[i].Acquire(ctx, fmt.Sprintf("heavy-held-%d", i), "heavy", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		hold()
+		heavyHeld = append(heavyHeld, p)
+	}
+	for i := range 2 {
+		if _, err := doomed.Acquire(ctx, fmt.Sprintf("heavy-doomed-%d", i), "heavy", nil); err != nil {
+			t.Fatal(err)
+		}
+		hold()
+	}
+
+	var (
+		mu      sync.Mutex
+		order   []string
+		wg      sync.WaitGroup
+		permits = map[string]*Permit{}
+	)
+	granted := make(chan string, 8)
+	enqueue := func(l *Limiter, id, user string) int {
+		queued := make(chan int, 1)
+		var once sync.Once
+		wg.Go(func() {
+			p, err := l.Acquire(ctx, id, user, func(pos, _ int) { once.Do(func() { queued <- pos }) })
+			once.Do(func() { queued <- 0 })
+			if err != nil {
+				t.Errorf("%s: %v", id, err)
+				granted <- id
+				return
+			}
+			hold()
+			mu.Lock()
+			order = append(order, id)
+			permits[id] = p
+			mu.Unlock()
+			granted <- id
+		})
+		return <-queued // wait for this request's queue event before the next arrives
+	}
+	// The heavy user's streams beyond the permits wait, in arrival order.
+	for i := range 3 {
+		if pos := enqueue(limiters[i%3], fmt.Sprintf("heavy-queued-%d", i), "heavy"); pos != i+1 {
+			t.Fatalf("heavy-queued-%d: first position %d, want %d", i, pos, i+1)
+		}
+	}
+	// The light user arrives last, on another instance, and is placed first.
+	if pos := enqueue(limiters[2], "light", "light"); pos != 1 {
+		t.Fatalf("light user's first position %d, want 1 (ahead of the heavy user's queued requests)", pos)
+	}
+
+	// The doomed instance dies holding two permits; after their lease they
+	// expire and the first two in line get them.
+	doomedClient.cut(t)
+	holders.Add(-2)
+	for range 2 {
+		select {
+		case <-granted:
+		case <-time.After(10 * time.Second):
+			t.Fatal("the dead instance's permits did not come back")
+		}
+	}
+	// Then the heavy user's live streams end one by one.
+	for _, p := range heavyHeld {
+		holders.Add(-1)
+		p.Release()
+		<-granted
+	}
+	// Every queued request now holds a permit; give them back.
+	mu.Lock()
+	for _, id := range slices.Clone(order) {
+		holders.Add(-1)
+		permits[id].Release()
+		delete(permits, id)
+	}
+	mu.Unlock()
+	wg.Wait()
+	mu.Lock()
+	for _, p := range permits {
+		holders.Add(-1)
+		p.Release()
+	}
+	mu.Unlock()
+
+	want := []string{"light", "heavy-queued-0", "heavy-queued-1", "heavy-queued-2"}
+	if !slices.Equal(order, want) {
+		t.Errorf("grant order %v, want %v", order, want)
+	}
+	if m := maxHolders.Load(); m > n {
+		t.Errorf("%d permits held at once, limit %d", m, n)
+	}
+	// Nothing is left of the dead instance's permits, nor of the users'
+	// counts that order the queue.
+	assertDrained(t, rdb, limiters[0].keys)
+}
+
+// TestFairShareLevels checks the order the queue gives: a user's k-th
+// request in flight goes after every other user's requests with fewer in
+// flight, and requests of the same level keep their arrival order.
+func TestFairShareLevels(t *testing.T) {
+	t.Parallel()
+	rdb := testenv.Redis(t)
+	prefix := testenv.Prefix(t)
+	cleanupKeys(t, rdb, prefix)
+	cfg := Config{MaxConcurrent: 1, MaxWait: 20 * time.Second, Lease: 5 * time.Second,
+		PollInterval: 50 * time.Millisecond, Enabled: true}
+	l := startLimiter(t, rdb, prefix, "chat", cfg)
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	blocker, err := l.Acquire(ctx, "blocker", "a", nil) // a holds the only permit
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Arrivals: a (level 1), a (2), b (0), b (1), c (0), a (3) — served as
+	// b1 c1 (level 0), a1 b2 (level 1), a2, a3.
+	arrivals := []struct{ id, user string }{
+		{"a1", "a"}, {"a2", "a"}, {"b1", "b"}, {"b2", "b"}, {"c1", "c"}, {"a3", "a"},
+	}
+	var wg sync.WaitGroup
+	for _, a := range arrivals {
+		queued := make(chan struct{})
+		var once sync.Once
+		wg.Go(func() {
+			_, err := l.Acquire(ctx, a.id, a.user, func(int, int) { once.Do(func() { close(queued) }) })
+			once.Do(func() { close(queued) })
+			if err != nil && ctx.Err() == nil {
+				t.Errorf("%s: %v", a.id, err)
+			}
+		})
+		<-queued
+	}
+	got, err := rdb.ZRange(ctx, l.keys.queue, 0, -1).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{"b1", "c1", "a1", "b2", "a2", "a3"}; !slices.Equal(got, want) {
+		t.Errorf("queue order %v, want %v", got, want)
+	}
+	cancel()
+	wg.Wait()
+	blocker.Release()
+	assertDrained(t, rdb, l.keys)
+}
