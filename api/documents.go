@@ -51,7 +51,7 @@ func (s *Server) uploadDocument(c *gin.Context) {
 			part.Close()
 			continue
 		}
-		doc, err := s.deps.Ingest.Upload(c.Request.Context(), kbID, part.FileName(), part)
+		doc, err := s.deps.Ingest.Upload(c.Request.Context(), principal(c), kbID, part.FileName(), part)
 		part.Close()
 		if err != nil {
 			s.uploadError(c, err)
@@ -82,7 +82,7 @@ func (s *Server) listDocuments(c *gin.Context) {
 	if !ok {
 		return
 	}
-	docs, err := s.deps.Ingest.Documents(c.Request.Context(), kbID, before, limit)
+	docs, err := s.deps.Ingest.Documents(c.Request.Context(), principal(c), kbID, before, limit)
 	if err != nil {
 		fail(c, err)
 		return
@@ -95,7 +95,7 @@ func (s *Server) getDocument(c *gin.Context) {
 	if !ok {
 		return
 	}
-	doc, err := s.deps.Ingest.Document(c.Request.Context(), id)
+	doc, err := s.deps.Ingest.Document(c.Request.Context(), principal(c), id)
 	if err != nil {
 		fail(c, err)
 		return
@@ -108,7 +108,7 @@ func (s *Server) deleteDocument(c *gin.Context) {
 	if !ok {
 		return
 	}
-	if err := s.deps.Ingest.Delete(c.Request.Context(), id); err != nil {
+	if err := s.deps.Ingest.Delete(c.Request.Context(), principal(c), id); err != nil {
 		fail(c, err)
 		return
 	}
@@ -120,7 +120,7 @@ func (s *Server) reindexDocument(c *gin.Context) {
 	if !ok {
 		return
 	}
-	doc, err := s.deps.Ingest.Reindex(c.Request.Context(), id)
+	doc, err := s.deps.Ingest.Reindex(c.Request.Context(), principal(c), id)
 	if err != nil {
 		fail(c, err)
 		return
@@ -151,7 +151,7 @@ func (s *Server) documentChunks(c *gin.Context) {
 		}
 		limit = n
 	}
-	chunks, err := s.deps.Ingest.Chunks(c.Request.Context(), id, after, limit)
+	chunks, err := s.deps.Ingest.Chunks(c.Request.Context(), principal(c), id, after, limit)
 	if err != nil {
 		fail(c, err)
 		return

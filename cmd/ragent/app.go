@@ -133,11 +133,14 @@ func newApp(ctx context.Context, cfg Config, log *slog.Logger) (_ *App, err erro
 	if cfg.RerankModel != "" {
 		reranker = llm.NewReranker(cmp.Or(cfg.RerankBaseURL, cfg.LLMBaseURL), cfg.LLMAPIKey, cfg.RerankModel)
 	}
-	kbs := admin.NewKnowledgeBases(a.store, ids, admin.EmbeddingDefaults{
+	// One access resolver decides, for every feature, which knowledge bases
+	// a caller may read and change.
+	access := service.NewAccess(a.store)
+	kbs := admin.NewKnowledgeBases(a.store, access, ids, admin.EmbeddingDefaults{
 		Model: embedder.Model(), Dim: embedder.Dim(), VectorWeight: vectorWeight(cfg),
 	})
-	searcher := retrieve.New(a.store, embedder, reranker, retrieve.Config{MinVectorScore: cfg.SearchMinVectorScore}, log)
-	ingestSvc := ingest.New(a.store, embedder, ids, ingest.Config{MaxBytes: cfg.UploadMaxBytes}, log, nil)
+	searcher := retrieve.New(a.store, access, embedder, reranker, retrieve.Config{MinVectorScore: cfg.SearchMinVectorScore}, log)
+	ingestSvc := ingest.New(a.store, access, embedder, ids, ingest.Config{MaxBytes: cfg.UploadMaxBytes}, log, nil)
 	a.kbs, a.ingestSvc, a.searcher = kbs, ingestSvc, searcher
 
 	// Admin data: the intent tree and term mappings, read (by admins and the
@@ -205,7 +208,7 @@ func newApp(ctx context.Context, cfg Config, log *slog.Logger) (_ *App, err erro
 	tasks := stream.NewManager(a.rdb, cfg.RedisPrefix, cfg.InstanceID, stream.WithLogger(log))
 	a.runners = append(a.runners, tasks.Run)
 	chatSvc := chat.New(chat.Deps{
-		Store: a.store, Limiter: limiter, Tasks: chatTasks{tasks}, Retriever: searcher,
+		Store: a.store, Limiter: limiter, Tasks: chatTasks{tasks}, Retriever: searcher, Access: access,
 		Intents: intentCache, Terms: termCache,
 		Model: answerModel, FastModel: fastModel, IDs: ids, Log: log,
 	}, chat.Config{
@@ -233,6 +236,7 @@ func newApp(ctx context.Context, cfg Config, log *slog.Logger) (_ *App, err erro
 		Log:               log,
 		Auth:              authSvc,
 		KnowledgeBases:    kbs,
+		Groups:            admin.NewGroups(a.store, ids),
 		Ingest:            ingestSvc,
 		Search:            searcher,
 		Chat:              chatSvc,
