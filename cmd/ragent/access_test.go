@@ -244,3 +244,183 @@ func TestIsolationMatrix(t *testing.T) {
 		}
 	}
 }
+
+// chatSources asks a question and returns the names of the cited
+// documents and the answer text.
+func chatSources(t *testing.T, c *client, body map[string]any) (names []string, answer string) {
+	t.Helper()
+	_, events := c.forTest(t).chatStream(context.Background(), body, nil)
+	if got := collapse(events); got != "meta sources message finish done" {
+		t.Fatalf("sequence %q", got)
+	}
+	for _, e := range events {
+		switch e.Name {
+		case "sources":
+			for _, s := range e.json(t)["sources"].([]any) {
+				names = append(names, s.(map[string]any)["documentName"].(string))
+			}
+		case "message":
+			answer += e.json(t)["delta"].(string)
+		}
+	}
+	return names, answer
+}
+
+// An intent routes HR questions to a private knowledge base: a user who
+// cannot read it gets an answer that cites nothing from it (the branch is
+// skipped and the internal knowledge base searched instead), while a
+// member of a group it is shared with, and an admin, get the HR document.
+// Search over a mix of readable and unreadable ids is 404, and a search
+// over everything leaves the private documents out.
+func TestChatAndSearchSkipUnreadableKnowledgeBases(t *testing.T) {
+	in := start(t, testConfig(t))
+	adminToken := in.login(t, "admin", "admin-password")
+	admin := in.client(t, adminToken)
+	public := admin.createKB("public-faq")
+	if r := admin.do("PATCH", "/api/v1/knowledge-bases/"+public, map[string]any{"visibility": "internal"}); r.Status != http.StatusOK {
+		t.Fatalf("make internal: %d %s", r.Status, r.Body)
+	}
+	hr := admin.createKB("hr-handbook")
+	admin.waitReady(admin.uploadAccepted(public, "leave-faq.md", []byte("# Leave\n\nAsk your manager about leave; the zebrafish handbook is kept by HR.\n")).ID)
+	admin.waitReady(admin.uploadAccepted(hr, "zebrafish-policy.md", []byte("# Zebrafish policy\n\nThe zebrafish policy grants fifteen days of annual leave, secret bonus codeword walrus.\n")).ID)
+	mustIntent(t, admin, "POST", "/api/v1/admin/intents", map[string]any{
+		"code": "hr", "name": "HR", "kind": "kb", "knowledgeBaseIds": []string{hr},
+		"description": "zebrafish policy annual leave", "examples": []string{"how many days of zebrafish annual leave"},
+	}, http.StatusCreated)
+
+	in.createUser(t, adminToken, "outsider", "outsider-password", "user")
+	in.createUser(t, adminToken, "hrstaff", "hrstaff-password", "user")
+	outsider := in.client(t, in.login(t, "outsider", "outsider-password"))
+	staff := in.client(t, in.login(t, "hrstaff", "hrstaff-password"))
+	var g struct{ ID string }
+	admin.do("POST", "/api/v1/groups", map[string]string{"name": "hr-team"}).json(t, &g)
+	admin.do("POST", "/api/v1/groups/"+g.ID+"/members", map[string]string{"username": "hrstaff"})
+	if r := admin.do("POST", "/api/v1/knowledge-bases/"+hr+"/members", map[string]string{"kind": "group", "name": "hr-team", "role": "viewer"}); r.Status != http.StatusCreated {
+		t.Fatalf("share with the group: %d %s", r.Status, r.Body)
+	}
+
+	question := map[string]any{"question": "How many days of zebrafish annual leave?"}
+	t.Run("admin is routed to the private knowledge base", func(t *testing.T) {
+		names, _ := chatSources(t, admin, question)
+		if !slices.Contains(names, "zebrafish-policy.md") {
+			t.Fatalf("admin's sources %v, want the HR document", names)
+		}
+	})
+	t.Run("group member is routed to it too", func(t *testing.T) {
+		names, _ := chatSources(t, staff, question)
+		if !slices.Contains(names, "zebrafish-policy.md") {
+			t.Fatalf("group member's sources %v, want the HR document", names)
+		}
+	})
+	t.Run("non-member gets nothing from it", func(t *testing.T) {
+		names, answer := chatSources(t, outsider, question)
+		if slices.Contains(names, "zebrafish-policy.md") || strings.Contains(answer, "walrus") || strings.Contains(answer, "fifteen") {
+			t.Fatalf("outsider's sources %v / answer %q cite the private document", names, answer)
+		}
+		if !slices.Contains(names, "leave-faq.md") {
+			t.Fatalf("outsider's sources %v, want the internal FAQ instead", names)
+		}
+	})
+	t.Run("chat naming the private knowledge base is 404", func(t *testing.T) {
+		r := outsider.do("POST", "/api/v1/chat", map[string]any{"question": "leave?", "knowledgeBaseIds": []string{public, hr}})
+		if r.Status != http.StatusNotFound {
+			t.Fatalf("got %d %s, want 404", r.Status, r.Body)
+		}
+	})
+	t.Run("search over readable and unreadable ids is 404", func(t *testing.T) {
+		r := outsider.do("POST", "/api/v1/search", map[string]any{"query": "zebrafish", "knowledgeBaseIds": []string{public, hr}})
+		if r.Status != http.StatusNotFound || r.errorCode(t) != "not_found" {
+			t.Fatalf("got %d %s, want 404", r.Status, r.Body)
+		}
+		if r := staff.do("POST", "/api/v1/search", map[string]any{"query": "zebrafish", "knowledgeBaseIds": []string{public, hr}}); r.Status != http.StatusOK {
+			t.Fatalf("group member: %d %s", r.Status, r.Body)
+		}
+	})
+	t.Run("search over everything leaves private documents out", func(t *testing.T) {
+		r := outsider.do("POST", "/api/v1/search", map[string]any{"query": "zebrafish walrus", "topK": 50})
+		if r.Status != http.StatusOK || strings.Contains(string(r.Body), "zebrafish-policy.md") || !strings.Contains(string(r.Body), "leave-faq.md") {
+			t.Fatalf("got %d %s", r.Status, r.Body)
+		}
+	})
+}
+
+// A saved answer's sources follow the reader's current access: when the
+// viewer loses the grant, the sources disappear from their history (the
+// answer text stays theirs); given back, they reappear. Admins reading the
+// conversation see them.
+func TestHistorySourcesFollowAccess(t *testing.T) {
+	f := newAccessFixture(t)
+	viewer := f.clients["viewer"].forTest(t)
+	sources := func(c *client) int {
+		t.Helper()
+		var msgs struct {
+			Messages []struct {
+				Role    string
+				Content string
+				Sources []any
+			}
+		}
+		r := c.do("GET", "/api/v1/conversations/"+f.conv+"/messages", nil)
+		if r.Status != http.StatusOK {
+			t.Fatalf("messages: %d %s", r.Status, r.Body)
+		}
+		r.json(t, &msgs)
+		if len(msgs.Messages) != 2 || msgs.Messages[1].Content == "" {
+			t.Fatalf("messages %+v", msgs.Messages)
+		}
+		return len(msgs.Messages[1].Sources)
+	}
+	if n := sources(viewer); n == 0 {
+		t.Fatal("the answer has no sources to begin with")
+	}
+	var members struct{ Items []struct{ ID, Name string } }
+	f.admin.do("GET", "/api/v1/knowledge-bases/"+f.kb+"/members", nil).json(t, &members)
+	for _, m := range members.Items {
+		if m.Name == "viewer" {
+			if r := f.admin.do("DELETE", "/api/v1/knowledge-bases/"+f.kb+"/members/"+m.ID, nil); r.Status != http.StatusNoContent {
+				t.Fatalf("revoke: %d %s", r.Status, r.Body)
+			}
+		}
+	}
+	if n := sources(viewer); n != 0 {
+		t.Fatalf("%d sources still shown after the grant was revoked", n)
+	}
+	if n := sources(f.admin); n == 0 {
+		t.Fatal("admin sees no sources")
+	}
+	if r := f.admin.do("PATCH", "/api/v1/knowledge-bases/"+f.kb, map[string]any{"visibility": "internal"}); r.Status != http.StatusOK {
+		t.Fatalf("make internal: %d %s", r.Status, r.Body)
+	}
+	if n := sources(viewer); n == 0 {
+		t.Fatal("sources hidden although the knowledge base is internal now")
+	}
+}
+
+// A user's effective role is the highest of their direct and group grants.
+func TestEffectiveRoleIsHighestGrant(t *testing.T) {
+	f := newAccessFixture(t)
+	// "group" has editor through the group; a direct viewer grant does not
+	// lower it, and a direct manager grant raises it.
+	f.grant(t, f.kb, "user", f.ids["group"], "viewer")
+	c := f.clients["group"].forTest(t)
+	role := func() string {
+		var kb struct{ Role string }
+		c.do("GET", "/api/v1/knowledge-bases/"+f.kb, nil).json(t, &kb)
+		return kb.Role
+	}
+	if got := role(); got != "editor" {
+		t.Fatalf("direct viewer + group editor = %q, want editor", got)
+	}
+	f.grant(t, f.kb, "user", f.ids["group"], "manager")
+	if got := role(); got != "manager" {
+		t.Fatalf("direct manager + group editor = %q, want manager", got)
+	}
+	// Deleting the group takes its grants with it.
+	f.grant(t, f.kb, "user", f.ids["group"], "viewer")
+	if r := f.admin.do("DELETE", "/api/v1/groups/"+f.groupID, nil); r.Status != http.StatusNoContent {
+		t.Fatalf("delete group: %d %s", r.Status, r.Body)
+	}
+	if got := role(); got != "viewer" {
+		t.Fatalf("after the group is deleted: %q, want viewer", got)
+	}
+}
