@@ -197,8 +197,8 @@ const kbMemberSelect = `SELECT m.*, COALESCE(u.username, g.name) AS name FROM kb
 	LEFT JOIN groups g ON m.member_kind = 'group' AND g.id = m.member_id
 	WHERE COALESCE(u.username, g.name) IS NOT NULL`
 
-// KnowledgeBaseMembers lists a knowledge base's grants, groups first, then
-// by name.
+// KnowledgeBaseMembers lists a knowledge base's grants, users before
+// groups, each by name.
 func (s *Store) KnowledgeBaseMembers(ctx context.Context, kbID service.ID) ([]*service.KBMember, error) {
 	var rows []kbMemberRow
 	if err := s.conn(ctx).Raw(kbMemberSelect+` AND m.kb_id = ? ORDER BY m.member_kind DESC, lower(COALESCE(u.username, g.name))`,
