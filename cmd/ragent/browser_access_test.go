@@ -23,13 +23,6 @@ func TestBrowserKnowledgeBaseSharing(t *testing.T) {
 	in.createUser(t, adminToken, "mia", "mia-password", "user")
 	in.createUser(t, adminToken, "gus", "gus-password", "user")
 	in.createUser(t, adminToken, "nat", "nat-password", "user")
-	if r := api.do("POST", "/api/v1/groups", map[string]string{"name": "support"}); r.Status != http.StatusCreated {
-		t.Fatalf("group: %d %s", r.Status, r.Body)
-	} else {
-		var g struct{ ID string }
-		r.json(t, &g)
-		api.do("POST", "/api/v1/groups/"+g.ID+"/members", map[string]string{"username": "gus"})
-	}
 	if r := api.do("POST", "/api/v1/knowledge-bases/"+private+"/members", map[string]string{"kind": "user", "name": "mia", "role": "manager"}); r.Status != http.StatusCreated {
 		t.Fatalf("make mia manager: %d %s", r.Status, r.Body)
 	}
@@ -42,8 +35,27 @@ func TestBrowserKnowledgeBaseSharing(t *testing.T) {
 	}
 	option := func(kb string) string { return fmt.Sprintf(`[data-testid=kb-filter-option][data-kb-id=%q]`, kb) }
 
+	step("admin creates a group with gus in it", func(t *testing.T) {
+		adm := b.tab(t, "admin", false)
+		adm.open(t, "/")
+		adm.login(t, "admin", "admin-password")
+		adm.click(t, `[data-testid=nav-groups]`)
+		adm.sendKeys(t, `#group-name`, "support")
+		adm.click(t, `[data-testid=group-submit]`)
+		row := `[data-testid=group-row][data-name=support]`
+		adm.click(t, row+` [data-testid=group-members]`)
+		adm.visible(t, `[data-testid=group-members-dialog]`)
+		adm.sendKeys(t, `#group-member-username`, "gus")
+		adm.click(t, `[data-testid=group-member-submit]`)
+		adm.visible(t, `[data-testid=group-member-row][data-username=gus]`)
+		adm.screenshot(t, "group-members")
+		adm.click(t, `[data-testid=modal-close]`)
+		adm.click(t, `[data-testid=logout-button]`)
+		adm.visible(t, `[data-testid=login-form]`)
+	})
+
 	step("manager adds the group as viewers", func(t *testing.T) {
-		mia := b.tab(t, "mia", false)
+		mia := b.tab(t, "mia", true)
 		mia.open(t, "/")
 		mia.login(t, "mia", "mia-password")
 		mia.click(t, `[data-testid=nav-kb]`)

@@ -1,4 +1,4 @@
-// Admin pages: knowledge bases, term mappings, users and the chat limiter.
+// Admin pages: knowledge bases, term mappings, users, groups and the chat limiter.
 // (Documents and the intent tree live in documents.js and intents.js.)
 import { t } from './i18n.js';
 import { h, toast, errorText, confirmDialog, promptDialog, formatTime, field, modal } from './dom.js';
@@ -531,3 +531,155 @@ export function mountLimiter(root, ctx) {
   };
 }
 
+
+// ---------------------------------------------------------------- groups
+
+// mountGroups manages the groups knowledge bases are shared with: create,
+// rename, delete, and who is in each.
+export function mountGroups(root) {
+  let items = [];
+  let destroyed = false;
+
+  const name = h('input', { id: 'group-name', required: true, maxlength: 100, autocomplete: 'off', 'data-testid': 'group-name' });
+  const description = h('input', { id: 'group-description', maxlength: 2000, autocomplete: 'off', 'data-testid': 'group-description' });
+  const errBox = formError();
+  const submit = h('button', { type: 'submit', class: 'btn btn-primary', 'data-testid': 'group-submit' }, t('common.create'));
+  const form = h('form', { class: 'card form-card', 'data-testid': 'group-form', 'aria-label': t('groups.createTitle') },
+    h('h2', {}, t('groups.createTitle')),
+    h('div', { class: 'form-grid' },
+      field(t('groups.name'), name),
+      field(t('groups.description'), description)),
+    errBox,
+    h('div', { class: 'form-actions' }, submit));
+  const tbody = h('tbody');
+  root.append(h('div', { class: 'page' },
+    pageHeader(t('groups.title'), t('groups.subtitle')),
+    form,
+    h('div', { class: 'table-wrap card' }, h('table', { class: 'table' },
+      h('thead', {}, h('tr', {},
+        h('th', { scope: 'col' }, t('groups.name')),
+        h('th', { scope: 'col' }, t('groups.description')),
+        h('th', { scope: 'col', class: 'num' }, t('groups.memberCount')),
+        h('th', { scope: 'col' }, t('common.actions')))),
+      tbody))));
+
+  form.addEventListener('submit', async (e) => {
+    e.preventDefault();
+    errBox.hidden = true;
+    submit.disabled = true;
+    try {
+      await post('/groups', { name: name.value.trim(), description: description.value.trim() });
+      toast(t('common.created'), 'info');
+      form.reset();
+      await load();
+    } catch (err) {
+      showFormError(errBox, err);
+    } finally {
+      submit.disabled = false;
+    }
+  });
+
+  async function rename(g) {
+    const v = await promptDialog(t('groups.rename', { name: g.name }), g.name);
+    if (!v || v.trim() === g.name) return;
+    try {
+      await patch(`/groups/${enc(g.id)}`, { name: v.trim() });
+      toast(t('common.saved'), 'info');
+    } catch (err) {
+      toast(errorText(err));
+    }
+    await load();
+  }
+
+  async function remove(g) {
+    if (!(await confirmDialog(t('groups.deleteConfirm', { name: g.name }), { okLabel: t('common.delete'), danger: true }))) return;
+    try {
+      await del(`/groups/${enc(g.id)}`);
+    } catch (err) {
+      toast(errorText(err));
+    }
+    await load();
+  }
+
+  function render() {
+    tbody.replaceChildren(...items.map((g) => h('tr', { 'data-testid': 'group-row', 'data-id': g.id, 'data-name': g.name },
+      h('th', { scope: 'row' }, g.name),
+      h('td', { class: 'wrap' }, g.description || '—'),
+      h('td', { class: 'num' }, g.memberCount ?? 0),
+      h('td', { class: 'actions' },
+        h('button', { type: 'button', class: 'btn btn-sm', 'data-testid': 'group-members', 'aria-label': `${t('kb.members')}: ${g.name}`, onClick: () => openGroupMembers(g, load) }, t('kb.members')),
+        h('button', { type: 'button', class: 'btn btn-sm', 'data-testid': 'group-rename', 'aria-label': `${t('common.edit')}: ${g.name}`, onClick: () => rename(g) }, t('common.edit')),
+        h('button', { type: 'button', class: 'btn btn-sm btn-danger-ghost', 'data-testid': 'group-delete', 'aria-label': `${t('common.delete')}: ${g.name}`, onClick: () => remove(g) }, t('common.delete'))))));
+    if (items.length === 0) tbody.append(emptyRow(4, t('groups.empty')));
+  }
+
+  async function load() {
+    try {
+      const res = await get('/groups?limit=200');
+      items = res?.items ?? [];
+    } catch (err) {
+      toast(errorText(err));
+    }
+    if (!destroyed) render();
+  }
+
+  load();
+  return { destroy() { destroyed = true; } };
+}
+
+// openGroupMembers lists a group's users and adds or removes one by
+// username; changed() refreshes the member counts behind the dialog.
+function openGroupMembers(g, changed) {
+  const list = h('tbody');
+  const username = h('input', { id: 'group-member-username', required: true, maxlength: 64, autocomplete: 'off', 'data-testid': 'group-member-username' });
+  const errBox = formError();
+  const submit = h('button', { type: 'submit', class: 'btn btn-primary', 'data-testid': 'group-member-submit' }, t('groups.addMember'));
+  const form = h('form', { class: 'member-form', 'aria-label': t('groups.addMember') },
+    field(t('users.username'), username), errBox, h('div', { class: 'form-actions' }, submit));
+  modal(t('groups.membersOf', { name: g.name }), h('div', {},
+    h('div', { class: 'table-wrap' }, h('table', { class: 'table' },
+      h('thead', {}, h('tr', {}, h('th', { scope: 'col' }, t('users.username')), h('th', { scope: 'col' }, t('common.actions')))),
+      list)),
+    form), 'group-members-dialog');
+
+  async function load() {
+    try {
+      const res = await get(`/groups/${enc(g.id)}/members`);
+      const users = res?.items ?? [];
+      list.replaceChildren(...users.map((u) => h('tr', { 'data-testid': 'group-member-row', 'data-username': u.username },
+        h('th', { scope: 'row' }, u.username),
+        h('td', { class: 'actions' },
+          h('button', { type: 'button', class: 'btn btn-sm btn-danger-ghost', 'aria-label': `${t('members.remove')}: ${u.username}`, onClick: () => remove(u) }, t('members.remove'))))));
+      if (users.length === 0) list.append(emptyRow(2, t('members.empty')));
+    } catch (err) {
+      showFormError(errBox, err);
+    }
+  }
+
+  async function remove(u) {
+    try {
+      await del(`/groups/${enc(g.id)}/members/${enc(u.id)}`);
+      await load();
+      changed();
+    } catch (err) {
+      showFormError(errBox, err);
+    }
+  }
+
+  form.addEventListener('submit', async (e) => {
+    e.preventDefault();
+    errBox.hidden = true;
+    submit.disabled = true;
+    try {
+      await post(`/groups/${enc(g.id)}/members`, { username: username.value.trim() });
+      username.value = '';
+      await load();
+      changed();
+    } catch (err) {
+      showFormError(errBox, err);
+    } finally {
+      submit.disabled = false;
+    }
+  });
+  load();
+}

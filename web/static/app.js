@@ -2,7 +2,7 @@
 //
 // Stable hooks for browser tests (data-testid unless noted; ids are on form
 // controls so labels can point at them):
-//   shell:    app, main-nav, nav-chat, nav-kb, nav-intents, nav-terms, nav-users,
+//   shell:    app, main-nav, nav-chat, nav-kb, nav-intents, nav-terms, nav-users, nav-groups,
 //             nav-limiter, lang-switch, current-user, account-button,
 //             logout-button, toasts, toast, forbidden (403 view), not-found
 //   account:  account-dialog, account-close, account-password-form,
@@ -52,13 +52,18 @@
 //   users:    user-form, user-username, user-password, user-role, user-submit,
 //             user-row (data-id, data-username), user-role-select,
 //             user-disable, user-password-reset, user-delete
+//   groups:   nav-groups, group-form, group-name (#group-name), group-description,
+//             group-submit, group-row (data-id, data-name), group-members,
+//             group-rename, group-delete, group-members-dialog,
+//             group-member-username (#group-member-username), group-member-submit,
+//             group-member-row (data-username)
 //   limiter:  limiter-panel, limiter-permits, limiter-max, limiter-queue,
 //             limiter-oldest, limiter-updated
 import { t, getLang, setLang } from './i18n.js';
 import { h, clear, toast, errorText, confirmDialog, field } from './dom.js';
 import { get, post, ApiError } from './api.js';
 import { mountChat } from './chat.js';
-import { mountKnowledgeBases, mountTerms, mountUsers, mountLimiter } from './admin.js';
+import { mountKnowledgeBases, mountTerms, mountUsers, mountGroups, mountLimiter } from './admin.js';
 import { mountDocuments } from './documents.js';
 import { mountIntents } from './intents.js';
 
@@ -71,6 +76,7 @@ const routes = [
   { pattern: /^\/admin\/intents$/, key: 'intents', admin: true, mount: mountIntents },
   { pattern: /^\/admin\/terms$/, key: 'terms', admin: true, mount: mountTerms },
   { pattern: /^\/admin\/users$/, key: 'users', admin: true, mount: mountUsers },
+  { pattern: /^\/admin\/groups$/, key: 'groups', admin: true, mount: mountGroups },
   { pattern: /^\/admin\/limiter$/, key: 'limiter', admin: true, mount: mountLimiter },
 ];
 
@@ -80,6 +86,7 @@ const navItems = [
   { href: '#/admin/intents', key: 'intents', label: 'nav.intents', testid: 'nav-intents', admin: true },
   { href: '#/admin/terms', key: 'terms', label: 'nav.terms', testid: 'nav-terms', admin: true },
   { href: '#/admin/users', key: 'users', label: 'nav.users', testid: 'nav-users', admin: true },
+  { href: '#/admin/groups', key: 'groups', label: 'nav.groups', testid: 'nav-groups', admin: true },
   { href: '#/admin/limiter', key: 'limiter', label: 'nav.limiter', testid: 'nav-limiter', admin: true },
 ];
 
