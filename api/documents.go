@@ -13,6 +13,19 @@ import (
 	"github.com/ragent-go/ragent/service"
 )
 
+// checkUpload refuses a caller who may not upload into the knowledge base
+// before an upload slot is taken or the body read (the ingest use case
+// checks again when it stores the file).
+func (s *Server) checkUpload(c *gin.Context) {
+	kbID, ok := pathID(c, "id")
+	if !ok {
+		return
+	}
+	if err := s.deps.Ingest.CheckUpload(c.Request.Context(), principal(c), kbID); err != nil {
+		fail(c, err)
+	}
+}
+
 // uploadDocument streams the multipart `file` part into the ingest use case
 // without a temporary file. The request body is capped at the upload limit
 // plus room for the multipart envelope.

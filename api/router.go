@@ -153,7 +153,7 @@ func NewRouter(deps Deps) *Router {
 	if deps.UploadSemaphore != nil {
 		upload = append([]gin.HandlerFunc{uploadGate(deps.UploadSemaphore, deps.UploadMaxWait)}, upload...)
 	}
-	user.POST("/knowledge-bases/:id/documents", upload...)
+	user.POST("/knowledge-bases/:id/documents", append([]gin.HandlerFunc{s.checkUpload}, upload...)...)
 	user.GET("/documents/:id", s.getDocument)
 	user.DELETE("/documents/:id", s.deleteDocument)
 	user.POST("/documents/:id/reindex", s.reindexDocument)

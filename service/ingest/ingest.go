@@ -154,6 +154,14 @@ func (s *Service) Upload(ctx context.Context, p service.Principal, kbID service.
 	return doc, nil
 }
 
+// CheckUpload tells early whether p may upload into a knowledge base, so
+// the HTTP layer can refuse before reading a large body; Upload checks
+// again, and that check is the one that counts.
+func (s *Service) CheckUpload(ctx context.Context, p service.Principal, kbID service.ID) error {
+	_, err := s.access.Require(ctx, p, kbID, service.KBEditor)
+	return err
+}
+
 // cleanName keeps the base name of an uploaded file, as valid UTF-8.
 func cleanName(filename string) (string, error) {
 	name := path.Base(strings.ReplaceAll(strings.TrimSpace(filename), "\\", "/"))
