@@ -183,5 +183,5 @@ func (a *Access) Require(ctx context.Context, p Principal, id ID, need KBRole) (
 }
 
 // SystemPrincipal acts for ragent itself in first-start work (the demo
-// data, `ragent eval`), where no user is logged in.
-var SystemPrincipal = Principal{Username: "system", Role: RoleAdmin}
+// data, `ragent eval`), where no user is logged in: an admin with no user id.
+func SystemPrincipal() Principal { return Principal{Username: "system", Role: RoleAdmin} }

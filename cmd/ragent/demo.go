@@ -138,7 +138,7 @@ func seedDemo(ctx context.Context, settings settingStore, s demoServices, log *s
 // matching pattern into it; it returns the knowledge base and the number of
 // files.
 func seedKnowledgeBase(ctx context.Context, s demoServices, name, desc string, vis service.Visibility, pattern string) (*service.KnowledgeBase, int, error) {
-	kb, err := s.kbs.Create(ctx, service.SystemPrincipal, admin.KnowledgeBaseInput{Name: &name, Description: &desc, Visibility: &vis})
+	kb, err := s.kbs.Create(ctx, service.SystemPrincipal(), admin.KnowledgeBaseInput{Name: &name, Description: &desc, Visibility: &vis})
 	if err != nil {
 		return nil, 0, fmt.Errorf("knowledge base %s: %w", name, err)
 	}
@@ -151,7 +151,7 @@ func seedKnowledgeBase(ctx context.Context, s demoServices, name, desc string, v
 		if err != nil {
 			return nil, 0, err
 		}
-		if _, err := s.ingest.Upload(ctx, service.SystemPrincipal, kb.ID, path.Base(f), bytes.NewReader(b)); err != nil {
+		if _, err := s.ingest.Upload(ctx, service.SystemPrincipal(), kb.ID, path.Base(f), bytes.NewReader(b)); err != nil {
 			return nil, 0, fmt.Errorf("upload %s: %w", f, err)
 		}
 	}
