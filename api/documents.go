@@ -14,6 +14,19 @@ import (
 	"github.com/ragent-go/ragent/service"
 )
 
+// checkUpload refuses a caller who may not upload into the knowledge base
+// before an upload slot is taken or the body read (the ingest use case
+// checks again when it stores the file).
+func (s *Server) checkUpload(c *gin.Context) {
+	kbID, ok := pathID(c, "id")
+	if !ok {
+		return
+	}
+	if err := s.deps.Ingest.CheckUpload(c.Request.Context(), principal(c), kbID); err != nil {
+		fail(c, err)
+	}
+}
+
 // uploadDocument streams the multipart `file` part into the ingest use case
 // without a temporary file. The request body is capped at the upload limit
 // plus room for the multipart envelope.
@@ -57,7 +70,7 @@ func (s *Server) uploadDocument(c *gin.Context) {
 			fail(c, err)
 			return
 		}
-		doc, err := s.deps.Ingest.Upload(c.Request.Context(), kbID, part.FileName(), part)
+		doc, err := s.deps.Ingest.Upload(c.Request.Context(), principal(c), kbID, part.FileName(), part)
 		part.Close()
 		if err != nil {
 			s.uploadError(c, err)
@@ -91,7 +104,7 @@ func (s *Server) listDocuments(c *gin.Context) {
 	if !ok {
 		return
 	}
-	docs, err := s.deps.Ingest.Documents(c.Request.Context(), kbID, before, limit)
+	docs, err := s.deps.Ingest.Documents(c.Request.Context(), principal(c), kbID, before, limit)
 	if err != nil {
 		fail(c, err)
 		return
@@ -104,7 +117,7 @@ func (s *Server) getDocument(c *gin.Context) {
 	if !ok {
 		return
 	}
-	doc, err := s.deps.Ingest.Document(c.Request.Context(), id)
+	doc, err := s.deps.Ingest.Document(c.Request.Context(), principal(c), id)
 	if err != nil {
 		fail(c, err)
 		return
@@ -117,7 +130,7 @@ func (s *Server) deleteDocument(c *gin.Context) {
 	if !ok {
 		return
 	}
-	if err := s.deps.Ingest.Delete(c.Request.Context(), id); err != nil {
+	if err := s.deps.Ingest.Delete(c.Request.Context(), principal(c), id); err != nil {
 		fail(c, err)
 		return
 	}
@@ -129,7 +142,7 @@ func (s *Server) reindexDocument(c *gin.Context) {
 	if !ok {
 		return
 	}
-	doc, err := s.deps.Ingest.Reindex(c.Request.Context(), id)
+	doc, err := s.deps.Ingest.Reindex(c.Request.Context(), principal(c), id)
 	if err != nil {
 		fail(c, err)
 		return
@@ -161,7 +174,7 @@ func (s *Server) documentChunks(c *gin.Context) {
 		}
 		limit = n
 	}
-	chunks, err := s.deps.Ingest.Chunks(c.Request.Context(), id, after, limit)
+	chunks, err := s.deps.Ingest.Chunks(c.Request.Context(), principal(c), id, after, limit)
 	if err != nil {
 		fail(c, err)
 		return

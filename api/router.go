@@ -43,6 +43,7 @@ type Deps struct {
 	Log            *slog.Logger
 	Auth           *auth.Service
 	KnowledgeBases *admin.KnowledgeBases
+	Groups         *admin.Groups
 	Ingest         *ingest.Service
 	Search         *retrieve.Searcher
 	Chat           *chat.Service
@@ -173,10 +174,26 @@ func NewRouter(deps Deps) *Router {
 	user.GET("/me", s.me)
 	user.POST("/me/password", s.changePassword)
 
+	// Knowledge bases and documents: every logged-in user reaches these;
+	// the service layer decides per knowledge base (service.Access):
+	// unreadable → 404, readable with too small a role → 403.
 	user.GET("/knowledge-bases", s.listKnowledgeBases)
+	user.POST("/knowledge-bases", s.idempotent, s.createKnowledgeBase) // admins only, in the service
 	user.GET("/knowledge-bases/:id", s.getKnowledgeBase)
+	user.PATCH("/knowledge-bases/:id", s.idempotent, s.updateKnowledgeBase)
+	user.DELETE("/knowledge-bases/:id", s.deleteKnowledgeBase)
+	user.GET("/knowledge-bases/:id/members", s.listMembers)
+	user.POST("/knowledge-bases/:id/members", s.idempotent, s.putMember)
+	user.DELETE("/knowledge-bases/:id/members/:memberId", s.removeMember)
 	user.GET("/knowledge-bases/:id/documents", s.listDocuments)
+	upload := []gin.HandlerFunc{s.uploadDocument}
+	if deps.UploadSemaphore != nil {
+		upload = append([]gin.HandlerFunc{uploadGate(deps.UploadSemaphore, deps.UploadMaxWait)}, upload...)
+	}
+	user.POST("/knowledge-bases/:id/documents", append([]gin.HandlerFunc{s.checkUpload}, upload...)...)
 	user.GET("/documents/:id", s.getDocument)
+	user.DELETE("/documents/:id", s.deleteDocument)
+	user.POST("/documents/:id/reindex", s.reindexDocument)
 	user.GET("/documents/:id/chunks", s.documentChunks)
 	user.POST("/search", s.search)
 	user.POST("/chat", s.submitLock, s.chatStream)
@@ -192,16 +209,14 @@ func NewRouter(deps Deps) *Router {
 	adm.PATCH("/users/:id", s.idempotent, s.updateUser)
 	adm.DELETE("/users/:id", s.deleteUser)
 
-	adm.POST("/knowledge-bases", s.idempotent, s.createKnowledgeBase)
-	adm.PATCH("/knowledge-bases/:id", s.idempotent, s.updateKnowledgeBase)
-	adm.DELETE("/knowledge-bases/:id", s.deleteKnowledgeBase)
-	upload := []gin.HandlerFunc{s.uploadDocument}
-	if deps.UploadSemaphore != nil {
-		upload = append([]gin.HandlerFunc{uploadGate(deps.UploadSemaphore, deps.UploadMaxWait)}, upload...)
-	}
-	adm.POST("/knowledge-bases/:id/documents", upload...) // uploadRoute
-	adm.DELETE("/documents/:id", s.deleteDocument)
-	adm.POST("/documents/:id/reindex", s.reindexDocument)
+	adm.GET("/groups", s.listGroups)
+	adm.POST("/groups", s.idempotent, s.createGroup)
+	adm.PATCH("/groups/:id", s.idempotent, s.updateGroup)
+	adm.DELETE("/groups/:id", s.deleteGroup)
+	adm.GET("/groups/:id/members", s.listGroupMembers)
+	adm.POST("/groups/:id/members", s.idempotent, s.addGroupMember)
+	adm.DELETE("/groups/:id/members/:userId", s.removeGroupMember)
+
 	adm.GET("/admin/limiter", s.limiterStats)
 
 	adm.GET("/admin/intents", s.listIntents)

@@ -14,7 +14,7 @@ func (s *Server) search(c *gin.Context) {
 	if !s.bindJSON(c, &q) {
 		return
 	}
-	results, err := s.deps.Search.Search(c.Request.Context(), q)
+	results, err := s.deps.Search.Search(c.Request.Context(), principal(c), q)
 	if err != nil {
 		fail(c, err)
 		return

@@ -19,6 +19,7 @@ type knowledgeBaseRow struct {
 	ChunkSize      int
 	ChunkOverlap   int
 	VectorWeight   float64
+	Visibility     string
 	ChunkTotal     int64
 	TermTotal      int64
 	CreatedAt      time.Time
@@ -34,7 +35,7 @@ func (r knowledgeBaseRow) kb() *service.KnowledgeBase {
 		ID: service.ID(r.ID), Name: r.Name, Description: r.Description,
 		EmbeddingModel: r.EmbeddingModel, EmbeddingDim: r.EmbeddingDim,
 		ChunkSize: r.ChunkSize, ChunkOverlap: r.ChunkOverlap, VectorWeight: r.VectorWeight,
-		DocumentCount: r.DocumentCount, CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt,
+		Visibility: service.Visibility(r.Visibility), DocumentCount: r.DocumentCount, CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt,
 	}
 }
 
@@ -48,6 +49,11 @@ func (s *Store) CreateKnowledgeBase(ctx context.Context, kb *service.KnowledgeBa
 		ID: int64(kb.ID), Name: kb.Name, Description: kb.Description,
 		EmbeddingModel: kb.EmbeddingModel, EmbeddingDim: kb.EmbeddingDim,
 		ChunkSize: kb.ChunkSize, ChunkOverlap: kb.ChunkOverlap, VectorWeight: kb.VectorWeight,
+		Visibility: string(kb.Visibility),
+	}
+	if row.Visibility == "" {
+		row.Visibility = string(service.VisibilityPrivate)
+		kb.Visibility = service.VisibilityPrivate
 	}
 	if err := s.conn(ctx).Omit("DocumentCount").Create(&row).Error; err != nil {
 		return translate(err)
@@ -83,11 +89,28 @@ func (s *Store) KnowledgeBases(ctx context.Context, after service.ID, limit int)
 	return out, nil
 }
 
+// KnowledgeBasesIn is KnowledgeBases restricted to the given ids.
+func (s *Store) KnowledgeBasesIn(ctx context.Context, ids []service.ID, after service.ID, limit int) ([]*service.KnowledgeBase, error) {
+	var rows []knowledgeBaseRow
+	q := s.conn(ctx).Select(kbColumns).Where("id > ? AND id = ANY(?)", int64(after), idArray(ids)).Order("id")
+	if limit > 0 {
+		q = q.Limit(limit)
+	}
+	if err := q.Find(&rows).Error; err != nil {
+		return nil, translate(err)
+	}
+	out := make([]*service.KnowledgeBase, len(rows))
+	for i, r := range rows {
+		out[i] = r.kb()
+	}
+	return out, nil
+}
+
 // UpdateKnowledgeBase stores the editable fields of kb.
 func (s *Store) UpdateKnowledgeBase(ctx context.Context, kb *service.KnowledgeBase) error {
 	res := s.conn(ctx).Model(&knowledgeBaseRow{ID: int64(kb.ID)}).Updates(map[string]any{
 		"name": kb.Name, "description": kb.Description, "chunk_size": kb.ChunkSize,
-		"chunk_overlap": kb.ChunkOverlap, "vector_weight": kb.VectorWeight, "updated_at": time.Now().UTC(),
+		"chunk_overlap": kb.ChunkOverlap, "vector_weight": kb.VectorWeight, "visibility": string(kb.Visibility), "updated_at": time.Now().UTC(),
 	})
 	if res.Error != nil {
 		return translate(res.Error)
@@ -111,6 +134,9 @@ func (s *Store) DeleteKnowledgeBase(ctx context.Context, id service.ID) error {
 			return service.ErrNotFound
 		}
 		if err := db.Exec("UPDATE documents SET deleted_at = now() WHERE kb_id = ? AND deleted_at IS NULL", int64(id)).Error; err != nil {
+			return translate(err)
+		}
+		if err := db.Exec("DELETE FROM kb_members WHERE kb_id = ?", int64(id)).Error; err != nil {
 			return translate(err)
 		}
 		if err := db.Exec("DELETE FROM chunks WHERE kb_id = ?", int64(id)).Error; err != nil {

@@ -4,17 +4,21 @@ import "time"
 
 // KnowledgeBase is a named collection of documents searched together.
 type KnowledgeBase struct {
-	ID             ID        `json:"id"`
-	Name           string    `json:"name"`
-	Description    string    `json:"description"`
-	EmbeddingModel string    `json:"embeddingModel"`
-	EmbeddingDim   int       `json:"embeddingDim"`
-	ChunkSize      int       `json:"chunkSize"`    // target tokens per chunk
-	ChunkOverlap   int       `json:"chunkOverlap"` // tokens repeated between chunks
-	VectorWeight   float64   `json:"vectorWeight"` // weight of the vector list in hybrid fusion (keyword list weighs 1)
-	DocumentCount  int       `json:"documentCount"`
-	CreatedAt      time.Time `json:"createdAt"`
-	UpdatedAt      time.Time `json:"updatedAt"`
+	ID             ID         `json:"id"`
+	Name           string     `json:"name"`
+	Description    string     `json:"description"`
+	EmbeddingModel string     `json:"embeddingModel"`
+	EmbeddingDim   int        `json:"embeddingDim"`
+	ChunkSize      int        `json:"chunkSize"`    // target tokens per chunk
+	ChunkOverlap   int        `json:"chunkOverlap"` // tokens repeated between chunks
+	VectorWeight   float64    `json:"vectorWeight"` // weight of the vector list in hybrid fusion (keyword list weighs 1)
+	Visibility     Visibility `json:"visibility"`
+	// Role is the caller's effective role on it, filled in per request so
+	// the UI knows which actions to offer.
+	Role          KBRole    `json:"role,omitempty"`
+	DocumentCount int       `json:"documentCount"`
+	CreatedAt     time.Time `json:"createdAt"`
+	UpdatedAt     time.Time `json:"updatedAt"`
 }
 
 // DocumentStatus is where a document is in the ingestion pipeline.

@@ -137,16 +137,19 @@ func newApp(ctx context.Context, cfg Config, log *slog.Logger) (_ *App, err erro
 	if cfg.RerankModel != "" {
 		reranker = llm.NewReranker(cmp.Or(cfg.RerankBaseURL, cfg.LLMBaseURL), cfg.LLMAPIKey, cfg.RerankModel)
 	}
-	kbs := admin.NewKnowledgeBases(a.store, ids, admin.EmbeddingDefaults{
+	// One access resolver decides, for every feature, which knowledge bases
+	// a caller may read and change.
+	access := service.NewAccess(a.store)
+	kbs := admin.NewKnowledgeBases(a.store, access, ids, admin.EmbeddingDefaults{
 		Model: embedder.Model(), Dim: embedder.Dim(), VectorWeight: vectorWeight(cfg),
 	})
-	searcher := retrieve.New(a.store, embedder, reranker, retrieve.Config{MinVectorScore: cfg.SearchMinVectorScore}, log)
+	searcher := retrieve.New(a.store, access, embedder, reranker, retrieve.Config{MinVectorScore: cfg.SearchMinVectorScore}, log)
 	parser, closeParser, err := newParser(cfg, log)
 	if err != nil {
 		return nil, err
 	}
 	a.closers = append(a.closers, func(context.Context) error { return closeParser() })
-	ingestSvc := ingest.New(a.store, embedder, ids, ingest.Config{
+	ingestSvc := ingest.New(a.store, access, embedder, ids, ingest.Config{
 		MaxBytes:  cfg.UploadMaxBytes,
 		Limits:    ingest.Limits{MaxTextBytes: cfg.IngestMaxTextBytes, Timeout: cfg.IngestParseTimeout},
 		MaxChunks: cfg.IngestMaxChunks,
@@ -223,7 +226,7 @@ func newApp(ctx context.Context, cfg Config, log *slog.Logger) (_ *App, err erro
 	tasks := stream.NewManager(a.rdb, cfg.RedisPrefix, cfg.InstanceID, stream.WithLogger(log))
 	a.runners = append(a.runners, tasks.Run)
 	chatSvc := chat.New(chat.Deps{
-		Store: a.store, Limiter: limiter, Rate: rate, Tasks: chatTasks{tasks}, Retriever: searcher,
+		Store: a.store, Limiter: limiter, Rate: rate, Tasks: chatTasks{tasks}, Retriever: searcher, Access: access,
 		Intents: intentCache, Terms: termCache,
 		Model: answerModel, FastModel: fastModel, IDs: ids, Log: log,
 	}, chat.Config{
@@ -251,6 +254,7 @@ func newApp(ctx context.Context, cfg Config, log *slog.Logger) (_ *App, err erro
 		Log:               log,
 		Auth:              authSvc,
 		KnowledgeBases:    kbs,
+		Groups:            admin.NewGroups(a.store, ids),
 		Ingest:            ingestSvc,
 		Search:            searcher,
 		Chat:              chatSvc,

@@ -8,15 +8,17 @@ import (
 	"fmt"
 	"io/fs"
 	"log/slog"
+	"path"
 
 	"github.com/ragent-go/ragent/service"
 	"github.com/ragent-go/ragent/service/admin"
 	"github.com/ragent-go/ragent/service/ingest"
 )
 
-// demoDocs are the documents of the demo knowledge base.
+// demoDocs are the documents of the demo knowledge bases: demo/*.md go to
+// the internal one, demo/private/*.md to the private one.
 //
-//go:embed demo/*.md
+//go:embed demo/*.md demo/private/*.md
 var demoDocs embed.FS
 
 // demoSetting records in `settings` that the demo data was loaded, so it is
@@ -36,32 +38,29 @@ type settingStore interface {
 	SettingOrCreate(ctx context.Context, key, value string) (string, error)
 }
 
-// seedDemo loads a small knowledge base (documents go through the normal
-// ingestion pipeline), an intent tree routing to it and a few term mappings,
-// so a newcomer can ask a question at once. It runs under the startup lock.
+// seedDemo loads two small knowledge bases (documents go through the normal
+// ingestion pipeline), an intent tree routing to them and a few term
+// mappings, so a newcomer can ask a question at once. The product FAQ is
+// internal (every user reads it); the HR handbook is private (admins and
+// the members they add), to show the access model. It runs under the
+// startup lock.
 func seedDemo(ctx context.Context, settings settingStore, s demoServices, log *slog.Logger) error {
 	if _, err := settings.Setting(ctx, demoSetting); err == nil {
 		return nil
 	} else if !errors.Is(err, service.ErrNotFound) {
 		return err
 	}
-	name, desc := "ragent 演示知识库", "Demo: how to use ragent, the SLS log service FAQ and IT support (VPN, passwords)."
-	kb, err := s.kbs.Create(ctx, admin.KnowledgeBaseInput{Name: &name, Description: &desc})
-	if err != nil {
-		return fmt.Errorf("knowledge base: %w", err)
-	}
-	files, err := fs.Glob(demoDocs, "demo/*.md")
+	kb, files, err := seedKnowledgeBase(ctx, s, "ragent 演示知识库",
+		"Demo: how to use ragent, the SLS log service FAQ and IT support (VPN, passwords).",
+		service.VisibilityInternal, "demo/*.md")
 	if err != nil {
 		return err
 	}
-	for _, f := range files {
-		b, err := demoDocs.ReadFile(f)
-		if err != nil {
-			return err
-		}
-		if _, err := s.ingest.Upload(ctx, kb.ID, f[len("demo/"):], bytes.NewReader(b)); err != nil {
-			return fmt.Errorf("upload %s: %w", f, err)
-		}
+	hr, hrFiles, err := seedKnowledgeBase(ctx, s, "HR 手册（私有演示）",
+		"Demo of a private knowledge base: visible to admins and the users or groups added as members.",
+		service.VisibilityPrivate, "demo/private/*.md")
+	if err != nil {
+		return err
 	}
 
 	type node struct {
@@ -83,6 +82,8 @@ func seedDemo(ctx context.Context, settings settingStore, s demoServices, log *s
 			{code: "it.logs", name: "SLS 日志服务", desc: "SLS log service: onboarding, retention, alerts", kind: service.IntentKB,
 				examples: []string{"日志保留多久", "怎么配置日志告警", "SLS 怎么接入"}},
 		}},
+		{code: "hr", name: "人事 HR", desc: "annual leave, payroll and other HR policies (private knowledge base)", kind: service.IntentKB,
+			examples: []string{"年假有几天", "工资几号发", "how many days of annual leave"}},
 		{code: "chitchat", name: "闲聊", desc: "greetings and small talk, answered without documents", kind: service.IntentSystem,
 			examples: []string{"你好", "谢谢", "hello", "thank you"}},
 	}
@@ -94,6 +95,9 @@ func seedDemo(ctx context.Context, settings settingStore, s demoServices, log *s
 		}
 		if n.kind == service.IntentKB {
 			in.KnowledgeBaseIDs = []service.ID{kb.ID}
+			if n.code == "hr" {
+				in.KnowledgeBaseIDs = []service.ID{hr.ID}
+			}
 		}
 		created, err := s.intents.Create(ctx, in)
 		if err != nil {
@@ -125,6 +129,31 @@ func seedDemo(ctx context.Context, settings settingStore, s demoServices, log *s
 	if _, err := settings.SettingOrCreate(ctx, demoSetting, kb.ID.String()); err != nil {
 		return err
 	}
-	log.Info("loaded the demo knowledge base, intents and term mappings", "knowledge_base", kb.ID, "documents", len(files))
+	log.Info("loaded the demo knowledge bases, intents and term mappings",
+		"internal_knowledge_base", kb.ID, "private_knowledge_base", hr.ID, "documents", files+hrFiles)
 	return nil
+}
+
+// seedKnowledgeBase creates one demo knowledge base and uploads the files
+// matching pattern into it; it returns the knowledge base and the number of
+// files.
+func seedKnowledgeBase(ctx context.Context, s demoServices, name, desc string, vis service.Visibility, pattern string) (*service.KnowledgeBase, int, error) {
+	kb, err := s.kbs.Create(ctx, service.SystemPrincipal(), admin.KnowledgeBaseInput{Name: &name, Description: &desc, Visibility: &vis})
+	if err != nil {
+		return nil, 0, fmt.Errorf("knowledge base %s: %w", name, err)
+	}
+	files, err := fs.Glob(demoDocs, pattern)
+	if err != nil {
+		return nil, 0, err
+	}
+	for _, f := range files {
+		b, err := demoDocs.ReadFile(f)
+		if err != nil {
+			return nil, 0, err
+		}
+		if _, err := s.ingest.Upload(ctx, service.SystemPrincipal(), kb.ID, path.Base(f), bytes.NewReader(b)); err != nil {
+			return nil, 0, fmt.Errorf("upload %s: %w", f, err)
+		}
+	}
+	return kb, len(files), nil
 }

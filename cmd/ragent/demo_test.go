@@ -19,18 +19,29 @@ func TestDemoDataOnFirstStart(t *testing.T) {
 	admin := a.login(t, "admin", "admin-password")
 	c := a.client(t, admin)
 
-	var kbs struct{ Items []struct{ ID, Name string } }
+	var kbs struct {
+		Items []struct{ ID, Name, Visibility string }
+	}
 	c.do("GET", "/api/v1/knowledge-bases", nil).json(t, &kbs)
-	if len(kbs.Items) != 1 {
-		t.Fatalf("%d knowledge bases after two starts, want 1 demo", len(kbs.Items))
+	if len(kbs.Items) != 2 || kbs.Items[0].Visibility != "internal" || kbs.Items[1].Visibility != "private" {
+		t.Fatalf("knowledge bases after two starts: %+v, want the internal and the private demo", kbs.Items)
 	}
-	var docs struct{ Items []struct{ ID, Name string } }
-	c.do("GET", "/api/v1/knowledge-bases/"+kbs.Items[0].ID+"/documents", nil).json(t, &docs)
-	if len(docs.Items) != 3 {
-		t.Fatalf("demo documents: %+v", docs.Items)
+	for i, want := range []int{3, 1} {
+		var docs struct{ Items []struct{ ID, Name string } }
+		c.do("GET", "/api/v1/knowledge-bases/"+kbs.Items[i].ID+"/documents", nil).json(t, &docs)
+		if len(docs.Items) != want {
+			t.Fatalf("demo documents of %s: %+v", kbs.Items[i].Name, docs.Items)
+		}
+		for _, d := range docs.Items {
+			c.waitReady(d.ID)
+		}
 	}
-	for _, d := range docs.Items {
-		c.waitReady(d.ID)
+	// A plain user reads the internal demo only.
+	a.createUser(t, admin, "dora", "dora-password", "user")
+	var userKBs struct{ Items []struct{ ID string } }
+	a.client(t, a.login(t, "dora", "dora-password")).do("GET", "/api/v1/knowledge-bases", nil).json(t, &userKBs)
+	if len(userKBs.Items) != 1 || userKBs.Items[0].ID != kbs.Items[0].ID {
+		t.Fatalf("a plain user lists %+v, want only the internal demo %s", userKBs.Items, kbs.Items[0].ID)
 	}
 	if r := c.do("GET", "/api/v1/admin/intents", nil); r.Status != http.StatusOK || !strings.Contains(string(r.Body), `"it.logs"`) {
 		t.Fatalf("demo intents: %d %s", r.Status, r.Body)

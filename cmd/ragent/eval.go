@@ -214,12 +214,12 @@ func evalCommand(ctx context.Context, cfg Config, log *slog.Logger, args []strin
 		if opts.vectorWeight >= 0 {
 			in.VectorWeight = &opts.vectorWeight
 		}
-		if kb, err = a.kbs.Create(ctx, in); err != nil {
+		if kb, err = a.kbs.Create(ctx, service.SystemPrincipal(), in); err != nil {
 			return fmt.Errorf("create knowledge base: %w", err)
 		}
 		if !opts.keep {
 			defer func() {
-				if err := a.kbs.Delete(context.WithoutCancel(ctx), kb.ID); err != nil {
+				if err := a.kbs.Delete(context.WithoutCancel(ctx), service.SystemPrincipal(), kb.ID); err != nil {
 					fmt.Fprintf(stderr, "eval: delete knowledge base %s: %v\n", kb.Name, err)
 				}
 			}()
@@ -260,19 +260,19 @@ func reuseKnowledgeBase(ctx context.Context, a *App, opts evalOptions) (*service
 	if err != nil {
 		return nil, nil, fmt.Errorf("eval: --knowledge-base %q: %w", opts.reuse, err)
 	}
-	kb, err := a.kbs.Get(ctx, id)
+	kb, err := a.kbs.Get(ctx, service.SystemPrincipal(), id)
 	if err != nil {
 		return nil, nil, fmt.Errorf("eval: --knowledge-base %s: %w", opts.reuse, err)
 	}
 	if opts.vectorWeight >= 0 && opts.vectorWeight != kb.VectorWeight {
-		if kb, err = a.kbs.Update(ctx, id, admin.KnowledgeBaseInput{VectorWeight: &opts.vectorWeight}); err != nil {
+		if kb, err = a.kbs.Update(ctx, service.SystemPrincipal(), id, admin.KnowledgeBaseInput{VectorWeight: &opts.vectorWeight}); err != nil {
 			return nil, nil, err
 		}
 	}
 	docs := map[service.ID]string{}
 	var before service.ID
 	for {
-		page, err := a.ingestSvc.Documents(ctx, id, before, 1000)
+		page, err := a.ingestSvc.Documents(ctx, service.SystemPrincipal(), id, before, 1000)
 		if err != nil {
 			return nil, nil, err
 		}
@@ -311,7 +311,7 @@ func ingestCorpus(ctx context.Context, a *App, kbID service.ID, corpus []corpusE
 			defer wg.Done()
 			for e := range next {
 				body := strings.TrimSpace(e.Title + "\n\n" + e.Text)
-				doc, err := a.ingestSvc.Upload(uctx, kbID, e.ID+".txt", strings.NewReader(body))
+				doc, err := a.ingestSvc.Upload(uctx, service.SystemPrincipal(), kbID, e.ID+".txt", strings.NewReader(body))
 				var se *service.Error
 				if errors.As(err, &se) && errors.Is(err, service.ErrConflict) && se.Details["documentId"] != "" {
 					// The same text under two ids: one document answers for
@@ -379,7 +379,7 @@ func documentStats(ctx context.Context, a *App, kbID service.ID) (ingestStats, e
 	var st ingestStats
 	var before service.ID
 	for {
-		page, err := a.ingestSvc.Documents(ctx, kbID, before, 1000)
+		page, err := a.ingestSvc.Documents(ctx, service.SystemPrincipal(), kbID, before, 1000)
 		if err != nil {
 			return st, err
 		}
@@ -420,7 +420,7 @@ func scoreMode(ctx context.Context, s *retrieve.Searcher, kbID service.ID, mode 
 		// topK 50 (Search's maximum) leaves room for several chunks of one
 		// document; with one chunk per document the first ten are the same
 		// as topK 10.
-		res, err := s.Search(ctx, retrieve.Query{Text: q.Text, KnowledgeBaseIDs: []service.ID{kbID}, TopK: 50, Mode: mode})
+		res, err := s.Search(ctx, service.SystemPrincipal(), retrieve.Query{Text: q.Text, KnowledgeBaseIDs: []service.ID{kbID}, TopK: 50, Mode: mode})
 		lat = append(lat, time.Since(t0))
 		if err != nil {
 			return sc, fmt.Errorf("search %q (%s): %w", q.ID, mode, err)

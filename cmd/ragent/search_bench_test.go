@@ -67,12 +67,12 @@ func BenchmarkSearchOverhead(b *testing.B) {
 	}
 	name := "bench"
 	size := 2048
-	kb, err := a.kbs.Create(ctx, admin.KnowledgeBaseInput{Name: &name, ChunkSize: &size})
+	kb, err := a.kbs.Create(ctx, service.SystemPrincipal(), admin.KnowledgeBaseInput{Name: &name, ChunkSize: &size})
 	if err != nil {
 		b.Fatal(err)
 	}
 	for i := range docs {
-		if _, err := a.ingestSvc.Upload(ctx, kb.ID, fmt.Sprintf("d%d.txt", i), strings.NewReader(words(150+rng.IntN(150)))); err != nil {
+		if _, err := a.ingestSvc.Upload(ctx, service.SystemPrincipal(), kb.ID, fmt.Sprintf("d%d.txt", i), strings.NewReader(words(150+rng.IntN(150)))); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -14,8 +14,17 @@ type KnowledgeBaseStore interface {
 	CreateKnowledgeBase(ctx context.Context, kb *service.KnowledgeBase) error
 	KnowledgeBase(ctx context.Context, id service.ID) (*service.KnowledgeBase, error)
 	KnowledgeBases(ctx context.Context, after service.ID, limit int) ([]*service.KnowledgeBase, error)
+	KnowledgeBasesIn(ctx context.Context, ids []service.ID, after service.ID, limit int) ([]*service.KnowledgeBase, error)
 	UpdateKnowledgeBase(ctx context.Context, kb *service.KnowledgeBase) error
 	DeleteKnowledgeBase(ctx context.Context, id service.ID) error
+
+	KnowledgeBaseMembers(ctx context.Context, kbID service.ID) ([]*service.KBMember, error)
+	PutKnowledgeBaseMember(ctx context.Context, m *service.KBMember) (created bool, err error)
+	DeleteKnowledgeBaseMember(ctx context.Context, kbID, id service.ID) error
+	UserByID(ctx context.Context, id service.ID) (*service.User, error)
+	UserByUsername(ctx context.Context, username string) (*service.User, error)
+	Group(ctx context.Context, id service.ID) (*service.Group, error)
+	GroupByName(ctx context.Context, name string) (*service.Group, error)
 }
 
 // EmbeddingDefaults describe the embedder new knowledge bases are built with.
@@ -25,16 +34,19 @@ type EmbeddingDefaults struct {
 	VectorWeight float64 // hybrid weight of the vector list (keyword weighs 1)
 }
 
-// KnowledgeBases manages knowledge bases.
+// KnowledgeBases manages knowledge bases and their members. Every method
+// takes the caller and asks access first: admins create knowledge bases;
+// viewers read one, managers change it, its members and delete it.
 type KnowledgeBases struct {
-	store KnowledgeBaseStore
-	ids   service.IDGenerator
-	emb   EmbeddingDefaults
+	store  KnowledgeBaseStore
+	access *service.Access
+	ids    service.IDGenerator
+	emb    EmbeddingDefaults
 }
 
 // NewKnowledgeBases returns the knowledge-base use case.
-func NewKnowledgeBases(store KnowledgeBaseStore, ids service.IDGenerator, emb EmbeddingDefaults) *KnowledgeBases {
-	return &KnowledgeBases{store: store, ids: ids, emb: emb}
+func NewKnowledgeBases(store KnowledgeBaseStore, access *service.Access, ids service.IDGenerator, emb EmbeddingDefaults) *KnowledgeBases {
+	return &KnowledgeBases{store: store, access: access, ids: ids, emb: emb}
 }
 
 // KnowledgeBaseInput creates or changes a knowledge base; nil fields keep
@@ -45,6 +57,8 @@ type KnowledgeBaseInput struct {
 	ChunkSize    *int     `json:"chunkSize"`
 	ChunkOverlap *int     `json:"chunkOverlap"`
 	VectorWeight *float64 `json:"vectorWeight"`
+	// Visibility defaults to private on create.
+	Visibility *service.Visibility `json:"visibility"`
 }
 
 func (in KnowledgeBaseInput) apply(kb *service.KnowledgeBase) error {
@@ -62,6 +76,12 @@ func (in KnowledgeBaseInput) apply(kb *service.KnowledgeBase) error {
 	}
 	if in.VectorWeight != nil {
 		kb.VectorWeight = *in.VectorWeight
+	}
+	if in.Visibility != nil {
+		kb.Visibility = *in.Visibility
+	}
+	if !kb.Visibility.Valid() {
+		return service.Errorf(service.ErrInvalid, "visibility must be %q or %q", service.VisibilityPrivate, service.VisibilityInternal)
 	}
 	switch n := utf8.RuneCountInString(kb.Name); {
 	case n == 0:
@@ -84,11 +104,16 @@ func (in KnowledgeBaseInput) apply(kb *service.KnowledgeBase) error {
 	return nil
 }
 
-// Create adds a knowledge base embedded with the configured model.
-func (k *KnowledgeBases) Create(ctx context.Context, in KnowledgeBaseInput) (*service.KnowledgeBase, error) {
+// Create adds a knowledge base embedded with the configured model. Only
+// admins create knowledge bases (and then grant managers): a knowledge base
+// costs storage and embedding work, so creating one is an operator's call.
+func (k *KnowledgeBases) Create(ctx context.Context, p service.Principal, in KnowledgeBaseInput) (*service.KnowledgeBase, error) {
+	if !p.IsAdmin() {
+		return nil, service.Errorf(service.ErrForbidden, "only admins create knowledge bases")
+	}
 	kb := &service.KnowledgeBase{
 		EmbeddingModel: k.emb.Model, EmbeddingDim: k.emb.Dim, VectorWeight: k.emb.VectorWeight,
-		ChunkSize: 512, ChunkOverlap: 64,
+		ChunkSize: 512, ChunkOverlap: 64, Visibility: service.VisibilityPrivate,
 	}
 	if err := in.apply(kb); err != nil {
 		return nil, err
@@ -104,25 +129,54 @@ func (k *KnowledgeBases) Create(ctx context.Context, in KnowledgeBaseInput) (*se
 		}
 		return nil, err
 	}
+	kb.Role = service.KBManager
 	return kb, nil
 }
 
-// Get returns one knowledge base.
-func (k *KnowledgeBases) Get(ctx context.Context, id service.ID) (*service.KnowledgeBase, error) {
-	return k.store.KnowledgeBase(ctx, id)
-}
-
-// List pages through knowledge bases.
-func (k *KnowledgeBases) List(ctx context.Context, after service.ID, limit int) ([]*service.KnowledgeBase, error) {
-	return k.store.KnowledgeBases(ctx, after, limit)
-}
-
-// Update changes a knowledge base. Chunk settings apply to documents
-// ingested or reindexed afterwards.
-func (k *KnowledgeBases) Update(ctx context.Context, id service.ID, in KnowledgeBaseInput) (*service.KnowledgeBase, error) {
-	kb, err := k.store.KnowledgeBase(ctx, id)
+// Get returns one knowledge base the caller may read, with their role.
+func (k *KnowledgeBases) Get(ctx context.Context, p service.Principal, id service.ID) (*service.KnowledgeBase, error) {
+	role, err := k.access.Role(ctx, p, id)
 	if err != nil {
 		return nil, err
+	}
+	kb, err := k.store.KnowledgeBase(ctx, id)
+	if err != nil {
+		return nil, notFound(err, id)
+	}
+	kb.Role = role
+	return kb, nil
+}
+
+// List pages through the knowledge bases the caller may read.
+func (k *KnowledgeBases) List(ctx context.Context, p service.Principal, after service.ID, limit int) ([]*service.KnowledgeBase, error) {
+	roles, err := k.access.Roles(ctx, p, nil)
+	if err != nil {
+		return nil, err
+	}
+	ids := make([]service.ID, 0, len(roles))
+	for id := range roles {
+		ids = append(ids, id)
+	}
+	kbs, err := k.store.KnowledgeBasesIn(ctx, ids, after, limit)
+	if err != nil {
+		return nil, err
+	}
+	for _, kb := range kbs {
+		kb.Role = roles[kb.ID]
+	}
+	return kbs, nil
+}
+
+// Update changes a knowledge base (managers). Chunk settings apply to
+// documents ingested or reindexed afterwards.
+func (k *KnowledgeBases) Update(ctx context.Context, p service.Principal, id service.ID, in KnowledgeBaseInput) (*service.KnowledgeBase, error) {
+	role, err := k.access.Require(ctx, p, id, service.KBManager)
+	if err != nil {
+		return nil, err
+	}
+	kb, err := k.store.KnowledgeBase(ctx, id)
+	if err != nil {
+		return nil, notFound(err, id)
 	}
 	if err := in.apply(kb); err != nil {
 		return nil, err
@@ -131,12 +185,115 @@ func (k *KnowledgeBases) Update(ctx context.Context, id service.ID, in Knowledge
 		if errors.Is(err, service.ErrConflict) {
 			return nil, service.Errorf(service.ErrConflict, "a knowledge base named %q exists", kb.Name)
 		}
-		return nil, err
+		return nil, notFound(err, id)
 	}
+	kb.Role = role
 	return kb, nil
 }
 
-// Delete removes a knowledge base, its documents and their chunks.
-func (k *KnowledgeBases) Delete(ctx context.Context, id service.ID) error {
-	return k.store.DeleteKnowledgeBase(ctx, id)
+// Delete removes a knowledge base, its documents, their chunks and its
+// members (managers).
+func (k *KnowledgeBases) Delete(ctx context.Context, p service.Principal, id service.ID) error {
+	if _, err := k.access.Require(ctx, p, id, service.KBManager); err != nil {
+		return err
+	}
+	return notFound(k.store.DeleteKnowledgeBase(ctx, id), id)
+}
+
+func notFound(err error, id service.ID) error {
+	if errors.Is(err, service.ErrNotFound) {
+		return service.Errorf(service.ErrNotFound, "knowledge base %s not found", id)
+	}
+	return err
+}
+
+// MemberInput grants a role to a user or a group, named by id or by name
+// (so a manager who is not an admin can share without a user directory).
+type MemberInput struct {
+	Kind        service.MemberKind `json:"kind"`
+	PrincipalID service.ID         `json:"principalId"`
+	Name        string             `json:"name"`
+	Role        service.KBRole     `json:"role"`
+}
+
+// Members lists a knowledge base's grants (managers).
+func (k *KnowledgeBases) Members(ctx context.Context, p service.Principal, kbID service.ID) ([]*service.KBMember, error) {
+	if _, err := k.access.Require(ctx, p, kbID, service.KBManager); err != nil {
+		return nil, err
+	}
+	return k.store.KnowledgeBaseMembers(ctx, kbID)
+}
+
+// PutMember grants a role on a knowledge base, or changes the role of an
+// existing grant of the same user or group (managers). created reports a
+// new grant.
+func (k *KnowledgeBases) PutMember(ctx context.Context, p service.Principal, kbID service.ID, in MemberInput) (*service.KBMember, bool, error) {
+	if _, err := k.access.Require(ctx, p, kbID, service.KBManager); err != nil {
+		return nil, false, err
+	}
+	if !in.Role.Valid() {
+		return nil, false, service.Errorf(service.ErrInvalid, "role must be viewer, editor or manager")
+	}
+	m := &service.KBMember{KnowledgeBaseID: kbID, Kind: in.Kind, Role: in.Role}
+	name := strings.TrimSpace(in.Name)
+	if in.PrincipalID == 0 && name == "" {
+		return nil, false, service.Errorf(service.ErrInvalid, "principalId or name is required")
+	}
+	switch in.Kind {
+	case service.MemberUser:
+		var u *service.User
+		var err error
+		if in.PrincipalID != 0 {
+			u, err = k.store.UserByID(ctx, in.PrincipalID)
+		} else {
+			u, err = k.store.UserByUsername(ctx, name)
+		}
+		if errors.Is(err, service.ErrNotFound) {
+			return nil, false, service.Errorf(service.ErrInvalid, "no such user")
+		}
+		if err != nil {
+			return nil, false, err
+		}
+		m.PrincipalID, m.Name = u.ID, u.Username
+	case service.MemberGroup:
+		var g *service.Group
+		var err error
+		if in.PrincipalID != 0 {
+			g, err = k.store.Group(ctx, in.PrincipalID)
+		} else {
+			g, err = k.store.GroupByName(ctx, name)
+		}
+		if errors.Is(err, service.ErrNotFound) {
+			return nil, false, service.Errorf(service.ErrInvalid, "no such group")
+		}
+		if err != nil {
+			return nil, false, err
+		}
+		m.PrincipalID, m.Name = g.ID, g.Name
+	default:
+		return nil, false, service.Errorf(service.ErrInvalid, "kind must be %q or %q", service.MemberUser, service.MemberGroup)
+	}
+	id, err := k.ids.NextID()
+	if err != nil {
+		return nil, false, err
+	}
+	m.ID = id
+	created, err := k.store.PutKnowledgeBaseMember(ctx, m)
+	if err != nil {
+		return nil, false, err
+	}
+	return m, created, nil
+}
+
+// RemoveMember revokes one grant (managers). A manager may remove their own
+// grant; an admin can always restore it.
+func (k *KnowledgeBases) RemoveMember(ctx context.Context, p service.Principal, kbID, memberID service.ID) error {
+	if _, err := k.access.Require(ctx, p, kbID, service.KBManager); err != nil {
+		return err
+	}
+	err := k.store.DeleteKnowledgeBaseMember(ctx, kbID, memberID)
+	if errors.Is(err, service.ErrNotFound) {
+		return service.Errorf(service.ErrNotFound, "member %s not found", memberID)
+	}
+	return err
 }

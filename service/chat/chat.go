@@ -43,6 +43,9 @@ type Store interface {
 	Messages(ctx context.Context, conversationID, after service.ID, limit int) ([]service.Message, error)
 	RecentMessages(ctx context.Context, conversationID service.ID, n int) ([]service.Message, error)
 	SaveMessage(ctx context.Context, m *service.Message, title string) error
+	// DocumentKnowledgeBases maps document ids (deleted ones included) to
+	// their knowledge bases, to hide history sources a reader lost.
+	DocumentKnowledgeBases(ctx context.Context, ids []service.ID) (map[service.ID]service.ID, error)
 }
 
 // Limiter admits generations through the fair queue. Acquire blocks while
@@ -71,9 +74,9 @@ type Tasks interface {
 	Cancel(ctx context.Context, taskID string) (local bool, err error)
 }
 
-// Retriever finds relevant chunks.
+// Retriever finds relevant chunks among the knowledge bases p may read.
 type Retriever interface {
-	Search(ctx context.Context, q retrieve.Query) ([]service.SearchResult, error)
+	Search(ctx context.Context, p service.Principal, q retrieve.Query) ([]service.SearchResult, error)
 }
 
 // Intents returns the intent tree (roots with children, disabled included).
@@ -106,6 +109,7 @@ type Deps struct {
 	Rate      RateLimit // nil: no per-user chat rate
 	Tasks     Tasks
 	Retriever Retriever
+	Access    *service.Access // which knowledge bases a caller may read
 	Intents   Intents
 	Terms     Terms
 	Model     service.ChatModel
@@ -207,6 +211,9 @@ func (s *Service) Validate(ctx context.Context, p service.Principal, req *Reques
 	}
 	if len(req.KnowledgeBaseIDs) > 20 {
 		return service.Errorf(service.ErrInvalid, "at most 20 knowledge bases per question")
+	}
+	if err := s.checkReadable(ctx, p, req.KnowledgeBaseIDs); err != nil {
+		return err
 	}
 	if req.ConversationID != 0 {
 		if _, err := s.ownConversation(ctx, p, req.ConversationID, false); err != nil {

@@ -14,12 +14,20 @@ func (s *Service) Conversations(ctx context.Context, p service.Principal, before
 }
 
 // Messages returns a conversation's messages, oldest first. Admins may
-// read any conversation; others only their own.
+// read any conversation; others only their own. Sources the reader can no
+// longer read are left out of the answers.
 func (s *Service) Messages(ctx context.Context, p service.Principal, id, after service.ID, limit int) ([]service.Message, error) {
 	if _, err := s.ownConversation(ctx, p, id, true); err != nil {
 		return nil, err
 	}
-	return s.d.Store.Messages(ctx, id, after, limit)
+	msgs, err := s.d.Store.Messages(ctx, id, after, limit)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.visibleSources(ctx, p, msgs); err != nil {
+		return nil, err
+	}
+	return msgs, nil
 }
 
 // Rename sets a conversation's title.

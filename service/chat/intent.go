@@ -51,14 +51,16 @@ type scored struct {
 
 // classify returns the intents the question belongs to, best first: scored
 // by the fast model when there is one (falling back to lexical matching on
-// any failure or invalid answer), else lexically.
-func (t *turn) classify(ctx context.Context, question string) []*service.IntentNode {
+// any failure or invalid answer), else lexically. Branches that route only
+// to knowledge bases the user cannot read (absent from readable) are
+// skipped, so they neither answer nor crowd out a readable branch.
+func (t *turn) classify(ctx context.Context, question string, readable map[service.ID]service.KBRole) []*service.IntentNode {
 	tree, err := t.s.d.Intents.IntentTree(ctx)
 	if err != nil {
 		t.log.WarnContext(ctx, "intent tree unavailable; searching every knowledge base", "err", err)
 		return nil
 	}
-	leaves := enabledLeaves(tree)
+	leaves := usableLeaves(enabledLeaves(tree), readable)
 	if len(leaves) == 0 {
 		return nil
 	}
@@ -183,9 +185,28 @@ func jsonObject(s string) string {
 	return s[start : end+1]
 }
 
-// routeKnowledgeBases is the union of the matched kb intents' knowledge
-// bases; nil (search everything) when none matched.
-func routeKnowledgeBases(matched []*service.IntentNode) []service.ID {
+// usableLeaves drops kb leaves whose knowledge bases are all unreadable. A
+// kb leaf with no knowledge base searches everything readable and stays.
+func usableLeaves(leaves []*service.IntentNode, readable map[service.ID]service.KBRole) []*service.IntentNode {
+	out := leaves[:0:0]
+	for _, n := range leaves {
+		usable := n.Kind != service.IntentKB || len(n.KnowledgeBaseIDs) == 0
+		for _, id := range n.KnowledgeBaseIDs {
+			if _, ok := readable[id]; ok {
+				usable = true
+				break
+			}
+		}
+		if usable {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+// routeKnowledgeBases is the union of the matched kb intents' readable
+// knowledge bases; nil (search everything readable) when none matched.
+func routeKnowledgeBases(matched []*service.IntentNode, readable map[service.ID]service.KBRole) []service.ID {
 	seen := map[service.ID]bool{}
 	var out []service.ID
 	for _, n := range matched {
@@ -193,7 +214,7 @@ func routeKnowledgeBases(matched []*service.IntentNode) []service.ID {
 			continue
 		}
 		for _, id := range n.KnowledgeBaseIDs {
-			if !seen[id] {
+			if _, ok := readable[id]; ok && !seen[id] {
 				seen[id] = true
 				out = append(out, id)
 			}

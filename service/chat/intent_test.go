@@ -3,6 +3,7 @@ package chat
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 
 	"github.com/ragent-go/ragent/service"
@@ -93,12 +94,32 @@ func TestRouteKnowledgeBases(t *testing.T) {
 	a := &service.IntentNode{Kind: service.IntentKB, KnowledgeBaseIDs: []service.ID{1, 2}}
 	b := &service.IntentNode{Kind: service.IntentKB, KnowledgeBaseIDs: []service.ID{2, 3}}
 	s := &service.IntentNode{Kind: service.IntentSystem}
-	got := routeKnowledgeBases([]*service.IntentNode{a, s, b})
+	all := map[service.ID]service.KBRole{1: service.KBViewer, 2: service.KBViewer, 3: service.KBViewer}
+	got := routeKnowledgeBases([]*service.IntentNode{a, s, b}, all)
 	if len(got) != 3 || got[0] != 1 || got[1] != 2 || got[2] != 3 {
 		t.Fatalf("routed to %v, want the union [1 2 3]", got)
 	}
-	if got := routeKnowledgeBases(nil); got != nil {
+	if got := routeKnowledgeBases(nil, all); got != nil {
 		t.Fatalf("no intents routed to %v, want nil (all knowledge bases)", got)
+	}
+	some := map[service.ID]service.KBRole{3: service.KBViewer}
+	if got := routeKnowledgeBases([]*service.IntentNode{a, b}, some); len(got) != 1 || got[0] != 3 {
+		t.Fatalf("with only 3 readable routed to %v, want [3]", got)
+	}
+}
+
+func TestUsableLeavesSkipUnreadableBranches(t *testing.T) {
+	private := &service.IntentNode{Code: "hr", Kind: service.IntentKB, KnowledgeBaseIDs: []service.ID{1}}
+	mixed := &service.IntentNode{Code: "mixed", Kind: service.IntentKB, KnowledgeBaseIDs: []service.ID{1, 2}}
+	open := &service.IntentNode{Code: "all", Kind: service.IntentKB}
+	chit := &service.IntentNode{Code: "chit", Kind: service.IntentSystem}
+	got := usableLeaves([]*service.IntentNode{private, mixed, open, chit}, map[service.ID]service.KBRole{2: service.KBViewer})
+	var codes []string
+	for _, n := range got {
+		codes = append(codes, n.Code)
+	}
+	if strings.Join(codes, ",") != "mixed,all,chit" {
+		t.Fatalf("usable leaves %v, want mixed,all,chit (hr routes only to an unreadable knowledge base)", codes)
 	}
 }
 

@@ -44,23 +44,28 @@ func (t *turn) prepare(ctx context.Context) (*service.ChatRequest, error) {
 		intent *service.IntentNode
 	)
 	if len(kbIDs) == 0 && s.d.Intents != nil {
-		matched := t.classify(ctx, question)
+		readable, err := s.d.Access.Roles(ctx, t.p, nil)
+		if err != nil {
+			return nil, err
+		}
+		matched := t.classify(ctx, question, readable)
 		if len(matched) > 0 {
 			intent = matched[0]
 		}
 		if intent != nil && intent.Kind == service.IntentSystem {
 			return t.request(plainChatPrompt, intent, history, question, nil), nil
 		}
-		kbIDs = routeKnowledgeBases(matched)
+		kbIDs = routeKnowledgeBases(matched, readable)
 	}
 
 	q := retrieve.Query{Text: question, KnowledgeBaseIDs: kbIDs, TopK: s.cfg.TopK, Mode: service.SearchHybrid}
-	results, err := s.d.Retriever.Search(ctx, q)
+	results, err := s.d.Retriever.Search(ctx, t.p, q)
 	if errors.Is(err, service.ErrNotFound) && len(t.req.KnowledgeBaseIDs) == 0 && len(kbIDs) > 0 {
-		// An intent points at a deleted knowledge base: search them all.
+		// An intent's knowledge base was deleted (or unshared) since the
+		// routing read access: search every one the user may read.
 		t.log.WarnContext(ctx, "an intent routes to a missing knowledge base; searching all", "err", err)
 		q.KnowledgeBaseIDs = nil
-		results, err = s.d.Retriever.Search(ctx, q)
+		results, err = s.d.Retriever.Search(ctx, t.p, q)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("retrieve: %w", err)

@@ -94,6 +94,7 @@ func (c *Config) defaults() {
 // Service runs uploads and ingestion.
 type Service struct {
 	store    Store
+	access   *service.Access
 	embedder service.Embedder
 	ids      service.IDGenerator
 	cfg      Config
@@ -102,8 +103,9 @@ type Service struct {
 	kick     chan struct{} // wakes the relay after an upload on this instance
 }
 
-// New returns a Service. now may be nil.
-func New(store Store, embedder service.Embedder, ids service.IDGenerator, cfg Config, log *slog.Logger, now func() time.Time) *Service {
+// New returns a Service. access decides who may read and change the
+// documents of a knowledge base; now may be nil.
+func New(store Store, access *service.Access, embedder service.Embedder, ids service.IDGenerator, cfg Config, log *slog.Logger, now func() time.Time) *Service {
 	cfg.defaults()
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
@@ -111,20 +113,21 @@ func New(store Store, embedder service.Embedder, ids service.IDGenerator, cfg Co
 	if now == nil {
 		now = time.Now
 	}
-	return &Service{store: store, embedder: embedder, ids: ids, cfg: cfg, log: log, now: now, kick: make(chan struct{}, 1)}
+	return &Service{store: store, access: access, embedder: embedder, ids: ids, cfg: cfg, log: log, now: now, kick: make(chan struct{}, 1)}
 }
 
 // Upload stores a file for ingestion and returns its pending document. The
 // body is read up to the size cap; a file whose type cannot be ingested is
 // still recorded, as a failed document with a readable error, so the admin
 // sees what happened to it. The same content in the same knowledge base is
-// a service.ErrConflict carrying the existing document's id.
-func (s *Service) Upload(ctx context.Context, kbID service.ID, filename string, body io.Reader) (*service.Document, error) {
-	name, err := cleanName(filename)
-	if err != nil {
+// a service.ErrConflict carrying the existing document's id. Uploading
+// needs the editor role on the knowledge base.
+func (s *Service) Upload(ctx context.Context, p service.Principal, kbID service.ID, filename string, body io.Reader) (*service.Document, error) {
+	if _, err := s.access.Require(ctx, p, kbID, service.KBEditor); err != nil {
 		return nil, err
 	}
-	if _, err := s.store.KnowledgeBase(ctx, kbID); err != nil {
+	name, err := cleanName(filename)
+	if err != nil {
 		return nil, err
 	}
 	blob, err := io.ReadAll(io.LimitReader(body, s.cfg.MaxBytes+1))
@@ -159,6 +162,14 @@ func (s *Service) Upload(ctx context.Context, kbID service.ID, filename string, 
 	return doc, nil
 }
 
+// CheckUpload tells early whether p may upload into a knowledge base, so
+// the HTTP layer can refuse before reading a large body; Upload checks
+// again, and that check is the one that counts.
+func (s *Service) CheckUpload(ctx context.Context, p service.Principal, kbID service.ID) error {
+	_, err := s.access.Require(ctx, p, kbID, service.KBEditor)
+	return err
+}
+
 // cleanName keeps the base name of an uploaded file, as valid UTF-8.
 func cleanName(filename string) (string, error) {
 	name := path.Base(strings.ReplaceAll(strings.TrimSpace(filename), "\\", "/"))
@@ -184,35 +195,62 @@ func (s *Service) ingestMessage(docID service.ID, generation int) (service.Outbo
 	return service.OutboxMessage{ID: id, Topic: service.IngestTopic, Key: fmt.Sprintf("%d:%d", docID, generation), Payload: body}, nil
 }
 
-// Document returns one document.
-func (s *Service) Document(ctx context.Context, id service.ID) (*service.Document, error) {
-	return s.store.Document(ctx, id)
+// document returns a document when p holds at least need on its knowledge
+// base. A document p cannot read is reported as not found, like one that
+// does not exist.
+func (s *Service) document(ctx context.Context, p service.Principal, id service.ID, need service.KBRole) (*service.Document, error) {
+	doc, err := s.store.Document(ctx, id)
+	if errors.Is(err, service.ErrNotFound) {
+		return nil, service.Errorf(service.ErrNotFound, "document %s not found", id)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if _, err := s.access.Require(ctx, p, doc.KnowledgeBaseID, need); err != nil {
+		if errors.Is(err, service.ErrNotFound) {
+			return nil, service.Errorf(service.ErrNotFound, "document %s not found", id)
+		}
+		return nil, err
+	}
+	return doc, nil
 }
 
-// Documents lists a knowledge base's documents, newest first.
-func (s *Service) Documents(ctx context.Context, kbID, before service.ID, limit int) ([]*service.Document, error) {
-	if _, err := s.store.KnowledgeBase(ctx, kbID); err != nil {
+// Document returns one document (viewers of its knowledge base).
+func (s *Service) Document(ctx context.Context, p service.Principal, id service.ID) (*service.Document, error) {
+	return s.document(ctx, p, id, service.KBViewer)
+}
+
+// Documents lists a knowledge base's documents, newest first (viewers).
+func (s *Service) Documents(ctx context.Context, p service.Principal, kbID, before service.ID, limit int) ([]*service.Document, error) {
+	if _, err := s.access.Require(ctx, p, kbID, service.KBViewer); err != nil {
 		return nil, err
 	}
 	return s.store.Documents(ctx, kbID, before, limit)
 }
 
-// Chunks returns a document's chunks in order, for preview.
-func (s *Service) Chunks(ctx context.Context, docID service.ID, afterOrdinal, limit int) ([]service.Chunk, error) {
-	if _, err := s.store.Document(ctx, docID); err != nil {
+// Chunks returns a document's chunks in order, for preview (viewers).
+func (s *Service) Chunks(ctx context.Context, p service.Principal, docID service.ID, afterOrdinal, limit int) ([]service.Chunk, error) {
+	if _, err := s.document(ctx, p, docID, service.KBViewer); err != nil {
 		return nil, err
 	}
 	return s.store.DocumentChunks(ctx, docID, afterOrdinal, limit)
 }
 
-// Delete removes a document from search at once.
-func (s *Service) Delete(ctx context.Context, id service.ID) error {
+// Delete removes a document from search at once (editors).
+func (s *Service) Delete(ctx context.Context, p service.Principal, id service.ID) error {
+	if _, err := s.document(ctx, p, id, service.KBEditor); err != nil {
+		return err
+	}
 	return s.store.DeleteDocument(ctx, id)
 }
 
 // Reindex builds a new generation of a document's chunks; the current ones
-// stay searchable until the new ones replace them in one transaction.
-func (s *Service) Reindex(ctx context.Context, id service.ID) (*service.Document, error) {
+// stay searchable until the new ones replace them in one transaction
+// (editors).
+func (s *Service) Reindex(ctx context.Context, p service.Principal, id service.ID) (*service.Document, error) {
+	if _, err := s.document(ctx, p, id, service.KBEditor); err != nil {
+		return nil, err
+	}
 	var msgErr error
 	doc, err := s.store.Reindex(ctx, id, func(d *service.Document) service.OutboxMessage {
 		m, err := s.ingestMessage(d.ID, d.Generation)

@@ -5,7 +5,6 @@ package retrieve
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"sort"
@@ -18,8 +17,7 @@ import (
 
 // Store reads knowledge bases and runs the two searches.
 type Store interface {
-	KnowledgeBase(ctx context.Context, id service.ID) (*service.KnowledgeBase, error)
-	KnowledgeBases(ctx context.Context, after service.ID, limit int) ([]*service.KnowledgeBase, error)
+	KnowledgeBasesIn(ctx context.Context, ids []service.ID, after service.ID, limit int) ([]*service.KnowledgeBase, error)
 	KeywordSearch(ctx context.Context, q service.KeywordQuery) ([]service.SearchResult, error)
 	VectorSearch(ctx context.Context, q service.VectorQuery) ([]service.SearchResult, error)
 }
@@ -68,19 +66,21 @@ func (c *Config) defaults() {
 // Searcher answers search queries.
 type Searcher struct {
 	store    Store
+	access   *service.Access
 	embedder service.Embedder
 	reranker Reranker // may be nil
 	cfg      Config
 	log      *slog.Logger
 }
 
-// New returns a Searcher. reranker may be nil.
-func New(store Store, embedder service.Embedder, reranker Reranker, cfg Config, log *slog.Logger) *Searcher {
+// New returns a Searcher; access decides which knowledge bases a caller
+// searches. reranker may be nil.
+func New(store Store, access *service.Access, embedder service.Embedder, reranker Reranker, cfg Config, log *slog.Logger) *Searcher {
 	cfg.defaults()
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Searcher{store: store, embedder: embedder, reranker: reranker, cfg: cfg, log: log}
+	return &Searcher{store: store, access: access, embedder: embedder, reranker: reranker, cfg: cfg, log: log}
 }
 
 // Query is a search request.
@@ -92,8 +92,10 @@ type Query struct {
 }
 
 // Search returns the TopK most relevant chunks of the chosen knowledge bases
-// (all when none are named) that pass the relevance gate.
-func (s *Searcher) Search(ctx context.Context, q Query) ([]service.SearchResult, error) {
+// (every one p may read when none are named) that pass the relevance gate.
+// A named knowledge base p may not read is service.ErrNotFound, exactly as
+// one that does not exist: never quietly left out of the results.
+func (s *Searcher) Search(ctx context.Context, p service.Principal, q Query) ([]service.SearchResult, error) {
 	q.Text = strings.TrimSpace(q.Text)
 	if q.Text == "" {
 		return nil, service.Errorf(service.ErrInvalid, "query must not be empty")
@@ -113,7 +115,7 @@ func (s *Searcher) Search(ctx context.Context, q Query) ([]service.SearchResult,
 	if q.TopK < 1 || q.TopK > s.cfg.MaxTopK {
 		return nil, service.Errorf(service.ErrInvalid, "topK must be between 1 and %d", s.cfg.MaxTopK)
 	}
-	kbs, err := s.knowledgeBases(ctx, q.KnowledgeBaseIDs)
+	kbs, err := s.knowledgeBases(ctx, p, q.KnowledgeBaseIDs)
 	if err != nil || len(kbs) == 0 {
 		return nil, err
 	}
@@ -150,29 +152,49 @@ func (s *Searcher) Search(ctx context.Context, q Query) ([]service.SearchResult,
 	return results, nil
 }
 
-// knowledgeBases resolves the ids (all knowledge bases when empty).
-func (s *Searcher) knowledgeBases(ctx context.Context, ids []service.ID) ([]*service.KnowledgeBase, error) {
-	if len(ids) == 0 {
-		return s.store.KnowledgeBases(ctx, 0, 0)
-	}
+// knowledgeBases resolves the ids p may read (all of them when ids is
+// empty); any named id p cannot read fails the whole query.
+func (s *Searcher) knowledgeBases(ctx context.Context, p service.Principal, ids []service.ID) ([]*service.KnowledgeBase, error) {
 	if len(ids) > 100 {
 		return nil, service.Errorf(service.ErrInvalid, "at most 100 knowledge bases per query")
 	}
-	seen := make(map[service.ID]bool, len(ids))
-	var kbs []*service.KnowledgeBase
-	for _, id := range ids {
-		if seen[id] {
-			continue
-		}
-		seen[id] = true
-		kb, err := s.store.KnowledgeBase(ctx, id)
-		if errors.Is(err, service.ErrNotFound) {
-			return nil, service.Errorf(service.ErrNotFound, "knowledge base %s not found", id)
-		}
+	var want []service.ID
+	if len(ids) == 0 {
+		readable, err := s.access.Readable(ctx, p)
 		if err != nil {
 			return nil, err
 		}
-		kbs = append(kbs, kb)
+		if len(readable) == 0 {
+			return nil, nil
+		}
+		want = readable
+	} else {
+		roles, err := s.access.Roles(ctx, p, ids)
+		if err != nil {
+			return nil, err
+		}
+		for _, id := range ids {
+			if _, ok := roles[id]; !ok {
+				return nil, service.Errorf(service.ErrNotFound, "knowledge base %s not found", id)
+			}
+		}
+		want = ids
+	}
+	kbs, err := s.store.KnowledgeBasesIn(ctx, want, 0, 0)
+	if err != nil {
+		return nil, err
+	}
+	if len(ids) > 0 {
+		// Deleted between the access check and the read.
+		found := make(map[service.ID]bool, len(kbs))
+		for _, kb := range kbs {
+			found[kb.ID] = true
+		}
+		for _, id := range ids {
+			if !found[id] {
+				return nil, service.Errorf(service.ErrNotFound, "knowledge base %s not found", id)
+			}
+		}
 	}
 	return kbs, nil
 }

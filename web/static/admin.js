@@ -1,7 +1,7 @@
-// Admin pages: knowledge bases, term mappings, users and the chat limiter.
+// Admin pages: knowledge bases, term mappings, users, groups and the chat limiter.
 // (Documents and the intent tree live in documents.js and intents.js.)
 import { t } from './i18n.js';
-import { h, toast, errorText, confirmDialog, promptDialog, formatTime, field } from './dom.js';
+import { h, toast, errorText, confirmDialog, promptDialog, formatTime, field, modal } from './dom.js';
 import { get, post, put, patch, del, enc } from './api.js';
 
 export function pageHeader(titleText, subtitle) {
@@ -34,11 +34,16 @@ export function mountKnowledgeBases(root, ctx) {
   let items = [];
   let editing = null;
   let destroyed = false;
+  // Only admins create knowledge bases; a manager uses the form to edit.
+  const isAdmin = ctx.user?.role === 'admin';
 
   const name = h('input', { id: 'kb-name', required: true, maxlength: 200, 'data-testid': 'kb-name', autocomplete: 'off' });
   const description = h('textarea', { id: 'kb-description', rows: 2, maxlength: 2000, 'data-testid': 'kb-description' });
   const chunkSize = h('input', { id: 'kb-chunk-size', type: 'number', min: 50, max: 8000, step: 1, 'data-testid': 'kb-chunk-size', placeholder: t('kb.default') });
   const chunkOverlap = h('input', { id: 'kb-chunk-overlap', type: 'number', min: 0, max: 2000, step: 1, 'data-testid': 'kb-chunk-overlap', placeholder: t('kb.default') });
+  const visibility = h('select', { id: 'kb-visibility', 'data-testid': 'kb-visibility' },
+    h('option', { value: 'private' }, t('kb.visibility.private')),
+    h('option', { value: 'internal' }, t('kb.visibility.internal')));
   const errBox = formError();
   const submit = h('button', { type: 'submit', class: 'btn btn-primary', 'data-testid': 'kb-submit' }, t('common.create'));
   const cancel = h('button', { type: 'button', class: 'btn', 'data-testid': 'kb-cancel', hidden: true, onClick: () => setEditing(null) }, t('common.cancel'));
@@ -48,7 +53,8 @@ export function mountKnowledgeBases(root, ctx) {
     h('div', { class: 'form-grid' },
       field(t('kb.name'), name),
       field(t('kb.chunkSize'), chunkSize, t('kb.chunkSizeHint')),
-      field(t('kb.chunkOverlap'), chunkOverlap, t('kb.chunkOverlapHint'))),
+      field(t('kb.chunkOverlap'), chunkOverlap, t('kb.chunkOverlapHint')),
+      field(t('kb.visibility'), visibility, t('kb.visibilityHint'))),
     field(t('kb.description'), description),
     errBox,
     h('div', { class: 'form-actions' }, cancel, submit));
@@ -57,6 +63,7 @@ export function mountKnowledgeBases(root, ctx) {
     h('thead', {}, h('tr', {},
       h('th', { scope: 'col' }, t('kb.name')),
       h('th', { scope: 'col' }, t('kb.description')),
+      h('th', { scope: 'col' }, t('kb.access')),
       h('th', { scope: 'col', class: 'num' }, t('kb.documents')),
       h('th', { scope: 'col' }, t('kb.chunking')),
       h('th', { scope: 'col' }, t('kb.embedding')),
@@ -72,6 +79,8 @@ export function mountKnowledgeBases(root, ctx) {
     chunkSize.value = kb?.chunkSize || '';
     chunkOverlap.value = kb?.chunkOverlap ?? '';
     if (!kb) chunkOverlap.value = '';
+    visibility.value = kb?.visibility ?? 'private';
+    form.hidden = !kb && !isAdmin;
     formTitle.textContent = kb ? t('kb.editTitle', { name: kb.name }) : t('kb.createTitle');
     submit.textContent = kb ? t('common.save') : t('common.create');
     cancel.hidden = !kb;
@@ -81,7 +90,7 @@ export function mountKnowledgeBases(root, ctx) {
   form.addEventListener('submit', async (e) => {
     e.preventDefault();
     errBox.hidden = true;
-    const body = { name: name.value.trim(), description: description.value.trim() };
+    const body = { name: name.value.trim(), description: description.value.trim(), visibility: visibility.value };
     const cs = optionalInt(chunkSize);
     const co = optionalInt(chunkOverlap);
     if (cs !== undefined) body.chunkSize = cs;
@@ -119,14 +128,20 @@ export function mountKnowledgeBases(root, ctx) {
     tbody.replaceChildren(...items.map((kb) => h('tr', { 'data-testid': 'kb-row', 'data-kb-id': kb.id, 'data-name': kb.name },
       h('th', { scope: 'row' }, h('a', { href: `#/admin/docs/${enc(kb.id)}` }, kb.name)),
       h('td', { class: 'wrap' }, kb.description || '—'),
+      h('td', {},
+        h('span', { class: `badge ${kb.visibility === 'internal' ? 'badge-ok' : 'badge-wait'}` }, t(`kb.visibility.${kb.visibility}`, {}, kb.visibility)),
+        ' ',
+        h('span', { class: 'muted' }, t(`kb.role.${kb.role}`, {}, kb.role ?? ''))),
       h('td', { class: 'num' }, kb.documentCount ?? '—'),
       h('td', {}, kb.chunkSize ? `${kb.chunkSize} / ${kb.chunkOverlap ?? 0}` : '—'),
       h('td', { class: 'muted' }, kb.embeddingModel ? `${kb.embeddingModel} · ${kb.embeddingDim}` : '—'),
       h('td', { class: 'actions' },
         h('a', { class: 'btn btn-sm', href: `#/admin/docs/${enc(kb.id)}`, 'data-testid': 'kb-docs-link' }, t('kb.docs')),
-        h('button', { type: 'button', class: 'btn btn-sm', 'data-testid': 'kb-edit', 'aria-label': `${t('common.edit')}: ${kb.name}`, onClick: () => setEditing(kb) }, t('common.edit')),
-        h('button', { type: 'button', class: 'btn btn-sm btn-danger-ghost', 'data-testid': 'kb-delete', 'aria-label': `${t('common.delete')}: ${kb.name}`, onClick: () => remove(kb) }, t('common.delete'))))));
-    if (items.length === 0) tbody.append(emptyRow(6, t('kb.empty')));
+        kb.role === 'manager' ? [
+          h('button', { type: 'button', class: 'btn btn-sm', 'data-testid': 'kb-members', 'aria-label': `${t('kb.members')}: ${kb.name}`, onClick: () => openMembers(kb) }, t('kb.members')),
+          h('button', { type: 'button', class: 'btn btn-sm', 'data-testid': 'kb-edit', 'aria-label': `${t('common.edit')}: ${kb.name}`, onClick: () => setEditing(kb) }, t('common.edit')),
+          h('button', { type: 'button', class: 'btn btn-sm btn-danger-ghost', 'data-testid': 'kb-delete', 'aria-label': `${t('common.delete')}: ${kb.name}`, onClick: () => remove(kb) }, t('common.delete'))] : null))));
+    if (items.length === 0) tbody.append(emptyRow(7, t('kb.empty')));
   }
 
   async function load() {
@@ -140,8 +155,84 @@ export function mountKnowledgeBases(root, ctx) {
     if (!destroyed) render();
   }
 
+  form.hidden = !isAdmin;
   load();
   return { destroy() { destroyed = true; } };
+}
+
+// openMembers shows who a knowledge base is shared with, and lets its
+// managers add a user or group by name with a role, change a role (adding
+// again) or remove a grant.
+function openMembers(kb) {
+  const list = h('tbody');
+  const kind = h('select', { id: 'member-kind', 'data-testid': 'member-kind' },
+    h('option', { value: 'user' }, t('members.kind.user')),
+    h('option', { value: 'group' }, t('members.kind.group')));
+  const name = h('input', { id: 'member-name', required: true, maxlength: 100, autocomplete: 'off', 'data-testid': 'member-name' });
+  const role = h('select', { id: 'member-role', 'data-testid': 'member-role' },
+    ...['viewer', 'editor', 'manager'].map((r) => h('option', { value: r }, t(`kb.role.${r}`))));
+  const errBox = formError();
+  errBox.dataset.testid = 'member-error';
+  const submit = h('button', { type: 'submit', class: 'btn btn-primary', 'data-testid': 'member-submit' }, t('members.add'));
+  const form = h('form', { class: 'member-form', 'data-testid': 'member-form', 'aria-label': t('members.add') },
+    h('div', { class: 'form-grid' },
+      field(t('members.kind'), kind),
+      field(t('members.name'), name, t('members.nameHint')),
+      field(t('members.role'), role)),
+    errBox,
+    h('div', { class: 'form-actions' }, submit));
+  const content = h('div', {},
+    h('p', { class: 'muted' }, t('members.explain')),
+    h('div', { class: 'table-wrap' }, h('table', { class: 'table' },
+      h('thead', {}, h('tr', {},
+        h('th', { scope: 'col' }, t('members.name')),
+        h('th', { scope: 'col' }, t('members.kind')),
+        h('th', { scope: 'col' }, t('members.role')),
+        h('th', { scope: 'col' }, t('common.actions')))),
+      list)),
+    form);
+  modal(t('members.title', { name: kb.name }), content, 'members-dialog');
+
+  async function load() {
+    try {
+      const res = await get(`/knowledge-bases/${enc(kb.id)}/members`);
+      const items = res?.items ?? [];
+      list.replaceChildren(...items.map((m) => h('tr', { 'data-testid': 'member-row', 'data-kind': m.kind, 'data-name': m.name, 'data-role': m.role },
+        h('th', { scope: 'row' }, m.name),
+        h('td', {}, t(`members.kind.${m.kind}`, {}, m.kind)),
+        h('td', {}, t(`kb.role.${m.role}`, {}, m.role)),
+        h('td', { class: 'actions' },
+          h('button', { type: 'button', class: 'btn btn-sm btn-danger-ghost', 'data-testid': 'member-remove', 'aria-label': `${t('members.remove')}: ${m.name}`, onClick: () => remove(m) }, t('members.remove'))))));
+      if (items.length === 0) list.append(emptyRow(4, t('members.empty')));
+    } catch (err) {
+      showFormError(errBox, err);
+    }
+  }
+
+  async function remove(m) {
+    try {
+      await del(`/knowledge-bases/${enc(kb.id)}/members/${enc(m.id)}`);
+      await load();
+    } catch (err) {
+      showFormError(errBox, err);
+    }
+  }
+
+  form.addEventListener('submit', async (e) => {
+    e.preventDefault();
+    errBox.hidden = true;
+    submit.disabled = true;
+    try {
+      await post(`/knowledge-bases/${enc(kb.id)}/members`, { kind: kind.value, name: name.value.trim(), role: role.value });
+      name.value = '';
+      await load();
+    } catch (err) {
+      showFormError(errBox, err);
+    } finally {
+      submit.disabled = false;
+    }
+  });
+  load();
 }
 
 // ---------------------------------------------------------------- term mappings
@@ -440,3 +531,155 @@ export function mountLimiter(root, ctx) {
   };
 }
 
+
+// ---------------------------------------------------------------- groups
+
+// mountGroups manages the groups knowledge bases are shared with: create,
+// rename, delete, and who is in each.
+export function mountGroups(root) {
+  let items = [];
+  let destroyed = false;
+
+  const name = h('input', { id: 'group-name', required: true, maxlength: 100, autocomplete: 'off', 'data-testid': 'group-name' });
+  const description = h('input', { id: 'group-description', maxlength: 2000, autocomplete: 'off', 'data-testid': 'group-description' });
+  const errBox = formError();
+  const submit = h('button', { type: 'submit', class: 'btn btn-primary', 'data-testid': 'group-submit' }, t('common.create'));
+  const form = h('form', { class: 'card form-card', 'data-testid': 'group-form', 'aria-label': t('groups.createTitle') },
+    h('h2', {}, t('groups.createTitle')),
+    h('div', { class: 'form-grid' },
+      field(t('groups.name'), name),
+      field(t('groups.description'), description)),
+    errBox,
+    h('div', { class: 'form-actions' }, submit));
+  const tbody = h('tbody');
+  root.append(h('div', { class: 'page' },
+    pageHeader(t('groups.title'), t('groups.subtitle')),
+    form,
+    h('div', { class: 'table-wrap card' }, h('table', { class: 'table' },
+      h('thead', {}, h('tr', {},
+        h('th', { scope: 'col' }, t('groups.name')),
+        h('th', { scope: 'col' }, t('groups.description')),
+        h('th', { scope: 'col', class: 'num' }, t('groups.memberCount')),
+        h('th', { scope: 'col' }, t('common.actions')))),
+      tbody))));
+
+  form.addEventListener('submit', async (e) => {
+    e.preventDefault();
+    errBox.hidden = true;
+    submit.disabled = true;
+    try {
+      await post('/groups', { name: name.value.trim(), description: description.value.trim() });
+      toast(t('common.created'), 'info');
+      form.reset();
+      await load();
+    } catch (err) {
+      showFormError(errBox, err);
+    } finally {
+      submit.disabled = false;
+    }
+  });
+
+  async function rename(g) {
+    const v = await promptDialog(t('groups.rename', { name: g.name }), g.name);
+    if (!v || v.trim() === g.name) return;
+    try {
+      await patch(`/groups/${enc(g.id)}`, { name: v.trim() });
+      toast(t('common.saved'), 'info');
+    } catch (err) {
+      toast(errorText(err));
+    }
+    await load();
+  }
+
+  async function remove(g) {
+    if (!(await confirmDialog(t('groups.deleteConfirm', { name: g.name }), { okLabel: t('common.delete'), danger: true }))) return;
+    try {
+      await del(`/groups/${enc(g.id)}`);
+    } catch (err) {
+      toast(errorText(err));
+    }
+    await load();
+  }
+
+  function render() {
+    tbody.replaceChildren(...items.map((g) => h('tr', { 'data-testid': 'group-row', 'data-id': g.id, 'data-name': g.name },
+      h('th', { scope: 'row' }, g.name),
+      h('td', { class: 'wrap' }, g.description || '—'),
+      h('td', { class: 'num' }, g.memberCount ?? 0),
+      h('td', { class: 'actions' },
+        h('button', { type: 'button', class: 'btn btn-sm', 'data-testid': 'group-members', 'aria-label': `${t('kb.members')}: ${g.name}`, onClick: () => openGroupMembers(g, load) }, t('kb.members')),
+        h('button', { type: 'button', class: 'btn btn-sm', 'data-testid': 'group-rename', 'aria-label': `${t('common.edit')}: ${g.name}`, onClick: () => rename(g) }, t('common.edit')),
+        h('button', { type: 'button', class: 'btn btn-sm btn-danger-ghost', 'data-testid': 'group-delete', 'aria-label': `${t('common.delete')}: ${g.name}`, onClick: () => remove(g) }, t('common.delete'))))));
+    if (items.length === 0) tbody.append(emptyRow(4, t('groups.empty')));
+  }
+
+  async function load() {
+    try {
+      const res = await get('/groups?limit=200');
+      items = res?.items ?? [];
+    } catch (err) {
+      toast(errorText(err));
+    }
+    if (!destroyed) render();
+  }
+
+  load();
+  return { destroy() { destroyed = true; } };
+}
+
+// openGroupMembers lists a group's users and adds or removes one by
+// username; changed() refreshes the member counts behind the dialog.
+function openGroupMembers(g, changed) {
+  const list = h('tbody');
+  const username = h('input', { id: 'group-member-username', required: true, maxlength: 64, autocomplete: 'off', 'data-testid': 'group-member-username' });
+  const errBox = formError();
+  const submit = h('button', { type: 'submit', class: 'btn btn-primary', 'data-testid': 'group-member-submit' }, t('groups.addMember'));
+  const form = h('form', { class: 'member-form', 'aria-label': t('groups.addMember') },
+    field(t('users.username'), username), errBox, h('div', { class: 'form-actions' }, submit));
+  modal(t('groups.membersOf', { name: g.name }), h('div', {},
+    h('div', { class: 'table-wrap' }, h('table', { class: 'table' },
+      h('thead', {}, h('tr', {}, h('th', { scope: 'col' }, t('users.username')), h('th', { scope: 'col' }, t('common.actions')))),
+      list)),
+    form), 'group-members-dialog');
+
+  async function load() {
+    try {
+      const res = await get(`/groups/${enc(g.id)}/members`);
+      const users = res?.items ?? [];
+      list.replaceChildren(...users.map((u) => h('tr', { 'data-testid': 'group-member-row', 'data-username': u.username },
+        h('th', { scope: 'row' }, u.username),
+        h('td', { class: 'actions' },
+          h('button', { type: 'button', class: 'btn btn-sm btn-danger-ghost', 'aria-label': `${t('members.remove')}: ${u.username}`, onClick: () => remove(u) }, t('members.remove'))))));
+      if (users.length === 0) list.append(emptyRow(2, t('members.empty')));
+    } catch (err) {
+      showFormError(errBox, err);
+    }
+  }
+
+  async function remove(u) {
+    try {
+      await del(`/groups/${enc(g.id)}/members/${enc(u.id)}`);
+      await load();
+      changed();
+    } catch (err) {
+      showFormError(errBox, err);
+    }
+  }
+
+  form.addEventListener('submit', async (e) => {
+    e.preventDefault();
+    errBox.hidden = true;
+    submit.disabled = true;
+    try {
+      await post(`/groups/${enc(g.id)}/members`, { username: username.value.trim() });
+      username.value = '';
+      await load();
+      changed();
+    } catch (err) {
+      showFormError(errBox, err);
+    } finally {
+      submit.disabled = false;
+    }
+  });
+  load();
+}

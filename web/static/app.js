@@ -2,7 +2,7 @@
 //
 // Stable hooks for browser tests (data-testid unless noted; ids are on form
 // controls so labels can point at them):
-//   shell:    app, main-nav, nav-chat, nav-kb, nav-intents, nav-terms, nav-users,
+//   shell:    app, main-nav, nav-chat, nav-kb, nav-intents, nav-terms, nav-users, nav-groups,
 //             nav-limiter, lang-switch, current-user, account-button,
 //             logout-button, toasts, toast, forbidden (403 view), not-found
 //   account:  account-dialog, account-close, account-password-form,
@@ -26,8 +26,13 @@
 //             deep-thinking-toggle (#deep-thinking), kb-filter (<details>),
 //             kb-filter-option (data-kb-id), send-button, stop-button
 //   kb:       kb-form, kb-name, kb-description, kb-chunk-size, kb-chunk-overlap,
-//             kb-submit, kb-cancel, kb-row (data-kb-id, data-name), kb-docs-link,
-//             kb-edit, kb-delete
+//             kb-visibility (#kb-visibility), kb-submit, kb-cancel,
+//             kb-row (data-kb-id, data-name, data-visibility, data-role),
+//             kb-docs-link, kb-edit, kb-delete, kb-members
+//   members:  members-dialog, member-row (data-kind, data-name, data-role),
+//             member-remove, member-form, member-kind (#member-kind),
+//             member-name (#member-name), member-role (#member-role),
+//             member-submit, member-error
 //   docs:     upload-dropzone, upload-input (#upload-input, type=file multiple),
 //             upload-item (data-state = waiting | uploading | done | duplicate |
 //             busy | error, data-name; once done, data-doc-status = pending |
@@ -47,13 +52,18 @@
 //   users:    user-form, user-username, user-password, user-role, user-submit,
 //             user-row (data-id, data-username), user-role-select,
 //             user-disable, user-password-reset, user-delete
+//   groups:   nav-groups, group-form, group-name (#group-name), group-description,
+//             group-submit, group-row (data-id, data-name), group-members,
+//             group-rename, group-delete, group-members-dialog,
+//             group-member-username (#group-member-username), group-member-submit,
+//             group-member-row (data-username)
 //   limiter:  limiter-panel, limiter-permits, limiter-max, limiter-queue,
 //             limiter-oldest, limiter-updated
 import { t, getLang, setLang } from './i18n.js';
 import { h, clear, toast, errorText, confirmDialog, field } from './dom.js';
 import { get, post, ApiError } from './api.js';
 import { mountChat } from './chat.js';
-import { mountKnowledgeBases, mountTerms, mountUsers, mountLimiter } from './admin.js';
+import { mountKnowledgeBases, mountTerms, mountUsers, mountGroups, mountLimiter } from './admin.js';
 import { mountDocuments } from './documents.js';
 import { mountIntents } from './intents.js';
 
@@ -61,20 +71,22 @@ import { mountIntents } from './intents.js';
 // instead of remounting), whether it needs an admin, and its mount function.
 const routes = [
   { pattern: /^\/chat(?:\/([^/]+))?$/, key: 'chat', mount: mountChat, params: (m) => ({ id: m[1] ? decodeURIComponent(m[1]) : null }) },
-  { pattern: /^\/admin\/kb$/, key: 'kb', admin: true, mount: mountKnowledgeBases },
-  { pattern: /^\/admin\/docs\/([^/]+)$/, key: 'docs', admin: true, mount: mountDocuments, params: (m) => ({ kbId: decodeURIComponent(m[1]) }) },
+  { pattern: /^\/admin\/kb$/, key: 'kb', curate: true, mount: mountKnowledgeBases },
+  { pattern: /^\/admin\/docs\/([^/]+)$/, key: 'docs', curate: true, mount: mountDocuments, params: (m) => ({ kbId: decodeURIComponent(m[1]) }) },
   { pattern: /^\/admin\/intents$/, key: 'intents', admin: true, mount: mountIntents },
   { pattern: /^\/admin\/terms$/, key: 'terms', admin: true, mount: mountTerms },
   { pattern: /^\/admin\/users$/, key: 'users', admin: true, mount: mountUsers },
+  { pattern: /^\/admin\/groups$/, key: 'groups', admin: true, mount: mountGroups },
   { pattern: /^\/admin\/limiter$/, key: 'limiter', admin: true, mount: mountLimiter },
 ];
 
 const navItems = [
   { href: '#/chat', key: 'chat', label: 'nav.chat', testid: 'nav-chat' },
-  { href: '#/admin/kb', key: 'kb', label: 'nav.kb', testid: 'nav-kb', admin: true, also: ['docs'] },
+  { href: '#/admin/kb', key: 'kb', label: 'nav.kb', testid: 'nav-kb', curate: true, also: ['docs'] },
   { href: '#/admin/intents', key: 'intents', label: 'nav.intents', testid: 'nav-intents', admin: true },
   { href: '#/admin/terms', key: 'terms', label: 'nav.terms', testid: 'nav-terms', admin: true },
   { href: '#/admin/users', key: 'users', label: 'nav.users', testid: 'nav-users', admin: true },
+  { href: '#/admin/groups', key: 'groups', label: 'nav.groups', testid: 'nav-groups', admin: true },
   { href: '#/admin/limiter', key: 'limiter', label: 'nav.limiter', testid: 'nav-limiter', admin: true },
 ];
 
@@ -83,6 +95,7 @@ const state = {
   page: null, // { key, instance }
   busy: false, // a chat answer is streaming; the language switch waits
   shell: null,
+  curator: false, // editor or manager of some knowledge base
 };
 
 const appRoot = document.getElementById('app');
@@ -94,6 +107,23 @@ function currentPath() {
 
 function isAdmin() {
   return state.user?.role === 'admin';
+}
+
+// canCurate: admins, and users who edit or manage some knowledge base, get
+// the knowledge-base and document pages (the server checks each action).
+function canCurate() {
+  return isAdmin() || state.curator;
+}
+
+async function refreshCurator() {
+  state.curator = false;
+  if (!state.user || isAdmin()) return;
+  try {
+    const res = await get('/knowledge-bases?limit=200');
+    state.curator = (res?.items ?? []).some((kb) => kb.role === 'editor' || kb.role === 'manager');
+  } catch (err) {
+    if (!(err instanceof ApiError && err.status === 401)) toast(errorText(err));
+  }
 }
 
 function destroyPage() {
@@ -143,7 +173,7 @@ async function route() {
       h('h1', {}, '404'), h('p', {}, t('shell.notFound')), h('a', { href: '#/chat', class: 'btn' }, t('shell.backToChat'))));
     return;
   }
-  if (r.admin && !isAdmin()) {
+  if ((r.admin && !isAdmin()) || (r.curate && !canCurate())) {
     destroyPage();
     renderForbidden(shell.view);
     return;
@@ -198,7 +228,7 @@ function ensureShell() {
   if (state.shell && appRoot.contains(state.shell.view)) return state.shell;
   const view = h('main', { id: 'view', class: 'view', tabindex: '-1' });
   const nav = h('nav', { class: 'main-nav', 'aria-label': t('nav.label'), 'data-testid': 'main-nav' },
-    navItems.filter((n) => !n.admin || isAdmin()).map((n) =>
+    navItems.filter((n) => (!n.admin || isAdmin()) && (!n.curate || canCurate())).map((n) =>
       h('a', { href: n.href, 'data-key': n.key, 'data-also': (n.also ?? []).join(','), 'data-testid': n.testid }, t(n.label))));
   const user = state.user;
   const header = h('header', { class: 'topbar' },
@@ -343,6 +373,7 @@ function renderLogin() {
     try {
       const res = await post('/auth/login', { username: username.value.trim(), password: password.value });
       state.user = res.user;
+      await refreshCurator();
       const back = sessionStorage.getItem('ragent.returnTo');
       sessionStorage.removeItem('ragent.returnTo');
       location.hash = back && back !== '#/login' ? back : '#/chat';
@@ -371,6 +402,7 @@ async function boot() {
   try {
     const me = await get('/me');
     state.user = me?.user ?? me;
+    await refreshCurator();
   } catch (err) {
     if (!(err instanceof ApiError && err.status === 401)) toast(errorText(err));
     state.user = null;

@@ -23,6 +23,9 @@ export function mountDocuments(root, ctx) {
   const queue = []; // upload items waiting for a slot
   const following = new Set(); // uploaded items that show their document's status
   let active = 0;
+  // Viewers see the list and chunks; upload, reindex and delete need the
+  // editor role (the server checks; this only hides what would fail).
+  let canEdit = ctx.user?.role === 'admin';
 
   const heading = pageHeader(t('docs.title'), '');
   const subtitle = heading.querySelector('p') ?? heading.appendChild(h('p', { class: 'muted' }));
@@ -36,12 +39,13 @@ export function mountDocuments(root, ctx) {
   const clearFinished = h('button', { type: 'button', class: 'btn btn-sm btn-ghost', hidden: true, onClick: clearUploads }, t('docs.clearFinished'));
   const tbody = h('tbody');
   const pollNote = h('span', { class: 'muted poll-note', 'aria-live': 'off' });
+  const uploadCard = h('section', { class: 'card', 'aria-label': t('docs.upload'), hidden: !canEdit }, dropzone, uploads,
+    h('div', { class: 'upload-foot' }, clearFinished));
 
   root.append(h('div', { class: 'page' },
     h('p', { class: 'breadcrumb' }, h('a', { href: '#/admin/kb' }, '← ', t('nav.kb'))),
     heading,
-    h('section', { class: 'card', 'aria-label': t('docs.upload') }, dropzone, uploads,
-      h('div', { class: 'upload-foot' }, clearFinished)),
+    uploadCard,
     h('div', { class: 'section-head' }, h('h2', {}, t('docs.list')), pollNote,
       h('button', { type: 'button', class: 'btn btn-sm', onClick: () => load() }, t('common.refresh'))),
     h('div', { class: 'table-wrap card' }, h('table', { class: 'table', 'data-testid': 'doc-table' },
@@ -226,8 +230,8 @@ export function mountDocuments(root, ctx) {
       h('td', { class: 'muted' }, formatTime(d.updatedAt || d.createdAt)),
       h('td', { class: 'actions' },
         h('button', { type: 'button', class: 'btn btn-sm', 'data-testid': 'doc-chunks', disabled: d.status !== 'ready', 'aria-label': `${t('docs.preview')}: ${d.name}`, onClick: () => previewChunks(d) }, t('docs.preview')),
-        h('button', { type: 'button', class: 'btn btn-sm', 'data-testid': 'doc-reindex', disabled: d.status === 'pending' || d.status === 'running', 'aria-label': `${t('docs.reindex')}: ${d.name}`, onClick: () => reindex(d) }, t('docs.reindex')),
-        h('button', { type: 'button', class: 'btn btn-sm btn-danger-ghost', 'data-testid': 'doc-delete', 'aria-label': `${t('common.delete')}: ${d.name}`, onClick: () => remove(d) }, t('common.delete'))))));
+        !canEdit ? null : h('button', { type: 'button', class: 'btn btn-sm', 'data-testid': 'doc-reindex', disabled: d.status === 'pending' || d.status === 'running', 'aria-label': `${t('docs.reindex')}: ${d.name}`, onClick: () => reindex(d) }, t('docs.reindex')),
+        !canEdit ? null : h('button', { type: 'button', class: 'btn btn-sm btn-danger-ghost', 'data-testid': 'doc-delete', 'aria-label': `${t('common.delete')}: ${d.name}`, onClick: () => remove(d) }, t('common.delete'))))));
     if (docs.length === 0) tbody.append(emptyRow(6, t('docs.empty')));
     for (const item of [...following]) item.follow(docs.find((d) => d.id === item.docId));
     const busy = docs.some((d) => d.status === 'pending' || d.status === 'running');
@@ -278,6 +282,9 @@ export function mountDocuments(root, ctx) {
       const kb = await get(`/knowledge-bases/${enc(kbId)}`);
       if (destroyed) return;
       heading.querySelector('h1').textContent = t('docs.titleOf', { name: kb.name });
+      canEdit = kb.role === 'editor' || kb.role === 'manager';
+      uploadCard.hidden = !canEdit;
+      render();
       subtitle.textContent = kb.description || '';
     } catch (err) {
       if (destroyed) return;

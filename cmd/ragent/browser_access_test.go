@@ -1,0 +1,100 @@
+package main
+
+import (
+	"fmt"
+	"net/http"
+	"testing"
+)
+
+// A manager who is not an admin shares a private knowledge base with a
+// group as viewers from the knowledge-base page; a member of that group
+// then finds it in the chat's knowledge-base filter, and a non-member does
+// not (they see only the internal one).
+func TestBrowserKnowledgeBaseSharing(t *testing.T) {
+	chromium := chromiumPath(t)
+	in := start(t, testConfig(t))
+	adminToken := in.login(t, "admin", "admin-password")
+	api := in.client(t, adminToken)
+	public := api.createKB("public-faq")
+	if r := api.do("PATCH", "/api/v1/knowledge-bases/"+public, map[string]any{"visibility": "internal"}); r.Status != http.StatusOK {
+		t.Fatalf("make internal: %d %s", r.Status, r.Body)
+	}
+	private := api.createKB("team-handbook")
+	in.createUser(t, adminToken, "mia", "mia-password", "user")
+	in.createUser(t, adminToken, "gus", "gus-password", "user")
+	in.createUser(t, adminToken, "nat", "nat-password", "user")
+	if r := api.do("POST", "/api/v1/knowledge-bases/"+private+"/members", map[string]string{"kind": "user", "name": "mia", "role": "manager"}); r.Status != http.StatusCreated {
+		t.Fatalf("make mia manager: %d %s", r.Status, r.Body)
+	}
+
+	b := newBrowser(t, chromium, in.url)
+	step := func(name string, f func(t *testing.T)) {
+		if !t.Run(name, f) {
+			t.FailNow()
+		}
+	}
+	option := func(kb string) string { return fmt.Sprintf(`[data-testid=kb-filter-option][data-kb-id=%q]`, kb) }
+
+	step("admin creates a group with gus in it", func(t *testing.T) {
+		adm := b.tab(t, "admin", false)
+		adm.open(t, "/")
+		adm.login(t, "admin", "admin-password")
+		adm.click(t, `[data-testid=nav-groups]`)
+		adm.sendKeys(t, `#group-name`, "support")
+		adm.click(t, `[data-testid=group-submit]`)
+		row := `[data-testid=group-row][data-name=support]`
+		adm.click(t, row+` [data-testid=group-members]`)
+		adm.visible(t, `[data-testid=group-members-dialog]`)
+		adm.sendKeys(t, `#group-member-username`, "gus")
+		adm.click(t, `[data-testid=group-member-submit]`)
+		adm.visible(t, `[data-testid=group-member-row][data-username=gus]`)
+		adm.screenshot(t, "group-members")
+		adm.click(t, `[data-testid=modal-close]`)
+		adm.click(t, `[data-testid=logout-button]`)
+		adm.visible(t, `[data-testid=login-form]`)
+	})
+
+	step("manager adds the group as viewers", func(t *testing.T) {
+		mia := b.tab(t, "mia", true)
+		mia.open(t, "/")
+		mia.login(t, "mia", "mia-password")
+		mia.click(t, `[data-testid=nav-kb]`)
+		row := fmt.Sprintf(`[data-testid=kb-row][data-kb-id=%q]`, private)
+		mia.visible(t, row+` [data-testid=kb-members]`)
+		if n := mia.count(t, fmt.Sprintf(`[data-testid=kb-row][data-kb-id=%q] [data-testid=kb-members]`, public)); n != 0 {
+			t.Fatalf("a reader of the internal knowledge base is offered its members")
+		}
+		mia.click(t, row+` [data-testid=kb-members]`)
+		mia.visible(t, `[data-testid=members-dialog]`)
+		mia.eval(t, `document.querySelector('#member-kind').value = 'group'`)
+		mia.sendKeys(t, `#member-name`, "support")
+		mia.eval(t, `document.querySelector('#member-role').value = 'viewer'`)
+		mia.click(t, `[data-testid=member-submit]`)
+		mia.visible(t, `[data-testid=member-row][data-kind=group][data-name=support][data-role=viewer]`)
+		mia.screenshot(t, "kb-members")
+	})
+
+	step("group member sees it in chat", func(t *testing.T) {
+		gus := b.tab(t, "gus", true)
+		gus.open(t, "/")
+		gus.login(t, "gus", "gus-password")
+		gus.click(t, `[data-testid=kb-filter] summary`)
+		gus.visible(t, option(private))
+		gus.visible(t, option(public))
+		if n := gus.count(t, `[data-testid=nav-kb]`); n != 0 {
+			t.Fatalf("a viewer is offered the knowledge-base pages")
+		}
+		gus.screenshot(t, "kb-filter-member")
+	})
+
+	step("non-member does not", func(t *testing.T) {
+		nat := b.tab(t, "nat", true)
+		nat.open(t, "/")
+		nat.login(t, "nat", "nat-password")
+		nat.click(t, `[data-testid=kb-filter] summary`)
+		nat.visible(t, option(public)) // the list has loaded
+		if n := nat.count(t, option(private)); n != 0 {
+			t.Fatalf("a non-member sees the private knowledge base in chat")
+		}
+	})
+}

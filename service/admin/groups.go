@@ -1,0 +1,195 @@
+package admin
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/ragent-go/ragent/service"
+)
+
+// GroupStore keeps groups and their members.
+type GroupStore interface {
+	CreateGroup(ctx context.Context, g *service.Group) error
+	Group(ctx context.Context, id service.ID) (*service.Group, error)
+	Groups(ctx context.Context, after service.ID, limit int) ([]*service.Group, error)
+	UpdateGroup(ctx context.Context, g *service.Group) error
+	DeleteGroup(ctx context.Context, id service.ID) error
+	GroupMembers(ctx context.Context, groupID service.ID) ([]*service.User, error)
+	AddGroupMember(ctx context.Context, groupID, userID service.ID) error
+	RemoveGroupMember(ctx context.Context, groupID, userID service.ID) error
+	UserByID(ctx context.Context, id service.ID) (*service.User, error)
+	UserByUsername(ctx context.Context, username string) (*service.User, error)
+}
+
+// Groups manages the groups knowledge bases are shared with. Groups are
+// the admins' to manage; knowledge-base managers only grant them roles.
+type Groups struct {
+	store GroupStore
+	ids   service.IDGenerator
+}
+
+// NewGroups returns the group use case.
+func NewGroups(store GroupStore, ids service.IDGenerator) *Groups {
+	return &Groups{store: store, ids: ids}
+}
+
+// GroupInput creates or changes a group; nil fields keep their value.
+type GroupInput struct {
+	Name        *string `json:"name"`
+	Description *string `json:"description"`
+}
+
+func (in GroupInput) apply(g *service.Group) error {
+	if in.Name != nil {
+		g.Name = strings.TrimSpace(*in.Name)
+	}
+	if in.Description != nil {
+		g.Description = strings.TrimSpace(*in.Description)
+	}
+	switch n := utf8.RuneCountInString(g.Name); {
+	case n == 0:
+		return service.Errorf(service.ErrInvalid, "name is required")
+	case n > 100:
+		return service.Errorf(service.ErrInvalid, "name must be at most 100 characters")
+	}
+	if utf8.RuneCountInString(g.Description) > 2000 {
+		return service.Errorf(service.ErrInvalid, "description must be at most 2000 characters")
+	}
+	return nil
+}
+
+func requireAdmin(p service.Principal) error {
+	if !p.IsAdmin() {
+		return service.Errorf(service.ErrForbidden, "only admins manage groups")
+	}
+	return nil
+}
+
+func groupNotFound(err error, id service.ID) error {
+	if errors.Is(err, service.ErrNotFound) {
+		return service.Errorf(service.ErrNotFound, "group %s not found", id)
+	}
+	return err
+}
+
+// Create adds a group.
+func (s *Groups) Create(ctx context.Context, p service.Principal, in GroupInput) (*service.Group, error) {
+	if err := requireAdmin(p); err != nil {
+		return nil, err
+	}
+	g := &service.Group{}
+	if err := in.apply(g); err != nil {
+		return nil, err
+	}
+	id, err := s.ids.NextID()
+	if err != nil {
+		return nil, err
+	}
+	g.ID = id
+	if err := s.store.CreateGroup(ctx, g); err != nil {
+		if errors.Is(err, service.ErrConflict) {
+			return nil, service.Errorf(service.ErrConflict, "a group named %q exists", g.Name)
+		}
+		return nil, err
+	}
+	return g, nil
+}
+
+// List pages through groups.
+func (s *Groups) List(ctx context.Context, p service.Principal, after service.ID, limit int) ([]*service.Group, error) {
+	if err := requireAdmin(p); err != nil {
+		return nil, err
+	}
+	return s.store.Groups(ctx, after, limit)
+}
+
+// Update renames or describes a group.
+func (s *Groups) Update(ctx context.Context, p service.Principal, id service.ID, in GroupInput) (*service.Group, error) {
+	if err := requireAdmin(p); err != nil {
+		return nil, err
+	}
+	g, err := s.store.Group(ctx, id)
+	if err != nil {
+		return nil, groupNotFound(err, id)
+	}
+	if err := in.apply(g); err != nil {
+		return nil, err
+	}
+	if err := s.store.UpdateGroup(ctx, g); err != nil {
+		if errors.Is(err, service.ErrConflict) {
+			return nil, service.Errorf(service.ErrConflict, "a group named %q exists", g.Name)
+		}
+		return nil, groupNotFound(err, id)
+	}
+	return g, nil
+}
+
+// Delete removes a group with its memberships and every grant it held.
+func (s *Groups) Delete(ctx context.Context, p service.Principal, id service.ID) error {
+	if err := requireAdmin(p); err != nil {
+		return err
+	}
+	return groupNotFound(s.store.DeleteGroup(ctx, id), id)
+}
+
+// Members lists a group's users.
+func (s *Groups) Members(ctx context.Context, p service.Principal, id service.ID) ([]*service.User, error) {
+	if err := requireAdmin(p); err != nil {
+		return nil, err
+	}
+	if _, err := s.store.Group(ctx, id); err != nil {
+		return nil, groupNotFound(err, id)
+	}
+	return s.store.GroupMembers(ctx, id)
+}
+
+// GroupMemberInput names a user by id or username.
+type GroupMemberInput struct {
+	UserID   service.ID `json:"userId"`
+	Username string     `json:"username"`
+}
+
+// AddMember puts a user in a group (adding a member twice is fine) and
+// returns the user.
+func (s *Groups) AddMember(ctx context.Context, p service.Principal, id service.ID, in GroupMemberInput) (*service.User, error) {
+	if err := requireAdmin(p); err != nil {
+		return nil, err
+	}
+	if _, err := s.store.Group(ctx, id); err != nil {
+		return nil, groupNotFound(err, id)
+	}
+	var u *service.User
+	var err error
+	switch name := strings.TrimSpace(in.Username); {
+	case in.UserID != 0:
+		u, err = s.store.UserByID(ctx, in.UserID)
+	case name != "":
+		u, err = s.store.UserByUsername(ctx, name)
+	default:
+		return nil, service.Errorf(service.ErrInvalid, "userId or username is required")
+	}
+	if errors.Is(err, service.ErrNotFound) {
+		return nil, service.Errorf(service.ErrInvalid, "no such user")
+	}
+	if err != nil {
+		return nil, err
+	}
+	if err := s.store.AddGroupMember(ctx, id, u.ID); err != nil {
+		return nil, err
+	}
+	return u, nil
+}
+
+// RemoveMember takes a user out of a group.
+func (s *Groups) RemoveMember(ctx context.Context, p service.Principal, id, userID service.ID) error {
+	if err := requireAdmin(p); err != nil {
+		return err
+	}
+	err := s.store.RemoveGroupMember(ctx, id, userID)
+	if errors.Is(err, service.ErrNotFound) {
+		return service.Errorf(service.ErrNotFound, "user %s is not in group %s", userID, id)
+	}
+	return err
+}
