@@ -98,7 +98,7 @@ func (r retrier) delay(attempt int, err error) (time.Duration, bool) {
 		if se.retryAfter > 0 {
 			// A little jitter so that clients told the same date do not
 			// return in lockstep; never earlier than asked.
-			return se.retryAfter + rand.N(se.retryAfter/10+time.Millisecond), true
+			return se.retryAfter + rand.N(se.retryAfter/10+1), true // at most a tenth more
 		}
 	} else if !isConnError(err) {
 		return 0, false
