@@ -44,7 +44,6 @@ type fakeLLM struct {
 
 	mu        sync.Mutex
 	gates     map[string]chan struct{}
-	order     []string             // questions in the order their streams started
 	abandoned map[string]time.Time // question → when the client went away mid-stream
 	seen429   map[string]bool
 }
@@ -176,9 +175,6 @@ func (f *fakeLLM) answer(w http.ResponseWriter, r *http.Request, question string
 	defer f.active.Add(-1)
 	raiseMax(&f.maxActive, f.active.Add(1))
 	f.streams.Add(1)
-	f.mu.Lock()
-	f.order = append(f.order, question)
-	f.mu.Unlock()
 	if strings.Contains(question, "#gate") {
 		f.started <- question
 		select {
@@ -248,10 +244,4 @@ func (f *fakeLLM) abandonedAt(question string) (time.Time, bool) {
 	defer f.mu.Unlock()
 	at, ok := f.abandoned[question]
 	return at, ok
-}
-
-func (f *fakeLLM) startOrder() []string {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return append([]string(nil), f.order...)
 }
