@@ -50,6 +50,7 @@ type Deps struct {
 	PingInterval   time.Duration // SSE keep-alive; default 15s
 	Intents        *admin.Intents
 	Terms          *admin.Terms
+	Audit          *admin.Audit
 
 	// Idempotent submit (s.submitLock, s.idempotent); nil disables each part.
 	Locks       *idempotent.Locks
@@ -227,6 +228,8 @@ func NewRouter(deps Deps) *Router {
 	adm.POST("/admin/term-mappings", s.idempotent, s.createTermMapping)
 	adm.PUT("/admin/term-mappings/:id", s.idempotent, s.updateTermMapping)
 	adm.DELETE("/admin/term-mappings/:id", s.deleteTermMapping)
+
+	adm.GET("/admin/audit", s.listAudit)
 
 	return &Router{r}
 }
