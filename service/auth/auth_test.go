@@ -239,7 +239,9 @@ type env struct {
 // real ones are tested against Postgres in cmd/ragent).
 type auditLog struct{ events []service.AuditEvent }
 
-func (a *auditLog) InTx(ctx context.Context, fn func(ctx context.Context) error) error { return fn(ctx) }
+func (a *auditLog) InTx(ctx context.Context, fn func(ctx context.Context) error) error {
+	return fn(ctx)
+}
 
 func (a *auditLog) AppendAudit(_ context.Context, e *service.AuditEvent) error {
 	a.events = append(a.events, *e)
