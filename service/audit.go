@@ -194,9 +194,9 @@ func (a *Auditor) Fail(ctx context.Context, ev AuditEvent, err error) {
 
 // Record appends ev on its own, filling in the actor and the request from
 // ctx. An event that cannot be written is logged: the outcome it records
-// has already happened.
+// has already happened. A client that went away does not cancel it.
 func (a *Auditor) Record(ctx context.Context, ev AuditEvent) {
-	if err := a.append(ctx, &ev); err != nil {
+	if err := a.append(context.WithoutCancel(ctx), &ev); err != nil {
 		a.log.ErrorContext(ctx, "audit event not recorded", "action", ev.Action, "target", ev.TargetID,
 			"result", ev.Result, "err", err)
 	}
