@@ -165,10 +165,13 @@ func viaCookie(c *gin.Context) bool {
 	return c.GetBool(ctxViaCookie)
 }
 
-// requireAdmin lets only admins through.
-func requireAdmin(c *gin.Context) {
+// requireAdmin lets only admins through. A refused attempt at an audited
+// change is recorded here, since its use case never runs (adminAudited).
+func (s *Server) requireAdmin(c *gin.Context) {
 	if !principal(c).IsAdmin() {
-		fail(c, service.Errorf(service.ErrForbidden, "admin role required"))
+		err := service.Errorf(service.ErrForbidden, "admin role required")
+		s.auditRefusal(c, err)
+		fail(c, err)
 		return
 	}
 	c.Next()

@@ -259,6 +259,7 @@ func newApp(ctx context.Context, cfg Config, log *slog.Logger) (_ *App, err erro
 		KnowledgeBases:    kbs,
 		Groups:            admin.NewGroups(a.store, ids, audit),
 		Audit:             admin.NewAudit(a.store),
+		Auditor:           audit,
 		Ingest:            ingestSvc,
 		Search:            searcher,
 		Chat:              chatSvc,

@@ -168,6 +168,16 @@ func TestAuditLogRecordsEachAction(t *testing.T) {
 		{"delete self", admin, func(c *client, h []string) (response, string) {
 			return jsonStep("DELETE", "/api/v1/users/"+me.ID, nil)(c, h), me.ID
 		}, 409, "user.delete", me.ID, "conflict"},
+		// Refused by the router (admins only) before any use case runs.
+		{"create user as a user", nil, func(_ *client, h []string) (response, string) {
+			return ursula.do("POST", "/api/v1/users", map[string]string{"username": "sneaky", "password": "sneaky-password"}, h...), ""
+		}, 403, "user.create", ursulaID, "denied"},
+		{"delete user as a user", nil, func(_ *client, h []string) (response, string) {
+			return ursula.do("DELETE", "/api/v1/users/"+victimID, nil, h...), victimID
+		}, 403, "user.delete", ursulaID, "denied"},
+		{"create term mapping as a user", nil, func(_ *client, h []string) (response, string) {
+			return ursula.do("POST", "/api/v1/admin/term-mappings", map[string]any{"sourceTerm": "a", "targetTerm": "b"}, h...), ""
+		}, 403, "term.create", ursulaID, "denied"},
 
 		{"create group", admin, func(c *client, h []string) (response, string) {
 			r := jsonStep("POST", "/api/v1/groups", map[string]string{"name": "auditors"})(c, h)
