@@ -29,7 +29,8 @@ const (
 const SessionCookie = "ragent_session"
 
 // requestID takes X-Request-ID from the client when it is sane, or makes
-// one, and puts it in the response, the request context and the logger.
+// one, and puts it in the response, the request context and the logger;
+// the request context also gets the client IP.
 func requestID(log *slog.Logger) gin.HandlerFunc {
 	return func(c *gin.Context) {
 		id := c.GetHeader("X-Request-ID")
@@ -39,7 +40,10 @@ func requestID(log *slog.Logger) gin.HandlerFunc {
 			id = hex.EncodeToString(b[:])
 		}
 		c.Header("X-Request-ID", id)
-		c.Request = c.Request.WithContext(service.WithRequestID(c.Request.Context(), id))
+		// The client IP as the trusted-proxy setting allows (gin's ClientIP)
+		// goes along for the audit log.
+		ctx := service.WithClientIP(service.WithRequestID(c.Request.Context(), id), c.ClientIP())
+		c.Request = c.Request.WithContext(ctx)
 		// The logger adds the id from the request context to every line.
 		c.Set(ctxLogger, log)
 		c.Next()
@@ -150,6 +154,8 @@ func (s *Server) authenticate(c *gin.Context) {
 	}
 	c.Set(ctxPrincipal, p)
 	c.Set(ctxViaCookie, cookie)
+	// The use cases' audit events name the caller from the request context.
+	c.Request = c.Request.WithContext(service.WithPrincipal(c.Request.Context(), p))
 	c.Next()
 }
 
@@ -159,10 +165,13 @@ func viaCookie(c *gin.Context) bool {
 	return c.GetBool(ctxViaCookie)
 }
 
-// requireAdmin lets only admins through.
-func requireAdmin(c *gin.Context) {
+// requireAdmin lets only admins through. A refused attempt at an audited
+// change is recorded here, since its use case never runs (adminAudited).
+func (s *Server) requireAdmin(c *gin.Context) {
 	if !principal(c).IsAdmin() {
-		fail(c, service.Errorf(service.ErrForbidden, "admin role required"))
+		err := service.Errorf(service.ErrForbidden, "admin role required")
+		s.auditRefusal(c, err)
+		fail(c, err)
 		return
 	}
 	c.Next()

@@ -20,6 +20,7 @@ import (
 
 	"github.com/ragent-go/ragent/idempotent"
 	"github.com/ragent-go/ragent/ratelimit"
+	"github.com/ragent-go/ragent/service"
 	"github.com/ragent-go/ragent/service/admin"
 	"github.com/ragent-go/ragent/service/auth"
 	"github.com/ragent-go/ragent/service/chat"
@@ -50,6 +51,10 @@ type Deps struct {
 	PingInterval   time.Duration // SSE keep-alive; default 15s
 	Intents        *admin.Intents
 	Terms          *admin.Terms
+	Audit          *admin.Audit
+	// Auditor records refusals the router makes before a use case runs
+	// (a non-admin on an admin-only change); nil records none.
+	Auditor *service.Auditor
 
 	// Idempotent submit (s.submitLock, s.idempotent); nil disables each part.
 	Locks       *idempotent.Locks
@@ -203,7 +208,7 @@ func NewRouter(deps Deps) *Router {
 	user.PATCH("/conversations/:id", s.renameConversation)
 	user.DELETE("/conversations/:id", s.deleteConversation)
 
-	adm := user.Group("", requireAdmin)
+	adm := user.Group("", s.requireAdmin)
 	adm.GET("/users", s.listUsers)
 	adm.POST("/users", s.idempotent, s.createUser)
 	adm.PATCH("/users/:id", s.idempotent, s.updateUser)
@@ -227,6 +232,8 @@ func NewRouter(deps Deps) *Router {
 	adm.POST("/admin/term-mappings", s.idempotent, s.createTermMapping)
 	adm.PUT("/admin/term-mappings/:id", s.idempotent, s.updateTermMapping)
 	adm.DELETE("/admin/term-mappings/:id", s.deleteTermMapping)
+
+	adm.GET("/admin/audit", s.listAudit)
 
 	return &Router{r}
 }

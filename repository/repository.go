@@ -98,15 +98,38 @@ func (s *Store) Ping(ctx context.Context) error {
 }
 
 // WithinTx runs fn with a Store bound to one transaction, committing when fn
-// returns nil and rolling back otherwise.
+// returns nil and rolling back otherwise. Inside a transaction of InTx
+// (carried by ctx) it is a savepoint of that transaction.
 func (s *Store) WithinTx(ctx context.Context, fn func(tx *Store) error) error {
-	err := s.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
+	err := s.conn(ctx).Transaction(func(tx *gorm.DB) error {
 		return fn(&Store{db: tx, log: s.log})
 	})
 	return translate(err)
 }
 
-func (s *Store) conn(ctx context.Context) *gorm.DB { return s.db.WithContext(ctx) }
+// txKey carries InTx's transaction in a context.
+type txKey struct{}
+
+// InTx runs fn in one transaction that every Store method called with the
+// context fn receives joins, committing when fn returns nil and rolling back
+// otherwise. It lets a use case make several store calls (a change and its
+// audit event) atomic without knowing about SQL; it implements
+// service.Transactor.
+func (s *Store) InTx(ctx context.Context, fn func(ctx context.Context) error) error {
+	err := s.conn(ctx).Transaction(func(tx *gorm.DB) error {
+		return fn(context.WithValue(ctx, txKey{}, tx))
+	})
+	return translate(err)
+}
+
+// conn is the connection a statement runs on: InTx's transaction when ctx
+// carries one, else s's own (the pool, or WithinTx's transaction).
+func (s *Store) conn(ctx context.Context) *gorm.DB {
+	if tx, ok := ctx.Value(txKey{}).(*gorm.DB); ok {
+		return tx.WithContext(ctx)
+	}
+	return s.db.WithContext(ctx)
+}
 
 // translate turns driver errors into service sentinels.
 func translate(err error) error {

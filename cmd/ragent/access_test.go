@@ -198,6 +198,12 @@ var isolationMatrix = map[string]isolationRow{
 	"GET /api/v1/admin/limiter": {[6]int{denied, denied, denied, denied, denied, fine}, func(t *testing.T, f *accessFixture, _ string, c *client) int {
 		return c.do("GET", "/api/v1/admin/limiter", nil).Status
 	}},
+	// The audit log names the knowledge bases and documents of everyone's
+	// changes (ids and names in targets and details); only admins read it,
+	// whatever their knowledge-base roles.
+	"GET /api/v1/admin/audit": {[6]int{denied, denied, denied, denied, denied, fine}, func(t *testing.T, f *accessFixture, _ string, c *client) int {
+		return c.do("GET", "/api/v1/admin/audit?target="+f.kb, nil).Status
+	}},
 }
 
 // noKnowledgeBaseData are the routes that neither take nor return a

@@ -102,6 +102,9 @@ func newApp(ctx context.Context, cfg Config, log *slog.Logger) (_ *App, err erro
 	}
 	a.closers = append(a.closers, a.ids.Close)
 	ids := idSource{a.ids}
+	// Every audited change writes its event in its own transaction (README
+	// "Audit log").
+	audit := service.NewAuditor(a.store, a.store, ids, nil, log)
 
 	var authSvc *auth.Service
 	err = a.store.WithStartupLock(ctx, func(ctx context.Context) error {
@@ -110,7 +113,7 @@ func newApp(ctx context.Context, cfg Config, log *slog.Logger) (_ *App, err erro
 			return err
 		}
 		authState := cache.NewAuthState(a.rdb, cfg.RedisPrefix) // revocations and login attempt counters
-		authSvc, err = auth.New(a.store, authState, loginAttempts{authState}, ids, authConfig(cfg, secret), log, nil)
+		authSvc, err = auth.New(a.store, authState, loginAttempts{authState}, ids, audit, authConfig(cfg, secret), log, nil)
 		if err != nil {
 			return err
 		}
@@ -142,14 +145,14 @@ func newApp(ctx context.Context, cfg Config, log *slog.Logger) (_ *App, err erro
 	access := service.NewAccess(a.store)
 	kbs := admin.NewKnowledgeBases(a.store, access, ids, admin.EmbeddingDefaults{
 		Model: embedder.Model(), Dim: embedder.Dim(), VectorWeight: vectorWeight(cfg),
-	})
+	}, audit)
 	searcher := retrieve.New(a.store, access, embedder, reranker, retrieve.Config{MinVectorScore: cfg.SearchMinVectorScore}, log)
 	parser, closeParser, err := newParser(cfg, log)
 	if err != nil {
 		return nil, err
 	}
 	a.closers = append(a.closers, func(context.Context) error { return closeParser() })
-	ingestSvc := ingest.New(a.store, access, embedder, ids, ingest.Config{
+	ingestSvc := ingest.New(a.store, access, embedder, ids, audit, ingest.Config{
 		MaxBytes:  cfg.UploadMaxBytes,
 		Limits:    ingest.Limits{MaxTextBytes: cfg.IngestMaxTextBytes, Timeout: cfg.IngestParseTimeout},
 		MaxChunks: cfg.IngestMaxChunks,
@@ -162,8 +165,8 @@ func newApp(ctx context.Context, cfg Config, log *slog.Logger) (_ *App, err erro
 	cacheMetrics := cache.NewMetrics(a.registry)
 	intentCache := cache.NewIntents(a.rdb, cfg.RedisPrefix, a.store, cacheMetrics, log)
 	termCache := cache.NewTerms(a.rdb, cfg.RedisPrefix, a.store, cacheMetrics, log)
-	intents := admin.NewIntents(a.store, intentCache, intentCache, ids, log)
-	terms := admin.NewTerms(a.store, termCache, termCache, ids, log)
+	intents := admin.NewIntents(a.store, intentCache, intentCache, ids, audit, log)
+	terms := admin.NewTerms(a.store, termCache, termCache, ids, audit, log)
 
 	// Idempotent submit: a duplicate of an in-flight request is refused (the
 	// lock's 30 s TTL only bounds a crashed holder: the watchdog renews it),
@@ -254,7 +257,9 @@ func newApp(ctx context.Context, cfg Config, log *slog.Logger) (_ *App, err erro
 		Log:               log,
 		Auth:              authSvc,
 		KnowledgeBases:    kbs,
-		Groups:            admin.NewGroups(a.store, ids),
+		Groups:            admin.NewGroups(a.store, ids, audit),
+		Audit:             admin.NewAudit(a.store),
+		Auditor:           audit,
 		Ingest:            ingestSvc,
 		Search:            searcher,
 		Chat:              chatSvc,

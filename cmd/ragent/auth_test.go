@@ -73,6 +73,7 @@ var routeAccess = map[string]access{
 	"POST /api/v1/admin/term-mappings":                     adminOnly,
 	"PUT /api/v1/admin/term-mappings/:id":                  adminOnly,
 	"DELETE /api/v1/admin/term-mappings/:id":               adminOnly,
+	"GET /api/v1/admin/audit":                              adminOnly,
 	"GET /":                                                public,
 	"GET /assets/*filepath":                                public,
 	"HEAD /assets/*filepath":                               public,

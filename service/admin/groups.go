@@ -3,6 +3,7 @@ package admin
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"unicode/utf8"
 
@@ -28,11 +29,12 @@ type GroupStore interface {
 type Groups struct {
 	store GroupStore
 	ids   service.IDGenerator
+	audit *service.Auditor
 }
 
-// NewGroups returns the group use case.
-func NewGroups(store GroupStore, ids service.IDGenerator) *Groups {
-	return &Groups{store: store, ids: ids}
+// NewGroups returns the group use case; every change is recorded in audit.
+func NewGroups(store GroupStore, ids service.IDGenerator, audit *service.Auditor) *Groups {
+	return &Groups{store: store, ids: ids, audit: audit}
 }
 
 // GroupInput creates or changes a group; nil fields keep their value.
@@ -76,6 +78,22 @@ func groupNotFound(err error, id service.ID) error {
 
 // Create adds a group.
 func (s *Groups) Create(ctx context.Context, p service.Principal, in GroupInput) (*service.Group, error) {
+	var g *service.Group
+	err := s.audit.Do(ctx, service.AuditEvent{Action: service.AuditGroupCreate, TargetType: service.TargetGroup},
+		func(ctx context.Context, ev *service.AuditEvent) error {
+			var err error
+			if g, err = s.create(ctx, p, in); err == nil {
+				ev.TargetID, ev.Detail = g.ID.String(), "name="+g.Name
+			}
+			return err
+		})
+	if err != nil {
+		return nil, err
+	}
+	return g, nil
+}
+
+func (s *Groups) create(ctx context.Context, p service.Principal, in GroupInput) (*service.Group, error) {
 	if err := requireAdmin(p); err != nil {
 		return nil, err
 	}
@@ -107,6 +125,22 @@ func (s *Groups) List(ctx context.Context, p service.Principal, after service.ID
 
 // Update renames or describes a group.
 func (s *Groups) Update(ctx context.Context, p service.Principal, id service.ID, in GroupInput) (*service.Group, error) {
+	var g *service.Group
+	err := s.audit.Do(ctx, service.AuditEvent{Action: service.AuditGroupUpdate, TargetType: service.TargetGroup, TargetID: id.String()},
+		func(ctx context.Context, ev *service.AuditEvent) error {
+			var err error
+			if g, err = s.update(ctx, p, id, in); err == nil {
+				ev.Detail = "name=" + g.Name
+			}
+			return err
+		})
+	if err != nil {
+		return nil, err
+	}
+	return g, nil
+}
+
+func (s *Groups) update(ctx context.Context, p service.Principal, id service.ID, in GroupInput) (*service.Group, error) {
 	if err := requireAdmin(p); err != nil {
 		return nil, err
 	}
@@ -128,10 +162,13 @@ func (s *Groups) Update(ctx context.Context, p service.Principal, id service.ID,
 
 // Delete removes a group with its memberships and every grant it held.
 func (s *Groups) Delete(ctx context.Context, p service.Principal, id service.ID) error {
-	if err := requireAdmin(p); err != nil {
-		return err
-	}
-	return groupNotFound(s.store.DeleteGroup(ctx, id), id)
+	ev := service.AuditEvent{Action: service.AuditGroupDelete, TargetType: service.TargetGroup, TargetID: id.String()}
+	return s.audit.Do(ctx, ev, func(ctx context.Context, _ *service.AuditEvent) error {
+		if err := requireAdmin(p); err != nil {
+			return err
+		}
+		return groupNotFound(s.store.DeleteGroup(ctx, id), id)
+	})
 }
 
 // Members lists a group's users.
@@ -154,6 +191,22 @@ type GroupMemberInput struct {
 // AddMember puts a user in a group (adding a member twice is fine) and
 // returns the user.
 func (s *Groups) AddMember(ctx context.Context, p service.Principal, id service.ID, in GroupMemberInput) (*service.User, error) {
+	var u *service.User
+	ev := service.AuditEvent{Action: service.AuditGroupMemberAdd, TargetType: service.TargetGroup, TargetID: id.String()}
+	err := s.audit.Do(ctx, ev, func(ctx context.Context, ev *service.AuditEvent) error {
+		var err error
+		if u, err = s.addMember(ctx, p, id, in); err == nil {
+			ev.Detail = fmt.Sprintf("user=%s (%s)", u.ID, u.Username)
+		}
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return u, nil
+}
+
+func (s *Groups) addMember(ctx context.Context, p service.Principal, id service.ID, in GroupMemberInput) (*service.User, error) {
 	if err := requireAdmin(p); err != nil {
 		return nil, err
 	}
@@ -184,12 +237,16 @@ func (s *Groups) AddMember(ctx context.Context, p service.Principal, id service.
 
 // RemoveMember takes a user out of a group.
 func (s *Groups) RemoveMember(ctx context.Context, p service.Principal, id, userID service.ID) error {
-	if err := requireAdmin(p); err != nil {
+	ev := service.AuditEvent{Action: service.AuditGroupMemberRemove, TargetType: service.TargetGroup, TargetID: id.String(),
+		Detail: "user=" + userID.String()}
+	return s.audit.Do(ctx, ev, func(ctx context.Context, _ *service.AuditEvent) error {
+		if err := requireAdmin(p); err != nil {
+			return err
+		}
+		err := s.store.RemoveGroupMember(ctx, id, userID)
+		if errors.Is(err, service.ErrNotFound) {
+			return service.Errorf(service.ErrNotFound, "user %s is not in group %s", userID, id)
+		}
 		return err
-	}
-	err := s.store.RemoveGroupMember(ctx, id, userID)
-	if errors.Is(err, service.ErrNotFound) {
-		return service.Errorf(service.ErrNotFound, "user %s is not in group %s", userID, id)
-	}
-	return err
+	})
 }

@@ -43,16 +43,18 @@ type Intents struct {
 	read  IntentReader
 	cache Invalidator
 	ids   service.IDGenerator
+	audit *service.Auditor
 	log   *slog.Logger
 }
 
 // NewIntents returns the intent-tree use case. read serves the tree (usually
-// the cache); cache is invalidated after every committed write.
-func NewIntents(store IntentStore, read IntentReader, cache Invalidator, ids service.IDGenerator, log *slog.Logger) *Intents {
+// the cache); cache is invalidated after every committed write; every
+// change is recorded in audit.
+func NewIntents(store IntentStore, read IntentReader, cache Invalidator, ids service.IDGenerator, audit *service.Auditor, log *slog.Logger) *Intents {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Intents{store: store, read: read, cache: cache, ids: ids, log: log}
+	return &Intents{store: store, read: read, cache: cache, ids: ids, audit: audit, log: log}
 }
 
 // IntentInput is a whole intent node as an admin submits it (PUT replaces
@@ -223,6 +225,23 @@ func (s *Intents) Tree(ctx context.Context) ([]*service.IntentNode, error) {
 
 // Create adds a node.
 func (s *Intents) Create(ctx context.Context, in IntentInput) (*service.IntentNode, error) {
+	var n *service.IntentNode
+	err := s.audit.Do(ctx, service.AuditEvent{Action: service.AuditIntentCreate, TargetType: service.TargetIntent, Detail: "code=" + in.Code},
+		func(ctx context.Context, ev *service.AuditEvent) error {
+			var err error
+			if n, err = s.create(ctx, in); err == nil {
+				ev.TargetID, ev.Detail = n.ID.String(), "code="+n.Code
+			}
+			return err
+		})
+	if err != nil {
+		return nil, err
+	}
+	s.invalidate(ctx)
+	return n, nil
+}
+
+func (s *Intents) create(ctx context.Context, in IntentInput) (*service.IntentNode, error) {
 	id, err := s.ids.NextID()
 	if err != nil {
 		return nil, err
@@ -238,13 +257,27 @@ func (s *Intents) Create(ctx context.Context, in IntentInput) (*service.IntentNo
 	if err != nil {
 		return nil, s.codeConflict(err, n.Code)
 	}
-	s.invalidate(ctx)
 	return n, nil
 }
 
 // Update replaces a node; changing ParentID moves it (with its subtree) and
 // Enabled enables or disables it.
 func (s *Intents) Update(ctx context.Context, id service.ID, in IntentInput) (*service.IntentNode, error) {
+	var n *service.IntentNode
+	ev := service.AuditEvent{Action: service.AuditIntentUpdate, TargetType: service.TargetIntent, TargetID: id.String(), Detail: "code=" + in.Code}
+	err := s.audit.Do(ctx, ev, func(ctx context.Context, _ *service.AuditEvent) error {
+		var err error
+		n, err = s.update(ctx, id, in)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	s.invalidate(ctx)
+	return n, nil
+}
+
+func (s *Intents) update(ctx context.Context, id service.ID, in IntentInput) (*service.IntentNode, error) {
 	n, err := in.node(id)
 	if err != nil {
 		return nil, err
@@ -264,14 +297,32 @@ func (s *Intents) Update(ctx context.Context, id service.ID, in IntentInput) (*s
 	if err != nil {
 		return nil, s.codeConflict(err, n.Code)
 	}
-	s.invalidate(ctx)
 	return n, nil
 }
 
 // Delete removes a node. A node with children is deleted only with cascade,
 // and then with its whole subtree.
 func (s *Intents) Delete(ctx context.Context, id service.ID, cascade bool) error {
-	err := s.store.DeleteIntents(ctx, func(nodes []*service.IntentNode) ([]service.ID, error) {
+	ev := service.AuditEvent{Action: service.AuditIntentDelete, TargetType: service.TargetIntent, TargetID: id.String()}
+	if cascade {
+		ev.Detail = "cascade"
+	}
+	err := s.audit.Do(ctx, ev, func(ctx context.Context, ev *service.AuditEvent) error {
+		deleted, err := s.delete(ctx, id, cascade)
+		if len(deleted) > 1 {
+			ev.Detail = fmt.Sprintf("cascade: %d nodes", len(deleted))
+		}
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	s.invalidate(ctx)
+	return nil
+}
+
+func (s *Intents) delete(ctx context.Context, id service.ID, cascade bool) (deleted []service.ID, err error) {
+	err = s.store.DeleteIntents(ctx, func(nodes []*service.IntentNode) ([]service.ID, error) {
 		children := make(map[service.ID][]service.ID)
 		found := false
 		for _, x := range nodes {
@@ -291,13 +342,10 @@ func (s *Intents) Delete(ctx context.Context, id service.ID, cascade bool) error
 		for i := 0; i < len(ids) && i <= len(nodes); i++ {
 			ids = append(ids, children[ids[i]]...)
 		}
+		deleted = ids
 		return ids, nil
 	})
-	if err != nil {
-		return err
-	}
-	s.invalidate(ctx)
-	return nil
+	return deleted, err
 }
 
 // codeConflict gives the database's unique-code verdict (the last line

@@ -3,6 +3,7 @@ package admin
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"unicode/utf8"
 
@@ -42,11 +43,13 @@ type KnowledgeBases struct {
 	access *service.Access
 	ids    service.IDGenerator
 	emb    EmbeddingDefaults
+	audit  *service.Auditor
 }
 
-// NewKnowledgeBases returns the knowledge-base use case.
-func NewKnowledgeBases(store KnowledgeBaseStore, access *service.Access, ids service.IDGenerator, emb EmbeddingDefaults) *KnowledgeBases {
-	return &KnowledgeBases{store: store, access: access, ids: ids, emb: emb}
+// NewKnowledgeBases returns the knowledge-base use case; every change is
+// recorded in audit.
+func NewKnowledgeBases(store KnowledgeBaseStore, access *service.Access, ids service.IDGenerator, emb EmbeddingDefaults, audit *service.Auditor) *KnowledgeBases {
+	return &KnowledgeBases{store: store, access: access, ids: ids, emb: emb, audit: audit}
 }
 
 // KnowledgeBaseInput creates or changes a knowledge base; nil fields keep
@@ -108,6 +111,22 @@ func (in KnowledgeBaseInput) apply(kb *service.KnowledgeBase) error {
 // admins create knowledge bases (and then grant managers): a knowledge base
 // costs storage and embedding work, so creating one is an operator's call.
 func (k *KnowledgeBases) Create(ctx context.Context, p service.Principal, in KnowledgeBaseInput) (*service.KnowledgeBase, error) {
+	var kb *service.KnowledgeBase
+	err := k.audit.Do(ctx, service.AuditEvent{Action: service.AuditKBCreate, TargetType: service.TargetKnowledgeBase},
+		func(ctx context.Context, ev *service.AuditEvent) error {
+			var err error
+			if kb, err = k.create(ctx, p, in); err == nil {
+				ev.TargetID, ev.Detail = kb.ID.String(), fmt.Sprintf("name=%s visibility=%s", kb.Name, kb.Visibility)
+			}
+			return err
+		})
+	if err != nil {
+		return nil, err
+	}
+	return kb, nil
+}
+
+func (k *KnowledgeBases) create(ctx context.Context, p service.Principal, in KnowledgeBaseInput) (*service.KnowledgeBase, error) {
 	if !p.IsAdmin() {
 		return nil, service.Errorf(service.ErrForbidden, "only admins create knowledge bases")
 	}
@@ -170,6 +189,39 @@ func (k *KnowledgeBases) List(ctx context.Context, p service.Principal, after se
 // Update changes a knowledge base (managers). Chunk settings apply to
 // documents ingested or reindexed afterwards.
 func (k *KnowledgeBases) Update(ctx context.Context, p service.Principal, id service.ID, in KnowledgeBaseInput) (*service.KnowledgeBase, error) {
+	var kb *service.KnowledgeBase
+	ev := service.AuditEvent{Action: service.AuditKBUpdate, TargetType: service.TargetKnowledgeBase, TargetID: id.String(), Detail: in.changes()}
+	err := k.audit.Do(ctx, ev, func(ctx context.Context, _ *service.AuditEvent) error {
+		var err error
+		kb, err = k.update(ctx, p, id, in)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return kb, nil
+}
+
+// changes names the fields in changes, with the new visibility, for the
+// audit log.
+func (in KnowledgeBaseInput) changes() string {
+	var parts []string
+	if in.Visibility != nil {
+		parts = append(parts, "visibility="+string(*in.Visibility))
+	}
+	for _, f := range []struct {
+		name string
+		set  bool
+	}{{"name", in.Name != nil}, {"description", in.Description != nil}, {"chunkSize", in.ChunkSize != nil},
+		{"chunkOverlap", in.ChunkOverlap != nil}, {"vectorWeight", in.VectorWeight != nil}} {
+		if f.set {
+			parts = append(parts, f.name)
+		}
+	}
+	return strings.Join(parts, " ")
+}
+
+func (k *KnowledgeBases) update(ctx context.Context, p service.Principal, id service.ID, in KnowledgeBaseInput) (*service.KnowledgeBase, error) {
 	role, err := k.access.Require(ctx, p, id, service.KBManager)
 	if err != nil {
 		return nil, err
@@ -194,10 +246,13 @@ func (k *KnowledgeBases) Update(ctx context.Context, p service.Principal, id ser
 // Delete removes a knowledge base, its documents, their chunks and its
 // members (managers).
 func (k *KnowledgeBases) Delete(ctx context.Context, p service.Principal, id service.ID) error {
-	if _, err := k.access.Require(ctx, p, id, service.KBManager); err != nil {
-		return err
-	}
-	return notFound(k.store.DeleteKnowledgeBase(ctx, id), id)
+	ev := service.AuditEvent{Action: service.AuditKBDelete, TargetType: service.TargetKnowledgeBase, TargetID: id.String()}
+	return k.audit.Do(ctx, ev, func(ctx context.Context, _ *service.AuditEvent) error {
+		if _, err := k.access.Require(ctx, p, id, service.KBManager); err != nil {
+			return err
+		}
+		return notFound(k.store.DeleteKnowledgeBase(ctx, id), id)
+	})
 }
 
 func notFound(err error, id service.ID) error {
@@ -228,6 +283,32 @@ func (k *KnowledgeBases) Members(ctx context.Context, p service.Principal, kbID 
 // existing grant of the same user or group (managers). created reports a
 // new grant.
 func (k *KnowledgeBases) PutMember(ctx context.Context, p service.Principal, kbID service.ID, in MemberInput) (*service.KBMember, bool, error) {
+	var m *service.KBMember
+	var created bool
+	ev := service.AuditEvent{Action: service.AuditKBMemberPut, TargetType: service.TargetKnowledgeBase, TargetID: kbID.String(),
+		Detail: fmt.Sprintf("%s=%s role=%s", in.Kind, memberName(in), in.Role)}
+	err := k.audit.Do(ctx, ev, func(ctx context.Context, ev *service.AuditEvent) error {
+		var err error
+		if m, created, err = k.putMember(ctx, p, kbID, in); err == nil {
+			ev.Detail = fmt.Sprintf("%s=%s (%s) role=%s", m.Kind, m.PrincipalID, m.Name, m.Role)
+		}
+		return err
+	})
+	if err != nil {
+		return nil, false, err
+	}
+	return m, created, nil
+}
+
+// memberName is how in names the member, for the audit log.
+func memberName(in MemberInput) string {
+	if in.PrincipalID != 0 {
+		return in.PrincipalID.String()
+	}
+	return strings.TrimSpace(in.Name)
+}
+
+func (k *KnowledgeBases) putMember(ctx context.Context, p service.Principal, kbID service.ID, in MemberInput) (*service.KBMember, bool, error) {
 	if _, err := k.access.Require(ctx, p, kbID, service.KBManager); err != nil {
 		return nil, false, err
 	}
@@ -288,12 +369,16 @@ func (k *KnowledgeBases) PutMember(ctx context.Context, p service.Principal, kbI
 // RemoveMember revokes one grant (managers). A manager may remove their own
 // grant; an admin can always restore it.
 func (k *KnowledgeBases) RemoveMember(ctx context.Context, p service.Principal, kbID, memberID service.ID) error {
-	if _, err := k.access.Require(ctx, p, kbID, service.KBManager); err != nil {
+	ev := service.AuditEvent{Action: service.AuditKBMemberRemove, TargetType: service.TargetKnowledgeBase, TargetID: kbID.String(),
+		Detail: "member=" + memberID.String()}
+	return k.audit.Do(ctx, ev, func(ctx context.Context, _ *service.AuditEvent) error {
+		if _, err := k.access.Require(ctx, p, kbID, service.KBManager); err != nil {
+			return err
+		}
+		err := k.store.DeleteKnowledgeBaseMember(ctx, kbID, memberID)
+		if errors.Is(err, service.ErrNotFound) {
+			return service.Errorf(service.ErrNotFound, "member %s not found", memberID)
+		}
 		return err
-	}
-	err := k.store.DeleteKnowledgeBaseMember(ctx, kbID, memberID)
-	if errors.Is(err, service.ErrNotFound) {
-		return service.Errorf(service.ErrNotFound, "member %s not found", memberID)
-	}
-	return err
+	})
 }

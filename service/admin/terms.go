@@ -3,6 +3,7 @@ package admin
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"strings"
 	"unicode/utf8"
@@ -31,16 +32,18 @@ type Terms struct {
 	read  TermReader
 	cache Invalidator
 	ids   service.IDGenerator
+	audit *service.Auditor
 	log   *slog.Logger
 }
 
 // NewTerms returns the term-mapping use case. read serves the list (usually
-// the cache); cache is invalidated after every committed write.
-func NewTerms(store TermStore, read TermReader, cache Invalidator, ids service.IDGenerator, log *slog.Logger) *Terms {
+// the cache); cache is invalidated after every committed write; every
+// change is recorded in audit.
+func NewTerms(store TermStore, read TermReader, cache Invalidator, ids service.IDGenerator, audit *service.Auditor, log *slog.Logger) *Terms {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Terms{store: store, read: read, cache: cache, ids: ids, log: log}
+	return &Terms{store: store, read: read, cache: cache, ids: ids, audit: audit, log: log}
 }
 
 // TermInput is a whole mapping as an admin submits it (PUT replaces every
@@ -89,34 +92,49 @@ func (t *Terms) List(ctx context.Context) ([]service.TermMapping, error) {
 
 // Create adds a mapping.
 func (t *Terms) Create(ctx context.Context, in TermInput) (*service.TermMapping, error) {
-	id, err := t.ids.NextID()
+	var m *service.TermMapping
+	err := t.audit.Do(ctx, service.AuditEvent{Action: service.AuditTermCreate, TargetType: service.TargetTermMapping, Detail: in.detail()},
+		func(ctx context.Context, ev *service.AuditEvent) error {
+			id, err := t.ids.NextID()
+			if err != nil {
+				return err
+			}
+			if m, err = in.mapping(id); err != nil {
+				return err
+			}
+			ev.TargetID = id.String()
+			return sourceConflict(t.store.CreateTermMapping(ctx, m), m.SourceTerm)
+		})
 	if err != nil {
 		return nil, err
-	}
-	m, err := in.mapping(id)
-	if err != nil {
-		return nil, err
-	}
-	if err := t.store.CreateTermMapping(ctx, m); err != nil {
-		return nil, sourceConflict(err, m.SourceTerm)
 	}
 	t.invalidate(ctx)
 	return m, nil
 }
 
+// detail is the mapping in as the audit log shows it.
+func (in TermInput) detail() string {
+	return fmt.Sprintf("%s → %s enabled=%t", strings.TrimSpace(in.SourceTerm), strings.TrimSpace(in.TargetTerm), in.Enabled == nil || *in.Enabled)
+}
+
 // Update replaces a mapping; Enabled enables or disables it.
 func (t *Terms) Update(ctx context.Context, id service.ID, in TermInput) (*service.TermMapping, error) {
-	m, err := in.mapping(id)
+	var m *service.TermMapping
+	ev := service.AuditEvent{Action: service.AuditTermUpdate, TargetType: service.TargetTermMapping, TargetID: id.String(), Detail: in.detail()}
+	err := t.audit.Do(ctx, ev, func(ctx context.Context, _ *service.AuditEvent) error {
+		var err error
+		if m, err = in.mapping(id); err != nil {
+			return err
+		}
+		old, err := t.store.TermMapping(ctx, id)
+		if err != nil {
+			return err
+		}
+		m.CreatedAt = old.CreatedAt
+		return sourceConflict(t.store.UpdateTermMapping(ctx, m), m.SourceTerm)
+	})
 	if err != nil {
 		return nil, err
-	}
-	old, err := t.store.TermMapping(ctx, id)
-	if err != nil {
-		return nil, err
-	}
-	m.CreatedAt = old.CreatedAt
-	if err := t.store.UpdateTermMapping(ctx, m); err != nil {
-		return nil, sourceConflict(err, m.SourceTerm)
 	}
 	t.invalidate(ctx)
 	return m, nil
@@ -124,7 +142,11 @@ func (t *Terms) Update(ctx context.Context, id service.ID, in TermInput) (*servi
 
 // Delete removes a mapping.
 func (t *Terms) Delete(ctx context.Context, id service.ID) error {
-	if err := t.store.DeleteTermMapping(ctx, id); err != nil {
+	ev := service.AuditEvent{Action: service.AuditTermDelete, TargetType: service.TargetTermMapping, TargetID: id.String()}
+	err := t.audit.Do(ctx, ev, func(ctx context.Context, _ *service.AuditEvent) error {
+		return t.store.DeleteTermMapping(ctx, id)
+	})
+	if err != nil {
 		return err
 	}
 	t.invalidate(ctx)
@@ -134,6 +156,9 @@ func (t *Terms) Delete(ctx context.Context, id service.ID) error {
 // sourceConflict explains the store's verdict that another enabled mapping
 // already rewrites the source term.
 func sourceConflict(err error, source string) error {
+	if err == nil {
+		return nil
+	}
 	if errors.Is(err, service.ErrConflict) {
 		return service.Errorf(service.ErrConflict,
 			"an enabled mapping for %q already exists (source terms are unique among enabled mappings, ignoring case); edit or disable it first", source)

@@ -103,6 +103,7 @@ type Service struct {
 	revoked  Revocations
 	attempts Attempts
 	ids      service.IDGenerator
+	audit    *service.Auditor
 	cfg      Config
 	now      func() time.Time
 	log      *slog.Logger
@@ -114,8 +115,12 @@ type Service struct {
 	compare func(hash, password []byte) error
 }
 
-// New returns a Service. now may be nil (time.Now).
-func New(store Store, revoked Revocations, attempts Attempts, ids service.IDGenerator, cfg Config, log *slog.Logger, now func() time.Time) (*Service, error) {
+// New returns a Service. Logins, password changes and user changes are
+// recorded in audit. now may be nil (time.Now).
+func New(store Store, revoked Revocations, attempts Attempts, ids service.IDGenerator, audit *service.Auditor, cfg Config, log *slog.Logger, now func() time.Time) (*Service, error) {
+	if audit == nil {
+		return nil, errors.New("auth: an auditor is required")
+	}
 	if len(cfg.Secret) < 32 {
 		return nil, errors.New("auth: secret must be at least 32 bytes")
 	}
@@ -158,7 +163,7 @@ func New(store Store, revoked Revocations, attempts Attempts, ids service.IDGene
 		return nil, err
 	}
 	return &Service{
-		store: store, revoked: revoked, attempts: attempts, ids: ids, cfg: cfg, now: now, log: log,
+		store: store, revoked: revoked, attempts: attempts, ids: ids, audit: audit, cfg: cfg, now: now, log: log,
 		dummyHash: dummy, compare: bcrypt.CompareHashAndPassword,
 	}, nil
 }
@@ -176,9 +181,24 @@ var errBadCredentials = service.Errorf(service.ErrUnauthenticated, "invalid user
 
 // Login checks the credentials and issues a token. Attempts are counted per
 // username and ip and per username alone; past either limit logins pause with
-// service.ErrBusy, whose details carry retryAfter in seconds.
+// service.ErrBusy, whose details carry retryAfter in seconds. Every login
+// with a username is recorded in the audit log: success (the user is the
+// actor), denied (wrong credentials) or locked (the pause); the username
+// tried is the target.
 func (s *Service) Login(ctx context.Context, username, password, ip string) (*Session, error) {
 	username = strings.TrimSpace(username)
+	sess, err := s.login(ctx, username, password, ip)
+	ev := service.AuditEvent{Action: service.AuditLogin, TargetType: service.TargetUser, TargetID: username}
+	if err != nil {
+		s.audit.Fail(ctx, ev, err)
+		return nil, err
+	}
+	ev.ActorUserID, ev.ActorName = sess.User.ID, sess.User.Username
+	s.audit.Record(ctx, ev)
+	return sess, nil
+}
+
+func (s *Service) login(ctx context.Context, username, password, ip string) (*Session, error) {
 	if username == "" || password == "" {
 		return nil, service.Errorf(service.ErrInvalid, "username and password are required")
 	}
@@ -343,6 +363,20 @@ var errWrongPassword = service.WithDetails(service.ErrInvalid, "the current pass
 // way around them. Every other session of the caller ends; the returned
 // session replaces the caller's.
 func (s *Service) ChangePassword(ctx context.Context, p service.Principal, in PasswordChange, ip string) (*Session, error) {
+	var sess *Session
+	ev := service.AuditEvent{Action: service.AuditPasswordChange, TargetType: service.TargetUser, TargetID: p.UserID.String()}
+	err := s.audit.Do(ctx, ev, func(ctx context.Context, _ *service.AuditEvent) error {
+		var err error
+		sess, err = s.changePassword(ctx, p, in, ip)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return sess, nil
+}
+
+func (s *Service) changePassword(ctx context.Context, p service.Principal, in PasswordChange, ip string) (*Session, error) {
 	if in.OldPassword == "" {
 		return nil, service.WithDetails(service.ErrInvalid, "the current password is required", map[string]string{"field": "oldPassword"})
 	}
@@ -395,6 +429,25 @@ func (s *Service) Me(ctx context.Context, p service.Principal) (*service.User, e
 
 // CreateUser adds a user (admins only).
 func (s *Service) CreateUser(ctx context.Context, p service.Principal, in UserInput) (*service.User, error) {
+	var u *service.User
+	ev := service.AuditEvent{Action: service.AuditUserCreate, TargetType: service.TargetUser}
+	if in.Username != nil {
+		ev.Detail = "username=" + strings.TrimSpace(*in.Username)
+	}
+	err := s.audit.Do(ctx, ev, func(ctx context.Context, ev *service.AuditEvent) error {
+		var err error
+		if u, err = s.createUser(ctx, p, in); err == nil {
+			ev.TargetID, ev.Detail = u.ID.String(), fmt.Sprintf("username=%s role=%s disabled=%t", u.Username, u.Role, u.Disabled)
+		}
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return u, nil
+}
+
+func (s *Service) createUser(ctx context.Context, p service.Principal, in UserInput) (*service.User, error) {
 	if !p.IsAdmin() {
 		return nil, service.ErrForbidden
 	}
@@ -482,6 +535,35 @@ func (s *Service) ListUsers(ctx context.Context, p service.Principal, after serv
 // cannot demote or disable themself, so there is always one admin left.
 // A new password, a disable and a role change end the user's sessions.
 func (s *Service) UpdateUser(ctx context.Context, p service.Principal, id service.ID, in UserInput) (*service.User, error) {
+	var u *service.User
+	ev := service.AuditEvent{Action: service.AuditUserUpdate, TargetType: service.TargetUser, TargetID: id.String(), Detail: in.changes()}
+	err := s.audit.Do(ctx, ev, func(ctx context.Context, _ *service.AuditEvent) error {
+		var err error
+		u, err = s.updateUser(ctx, p, id, in)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return u, nil
+}
+
+// changes names what in changes, for the audit log (never the password).
+func (in UserInput) changes() string {
+	var parts []string
+	if in.Role != nil {
+		parts = append(parts, "role="+string(*in.Role))
+	}
+	if in.Disabled != nil {
+		parts = append(parts, "disabled="+strconv.FormatBool(*in.Disabled))
+	}
+	if in.Password != nil {
+		parts = append(parts, "password")
+	}
+	return strings.Join(parts, " ")
+}
+
+func (s *Service) updateUser(ctx context.Context, p service.Principal, id service.ID, in UserInput) (*service.User, error) {
 	if !p.IsAdmin() {
 		return nil, service.ErrForbidden
 	}
@@ -524,13 +606,21 @@ func (s *Service) UpdateUser(ctx context.Context, p service.Principal, id servic
 
 // DeleteUser removes a user (admins only; not themself).
 func (s *Service) DeleteUser(ctx context.Context, p service.Principal, id service.ID) error {
-	if !p.IsAdmin() {
-		return service.ErrForbidden
-	}
-	if id == p.UserID {
-		return service.Errorf(service.ErrConflict, "you cannot delete yourself")
-	}
-	return s.store.DeleteUser(ctx, id)
+	ev := service.AuditEvent{Action: service.AuditUserDelete, TargetType: service.TargetUser, TargetID: id.String()}
+	return s.audit.Do(ctx, ev, func(ctx context.Context, ev *service.AuditEvent) error {
+		if !p.IsAdmin() {
+			return service.ErrForbidden
+		}
+		if id == p.UserID {
+			return service.Errorf(service.ErrConflict, "you cannot delete yourself")
+		}
+		u, err := s.store.UserByID(ctx, id)
+		if err != nil {
+			return err
+		}
+		ev.Detail = "username=" + u.Username
+		return s.store.DeleteUser(ctx, id)
+	})
 }
 
 // Bootstrap creates the first admin when there are no users. It returns the

@@ -232,6 +232,20 @@ type env struct {
 	admin    service.Principal
 	userID   service.ID
 	compares []int // bcrypt cost of every password comparison
+	audit    *auditLog
+}
+
+// auditLog keeps recorded events; its transactions run fn directly (the
+// real ones are tested against Postgres in cmd/ragent).
+type auditLog struct{ events []service.AuditEvent }
+
+func (a *auditLog) InTx(ctx context.Context, fn func(ctx context.Context) error) error {
+	return fn(ctx)
+}
+
+func (a *auditLog) AppendAudit(_ context.Context, e *service.AuditEvent) error {
+	a.events = append(a.events, *e)
+	return nil
 }
 
 func newEnv(t *testing.T, cfg Config) *env {
@@ -242,10 +256,11 @@ func newEnv(t *testing.T, cfg Config) *env {
 		store:    &store{users: map[service.ID]service.User{}},
 		revoked:  &revocations{revoked: map[string]bool{}},
 		attempts: &attempts{clock: clk, counters: map[string]*counter{}},
+		audit:    &auditLog{},
 	}
 	cfg.Secret = []byte(strings.Repeat("s", 32))
 	cfg.BcryptCost = testCost
-	svc, err := New(e.store, e.revoked, e.attempts, &ids{}, cfg, nil, clk.Now)
+	svc, err := New(e.store, e.revoked, e.attempts, &ids{}, service.NewAuditor(e.audit, e.audit, &ids{}, clk.Now, nil), cfg, nil, clk.Now)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -346,9 +361,15 @@ func TestLoginLockout(t *testing.T) {
 			e.attempts.err = tt.countErr
 			for i, s := range tt.steps {
 				e.clock.Add(s.wait)
+				before := len(e.audit.events)
 				_, err := e.svc.Login(context.Background(), "BOB", s.password, s.ip)
 				if got := kind(err); got != s.want {
 					t.Fatalf("step %d (%s from %s): %s, want %s", i, s.password, s.ip, got, s.want)
+				}
+				// Each attempt is one audit event: a success, a failure or a lockout.
+				wantResult := map[string]service.AuditResult{"ok": service.AuditSuccess, "unauthenticated": service.AuditDenied, "busy": service.AuditLocked}[s.want]
+				if got := e.audit.events[before:]; len(got) != 1 || got[0].Action != service.AuditLogin || got[0].Result != wantResult || got[0].TargetID != "BOB" {
+					t.Fatalf("step %d: audit events %+v, want one %s login of BOB", i, got, wantResult)
 				}
 				var de *service.Error
 				if errors.Is(err, service.ErrBusy) && (!errors.As(err, &de) || de.Details["retryAfter"] == "") {
@@ -575,7 +596,8 @@ func TestTokenExpiryAndRevocation(t *testing.T) {
 }
 
 func TestNewRejectsLimitsBelowEachOther(t *testing.T) {
-	_, err := New(&store{}, &revocations{}, &attempts{}, &ids{}, Config{Secret: []byte(strings.Repeat("s", 32)), MaxFailures: 10, MaxUserFailures: 5}, nil, nil)
+	log := &auditLog{}
+	_, err := New(&store{}, &revocations{}, &attempts{}, &ids{}, service.NewAuditor(log, log, &ids{}, nil, nil), Config{Secret: []byte(strings.Repeat("s", 32)), MaxFailures: 10, MaxUserFailures: 5}, nil, nil)
 	if err == nil {
 		t.Fatal("a per-username limit below the per-address one was accepted")
 	}

@@ -97,6 +97,7 @@ type Service struct {
 	access   *service.Access
 	embedder service.Embedder
 	ids      service.IDGenerator
+	audit    *service.Auditor
 	cfg      Config
 	log      *slog.Logger
 	now      func() time.Time
@@ -104,8 +105,9 @@ type Service struct {
 }
 
 // New returns a Service. access decides who may read and change the
-// documents of a knowledge base; now may be nil.
-func New(store Store, access *service.Access, embedder service.Embedder, ids service.IDGenerator, cfg Config, log *slog.Logger, now func() time.Time) *Service {
+// documents of a knowledge base; uploads, deletes and reindexes are recorded
+// in audit; now may be nil.
+func New(store Store, access *service.Access, embedder service.Embedder, ids service.IDGenerator, audit *service.Auditor, cfg Config, log *slog.Logger, now func() time.Time) *Service {
 	cfg.defaults()
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
@@ -113,7 +115,7 @@ func New(store Store, access *service.Access, embedder service.Embedder, ids ser
 	if now == nil {
 		now = time.Now
 	}
-	return &Service{store: store, access: access, embedder: embedder, ids: ids, cfg: cfg, log: log, now: now, kick: make(chan struct{}, 1)}
+	return &Service{store: store, access: access, embedder: embedder, ids: ids, audit: audit, cfg: cfg, log: log, now: now, kick: make(chan struct{}, 1)}
 }
 
 // Upload stores a file for ingestion and returns its pending document. The
@@ -123,50 +125,71 @@ func New(store Store, access *service.Access, embedder service.Embedder, ids ser
 // a service.ErrConflict carrying the existing document's id. Uploading
 // needs the editor role on the knowledge base.
 func (s *Service) Upload(ctx context.Context, p service.Principal, kbID service.ID, filename string, body io.Reader) (*service.Document, error) {
-	if _, err := s.access.Require(ctx, p, kbID, service.KBEditor); err != nil {
+	ev := service.AuditEvent{Action: service.AuditDocumentUpload, TargetType: service.TargetDocument, Detail: "kb=" + kbID.String()}
+	// The body is read outside the transaction: a slow client must not hold
+	// a database connection.
+	doc, blob, msg, err := s.prepareUpload(ctx, p, kbID, filename, body)
+	if err != nil {
+		s.audit.Fail(ctx, ev, err)
 		return nil, err
 	}
-	name, err := cleanName(filename)
+	ev.TargetID, ev.Detail = doc.ID.String(), fmt.Sprintf("kb=%s name=%s size=%d", kbID, doc.Name, doc.Size)
+	err = s.audit.Do(ctx, ev, func(ctx context.Context, _ *service.AuditEvent) error {
+		return s.store.CreateUpload(ctx, doc, blob, msg)
+	})
 	if err != nil {
-		return nil, err
-	}
-	blob, err := io.ReadAll(io.LimitReader(body, s.cfg.MaxBytes+1))
-	if err != nil {
-		return nil, fmt.Errorf("%w: reading the upload failed: %w", service.ErrInvalid, err)
-	}
-	if int64(len(blob)) > s.cfg.MaxBytes {
-		return nil, service.Errorf(service.ErrTooLarge, "file exceeds the %d MiB upload limit", s.cfg.MaxBytes>>20)
-	}
-	sum := sha256.Sum256(blob)
-	id, err := s.ids.NextID()
-	if err != nil {
-		return nil, err
-	}
-	doc := &service.Document{ID: id, KnowledgeBaseID: kbID, Name: name, Size: int64(len(blob)), SHA256: hex.EncodeToString(sum[:])}
-	mime, sniffErr := SniffReaderAt(bytes.NewReader(blob), int64(len(blob)), name)
-	var msg service.OutboxMessage
-	if sniffErr == nil {
-		doc.Mime = mime
-		if msg, err = s.ingestMessage(doc.ID, 1); err != nil {
-			return nil, err
-		}
-	} else {
-		// Recorded as failed and never queued: a worker would fail it the
-		// same way.
-		doc.Mime, doc.Status, doc.Error = "application/octet-stream", service.DocumentFailed, sniffErr.Error()
-	}
-	if err := s.store.CreateUpload(ctx, doc, blob, msg); err != nil {
 		return nil, err
 	}
 	s.wakeRelay()
 	return doc, nil
 }
 
+func (s *Service) prepareUpload(ctx context.Context, p service.Principal, kbID service.ID, filename string, body io.Reader) (*service.Document, []byte, service.OutboxMessage, error) {
+	var msg service.OutboxMessage
+	if _, err := s.access.Require(ctx, p, kbID, service.KBEditor); err != nil {
+		return nil, nil, msg, err
+	}
+	name, err := cleanName(filename)
+	if err != nil {
+		return nil, nil, msg, err
+	}
+	blob, err := io.ReadAll(io.LimitReader(body, s.cfg.MaxBytes+1))
+	if err != nil {
+		return nil, nil, msg, fmt.Errorf("%w: reading the upload failed: %w", service.ErrInvalid, err)
+	}
+	if int64(len(blob)) > s.cfg.MaxBytes {
+		return nil, nil, msg, service.Errorf(service.ErrTooLarge, "file exceeds the %d MiB upload limit", s.cfg.MaxBytes>>20)
+	}
+	sum := sha256.Sum256(blob)
+	id, err := s.ids.NextID()
+	if err != nil {
+		return nil, nil, msg, err
+	}
+	doc := &service.Document{ID: id, KnowledgeBaseID: kbID, Name: name, Size: int64(len(blob)), SHA256: hex.EncodeToString(sum[:])}
+	mime, sniffErr := SniffReaderAt(bytes.NewReader(blob), int64(len(blob)), name)
+	if sniffErr == nil {
+		doc.Mime = mime
+		if msg, err = s.ingestMessage(doc.ID, 1); err != nil {
+			return nil, nil, msg, err
+		}
+	} else {
+		// Recorded as failed and never queued: a worker would fail it the
+		// same way.
+		doc.Mime, doc.Status, doc.Error = "application/octet-stream", service.DocumentFailed, sniffErr.Error()
+	}
+	return doc, blob, msg, nil
+}
+
 // CheckUpload tells early whether p may upload into a knowledge base, so
 // the HTTP layer can refuse before reading a large body; Upload checks
 // again, and that check is the one that counts.
+// A refusal here is the upload's audit event (Upload is not called then).
 func (s *Service) CheckUpload(ctx context.Context, p service.Principal, kbID service.ID) error {
 	_, err := s.access.Require(ctx, p, kbID, service.KBEditor)
+	if err != nil {
+		s.audit.Fail(ctx, service.AuditEvent{Action: service.AuditDocumentUpload, TargetType: service.TargetDocument,
+			Detail: "kb=" + kbID.String()}, err)
+	}
 	return err
 }
 
@@ -238,16 +261,38 @@ func (s *Service) Chunks(ctx context.Context, p service.Principal, docID service
 
 // Delete removes a document from search at once (editors).
 func (s *Service) Delete(ctx context.Context, p service.Principal, id service.ID) error {
-	if _, err := s.document(ctx, p, id, service.KBEditor); err != nil {
-		return err
-	}
-	return s.store.DeleteDocument(ctx, id)
+	ev := service.AuditEvent{Action: service.AuditDocumentDelete, TargetType: service.TargetDocument, TargetID: id.String()}
+	return s.audit.Do(ctx, ev, func(ctx context.Context, ev *service.AuditEvent) error {
+		doc, err := s.document(ctx, p, id, service.KBEditor)
+		if err != nil {
+			return err
+		}
+		ev.Detail = fmt.Sprintf("kb=%s name=%s", doc.KnowledgeBaseID, doc.Name)
+		return s.store.DeleteDocument(ctx, id)
+	})
 }
 
 // Reindex builds a new generation of a document's chunks; the current ones
 // stay searchable until the new ones replace them in one transaction
 // (editors).
 func (s *Service) Reindex(ctx context.Context, p service.Principal, id service.ID) (*service.Document, error) {
+	var doc *service.Document
+	ev := service.AuditEvent{Action: service.AuditDocumentReindex, TargetType: service.TargetDocument, TargetID: id.String()}
+	err := s.audit.Do(ctx, ev, func(ctx context.Context, ev *service.AuditEvent) error {
+		var err error
+		if doc, err = s.reindex(ctx, p, id); err == nil {
+			ev.Detail = fmt.Sprintf("kb=%s name=%s generation=%d", doc.KnowledgeBaseID, doc.Name, doc.Generation)
+		}
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	s.wakeRelay()
+	return doc, nil
+}
+
+func (s *Service) reindex(ctx context.Context, p service.Principal, id service.ID) (*service.Document, error) {
 	if _, err := s.document(ctx, p, id, service.KBEditor); err != nil {
 		return nil, err
 	}
@@ -260,11 +305,7 @@ func (s *Service) Reindex(ctx context.Context, p service.Principal, id service.I
 	if err == nil {
 		err = msgErr
 	}
-	if err != nil {
-		return nil, err
-	}
-	s.wakeRelay()
-	return doc, nil
+	return doc, err
 }
 
 // Process ingests one generation of a document: the MQ consumer's handler.

@@ -3,7 +3,7 @@
 // Stable hooks for browser tests (data-testid unless noted; ids are on form
 // controls so labels can point at them):
 //   shell:    app, main-nav, nav-chat, nav-kb, nav-intents, nav-terms, nav-users, nav-groups,
-//             nav-limiter, lang-switch, current-user, account-button,
+//             nav-limiter, nav-audit, lang-switch, current-user, account-button,
 //             logout-button, toasts, toast, forbidden (403 view), not-found
 //   account:  account-dialog, account-close, account-password-form,
 //             account-old-password (#account-old-password), account-new-password
@@ -59,6 +59,10 @@
 //             group-member-row (data-username)
 //   limiter:  limiter-panel, limiter-permits, limiter-max, limiter-queue,
 //             limiter-oldest, limiter-updated
+//   audit:    audit-filters, audit-action (#audit-action), audit-result,
+//             audit-actor, audit-target, audit-since, audit-until, audit-search,
+//             audit-reset, audit-table, audit-row (data-action, data-result,
+//             data-request-id), audit-load-more
 import { t, getLang, setLang } from './i18n.js';
 import { h, clear, toast, errorText, confirmDialog, field } from './dom.js';
 import { get, post, ApiError } from './api.js';
@@ -66,6 +70,7 @@ import { mountChat } from './chat.js';
 import { mountKnowledgeBases, mountTerms, mountUsers, mountGroups, mountLimiter } from './admin.js';
 import { mountDocuments } from './documents.js';
 import { mountIntents } from './intents.js';
+import { mountAudit } from './audit.js';
 
 // Each route names a page key (pages with the same key update in place
 // instead of remounting), whether it needs an admin, and its mount function.
@@ -78,6 +83,7 @@ const routes = [
   { pattern: /^\/admin\/users$/, key: 'users', admin: true, mount: mountUsers },
   { pattern: /^\/admin\/groups$/, key: 'groups', admin: true, mount: mountGroups },
   { pattern: /^\/admin\/limiter$/, key: 'limiter', admin: true, mount: mountLimiter },
+  { pattern: /^\/admin\/audit$/, key: 'audit', admin: true, mount: mountAudit },
 ];
 
 const navItems = [
@@ -88,6 +94,7 @@ const navItems = [
   { href: '#/admin/users', key: 'users', label: 'nav.users', testid: 'nav-users', admin: true },
   { href: '#/admin/groups', key: 'groups', label: 'nav.groups', testid: 'nav-groups', admin: true },
   { href: '#/admin/limiter', key: 'limiter', label: 'nav.limiter', testid: 'nav-limiter', admin: true },
+  { href: '#/admin/audit', key: 'audit', label: 'nav.audit', testid: 'nav-audit', admin: true },
 ];
 
 const state = {

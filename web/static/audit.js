@@ -1,0 +1,128 @@
+// Audit log page (admins): the append-only record of logins and changes,
+// newest first, with filters and "load more" paging.
+import { t } from './i18n.js';
+import { h, clear, formatTime, field } from './dom.js';
+import { get } from './api.js';
+import { pageHeader, formError, showFormError, emptyRow } from './admin.js';
+
+// The recorded actions (README "Audit log"); the filter offers these.
+const ACTIONS = [
+  'auth.login', 'auth.password_change',
+  'user.create', 'user.update', 'user.delete',
+  'group.create', 'group.update', 'group.delete', 'group.member_add', 'group.member_remove',
+  'kb.create', 'kb.update', 'kb.delete', 'kb.member_put', 'kb.member_remove',
+  'document.upload', 'document.delete', 'document.reindex',
+  'intent.create', 'intent.update', 'intent.delete',
+  'term.create', 'term.update', 'term.delete',
+];
+const RESULTS = ['success', 'denied', 'invalid', 'not_found', 'conflict', 'locked', 'failed'];
+const PAGE = 50;
+
+// datetime-local gives local wall time without a zone; the API wants RFC 3339.
+function toRFC3339(v) {
+  if (!v) return '';
+  const d = new Date(v);
+  return Number.isNaN(d.getTime()) ? '' : d.toISOString();
+}
+
+export function mountAudit(root, ctx) {
+  let cursor = null;
+  let destroyed = false;
+  let generation = 0; // a newer search makes older answers stale
+
+  const action = h('select', { id: 'audit-action', 'data-testid': 'audit-action' },
+    h('option', { value: '' }, t('audit.any')),
+    ...ACTIONS.map((a) => h('option', { value: a }, a)));
+  const result = h('select', { id: 'audit-result', 'data-testid': 'audit-result' },
+    h('option', { value: '' }, t('audit.any')),
+    ...RESULTS.map((r) => h('option', { value: r }, t(`audit.result.${r}`))));
+  const actor = h('input', { id: 'audit-actor', inputmode: 'numeric', autocomplete: 'off', 'data-testid': 'audit-actor', placeholder: t('audit.actorHint') });
+  const target = h('input', { id: 'audit-target', autocomplete: 'off', 'data-testid': 'audit-target', placeholder: t('audit.targetHint') });
+  const since = h('input', { id: 'audit-since', type: 'datetime-local', 'data-testid': 'audit-since' });
+  const until = h('input', { id: 'audit-until', type: 'datetime-local', 'data-testid': 'audit-until' });
+  const errBox = formError();
+  const form = h('form', { class: 'card form-card', 'data-testid': 'audit-filters', 'aria-label': t('audit.filters') },
+    h('div', { class: 'form-grid' },
+      field(t('audit.action'), action),
+      field(t('audit.result'), result),
+      field(t('audit.actor'), actor),
+      field(t('audit.target'), target),
+      field(t('audit.since'), since),
+      field(t('audit.until'), until)),
+    errBox,
+    h('div', { class: 'form-actions' },
+      h('button', { type: 'reset', class: 'btn', 'data-testid': 'audit-reset' }, t('audit.reset')),
+      h('button', { type: 'submit', class: 'btn btn-primary', 'data-testid': 'audit-search' }, t('audit.search'))));
+  const tbody = h('tbody', { 'data-testid': 'audit-table' });
+  const more = h('button', { type: 'button', class: 'btn', hidden: true, 'data-testid': 'audit-load-more' }, t('chat.loadMore'));
+
+  root.append(h('div', { class: 'page' },
+    pageHeader(t('audit.title'), t('audit.subtitle')),
+    form,
+    h('div', { class: 'table-wrap card' }, h('table', { class: 'table' },
+      h('thead', {}, h('tr', {},
+        h('th', { scope: 'col' }, t('audit.time')),
+        h('th', { scope: 'col' }, t('audit.actor')),
+        h('th', { scope: 'col' }, t('audit.action')),
+        h('th', { scope: 'col' }, t('audit.target')),
+        h('th', { scope: 'col' }, t('audit.result')),
+        h('th', { scope: 'col' }, t('audit.detail')),
+        h('th', { scope: 'col' }, t('audit.source')))),
+      tbody)),
+    h('div', { class: 'form-actions' }, more)));
+
+  function query() {
+    const q = new URLSearchParams({ limit: String(PAGE) });
+    const add = (k, v) => { if (v) q.set(k, v); };
+    add('action', action.value);
+    add('result', result.value);
+    add('actor', actor.value.trim());
+    add('target', target.value.trim());
+    add('since', toRFC3339(since.value));
+    add('until', toRFC3339(until.value));
+    if (cursor) q.set('cursor', cursor);
+    return q.toString();
+  }
+
+  function row(e) {
+    const badge = e.result === 'success' ? 'badge-ok' : (e.result === 'failed' ? 'badge-bad' : 'badge-wait');
+    const who = e.actorName || (e.actorUserId ? `#${e.actorUserId}` : t('audit.nobody'));
+    return h('tr', { 'data-testid': 'audit-row', 'data-action': e.action, 'data-result': e.result, 'data-request-id': e.requestId },
+      h('td', { title: e.at }, formatTime(e.at)),
+      h('td', { title: e.actorUserId ? `#${e.actorUserId}` : '' }, who),
+      h('td', {}, h('code', {}, e.action)),
+      h('td', { class: 'wrap' }, [e.targetType, e.targetId].filter(Boolean).join(' ')),
+      h('td', {}, h('span', { class: `badge ${badge}` }, t(`audit.result.${e.result}`))),
+      h('td', { class: 'wrap' }, e.detail || ''),
+      h('td', { class: 'wrap muted' }, e.ip || '', h('br'), h('small', {}, e.requestId || '')));
+  }
+
+  async function load(append) {
+    const mine = ++generation;
+    if (!append) cursor = null;
+    more.disabled = true;
+    try {
+      const page = await get(`/admin/audit?${query()}`);
+      if (destroyed || mine !== generation) return;
+      errBox.hidden = true;
+      if (!append) clear(tbody);
+      for (const e of page.items) tbody.append(row(e));
+      if (!tbody.firstChild) tbody.append(emptyRow(7, t('audit.empty')));
+      cursor = page.nextCursor;
+      more.hidden = !cursor;
+    } catch (err) {
+      if (destroyed || mine !== generation) return;
+      if (err.status === 403) { ctx.forbidden(); return; }
+      showFormError(errBox, err);
+    } finally {
+      more.disabled = false;
+    }
+  }
+
+  form.addEventListener('submit', (e) => { e.preventDefault(); load(false); });
+  // After the reset has cleared the controls.
+  form.addEventListener('reset', () => setTimeout(() => load(false)));
+  more.addEventListener('click', () => load(true));
+  load(false);
+  return { destroy() { destroyed = true; } };
+}
