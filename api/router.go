@@ -42,6 +42,8 @@ func (f PingFunc) Ping(ctx context.Context) error { return f(ctx) }
 type Deps struct {
 	Log            *slog.Logger
 	Auth           *auth.Service
+	APIKeys        *auth.APIKeys   // nil: bearer tokens starting rk_ are refused
+	KeyRate        *ratelimit.Rate // requests per API key; nil: no limit
 	KnowledgeBases *admin.KnowledgeBases
 	Groups         *admin.Groups
 	Ingest         *ingest.Service
@@ -173,6 +175,11 @@ func NewRouter(deps Deps) *Router {
 	user.POST("/auth/logout-all", s.logoutAll)
 	user.GET("/me", s.me)
 	user.POST("/me/password", s.changePassword)
+	// API keys: each user manages their own, admins everyone's; keys
+	// themselves are refused here (keyScopes).
+	user.GET("/api-keys", s.listAPIKeys)
+	user.POST("/api-keys", s.idempotent, s.createAPIKey)
+	user.DELETE("/api-keys/:id", s.revokeAPIKey)
 
 	// Knowledge bases and documents: every logged-in user reaches these;
 	// the service layer decides per knowledge base (service.Access):

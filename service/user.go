@@ -35,6 +35,9 @@ type Principal struct {
 	Role     Role
 	TokenID  string    // identifies the token for revocation
 	Expires  time.Time // when the token stops verifying
+	// Key is set when the caller authenticated with an API key: the owner's
+	// current role, narrowed by the key's scopes and knowledge bases.
+	Key *KeyGrant
 }
 
 // IsAdmin reports whether p has the admin role.
