@@ -8,18 +8,21 @@ import (
 )
 
 type apiKeyRow struct {
-	ID         int64
-	UserID     int64
-	Username   string `gorm:"->;-:migration"` // joined from users, never written
-	Name       string
-	Prefix     string
-	KeyHash    []byte
-	Scopes     jsonList[string]
-	KbIDs      *jsonList[int64] `gorm:"column:kb_ids"` // nil: every knowledge base
-	ExpiresAt  *time.Time
-	LastUsedAt *time.Time
-	RevokedAt  *time.Time
-	CreatedAt  time.Time
+	ID     int64
+	UserID int64
+	// Joined from users, never written.
+	Username      string `gorm:"->"`
+	OwnerRole     string `gorm:"->"`
+	OwnerDisabled bool   `gorm:"->"`
+	Name          string
+	Prefix        string
+	KeyHash       []byte
+	Scopes        jsonList[string]
+	KbIDs         *jsonList[int64] `gorm:"column:kb_ids"` // nil: every knowledge base
+	ExpiresAt     *time.Time
+	LastUsedAt    *time.Time
+	RevokedAt     *time.Time
+	CreatedAt     time.Time
 }
 
 func (apiKeyRow) TableName() string { return "api_keys" }
@@ -58,7 +61,7 @@ func (s *Store) CreateAPIKey(ctx context.Context, k *service.APIKey) error {
 		}
 		row.KbIDs = &ids
 	}
-	if err := s.conn(ctx).Omit("Username").Create(&row).Error; err != nil {
+	if err := s.conn(ctx).Omit("Username", "OwnerRole", "OwnerDisabled").Create(&row).Error; err != nil {
 		return translate(err)
 	}
 	k.CreatedAt = row.CreatedAt
@@ -73,12 +76,8 @@ const apiKeyColumns = `k.id, k.user_id, u.username, k.name, k.prefix, k.key_hash
 // service.ErrNotFound. Expiry and the owner's disabled flag are the
 // caller's to judge.
 func (s *Store) APIKeyByHash(ctx context.Context, hash []byte) (*service.APIKey, *service.User, error) {
-	var rows []struct {
-		apiKeyRow
-		Role     string
-		Disabled bool
-	}
-	err := s.conn(ctx).Raw(`SELECT `+apiKeyColumns+`, u.role, u.disabled
+	var rows []apiKeyRow
+	err := s.conn(ctx).Raw(`SELECT `+apiKeyColumns+`, u.role AS owner_role, u.disabled AS owner_disabled
 		FROM api_keys k JOIN users u ON u.id = k.user_id AND u.deleted_at IS NULL
 		WHERE k.key_hash = ? AND k.revoked_at IS NULL`, hash).Scan(&rows).Error
 	if err != nil {
@@ -88,7 +87,7 @@ func (s *Store) APIKeyByHash(ctx context.Context, hash []byte) (*service.APIKey,
 		return nil, nil, service.ErrNotFound
 	}
 	r := rows[0]
-	u := &service.User{ID: service.ID(r.UserID), Username: r.Username, Role: service.Role(r.Role), Disabled: r.Disabled}
+	u := &service.User{ID: service.ID(r.UserID), Username: r.Username, Role: service.Role(r.OwnerRole), Disabled: r.OwnerDisabled}
 	return r.key(), u, nil
 }
 
