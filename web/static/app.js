@@ -59,6 +59,11 @@
 //             group-member-row (data-username)
 //   limiter:  limiter-panel, limiter-permits, limiter-max, limiter-queue,
 //             limiter-oldest, limiter-updated
+//   apikeys:  nav-apikeys, apikey-form, apikey-name (#apikey-name), apikey-scope
+//             (data-scope), apikey-kbs, apikey-kb (data-kb-id), apikey-expires,
+//             apikey-submit, apikey-table, apikey-row (data-id, data-name),
+//             apikey-revoke, apikey-dialog, apikey-value, apikey-copy,
+//             apikey-dialog-close
 import { t, getLang, setLang } from './i18n.js';
 import { h, clear, toast, errorText, confirmDialog, field } from './dom.js';
 import { get, post, ApiError } from './api.js';
@@ -66,6 +71,7 @@ import { mountChat } from './chat.js';
 import { mountKnowledgeBases, mountTerms, mountUsers, mountGroups, mountLimiter } from './admin.js';
 import { mountDocuments } from './documents.js';
 import { mountIntents } from './intents.js';
+import { mountAPIKeys } from './apikeys.js';
 
 // Each route names a page key (pages with the same key update in place
 // instead of remounting), whether it needs an admin, and its mount function.
@@ -78,6 +84,7 @@ const routes = [
   { pattern: /^\/admin\/users$/, key: 'users', admin: true, mount: mountUsers },
   { pattern: /^\/admin\/groups$/, key: 'groups', admin: true, mount: mountGroups },
   { pattern: /^\/admin\/limiter$/, key: 'limiter', admin: true, mount: mountLimiter },
+  { pattern: /^\/api-keys$/, key: 'apikeys', mount: mountAPIKeys },
 ];
 
 const navItems = [
@@ -88,6 +95,7 @@ const navItems = [
   { href: '#/admin/users', key: 'users', label: 'nav.users', testid: 'nav-users', admin: true },
   { href: '#/admin/groups', key: 'groups', label: 'nav.groups', testid: 'nav-groups', admin: true },
   { href: '#/admin/limiter', key: 'limiter', label: 'nav.limiter', testid: 'nav-limiter', admin: true },
+  { href: '#/api-keys', key: 'apikeys', label: 'nav.apikeys', testid: 'nav-apikeys' },
 ];
 
 const state = {
