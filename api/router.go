@@ -176,9 +176,11 @@ func NewRouter(deps Deps) *Router {
 	user.GET("/me", s.me)
 	user.POST("/me/password", s.changePassword)
 	// API keys: each user manages their own, admins everyone's; keys
-	// themselves are refused here (keyScopes).
+	// themselves are refused here (keyScopes). Creation takes the submit
+	// lock but never stores its response for Idempotency-Key replay: the
+	// response is the key, which is kept nowhere.
 	user.GET("/api-keys", s.listAPIKeys)
-	user.POST("/api-keys", s.idempotent, s.createAPIKey)
+	user.POST("/api-keys", s.submitLock, s.createAPIKey)
 	user.DELETE("/api-keys/:id", s.revokeAPIKey)
 
 	// Knowledge bases and documents: every logged-in user reaches these;

@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/ragent-go/ragent/api"
+	"github.com/ragent-go/ragent/internal/testenv"
 )
 
 // apiKeyJSON is a key as the API returns it (key only on creation).
@@ -92,6 +93,44 @@ func textAnywhere(t *testing.T, dbURL, s string) []string {
 	return found
 }
 
+// redisAnywhere returns the Redis keys under prefix whose name or value
+// (strings, hashes, lists, sets, sorted sets, streams) contains s.
+func redisAnywhere(t *testing.T, prefix, s string) []string {
+	t.Helper()
+	ctx := context.Background()
+	rdb := testenv.Redis(t)
+	keys, err := rdb.Keys(ctx, prefix+"*").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var found []string
+	for _, k := range keys {
+		var text []string
+		switch rdb.Type(ctx, k).Val() {
+		case "string":
+			text = []string{rdb.Get(ctx, k).Val()}
+		case "hash":
+			for f, v := range rdb.HGetAll(ctx, k).Val() {
+				text = append(text, f, v)
+			}
+		case "list":
+			text = rdb.LRange(ctx, k, 0, -1).Val()
+		case "set":
+			text = rdb.SMembers(ctx, k).Val()
+		case "zset":
+			text = rdb.ZRange(ctx, k, 0, -1).Val()
+		case "stream":
+			for _, m := range rdb.XRange(ctx, k, "-", "+").Val() {
+				text = append(text, fmt.Sprint(m.Values))
+			}
+		}
+		if strings.Contains(k, s) || strings.Contains(strings.Join(text, "\n"), s) {
+			found = append(found, k)
+		}
+	}
+	return found
+}
+
 // TestAPIKeys: a key is shown once and stored only as a hash; it acts as
 // its owner narrowed by its scopes; revocation, a demotion and a disable
 // take effect on the other instance with its very next request; keys are
@@ -109,7 +148,14 @@ func TestAPIKeys(t *testing.T) {
 	doc := admin.uploadAccepted(private, "plans.md", []byte("# Plans\n\nThe narwhal project ships in spring.\n")).ID
 	admin.waitReady(doc)
 
-	k := createKey(t, bob, map[string]any{"name": "ingest bot", "scopes": []string{"read", "search"}})
+	// An Idempotency-Key must not make the server keep the response (it
+	// holds the key) for replay.
+	r := bob.do("POST", "/api/v1/api-keys", map[string]any{"name": "ingest bot", "scopes": []string{"read", "search"}}, "Idempotency-Key", "create-bot-key")
+	if r.Status != http.StatusCreated {
+		t.Fatalf("create key: %d %s", r.Status, r.Body)
+	}
+	var k apiKeyJSON
+	r.json(t, &k)
 	if !regexp.MustCompile(`^rk_[0-9A-Za-z]{43}$`).MatchString(k.Key) || k.Prefix != k.Key[:10] {
 		t.Fatalf("key %q prefix %q, want rk_ + 43 base62 characters and its first 10 as prefix", k.Key, k.Prefix)
 	}
@@ -127,6 +173,9 @@ func TestAPIKeys(t *testing.T) {
 			if cols := textAnywhere(t, cfg.DatabaseURL, s); len(cols) > 0 {
 				t.Fatalf("the key (or a part of it) is stored in %v", cols)
 			}
+		}
+		if found := redisAnywhere(t, cfg.RedisPrefix, k.Key[len("rk_"):]); len(found) > 0 {
+			t.Fatalf("the key is stored in Redis under %v", found)
 		}
 		if keys, _ := listKeys(t, bob); keys[0].LastUsedAt == nil {
 			t.Error("last used time not recorded")
