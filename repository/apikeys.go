@@ -91,11 +91,11 @@ func (s *Store) APIKeyByHash(ctx context.Context, hash []byte) (*service.APIKey,
 	return r.key(), u, nil
 }
 
-// APIKeys returns up to limit live (unrevoked) keys with ids greater than
-// after, in id order: userID's, or everyone's when userID is 0.
+// APIKeys returns up to limit live keys (unrevoked, of live users) with ids
+// greater than after, in id order: userID's, or everyone's when userID is 0.
 func (s *Store) APIKeys(ctx context.Context, userID, after service.ID, limit int) ([]*service.APIKey, error) {
 	q := s.conn(ctx).Table("api_keys k").Select(apiKeyColumns).
-		Joins("JOIN users u ON u.id = k.user_id").
+		Joins("JOIN users u ON u.id = k.user_id AND u.deleted_at IS NULL").
 		Where("k.revoked_at IS NULL AND k.id > ?", int64(after))
 	if userID != 0 {
 		q = q.Where("k.user_id = ?", int64(userID))
