@@ -348,6 +348,20 @@ func TestAPIKeyKnowledgeBases(t *testing.T) {
 	if r := c.do("GET", "/api/v1/documents/"+docB, nil); r.Status != http.StatusNotFound {
 		t.Fatalf("B's document: %d %s", r.Status, r.Body)
 	}
+
+	// Admins read anyone's conversation; an admin's key does not: the
+	// answers may quote knowledge bases outside its list.
+	adminToken := in.login(t, "admin", "admin-password")
+	in.createUser(t, adminToken, "dan", "dan-password", "user")
+	dan := in.client(t, in.login(t, "dan", "dan-password"))
+	_, events := dan.chatStream(context.Background(), map[string]any{"question": "hello there"}, nil)
+	conv := events[0].json(t)["conversationId"].(string)
+	if r := admin.do("GET", "/api/v1/conversations/"+conv+"/messages", nil); r.Status != http.StatusOK {
+		t.Fatalf("admin reads dan's conversation: %d %s", r.Status, r.Body)
+	}
+	if r := c.do("GET", "/api/v1/conversations/"+conv+"/messages", nil); r.Status != http.StatusNotFound {
+		t.Fatalf("admin's key reads dan's conversation: %d %s, want 404", r.Status, r.Body)
+	}
 }
 
 // TestAPIKeyLimits: a key has its own request rate (429 with Retry-After,
