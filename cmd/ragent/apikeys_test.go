@@ -442,3 +442,36 @@ func TestAPIKeyRefusedOutsideScopes(t *testing.T) {
 		t.Fatalf("only %d routes checked", refused)
 	}
 }
+
+// With Redis gone, keys still authenticate (Postgres is their truth; the
+// per-key rate admits and logs), and a revocation made meanwhile is
+// refused at once on every instance.
+func TestAPIKeysRedisDown(t *testing.T) {
+	cfg := testConfig(t)
+	proxy, url := testenv.RedisProxyURL(t)
+	cfg.RedisURL = url
+	cfg.WorkerID = 7 // no Redis lease needed
+	ins := [2]*instance{start(t, cfg), start(t, cfg)}
+	adminToken := ins[0].login(t, "admin", "admin-password")
+	admin := ins[0].client(t, adminToken)
+	k := createKey(t, admin, map[string]any{"name": "bot", "scopes": []string{"read"}})
+
+	proxy.Down()
+	for i, in := range ins {
+		if r := in.client(t, k.Key).do("GET", "/api/v1/knowledge-bases", nil); r.Status != http.StatusOK {
+			t.Fatalf("instance %d with Redis down: %d %s", i, r.Status, r.Body)
+		}
+	}
+	if r := admin.do("DELETE", "/api/v1/api-keys/"+k.ID, nil); r.Status != http.StatusNoContent {
+		t.Fatalf("revoke with Redis down: %d %s", r.Status, r.Body)
+	}
+	for i, in := range ins {
+		if r := in.client(t, k.Key).do("GET", "/api/v1/knowledge-bases", nil); r.Status != http.StatusUnauthorized {
+			t.Fatalf("instance %d: revoked key with Redis down: %d %s", i, r.Status, r.Body)
+		}
+	}
+	proxy.Up()
+	if r := ins[1].client(t, k.Key).do("GET", "/api/v1/knowledge-bases", nil); r.Status != http.StatusUnauthorized {
+		t.Fatalf("revoked key after Redis is back: %d %s", r.Status, r.Body)
+	}
+}
