@@ -130,7 +130,9 @@ func (m *httpMetrics) handler() gin.HandlerFunc {
 }
 
 // authenticate requires a valid token from the Authorization header or the
-// session cookie and stores the principal.
+// session cookie and stores the principal. A bearer token starting "rk_" is
+// an API key (header only: a key in a cookie or the query string is never
+// read, so the CSRF guard, which is about cookies, does not concern keys).
 func (s *Server) authenticate(c *gin.Context) {
 	token, cookie := "", false
 	if h := c.GetHeader("Authorization"); h != "" {
@@ -147,7 +149,16 @@ func (s *Server) authenticate(c *gin.Context) {
 		fail(c, service.Errorf(service.ErrUnauthenticated, "login required"))
 		return
 	}
-	p, err := s.deps.Auth.Authenticate(c.Request.Context(), token)
+	var p service.Principal
+	var err error
+	switch {
+	case strings.HasPrefix(token, service.APIKeyPrefix) && cookie:
+		err = service.Errorf(service.ErrUnauthenticated, "API keys are accepted only in the Authorization header")
+	case strings.HasPrefix(token, service.APIKeyPrefix):
+		p, err = s.authenticateKey(c, token)
+	default:
+		p, err = s.deps.Auth.Authenticate(c.Request.Context(), token)
+	}
 	if err != nil {
 		fail(c, err)
 		return

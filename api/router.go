@@ -43,6 +43,8 @@ func (f PingFunc) Ping(ctx context.Context) error { return f(ctx) }
 type Deps struct {
 	Log            *slog.Logger
 	Auth           *auth.Service
+	APIKeys        *auth.APIKeys   // nil: bearer tokens starting rk_ are refused
+	KeyRate        *ratelimit.Rate // requests per API key; nil: no limit
 	KnowledgeBases *admin.KnowledgeBases
 	Groups         *admin.Groups
 	Ingest         *ingest.Service
@@ -178,6 +180,13 @@ func NewRouter(deps Deps) *Router {
 	user.POST("/auth/logout-all", s.logoutAll)
 	user.GET("/me", s.me)
 	user.POST("/me/password", s.changePassword)
+	// API keys: each user manages their own, admins everyone's; keys
+	// themselves are refused here (keyScopes). Creation takes the submit
+	// lock but never stores its response for Idempotency-Key replay: the
+	// response is the key, which is kept nowhere.
+	user.GET("/api-keys", s.listAPIKeys)
+	user.POST("/api-keys", s.submitLock, s.createAPIKey)
+	user.DELETE("/api-keys/:id", s.revokeAPIKey)
 
 	// Knowledge bases and documents: every logged-in user reaches these;
 	// the service layer decides per knowledge base (service.Access):

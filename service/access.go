@@ -108,16 +108,32 @@ type Access struct {
 // NewAccess returns the access resolver.
 func NewAccess(store AccessStore) *Access { return &Access{store: store} }
 
-// effective is the principal's role from a grant. A later narrowing of the
-// principal (an API key's scopes and knowledge-base list) belongs here.
+// effective is the principal's role from a grant. An API key narrows its
+// owner: a knowledge base outside its list does not exist for it, and its
+// role is capped by its scopes (editor with ingest, else viewer), so a key
+// never manages a knowledge base even when its owner does.
 func effective(p Principal, g KBGrant) KBRole {
-	if p.IsAdmin() {
-		return KBManager
+	role := g.Role
+	switch {
+	case p.IsAdmin():
+		role = KBManager
+	case g.Role == "" && g.Visibility == VisibilityInternal:
+		role = KBViewer
 	}
-	if g.Role == "" && g.Visibility == VisibilityInternal {
-		return KBViewer
+	if p.Key == nil || !role.Valid() {
+		return role
 	}
-	return g.Role
+	if !p.Key.allows(g.KnowledgeBaseID) {
+		return ""
+	}
+	limit := KBViewer
+	if p.Key.HasScope(ScopeIngest) {
+		limit = KBEditor
+	}
+	if role.AtLeast(limit) {
+		return limit
+	}
+	return role
 }
 
 // Roles returns p's effective role on each knowledge base of ids (every

@@ -36,6 +36,11 @@ func TestAccessDecisions(t *testing.T) {
 	ctx := context.Background()
 	user := Principal{UserID: 7, Role: RoleUser}
 	admin := Principal{UserID: 8, Role: RoleAdmin}
+	// API keys: narrowed by scopes (role cap) and by their knowledge bases.
+	readKey := Principal{UserID: 7, Role: RoleUser, Key: &KeyGrant{KeyID: 1, Scopes: []Scope{ScopeRead}}}
+	ingestKey := Principal{UserID: 7, Role: RoleUser, Key: &KeyGrant{KeyID: 2, Scopes: []Scope{ScopeIngest}}}
+	kb3Key := Principal{UserID: 7, Role: RoleUser, Key: &KeyGrant{KeyID: 3, Scopes: []Scope{ScopeIngest}, KnowledgeBaseIDs: []ID{3}}}
+	adminKey := Principal{UserID: 8, Role: RoleAdmin, Key: &KeyGrant{KeyID: 4, Scopes: Scopes, KnowledgeBaseIDs: []ID{2}}}
 
 	tests := []struct {
 		name string
@@ -53,6 +58,16 @@ func TestAccessDecisions(t *testing.T) {
 		{"unknown is hidden", user, 99, KBViewer, ErrNotFound},
 		{"admin manages a private knowledge base", admin, 1, KBManager, nil},
 		{"admin still cannot see an unknown one", admin, 99, KBViewer, ErrNotFound},
+		{"key without ingest reads", readKey, 3, KBViewer, nil},
+		{"key without ingest does not edit", readKey, 3, KBEditor, ErrForbidden},
+		{"key with ingest edits", ingestKey, 3, KBEditor, nil},
+		{"key never manages", ingestKey, 4, KBManager, ErrForbidden},
+		{"key cannot exceed its owner", ingestKey, 2, KBEditor, ErrForbidden},
+		{"key sees no hidden knowledge base", ingestKey, 1, KBViewer, ErrNotFound},
+		{"key reaches its knowledge base", kb3Key, 3, KBEditor, nil},
+		{"key outside its list is hidden", kb3Key, 2, KBViewer, ErrNotFound},
+		{"admin's key is limited to its list", adminKey, 1, KBViewer, ErrNotFound},
+		{"admin's key does not manage", adminKey, 2, KBManager, ErrForbidden},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -65,6 +80,9 @@ func TestAccessDecisions(t *testing.T) {
 	readable, err := a.Readable(ctx, user)
 	if err != nil || len(readable) != 3 || readable[0] != 2 || readable[1] != 3 || readable[2] != 4 {
 		t.Fatalf("Readable = %v, %v; want [2 3 4]", readable, err)
+	}
+	if readable, err := a.Readable(ctx, kb3Key); err != nil || len(readable) != 1 || readable[0] != 3 {
+		t.Fatalf("Readable(key limited to 3) = %v, %v; want [3]", readable, err)
 	}
 	if roles, err := a.Roles(ctx, user, []ID{}); err != nil || len(roles) != 0 {
 		t.Fatalf("Roles of no ids = %v, %v; want none (not all)", roles, err)

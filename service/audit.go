@@ -76,6 +76,8 @@ const (
 	AuditTermCreate        = "term.create"
 	AuditTermUpdate        = "term.update"
 	AuditTermDelete        = "term.delete"
+	AuditAPIKeyCreate      = "api_key.create"
+	AuditAPIKeyRevoke      = "api_key.revoke"
 )
 
 // The audited target types.
@@ -86,6 +88,7 @@ const (
 	TargetDocument      = "document"
 	TargetIntent        = "intent"
 	TargetTermMapping   = "term_mapping"
+	TargetAPIKey        = "api_key"
 )
 
 // AuditEvent is one row of the append-only audit log. The actor is a user,
@@ -211,6 +214,9 @@ func (a *Auditor) append(ctx context.Context, ev *AuditEvent) error {
 	if ev.ActorUserID == 0 && ev.ActorKeyID == 0 && ev.ActorName == "" {
 		if p, ok := PrincipalFrom(ctx); ok {
 			ev.ActorUserID, ev.ActorName = p.UserID, p.Username
+			if p.Key != nil {
+				ev.ActorKeyID = p.Key.KeyID
+			}
 		}
 	}
 	if ev.Result == "" {

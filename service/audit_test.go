@@ -110,3 +110,27 @@ func TestAuditResultOf(t *testing.T) {
 		}
 	}
 }
+
+// An API key's action names the key as well as its owner.
+func TestAuditActorIsTheKey(t *testing.T) {
+	key := Principal{UserID: 7, Username: "ann", Key: &KeyGrant{KeyID: 42, Scopes: []Scope{ScopeIngest}}}
+	for _, tt := range []struct {
+		name    string
+		p       Principal
+		wantKey ID
+	}{
+		{"a person", Principal{UserID: 7, Username: "ann"}, 0},
+		{"a key", key, 42},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			f := &fakeTx{}
+			NewAuditor(f, f, &seqIDs{}, nil, nil).Record(WithPrincipal(context.Background(), tt.p), AuditEvent{Action: AuditDocumentUpload})
+			if len(f.outside) != 1 {
+				t.Fatalf("%d events, want 1", len(f.outside))
+			}
+			if e := f.outside[0]; e.ActorUserID != 7 || e.ActorKeyID != tt.wantKey {
+				t.Errorf("actor user %v key %v, want 7 and %v", e.ActorUserID, e.ActorKeyID, tt.wantKey)
+			}
+		})
+	}
+}

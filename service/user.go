@@ -35,7 +35,16 @@ type Principal struct {
 	Role     Role
 	TokenID  string    // identifies the token for revocation
 	Expires  time.Time // when the token stops verifying
+	// Key is set when the caller authenticated with an API key: the owner's
+	// current role, narrowed by the key's scopes and knowledge bases.
+	Key *KeyGrant
 }
 
 // IsAdmin reports whether p has the admin role.
 func (p Principal) IsAdmin() bool { return p.Role == RoleAdmin }
+
+// OverridesOwnership reports whether p may reach other users' own things
+// (read their conversations, stop their chats): admins signed in as
+// people. An admin's API key keeps to its owner's own, since another
+// user's answers may quote knowledge bases outside the key's list.
+func (p Principal) OverridesOwnership() bool { return p.IsAdmin() && p.Key == nil }

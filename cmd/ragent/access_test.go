@@ -7,6 +7,9 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/ragent-go/ragent/api"
+	"github.com/ragent-go/ragent/service"
 )
 
 // The actors of the isolation matrix, in the order of each row's want.
@@ -22,6 +25,7 @@ type accessFixture struct {
 	ids     map[string]string // username → user id
 	groupID string
 	kb      string
+	otherKB string // another knowledge base the manager manages
 	doc     string
 	conv    string
 	n       int // makes names unique
@@ -50,7 +54,43 @@ func newAccessFixture(t *testing.T) *accessFixture {
 	f.doc = f.admin.uploadAccepted(f.kb, "handbook.md", []byte("# Handbook\n\nThe zebrafish policy grants fifteen days of leave.\n")).ID
 	f.admin.waitReady(f.doc)
 	f.conv = f.viewerConversation(t)
+	f.otherKB = f.sharedKB(t)
 	return f
+}
+
+// keyActors are API keys of the manager (the broadest member role), in the
+// order of each keyMatrix want: all scopes; every scope but the ones the
+// route needs; all scopes but limited to another knowledge base.
+var keyActors = []string{"key", "key-noscope", "key-otherkb"}
+
+// keyClient returns a client authenticated with a new API key of the
+// manager: the route's scope removed for "key-noscope", limited to
+// f.otherKB for "key-otherkb".
+func (f *accessFixture) keyClient(t *testing.T, who, route string) *client {
+	t.Helper()
+	body := map[string]any{"name": who + " " + route, "scopes": []string{"read", "search", "chat", "ingest"}}
+	switch who {
+	case "key-noscope":
+		var scopes []string
+		for _, s := range []string{"read", "search", "chat", "ingest"} {
+			if !slices.Contains(api.KeyScopes(route), service.Scope(s)) {
+				scopes = append(scopes, s)
+			}
+		}
+		body["scopes"] = scopes
+	case "key-otherkb":
+		body["knowledgeBaseIds"] = []string{f.otherKB}
+	}
+	r := f.clients["manager"].forTest(t).do("POST", "/api/v1/api-keys", body)
+	if r.Status != http.StatusCreated {
+		t.Fatalf("create %s: %d %s", who, r.Status, r.Body)
+	}
+	var k struct{ ID, Key string }
+	r.json(t, &k)
+	// Revoked after the subtest: the manager would otherwise pass the
+	// per-user key limit over the whole matrix.
+	t.Cleanup(func() { f.clients["manager"].forTest(t).do("DELETE", "/api/v1/api-keys/"+k.ID, nil) })
+	return f.in.client(t, k.Key)
 }
 
 // sharedKB creates a private knowledge base with the fixture's grants.
@@ -204,6 +244,40 @@ var isolationMatrix = map[string]isolationRow{
 	"GET /api/v1/admin/audit": {[6]int{denied, denied, denied, denied, denied, fine}, func(t *testing.T, f *accessFixture, _ string, c *client) int {
 		return c.do("GET", "/api/v1/admin/audit?target="+f.kb, nil).Status
 	}},
+	// An API key may name only knowledge bases its owner reads.
+	"POST /api/v1/api-keys": {[6]int{hidden, created, created, created, created, created}, func(t *testing.T, f *accessFixture, who string, c *client) int {
+		return c.do("POST", "/api/v1/api-keys", map[string]any{"name": "by " + who, "scopes": []string{"read"}, "knowledgeBaseIds": []string{f.kb}}).Status
+	}},
+}
+
+// keyMatrix is what the manager's API keys get on every isolationMatrix
+// route (keyActors order): a key does what its owner does, narrowed by its
+// scopes (never more than editor) and knowledge bases; routes outside the
+// scope table (settings, members, admin pages, API keys) are refused.
+var keyMatrix = map[string][3]int{
+	"GET /api/v1/knowledge-bases":                          {fine, denied, hidden},
+	"POST /api/v1/knowledge-bases":                         {denied, denied, denied},
+	"GET /api/v1/knowledge-bases/:id":                      {fine, denied, hidden},
+	"PATCH /api/v1/knowledge-bases/:id":                    {denied, denied, denied},
+	"DELETE /api/v1/knowledge-bases/:id":                   {denied, denied, denied},
+	"GET /api/v1/knowledge-bases/:id/members":              {denied, denied, denied},
+	"POST /api/v1/knowledge-bases/:id/members":             {denied, denied, denied},
+	"DELETE /api/v1/knowledge-bases/:id/members/:memberId": {denied, denied, denied},
+	"GET /api/v1/knowledge-bases/:id/documents":            {fine, denied, hidden},
+	"POST /api/v1/knowledge-bases/:id/documents":           {accepted, denied, hidden},
+	"GET /api/v1/documents/:id":                            {fine, denied, hidden},
+	"DELETE /api/v1/documents/:id":                         {gone, denied, hidden},
+	"POST /api/v1/documents/:id/reindex":                   {accepted, denied, hidden},
+	"GET /api/v1/documents/:id/chunks":                     {fine, denied, hidden},
+	"POST /api/v1/search":                                  {fine, denied, hidden},
+	"POST /api/v1/chat":                                    {fine, denied, hidden},
+	"GET /api/v1/conversations":                            {hidden, denied, hidden}, // the viewer's conversation
+	"GET /api/v1/conversations/:id/messages":               {hidden, denied, hidden},
+	"PATCH /api/v1/conversations/:id":                      {hidden, denied, hidden},
+	"DELETE /api/v1/conversations/:id":                     {hidden, denied, hidden},
+	"GET /api/v1/admin/limiter":                            {denied, denied, denied},
+	"POST /api/v1/api-keys":                                {denied, denied, denied},
+	"GET /api/v1/admin/audit":                              {denied, denied, denied},
 }
 
 // noKnowledgeBaseData are the routes that neither take nor return a
@@ -213,6 +287,8 @@ var noKnowledgeBaseData = []string{
 	"GET /healthz", "GET /readyz", "GET /metrics", "GET /", "GET /assets/*filepath", "HEAD /assets/*filepath",
 	"POST /api/v1/auth/login", "POST /api/v1/auth/logout", "POST /api/v1/auth/logout-all",
 	"GET /api/v1/me", "POST /api/v1/me/password",
+	// Keys are listed and revoked by id; TestAPIKeys checks who may.
+	"GET /api/v1/api-keys", "DELETE /api/v1/api-keys/:id",
 	"GET /api/v1/users", "POST /api/v1/users", "PATCH /api/v1/users/:id", "DELETE /api/v1/users/:id",
 	"GET /api/v1/groups", "POST /api/v1/groups", "PATCH /api/v1/groups/:id", "DELETE /api/v1/groups/:id",
 	"GET /api/v1/groups/:id/members", "POST /api/v1/groups/:id/members", "DELETE /api/v1/groups/:id/members/:userId",
@@ -227,8 +303,10 @@ var noKnowledgeBaseData = []string{
 // TestIsolationMatrix checks, for every route that takes or returns a
 // knowledge base, document, chunk or conversation, what a non-member, a
 // viewer, an editor, a manager, a member of an editor group and an admin
-// get. A route in the router with no row (and not listed as carrying no
-// knowledge-base data) fails the test.
+// get, and what the manager's API keys get with and without the route's
+// scope and with another knowledge base. A route in the router with no row
+// (and not listed as carrying no knowledge-base data), or with no key row,
+// fails the test.
 func TestIsolationMatrix(t *testing.T) {
 	f := newAccessFixture(t)
 	for _, r := range f.in.app.router.Routes() {
@@ -245,6 +323,19 @@ func TestIsolationMatrix(t *testing.T) {
 				c := f.clients[who].forTest(t)
 				if got := row.call(t, f, who, c); got != row.want[i] {
 					t.Errorf("%s: got %d, want %d", who, got, row.want[i])
+				}
+			})
+		}
+		keyRow, ok := keyMatrix[key]
+		if !ok {
+			t.Errorf("route %s has no row in keyMatrix", key)
+			continue
+		}
+		for i, who := range keyActors {
+			t.Run(key+"/"+who, func(t *testing.T) {
+				c := f.keyClient(t, who, key)
+				if got := row.call(t, f, who, c); got != keyRow[i] {
+					t.Errorf("%s: got %d, want %d", who, got, keyRow[i])
 				}
 			})
 		}

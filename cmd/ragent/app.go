@@ -253,9 +253,19 @@ func newApp(ctx context.Context, cfg Config, log *slog.Logger) (_ *App, err erro
 		cfg.UploadMaxWait, ratelimit.WithLogger(log), ratelimit.WithRegisterer(a.registry))
 	a.runners = append(a.runners, uploads.Run)
 
+	// API keys: checked against Postgres on every request (revocation is
+	// instant everywhere); each key has its own request rate in Redis, and
+	// its chats count against its owner's chat rate and fair-queue share.
+	var keyRate *ratelimit.Rate
+	if cfg.APIKeyRatePerMinute > 0 {
+		keyRate = ratelimit.NewRate(a.rdb, cfg.RedisPrefix, "apikey", cfg.APIKeyRatePerMinute, time.Minute)
+	}
+
 	a.router = api.NewRouter(api.Deps{
 		Log:               log,
 		Auth:              authSvc,
+		APIKeys:           auth.NewAPIKeys(a.store, access, ids, audit, log, nil),
+		KeyRate:           keyRate,
 		KnowledgeBases:    kbs,
 		Groups:            admin.NewGroups(a.store, ids, audit),
 		Audit:             admin.NewAudit(a.store),

@@ -90,7 +90,7 @@ func TestAuditLogRecordsEachAction(t *testing.T) {
 	const missing = "999999999"
 
 	// ids made by earlier steps, filled in as the table runs.
-	var groupID, memberID, intentID, termID, newKB, newDoc string
+	var groupID, memberID, intentID, termID, newKB, newDoc, keyID string
 
 	type step struct {
 		name   string
@@ -315,6 +315,21 @@ func TestAuditLogRecordsEachAction(t *testing.T) {
 		{"delete missing term mapping", admin, func(c *client, h []string) (response, string) {
 			return jsonStep("DELETE", "/api/v1/admin/term-mappings/"+termID, nil)(c, h), termID
 		}, 404, "term.delete", me.ID, "not_found"},
+
+		{"create API key", ursula, func(c *client, h []string) (response, string) {
+			r := jsonStep("POST", "/api/v1/api-keys", map[string]any{"name": "pipeline", "scopes": []string{"search"}})(c, h)
+			keyID = idOf(tt, r)
+			return r, keyID
+		}, 201, "api_key.create", ursulaID, "success"},
+		{"create API key without scopes", ursula, func(c *client, h []string) (response, string) {
+			return jsonStep("POST", "/api/v1/api-keys", map[string]any{"name": "nothing", "scopes": []string{}})(c, h), ""
+		}, 400, "api_key.create", ursulaID, "invalid"},
+		{"revoke API key", ursula, func(c *client, h []string) (response, string) {
+			return jsonStep("DELETE", "/api/v1/api-keys/"+keyID, nil)(c, h), keyID
+		}, 204, "api_key.revoke", ursulaID, "success"},
+		{"revoke missing API key", ursula, func(c *client, h []string) (response, string) {
+			return jsonStep("DELETE", "/api/v1/api-keys/"+missing, nil)(c, h), missing
+		}, 404, "api_key.revoke", ursulaID, "not_found"},
 	}
 
 	type expect struct {

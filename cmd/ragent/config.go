@@ -85,6 +85,7 @@ type Config struct {
 	ChatMaxQueue         int
 	ChatMaxQueuedPerUser int
 	ChatRatePerMinute    int    // chats a user may start per minute; 0 = no limit
+	APIKeyRatePerMinute  int    // requests one API key may make per minute; 0 = no limit
 	ChatEmptyRetrieval   string // chat | refuse
 
 	UploadMaxConcurrent int
@@ -162,6 +163,7 @@ func loadConfig(getenv func(string) string) (Config, error) {
 		ChatMaxQueue:         e.int("RAGENT_CHAT_MAX_QUEUE", 1000),
 		ChatMaxQueuedPerUser: e.int("RAGENT_CHAT_MAX_QUEUED_PER_USER", 3),
 		ChatRatePerMinute:    e.int("RAGENT_CHAT_RATE_PER_MINUTE", 30),
+		APIKeyRatePerMinute:  e.int("RAGENT_API_KEY_RATE_PER_MINUTE", 600),
 		ChatEmptyRetrieval:   e.str("RAGENT_CHAT_EMPTY_RETRIEVAL", "chat"),
 
 		UploadMaxConcurrent: e.int("RAGENT_UPLOAD_MAX_CONCURRENT", 10),
@@ -252,6 +254,9 @@ func (c Config) validate() []error {
 	if c.ChatRatePerMinute < 0 {
 		bad("RAGENT_CHAT_RATE_PER_MINUTE must be 0 (no limit) or more")
 	}
+	if c.APIKeyRatePerMinute < 0 {
+		bad("RAGENT_API_KEY_RATE_PER_MINUTE must be 0 (no limit) or more")
+	}
 	for name, v := range positive {
 		if v < 1 {
 			bad("%s must be at least 1", name)
@@ -328,7 +333,7 @@ func (c Config) logAttrs() []any {
 		"chat_limiter_enabled", c.ChatLimiterEnabled, "chat_max_concurrent", c.ChatMaxConcurrent,
 		"chat_max_wait", c.ChatMaxWait.String(), "chat_lease", c.ChatLease.String(), "chat_poll_interval", c.ChatPollInterval.String(),
 		"chat_on_redis_error", c.ChatOnRedisError, "chat_max_queue", c.ChatMaxQueue, "chat_max_queued_per_user", c.ChatMaxQueuedPerUser,
-		"chat_rate_per_minute", c.ChatRatePerMinute,
+		"chat_rate_per_minute", c.ChatRatePerMinute, "api_key_rate_per_minute", c.APIKeyRatePerMinute,
 		"chat_empty_retrieval", c.ChatEmptyRetrieval, "upload_max_concurrent", c.UploadMaxConcurrent,
 		"upload_max_wait", c.UploadMaxWait.String(), "upload_max_bytes", c.UploadMaxBytes,
 		"ingest_parser", c.IngestParser, "ingest_parse_timeout", c.IngestParseTimeout.String(),

@@ -225,7 +225,8 @@ func (s *Service) Validate(ctx context.Context, p service.Principal, req *Reques
 
 // ownConversation returns the conversation when p may use it. Another
 // user's conversation is reported as not found, so ids reveal nothing;
-// admins may read (readOnly) any conversation.
+// admins (signed in as people, not through an API key) may read (readOnly)
+// any conversation.
 func (s *Service) ownConversation(ctx context.Context, p service.Principal, id service.ID, readOnly bool) (*service.Conversation, error) {
 	c, err := s.d.Store.Conversation(ctx, id)
 	if err != nil {
@@ -234,7 +235,7 @@ func (s *Service) ownConversation(ctx context.Context, p service.Principal, id s
 		}
 		return nil, err
 	}
-	if c.UserID != p.UserID && !(readOnly && p.IsAdmin()) {
+	if c.UserID != p.UserID && !(readOnly && p.OverridesOwnership()) {
 		return nil, service.Errorf(service.ErrNotFound, "conversation %s not found", id)
 	}
 	return c, nil
@@ -548,7 +549,7 @@ func (s *Service) Stop(ctx context.Context, p service.Principal, taskID service.
 	lt, local := s.local[id]
 	s.mu.Unlock()
 	if local {
-		if lt.owner != p.UserID && !p.IsAdmin() {
+		if lt.owner != p.UserID && !p.OverridesOwnership() {
 			return service.Errorf(service.ErrNotFound, "task %s not found", id)
 		}
 		lt.cancel(errStopped)
@@ -569,7 +570,7 @@ func (s *Service) Stop(ctx context.Context, p service.Principal, taskID service.
 		}
 		return fmt.Errorf("%w: cannot reach the task registry: %v", service.ErrUnavailable, err)
 	}
-	if owner != p.UserID.String() && !p.IsAdmin() {
+	if owner != p.UserID.String() && !p.OverridesOwnership() {
 		return service.Errorf(service.ErrNotFound, "task %s not found", id)
 	}
 	if _, err := s.d.Tasks.Cancel(ctx, id); err != nil {

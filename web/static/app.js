@@ -63,6 +63,11 @@
 //             audit-actor, audit-target, audit-since, audit-until, audit-search,
 //             audit-reset, audit-table, audit-row (data-action, data-result,
 //             data-request-id), audit-load-more
+//   apikeys:  nav-apikeys, apikey-form, apikey-name (#apikey-name), apikey-scope
+//             (data-scope), apikey-kbs, apikey-kb (data-kb-id), apikey-expires,
+//             apikey-submit, apikey-table, apikey-row (data-id, data-name),
+//             apikey-revoke, apikey-dialog, apikey-value, apikey-copy,
+//             apikey-dialog-close
 import { t, getLang, setLang } from './i18n.js';
 import { h, clear, toast, errorText, confirmDialog, field } from './dom.js';
 import { get, post, ApiError } from './api.js';
@@ -71,6 +76,7 @@ import { mountKnowledgeBases, mountTerms, mountUsers, mountGroups, mountLimiter 
 import { mountDocuments } from './documents.js';
 import { mountIntents } from './intents.js';
 import { mountAudit } from './audit.js';
+import { mountAPIKeys } from './apikeys.js';
 
 // Each route names a page key (pages with the same key update in place
 // instead of remounting), whether it needs an admin, and its mount function.
@@ -84,6 +90,7 @@ const routes = [
   { pattern: /^\/admin\/groups$/, key: 'groups', admin: true, mount: mountGroups },
   { pattern: /^\/admin\/limiter$/, key: 'limiter', admin: true, mount: mountLimiter },
   { pattern: /^\/admin\/audit$/, key: 'audit', admin: true, mount: mountAudit },
+  { pattern: /^\/api-keys$/, key: 'apikeys', mount: mountAPIKeys },
 ];
 
 const navItems = [
@@ -95,6 +102,7 @@ const navItems = [
   { href: '#/admin/groups', key: 'groups', label: 'nav.groups', testid: 'nav-groups', admin: true },
   { href: '#/admin/limiter', key: 'limiter', label: 'nav.limiter', testid: 'nav-limiter', admin: true },
   { href: '#/admin/audit', key: 'audit', label: 'nav.audit', testid: 'nav-audit', admin: true },
+  { href: '#/api-keys', key: 'apikeys', label: 'nav.apikeys', testid: 'nav-apikeys' },
 ];
 
 const state = {

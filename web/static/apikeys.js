@@ -1,0 +1,147 @@
+// API keys page: every user lists, creates and revokes their own keys;
+// admins see (and may revoke) every user's, with the owner. A new key is
+// shown once, in a dialog with a copy button; the server keeps only its hash.
+import { t } from './i18n.js';
+import { h, toast, errorText, confirmDialog, formatTime, field } from './dom.js';
+import { get, post, del, enc } from './api.js';
+import { pageHeader, formError, showFormError, emptyRow } from './admin.js';
+
+const SCOPES = ['read', 'search', 'chat', 'ingest'];
+
+export function mountAPIKeys(root, ctx) {
+  const isAdmin = ctx.user?.role === 'admin';
+  let destroyed = false;
+  let kbNames = new Map();
+
+  const name = h('input', { id: 'apikey-name', required: true, maxlength: 100, autocomplete: 'off', 'data-testid': 'apikey-name' });
+  const scopeBoxes = SCOPES.map((s) => h('input', { type: 'checkbox', id: `apikey-scope-${s}`, value: s, 'data-testid': 'apikey-scope', 'data-scope': s, checked: s === 'read' || s === 'search' }));
+  const scopes = h('fieldset', { class: 'checks' },
+    h('legend', {}, t('apikeys.scopes')),
+    scopeBoxes.map((box) => h('label', { for: box.id, class: 'check' }, box, ' ', h('strong', {}, box.value), ' ', h('span', { class: 'muted' }, t(`apikeys.scope.${box.value}`)))));
+  const kbList = h('div', { class: 'checks', 'data-testid': 'apikey-kbs' });
+  const kbs = h('fieldset', { class: 'checks' },
+    h('legend', {}, t('apikeys.knowledgeBases')),
+    h('small', { class: 'hint' }, t('apikeys.knowledgeBasesHint')),
+    kbList);
+  const expires = h('input', { id: 'apikey-expires', type: 'date', 'data-testid': 'apikey-expires' });
+  const errBox = formError();
+  const submit = h('button', { type: 'submit', class: 'btn btn-primary', 'data-testid': 'apikey-submit' }, t('common.create'));
+  const form = h('form', { class: 'card form-card', 'data-testid': 'apikey-form', 'aria-label': t('apikeys.createTitle') },
+    h('h2', {}, t('apikeys.createTitle')),
+    h('div', { class: 'form-grid' },
+      field(t('apikeys.name'), name),
+      field(t('apikeys.expires'), expires, t('apikeys.expiresHint'))),
+    scopes,
+    kbs,
+    errBox,
+    h('div', { class: 'form-actions' }, submit));
+  const tbody = h('tbody');
+  const head = [t('apikeys.name'), t('apikeys.prefix')];
+  if (isAdmin) head.push(t('apikeys.owner'));
+  head.push(t('apikeys.scopes'), t('apikeys.knowledgeBases'), t('apikeys.lastUsed'), t('apikeys.expires'), t('common.actions'));
+  const table = h('div', { class: 'table-wrap card' }, h('table', { class: 'table', 'data-testid': 'apikey-table' },
+    h('thead', {}, h('tr', {}, head.map((c) => h('th', { scope: 'col' }, c)))),
+    tbody));
+  root.append(h('div', { class: 'page' },
+    pageHeader(t('apikeys.title'), t(isAdmin ? 'apikeys.subtitleAdmin' : 'apikeys.subtitle')),
+    form, table));
+
+  form.addEventListener('submit', async (e) => {
+    e.preventDefault();
+    errBox.hidden = true;
+    const body = { name: name.value.trim(), scopes: scopeBoxes.filter((b) => b.checked).map((b) => b.value) };
+    const picked = [...kbList.querySelectorAll('input:checked')].map((b) => b.value);
+    if (picked.length > 0) body.knowledgeBaseIds = picked;
+    if (expires.value) body.expiresAt = new Date(`${expires.value}T23:59:59`).toISOString();
+    submit.disabled = true;
+    try {
+      const created = await post('/api-keys', body);
+      form.reset();
+      for (const b of scopeBoxes) b.checked = b.value === 'read' || b.value === 'search';
+      showKeyOnce(created);
+      await load();
+    } catch (err) {
+      showFormError(errBox, err);
+    } finally {
+      submit.disabled = false;
+    }
+  });
+
+  async function revoke(k) {
+    if (!(await confirmDialog(t('apikeys.revokeConfirm', { name: k.name, prefix: k.prefix }), { okLabel: t('apikeys.revoke'), danger: true }))) return;
+    try {
+      await del(`/api-keys/${enc(k.id)}`);
+      toast(t('apikeys.revoked'), 'info');
+      await load();
+    } catch (err) {
+      toast(errorText(err));
+    }
+  }
+
+  function render(items) {
+    const cols = head.length;
+    tbody.replaceChildren(...(items.length === 0 ? [emptyRow(cols, t('apikeys.empty'))] : items.map((k) => h('tr', { 'data-testid': 'apikey-row', 'data-id': k.id, 'data-name': k.name },
+      h('th', { scope: 'row' }, k.name),
+      h('td', {}, h('code', {}, `${k.prefix}…`)),
+      isAdmin ? h('td', {}, k.username) : null,
+      h('td', {}, (k.scopes ?? []).join(', ')),
+      h('td', { class: 'wrap' }, k.knowledgeBaseIds ? k.knowledgeBaseIds.map((id) => kbNames.get(id) ?? id).join(', ') : t('apikeys.allKnowledgeBases')),
+      h('td', { class: 'muted' }, k.lastUsedAt ? formatTime(k.lastUsedAt) : t('apikeys.never')),
+      h('td', { class: 'muted' }, k.expiresAt ? formatTime(k.expiresAt) : t('apikeys.noExpiry')),
+      h('td', { class: 'actions' },
+        h('button', { type: 'button', class: 'btn btn-sm btn-danger', 'data-testid': 'apikey-revoke', onClick: () => revoke(k) }, t('apikeys.revoke')))))));
+  }
+
+  async function loadKnowledgeBases() {
+    try {
+      const res = await get('/knowledge-bases?limit=200');
+      if (destroyed) return;
+      const items = res?.items ?? [];
+      kbNames = new Map(items.map((kb) => [kb.id, kb.name]));
+      kbList.replaceChildren(...items.map((kb) => {
+        const box = h('input', { type: 'checkbox', id: `apikey-kb-${kb.id}`, value: kb.id, 'data-testid': 'apikey-kb', 'data-kb-id': kb.id });
+        return h('label', { for: box.id, class: 'check' }, box, ' ', kb.name);
+      }));
+    } catch (err) {
+      toast(errorText(err));
+    }
+  }
+
+  async function load() {
+    try {
+      const res = await get('/api-keys?limit=200');
+      if (!destroyed) render(res?.items ?? []);
+    } catch (err) {
+      toast(errorText(err));
+    }
+  }
+
+  loadKnowledgeBases().then(load);
+  return { destroy() { destroyed = true; } };
+}
+
+// showKeyOnce shows a new key with a copy button. Closing the dialog drops
+// the only copy the page has.
+function showKeyOnce(created) {
+  const dlg = h('dialog', { class: 'dialog', 'data-testid': 'apikey-dialog', 'aria-labelledby': 'apikey-dialog-title' });
+  dlg.addEventListener('close', () => dlg.remove());
+  const value = h('input', { id: 'apikey-value', readonly: true, value: created.key, 'data-testid': 'apikey-value', spellcheck: 'false', autocomplete: 'off' });
+  const copy = h('button', { type: 'button', class: 'btn btn-primary', 'data-testid': 'apikey-copy', onClick: () => {
+    navigator.clipboard?.writeText(created.key).then(
+      () => toast(t('apikeys.copied'), 'info'),
+      () => { value.select(); toast(t('apikeys.copyFailed')); });
+  } }, t('apikeys.copy'));
+  dlg.append(h('div', { class: 'dialog-body' },
+    h('div', { class: 'dialog-head' },
+      h('h2', { id: 'apikey-dialog-title' }, t('apikeys.createdTitle', { name: created.name }))),
+    h('p', { role: 'alert' }, t('apikeys.onceWarning')),
+    field(t('apikeys.key'), value),
+    h('p', { class: 'muted' }, t('apikeys.usage')),
+    h('pre', { class: 'apikey-usage' }, h('code', {}, `curl -H "Authorization: Bearer ${created.prefix}…" ${location.origin}/api/v1/knowledge-bases`)),
+    h('div', { class: 'dialog-actions' },
+      copy,
+      h('button', { type: 'button', class: 'btn', 'data-testid': 'apikey-dialog-close', onClick: () => dlg.close() }, t('apikeys.done')))));
+  document.body.append(dlg);
+  dlg.showModal();
+  value.select();
+}
