@@ -137,7 +137,7 @@ func newApp(ctx context.Context, cfg Config, log *slog.Logger) (_ *App, err erro
 		Model: embedder.Model(), Dim: embedder.Dim(), VectorWeight: vectorWeight(cfg),
 	})
 	searcher := retrieve.New(a.store, embedder, reranker, retrieve.Config{MinVectorScore: cfg.SearchMinVectorScore}, log)
-	ingestSvc := ingest.New(a.store, embedder, ids, ingest.Config{MaxBytes: cfg.UploadMaxBytes}, log, nil)
+	ingestSvc := ingest.New(a.store, embedder, ids, ingest.Config{MaxBytes: cfg.UploadMaxBytes, OutboxRetention: cfg.OutboxRetention}, log, nil)
 	a.kbs, a.ingestSvc, a.searcher = kbs, ingestSvc, searcher
 
 	// Admin data: the intent tree and term mappings, read (by admins and the

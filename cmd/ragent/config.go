@@ -65,6 +65,9 @@ type Config struct {
 	UploadMaxConcurrent int
 	UploadMaxWait       time.Duration
 	UploadMaxBytes      int64
+	// OutboxRetention is how long sent outbox rows are kept before the
+	// reaper deletes them.
+	OutboxRetention time.Duration
 
 	WorkerID int // -1: lease from Redis
 	Demo     bool
@@ -126,6 +129,7 @@ func loadConfig(getenv func(string) string) (Config, error) {
 		UploadMaxConcurrent: e.int("RAGENT_UPLOAD_MAX_CONCURRENT", 10),
 		UploadMaxWait:       e.duration("RAGENT_UPLOAD_MAX_WAIT", 5*time.Second),
 		UploadMaxBytes:      int64(e.int("RAGENT_UPLOAD_MAX_BYTES", 50<<20)),
+		OutboxRetention:     e.duration("RAGENT_OUTBOX_RETENTION", 7*24*time.Hour),
 
 		WorkerID: e.int("RAGENT_WORKER_ID", -1),
 		Demo:     e.bool("RAGENT_DEMO", true),
@@ -207,6 +211,7 @@ func (c Config) validate() []error {
 		"RAGENT_CHAT_POLL_INTERVAL": c.ChatPollInterval, "RAGENT_UPLOAD_MAX_WAIT": c.UploadMaxWait,
 		"RAGENT_TOKEN_TTL": c.TokenTTL, "RAGENT_SHUTDOWN_TIMEOUT": c.ShutdownTimeout,
 		"RAGENT_LLM_FIRST_TOKEN_TIMEOUT": c.LLMFirstTokenTimeout, "RAGENT_LLM_IDLE_TIMEOUT": c.LLMIdleTimeout,
+		"RAGENT_OUTBOX_RETENTION": c.OutboxRetention,
 	} {
 		if d <= 0 {
 			bad("%s must be positive", name)
@@ -258,6 +263,7 @@ func (c Config) logAttrs() []any {
 		"chat_on_redis_error", c.ChatOnRedisError, "chat_max_queue", c.ChatMaxQueue, "chat_max_queued_per_user", c.ChatMaxQueuedPerUser,
 		"chat_empty_retrieval", c.ChatEmptyRetrieval, "upload_max_concurrent", c.UploadMaxConcurrent,
 		"upload_max_wait", c.UploadMaxWait.String(), "upload_max_bytes", c.UploadMaxBytes,
+		"outbox_retention", c.OutboxRetention.String(),
 		"worker_id", c.WorkerID, "demo", c.Demo, "role", c.Role, "instance_id", c.InstanceID, "pprof_addr", c.PprofAddr,
 	}
 }
