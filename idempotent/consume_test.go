@@ -183,7 +183,9 @@ func TestGuardInFlightElsewhere(t *testing.T) {
 func TestGuardRenewsMarkWhileHandlerRuns(t *testing.T) {
 	rdb := testenv.Redis(t)
 	prefix := testenv.Prefix(t)
-	const consumingTTL = 300 * time.Millisecond
+	// Renewed every 200 ms: a watchdog stalled for 400 ms on a loaded
+	// machine (-race, parallel builds) still keeps the mark.
+	const consumingTTL = 600 * time.Millisecond
 	guard := idempotent.NewGuard(rdb, prefix, consumingTTL, consumedTTL)
 	ctx := context.Background()
 

@@ -71,8 +71,11 @@ func TestSemaphoreTimeoutAndUnavailable(t *testing.T) {
 	if _, err := s.Acquire(t.Context()); !errors.Is(err, ErrTimeout) {
 		t.Errorf("err = %v, want ErrTimeout", err)
 	}
-	if d := time.Since(start); d < maxWait || d > maxWait*11/10 {
-		t.Errorf("timed out after %v, want within [%v, %v]", d, maxWait, maxWait*11/10)
+	// The upper bound only catches a wait that ignores maxWait: a loaded
+	// machine (-race, parallel builds) delays the answer by far more than
+	// a tight bound allows.
+	if d := time.Since(start); d < maxWait || d > maxWait+2*time.Second {
+		t.Errorf("timed out after %v, want within [%v, %v]", d, maxWait, maxWait+2*time.Second)
 	}
 	// A release wakes a waiter well before the next poll.
 	got := make(chan time.Duration, 1)

@@ -2,11 +2,13 @@ package repository
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io/fs"
 	"sort"
 	"strings"
 
+	"github.com/jackc/pgx/v5/pgconn"
 	"gorm.io/gorm"
 
 	"github.com/ragent-go/ragent/migrations"
@@ -76,8 +78,27 @@ func migrate(conn *gorm.DB) error {
 			return tx.Exec("INSERT INTO schema_migrations (version) VALUES (?)", version).Error
 		})
 		if err != nil {
+			if hint := privilegeHint(err); hint != "" {
+				return fmt.Errorf("migrate %s: %w (%s)", name, translate(err), hint)
+			}
 			return fmt.Errorf("migrate %s: %w", name, translate(err))
 		}
 	}
 	return nil
+}
+
+// privilegeHint explains a migration refused for lack of privilege. The app's
+// role is deliberately not a superuser, and pgvector is not a trusted
+// extension: a superuser must create it once, in the database or in template1
+// so every new database has it (scripts/services.sh does the latter).
+func privilegeHint(err error) string {
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) || pgErr.Code != "42501" { // insufficient_privilege
+		return ""
+	}
+	if strings.Contains(pgErr.Message, "extension") {
+		return "a superuser must run CREATE EXTENSION vector in this database, or in template1 before the database is created; " +
+			"the app's role needs no superuser rights"
+	}
+	return "the app's role must own its database"
 }

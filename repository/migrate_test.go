@@ -3,6 +3,7 @@ package repository
 import (
 	"context"
 	"io/fs"
+	"strings"
 	"sync"
 	"testing"
 
@@ -117,5 +118,57 @@ func TestSettingOrCreateKeepsFirstValue(t *testing.T) {
 	}
 	if a != "first" || b != "first" {
 		t.Fatalf("got %q then %q, want first twice", a, b)
+	}
+}
+
+// The app's role owns its databases but is not a superuser (see
+// scripts/services.sh): migrations must not need more, and the role the
+// tests use, which is the one the app uses, must not have more.
+func TestMigrateAsNonSuperuser(t *testing.T) {
+	s := openTest(t, testenv.FreshDatabase(t))
+	ctx := context.Background()
+	var role struct {
+		Name  string
+		Super bool
+		Owner string
+	}
+	if err := s.db.Raw(`SELECT current_user AS name, r.rolsuper AS super, pg_get_userbyid(d.datdba) AS owner
+		FROM pg_roles r, pg_database d WHERE r.rolname = current_user AND d.datname = current_database()`).
+		Scan(&role).Error; err != nil {
+		t.Fatal(err)
+	}
+	if role.Super {
+		t.Fatalf("the database role %q is a superuser; the app must connect as a non-superuser owner of its database (run scripts/services.sh start)", role.Name)
+	}
+	if role.Owner != role.Name {
+		t.Fatalf("database owned by %q, want the connecting role %q", role.Owner, role.Name)
+	}
+	if err := s.Migrate(ctx); err != nil {
+		t.Fatalf("migrate as %s: %v", role.Name, err)
+	}
+	var ext string
+	if err := s.db.Raw("SELECT extversion FROM pg_extension WHERE extname = 'vector'").Scan(&ext).Error; err != nil || ext == "" {
+		t.Fatalf("vector extension missing: %q %v", ext, err)
+	}
+}
+
+// Without the vector extension a non-superuser cannot create it (pgvector
+// is not a trusted extension): the migration says what to do instead of
+// only "permission denied".
+func TestMigrateWithoutVectorExplains(t *testing.T) {
+	s := openTest(t, testenv.FreshBareDatabase(t))
+	var super bool
+	if err := s.db.Raw("SELECT rolsuper FROM pg_roles WHERE rolname = current_user").Scan(&super).Error; err != nil {
+		t.Fatal(err)
+	}
+	if super {
+		t.Fatal("the test role is a superuser, which creates the extension itself; the app's role must not be one (see TestMigrateAsNonSuperuser)")
+	}
+	err := s.Migrate(context.Background())
+	if err == nil {
+		t.Fatal("migrate succeeded without the vector extension and without superuser rights")
+	}
+	if !strings.Contains(err.Error(), "CREATE EXTENSION vector") || !strings.Contains(err.Error(), "superuser") {
+		t.Fatalf("error does not say how to install the extension: %v", err)
 	}
 }

@@ -2,6 +2,7 @@ package repository
 
 import (
 	"context"
+	"time"
 
 	"github.com/ragent-go/ragent/service"
 )
@@ -50,9 +51,18 @@ func (s *Store) RelayOutbox(ctx context.Context, limit int, publish func(ctx con
 	return sent, failed, err
 }
 
-// PruneOutbox deletes rows sent before the retention.
-func (s *Store) PruneOutbox(ctx context.Context, olderThanDays int) error {
-	return translate(s.conn(ctx).Exec("DELETE FROM outbox WHERE sent_at < now() - make_interval(days => ?)", olderThanDays).Error)
+// PruneOutbox deletes up to limit rows sent before the cutoff and returns
+// how many it deleted. Callers loop until fewer than limit come back: one
+// short statement per batch, so a large backlog never holds long locks or
+// one huge transaction. Unsent rows are never deleted, however old. Rows
+// another transaction holds (a relay) are skipped until the next round.
+func (s *Store) PruneOutbox(ctx context.Context, sentBefore time.Time, limit int) (int, error) {
+	res := s.conn(ctx).Exec(`DELETE FROM outbox WHERE id IN (
+		SELECT id FROM outbox WHERE sent_at < ? ORDER BY id LIMIT ? FOR UPDATE SKIP LOCKED)`, sentBefore, limit)
+	if res.Error != nil {
+		return 0, translate(res.Error)
+	}
+	return int(res.RowsAffected), nil
 }
 
 func truncate(s string, n int) string {

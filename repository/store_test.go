@@ -7,6 +7,7 @@ import (
 	"math"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/ragent-go/ragent/internal/testenv"
 	"github.com/ragent-go/ragent/service"
@@ -239,5 +240,53 @@ func TestRelayOutbox(t *testing.T) {
 	sent, _, _ = s.RelayOutbox(ctx, 10, ok)
 	if sent != 0 {
 		t.Fatalf("relayed %d rows twice", sent)
+	}
+}
+
+func TestPruneOutbox(t *testing.T) {
+	s := migrated(t)
+	ctx := context.Background()
+	kb := seedKB(t, s, 4)
+	for _, c := range []string{"a", "b", "c", "d", "e"} {
+		seedDoc(t, s, kb, c)
+	}
+	// Three of the five rows are sent; two stay unsent (the MQ went down).
+	n := 0
+	sent, _, err := s.RelayOutbox(ctx, 10, func(context.Context, service.OutboxMessage) error {
+		if n++; n > 3 {
+			return errors.New("mq down")
+		}
+		return nil
+	})
+	if err != nil || sent != 3 {
+		t.Fatalf("relay: sent %d, err %v", sent, err)
+	}
+	count := func(where string) int {
+		t.Helper()
+		var n int
+		if err := s.db.Raw("SELECT count(*) FROM outbox WHERE " + where).Scan(&n).Error; err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+
+	// Rows sent after the cutoff stay.
+	if got, err := s.PruneOutbox(ctx, time.Now().Add(-time.Hour), 10); err != nil || got != 0 {
+		t.Fatalf("prune before anything is old enough: deleted %d, err %v", got, err)
+	}
+	// A cutoff in the future makes every sent row old enough; the limit
+	// bounds each batch.
+	future := time.Now().Add(time.Hour)
+	if got, err := s.PruneOutbox(ctx, future, 2); err != nil || got != 2 {
+		t.Fatalf("first batch: deleted %d, err %v; want 2", got, err)
+	}
+	if got, err := s.PruneOutbox(ctx, future, 2); err != nil || got != 1 {
+		t.Fatalf("second batch: deleted %d, err %v; want 1", got, err)
+	}
+	if got, err := s.PruneOutbox(ctx, future, 2); err != nil || got != 0 {
+		t.Fatalf("third batch: deleted %d, err %v; want 0", got, err)
+	}
+	if sentLeft, unsent := count("sent_at IS NOT NULL"), count("sent_at IS NULL"); sentLeft != 0 || unsent != 2 {
+		t.Fatalf("after pruning: %d sent and %d unsent rows, want 0 and 2", sentLeft, unsent)
 	}
 }

@@ -203,16 +203,16 @@ start_postgres() {
 	}
 
 	need_root "setting up the ragent role and databases"
-	# Superuser so that tests may CREATE EXTENSION in databases they make;
-	# vector is also put in template1 so fresh databases already have it.
+	# The app's role owns its databases and may create more (tests make one
+	# each) but is not a superuser. pgvector is not a trusted extension, so
+	# the postgres superuser installs it here: in template1, which every new
+	# database copies, and in the two databases. Migrations then find it
+	# (CREATE EXTENSION IF NOT EXISTS needs no privilege when it exists).
 	pg_admin postgres <<'SQL'
 DO $$
 BEGIN
 	IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = 'ragent') THEN
-		CREATE ROLE ragent WITH LOGIN CREATEDB SUPERUSER PASSWORD 'ragent';
-	ELSIF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = 'ragent'
-	                  AND rolcanlogin AND rolcreatedb AND rolsuper) THEN
-		ALTER ROLE ragent WITH LOGIN CREATEDB SUPERUSER;
+		CREATE ROLE ragent WITH LOGIN CREATEDB NOSUPERUSER PASSWORD 'ragent';
 	END IF;
 END
 $$;
@@ -224,8 +224,21 @@ SQL
 SELECT 'CREATE DATABASE $db OWNER ragent' WHERE NOT EXISTS (SELECT FROM pg_database WHERE datname = '$db')
 \gexec
 SQL
+		pg_admin postgres -c "ALTER DATABASE $db OWNER TO ragent"
 		pg_admin "$db" -c 'CREATE EXTENSION IF NOT EXISTS vector'
 	done
+	# Last, once every database has the extension: earlier versions of this
+	# script made ragent a superuser; take that away (a no-op when done).
+	pg_admin postgres <<'SQL'
+DO $$
+BEGIN
+	IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = 'ragent'
+	               AND rolcanlogin AND rolcreatedb AND NOT rolsuper) THEN
+		ALTER ROLE ragent WITH LOGIN CREATEDB NOSUPERUSER;
+	END IF;
+END
+$$;
+SQL
 
 	# Prove the settings we print work: password auth over TCP, pgvector on.
 	local version
@@ -240,6 +253,9 @@ SQL
 			die "cannot log in as ragent over 127.0.0.1:$PG_PORT"
 	fi
 	[[ -n $version ]] || die "pgvector is not enabled in ragent_test"
+	local super
+	super=$(pg_admin postgres -tA -c "SELECT rolsuper FROM pg_roles WHERE rolname = 'ragent'")
+	[[ $super == f ]] || die "the ragent role is still a superuser"
 	log "postgres: up on 127.0.0.1:$PG_PORT (pgvector $version)"
 }
 

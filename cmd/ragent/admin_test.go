@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/ragent-go/ragent/idempotent"
 	"github.com/ragent-go/ragent/internal/testenv"
 )
@@ -430,10 +432,94 @@ func TestIdempotentAdminSubmits(t *testing.T) {
 		if created != 1 || dup != n-1 || len(list.Items) != 1 {
 			t.Fatalf("created=%d conflicts=%d rows=%d; want 1, %d, 1", created, dup, len(list.Items), n-1)
 		}
+		// How many the lock refused depends on scheduling (the subtest above
+		// checks the lock itself); the outcome must not.
 		t.Logf("%d of %d duplicates refused by the submit lock, the rest by the unique source term", inFlight, dup)
 		keys := testenv.Redis(t).Keys(context.Background(), cfg.RedisPrefix+"idem:submit:*").Val()
 		if len(keys) != 0 {
 			t.Fatalf("submit locks left: %v", keys)
+		}
+	})
+
+	// The submit lock refuses a duplicate of a request still in flight. The
+	// first request is held inside its handler (its INSERT waits on a table
+	// lock this test holds), so the duplicate surely overlaps it: no timing
+	// luck decides whether the lock or the unique key answers.
+	t.Run("duplicate of a request in flight", func(t *testing.T) {
+		ctx := context.Background()
+		db, err := pgx.Connect(ctx, cfg.DatabaseURL)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer db.Close(ctx)
+		tx, err := db.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer tx.Rollback(ctx)
+		if _, err := tx.Exec(ctx, "LOCK TABLE term_mappings IN EXCLUSIVE MODE"); err != nil {
+			t.Fatal(err)
+		}
+		// waiters counts the writes blocked on the table lock.
+		waiters := func() int {
+			t.Helper()
+			var n int
+			if err := tx.QueryRow(ctx, `SELECT count(*) FROM pg_locks
+				WHERE relation = 'term_mappings'::regclass AND NOT granted`).Scan(&n); err != nil {
+				t.Fatal(err)
+			}
+			return n
+		}
+		body := map[string]any{"sourceTerm": "差旅", "targetTerm": "差旅费用报销"}
+		send := func() <-chan response {
+			ch := make(chan response, 1)
+			go func() { ch <- c.forTest(t).do("POST", base, body) }()
+			return ch
+		}
+		first := send()
+		deadline := time.Now().Add(30 * time.Second)
+		for waiters() < 1 {
+			if time.Now().After(deadline) {
+				t.Fatal("the first create never reached its INSERT")
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		// The first holds the submit lock and waits in Postgres. The
+		// duplicate must be answered at once; if it joins the wait
+		// instead, the lock let it through.
+		second := send()
+		var dup response
+	wait:
+		for {
+			select {
+			case dup = <-second:
+				break wait
+			default:
+			}
+			if waiters() > 1 {
+				t.Fatal("the duplicate create reached the database: the submit lock did not refuse it")
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		if dup.Status != http.StatusConflict || dup.errorCode(t) != "duplicate_request" {
+			t.Fatalf("duplicate in flight: %d %s, want 409 duplicate_request", dup.Status, dup.Body)
+		}
+		if err := tx.Commit(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if r := <-first; r.Status != http.StatusCreated {
+			t.Fatalf("first create: %d %s", r.Status, r.Body)
+		}
+		var list struct{ Items []termJSON }
+		c.do("GET", base, nil).json(t, &list)
+		n := 0
+		for _, m := range list.Items {
+			if m.SourceTerm == "差旅" {
+				n++
+			}
+		}
+		if n != 1 {
+			t.Fatalf("%d mappings for the source term, want 1", n)
 		}
 	})
 

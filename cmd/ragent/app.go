@@ -153,10 +153,11 @@ func newApp(ctx context.Context, cfg Config, log *slog.Logger) (_ *App, err erro
 	}
 	a.closers = append(a.closers, func(context.Context) error { return closeParser() })
 	ingestSvc := ingest.New(a.store, access, embedder, ids, audit, ingest.Config{
-		MaxBytes:  cfg.UploadMaxBytes,
-		Limits:    ingest.Limits{MaxTextBytes: cfg.IngestMaxTextBytes, Timeout: cfg.IngestParseTimeout},
-		MaxChunks: cfg.IngestMaxChunks,
-		Parser:    parser,
+		MaxBytes:        cfg.UploadMaxBytes,
+		Limits:          ingest.Limits{MaxTextBytes: cfg.IngestMaxTextBytes, Timeout: cfg.IngestParseTimeout},
+		MaxChunks:       cfg.IngestMaxChunks,
+		Parser:          parser,
+		OutboxRetention: cfg.OutboxRetention,
 	}, log, nil)
 	a.kbs, a.ingestSvc, a.searcher = kbs, ingestSvc, searcher
 

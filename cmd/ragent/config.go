@@ -91,6 +91,9 @@ type Config struct {
 	UploadMaxConcurrent int
 	UploadMaxWait       time.Duration
 	UploadMaxBytes      int64
+	// OutboxRetention is how long sent outbox rows are kept before the
+	// reaper deletes them.
+	OutboxRetention time.Duration
 
 	IngestParser       string // process | inprocess
 	IngestParseTimeout time.Duration
@@ -169,6 +172,7 @@ func loadConfig(getenv func(string) string) (Config, error) {
 		UploadMaxConcurrent: e.int("RAGENT_UPLOAD_MAX_CONCURRENT", 10),
 		UploadMaxWait:       e.duration("RAGENT_UPLOAD_MAX_WAIT", 5*time.Second),
 		UploadMaxBytes:      int64(e.int("RAGENT_UPLOAD_MAX_BYTES", 50<<20)),
+		OutboxRetention:     e.duration("RAGENT_OUTBOX_RETENTION", 7*24*time.Hour),
 
 		IngestParser:       e.str("RAGENT_INGEST_PARSER", "process"),
 		IngestParseTimeout: e.duration("RAGENT_INGEST_PARSE_TIMEOUT", 2*time.Minute),
@@ -269,6 +273,7 @@ func (c Config) validate() []error {
 		"RAGENT_LLM_FIRST_TOKEN_TIMEOUT": c.LLMFirstTokenTimeout, "RAGENT_LLM_IDLE_TIMEOUT": c.LLMIdleTimeout,
 		"RAGENT_HTTP_BODY_TIMEOUT": c.HTTPBodyTimeout, "RAGENT_HTTP_UPLOAD_TIMEOUT": c.HTTPUploadTimeout,
 		"RAGENT_INGEST_PARSE_TIMEOUT": c.IngestParseTimeout,
+		"RAGENT_OUTBOX_RETENTION":     c.OutboxRetention,
 	} {
 		if d <= 0 {
 			bad("%s must be positive", name)
@@ -338,6 +343,7 @@ func (c Config) logAttrs() []any {
 		"upload_max_wait", c.UploadMaxWait.String(), "upload_max_bytes", c.UploadMaxBytes,
 		"ingest_parser", c.IngestParser, "ingest_parse_timeout", c.IngestParseTimeout.String(),
 		"ingest_parser_memory", c.IngestParserMemory, "ingest_max_text_bytes", c.IngestMaxTextBytes, "ingest_max_chunks", c.IngestMaxChunks,
+		"outbox_retention", c.OutboxRetention.String(),
 		"worker_id", c.WorkerID, "demo", c.Demo, "role", c.Role, "instance_id", c.InstanceID, "pprof_addr", c.PprofAddr,
 	}
 }

@@ -121,3 +121,18 @@ func TestConfigLogMasksSecrets(t *testing.T) {
 		}
 	}
 }
+
+func TestConfigOutboxRetention(t *testing.T) {
+	c, err := loadConfig(envOf())
+	if err != nil || c.OutboxRetention != 7*24*time.Hour {
+		t.Fatalf("default retention %v (err %v), want 168h", c.OutboxRetention, err)
+	}
+	if c, err = loadConfig(envOf("RAGENT_OUTBOX_RETENTION", "36h")); err != nil || c.OutboxRetention != 36*time.Hour {
+		t.Fatalf("retention %v (err %v), want 36h", c.OutboxRetention, err)
+	}
+	for _, v := range []string{"0s", "-1h", "7d"} {
+		if _, err := loadConfig(envOf("RAGENT_OUTBOX_RETENTION", v)); err == nil || !strings.Contains(err.Error(), "RAGENT_OUTBOX_RETENTION") {
+			t.Errorf("RAGENT_OUTBOX_RETENTION=%s: error %v, want one naming the variable", v, err)
+		}
+	}
+}

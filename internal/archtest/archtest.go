@@ -1,6 +1,7 @@
 // Package archtest enforces the dependency rule of DESIGN.md §1 over the
 // module's import graph (read with `go list`), so the rule stays true as the
-// code grows. Its test fails on any violation.
+// code grows. Its test fails on any violation, and on any file tracked by git
+// that is over 1 MiB (build outputs and dumps stay out of the repository).
 package archtest
 
 import (

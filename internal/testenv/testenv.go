@@ -106,8 +106,22 @@ func DatabaseURL(t testing.TB) string {
 }
 
 // FreshDatabase creates an empty database for this test only and returns its
-// URL; the database is dropped when the test ends.
+// URL; the database is dropped when the test ends. It is a copy of template1,
+// where scripts/services.sh installs the vector extension (the test role is
+// not a superuser and cannot create it).
 func FreshDatabase(t testing.TB) string {
+	t.Helper()
+	return freshDatabase(t, "template1")
+}
+
+// FreshBareDatabase is FreshDatabase from template0: no vector extension,
+// as on a server where nobody prepared template1.
+func FreshBareDatabase(t testing.TB) string {
+	t.Helper()
+	return freshDatabase(t, "template0")
+}
+
+func freshDatabase(t testing.TB, template string) string {
 	t.Helper()
 	base := DatabaseURL(t)
 	name := "t_" + strings.ToLower(RandomSuffix()) + RandomSuffix()
@@ -118,7 +132,7 @@ func FreshDatabase(t testing.TB) string {
 		t.Fatalf("connect: %v", err)
 	}
 	defer conn.Close(ctx)
-	if _, err := conn.Exec(ctx, "CREATE DATABASE "+name); err != nil {
+	if _, err := conn.Exec(ctx, "CREATE DATABASE "+name+" TEMPLATE "+template); err != nil {
 		t.Fatalf("create database: %v", err)
 	}
 	t.Cleanup(func() {

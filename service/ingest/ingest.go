@@ -1,8 +1,8 @@
 // Package ingest is the document pipeline: upload (size cap, content
 // sniffing, hashing, blob + document + outbox row in one transaction), then
 // on a worker parse → chunk → embed → index, and the document lifecycle
-// around it (list, delete, reindex, chunk preview, the outbox relay and the
-// reaper of stuck documents).
+// around it (list, delete, reindex, chunk preview, the outbox relay, and the
+// reaper of stuck documents and of sent outbox rows past their retention).
 package ingest
 
 import (
@@ -40,6 +40,7 @@ type Store interface {
 	StuckDocuments(ctx context.Context, cutoff time.Time, limit int) ([]*service.Document, error)
 	Requeue(ctx context.Context, d *service.Document, msg service.OutboxMessage) (bool, error)
 	RelayOutbox(ctx context.Context, limit int, publish func(context.Context, service.OutboxMessage) error) (sent, failed int, err error)
+	PruneOutbox(ctx context.Context, sentBefore time.Time, limit int) (int, error)
 }
 
 // Publisher sends a message to the MQ.
@@ -62,6 +63,10 @@ type Config struct {
 	RelayInterval  time.Duration // outbox poll; default 1s
 	ReaperInterval time.Duration // default 1m
 	EmbedBatch     int           // texts per Embed call; default 64
+	// OutboxRetention is how long sent outbox rows are kept (to trace what
+	// was published) before the reaper deletes them; default 7 days.
+	OutboxRetention time.Duration
+	PruneBatch      int // outbox rows deleted per statement; default 1000
 }
 
 func (c *Config) defaults() {
@@ -88,6 +93,12 @@ func (c *Config) defaults() {
 	}
 	if c.EmbedBatch <= 0 {
 		c.EmbedBatch = 64
+	}
+	if c.OutboxRetention <= 0 {
+		c.OutboxRetention = 7 * 24 * time.Hour
+	}
+	if c.PruneBatch <= 0 {
+		c.PruneBatch = 1000
 	}
 }
 
@@ -469,7 +480,8 @@ func (s *Service) RunRelay(ctx context.Context, pub Publisher) error {
 }
 
 // RunReaper re-queues documents stuck in running (their worker died with
-// the message lost or dead-lettered) every ReaperInterval until ctx ends.
+// the message lost or dead-lettered) and prunes the sent outbox every
+// ReaperInterval until ctx ends.
 func (s *Service) RunReaper(ctx context.Context) error {
 	t := time.NewTicker(s.cfg.ReaperInterval)
 	defer t.Stop()
@@ -485,8 +497,36 @@ func (s *Service) RunReaper(ctx context.Context) error {
 	}
 }
 
-// ReapOnce re-queues the documents running since before RunningTimeout.
+// ReapOnce re-queues the documents running since before RunningTimeout,
+// then deletes the outbox rows sent before OutboxRetention.
 func (s *Service) ReapOnce(ctx context.Context) error {
+	// A failure of one does not hold back the other.
+	return errors.Join(s.requeueStuck(ctx), s.pruneOutbox(ctx))
+}
+
+// pruneOutbox deletes sent outbox rows older than the retention, one batch
+// per statement until a batch comes back short. Every instance runs it; the
+// batches skip rows another instance is deleting.
+func (s *Service) pruneOutbox(ctx context.Context) error {
+	cutoff := s.now().Add(-s.cfg.OutboxRetention)
+	total := 0
+	for ctx.Err() == nil {
+		n, err := s.store.PruneOutbox(ctx, cutoff, s.cfg.PruneBatch)
+		total += n
+		if err != nil {
+			return fmt.Errorf("prune outbox: %w", err)
+		}
+		if n < s.cfg.PruneBatch {
+			break
+		}
+	}
+	if total > 0 {
+		s.log.InfoContext(ctx, "pruned the sent outbox", "rows", total, "sent_before", cutoff)
+	}
+	return nil
+}
+
+func (s *Service) requeueStuck(ctx context.Context) error {
 	stuck, err := s.store.StuckDocuments(ctx, s.now().Add(-s.cfg.RunningTimeout), 100)
 	if err != nil {
 		return err
