@@ -3,9 +3,10 @@
 // the fair queue, with a stop that cancels the upstream model on whichever
 // instance runs it.
 //
-// Chat emits the events of DESIGN §6 through a callback; the api package
-// writes them as Server-Sent Events. Every request ends with exactly one
-// finish event followed by done, whatever happened in between.
+// Chat emits the events of DESIGN §6 (typed in events.go) through a
+// callback; the api package writes them as Server-Sent Events. Every request
+// ends with exactly one finish event followed by done, whatever happened in
+// between.
 //
 // What a turn writes: a user over the chat rate gets ErrBusy before anything
 // is written or streamed. A new conversation and the question are written
@@ -161,40 +162,14 @@ type Request struct {
 	mapped string
 }
 
-// Event is one event of the stream (DESIGN §6).
-type Event struct {
-	Name string
-	Data any // JSON-encoded; nil for done
-}
-
-// Event names.
-const (
-	EventMeta    = "meta"
-	EventQueue   = "queue"
-	EventSources = "sources"
-	EventMessage = "message"
-	EventReject  = "reject"
-	EventCancel  = "cancel"
-	EventError   = "error"
-	EventFinish  = "finish"
-	EventDone    = "done"
-)
-
-// Cancel reasons.
-const (
-	ReasonUser       = "user"
-	ReasonDisconnect = "disconnect"
-	ReasonShutdown   = "shutdown"
-)
+// errStopped is the cause of a generation stopped through the stop route.
+var errStopped = errors.New("stopped by the user")
 
 // BusyMessage is what a user reads when the queue turns them away.
 const BusyMessage = "系统繁忙，请稍后再试"
 
 // NoSourcesAnswer is the fixed answer of the refuse policy.
 const NoSourcesAnswer = "没有找到相关文档，无法回答这个问题。No relevant documents were found for this question."
-
-// errStopped is the cause of a generation stopped through the stop route.
-var errStopped = errors.New("stopped by the user")
 
 // Validate checks a request before any stream starts, so a bad request gets
 // a plain 4xx instead of an event stream.
@@ -318,7 +293,7 @@ func (s *Service) Chat(ctx context.Context, p service.Principal, req Request, em
 		}
 	}
 
-	t.send(EventMeta, map[string]any{"conversationId": t.conv.ID, "taskId": t.taskID, "messageId": t.answer.ID})
+	t.send(EventMeta, Meta{ConversationID: t.conv.ID, TaskID: t.taskID, MessageID: t.answer.ID})
 	t.run(taskCtx)
 	return nil
 }
@@ -378,7 +353,7 @@ func (t *turn) run(ctx context.Context) {
 	var title string
 	switch {
 	case status == service.MessageCancelled:
-		t.send(EventCancel, map[string]any{"reason": cancelReason(ctx)})
+		t.send(EventCancel, Cancel{Reason: cancelReason(ctx)})
 	case errEvent != nil:
 		t.send(EventError, errEvent)
 	}
@@ -419,15 +394,12 @@ func (t *turn) run(ctx context.Context) {
 			t.log.ErrorContext(ctx, "saving the question failed", "err", err)
 		}
 	}
-	finish := map[string]any{"messageId": t.answer.ID, "status": status}
+	finish := Finish{MessageID: t.answer.ID, Status: status, Title: title}
 	if !saved {
-		finish["saved"] = false
-	}
-	if title != "" {
-		finish["title"] = title
+		finish.Saved = &saved
 	}
 	if t.usage.TotalTokens > 0 {
-		finish["usage"] = t.usage
+		finish.Usage = &t.usage
 	}
 	t.send(EventFinish, finish)
 	t.send(EventDone, nil)
@@ -438,14 +410,14 @@ func (t *turn) run(ctx context.Context) {
 // Every model call of the turn — rewrite, intent scoring, the answer and a
 // new conversation's title — runs while the permit is held, so the model
 // never sees more than the queue's N calls at once from ragent.
-func (t *turn) generate(ctx context.Context) (service.MessageStatus, map[string]string) {
+func (t *turn) generate(ctx context.Context) (service.MessageStatus, *Error) {
 	s := t.s
 	if s.d.Limiter != nil {
 		last := -1
 		release, err := s.d.Limiter.Acquire(ctx, t.taskID.String(), t.p.UserID.String(), func(position, queued int) {
 			if position != last {
 				last = position
-				t.send(EventQueue, map[string]int{"position": position, "queued": queued})
+				t.send(EventQueue, Queue{Position: position, Queued: queued})
 			}
 		})
 		switch {
@@ -453,18 +425,17 @@ func (t *turn) generate(ctx context.Context) (service.MessageStatus, map[string]
 			defer release()
 		case ctx.Err() != nil:
 			return service.MessageCancelled, nil
-		case errors.Is(err, service.ErrBusy):
-			t.content.WriteString(BusyMessage)
-			t.send(EventReject, map[string]string{"code": "busy", "message": BusyMessage})
-			return service.MessageRejected, nil
-		case errors.Is(err, service.ErrUnavailable):
-			msg := "排队服务暂不可用，请稍后再试 (the queue is unavailable)"
+		case errors.Is(err, service.ErrBusy), errors.Is(err, service.ErrUnavailable):
+			msg := BusyMessage
+			if !errors.Is(err, service.ErrBusy) {
+				msg = "排队服务暂不可用，请稍后再试 (the queue is unavailable)"
+			}
 			t.content.WriteString(msg)
-			t.send(EventReject, map[string]string{"code": "unavailable", "message": msg})
+			t.send(EventReject, Reject{Code: service.CodeOf(err), Message: msg})
 			return service.MessageRejected, nil
 		default:
 			t.log.ErrorContext(ctx, "limiter failed", "err", err)
-			return service.MessageFailed, map[string]string{"code": "internal", "message": "the request could not be queued"}
+			return service.MessageFailed, &Error{Code: service.CodeOf(err), Message: "the request could not be queued"}
 		}
 	}
 
@@ -473,7 +444,7 @@ func (t *turn) generate(ctx context.Context) (service.MessageStatus, map[string]
 			return service.MessageCancelled, nil
 		}
 		t.log.ErrorContext(ctx, "saving the question failed", "err", err)
-		return service.MessageFailed, map[string]string{"code": "internal", "message": "the question could not be saved"}
+		return service.MessageFailed, &Error{Code: service.CodeOf(err), Message: "the question could not be saved"}
 	}
 	status, errEvent := t.answerTurn(ctx)
 	if status == service.MessageCompleted && t.isNew {
@@ -483,7 +454,7 @@ func (t *turn) generate(ctx context.Context) (service.MessageStatus, map[string]
 }
 
 // answerTurn runs the pipeline under the permit and streams the answer.
-func (t *turn) answerTurn(ctx context.Context) (service.MessageStatus, map[string]string) {
+func (t *turn) answerTurn(ctx context.Context) (service.MessageStatus, *Error) {
 	prompt, err := t.prepare(ctx)
 	if err == nil && prompt == nil {
 		return service.MessageCompleted, nil // answered without the model
@@ -497,13 +468,14 @@ func (t *turn) answerTurn(ctx context.Context) (service.MessageStatus, map[strin
 	case ctx.Err() != nil:
 		return service.MessageCancelled, nil
 	case errors.Is(err, service.ErrNotFound):
-		return service.MessageFailed, map[string]string{"code": "not_found", "message": err.Error()}
+		return service.MessageFailed, &Error{Code: service.CodeOf(err), Message: err.Error()}
 	case errors.Is(err, service.ErrUnavailable):
 		t.log.WarnContext(ctx, "model unavailable", "err", err)
-		return service.MessageFailed, map[string]string{"code": "llm_unavailable", "message": "模型服务暂不可用，请稍后再试 (the model is unavailable)"}
+		err = fmt.Errorf("%w: %w", service.ErrModelUnavailable, err)
+		return service.MessageFailed, &Error{Code: service.CodeOf(err), Message: "模型服务暂不可用，请稍后再试 (the model is unavailable)"}
 	default:
 		t.log.ErrorContext(ctx, "chat failed", "err", err)
-		return service.MessageFailed, map[string]string{"code": "internal", "message": "生成回答时出错 (the answer could not be generated)"}
+		return service.MessageFailed, &Error{Code: service.CodeOf(err), Message: "生成回答时出错 (the answer could not be generated)"}
 	}
 }
 
@@ -522,7 +494,7 @@ func (t *turn) stream(ctx context.Context, req *service.ChatRequest) error {
 		} else {
 			t.content.WriteString(d.Text)
 		}
-		t.send(EventMessage, map[string]string{"type": kind, "delta": d.Text})
+		t.send(EventMessage, Message{Type: kind, Delta: d.Text})
 		return nil
 	})
 	t.usage = usage
