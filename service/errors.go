@@ -33,6 +33,10 @@ var ErrPermanent = errors.New("permanent failure")
 // the chat stream names it "llm_unavailable" rather than "unavailable".
 var ErrModelUnavailable = fmt.Errorf("model %w", ErrUnavailable)
 
+// ErrStopped is the cause of a generation stopped by a user (the task
+// registry's stop wraps it), told apart from a disconnect and ErrShutdown.
+var ErrStopped = errors.New("stopped by the user")
+
 // ErrShutdown is the cancel cause of work interrupted because the process is
 // shutting down (not because a client went away).
 var ErrShutdown = errors.New("shutting down")

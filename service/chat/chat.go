@@ -26,7 +26,6 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
-	"sync"
 	"time"
 	"unicode/utf8"
 
@@ -64,14 +63,19 @@ type RateLimit interface {
 	Allow(ctx context.Context, userID string) error
 }
 
-// Tasks is the cross-instance registry of running generations.
+// Tasks is the registry of running generations, the only one: it knows the
+// tasks of this instance without its store, and those of every instance
+// through it.
 type Tasks interface {
-	// Register records a running task; cancel is called when a stop for it
-	// arrives on any instance (or arrived before it registered).
+	// Register records a running task; cancel is called, with a cause that
+	// wraps service.ErrStopped, when a stop for it arrives on any instance
+	// (or arrived before it registered).
 	Register(ctx context.Context, taskID, ownerUserID string, cancel context.CancelCauseFunc) (unregister func(), err error)
-	// Owner returns the user that owns a running task.
+	// Owner returns the user that owns a running task (service.ErrNotFound
+	// when none runs); a task of this instance is found without the store.
 	Owner(ctx context.Context, taskID string) (userID string, err error)
-	// Cancel stops a task wherever it runs; local reports whether it ran here.
+	// Cancel stops a task wherever it runs; local reports whether it ran
+	// here (then it is stopped even when err reports the store down).
 	Cancel(ctx context.Context, taskID string) (local bool, err error)
 }
 
@@ -108,7 +112,7 @@ type Deps struct {
 	Store     Store
 	Limiter   Limiter   // nil: no queue
 	Rate      RateLimit // nil: no per-user chat rate
-	Tasks     Tasks
+	Tasks     Tasks     // required
 	Retriever Retriever
 	Access    *service.Access // which knowledge bases a caller may read
 	Intents   Intents
@@ -124,14 +128,6 @@ type Deps struct {
 type Service struct {
 	d   Deps
 	cfg Config
-
-	mu    sync.Mutex
-	local map[string]localTask // tasks running on this instance
-}
-
-type localTask struct {
-	owner  service.ID
-	cancel context.CancelCauseFunc
 }
 
 // New returns a Service.
@@ -148,7 +144,7 @@ func New(d Deps, cfg Config) *Service {
 	if cfg.TopK <= 0 {
 		cfg.TopK = 5
 	}
-	return &Service{d: d, cfg: cfg, local: map[string]localTask{}}
+	return &Service{d: d, cfg: cfg}
 }
 
 // Request is one question.
@@ -161,9 +157,6 @@ type Request struct {
 	// mapped is Question after term mappings, set by Validate.
 	mapped string
 }
-
-// errStopped is the cause of a generation stopped through the stop route.
-var errStopped = errors.New("stopped by the user")
 
 // BusyMessage is what a user reads when the queue turns them away.
 const BusyMessage = "系统繁忙，请稍后再试"
@@ -270,28 +263,16 @@ func (s *Service) Chat(ctx context.Context, p service.Principal, req Request, em
 	}
 	t.log = s.d.Log.With("conversation", t.conv.ID, "task", t.taskID, "user", p.UserID)
 
-	// The task context: a stop (on any instance) cancels it with errStopped;
-	// a client disconnect or a shutdown cancels it through ctx.
+	// The task context: a stop (on any instance) cancels it with a cause
+	// wrapping service.ErrStopped; a client disconnect or a shutdown cancels
+	// it through ctx.
 	taskCtx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
-	taskID := t.taskID.String()
-	stop := func(error) { cancel(errStopped) }
-	s.mu.Lock()
-	s.local[taskID] = localTask{owner: p.UserID, cancel: stop}
-	s.mu.Unlock()
-	defer func() {
-		s.mu.Lock()
-		delete(s.local, taskID)
-		s.mu.Unlock()
-	}()
-	if s.d.Tasks != nil {
-		unregister, err := s.d.Tasks.Register(ctx, taskID, p.UserID.String(), stop)
-		if err != nil {
-			t.log.WarnContext(ctx, "task registry unavailable; stop works on this instance only", "err", err)
-		} else {
-			defer unregister()
-		}
+	unregister, err := s.d.Tasks.Register(ctx, t.taskID.String(), p.UserID.String(), cancel)
+	if err != nil {
+		return err
 	}
+	defer unregister()
 
 	t.send(EventMeta, Meta{ConversationID: t.conv.ID, TaskID: t.taskID, MessageID: t.answer.ID})
 	t.run(taskCtx)
@@ -504,7 +485,7 @@ func (t *turn) stream(ctx context.Context, req *service.ChatRequest) error {
 // cancelReason tells a user's stop from a disconnect and a shutdown.
 func cancelReason(ctx context.Context) string {
 	switch cause := context.Cause(ctx); {
-	case errors.Is(cause, errStopped):
+	case errors.Is(cause, service.ErrStopped):
 		return ReasonUser
 	case errors.Is(cause, service.ErrShutdown):
 		return ReasonShutdown
@@ -517,35 +498,18 @@ func cancelReason(ctx context.Context) string {
 // whichever instance runs it. Another user's task is reported as not found.
 func (s *Service) Stop(ctx context.Context, p service.Principal, taskID service.ID) error {
 	id := taskID.String()
-	s.mu.Lock()
-	lt, local := s.local[id]
-	s.mu.Unlock()
-	if local {
-		if lt.owner != p.UserID && !p.OverridesOwnership() {
-			return service.Errorf(service.ErrNotFound, "task %s not found", id)
-		}
-		lt.cancel(errStopped)
-		if s.d.Tasks != nil {
-			// Tell other instances too, in case a retry of this request
-			// registered there; failures do not matter, it is stopped here.
-			_, _ = s.d.Tasks.Cancel(ctx, id)
-		}
-		return nil
-	}
-	if s.d.Tasks == nil {
-		return service.Errorf(service.ErrNotFound, "task %s not found", id)
-	}
 	owner, err := s.d.Tasks.Owner(ctx, id)
-	if err != nil {
-		if errors.Is(err, service.ErrNotFound) {
-			return service.Errorf(service.ErrNotFound, "task %s not found or already finished", id)
-		}
+	switch {
+	case errors.Is(err, service.ErrNotFound):
+		return service.Errorf(service.ErrNotFound, "task %s not found or already finished", id)
+	case err != nil:
 		return fmt.Errorf("%w: cannot reach the task registry: %v", service.ErrUnavailable, err)
-	}
-	if owner != p.UserID.String() && !p.OverridesOwnership() {
+	case owner != p.UserID.String() && !p.OverridesOwnership():
 		return service.Errorf(service.ErrNotFound, "task %s not found", id)
 	}
-	if _, err := s.d.Tasks.Cancel(ctx, id); err != nil {
+	// A task of this instance is stopped even when the stop cannot be
+	// broadcast: no other instance runs it.
+	if local, err := s.d.Tasks.Cancel(ctx, id); err != nil && !local {
 		return fmt.Errorf("%w: stop could not be delivered: %v", service.ErrUnavailable, err)
 	}
 	return nil
