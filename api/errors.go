@@ -12,24 +12,21 @@ import (
 	"github.com/ragent-go/ragent/service"
 )
 
-// statuses is the one table from domain errors to HTTP. The first match wins,
-// so more specific sentinels come first.
-var statuses = []struct {
-	err    error
-	status int
-	code   string
-}{
-	{service.ErrInvalid, http.StatusBadRequest, "invalid"},
-	{service.ErrUnauthenticated, http.StatusUnauthorized, "unauthenticated"},
-	{service.ErrForbidden, http.StatusForbidden, "forbidden"},
-	{service.ErrNotFound, http.StatusNotFound, "not_found"},
-	{service.ErrDuplicateRequest, http.StatusConflict, "duplicate_request"},
-	{service.ErrConflict, http.StatusConflict, "conflict"},
-	{service.ErrTooLarge, http.StatusRequestEntityTooLarge, "too_large"},
-	{service.ErrUnsupported, http.StatusUnsupportedMediaType, "unsupported_type"},
-	{service.ErrKeyReused, http.StatusUnprocessableEntity, "idempotency_key_reused"},
-	{service.ErrBusy, http.StatusTooManyRequests, "busy"},
-	{service.ErrUnavailable, http.StatusServiceUnavailable, "unavailable"},
+// statuses maps the codes of service.CodeOf to HTTP statuses: the code is
+// the domain's, the status is HTTP's and so belongs here.
+var statuses = map[string]int{
+	"invalid":                http.StatusBadRequest,
+	"unauthenticated":        http.StatusUnauthorized,
+	"forbidden":              http.StatusForbidden,
+	"not_found":              http.StatusNotFound,
+	"duplicate_request":      http.StatusConflict,
+	"conflict":               http.StatusConflict,
+	"too_large":              http.StatusRequestEntityTooLarge,
+	"unsupported_type":       http.StatusUnsupportedMediaType,
+	"idempotency_key_reused": http.StatusUnprocessableEntity,
+	"busy":                   http.StatusTooManyRequests,
+	"llm_unavailable":        http.StatusServiceUnavailable,
+	"unavailable":            http.StatusServiceUnavailable,
 }
 
 // errorBody is the JSON shape of every error response.
@@ -45,17 +42,17 @@ type errorDetail struct {
 
 // classify returns the status, code and user-facing message for err.
 func classify(err error) (status int, detail errorDetail) {
-	for _, s := range statuses {
-		if errors.Is(err, s.err) {
-			detail = errorDetail{Code: s.code, Message: err.Error()}
-			var de *service.Error
-			if errors.As(err, &de) {
-				detail.Details = de.Details
-			}
-			return s.status, detail
-		}
+	code := service.CodeOf(err)
+	status, ok := statuses[code]
+	if !ok {
+		return http.StatusInternalServerError, errorDetail{Code: service.CodeInternal, Message: "internal server error"}
 	}
-	return http.StatusInternalServerError, errorDetail{Code: "internal", Message: "internal server error"}
+	detail = errorDetail{Code: code, Message: err.Error()}
+	var de *service.Error
+	if errors.As(err, &de) {
+		detail.Details = de.Details
+	}
+	return status, detail
 }
 
 // fail writes err as a JSON error response and aborts the chain. Unknown

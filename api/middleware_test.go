@@ -3,6 +3,7 @@ package api
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -63,6 +64,7 @@ func TestClassify(t *testing.T) {
 		{service.ErrKeyReused, 422, "idempotency_key_reused"},
 		{service.ErrBusy, 429, "busy"},
 		{service.ErrUnavailable, 503, "unavailable"},
+		{fmt.Errorf("%w: %w", service.ErrModelUnavailable, service.ErrUnavailable), 503, "llm_unavailable"},
 		{errSecret, 500, "internal"},
 	}
 	for _, tt := range tests {

@@ -1,6 +1,6 @@
 // Package api is ragent's HTTP adapter: the Gin router, handlers, middleware,
-// the SSE writer and the one table from domain errors to HTTP statuses. It
-// also serves the embedded web UI.
+// the SSE writer and the map from error codes (service.CodeOf) to HTTP
+// statuses. It also serves the embedded web UI.
 //
 // api reaches data only through use cases (service/...) and mechanisms
 // (ratelimit, idempotent); dependencies it must check for readiness are

@@ -6,8 +6,8 @@ import (
 	"time"
 )
 
-// Sentinel errors. Adapters wrap driver errors into these with %w; api maps
-// them to HTTP statuses in one table.
+// Sentinel errors. Adapters wrap driver errors into these with %w; CodeOf
+// names them for clients, and api maps the codes to HTTP statuses.
 var (
 	ErrInvalid          = errors.New("invalid")                                     // 400
 	ErrUnauthenticated  = errors.New("unauthenticated")                             // 401
@@ -28,6 +28,14 @@ var (
 // the sentinel that gives the failure its API status (ErrInvalid), so a
 // background consumer can fail the work at once instead of retrying it.
 var ErrPermanent = errors.New("permanent failure")
+
+// ErrModelUnavailable wraps the ErrUnavailable of a failed model call, so
+// the chat stream names it "llm_unavailable" rather than "unavailable".
+var ErrModelUnavailable = fmt.Errorf("model %w", ErrUnavailable)
+
+// ErrStopped is the cause of a generation stopped by a user (the task
+// registry's stop wraps it), told apart from a disconnect and ErrShutdown.
+var ErrStopped = errors.New("stopped by the user")
 
 // ErrShutdown is the cancel cause of work interrupted because the process is
 // shutting down (not because a client went away).
@@ -61,4 +69,41 @@ func Errorf(kind error, format string, args ...any) error {
 // WithDetails returns an *Error of the given kind carrying details.
 func WithDetails(kind error, msg string, details map[string]string) error {
 	return &Error{Kind: kind, Message: msg, Details: details}
+}
+
+// codes is the one table from domain errors to the codes clients read: in
+// JSON error bodies (api maps each code to an HTTP status) and in the chat
+// stream's reject and error events. The first match wins, so more specific
+// sentinels come first.
+var codes = []struct {
+	err  error
+	code string
+}{
+	{ErrInvalid, "invalid"},
+	{ErrUnauthenticated, "unauthenticated"},
+	{ErrForbidden, "forbidden"},
+	{ErrNotFound, "not_found"},
+	{ErrDuplicateRequest, "duplicate_request"},
+	{ErrConflict, "conflict"},
+	{ErrTooLarge, "too_large"},
+	{ErrUnsupported, "unsupported_type"},
+	{ErrKeyReused, "idempotency_key_reused"},
+	{ErrBusy, "busy"},
+	{ErrModelUnavailable, "llm_unavailable"},
+	{ErrUnavailable, "unavailable"},
+}
+
+// CodeInternal is the code of every error that is none of the sentinels;
+// its text is not shown to clients.
+const CodeInternal = "internal"
+
+// CodeOf returns the client-facing code of err (CodeInternal when err wraps
+// no sentinel).
+func CodeOf(err error) string {
+	for _, c := range codes {
+		if errors.Is(err, c.err) {
+			return c.code
+		}
+	}
+	return CodeInternal
 }

@@ -10,8 +10,10 @@
 // and a periodic check of the flags of local tasks catches stops whose
 // message was lost while the subscription was down.
 //
-// A task is cancelled with the cause ErrStopped, so the chat pipeline can
-// tell a user's stop from a client disconnect or a shutdown. Without Redis,
+// A task is cancelled with the cause ErrStopped, which wraps
+// service.ErrStopped, so the chat pipeline can tell a user's stop from a
+// client disconnect or a shutdown. The Manager is the only registry of
+// running tasks: it knows the local ones without Redis, so without Redis,
 // stopping a task on the instance that runs it still works (DESIGN §11).
 package stream
 
@@ -25,16 +27,18 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/ragent-go/ragent/service"
 )
 
 var (
 	// ErrStopped is the cancel cause of a task stopped through Cancel.
-	ErrStopped = errors.New("stream: stopped by user")
+	ErrStopped = fmt.Errorf("stream: %w", service.ErrStopped)
 	// ErrNotFound means no running task has that id.
-	ErrNotFound = errors.New("stream: task not found")
+	ErrNotFound = fmt.Errorf("stream: task %w", service.ErrNotFound)
 	// ErrUnavailable wraps Redis failures: the stop could not be recorded or
 	// broadcast, or the owner could not be looked up.
-	ErrUnavailable = errors.New("stream: redis unavailable")
+	ErrUnavailable = fmt.Errorf("stream: redis %w", service.ErrUnavailable)
 	// ErrRegistered means the task id is already registered on this instance.
 	ErrRegistered = errors.New("stream: task already registered")
 )
@@ -184,19 +188,20 @@ func (m *Manager) unregister(taskID string, t *task) {
 	}
 }
 
-// Owner returns the user who owns the running task taskID and the instance
-// running it, or ErrNotFound.
-func (m *Manager) Owner(ctx context.Context, taskID string) (userID, instanceID string, err error) {
-	vals, err := m.rdb.HMGet(ctx, m.taskKey(taskID), "user", "instance").Result()
-	if err != nil {
-		return "", "", unavailable("look up task "+taskID, err)
+// Owner returns the user who owns the running task taskID, or ErrNotFound.
+// A task of this instance is answered without Redis.
+func (m *Manager) Owner(ctx context.Context, taskID string) (userID string, err error) {
+	if t := m.local(taskID); t != nil {
+		return t.owner, nil
 	}
-	user, _ := vals[0].(string)
-	instance, _ := vals[1].(string)
-	if user == "" {
-		return "", "", fmt.Errorf("%w: %s", ErrNotFound, taskID)
+	user, err := m.rdb.HGet(ctx, m.taskKey(taskID), "user").Result()
+	switch {
+	case errors.Is(err, redis.Nil) || (err == nil && user == ""):
+		return "", fmt.Errorf("%w: %s", ErrNotFound, taskID)
+	case err != nil:
+		return "", unavailable("look up task "+taskID, err)
 	}
-	return user, instance, nil
+	return user, nil
 }
 
 // Cancel stops taskID wherever it runs: it cancels the task at once if this
@@ -205,13 +210,7 @@ func (m *Manager) Owner(ctx context.Context, taskID string) (userID, instanceID 
 // Owner). If Redis fails, the error wraps ErrUnavailable; a local task has
 // been cancelled all the same.
 func (m *Manager) Cancel(ctx context.Context, taskID string) (local bool, err error) {
-	m.mu.Lock()
-	t := m.tasks[taskID]
-	m.mu.Unlock()
-	if t != nil {
-		m.stop(t)
-		local = true
-	}
+	local = m.stopLocal(taskID)
 	_, err = m.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		p.Set(ctx, m.cancelKey(taskID), "1", m.cancelTTL)
 		p.Publish(ctx, m.channel(), taskID)
@@ -234,13 +233,19 @@ func (m *Manager) stop(t *task) {
 	}
 }
 
-func (m *Manager) stopLocal(taskID string) {
-	m.mu.Lock()
-	t := m.tasks[taskID]
-	m.mu.Unlock()
+// stopLocal stops taskID if this instance runs it, and reports whether so.
+func (m *Manager) stopLocal(taskID string) bool {
+	t := m.local(taskID)
 	if t != nil {
 		m.stop(t)
 	}
+	return t != nil
+}
+
+func (m *Manager) local(taskID string) *task {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.tasks[taskID]
 }
 
 // Run receives stops from other instances and keeps the records of local

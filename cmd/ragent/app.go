@@ -230,7 +230,7 @@ func newApp(ctx context.Context, cfg Config, log *slog.Logger) (_ *App, err erro
 	tasks := stream.NewManager(a.rdb, cfg.RedisPrefix, cfg.InstanceID, stream.WithLogger(log))
 	a.runners = append(a.runners, tasks.Run)
 	chatSvc := chat.New(chat.Deps{
-		Store: a.store, Limiter: limiter, Rate: rate, Tasks: chatTasks{tasks}, Retriever: searcher, Access: access,
+		Store: a.store, Limiter: limiter, Rate: rate, Tasks: tasks, Retriever: searcher, Access: access,
 		Intents: intentCache, Terms: termCache,
 		Model: answerModel, FastModel: fastModel, IDs: ids, Log: log,
 	}, chat.Config{

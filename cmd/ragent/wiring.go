@@ -21,7 +21,6 @@ import (
 	"github.com/ragent-go/ragent/service"
 	"github.com/ragent-go/ragent/service/auth"
 	"github.com/ragent-go/ragent/service/ingest"
-	"github.com/ragent-go/ragent/stream"
 )
 
 // This file holds the small adapters that join a mechanism or an adapter to
@@ -217,30 +216,4 @@ func (c chatRate) Allow(ctx context.Context, userID string) error {
 			Message: fmt.Sprintf("too many questions; try again in %d s", secs)}
 	}
 	return nil
-}
-
-// chatTasks adapts the stream manager to the chat use case's Tasks.
-type chatTasks struct{ m *stream.Manager }
-
-func (c chatTasks) Register(ctx context.Context, taskID, owner string, cancel context.CancelCauseFunc) (func(), error) {
-	return c.m.Register(ctx, taskID, owner, cancel)
-}
-
-func (c chatTasks) Owner(ctx context.Context, taskID string) (string, error) {
-	user, _, err := c.m.Owner(ctx, taskID)
-	switch {
-	case errors.Is(err, stream.ErrNotFound):
-		return "", fmt.Errorf("%w: task %s", service.ErrNotFound, taskID)
-	case errors.Is(err, stream.ErrUnavailable):
-		return "", fmt.Errorf("%w: %v", service.ErrUnavailable, err)
-	}
-	return user, err
-}
-
-func (c chatTasks) Cancel(ctx context.Context, taskID string) (bool, error) {
-	local, err := c.m.Cancel(ctx, taskID)
-	if errors.Is(err, stream.ErrUnavailable) {
-		return local, fmt.Errorf("%w: %v", service.ErrUnavailable, err)
-	}
-	return local, err
 }

@@ -3,9 +3,10 @@
 // the fair queue, with a stop that cancels the upstream model on whichever
 // instance runs it.
 //
-// Chat emits the events of DESIGN §6 through a callback; the api package
-// writes them as Server-Sent Events. Every request ends with exactly one
-// finish event followed by done, whatever happened in between.
+// Chat emits the events of DESIGN §6 (typed in events.go) through a
+// callback; the api package writes them as Server-Sent Events. Every request
+// ends with exactly one finish event followed by done, whatever happened in
+// between.
 //
 // What a turn writes: a user over the chat rate gets ErrBusy before anything
 // is written or streamed. A new conversation and the question are written
@@ -25,7 +26,6 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
-	"sync"
 	"time"
 	"unicode/utf8"
 
@@ -63,14 +63,19 @@ type RateLimit interface {
 	Allow(ctx context.Context, userID string) error
 }
 
-// Tasks is the cross-instance registry of running generations.
+// Tasks is the registry of running generations, the only one: it knows the
+// tasks of this instance without its store, and those of every instance
+// through it.
 type Tasks interface {
-	// Register records a running task; cancel is called when a stop for it
-	// arrives on any instance (or arrived before it registered).
+	// Register records a running task; cancel is called, with a cause that
+	// wraps service.ErrStopped, when a stop for it arrives on any instance
+	// (or arrived before it registered).
 	Register(ctx context.Context, taskID, ownerUserID string, cancel context.CancelCauseFunc) (unregister func(), err error)
-	// Owner returns the user that owns a running task.
+	// Owner returns the user that owns a running task (service.ErrNotFound
+	// when none runs); a task of this instance is found without the store.
 	Owner(ctx context.Context, taskID string) (userID string, err error)
-	// Cancel stops a task wherever it runs; local reports whether it ran here.
+	// Cancel stops a task wherever it runs; local reports whether it ran
+	// here (then it is stopped even when err reports the store down).
 	Cancel(ctx context.Context, taskID string) (local bool, err error)
 }
 
@@ -107,7 +112,7 @@ type Deps struct {
 	Store     Store
 	Limiter   Limiter   // nil: no queue
 	Rate      RateLimit // nil: no per-user chat rate
-	Tasks     Tasks
+	Tasks     Tasks     // required
 	Retriever Retriever
 	Access    *service.Access // which knowledge bases a caller may read
 	Intents   Intents
@@ -123,14 +128,6 @@ type Deps struct {
 type Service struct {
 	d   Deps
 	cfg Config
-
-	mu    sync.Mutex
-	local map[string]localTask // tasks running on this instance
-}
-
-type localTask struct {
-	owner  service.ID
-	cancel context.CancelCauseFunc
 }
 
 // New returns a Service.
@@ -147,7 +144,7 @@ func New(d Deps, cfg Config) *Service {
 	if cfg.TopK <= 0 {
 		cfg.TopK = 5
 	}
-	return &Service{d: d, cfg: cfg, local: map[string]localTask{}}
+	return &Service{d: d, cfg: cfg}
 }
 
 // Request is one question.
@@ -161,40 +158,11 @@ type Request struct {
 	mapped string
 }
 
-// Event is one event of the stream (DESIGN §6).
-type Event struct {
-	Name string
-	Data any // JSON-encoded; nil for done
-}
-
-// Event names.
-const (
-	EventMeta    = "meta"
-	EventQueue   = "queue"
-	EventSources = "sources"
-	EventMessage = "message"
-	EventReject  = "reject"
-	EventCancel  = "cancel"
-	EventError   = "error"
-	EventFinish  = "finish"
-	EventDone    = "done"
-)
-
-// Cancel reasons.
-const (
-	ReasonUser       = "user"
-	ReasonDisconnect = "disconnect"
-	ReasonShutdown   = "shutdown"
-)
-
 // BusyMessage is what a user reads when the queue turns them away.
 const BusyMessage = "系统繁忙，请稍后再试"
 
 // NoSourcesAnswer is the fixed answer of the refuse policy.
 const NoSourcesAnswer = "没有找到相关文档，无法回答这个问题。No relevant documents were found for this question."
-
-// errStopped is the cause of a generation stopped through the stop route.
-var errStopped = errors.New("stopped by the user")
 
 // Validate checks a request before any stream starts, so a bad request gets
 // a plain 4xx instead of an event stream.
@@ -295,30 +263,18 @@ func (s *Service) Chat(ctx context.Context, p service.Principal, req Request, em
 	}
 	t.log = s.d.Log.With("conversation", t.conv.ID, "task", t.taskID, "user", p.UserID)
 
-	// The task context: a stop (on any instance) cancels it with errStopped;
-	// a client disconnect or a shutdown cancels it through ctx.
+	// The task context: a stop (on any instance) cancels it with a cause
+	// wrapping service.ErrStopped; a client disconnect or a shutdown cancels
+	// it through ctx.
 	taskCtx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
-	taskID := t.taskID.String()
-	stop := func(error) { cancel(errStopped) }
-	s.mu.Lock()
-	s.local[taskID] = localTask{owner: p.UserID, cancel: stop}
-	s.mu.Unlock()
-	defer func() {
-		s.mu.Lock()
-		delete(s.local, taskID)
-		s.mu.Unlock()
-	}()
-	if s.d.Tasks != nil {
-		unregister, err := s.d.Tasks.Register(ctx, taskID, p.UserID.String(), stop)
-		if err != nil {
-			t.log.WarnContext(ctx, "task registry unavailable; stop works on this instance only", "err", err)
-		} else {
-			defer unregister()
-		}
+	unregister, err := s.d.Tasks.Register(ctx, t.taskID.String(), p.UserID.String(), cancel)
+	if err != nil {
+		return err
 	}
+	defer unregister()
 
-	t.send(EventMeta, map[string]any{"conversationId": t.conv.ID, "taskId": t.taskID, "messageId": t.answer.ID})
+	t.send(EventMeta, Meta{ConversationID: t.conv.ID, TaskID: t.taskID, MessageID: t.answer.ID})
 	t.run(taskCtx)
 	return nil
 }
@@ -378,7 +334,7 @@ func (t *turn) run(ctx context.Context) {
 	var title string
 	switch {
 	case status == service.MessageCancelled:
-		t.send(EventCancel, map[string]any{"reason": cancelReason(ctx)})
+		t.send(EventCancel, Cancel{Reason: cancelReason(ctx)})
 	case errEvent != nil:
 		t.send(EventError, errEvent)
 	}
@@ -419,15 +375,12 @@ func (t *turn) run(ctx context.Context) {
 			t.log.ErrorContext(ctx, "saving the question failed", "err", err)
 		}
 	}
-	finish := map[string]any{"messageId": t.answer.ID, "status": status}
+	finish := Finish{MessageID: t.answer.ID, Status: status, Title: title}
 	if !saved {
-		finish["saved"] = false
-	}
-	if title != "" {
-		finish["title"] = title
+		finish.Saved = &saved
 	}
 	if t.usage.TotalTokens > 0 {
-		finish["usage"] = t.usage
+		finish.Usage = &t.usage
 	}
 	t.send(EventFinish, finish)
 	t.send(EventDone, nil)
@@ -438,14 +391,14 @@ func (t *turn) run(ctx context.Context) {
 // Every model call of the turn — rewrite, intent scoring, the answer and a
 // new conversation's title — runs while the permit is held, so the model
 // never sees more than the queue's N calls at once from ragent.
-func (t *turn) generate(ctx context.Context) (service.MessageStatus, map[string]string) {
+func (t *turn) generate(ctx context.Context) (service.MessageStatus, *Error) {
 	s := t.s
 	if s.d.Limiter != nil {
 		last := -1
 		release, err := s.d.Limiter.Acquire(ctx, t.taskID.String(), t.p.UserID.String(), func(position, queued int) {
 			if position != last {
 				last = position
-				t.send(EventQueue, map[string]int{"position": position, "queued": queued})
+				t.send(EventQueue, Queue{Position: position, Queued: queued})
 			}
 		})
 		switch {
@@ -453,18 +406,17 @@ func (t *turn) generate(ctx context.Context) (service.MessageStatus, map[string]
 			defer release()
 		case ctx.Err() != nil:
 			return service.MessageCancelled, nil
-		case errors.Is(err, service.ErrBusy):
-			t.content.WriteString(BusyMessage)
-			t.send(EventReject, map[string]string{"code": "busy", "message": BusyMessage})
-			return service.MessageRejected, nil
-		case errors.Is(err, service.ErrUnavailable):
-			msg := "排队服务暂不可用，请稍后再试 (the queue is unavailable)"
+		case errors.Is(err, service.ErrBusy), errors.Is(err, service.ErrUnavailable):
+			msg := BusyMessage
+			if !errors.Is(err, service.ErrBusy) {
+				msg = "排队服务暂不可用，请稍后再试 (the queue is unavailable)"
+			}
 			t.content.WriteString(msg)
-			t.send(EventReject, map[string]string{"code": "unavailable", "message": msg})
+			t.send(EventReject, Reject{Code: service.CodeOf(err), Message: msg})
 			return service.MessageRejected, nil
 		default:
 			t.log.ErrorContext(ctx, "limiter failed", "err", err)
-			return service.MessageFailed, map[string]string{"code": "internal", "message": "the request could not be queued"}
+			return service.MessageFailed, &Error{Code: service.CodeOf(err), Message: "the request could not be queued"}
 		}
 	}
 
@@ -473,7 +425,7 @@ func (t *turn) generate(ctx context.Context) (service.MessageStatus, map[string]
 			return service.MessageCancelled, nil
 		}
 		t.log.ErrorContext(ctx, "saving the question failed", "err", err)
-		return service.MessageFailed, map[string]string{"code": "internal", "message": "the question could not be saved"}
+		return service.MessageFailed, &Error{Code: service.CodeOf(err), Message: "the question could not be saved"}
 	}
 	status, errEvent := t.answerTurn(ctx)
 	if status == service.MessageCompleted && t.isNew {
@@ -483,7 +435,7 @@ func (t *turn) generate(ctx context.Context) (service.MessageStatus, map[string]
 }
 
 // answerTurn runs the pipeline under the permit and streams the answer.
-func (t *turn) answerTurn(ctx context.Context) (service.MessageStatus, map[string]string) {
+func (t *turn) answerTurn(ctx context.Context) (service.MessageStatus, *Error) {
 	prompt, err := t.prepare(ctx)
 	if err == nil && prompt == nil {
 		return service.MessageCompleted, nil // answered without the model
@@ -497,13 +449,14 @@ func (t *turn) answerTurn(ctx context.Context) (service.MessageStatus, map[strin
 	case ctx.Err() != nil:
 		return service.MessageCancelled, nil
 	case errors.Is(err, service.ErrNotFound):
-		return service.MessageFailed, map[string]string{"code": "not_found", "message": err.Error()}
+		return service.MessageFailed, &Error{Code: service.CodeOf(err), Message: err.Error()}
 	case errors.Is(err, service.ErrUnavailable):
 		t.log.WarnContext(ctx, "model unavailable", "err", err)
-		return service.MessageFailed, map[string]string{"code": "llm_unavailable", "message": "模型服务暂不可用，请稍后再试 (the model is unavailable)"}
+		err = fmt.Errorf("%w: %w", service.ErrModelUnavailable, err)
+		return service.MessageFailed, &Error{Code: service.CodeOf(err), Message: "模型服务暂不可用，请稍后再试 (the model is unavailable)"}
 	default:
 		t.log.ErrorContext(ctx, "chat failed", "err", err)
-		return service.MessageFailed, map[string]string{"code": "internal", "message": "生成回答时出错 (the answer could not be generated)"}
+		return service.MessageFailed, &Error{Code: service.CodeOf(err), Message: "生成回答时出错 (the answer could not be generated)"}
 	}
 }
 
@@ -522,7 +475,7 @@ func (t *turn) stream(ctx context.Context, req *service.ChatRequest) error {
 		} else {
 			t.content.WriteString(d.Text)
 		}
-		t.send(EventMessage, map[string]string{"type": kind, "delta": d.Text})
+		t.send(EventMessage, Message{Type: kind, Delta: d.Text})
 		return nil
 	})
 	t.usage = usage
@@ -532,7 +485,7 @@ func (t *turn) stream(ctx context.Context, req *service.ChatRequest) error {
 // cancelReason tells a user's stop from a disconnect and a shutdown.
 func cancelReason(ctx context.Context) string {
 	switch cause := context.Cause(ctx); {
-	case errors.Is(cause, errStopped):
+	case errors.Is(cause, service.ErrStopped):
 		return ReasonUser
 	case errors.Is(cause, service.ErrShutdown):
 		return ReasonShutdown
@@ -545,35 +498,18 @@ func cancelReason(ctx context.Context) string {
 // whichever instance runs it. Another user's task is reported as not found.
 func (s *Service) Stop(ctx context.Context, p service.Principal, taskID service.ID) error {
 	id := taskID.String()
-	s.mu.Lock()
-	lt, local := s.local[id]
-	s.mu.Unlock()
-	if local {
-		if lt.owner != p.UserID && !p.OverridesOwnership() {
-			return service.Errorf(service.ErrNotFound, "task %s not found", id)
-		}
-		lt.cancel(errStopped)
-		if s.d.Tasks != nil {
-			// Tell other instances too, in case a retry of this request
-			// registered there; failures do not matter, it is stopped here.
-			_, _ = s.d.Tasks.Cancel(ctx, id)
-		}
-		return nil
-	}
-	if s.d.Tasks == nil {
-		return service.Errorf(service.ErrNotFound, "task %s not found", id)
-	}
 	owner, err := s.d.Tasks.Owner(ctx, id)
-	if err != nil {
-		if errors.Is(err, service.ErrNotFound) {
-			return service.Errorf(service.ErrNotFound, "task %s not found or already finished", id)
-		}
+	switch {
+	case errors.Is(err, service.ErrNotFound):
+		return service.Errorf(service.ErrNotFound, "task %s not found or already finished", id)
+	case err != nil:
 		return fmt.Errorf("%w: cannot reach the task registry: %v", service.ErrUnavailable, err)
-	}
-	if owner != p.UserID.String() && !p.OverridesOwnership() {
+	case owner != p.UserID.String() && !p.OverridesOwnership():
 		return service.Errorf(service.ErrNotFound, "task %s not found", id)
 	}
-	if _, err := s.d.Tasks.Cancel(ctx, id); err != nil {
+	// A task of this instance is stopped even when the stop cannot be
+	// broadcast: no other instance runs it.
+	if local, err := s.d.Tasks.Cancel(ctx, id); err != nil && !local {
 		return fmt.Errorf("%w: stop could not be delivered: %v", service.ErrUnavailable, err)
 	}
 	return nil

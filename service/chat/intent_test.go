@@ -3,6 +3,7 @@ package chat
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -128,7 +129,8 @@ func TestCancelReason(t *testing.T) {
 		cause error
 		want  string
 	}{
-		{errStopped, ReasonUser},
+		{service.ErrStopped, ReasonUser},
+		{fmt.Errorf("the registry's stop: %w", service.ErrStopped), ReasonUser},
 		{service.ErrShutdown, ReasonShutdown},
 		{context.Canceled, ReasonDisconnect},
 		{errors.New("anything else"), ReasonDisconnect},

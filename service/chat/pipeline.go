@@ -77,12 +77,12 @@ func (t *turn) prepare(ctx context.Context) (*service.ChatRequest, error) {
 			Score: r.Score, Excerpt: excerpt(withoutHeadings(r.Content, r.Section), 240), Content: r.Content,
 		}
 	}
-	t.send(EventSources, map[string]any{"sources": t.sources})
+	t.send(EventSources, Sources{Sources: t.sources})
 
 	if len(t.sources) == 0 {
 		if s.cfg.RefuseWithoutSources {
 			t.content.WriteString(NoSourcesAnswer)
-			t.send(EventMessage, map[string]string{"type": "response", "delta": NoSourcesAnswer})
+			t.send(EventMessage, Message{Type: "response", Delta: NoSourcesAnswer})
 			return nil, nil
 		}
 		return t.request(noSourcesPrompt, intent, history, question, nil), nil

@@ -1,0 +1,84 @@
+package chat
+
+import "github.com/ragent-go/ragent/service"
+
+// Event is one event of the stream (DESIGN §6): its name and its payload,
+// one of the types below (nil for done, written as the raw text [DONE]).
+// Fields are in the alphabetical order of their JSON names, the order the
+// stream has always had. web/events_test.go checks web/static/chat.js
+// handles the same names.
+type Event struct {
+	Name string
+	Data any
+}
+
+// Event names.
+const (
+	EventMeta    = "meta"
+	EventQueue   = "queue"
+	EventSources = "sources"
+	EventMessage = "message"
+	EventReject  = "reject"
+	EventCancel  = "cancel"
+	EventError   = "error"
+	EventFinish  = "finish"
+	EventDone    = "done"
+)
+
+// EventNames lists every event name, in protocol order.
+var EventNames = []string{EventMeta, EventQueue, EventSources, EventMessage, EventReject, EventCancel, EventError, EventFinish, EventDone}
+
+// Meta is always first, before any queueing.
+type Meta struct {
+	ConversationID service.ID `json:"conversationId"`
+	MessageID      service.ID `json:"messageId"`
+	TaskID         service.ID `json:"taskId"`
+}
+
+// Queue is the request's place in line while it waits for an LLM slot.
+type Queue struct {
+	Position int `json:"position"`
+	Queued   int `json:"queued"`
+}
+
+// Sources are the retrieved chunks the answer may cite.
+type Sources struct {
+	Sources []service.Source `json:"sources"`
+}
+
+// Message is a piece of the answer; Type is "think" or "response".
+type Message struct {
+	Delta string `json:"delta"`
+	Type  string `json:"type"`
+}
+
+// Cancel says the generation stopped; Reason is one of the Reason constants.
+type Cancel struct {
+	Reason string `json:"reason"`
+}
+
+// Error says the pipeline failed; Code is service.CodeOf the failure.
+type Error struct {
+	Code    string `json:"code"`
+	Message string `json:"message"`
+}
+
+// Reject refuses a request before any model call, shaped like Error.
+type Reject Error
+
+// Finish ends every stream. Saved is false (and only then present) when a
+// refused first question left no conversation behind.
+type Finish struct {
+	MessageID service.ID            `json:"messageId"`
+	Saved     *bool                 `json:"saved,omitempty"`
+	Status    service.MessageStatus `json:"status"`
+	Title     string                `json:"title,omitempty"`
+	Usage     *service.Usage        `json:"usage,omitempty"`
+}
+
+// Cancel reasons.
+const (
+	ReasonUser       = "user"
+	ReasonDisconnect = "disconnect"
+	ReasonShutdown   = "shutdown"
+)
