@@ -24,6 +24,7 @@ import (
 	"github.com/ragent-go/ragent/cache"
 	"github.com/ragent-go/ragent/idempotent"
 	"github.com/ragent-go/ragent/idgen"
+	"github.com/ragent-go/ragent/internal/demo"
 	"github.com/ragent-go/ragent/llm"
 	"github.com/ragent-go/ragent/ratelimit"
 	"github.com/ragent-go/ragent/repository"
@@ -241,7 +242,7 @@ func newApp(ctx context.Context, cfg Config, log *slog.Logger) (_ *App, err erro
 	// for all instances (under the startup lock).
 	if cfg.Demo {
 		err := a.store.WithStartupLock(ctx, func(ctx context.Context) error {
-			return seedDemo(ctx, a.store, demoServices{kbs: kbs, ingest: ingestSvc, intents: intents, terms: terms}, log)
+			return demo.Seed(ctx, a.store, demo.Services{KnowledgeBases: kbs, Ingest: ingestSvc, Intents: intents, Terms: terms}, log)
 		})
 		if err != nil {
 			return nil, fmt.Errorf("demo data: %w", err)
