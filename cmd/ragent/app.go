@@ -331,9 +331,6 @@ func (a *App) signingSecret(ctx context.Context) ([]byte, error) {
 	return []byte(v), nil
 }
 
-// Handler returns the HTTP handler (for in-process tests).
-func (a *App) Handler() http.Handler { return a.router }
-
 // Run serves HTTP on ln (when the role includes the API) and runs the
 // background workers until ctx is cancelled, then shuts down gracefully.
 func (a *App) Run(ctx context.Context, ln net.Listener) error {
