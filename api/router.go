@@ -179,6 +179,7 @@ func NewRouter(deps Deps) *Router {
 	user.POST("/auth/logout", s.logout)
 	user.POST("/auth/logout-all", s.logoutAll)
 	user.GET("/me", s.me)
+	user.GET("/limits", s.limits)
 	user.POST("/me/password", s.changePassword)
 	// API keys: each user manages their own, admins everyone's; keys
 	// themselves are refused here (keyScopes). Creation takes the submit
