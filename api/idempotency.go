@@ -124,7 +124,7 @@ func (s *Server) lockSubmit(c *gin.Context, body []byte, claim *keyClaim) (relea
 		return noop, true
 	}
 	ctx := c.Request.Context()
-	lock, err := s.deps.Locks.Acquire(ctx, idempotent.SubmitKey(s.deps.RedisPrefix, c.Request.URL.Path, principal(c).UserID.String(), body))
+	lock, err := s.deps.Locks.AcquireSubmit(ctx, c.Request.URL.Path, principal(c).UserID.String(), body)
 	switch {
 	case errors.Is(err, idempotent.ErrLocked):
 		if claim != nil {

@@ -59,9 +59,8 @@ type Deps struct {
 	Auditor *service.Auditor
 
 	// Idempotent submit (s.submitLock, s.idempotent); nil disables each part.
-	Locks       *idempotent.Locks
-	Responses   *idempotent.Responses
-	RedisPrefix string // prefix of the submit-lock keys
+	Locks     *idempotent.Locks
+	Responses *idempotent.Responses
 
 	UploadSemaphore   *ratelimit.Semaphore // nil: uploads are not bounded
 	UploadMaxWait     time.Duration        // Retry-After hint of a refused upload

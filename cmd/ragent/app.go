@@ -172,7 +172,7 @@ func newApp(ctx context.Context, cfg Config, log *slog.Logger) (_ *App, err erro
 	// Idempotent submit: a duplicate of an in-flight request is refused (the
 	// lock's 30 s TTL only bounds a crashed holder: the watchdog renews it),
 	// and an Idempotency-Key's first response is replayed for 24 h.
-	submitLocks := idempotent.NewLocks(a.rdb, 30*time.Second, idempotent.WithLogger(log), idempotent.WithRegisterer(a.registry))
+	submitLocks := idempotent.NewLocks(a.rdb, cfg.RedisPrefix, 30*time.Second, idempotent.WithLogger(log), idempotent.WithRegisterer(a.registry))
 	responses := idempotent.NewResponses(a.rdb, cfg.RedisPrefix, 5*time.Minute, idempotent.DefaultResponseTTL,
 		idempotent.WithLogger(log), idempotent.WithRegisterer(a.registry))
 
@@ -278,7 +278,6 @@ func newApp(ctx context.Context, cfg Config, log *slog.Logger) (_ *App, err erro
 		Terms:             terms,
 		Locks:             submitLocks,
 		Responses:         responses,
-		RedisPrefix:       cfg.RedisPrefix,
 		ChatLimiter:       limiterStats,
 		ChatMaxConcurrent: cfg.ChatMaxConcurrent,
 		UploadSemaphore:   uploads,
