@@ -90,6 +90,10 @@ func (s *Server) me(c *gin.Context) {
 	c.JSON(http.StatusOK, u)
 }
 
+// limits serves the input limits the use cases enforce, for the web UI's
+// forms.
+func (s *Server) limits(c *gin.Context) { c.JSON(http.StatusOK, service.InputLimits) }
+
 // list is the JSON shape of every paged list.
 type list[T any] struct {
 	Items      []T     `json:"items"`

@@ -34,21 +34,8 @@ const idemTimeout = 2 * time.Second
 // body) while one is in flight: 409 duplicate_request. It only locks and
 // never buffers the response, so it suits streamed answers (chat SSE).
 // authenticate must run before it.
-func (s *Server) submitLock(c *gin.Context) { s.guardSubmit(c, false) }
-
-// idempotent is submitLock plus the Idempotency-Key contract: the first
-// completed response for a key is stored and replayed with
-// Idempotent-Replayed: true; the key with another payload is 422; the key
-// while its first request still runs is 409. For JSON endpoints whose
-// responses are small; authenticate must run before it.
-func (s *Server) idempotent(c *gin.Context) { s.guardSubmit(c, true) }
-
-// keyClaim is an Idempotency-Key this request owns until it completes or
-// aborts it.
-type keyClaim struct{ user, key, hash string }
-
-func (s *Server) guardSubmit(c *gin.Context, replay bool) {
-	if s.deps.Locks == nil && (s.deps.Responses == nil || !replay) {
+func (s *Server) submitLock(c *gin.Context) {
+	if s.deps.Locks == nil {
 		c.Next()
 		return
 	}
@@ -56,62 +43,111 @@ func (s *Server) guardSubmit(c *gin.Context, replay bool) {
 	if !ok {
 		return
 	}
-	ctx := c.Request.Context()
-	user := principal(c).UserID.String()
-	path := c.Request.URL.Path
-
-	var claim *keyClaim
-	if key := c.GetHeader(IdempotencyKeyHeader); replay && key != "" && s.deps.Responses != nil {
-		hash := idempotent.PayloadHash(c.Request.Method, path, body)
-		outcome, stored, err := s.deps.Responses.Begin(ctx, user, key, hash)
-		switch {
-		case errors.Is(err, idempotent.ErrInvalidKey):
-			fail(c, service.Errorf(service.ErrInvalid, "%s must be 1 to %d bytes", IdempotencyKeyHeader, idempotent.MaxKeyLen))
-			return
-		case err != nil:
-			// Redis is unreachable (counted by the idempotent package): serve
-			// the request without replay; the database's unique keys remain.
-			logger(c).WarnContext(ctx, "idempotency keys unavailable; serving without replay", "err", err)
-		case outcome == idempotent.Replay:
-			writeStored(c, stored)
-			return
-		case outcome == idempotent.Mismatch:
-			fail(c, service.Errorf(service.ErrKeyReused, "%s %q was already used with another request", IdempotencyKeyHeader, key))
-			return
-		case outcome == idempotent.InFlight:
-			fail(c, service.Errorf(service.ErrDuplicateRequest, "the first request with this %s is still being processed", IdempotencyKeyHeader))
-			return
-		default:
-			claim = &keyClaim{user: user, key: key, hash: hash}
-		}
+	if release, ok := s.lockSubmit(c, body, nil); ok {
+		defer release()
+		c.Next()
 	}
+}
 
-	if s.deps.Locks != nil {
-		lock, err := s.deps.Locks.Acquire(ctx, idempotent.SubmitKey(s.deps.RedisPrefix, path, user, body))
-		switch {
-		case errors.Is(err, idempotent.ErrLocked):
-			if claim != nil {
-				s.settleKey(c, claim, nil)
-			}
-			fail(c, service.Errorf(service.ErrDuplicateRequest, "an identical request is already being processed"))
-			return
-		case err != nil:
-			logger(c).WarnContext(ctx, "submit locks unavailable; serving without the duplicate guard", "err", err)
-		default:
-			defer func() {
-				rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), idemTimeout)
-				defer cancel()
-				if err := lock.Release(rctx); err != nil {
-					logger(c).WarnContext(ctx, "submit lock release failed; it expires by itself", "key", lock.Key(), "err", err)
-				}
-			}()
-		}
+// idempotent is submitLock plus the Idempotency-Key contract: the first
+// completed response for a key is stored and replayed with
+// Idempotent-Replayed: true; the key with another payload is 422; the key
+// while its first request still runs is 409. For JSON endpoints whose
+// responses are small; authenticate must run before it.
+func (s *Server) idempotent(c *gin.Context) {
+	if s.deps.Locks == nil && s.deps.Responses == nil {
+		c.Next()
+		return
 	}
-
+	body, ok := s.readBody(c)
+	if !ok {
+		return
+	}
+	claim, ok := s.claimKey(c, body)
+	if !ok {
+		return
+	}
+	release, ok := s.lockSubmit(c, body, claim)
+	if !ok {
+		return
+	}
+	defer release()
 	if claim == nil {
 		c.Next()
 		return
 	}
+	s.serveAndSettle(c, claim)
+}
+
+// keyClaim is an Idempotency-Key this request owns until it completes or
+// aborts it.
+type keyClaim struct{ user, key, hash string }
+
+// claimKey begins the request's Idempotency-Key, if it has one. It answers
+// a replay, a reused key or a key in flight itself (ok false); a nil claim
+// with ok means serve without replay (no key, or Redis unreachable).
+func (s *Server) claimKey(c *gin.Context, body []byte) (claim *keyClaim, ok bool) {
+	key := c.GetHeader(IdempotencyKeyHeader)
+	if key == "" || s.deps.Responses == nil {
+		return nil, true
+	}
+	ctx := c.Request.Context()
+	user := principal(c).UserID.String()
+	hash := idempotent.PayloadHash(c.Request.Method, c.Request.URL.Path, body)
+	outcome, stored, err := s.deps.Responses.Begin(ctx, user, key, hash)
+	switch {
+	case errors.Is(err, idempotent.ErrInvalidKey):
+		fail(c, service.Errorf(service.ErrInvalid, "%s must be 1 to %d bytes", IdempotencyKeyHeader, idempotent.MaxKeyLen))
+	case err != nil:
+		// Redis is unreachable (counted by the idempotent package): serve
+		// the request without replay; the database's unique keys remain.
+		logger(c).WarnContext(ctx, "idempotency keys unavailable; serving without replay", "err", err)
+		return nil, true
+	case outcome == idempotent.Replay:
+		writeStored(c, stored)
+	case outcome == idempotent.Mismatch:
+		fail(c, service.Errorf(service.ErrKeyReused, "%s %q was already used with another request", IdempotencyKeyHeader, key))
+	case outcome == idempotent.InFlight:
+		fail(c, service.Errorf(service.ErrDuplicateRequest, "the first request with this %s is still being processed", IdempotencyKeyHeader))
+	default:
+		return &keyClaim{user: user, key: key, hash: hash}, true
+	}
+	return nil, false
+}
+
+// lockSubmit takes the submit lock of an identical request. When one is in
+// flight it answers 409 (freeing claim) and returns ok false; release frees
+// the lock (a no-op when there are no locks or Redis is unreachable).
+func (s *Server) lockSubmit(c *gin.Context, body []byte, claim *keyClaim) (release func(), ok bool) {
+	noop := func() {}
+	if s.deps.Locks == nil {
+		return noop, true
+	}
+	ctx := c.Request.Context()
+	lock, err := s.deps.Locks.AcquireSubmit(ctx, c.Request.URL.Path, principal(c).UserID.String(), body)
+	switch {
+	case errors.Is(err, idempotent.ErrLocked):
+		if claim != nil {
+			s.settleKey(c, claim, nil)
+		}
+		fail(c, service.Errorf(service.ErrDuplicateRequest, "an identical request is already being processed"))
+		return nil, false
+	case err != nil:
+		logger(c).WarnContext(ctx, "submit locks unavailable; serving without the duplicate guard", "err", err)
+		return noop, true
+	}
+	return func() {
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), idemTimeout)
+		defer cancel()
+		if err := lock.Release(rctx); err != nil {
+			logger(c).WarnContext(ctx, "submit lock release failed; it expires by itself", "key", lock.Key(), "err", err)
+		}
+	}, true
+}
+
+// serveAndSettle runs the handler, recording its response, and completes
+// claim with it (or aborts claim, so a retry runs again).
+func (s *Server) serveAndSettle(c *gin.Context, claim *keyClaim) {
 	rec := &recorder{ResponseWriter: c.Writer}
 	c.Writer = rec
 	settled := false

@@ -59,9 +59,8 @@ type Deps struct {
 	Auditor *service.Auditor
 
 	// Idempotent submit (s.submitLock, s.idempotent); nil disables each part.
-	Locks       *idempotent.Locks
-	Responses   *idempotent.Responses
-	RedisPrefix string // prefix of the submit-lock keys
+	Locks     *idempotent.Locks
+	Responses *idempotent.Responses
 
 	UploadSemaphore   *ratelimit.Semaphore // nil: uploads are not bounded
 	UploadMaxWait     time.Duration        // Retry-After hint of a refused upload
@@ -179,6 +178,7 @@ func NewRouter(deps Deps) *Router {
 	user.POST("/auth/logout", s.logout)
 	user.POST("/auth/logout-all", s.logoutAll)
 	user.GET("/me", s.me)
+	user.GET("/limits", s.limits)
 	user.POST("/me/password", s.changePassword)
 	// API keys: each user manages their own, admins everyone's; keys
 	// themselves are refused here (keyScopes). Creation takes the submit

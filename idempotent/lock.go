@@ -13,20 +13,28 @@ import (
 
 // Locks hands out submit locks: one holder per key across all instances.
 type Locks struct {
-	rdb redis.UniversalClient
-	ttl time.Duration
-	opt options
+	rdb    redis.UniversalClient
+	prefix string
+	ttl    time.Duration
+	opt    options
 }
 
-// NewLocks returns Locks whose locks expire ttl after the last renewal.
+// NewLocks returns Locks keeping their keys under prefix, whose locks
+// expire ttl after the last renewal.
 // While a lock is held its watchdog renews it every ttl/3, so ttl bounds how
 // long a crashed holder blocks duplicates, not how long a request may run.
 // ttl must be at least a millisecond (Redis PX granularity).
-func NewLocks(rdb redis.UniversalClient, ttl time.Duration, opts ...Option) *Locks {
+func NewLocks(rdb redis.UniversalClient, prefix string, ttl time.Duration, opts ...Option) *Locks {
 	if ttl < time.Millisecond {
 		panic(fmt.Sprintf("idempotent: lock ttl %v is below 1ms", ttl))
 	}
-	return &Locks{rdb: rdb, ttl: ttl, opt: newOptions(opts)}
+	return &Locks{rdb: rdb, prefix: prefix, ttl: ttl, opt: newOptions(opts)}
+}
+
+// AcquireSubmit takes the submit lock of a request, keyed by SubmitKey
+// under the Locks' prefix (see Acquire).
+func (l *Locks) AcquireSubmit(ctx context.Context, path, userID string, body []byte) (*Lock, error) {
+	return l.Acquire(ctx, SubmitKey(l.prefix, path, userID, body))
 }
 
 // SubmitKey returns the submit-lock key of a request:

@@ -155,14 +155,6 @@ type options struct {
 	streamDelay time.Duration
 	backoffBase time.Duration
 	backoffMax  time.Duration
-	now         func() time.Time
-}
-
-// WithHTTPClient makes the provider use client. It must not set
-// http.Client.Timeout, which would cut long streams; timeouts come from
-// Config.
-func WithHTTPClient(client *http.Client) Option {
-	return func(o *options) { o.client = client }
 }
 
 // WithStreamDelay makes the offline chat model pause between deltas so that
@@ -177,22 +169,14 @@ func WithBackoff(base, maxDelay time.Duration) Option {
 	return func(o *options) { o.backoffBase, o.backoffMax = base, maxDelay }
 }
 
-// WithClock sets the clock used to read Retry-After dates.
-func WithClock(now func() time.Time) Option {
-	return func(o *options) { o.now = now }
-}
-
 func buildOptions(opts []Option) options {
 	o := options{
 		backoffBase: 500 * time.Millisecond,
 		backoffMax:  10 * time.Second,
-		now:         time.Now,
+		client:      newHTTPClient(),
 	}
 	for _, opt := range opts {
 		opt(&o)
-	}
-	if o.client == nil {
-		o.client = newHTTPClient()
 	}
 	return o
 }

@@ -82,9 +82,6 @@ type Option func(*Manager)
 // third of it while the task runs, so records of a killed instance vanish.
 func WithTaskTTL(d time.Duration) Option { return func(m *Manager) { m.taskTTL = d } }
 
-// WithCancelTTL sets how long a stop flag lives (default 30 min).
-func WithCancelTTL(d time.Duration) Option { return func(m *Manager) { m.cancelTTL = d } }
-
 // WithCheckInterval sets how often Run checks the stop flags of local tasks,
 // the fallback for Pub/Sub messages lost while disconnected (default 1 s).
 func WithCheckInterval(d time.Duration) Option { return func(m *Manager) { m.checkInterval = d } }
@@ -116,9 +113,6 @@ func NewManager(rdb redis.UniversalClient, prefix, instanceID string, opts ...Op
 	}
 	if m.checkInterval <= 0 {
 		m.checkInterval = time.Second
-	}
-	if m.cancelTTL <= 0 {
-		m.cancelTTL = 30 * time.Minute
 	}
 	return m
 }

@@ -286,7 +286,7 @@ var keyMatrix = map[string][3]int{
 var noKnowledgeBaseData = []string{
 	"GET /healthz", "GET /readyz", "GET /metrics", "GET /", "GET /assets/*filepath", "HEAD /assets/*filepath",
 	"POST /api/v1/auth/login", "POST /api/v1/auth/logout", "POST /api/v1/auth/logout-all",
-	"GET /api/v1/me", "POST /api/v1/me/password",
+	"GET /api/v1/me", "POST /api/v1/me/password", "GET /api/v1/limits",
 	// Keys are listed and revoked by id; TestAPIKeys checks who may.
 	"GET /api/v1/api-keys", "DELETE /api/v1/api-keys/:id",
 	"GET /api/v1/users", "POST /api/v1/users", "PATCH /api/v1/users/:id", "DELETE /api/v1/users/:id",

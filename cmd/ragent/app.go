@@ -24,6 +24,7 @@ import (
 	"github.com/ragent-go/ragent/cache"
 	"github.com/ragent-go/ragent/idempotent"
 	"github.com/ragent-go/ragent/idgen"
+	"github.com/ragent-go/ragent/internal/demo"
 	"github.com/ragent-go/ragent/llm"
 	"github.com/ragent-go/ragent/ratelimit"
 	"github.com/ragent-go/ragent/repository"
@@ -172,7 +173,7 @@ func newApp(ctx context.Context, cfg Config, log *slog.Logger) (_ *App, err erro
 	// Idempotent submit: a duplicate of an in-flight request is refused (the
 	// lock's 30 s TTL only bounds a crashed holder: the watchdog renews it),
 	// and an Idempotency-Key's first response is replayed for 24 h.
-	submitLocks := idempotent.NewLocks(a.rdb, 30*time.Second, idempotent.WithLogger(log), idempotent.WithRegisterer(a.registry))
+	submitLocks := idempotent.NewLocks(a.rdb, cfg.RedisPrefix, 30*time.Second, idempotent.WithLogger(log), idempotent.WithRegisterer(a.registry))
 	responses := idempotent.NewResponses(a.rdb, cfg.RedisPrefix, 5*time.Minute, idempotent.DefaultResponseTTL,
 		idempotent.WithLogger(log), idempotent.WithRegisterer(a.registry))
 
@@ -242,7 +243,7 @@ func newApp(ctx context.Context, cfg Config, log *slog.Logger) (_ *App, err erro
 	// for all instances (under the startup lock).
 	if cfg.Demo {
 		err := a.store.WithStartupLock(ctx, func(ctx context.Context) error {
-			return seedDemo(ctx, a.store, demoServices{kbs: kbs, ingest: ingestSvc, intents: intents, terms: terms}, log)
+			return demo.Seed(ctx, a.store, demo.Services{KnowledgeBases: kbs, Ingest: ingestSvc, Intents: intents, Terms: terms}, log)
 		})
 		if err != nil {
 			return nil, fmt.Errorf("demo data: %w", err)
@@ -278,7 +279,6 @@ func newApp(ctx context.Context, cfg Config, log *slog.Logger) (_ *App, err erro
 		Terms:             terms,
 		Locks:             submitLocks,
 		Responses:         responses,
-		RedisPrefix:       cfg.RedisPrefix,
 		ChatLimiter:       limiterStats,
 		ChatMaxConcurrent: cfg.ChatMaxConcurrent,
 		UploadSemaphore:   uploads,
@@ -330,9 +330,6 @@ func (a *App) signingSecret(ctx context.Context) ([]byte, error) {
 	}
 	return []byte(v), nil
 }
-
-// Handler returns the HTTP handler (for in-process tests).
-func (a *App) Handler() http.Handler { return a.router }
 
 // Run serves HTTP on ln (when the role includes the API) and runs the
 // background workers until ctx is cancelled, then shuts down gracefully.

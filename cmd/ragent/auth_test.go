@@ -31,6 +31,7 @@ var routeAccess = map[string]access{
 	"POST /api/v1/auth/logout":                             anyUser,
 	"POST /api/v1/auth/logout-all":                         anyUser,
 	"GET /api/v1/me":                                       anyUser,
+	"GET /api/v1/limits":                                   anyUser,
 	"POST /api/v1/me/password":                             anyUser,
 	"GET /api/v1/api-keys":                                 anyUser,
 	"POST /api/v1/api-keys":                                anyUser,

@@ -11,13 +11,14 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"sort"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/ragent-go/ragent/internal/eval"
 )
 
 // firstEvent posts to url and returns the time until the first line that
@@ -45,12 +46,6 @@ func firstEvent(ctx context.Context, url, token string, body any, match func(lin
 		}
 	}
 	return 0, fmt.Errorf("stream ended without a first token (status %d)", resp.StatusCode)
-}
-
-func pct(ds []time.Duration, p float64) time.Duration {
-	s := append([]time.Duration(nil), ds...)
-	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
-	return s[min(len(s)-1, int(p*float64(len(s))))]
 }
 
 // BenchmarkChatTTFT measures the time to first token through ragent (offline
@@ -85,12 +80,12 @@ func BenchmarkChatTTFT(b *testing.B) {
 	}
 	b.StopTimer()
 	ms := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
-	b.ReportMetric(ms(pct(viaDirect, 0.5)), "direct-p50-ms")
-	b.ReportMetric(ms(pct(viaDirect, 0.99)), "direct-p99-ms")
-	b.ReportMetric(ms(pct(viaRagent, 0.5)), "ragent-p50-ms")
-	b.ReportMetric(ms(pct(viaRagent, 0.99)), "ragent-p99-ms")
-	b.ReportMetric(ms(pct(viaRagent, 0.5)-pct(viaDirect, 0.5)), "added-p50-ms")
-	b.ReportMetric(ms(pct(viaRagent, 0.99)-pct(viaDirect, 0.99)), "added-p99-ms")
+	b.ReportMetric(ms(eval.Percentile(viaDirect, 0.5)), "direct-p50-ms")
+	b.ReportMetric(ms(eval.Percentile(viaDirect, 0.99)), "direct-p99-ms")
+	b.ReportMetric(ms(eval.Percentile(viaRagent, 0.5)), "ragent-p50-ms")
+	b.ReportMetric(ms(eval.Percentile(viaRagent, 0.99)), "ragent-p99-ms")
+	b.ReportMetric(ms(eval.Percentile(viaRagent, 0.5)-eval.Percentile(viaDirect, 0.5)), "added-p50-ms")
+	b.ReportMetric(ms(eval.Percentile(viaRagent, 0.99)-eval.Percentile(viaDirect, 0.99)), "added-p99-ms")
 }
 
 // BenchmarkQueuedStreams holds 1,000 SSE streams waiting in the fair queue

@@ -33,6 +33,7 @@ import (
 
 	"github.com/ragent-go/ragent/internal/testdocs"
 	"github.com/ragent-go/ragent/internal/testenv"
+	"github.com/ragent-go/ragent/service"
 )
 
 // defaultChromium is Debian's Chromium, which scripts/services.sh installs
@@ -97,6 +98,13 @@ func TestBrowserUI(t *testing.T) {
 	step("upload documents", func(t *testing.T) {
 		admin.click(t, `[data-testid=nav-kb]`)
 		admin.visible(t, `[data-testid=kb-form]`)
+		// The form checks the limits the server enforces (GET /limits).
+		if got := admin.evalInt(t, `document.querySelector('#kb-name').maxLength`); got != service.MaxNameRunes {
+			t.Errorf("knowledge-base name maxlength %d, want %d", got, service.MaxNameRunes)
+		}
+		if got := admin.evalInt(t, `+document.querySelector('#kb-chunk-size').max`); got != service.MaxChunkSize {
+			t.Errorf("chunk size max %d, want %d", got, service.MaxChunkSize)
+		}
 		admin.sendKeys(t, `#kb-name`, kbName)
 		admin.sendKeys(t, `#kb-description`, "VPN 与报销")
 		admin.click(t, `[data-testid=kb-submit]`)

@@ -6,15 +6,13 @@ import (
 	"net/netip"
 	"net/url"
 	"os"
-	"strconv"
 	"strings"
 	"time"
-
-	"github.com/ragent-go/ragent/api"
 )
 
 // Config is every setting, parsed once from RAGENT_* variables and passed
-// down as values. The README lists them.
+// down as values. Each field is filled from its row in settings (settings.go),
+// which the README table mirrors (TestConfigREADME).
 type Config struct {
 	HTTPAddr string
 	// MetricsAddr serves /metrics on its own listener (e.g. an address only
@@ -113,85 +111,25 @@ type Config struct {
 }
 
 // loadConfig reads the environment through getenv and validates the result.
+// Every setting is parsed from its table row (settings): a variable that is
+// unset or blank takes the row's default through the same parser.
 func loadConfig(getenv func(string) string) (Config, error) {
-	e := env{get: getenv}
-	host, _ := os.Hostname()
-	c := Config{
-		HTTPAddr:          e.str("RAGENT_HTTP_ADDR", ":8080"),
-		MetricsAddr:       e.str("RAGENT_METRICS_ADDR", ""),
-		TrustedProxies:    e.prefixes("RAGENT_TRUSTED_PROXIES"),
-		AllowedOrigins:    e.origins("RAGENT_ALLOWED_ORIGINS"),
-		HTTPBodyTimeout:   e.duration("RAGENT_HTTP_BODY_TIMEOUT", 30*time.Second),
-		HTTPUploadTimeout: e.duration("RAGENT_HTTP_UPLOAD_TIMEOUT", 0),
-		DatabaseURL:       e.str("RAGENT_DATABASE_URL", "postgres://ragent:ragent@127.0.0.1:5432/ragent?sslmode=disable"),
-		RedisURL:          e.str("RAGENT_REDIS_URL", "redis://127.0.0.1:6379/0"),
-		RedisPrefix:       e.str("RAGENT_REDIS_PREFIX", "ragent:"),
-
-		MQDriver:            e.str("RAGENT_MQ_DRIVER", "redis"),
-		RocketMQNamesrv:     e.str("RAGENT_ROCKETMQ_NAMESRV", "127.0.0.1:9876"),
-		RocketMQBroker:      e.str("RAGENT_ROCKETMQ_BROKER", "127.0.0.1:10911"),
-		MQVisibilityTimeout: e.duration("RAGENT_MQ_VISIBILITY_TIMEOUT", time.Minute),
-
-		LLMProvider:          e.str("RAGENT_LLM_PROVIDER", "offline"),
-		LLMBaseURL:           e.str("RAGENT_LLM_BASE_URL", ""),
-		LLMAPIKey:            e.str("RAGENT_LLM_API_KEY", ""),
-		LLMChatModel:         e.str("RAGENT_LLM_CHAT_MODEL", ""),
-		LLMFastModel:         e.str("RAGENT_LLM_FAST_MODEL", ""),
-		LLMFirstTokenTimeout: e.duration("RAGENT_LLM_FIRST_TOKEN_TIMEOUT", 60*time.Second),
-		LLMIdleTimeout:       e.duration("RAGENT_LLM_IDLE_TIMEOUT", 60*time.Second),
-		SearchMinVectorScore: e.float("RAGENT_SEARCH_MIN_VECTOR_SCORE", -1),
-		RerankModel:          e.str("RAGENT_RERANK_MODEL", ""),
-		RerankBaseURL:        e.str("RAGENT_RERANK_BASE_URL", ""),
-		EmbedProvider:        e.str("RAGENT_EMBEDDING_PROVIDER", "offline"),
-		EmbedModel:           e.str("RAGENT_EMBEDDING_MODEL", ""),
-		EmbedDim:             e.int("RAGENT_EMBEDDING_DIM", 512),
-		EmbedBaseURL:         e.str("RAGENT_EMBEDDING_BASE_URL", ""),
-		EmbedAPIKey:          e.str("RAGENT_EMBEDDING_API_KEY", ""),
-
-		AdminUsername: e.str("RAGENT_ADMIN_USERNAME", "admin"),
-		AdminPassword: e.str("RAGENT_ADMIN_PASSWORD", ""),
-		AuthSecret:    e.str("RAGENT_AUTH_SECRET", ""),
-		TokenTTL:      e.duration("RAGENT_TOKEN_TTL", 24*time.Hour),
-
-		LoginMaxFailures:        e.int("RAGENT_LOGIN_MAX_FAILURES", 5),
-		LoginMaxFailuresPerUser: e.int("RAGENT_LOGIN_MAX_FAILURES_PER_USER", 20),
-		LoginFailWindow:         e.duration("RAGENT_LOGIN_FAIL_WINDOW", 15*time.Minute),
-
-		ChatLimiterEnabled:   e.bool("RAGENT_CHAT_LIMITER_ENABLED", true),
-		ChatMaxConcurrent:    e.int("RAGENT_CHAT_MAX_CONCURRENT", 10),
-		ChatMaxWait:          e.duration("RAGENT_CHAT_MAX_WAIT", 15*time.Second),
-		ChatLease:            e.duration("RAGENT_CHAT_LEASE", 30*time.Second),
-		ChatPollInterval:     e.duration("RAGENT_CHAT_POLL_INTERVAL", 200*time.Millisecond),
-		ChatOnRedisError:     e.str("RAGENT_CHAT_LIMITER_ON_REDIS_ERROR", "reject"),
-		ChatMaxQueue:         e.int("RAGENT_CHAT_MAX_QUEUE", 1000),
-		ChatMaxQueuedPerUser: e.int("RAGENT_CHAT_MAX_QUEUED_PER_USER", 3),
-		ChatRatePerMinute:    e.int("RAGENT_CHAT_RATE_PER_MINUTE", 30),
-		APIKeyRatePerMinute:  e.int("RAGENT_API_KEY_RATE_PER_MINUTE", 600),
-		ChatEmptyRetrieval:   e.str("RAGENT_CHAT_EMPTY_RETRIEVAL", "chat"),
-
-		UploadMaxConcurrent: e.int("RAGENT_UPLOAD_MAX_CONCURRENT", 10),
-		UploadMaxWait:       e.duration("RAGENT_UPLOAD_MAX_WAIT", 5*time.Second),
-		UploadMaxBytes:      int64(e.int("RAGENT_UPLOAD_MAX_BYTES", 50<<20)),
-		OutboxRetention:     e.duration("RAGENT_OUTBOX_RETENTION", 7*24*time.Hour),
-
-		IngestParser:       e.str("RAGENT_INGEST_PARSER", "process"),
-		IngestParseTimeout: e.duration("RAGENT_INGEST_PARSE_TIMEOUT", 2*time.Minute),
-		IngestParserMemory: int64(e.int("RAGENT_INGEST_PARSER_MEMORY", 1<<30)),
-		IngestMaxTextBytes: int64(e.int("RAGENT_INGEST_MAX_TEXT_BYTES", 20<<20)),
-		IngestMaxChunks:    e.int("RAGENT_INGEST_MAX_CHUNKS", 20_000),
-
-		WorkerID: e.int("RAGENT_WORKER_ID", -1),
-		Demo:     e.bool("RAGENT_DEMO", true),
-
-		Role:            e.str("RAGENT_ROLE", "all"),
-		ShutdownTimeout: e.duration("RAGENT_SHUTDOWN_TIMEOUT", 20*time.Second),
-		LogLevel:        e.str("RAGENT_LOG_LEVEL", "info"),
-		PprofAddr:       e.str("RAGENT_PPROF_ADDR", ""),
-		SecureCookie:    e.bool("RAGENT_SECURE_COOKIE", false),
-		InstanceID:      e.str("RAGENT_INSTANCE_ID", fmt.Sprintf("%s-%d", host, os.Getpid())),
+	var c Config
+	var errs []error
+	for _, s := range c.settings() {
+		v := strings.TrimSpace(getenv(s.name))
+		if v == "" {
+			v = s.def
+		}
+		if v == "" {
+			continue
+		}
+		if err := s.value.Set(v); err != nil {
+			errs = append(errs, fmt.Errorf("%s=%q: %w", s.name, v, err))
+		}
 	}
 	if c.EmbedProvider != "offline" && strings.TrimSpace(getenv("RAGENT_EMBEDDING_DIM")) == "" {
-		e.errs = append(e.errs, fmt.Errorf("RAGENT_EMBEDDING_DIM is required with RAGENT_EMBEDDING_PROVIDER=%s (the model's vector size, e.g. 1024)", c.EmbedProvider))
+		errs = append(errs, fmt.Errorf("RAGENT_EMBEDDING_DIM is required with RAGENT_EMBEDDING_PROVIDER=%s (the model's vector size, e.g. 1024)", c.EmbedProvider))
 	}
 	if c.EmbedBaseURL == "" {
 		c.EmbedBaseURL = c.LLMBaseURL
@@ -199,7 +137,8 @@ func loadConfig(getenv func(string) string) (Config, error) {
 	if c.EmbedAPIKey == "" {
 		c.EmbedAPIKey = c.LLMAPIKey
 	}
-	if c.SearchMinVectorScore < 0 {
+	// Unset (or negative): the provider's default.
+	if strings.TrimSpace(getenv("RAGENT_SEARCH_MIN_VECTOR_SCORE")) == "" || c.SearchMinVectorScore < 0 {
 		c.SearchMinVectorScore = 0
 		if c.EmbedProvider == "offline" {
 			c.SearchMinVectorScore = offlineMinVectorScore
@@ -211,7 +150,11 @@ func loadConfig(getenv func(string) string) (Config, error) {
 	if c.HTTPUploadTimeout == 0 && c.UploadMaxBytes > 0 {
 		c.HTTPUploadTimeout = defaultUploadTimeout(c.HTTPBodyTimeout, c.UploadMaxBytes)
 	}
-	return c, errors.Join(append(e.errs, c.validate()...)...)
+	if c.InstanceID == "" {
+		host, _ := os.Hostname()
+		c.InstanceID = fmt.Sprintf("%s-%d", host, os.Getpid())
+	}
+	return c, errors.Join(append(errs, c.validate()...)...)
 }
 
 func (c Config) validate() []error {
@@ -269,11 +212,11 @@ func (c Config) validate() []error {
 	for name, d := range map[string]time.Duration{
 		"RAGENT_CHAT_MAX_WAIT": c.ChatMaxWait, "RAGENT_CHAT_LEASE": c.ChatLease,
 		"RAGENT_CHAT_POLL_INTERVAL": c.ChatPollInterval, "RAGENT_UPLOAD_MAX_WAIT": c.UploadMaxWait,
-		"RAGENT_TOKEN_TTL": c.TokenTTL, "RAGENT_SHUTDOWN_TIMEOUT": c.ShutdownTimeout, "RAGENT_LOGIN_FAIL_WINDOW": c.LoginFailWindow,
+		"RAGENT_OUTBOX_RETENTION": c.OutboxRetention,
+		"RAGENT_TOKEN_TTL":        c.TokenTTL, "RAGENT_SHUTDOWN_TIMEOUT": c.ShutdownTimeout, "RAGENT_LOGIN_FAIL_WINDOW": c.LoginFailWindow,
 		"RAGENT_LLM_FIRST_TOKEN_TIMEOUT": c.LLMFirstTokenTimeout, "RAGENT_LLM_IDLE_TIMEOUT": c.LLMIdleTimeout,
 		"RAGENT_HTTP_BODY_TIMEOUT": c.HTTPBodyTimeout, "RAGENT_HTTP_UPLOAD_TIMEOUT": c.HTTPUploadTimeout,
 		"RAGENT_INGEST_PARSE_TIMEOUT": c.IngestParseTimeout,
-		"RAGENT_OUTBOX_RETENTION":     c.OutboxRetention,
 	} {
 		if d <= 0 {
 			bad("%s must be positive", name)
@@ -309,43 +252,25 @@ func (c Config) validate() []error {
 	return errs
 }
 
-// LogValue lists the settings for the start-up log with secrets masked.
+// logAttrs lists every setting for the start-up log, named as in the table
+// without the RAGENT_ prefix, with secrets masked and URL passwords redacted.
 func (c Config) logAttrs() []any {
-	mask := func(s string) string {
-		if s == "" {
-			return ""
+	var attrs []any
+	for _, s := range c.settings() {
+		v := s.value.String()
+		switch {
+		case s.mask == maskSecret && v != "":
+			v = "***"
+		case s.mask == maskURL:
+			if u, err := url.Parse(v); err != nil {
+				v = "***"
+			} else {
+				v = u.Redacted()
+			}
 		}
-		return "***"
+		attrs = append(attrs, strings.ToLower(strings.TrimPrefix(s.name, "RAGENT_")), v)
 	}
-	redactURL := func(s string) string {
-		u, err := url.Parse(s)
-		if err != nil {
-			return "***"
-		}
-		return u.Redacted()
-	}
-	return []any{
-		"http_addr", c.HTTPAddr, "metrics_addr", c.MetricsAddr, "trusted_proxies", fmt.Sprint(c.TrustedProxies),
-		"allowed_origins", strings.Join(c.AllowedOrigins, ","), "http_body_timeout", c.HTTPBodyTimeout.String(),
-		"http_upload_timeout", c.HTTPUploadTimeout.String(), "database_url", redactURL(c.DatabaseURL), "redis_url", redactURL(c.RedisURL),
-		"redis_prefix", c.RedisPrefix, "mq_driver", c.MQDriver, "rocketmq_namesrv", c.RocketMQNamesrv, "rocketmq_broker", c.RocketMQBroker,
-		"llm_provider", c.LLMProvider, "llm_base_url", c.LLMBaseURL, "llm_api_key", mask(c.LLMAPIKey),
-		"llm_chat_model", c.LLMChatModel, "llm_fast_model", c.LLMFastModel,
-		"llm_first_token_timeout", c.LLMFirstTokenTimeout.String(), "llm_idle_timeout", c.LLMIdleTimeout.String(),
-		"search_min_vector_score", c.SearchMinVectorScore, "embedding_provider", c.EmbedProvider, "embedding_model", c.EmbedModel, "embedding_dim", c.EmbedDim,
-		"admin_username", c.AdminUsername, "admin_password", mask(c.AdminPassword), "auth_secret", mask(c.AuthSecret),
-		"login_max_failures", c.LoginMaxFailures, "login_max_failures_per_user", c.LoginMaxFailuresPerUser, "login_fail_window", c.LoginFailWindow.String(),
-		"chat_limiter_enabled", c.ChatLimiterEnabled, "chat_max_concurrent", c.ChatMaxConcurrent,
-		"chat_max_wait", c.ChatMaxWait.String(), "chat_lease", c.ChatLease.String(), "chat_poll_interval", c.ChatPollInterval.String(),
-		"chat_on_redis_error", c.ChatOnRedisError, "chat_max_queue", c.ChatMaxQueue, "chat_max_queued_per_user", c.ChatMaxQueuedPerUser,
-		"chat_rate_per_minute", c.ChatRatePerMinute, "api_key_rate_per_minute", c.APIKeyRatePerMinute,
-		"chat_empty_retrieval", c.ChatEmptyRetrieval, "upload_max_concurrent", c.UploadMaxConcurrent,
-		"upload_max_wait", c.UploadMaxWait.String(), "upload_max_bytes", c.UploadMaxBytes,
-		"ingest_parser", c.IngestParser, "ingest_parse_timeout", c.IngestParseTimeout.String(),
-		"ingest_parser_memory", c.IngestParserMemory, "ingest_max_text_bytes", c.IngestMaxTextBytes, "ingest_max_chunks", c.IngestMaxChunks,
-		"outbox_retention", c.OutboxRetention.String(),
-		"worker_id", c.WorkerID, "demo", c.Demo, "role", c.Role, "instance_id", c.InstanceID, "pprof_addr", c.PprofAddr,
-	}
+	return attrs
 }
 
 // uploadMinRate is the slowest upload (bytes per second) the default upload
@@ -356,111 +281,4 @@ const uploadMinRate = 128 << 10
 // the size cap takes at uploadMinRate (50 MiB: 30s + 400s).
 func defaultUploadTimeout(body time.Duration, maxBytes int64) time.Duration {
 	return body + time.Duration(maxBytes/uploadMinRate)*time.Second
-}
-
-type env struct {
-	get  func(string) string
-	errs []error
-}
-
-func (e *env) str(name, def string) string {
-	if v := strings.TrimSpace(e.get(name)); v != "" {
-		return v
-	}
-	return def
-}
-
-func (e *env) int(name string, def int) int {
-	v := strings.TrimSpace(e.get(name))
-	if v == "" {
-		return def
-	}
-	n, err := strconv.Atoi(v)
-	if err != nil {
-		e.errs = append(e.errs, fmt.Errorf("%s=%q: not an integer", name, v))
-		return def
-	}
-	return n
-}
-
-func (e *env) float(name string, def float64) float64 {
-	v := strings.TrimSpace(e.get(name))
-	if v == "" {
-		return def
-	}
-	f, err := strconv.ParseFloat(v, 64)
-	if err != nil {
-		e.errs = append(e.errs, fmt.Errorf("%s=%q: not a number", name, v))
-		return def
-	}
-	return f
-}
-
-func (e *env) bool(name string, def bool) bool {
-	v := strings.TrimSpace(e.get(name))
-	if v == "" {
-		return def
-	}
-	b, err := strconv.ParseBool(v)
-	if err != nil {
-		e.errs = append(e.errs, fmt.Errorf("%s=%q: not a boolean", name, v))
-		return def
-	}
-	return b
-}
-
-func (e *env) duration(name string, def time.Duration) time.Duration {
-	v := strings.TrimSpace(e.get(name))
-	if v == "" {
-		return def
-	}
-	d, err := time.ParseDuration(v)
-	if err != nil {
-		e.errs = append(e.errs, fmt.Errorf("%s=%q: not a duration (e.g. 15s)", name, v))
-		return def
-	}
-	return d
-}
-
-// list splits a comma-separated variable, dropping empty items.
-func (e *env) list(name string) []string {
-	var out []string
-	for _, item := range strings.Split(e.get(name), ",") {
-		if item = strings.TrimSpace(item); item != "" {
-			out = append(out, item)
-		}
-	}
-	return out
-}
-
-// prefixes reads a comma-separated list of CIDRs; a bare IP stands for
-// itself alone.
-func (e *env) prefixes(name string) []netip.Prefix {
-	var out []netip.Prefix
-	for _, item := range e.list(name) {
-		if p, err := netip.ParsePrefix(item); err == nil {
-			out = append(out, p.Masked())
-			continue
-		}
-		if a, err := netip.ParseAddr(item); err == nil {
-			out = append(out, netip.PrefixFrom(a.Unmap(), a.Unmap().BitLen()))
-			continue
-		}
-		e.errs = append(e.errs, fmt.Errorf("%s: %q is not a CIDR (e.g. 10.0.0.0/8) or an IP", name, item))
-	}
-	return out
-}
-
-// origins reads a comma-separated list of origins (scheme://host[:port]).
-func (e *env) origins(name string) []string {
-	var out []string
-	for _, item := range e.list(name) {
-		o, ok := api.NormalizeOrigin(item)
-		if !ok {
-			e.errs = append(e.errs, fmt.Errorf("%s: %q is not an origin (scheme://host[:port], no path)", name, item))
-			continue
-		}
-		out = append(out, o)
-	}
-	return out
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -134,5 +135,72 @@ func TestConfigOutboxRetention(t *testing.T) {
 		if _, err := loadConfig(envOf("RAGENT_OUTBOX_RETENTION", v)); err == nil || !strings.Contains(err.Error(), "RAGENT_OUTBOX_RETENTION") {
 			t.Errorf("RAGENT_OUTBOX_RETENTION=%s: error %v, want one naming the variable", v, err)
 		}
+	}
+}
+// TestConfigREADME holds the README's configuration table to the settings
+// table: the same variables both ways, and a default the README shows as a
+// literal (`30s`) is the one the loader uses; a README "—" means no default.
+func TestConfigREADME(t *testing.T) {
+	readme, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	documented := map[string]string{} // variable -> its default cell
+	for _, line := range strings.Split(string(readme), "\n") {
+		if !strings.HasPrefix(line, "| `RAGENT_") {
+			continue
+		}
+		cells := strings.Split(line, " | ")
+		if len(cells) < 3 {
+			t.Fatalf("README row without a default: %s", line)
+		}
+		names := strings.Split(strings.TrimPrefix(cells[0], "| "), ", ")
+		defs := []string{cells[1]}
+		if len(names) > 1 {
+			defs = strings.Split(cells[1], ", ")
+		}
+		for i, name := range names {
+			def := defs[len(defs)-1]
+			if i < len(defs) {
+				def = defs[i]
+			}
+			documented[strings.Trim(name, "`")] = def
+		}
+	}
+	var c Config
+	known := map[string]bool{}
+	for _, s := range c.settings() {
+		known[s.name] = true
+		cell, ok := documented[s.name]
+		switch {
+		case !ok:
+			t.Errorf("%s is not in the README's configuration table", s.name)
+		case strings.HasPrefix(cell, "`"):
+			if shown := strings.SplitN(cell, "`", 3)[1]; shown != s.def {
+				t.Errorf("%s: README default %q, code default %q", s.name, shown, s.def)
+			}
+		case strings.HasPrefix(cell, "—") && s.def != "":
+			t.Errorf("%s: README shows no default, code default %q", s.name, s.def)
+		}
+	}
+	for name := range documented {
+		if !known[name] {
+			t.Errorf("README documents %s, which no setting reads", name)
+		}
+	}
+}
+
+// TestConfigLogListsEverySetting: the start-up log names every setting.
+func TestConfigLogListsEverySetting(t *testing.T) {
+	c, err := loadConfig(envOf())
+	if err != nil {
+		t.Fatal(err)
+	}
+	attrs := c.logAttrs()
+	if len(attrs) != 2*len(c.settings()) {
+		t.Fatalf("%d log attributes for %d settings", len(attrs)/2, len(c.settings()))
+	}
+	if attrs[0] != "http_addr" || attrs[1] != ":8080" {
+		t.Errorf("first attribute %v=%v", attrs[0], attrs[1])
 	}
 }

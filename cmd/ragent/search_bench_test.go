@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ragent-go/ragent/internal/eval"
 	"github.com/ragent-go/ragent/llm"
 	"github.com/ragent-go/ragent/service"
 	"github.com/ragent-go/ragent/service/admin"
@@ -78,11 +79,11 @@ func BenchmarkSearchOverhead(b *testing.B) {
 	}
 	deadline := time.Now().Add(3 * time.Minute)
 	for {
-		st, err := documentStats(ctx, a, kb.ID)
+		st, err := eval.DocumentStats(ctx, a.ingestSvc, kb.ID)
 		if err != nil {
 			b.Fatal(err)
 		}
-		if st.ready+st.failed == docs {
+		if st.Ready+st.Failed == docs {
 			break
 		}
 		if time.Now().After(deadline) {
@@ -162,10 +163,10 @@ func BenchmarkSearchOverhead(b *testing.B) {
 	b.StopTimer()
 	slices.Sort(httpLat)
 	slices.Sort(sqlLat)
-	h, s := percentile(httpLat, 0.5), percentile(sqlLat, 0.5)
+	h, s := eval.Percentile(httpLat, 0.5), eval.Percentile(sqlLat, 0.5)
 	b.ReportMetric(ms(h), "search_p50_ms")
 	b.ReportMetric(ms(s), "sql_p50_ms")
 	b.ReportMetric(float64(h)/float64(s), "ratio")
 	b.Logf("docs=%d queries=%d /search p50=%.2fms p99=%.2fms; direct SQL p50=%.2fms p99=%.2fms; ratio %.2f",
-		docs, len(httpLat), ms(h), ms(percentile(httpLat, 0.99)), ms(s), ms(percentile(sqlLat, 0.99)), float64(h)/float64(s))
+		docs, len(httpLat), ms(h), ms(eval.Percentile(httpLat, 0.99)), ms(s), ms(eval.Percentile(sqlLat, 0.99)), float64(h)/float64(s))
 }

@@ -53,11 +53,11 @@ func (in GroupInput) apply(g *service.Group) error {
 	switch n := utf8.RuneCountInString(g.Name); {
 	case n == 0:
 		return service.Errorf(service.ErrInvalid, "name is required")
-	case n > 100:
-		return service.Errorf(service.ErrInvalid, "name must be at most 100 characters")
+	case n > service.MaxNameRunes:
+		return service.Errorf(service.ErrInvalid, "name must be at most %d characters", service.MaxNameRunes)
 	}
-	if utf8.RuneCountInString(g.Description) > 2000 {
-		return service.Errorf(service.ErrInvalid, "description must be at most 2000 characters")
+	if utf8.RuneCountInString(g.Description) > service.MaxDescriptionRunes {
+		return service.Errorf(service.ErrInvalid, "description must be at most %d characters", service.MaxDescriptionRunes)
 	}
 	return nil
 }

@@ -90,13 +90,13 @@ func (in IntentInput) node(id service.ID) (*service.IntentNode, error) {
 	switch l := utf8.RuneCountInString(n.Name); {
 	case l == 0:
 		return nil, service.Errorf(service.ErrInvalid, "name is required")
-	case l > 100:
-		return nil, service.Errorf(service.ErrInvalid, "name must be at most 100 characters")
+	case l > service.MaxNameRunes:
+		return nil, service.Errorf(service.ErrInvalid, "name must be at most %d characters", service.MaxNameRunes)
 	case strings.Contains(n.Name, service.IntentPathSeparator):
 		return nil, service.Errorf(service.ErrInvalid, "name must not contain %q, which separates path levels", service.IntentPathSeparator)
 	}
-	if utf8.RuneCountInString(n.Description) > 2000 {
-		return nil, service.Errorf(service.ErrInvalid, "description must be at most 2000 characters")
+	if utf8.RuneCountInString(n.Description) > service.MaxDescriptionRunes {
+		return nil, service.Errorf(service.ErrInvalid, "description must be at most %d characters", service.MaxDescriptionRunes)
 	}
 	if utf8.RuneCountInString(n.PromptTemplate) > 8000 {
 		return nil, service.Errorf(service.ErrInvalid, "promptTemplate must be at most 8000 characters")

@@ -89,14 +89,14 @@ func (in KnowledgeBaseInput) apply(kb *service.KnowledgeBase) error {
 	switch n := utf8.RuneCountInString(kb.Name); {
 	case n == 0:
 		return service.Errorf(service.ErrInvalid, "name is required")
-	case n > 100:
-		return service.Errorf(service.ErrInvalid, "name must be at most 100 characters")
+	case n > service.MaxNameRunes:
+		return service.Errorf(service.ErrInvalid, "name must be at most %d characters", service.MaxNameRunes)
 	}
-	if utf8.RuneCountInString(kb.Description) > 2000 {
-		return service.Errorf(service.ErrInvalid, "description must be at most 2000 characters")
+	if utf8.RuneCountInString(kb.Description) > service.MaxDescriptionRunes {
+		return service.Errorf(service.ErrInvalid, "description must be at most %d characters", service.MaxDescriptionRunes)
 	}
-	if kb.ChunkSize < 64 || kb.ChunkSize > 4096 {
-		return service.Errorf(service.ErrInvalid, "chunkSize must be between 64 and 4096 tokens")
+	if kb.ChunkSize < service.MinChunkSize || kb.ChunkSize > service.MaxChunkSize {
+		return service.Errorf(service.ErrInvalid, "chunkSize must be between %d and %d tokens", service.MinChunkSize, service.MaxChunkSize)
 	}
 	if kb.ChunkOverlap < 0 || kb.ChunkOverlap >= kb.ChunkSize/2 {
 		return service.Errorf(service.ErrInvalid, "chunkOverlap must be between 0 and half of chunkSize")

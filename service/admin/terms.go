@@ -63,16 +63,16 @@ func (in TermInput) mapping(id service.ID) (*service.TermMapping, error) {
 	switch n := utf8.RuneCountInString(m.SourceTerm); {
 	case n == 0:
 		return nil, service.Errorf(service.ErrInvalid, "sourceTerm is required")
-	case n > 100:
-		return nil, service.Errorf(service.ErrInvalid, "sourceTerm must be at most 100 characters")
+	case n > service.MaxSourceTermRunes:
+		return nil, service.Errorf(service.ErrInvalid, "sourceTerm must be at most %d characters", service.MaxSourceTermRunes)
 	case !utf8.ValidString(m.SourceTerm):
 		return nil, service.Errorf(service.ErrInvalid, "sourceTerm must be valid UTF-8")
 	}
 	switch n := utf8.RuneCountInString(m.TargetTerm); {
 	case n == 0:
 		return nil, service.Errorf(service.ErrInvalid, "targetTerm is required")
-	case n > 200:
-		return nil, service.Errorf(service.ErrInvalid, "targetTerm must be at most 200 characters")
+	case n > service.MaxTargetTermRunes:
+		return nil, service.Errorf(service.ErrInvalid, "targetTerm must be at most %d characters", service.MaxTargetTermRunes)
 	case !utf8.ValidString(m.TargetTerm):
 		return nil, service.Errorf(service.ErrInvalid, "targetTerm must be valid UTF-8")
 	}

@@ -12,8 +12,9 @@ import (
 )
 
 // Intent matching thresholds: a leaf matches when its score reaches
-// minIntentScore and at least relIntentScore of the best score; at most
-// maxIntents leaves route one question.
+// minLexicalScore (lexical matching) or minLLMScore (the fast model's score)
+// and at least relIntentScore of the best score; at most maxIntents leaves
+// route one question.
 const (
 	minLexicalScore = 0.34
 	minLLMScore     = 0.5

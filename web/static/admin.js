@@ -37,9 +37,9 @@ export function mountKnowledgeBases(root, ctx) {
   // Only admins create knowledge bases; a manager uses the form to edit.
   const isAdmin = ctx.user?.role === 'admin';
 
-  const name = h('input', { id: 'kb-name', required: true, maxlength: 200, 'data-testid': 'kb-name', autocomplete: 'off' });
-  const description = h('textarea', { id: 'kb-description', rows: 2, maxlength: 2000, 'data-testid': 'kb-description' });
-  const chunkSize = h('input', { id: 'kb-chunk-size', type: 'number', min: 50, max: 8000, step: 1, 'data-testid': 'kb-chunk-size', placeholder: t('kb.default') });
+  const name = h('input', { id: 'kb-name', required: true, maxlength: ctx.limits.nameRunes, 'data-testid': 'kb-name', autocomplete: 'off' });
+  const description = h('textarea', { id: 'kb-description', rows: 2, maxlength: ctx.limits.descriptionRunes, 'data-testid': 'kb-description' });
+  const chunkSize = h('input', { id: 'kb-chunk-size', type: 'number', min: ctx.limits.chunkSizeMin, max: ctx.limits.chunkSizeMax, step: 1, 'data-testid': 'kb-chunk-size', placeholder: t('kb.default') });
   const chunkOverlap = h('input', { id: 'kb-chunk-overlap', type: 'number', min: 0, max: 2000, step: 1, 'data-testid': 'kb-chunk-overlap', placeholder: t('kb.default') });
   const visibility = h('select', { id: 'kb-visibility', 'data-testid': 'kb-visibility' },
     h('option', { value: 'private' }, t('kb.visibility.private')),
@@ -242,8 +242,8 @@ export function mountTerms(root, ctx) {
   let editing = null;
   let destroyed = false;
 
-  const source = h('input', { id: 'term-source', required: true, maxlength: 200, 'data-testid': 'term-source', autocomplete: 'off' });
-  const target = h('input', { id: 'term-target', required: true, maxlength: 200, 'data-testid': 'term-target', autocomplete: 'off' });
+  const source = h('input', { id: 'term-source', required: true, maxlength: ctx.limits.sourceTermRunes, 'data-testid': 'term-source', autocomplete: 'off' });
+  const target = h('input', { id: 'term-target', required: true, maxlength: ctx.limits.targetTermRunes, 'data-testid': 'term-target', autocomplete: 'off' });
   const priority = h('input', { id: 'term-priority', type: 'number', step: 1, value: '0', 'data-testid': 'term-priority' });
   const enabled = h('input', { id: 'term-enabled', type: 'checkbox', checked: true, 'data-testid': 'term-enabled' });
   const errBox = formError();
@@ -536,12 +536,12 @@ export function mountLimiter(root, ctx) {
 
 // mountGroups manages the groups knowledge bases are shared with: create,
 // rename, delete, and who is in each.
-export function mountGroups(root) {
+export function mountGroups(root, ctx) {
   let items = [];
   let destroyed = false;
 
-  const name = h('input', { id: 'group-name', required: true, maxlength: 100, autocomplete: 'off', 'data-testid': 'group-name' });
-  const description = h('input', { id: 'group-description', maxlength: 2000, autocomplete: 'off', 'data-testid': 'group-description' });
+  const name = h('input', { id: 'group-name', required: true, maxlength: ctx.limits.nameRunes, autocomplete: 'off', 'data-testid': 'group-name' });
+  const description = h('input', { id: 'group-description', maxlength: ctx.limits.descriptionRunes, autocomplete: 'off', 'data-testid': 'group-description' });
   const errBox = formError();
   const submit = h('button', { type: 'submit', class: 'btn btn-primary', 'data-testid': 'group-submit' }, t('common.create'));
   const form = h('form', { class: 'card form-card', 'data-testid': 'group-form', 'aria-label': t('groups.createTitle') },

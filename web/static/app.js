@@ -111,6 +111,7 @@ const state = {
   busy: false, // a chat answer is streaming; the language switch waits
   shell: null,
   curator: false, // editor or manager of some knowledge base
+  limits: {}, // the server's input limits (GET /limits), for form maxlengths
 };
 
 const appRoot = document.getElementById('app');
@@ -128,6 +129,16 @@ function isAdmin() {
 // the knowledge-base and document pages (the server checks each action).
 function canCurate() {
   return isAdmin() || state.curator;
+}
+
+// loadLimits fetches the input limits the server enforces, so forms check
+// the same numbers; without them a form leaves the check to the server.
+async function loadLimits() {
+  try {
+    state.limits = (await get('/limits')) ?? {};
+  } catch (err) {
+    if (!(err instanceof ApiError && err.status === 401)) toast(errorText(err));
+  }
 }
 
 async function refreshCurator() {
@@ -200,7 +211,7 @@ async function route() {
   }
   destroyPage();
   clear(shell.view);
-  const ctx = { user: state.user, params, setBusy, forbidden: () => renderForbidden(shell.view) };
+  const ctx = { user: state.user, limits: state.limits, params, setBusy, forbidden: () => renderForbidden(shell.view) };
   state.page = { key: r.key, instance: r.mount(shell.view, ctx) ?? {} };
 }
 
@@ -388,7 +399,7 @@ function renderLogin() {
     try {
       const res = await post('/auth/login', { username: username.value.trim(), password: password.value });
       state.user = res.user;
-      await refreshCurator();
+      await Promise.all([refreshCurator(), loadLimits()]);
       const back = sessionStorage.getItem('ragent.returnTo');
       sessionStorage.removeItem('ragent.returnTo');
       location.hash = back && back !== '#/login' ? back : '#/chat';
@@ -417,7 +428,7 @@ async function boot() {
   try {
     const me = await get('/me');
     state.user = me?.user ?? me;
-    await refreshCurator();
+    await Promise.all([refreshCurator(), loadLimits()]);
   } catch (err) {
     if (!(err instanceof ApiError && err.status === 401)) toast(errorText(err));
     state.user = null;

@@ -40,7 +40,7 @@ export function mountChat(root, ctx) {
 
   const input = h('textarea', {
     id: 'chat-input', class: 'chat-input', rows: 1, 'data-testid': 'chat-input',
-    placeholder: t('chat.placeholder'), 'aria-label': t('chat.inputLabel'), maxlength: 8000,
+    placeholder: t('chat.placeholder'), 'aria-label': t('chat.inputLabel'), maxlength: ctx.limits.questionRunes,
   });
   const deep = h('input', { id: 'deep-thinking', type: 'checkbox', 'data-testid': 'deep-thinking-toggle', checked: localStorage.getItem(DEEP_KEY) === '1' });
   deep.addEventListener('change', () => localStorage.setItem(DEEP_KEY, deep.checked ? '1' : '0'));

@@ -24,8 +24,8 @@ export function mountIntents(root, ctx) {
 
   const parent = h('select', { id: 'intent-parent', 'data-testid': 'intent-parent' });
   const code = h('input', { id: 'intent-code', required: true, maxlength: 64, autocomplete: 'off', 'data-testid': 'intent-code' });
-  const name = h('input', { id: 'intent-name', required: true, maxlength: 100, autocomplete: 'off', 'data-testid': 'intent-name' });
-  const description = h('textarea', { id: 'intent-description', rows: 2, 'data-testid': 'intent-description' });
+  const name = h('input', { id: 'intent-name', required: true, maxlength: ctx.limits.nameRunes, autocomplete: 'off', 'data-testid': 'intent-name' });
+  const description = h('textarea', { id: 'intent-description', rows: 2, maxlength: ctx.limits.descriptionRunes, 'data-testid': 'intent-description' });
   const examples = h('textarea', { id: 'intent-examples', rows: 3, 'data-testid': 'intent-examples' });
   const kind = h('select', { id: 'intent-kind', 'data-testid': 'intent-kind' },
     h('option', { value: 'kb' }, t('intents.kind.kb')),

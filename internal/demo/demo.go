@@ -1,4 +1,7 @@
-package main
+// Package demo loads the demo data on a first start: two small knowledge
+// bases whose documents go through the normal ingestion pipeline, an intent
+// tree routing to them and a few term mappings.
+package demo
 
 import (
 	"bytes"
@@ -15,50 +18,51 @@ import (
 	"github.com/ragent-go/ragent/service/ingest"
 )
 
-// demoDocs are the documents of the demo knowledge bases: demo/*.md go to
-// the internal one, demo/private/*.md to the private one.
+// docs are the documents of the demo knowledge bases: docs/*.md go to the
+// internal one, docs/private/*.md to the private one.
 //
-//go:embed demo/*.md demo/private/*.md
-var demoDocs embed.FS
+//go:embed docs/*.md docs/private/*.md
+var docs embed.FS
 
-// demoSetting records in `settings` that the demo data was loaded, so it is
+// setting records in `settings` that the demo data was loaded, so it is
 // loaded once per database even when an admin deletes it afterwards.
-const demoSetting = "demo.loaded"
+const setting = "demo.loaded"
 
-type demoServices struct {
-	kbs     *admin.KnowledgeBases
-	ingest  *ingest.Service
-	intents *admin.Intents
-	terms   *admin.Terms
+// Services are the use cases the demo data is created through.
+type Services struct {
+	KnowledgeBases *admin.KnowledgeBases
+	Ingest         *ingest.Service
+	Intents        *admin.Intents
+	Terms          *admin.Terms
 }
 
-// settingStore reads and writes first-start state.
-type settingStore interface {
+// Settings reads and writes first-start state.
+type Settings interface {
 	Setting(ctx context.Context, key string) (string, error)
 	SettingOrCreate(ctx context.Context, key, value string) (string, error)
 }
 
-// seedDemo loads two small knowledge bases (documents go through the normal
+// Seed loads two small knowledge bases (documents go through the normal
 // ingestion pipeline), an intent tree routing to them and a few term
 // mappings, so a newcomer can ask a question at once. The product FAQ is
 // internal (every user reads it); the HR handbook is private (admins and
 // the members they add), to show the access model. It runs under the
 // startup lock.
-func seedDemo(ctx context.Context, settings settingStore, s demoServices, log *slog.Logger) error {
-	if _, err := settings.Setting(ctx, demoSetting); err == nil {
+func Seed(ctx context.Context, settings Settings, s Services, log *slog.Logger) error {
+	if _, err := settings.Setting(ctx, setting); err == nil {
 		return nil
 	} else if !errors.Is(err, service.ErrNotFound) {
 		return err
 	}
 	kb, files, err := seedKnowledgeBase(ctx, s, "ragent 演示知识库",
 		"Demo: how to use ragent, the SLS log service FAQ and IT support (VPN, passwords).",
-		service.VisibilityInternal, "demo/*.md")
+		service.VisibilityInternal, "docs/*.md")
 	if err != nil {
 		return err
 	}
 	hr, hrFiles, err := seedKnowledgeBase(ctx, s, "HR 手册（私有演示）",
 		"Demo of a private knowledge base: visible to admins and the users or groups added as members.",
-		service.VisibilityPrivate, "demo/private/*.md")
+		service.VisibilityPrivate, "docs/private/*.md")
 	if err != nil {
 		return err
 	}
@@ -99,7 +103,7 @@ func seedDemo(ctx context.Context, settings settingStore, s demoServices, log *s
 				in.KnowledgeBaseIDs = []service.ID{hr.ID}
 			}
 		}
-		created, err := s.intents.Create(ctx, in)
+		created, err := s.Intents.Create(ctx, in)
 		if err != nil {
 			return fmt.Errorf("intent %s: %w", n.code, err)
 		}
@@ -122,11 +126,11 @@ func seedDemo(ctx context.Context, settings settingStore, s demoServices, log *s
 		{"GP 客户端", "GlobalProtect 客户端"},
 	} {
 		enabled := true
-		if _, err := s.terms.Create(ctx, admin.TermInput{SourceTerm: m[0], TargetTerm: m[1], Enabled: &enabled}); err != nil {
+		if _, err := s.Terms.Create(ctx, admin.TermInput{SourceTerm: m[0], TargetTerm: m[1], Enabled: &enabled}); err != nil {
 			return fmt.Errorf("term mapping %s: %w", m[0], err)
 		}
 	}
-	if _, err := settings.SettingOrCreate(ctx, demoSetting, kb.ID.String()); err != nil {
+	if _, err := settings.SettingOrCreate(ctx, setting, kb.ID.String()); err != nil {
 		return err
 	}
 	log.Info("loaded the demo knowledge bases, intents and term mappings",
@@ -137,21 +141,21 @@ func seedDemo(ctx context.Context, settings settingStore, s demoServices, log *s
 // seedKnowledgeBase creates one demo knowledge base and uploads the files
 // matching pattern into it; it returns the knowledge base and the number of
 // files.
-func seedKnowledgeBase(ctx context.Context, s demoServices, name, desc string, vis service.Visibility, pattern string) (*service.KnowledgeBase, int, error) {
-	kb, err := s.kbs.Create(ctx, service.SystemPrincipal(), admin.KnowledgeBaseInput{Name: &name, Description: &desc, Visibility: &vis})
+func seedKnowledgeBase(ctx context.Context, s Services, name, desc string, vis service.Visibility, pattern string) (*service.KnowledgeBase, int, error) {
+	kb, err := s.KnowledgeBases.Create(ctx, service.SystemPrincipal(), admin.KnowledgeBaseInput{Name: &name, Description: &desc, Visibility: &vis})
 	if err != nil {
 		return nil, 0, fmt.Errorf("knowledge base %s: %w", name, err)
 	}
-	files, err := fs.Glob(demoDocs, pattern)
+	files, err := fs.Glob(docs, pattern)
 	if err != nil {
 		return nil, 0, err
 	}
 	for _, f := range files {
-		b, err := demoDocs.ReadFile(f)
+		b, err := docs.ReadFile(f)
 		if err != nil {
 			return nil, 0, err
 		}
-		if _, err := s.ingest.Upload(ctx, service.SystemPrincipal(), kb.ID, path.Base(f), bytes.NewReader(b)); err != nil {
+		if _, err := s.Ingest.Upload(ctx, service.SystemPrincipal(), kb.ID, path.Base(f), bytes.NewReader(b)); err != nil {
 			return nil, 0, fmt.Errorf("upload %s: %w", f, err)
 		}
 	}

@@ -1,0 +1,240 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/ragent-go/ragent/api"
+)
+
+// setting is one row of the configuration table: the loader, the start-up
+// log and the README check (TestConfigREADME) all read this one list, so a
+// new setting is added in one place (plus its README row, which the test
+// demands).
+type setting struct {
+	name  string // environment variable
+	def   string // default, parsed like a set value; "" leaves the zero value
+	value value  // the Config field it fills
+	mask  mask   // how the start-up log shows it
+}
+
+// value parses into and prints one Config field, like flag.Value.
+type value interface {
+	Set(string) error
+	String() string
+}
+
+type mask int
+
+const (
+	maskNone   mask = iota
+	maskSecret      // logged as *** when set
+	maskURL         // logged with its password redacted
+)
+
+// settings binds the table to c's fields. Rules that relate several
+// settings stay in validate.
+func (c *Config) settings() []setting {
+	return []setting{
+		{"RAGENT_HTTP_ADDR", ":8080", (*strValue)(&c.HTTPAddr), maskNone},
+		{"RAGENT_METRICS_ADDR", "", (*strValue)(&c.MetricsAddr), maskNone},
+		{"RAGENT_TRUSTED_PROXIES", "", (*prefixesValue)(&c.TrustedProxies), maskNone},
+		{"RAGENT_ALLOWED_ORIGINS", "", (*originsValue)(&c.AllowedOrigins), maskNone},
+		{"RAGENT_HTTP_BODY_TIMEOUT", "30s", (*durationValue)(&c.HTTPBodyTimeout), maskNone},
+		{"RAGENT_HTTP_UPLOAD_TIMEOUT", "", (*durationValue)(&c.HTTPUploadTimeout), maskNone},
+		{"RAGENT_DATABASE_URL", "postgres://ragent:ragent@127.0.0.1:5432/ragent?sslmode=disable", (*strValue)(&c.DatabaseURL), maskURL},
+		{"RAGENT_REDIS_URL", "redis://127.0.0.1:6379/0", (*strValue)(&c.RedisURL), maskURL},
+		{"RAGENT_REDIS_PREFIX", "ragent:", (*strValue)(&c.RedisPrefix), maskNone},
+
+		{"RAGENT_MQ_DRIVER", "redis", (*strValue)(&c.MQDriver), maskNone},
+		{"RAGENT_ROCKETMQ_NAMESRV", "127.0.0.1:9876", (*strValue)(&c.RocketMQNamesrv), maskNone},
+		{"RAGENT_ROCKETMQ_BROKER", "127.0.0.1:10911", (*strValue)(&c.RocketMQBroker), maskNone},
+		{"RAGENT_MQ_VISIBILITY_TIMEOUT", "1m", (*durationValue)(&c.MQVisibilityTimeout), maskNone},
+
+		{"RAGENT_LLM_PROVIDER", "offline", (*strValue)(&c.LLMProvider), maskNone},
+		{"RAGENT_LLM_BASE_URL", "", (*strValue)(&c.LLMBaseURL), maskURL},
+		{"RAGENT_LLM_API_KEY", "", (*strValue)(&c.LLMAPIKey), maskSecret},
+		{"RAGENT_LLM_CHAT_MODEL", "", (*strValue)(&c.LLMChatModel), maskNone},
+		{"RAGENT_LLM_FAST_MODEL", "", (*strValue)(&c.LLMFastModel), maskNone},
+		{"RAGENT_LLM_FIRST_TOKEN_TIMEOUT", "60s", (*durationValue)(&c.LLMFirstTokenTimeout), maskNone},
+		{"RAGENT_LLM_IDLE_TIMEOUT", "60s", (*durationValue)(&c.LLMIdleTimeout), maskNone},
+		{"RAGENT_SEARCH_MIN_VECTOR_SCORE", "", (*floatValue)(&c.SearchMinVectorScore), maskNone},
+		{"RAGENT_RERANK_MODEL", "", (*strValue)(&c.RerankModel), maskNone},
+		{"RAGENT_RERANK_BASE_URL", "", (*strValue)(&c.RerankBaseURL), maskURL},
+		{"RAGENT_EMBEDDING_PROVIDER", "offline", (*strValue)(&c.EmbedProvider), maskNone},
+		{"RAGENT_EMBEDDING_MODEL", "", (*strValue)(&c.EmbedModel), maskNone},
+		{"RAGENT_EMBEDDING_DIM", "512", (*intValue)(&c.EmbedDim), maskNone},
+		{"RAGENT_EMBEDDING_BASE_URL", "", (*strValue)(&c.EmbedBaseURL), maskURL},
+		{"RAGENT_EMBEDDING_API_KEY", "", (*strValue)(&c.EmbedAPIKey), maskSecret},
+
+		{"RAGENT_ADMIN_USERNAME", "admin", (*strValue)(&c.AdminUsername), maskNone},
+		{"RAGENT_ADMIN_PASSWORD", "", (*strValue)(&c.AdminPassword), maskSecret},
+		{"RAGENT_AUTH_SECRET", "", (*strValue)(&c.AuthSecret), maskSecret},
+		{"RAGENT_TOKEN_TTL", "24h", (*durationValue)(&c.TokenTTL), maskNone},
+		{"RAGENT_LOGIN_MAX_FAILURES", "5", (*intValue)(&c.LoginMaxFailures), maskNone},
+		{"RAGENT_LOGIN_MAX_FAILURES_PER_USER", "20", (*intValue)(&c.LoginMaxFailuresPerUser), maskNone},
+		{"RAGENT_LOGIN_FAIL_WINDOW", "15m", (*durationValue)(&c.LoginFailWindow), maskNone},
+		{"RAGENT_SECURE_COOKIE", "false", (*boolValue)(&c.SecureCookie), maskNone},
+
+		{"RAGENT_CHAT_LIMITER_ENABLED", "true", (*boolValue)(&c.ChatLimiterEnabled), maskNone},
+		{"RAGENT_CHAT_MAX_CONCURRENT", "10", (*intValue)(&c.ChatMaxConcurrent), maskNone},
+		{"RAGENT_CHAT_MAX_WAIT", "15s", (*durationValue)(&c.ChatMaxWait), maskNone},
+		{"RAGENT_CHAT_LEASE", "30s", (*durationValue)(&c.ChatLease), maskNone},
+		{"RAGENT_CHAT_POLL_INTERVAL", "200ms", (*durationValue)(&c.ChatPollInterval), maskNone},
+		{"RAGENT_CHAT_LIMITER_ON_REDIS_ERROR", "reject", (*strValue)(&c.ChatOnRedisError), maskNone},
+		{"RAGENT_CHAT_MAX_QUEUE", "1000", (*intValue)(&c.ChatMaxQueue), maskNone},
+		{"RAGENT_CHAT_MAX_QUEUED_PER_USER", "3", (*intValue)(&c.ChatMaxQueuedPerUser), maskNone},
+		{"RAGENT_CHAT_RATE_PER_MINUTE", "30", (*intValue)(&c.ChatRatePerMinute), maskNone},
+		{"RAGENT_API_KEY_RATE_PER_MINUTE", "600", (*intValue)(&c.APIKeyRatePerMinute), maskNone},
+		{"RAGENT_CHAT_EMPTY_RETRIEVAL", "chat", (*strValue)(&c.ChatEmptyRetrieval), maskNone},
+
+		{"RAGENT_UPLOAD_MAX_CONCURRENT", "10", (*intValue)(&c.UploadMaxConcurrent), maskNone},
+		{"RAGENT_UPLOAD_MAX_WAIT", "5s", (*durationValue)(&c.UploadMaxWait), maskNone},
+		{"RAGENT_UPLOAD_MAX_BYTES", "52428800", (*int64Value)(&c.UploadMaxBytes), maskNone},
+		{"RAGENT_OUTBOX_RETENTION", "168h", (*durationValue)(&c.OutboxRetention), maskNone},
+
+		{"RAGENT_INGEST_PARSER", "process", (*strValue)(&c.IngestParser), maskNone},
+		{"RAGENT_INGEST_PARSE_TIMEOUT", "2m", (*durationValue)(&c.IngestParseTimeout), maskNone},
+		{"RAGENT_INGEST_PARSER_MEMORY", "1073741824", (*int64Value)(&c.IngestParserMemory), maskNone},
+		{"RAGENT_INGEST_MAX_TEXT_BYTES", "20971520", (*int64Value)(&c.IngestMaxTextBytes), maskNone},
+		{"RAGENT_INGEST_MAX_CHUNKS", "20000", (*intValue)(&c.IngestMaxChunks), maskNone},
+
+		{"RAGENT_WORKER_ID", "-1", (*intValue)(&c.WorkerID), maskNone},
+		{"RAGENT_DEMO", "true", (*boolValue)(&c.Demo), maskNone},
+		{"RAGENT_ROLE", "all", (*strValue)(&c.Role), maskNone},
+		{"RAGENT_INSTANCE_ID", "", (*strValue)(&c.InstanceID), maskNone},
+		{"RAGENT_SHUTDOWN_TIMEOUT", "20s", (*durationValue)(&c.ShutdownTimeout), maskNone},
+		{"RAGENT_LOG_LEVEL", "info", (*strValue)(&c.LogLevel), maskNone},
+		{"RAGENT_PPROF_ADDR", "", (*strValue)(&c.PprofAddr), maskNone},
+	}
+}
+
+type strValue string
+
+func (v *strValue) Set(s string) error { *v = strValue(s); return nil }
+func (v *strValue) String() string     { return string(*v) }
+
+type intValue int
+
+func (v *intValue) Set(s string) error {
+	n, err := strconv.Atoi(s)
+	if err != nil {
+		return errors.New("not an integer")
+	}
+	*v = intValue(n)
+	return nil
+}
+func (v *intValue) String() string { return strconv.Itoa(int(*v)) }
+
+type int64Value int64
+
+func (v *int64Value) Set(s string) error {
+	n, err := strconv.ParseInt(s, 10, 64)
+	if err != nil {
+		return errors.New("not an integer")
+	}
+	*v = int64Value(n)
+	return nil
+}
+func (v *int64Value) String() string { return strconv.FormatInt(int64(*v), 10) }
+
+type floatValue float64
+
+func (v *floatValue) Set(s string) error {
+	f, err := strconv.ParseFloat(s, 64)
+	if err != nil {
+		return errors.New("not a number")
+	}
+	*v = floatValue(f)
+	return nil
+}
+func (v *floatValue) String() string { return strconv.FormatFloat(float64(*v), 'g', -1, 64) }
+
+type boolValue bool
+
+func (v *boolValue) Set(s string) error {
+	b, err := strconv.ParseBool(s)
+	if err != nil {
+		return errors.New("not a boolean")
+	}
+	*v = boolValue(b)
+	return nil
+}
+func (v *boolValue) String() string { return strconv.FormatBool(bool(*v)) }
+
+type durationValue time.Duration
+
+func (v *durationValue) Set(s string) error {
+	d, err := time.ParseDuration(s)
+	if err != nil {
+		return errors.New("not a duration (e.g. 15s)")
+	}
+	*v = durationValue(d)
+	return nil
+}
+func (v *durationValue) String() string { return time.Duration(*v).String() }
+
+// prefixesValue is a comma-separated list of CIDRs; a bare IP stands for
+// itself alone.
+type prefixesValue []netip.Prefix
+
+func (v *prefixesValue) Set(s string) error {
+	var out []netip.Prefix
+	var errs []error
+	for _, item := range splitList(s) {
+		if p, err := netip.ParsePrefix(item); err == nil {
+			out = append(out, p.Masked())
+			continue
+		}
+		if a, err := netip.ParseAddr(item); err == nil {
+			out = append(out, netip.PrefixFrom(a.Unmap(), a.Unmap().BitLen()))
+			continue
+		}
+		errs = append(errs, fmt.Errorf("%q is not a CIDR (e.g. 10.0.0.0/8) or an IP", item))
+	}
+	*v = out
+	return errors.Join(errs...)
+}
+
+func (v *prefixesValue) String() string {
+	var s []string
+	for _, p := range *v {
+		s = append(s, p.String())
+	}
+	return strings.Join(s, ",")
+}
+
+// originsValue is a comma-separated list of origins (scheme://host[:port]).
+type originsValue []string
+
+func (v *originsValue) Set(s string) error {
+	var out []string
+	var errs []error
+	for _, item := range splitList(s) {
+		o, ok := api.NormalizeOrigin(item)
+		if !ok {
+			errs = append(errs, fmt.Errorf("%q is not an origin (scheme://host[:port], no path)", item))
+			continue
+		}
+		out = append(out, o)
+	}
+	*v = out
+	return errors.Join(errs...)
+}
+
+func (v *originsValue) String() string { return strings.Join(*v, ",") }
+
+// splitList splits a comma-separated value, dropping empty items.
+func splitList(s string) []string {
+	var out []string
+	for _, item := range strings.Split(s, ",") {
+		if item = strings.TrimSpace(item); item != "" {
+			out = append(out, item)
+		}
+	}
+	return out
+}
