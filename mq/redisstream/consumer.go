@@ -152,7 +152,7 @@ func (c *Consumer) Run(ctx context.Context) error {
 // stream so that messages published before the first consumer ever ran are
 // not skipped.
 func (c *Consumer) ensureGroupUntilDone(ctx context.Context) bool {
-	bo := backoff{}
+	bo := mq.Backoff{Min: minBackoff, Max: maxBackoff}
 	for {
 		err := c.ensureGroup(ctx)
 		if err == nil {
@@ -162,7 +162,7 @@ func (c *Consumer) ensureGroupUntilDone(ctx context.Context) bool {
 			return false
 		}
 		c.log.Warn("mq: create consumer group", "err", err)
-		if !bo.wait(ctx) {
+		if !bo.Wait(ctx) {
 			return false
 		}
 	}
@@ -178,7 +178,7 @@ func (c *Consumer) ensureGroup(ctx context.Context) error {
 
 // afterError logs err and pauses. When the group has vanished (the stream was
 // deleted) it recreates it. It reports false when ctx ended.
-func (c *Consumer) afterError(ctx context.Context, bo *backoff, what string, err error) bool {
+func (c *Consumer) afterError(ctx context.Context, bo *mq.Backoff, what string, err error) bool {
 	if ctx.Err() != nil {
 		return false
 	}
@@ -188,12 +188,12 @@ func (c *Consumer) afterError(ctx context.Context, bo *backoff, what string, err
 			c.log.Warn("mq: recreate consumer group", "err", gerr)
 		}
 	}
-	return bo.wait(ctx)
+	return bo.Wait(ctx)
 }
 
 // readLoop takes new entries with XREADGROUP as handler slots free up.
 func (c *Consumer) readLoop(ctx context.Context, slots chan struct{}, handlers *sync.WaitGroup) {
-	bo := backoff{}
+	bo := mq.Backoff{Min: minBackoff, Max: maxBackoff}
 	for {
 		n := acquire(ctx, slots)
 		if n == 0 {
@@ -217,7 +217,7 @@ func (c *Consumer) readLoop(ctx context.Context, slots chan struct{}, handlers *
 			}
 			continue
 		}
-		bo.reset()
+		bo.Reset()
 		var msgs []redis.XMessage
 		if len(res) > 0 {
 			msgs = res[0].Messages
@@ -240,7 +240,7 @@ func (c *Consumer) readLoop(ctx context.Context, slots chan struct{}, handlers *
 func (c *Consumer) reclaimLoop(ctx context.Context, slots chan struct{}, handlers *sync.WaitGroup) {
 	t := time.NewTicker(c.opts.ReclaimInterval)
 	defer t.Stop()
-	bo := backoff{}
+	bo := mq.Backoff{Min: minBackoff, Max: maxBackoff}
 	for {
 		if err := c.reclaim(ctx, slots, handlers); err != nil {
 			if !c.afterError(ctx, &bo, "reclaim", err) {
@@ -248,7 +248,7 @@ func (c *Consumer) reclaimLoop(ctx context.Context, slots chan struct{}, handler
 			}
 			continue
 		}
-		bo.reset()
+		bo.Reset()
 		select {
 		case <-ctx.Done():
 			return
@@ -358,38 +358,19 @@ func (c *Consumer) handle(ctx context.Context, xm redis.XMessage, deliveries int
 	hctx, stop := context.WithCancel(ctx)
 	beat := make(chan struct{})
 	go func() { defer close(beat); c.heartbeat(hctx, xm.ID) }()
-	err = c.call(hctx, m)
+	outcome, err := mq.Deliver(hctx, c.handler, m, c.opts.MaxDeliveries, log)
 	stop()
 	<-beat
 
-	switch {
-	case err == nil:
+	switch outcome {
+	case mq.Ack:
 		c.ack(ctx, xm.ID, log)
-	case errors.Is(err, mq.ErrPermanent):
-		log.Warn("mq: permanent failure, dead-lettering", "err", err)
+	case mq.DeadLetter:
 		c.deadLetter(ctx, xm, deliveries, err)
-	case ctx.Err() != nil:
-		log.Info("mq: shutdown interrupted the handler; left for redelivery", "err", err)
-	case deliveries >= c.opts.MaxDeliveries:
-		log.Warn("mq: last delivery failed, dead-lettering", "err", err)
-		c.deadLetter(ctx, xm, deliveries, err)
-	case errors.Is(err, mq.ErrRetryLater):
-		log.Debug("mq: retry later", "err", err)
-	default:
-		log.Warn("mq: handler failed; will be redelivered", "err", err,
-			"after", c.opts.VisibilityTimeout)
+	case mq.Redeliver:
+		// Left pending: the reclaim scan takes it again after the
+		// visibility timeout.
 	}
-}
-
-// call runs the handler, turning a panic into an error so that one bad
-// message cannot take the worker down.
-func (c *Consumer) call(ctx context.Context, m mq.Message) (err error) {
-	defer func() {
-		if r := recover(); r != nil {
-			err = fmt.Errorf("handler panic: %v", r)
-		}
-	}()
-	return c.handler(ctx, m)
 }
 
 func (c *Consumer) decode(xm redis.XMessage, deliveries int) (mq.Message, error) {
@@ -496,23 +477,5 @@ func acquire(ctx context.Context, slots chan struct{}) int {
 func release(slots chan struct{}, n int) {
 	for range n {
 		<-slots
-	}
-}
-
-// backoff doubles a pause from minBackoff to maxBackoff.
-type backoff struct{ next time.Duration }
-
-func (b *backoff) reset() { b.next = 0 }
-
-// wait sleeps for the next pause; it reports false when ctx ended first.
-func (b *backoff) wait(ctx context.Context) bool {
-	b.next = min(max(2*b.next, minBackoff), maxBackoff)
-	t := time.NewTimer(b.next)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
 	}
 }
