@@ -17,12 +17,14 @@ const releaseTimeout = 3 * time.Second
 // whole piece of work and call Release when done; while held, a Redis-backed
 // permit renews its lease every lease/3 in the background.
 type Permit struct {
-	release  func(ctx context.Context)
-	once     sync.Once
-	stop     chan struct{}
-	lost     chan struct{}
-	lostOnce sync.Once
-	local    bool
+	release func(ctx context.Context)
+	once    sync.Once
+	lost    chan struct{}
+	local   bool
+
+	mu       sync.Mutex
+	released bool
+	renewal  *time.Timer // nil for local and pass-through permits
 }
 
 // Release gives the permit back and wakes the waiters. It is safe to call
@@ -31,7 +33,12 @@ func (p *Permit) Release() {
 	p.once.Do(func() {
 		// Renewal is not awaited: renew.lua never recreates a removed
 		// permit, so a renewal racing this release is harmless.
-		close(p.stop)
+		p.mu.Lock()
+		p.released = true
+		if p.renewal != nil {
+			p.renewal.Stop()
+		}
+		p.mu.Unlock()
 		if p.release != nil {
 			ctx, cancel := context.WithTimeout(context.Background(), releaseTimeout)
 			defer cancel()
@@ -51,7 +58,7 @@ func (p *Permit) Lost() <-chan struct{} { return p.lost }
 func (p *Permit) Local() bool { return p.local }
 
 func newPermit(release func(ctx context.Context)) *Permit {
-	return &Permit{release: release, stop: make(chan struct{}), lost: make(chan struct{})}
+	return &Permit{release: release, lost: make(chan struct{})}
 }
 
 // lease is the Redis side of a permit: its members and the script keys.
@@ -77,38 +84,36 @@ func newRedisPermit(l lease) *Permit {
 		}
 		l.m.permitsInUse.Set(float64(n))
 	})
-	go p.renew(l)
+	every := l.duration / 3
+	p.mu.Lock()
+	p.renewal = time.AfterFunc(every, func() { p.renew(l, every) })
+	p.mu.Unlock()
 	return p
 }
 
-// renew extends the lease every third of it until Release. A failed call is
-// retried at the next tick: two more chances remain before the lease ends.
-func (p *Permit) renew(l lease) {
-	every := l.duration / 3
-	t := time.NewTicker(every)
-	defer t.Stop()
-	for {
-		select {
-		case <-p.stop:
-			return
-		case <-t.C:
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), every)
-		held, err := renewScript.Run(ctx, l.rdb, []string{l.keys.permits}, l.id, l.duration.Milliseconds()).Int()
-		cancel()
-		switch {
-		case err != nil:
-			l.m.redisErrors.Inc()
-			l.log.Warn("ratelimit: lease renewal failed", "permit", l.id, "err", err)
-		case held == 0:
-			select {
-			case <-p.stop:
-				return // released meanwhile
-			default:
-			}
-			l.log.Warn("ratelimit: permit lost before release", "permit", l.id)
-			p.lostOnce.Do(func() { close(p.lost) })
-			return
-		}
+// renew extends the lease once and schedules the next renewal, until
+// Release. A failed call is retried at the next turn: two more chances remain
+// before the lease ends. Renewal runs on the permit's timer rather than on a
+// goroutine of its own (the convention of idempotent's watchdog): a permit is
+// held for a whole chat stream, and thousands of idle goroutine stacks would
+// cost more than the streams.
+func (p *Permit) renew(l lease, every time.Duration) {
+	ctx, cancel := context.WithTimeout(context.Background(), every)
+	held, err := renewScript.Run(ctx, l.rdb, []string{l.keys.permits}, l.id, l.duration.Milliseconds()).Int()
+	cancel()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.released {
+		return
 	}
+	switch {
+	case err != nil:
+		l.m.redisErrors.Inc()
+		l.log.Warn("ratelimit: lease renewal failed", "permit", l.id, "err", err)
+	case held == 0:
+		l.log.Warn("ratelimit: permit lost before release", "permit", l.id)
+		close(p.lost)
+		return
+	}
+	p.renewal.Reset(every)
 }

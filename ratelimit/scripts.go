@@ -14,13 +14,13 @@ var luaFiles embed.FS
 // first and falls back to EVAL, so a script cache flushed by a Redis restart
 // costs one extra round trip, never an error.
 var (
-	enqueueScript = newScript("lib.lua", "enqueue.lua")
-	claimScript   = newScript("lib.lua", "claim.lua")
-	leaveScript   = newScript("lib.lua", "leave.lua")
-	releaseScript = newScript("lib.lua", "release.lua")
-	renewScript   = newScript("renew.lua")
-	tryScript     = newScript("try.lua")
-	statsScript   = newScript("stats.lua")
+	enqueueScript = newScript("clock.lua", "lib.lua", "enqueue.lua")
+	claimScript   = newScript("clock.lua", "lib.lua", "claim.lua")
+	leaveScript   = newScript("clock.lua", "lib.lua", "leave.lua")
+	releaseScript = newScript("clock.lua", "lib.lua", "release.lua")
+	renewScript   = newScript("clock.lua", "renew.lua")
+	tryScript     = newScript("clock.lua", "try.lua")
+	statsScript   = newScript("clock.lua", "stats.lua")
 )
 
 // newScript concatenates the named files: Redis has no includes, so shared
