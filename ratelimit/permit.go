@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/ragent-go/ragent/internal/lease"
 )
 
 // releaseTimeout bounds a Release: it runs after the request's context may be
@@ -21,24 +23,18 @@ type Permit struct {
 	once    sync.Once
 	lost    chan struct{}
 	local   bool
-
-	mu       sync.Mutex
-	released bool
-	renewal  *time.Timer // nil for local and pass-through permits
+	renewal *lease.Renewer // nil for local and pass-through permits
 }
 
 // Release gives the permit back and wakes the waiters. It is safe to call
 // more than once and from any goroutine; calls after the first do nothing.
 func (p *Permit) Release() {
 	p.once.Do(func() {
-		// Renewal is not awaited: renew.lua never recreates a removed
-		// permit, so a renewal racing this release is harmless.
-		p.mu.Lock()
-		p.released = true
+		// Stop cancels a renewal in progress and waits for it, so no
+		// renewal reports the permit lost because of this release.
 		if p.renewal != nil {
 			p.renewal.Stop()
 		}
-		p.mu.Unlock()
 		if p.release != nil {
 			ctx, cancel := context.WithTimeout(context.Background(), releaseTimeout)
 			defer cancel()
@@ -61,8 +57,8 @@ func newPermit(release func(ctx context.Context)) *Permit {
 	return &Permit{release: release, lost: make(chan struct{})}
 }
 
-// lease is the Redis side of a permit: its members and the script keys.
-type lease struct {
+// permitLease is the Redis side of a permit: its members and the script keys.
+type permitLease struct {
 	rdb      redis.UniversalClient
 	keys     keys
 	id       string
@@ -73,7 +69,7 @@ type lease struct {
 
 // newRedisPermit returns a permit for a lease already granted in Redis and
 // starts its renewal.
-func newRedisPermit(l lease) *Permit {
+func newRedisPermit(l permitLease) *Permit {
 	p := newPermit(func(ctx context.Context) {
 		n, err := releaseScript.Run(ctx, l.rdb, l.keys.releaseKeys(), l.id, l.keys.notify).Int()
 		if err != nil {
@@ -85,35 +81,24 @@ func newRedisPermit(l lease) *Permit {
 		l.m.permitsInUse.Set(float64(n))
 	})
 	every := l.duration / 3
-	p.mu.Lock()
-	p.renewal = time.AfterFunc(every, func() { p.renew(l, every) })
-	p.mu.Unlock()
+	// A failed call is retried at the next turn: two more chances remain
+	// before the lease ends.
+	p.renewal = lease.Every(context.Background(), every, func(ctx context.Context) time.Duration {
+		callCtx, cancel := context.WithTimeout(ctx, every)
+		held, err := renewScript.Run(callCtx, l.rdb, []string{l.keys.permits}, l.id, l.duration.Milliseconds()).Int()
+		cancel()
+		switch {
+		case ctx.Err() != nil:
+			return 0 // released meanwhile
+		case err != nil:
+			l.m.redisErrors.Inc()
+			l.log.Warn("ratelimit: lease renewal failed", "permit", l.id, "err", err)
+		case held == 0:
+			l.log.Warn("ratelimit: permit lost before release", "permit", l.id)
+			close(p.lost)
+			return 0
+		}
+		return every
+	})
 	return p
-}
-
-// renew extends the lease once and schedules the next renewal, until
-// Release. A failed call is retried at the next turn: two more chances remain
-// before the lease ends. Renewal runs on the permit's timer rather than on a
-// goroutine of its own (the convention of idempotent's watchdog): a permit is
-// held for a whole chat stream, and thousands of idle goroutine stacks would
-// cost more than the streams.
-func (p *Permit) renew(l lease, every time.Duration) {
-	ctx, cancel := context.WithTimeout(context.Background(), every)
-	held, err := renewScript.Run(ctx, l.rdb, []string{l.keys.permits}, l.id, l.duration.Milliseconds()).Int()
-	cancel()
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.released {
-		return
-	}
-	switch {
-	case err != nil:
-		l.m.redisErrors.Inc()
-		l.log.Warn("ratelimit: lease renewal failed", "permit", l.id, "err", err)
-	case held == 0:
-		l.log.Warn("ratelimit: permit lost before release", "permit", l.id)
-		close(p.lost)
-		return
-	}
-	p.renewal.Reset(every)
 }

@@ -17,7 +17,7 @@ package stream
 
 import (
 	"context"
-	_ "embed"
+	"embed"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -25,6 +25,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/ragent-go/ragent/internal/lease"
 )
 
 var (
@@ -40,9 +42,9 @@ var (
 )
 
 var (
-	//go:embed unregister.lua
-	unregisterLua    string
-	unregisterScript = redis.NewScript(unregisterLua)
+	//go:embed lua/*.lua
+	luaFiles         embed.FS
+	unregisterScript = lease.Script(luaFiles, "unregister.lua")
 )
 
 // Manager registers the tasks this instance runs and cancels them when a
