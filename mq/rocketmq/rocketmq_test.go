@@ -103,18 +103,7 @@ func run(t *testing.T, c *rocketmq.Consumer) (stop func()) {
 	return stop
 }
 
-func waitFor(t *testing.T, limit time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(limit)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", limit, what)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-}
-
-// TestRocketMQ runs every scenario against the real broker with one topic
+// TestRocketMQ runs the mq contract suite against the real broker with one topic
 // and one consumer group, so the client's slow first rebalance is paid once.
 func TestRocketMQ(t *testing.T) {
 	namesrv := testenv.RocketMQNamesrv(t)
