@@ -5,7 +5,6 @@ import (
 	"crypto/md5"
 	"encoding/hex"
 	"fmt"
-	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -76,7 +75,6 @@ type Lock struct {
 	key      string
 	token    string
 	watchdog *lease.Renewer
-	stopOnce sync.Once
 }
 
 // Key returns the Redis key the lock holds.
@@ -89,7 +87,7 @@ func (lk *Lock) Key() string { return lk.key }
 // context that outlives the request (context.WithoutCancel) so a client that
 // hung up does not leave the lock to expire.
 func (lk *Lock) Release(ctx context.Context) error {
-	lk.stopOnce.Do(lk.watchdog.Stop)
+	lk.watchdog.Stop()
 	released, err := lease.Release(ctx, lk.locks.rdb, lk.key, lk.token, 0)
 	if err != nil {
 		return lk.locks.opt.redisError(ctx, componentLock, "release "+lk.key, err)

@@ -3,12 +3,23 @@ package idempotent
 import (
 	"context"
 	"crypto/rand"
+	"embed"
 	"encoding/hex"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/ragent-go/ragent/internal/lease"
+)
+
+// The package's scripts, laid out as every package's (see internal/lease).
+var (
+	//go:embed lua/*.lua
+	luaFiles           embed.FS
+	consumeBeginScript = lease.Script(luaFiles, "consume_begin.lua")
+	keyBeginScript     = lease.Script(luaFiles, "key_begin.lua")
+	keyCompleteScript  = lease.Script(luaFiles, "key_complete.lua")
+	keyAbortScript     = lease.Script(luaFiles, "key_abort.lua")
 )
 
 // newToken returns a random owner token; 128 bits make a collision between

@@ -24,10 +24,9 @@ type workerLease struct {
 	// margin is how much earlier than Redis we consider the lease over, and
 	// how long a released key lingers: the clock disagreement between
 	// instances we tolerate without risking a duplicate ID.
-	margin time.Duration
-	log    *slog.Logger
-	// renewer runs the renewals until Close.
-	renewer *lease.Renewer
+	margin  time.Duration
+	log     *slog.Logger
+	renewer *lease.Renewer // until Close
 }
 
 // Lease returns a generator whose worker id is leased in Redis under prefix.

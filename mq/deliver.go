@@ -12,22 +12,15 @@ import (
 type Outcome int
 
 const (
-	// Ack acknowledges the message.
-	Ack Outcome = iota
-	// Redeliver leaves the message unacknowledged for a later delivery.
-	Redeliver
-	// DeadLetter moves the message to the dead-letter destination and
-	// acknowledges it.
-	DeadLetter
+	Ack        Outcome = iota // acknowledge the message
+	Redeliver                 // leave it unacknowledged for a later delivery
+	DeadLetter                // move it to the dead-letter destination, acknowledged
 )
 
 // Deliver runs h for m and decides the message's fate by the contract of the
-// package documentation; every driver calls it and only maps the Outcome to
-// its own acknowledgement, redelivery and dead-lettering. A panic in h counts
-// as a failure, so one bad message cannot take the worker down. ctx is the
-// handler's context: when it has ended, the failure is blamed on shutdown and
-// the message is left for redelivery. The returned error is the handler's
-// (the dead letter's cause).
+// package documentation; a driver only maps the Outcome to its queue. A panic
+// in h is a failure, so one bad message cannot take the worker down. A
+// failure after ctx ended is blamed on shutdown. The error is the handler's.
 func Deliver(ctx context.Context, h Handler, m Message, maxDeliveries int, log *slog.Logger) (Outcome, error) {
 	err := call(ctx, h, m)
 	switch {
@@ -59,9 +52,8 @@ func call(ctx context.Context, h Handler, m Message) (err error) {
 	return h(ctx, m)
 }
 
-// Backoff doubles a pause from Min to Max; drivers pause with it after a
-// failure to reach their queue, so a dead queue is retried promptly at first
-// and then without spinning.
+// Backoff doubles a pause from Min to Max, so a dead queue is retried promptly
+// at first and then without spinning.
 type Backoff struct {
 	Min, Max time.Duration
 	next     time.Duration

@@ -1,9 +1,8 @@
-// Package lease is the one lease mechanism of ragent's Redis-backed packages
-// (ratelimit, idempotent, idgen): token leases (a key holding an owner token,
-// renewed and released only by that owner), the timer that renews any lease,
-// and the layout of Lua scripts. It imports only the standard library and
-// go-redis and knows no domain; internal/archtest keeps it so, which is what
-// lets mechanisms and adapters both import it.
+// Package lease is the one lease mechanism of ragent's Redis-backed packages:
+// token leases (a key holding an owner token, renewed and released only by
+// that owner), the timer that renews any lease, and the Lua script layout.
+// It imports only the stdlib and go-redis (archtest checks), so mechanisms
+// and adapters may both import it.
 package lease
 
 import (
@@ -16,21 +15,17 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-//go:embed lua/*.lua
-var luaFiles embed.FS
-
 var (
+	//go:embed lua/*.lua
+	luaFiles      embed.FS
 	renewScript   = Script(luaFiles, "renew.lua")
 	releaseScript = Script(luaFiles, "release.lua")
 )
 
-// Script builds a script from the named files of fsys's lua/ directory,
-// concatenated in order: Redis has no includes, so a shared prelude (a
-// package's clock.lua or lib.lua) is listed before the script that uses it.
-// Every package keeps its scripts as lua/*.lua embedded into an embed.FS
-// and builds them with Script. redis.Script.Run tries EVALSHA first and falls
-// back to EVAL, so a script cache flushed by a Redis restart costs one extra
-// round trip, never an error.
+// Script builds a script from the named files of fsys's lua/ directory in
+// order: Redis has no includes, so a prelude is listed before its users.
+// redis.Script.Run falls back from EVALSHA to EVAL, so a script cache flushed
+// by a Redis restart costs one round trip, never an error.
 func Script(fsys fs.ReadFileFS, files ...string) *redis.Script {
 	var src []byte
 	for _, f := range files {
@@ -58,10 +53,9 @@ func Release(ctx context.Context, rdb redis.UniversalClient, key, token string, 
 	return n == 1, err
 }
 
-// Renewer calls a renewal function on a timer until Stop. It runs on a timer
-// rather than a goroutine of its own: a permit or a submit lock is held for a
-// whole chat stream, and a thousand idle goroutine stacks would cost more
-// memory than the streams themselves.
+// Renewer renews a lease on a timer, not a goroutine of its own: permits and
+// locks are held for whole chat streams, and a thousand idle goroutine stacks
+// would cost more memory than the streams.
 type Renewer struct {
 	mu      sync.Mutex
 	timer   *time.Timer
@@ -70,9 +64,9 @@ type Renewer struct {
 	running sync.WaitGroup // a renewal in progress
 }
 
-// Every calls renew after first, then again each pause renew returns after
-// the start of the call, until renew returns 0 or Stop is called. renew's context ends at Stop; ctx
-// only carries values: the renewals live until Stop, not until ctx ends.
+// Every calls renew after first, then each pause renew returns (counted from
+// the call's start) until renew returns 0 or Stop. renew's context ends at
+// Stop; ctx only carries values.
 func Every(ctx context.Context, first time.Duration, renew func(ctx context.Context) time.Duration) *Renewer {
 	ctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	r := &Renewer{cancel: cancel}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/ragent-go/ragent/internal/lease"
 	"github.com/ragent-go/ragent/mq"
 )
 
@@ -355,21 +356,23 @@ func (c *Consumer) handle(ctx context.Context, xm redis.XMessage, deliveries int
 	}
 	log = log.With("key", m.Key)
 
-	hctx, stop := context.WithCancel(ctx)
-	beat := make(chan struct{})
-	go func() { defer close(beat); c.heartbeat(hctx, xm.ID) }()
-	outcome, err := mq.Deliver(hctx, c.handler, m, c.opts.MaxDeliveries, log)
-	stop()
-	<-beat
+	// The heartbeat stops with Run's context, like the handler's work.
+	every := c.opts.VisibilityTimeout / 3
+	beat := lease.Every(ctx, every, func(bctx context.Context) time.Duration {
+		if ctx.Err() != nil {
+			return 0
+		}
+		c.heartbeat(bctx, xm.ID)
+		return every
+	})
+	outcome, err := mq.Deliver(ctx, c.handler, m, c.opts.MaxDeliveries, log)
+	beat.Stop()
 
-	switch outcome {
+	switch outcome { // Redeliver: left pending for the reclaim scan
 	case mq.Ack:
 		c.ack(ctx, xm.ID, log)
 	case mq.DeadLetter:
 		c.deadLetter(ctx, xm, deliveries, err)
-	case mq.Redeliver:
-		// Left pending: the reclaim scan takes it again after the
-		// visibility timeout.
 	}
 }
 
@@ -386,23 +389,14 @@ func (c *Consumer) decode(xm redis.XMessage, deliveries int) (mq.Message, error)
 // no other consumer's XAUTOCLAIM takes it over. JUSTID leaves the delivery
 // count alone.
 func (c *Consumer) heartbeat(ctx context.Context, id string) {
-	t := time.NewTicker(c.opts.VisibilityTimeout / 3)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		err := c.rdb.XClaimJustID(ctx, &redis.XClaimArgs{
-			Stream:   c.stream,
-			Group:    c.group,
-			Consumer: c.opts.Consumer,
-			Messages: []string{id},
-		}).Err()
-		if err != nil && ctx.Err() == nil {
-			c.log.Warn("mq: heartbeat", "id", id, "err", err)
-		}
+	err := c.rdb.XClaimJustID(ctx, &redis.XClaimArgs{
+		Stream:   c.stream,
+		Group:    c.group,
+		Consumer: c.opts.Consumer,
+		Messages: []string{id},
+	}).Err()
+	if err != nil && ctx.Err() == nil {
+		c.log.Warn("mq: heartbeat", "id", id, "err", err)
 	}
 }
 

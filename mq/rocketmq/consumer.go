@@ -25,12 +25,6 @@ const (
 	DefaultMaxDeliveries = 5
 )
 
-// Bounds of the pause between two failed starts.
-const (
-	minBackoff = 500 * time.Millisecond
-	maxBackoff = 15 * time.Second
-)
-
 // ConsumerOptions configure a Consumer. Zero values select the defaults.
 type ConsumerOptions struct {
 	Instance string // instance ID, part of the client's instance name
@@ -159,7 +153,7 @@ func (c *Consumer) Run(ctx context.Context) error {
 // startUntilDone starts a push consumer, retrying with backoff until it
 // succeeds or ctx ends (nil).
 func (c *Consumer) startUntilDone(ctx context.Context) rmq.PushConsumer {
-	bo := mq.Backoff{Min: minBackoff, Max: maxBackoff}
+	bo := mq.Backoff{Min: 500 * time.Millisecond, Max: 15 * time.Second}
 	for {
 		pc, err := c.start()
 		if err == nil {

@@ -1,7 +1,6 @@
 -- Gives a lease back only while it still holds our token, so a late release
 -- never frees a key another owner took after ours expired. With a guard
--- (ARGV[2] > 0) the key lingers that long instead of vanishing (idgen: a next
--- holder whose clock lags ours by less cannot reissue one of our last IDs).
+-- (ARGV[2] > 0) the key lingers that long instead (see idgen's margin).
 -- KEYS[1] lease key; ARGV[1] owner token; ARGV[2] guard in ms.
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then
   return 0
