@@ -74,25 +74,7 @@ func (f *fixture) start(t *testing.T, h mq.Handler, opts redisstream.ConsumerOpt
 	if err != nil {
 		t.Fatalf("NewConsumer: %v", err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- c.Run(ctx) }()
-	var once sync.Once
-	stop = func() {
-		once.Do(func() {
-			cancel()
-			select {
-			case err := <-done:
-				if err != nil {
-					t.Errorf("Run: %v", err)
-				}
-			case <-time.After(waitLimit):
-				t.Errorf("Run did not return within %v of cancel", waitLimit)
-			}
-		})
-	}
-	t.Cleanup(stop)
-	return stop
+	return mqtest.Start(t, c, waitLimit)
 }
 
 func (f *fixture) pending(t *testing.T) int64 {

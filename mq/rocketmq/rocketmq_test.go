@@ -78,31 +78,6 @@ func watchDead(t *testing.T, namesrv, topic string) *deadWatch {
 	return d
 }
 
-// run starts c and returns a stop function that fails the test when Run does
-// not return promptly.
-func run(t *testing.T, c *rocketmq.Consumer) (stop func()) {
-	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- c.Run(ctx) }()
-	var once sync.Once
-	stop = func() {
-		once.Do(func() {
-			cancel()
-			select {
-			case err := <-done:
-				if err != nil {
-					t.Errorf("Run: %v", err)
-				}
-			case <-time.After(30 * time.Second):
-				t.Errorf("Run did not return within 30 s of cancel")
-			}
-		})
-	}
-	t.Cleanup(stop)
-	return stop
-}
-
 // TestRocketMQ runs the mq contract suite against the real broker with one topic
 // and one consumer group, so the client's slow first rebalance is paid once.
 func TestRocketMQ(t *testing.T) {
@@ -151,7 +126,7 @@ func TestRocketMQ(t *testing.T) {
 	mqtest.Run(t, mqtest.Driver{
 		Group:   group,
 		Publish: publish,
-		Start:   func(t *testing.T, h mq.Handler) func() { return run(t, newConsumer(h)) },
+		Start:   func(t *testing.T, h mq.Handler) func() { return mqtest.Start(t, newConsumer(h), 30*time.Second) },
 		DeadLetter: func(_ *testing.T, key string) *mqtest.DeadLetter {
 			d := dead.get(key)
 			if d == nil {
