@@ -2,18 +2,13 @@ package idempotent
 
 import (
 	"context"
-	_ "embed"
 	"errors"
 	"fmt"
 	"time"
 
 	"github.com/redis/go-redis/v9"
-)
 
-var (
-	//go:embed consume_begin.lua
-	consumeBeginSource string
-	consumeBeginScript = redis.NewScript(consumeBeginSource)
+	"github.com/ragent-go/ragent/internal/lease"
 )
 
 // The states of a message key. A CONSUMING value carries the consumer's
@@ -109,7 +104,7 @@ func (g *Guard) run(ctx context.Context, key, token, messageKey string, body []b
 			g.opt.log.WarnContext(ctx, "idempotent: consume mark renewal failed", "key", key, "err", err)
 		})
 	herr := h(ctx, messageKey, body)
-	wd.stop()
+	wd.Stop()
 
 	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), finishTimeout)
 	defer cancel()
@@ -117,7 +112,7 @@ func (g *Guard) run(ctx context.Context, key, token, messageKey string, body []b
 		g.opt.metrics.consumed.WithLabelValues("failed").Inc()
 		// Only our own mark is deleted: if ours expired, another consumer's
 		// run must keep its mark.
-		if err := releaseScript.Run(fctx, g.rdb, []string{key}, token).Err(); err != nil {
+		if _, err := lease.Release(fctx, g.rdb, key, token, 0); err != nil {
 			g.opt.metrics.redisErrors.WithLabelValues(componentConsume).Inc()
 			g.opt.log.WarnContext(ctx, "idempotent: clearing a failed message's mark failed; its redelivery waits for the mark to expire",
 				"key", key, "err", err)

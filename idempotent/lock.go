@@ -5,10 +5,11 @@ import (
 	"crypto/md5"
 	"encoding/hex"
 	"fmt"
-	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/ragent-go/ragent/internal/lease"
 )
 
 // Locks hands out submit locks: one holder per key across all instances.
@@ -81,8 +82,7 @@ type Lock struct {
 	locks    *Locks
 	key      string
 	token    string
-	watchdog *watchdog
-	stopOnce sync.Once
+	watchdog *lease.Renewer
 }
 
 // Key returns the Redis key the lock holds.
@@ -95,12 +95,12 @@ func (lk *Lock) Key() string { return lk.key }
 // context that outlives the request (context.WithoutCancel) so a client that
 // hung up does not leave the lock to expire.
 func (lk *Lock) Release(ctx context.Context) error {
-	lk.stopOnce.Do(lk.watchdog.stop)
-	n, err := releaseScript.Run(ctx, lk.locks.rdb, []string{lk.key}, lk.token).Int()
+	lk.watchdog.Stop()
+	released, err := lease.Release(ctx, lk.locks.rdb, lk.key, lk.token, 0)
 	if err != nil {
 		return lk.locks.opt.redisError(ctx, componentLock, "release "+lk.key, err)
 	}
-	if n == 0 {
+	if !released {
 		return fmt.Errorf("idempotent: release %s: %w", lk.key, ErrNotOwner)
 	}
 	return nil

@@ -3,7 +3,6 @@ package idempotent
 import (
 	"context"
 	"crypto/sha256"
-	_ "embed"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
@@ -12,20 +11,6 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
-)
-
-var (
-	//go:embed key_begin.lua
-	keyBeginSource string
-	keyBeginScript = redis.NewScript(keyBeginSource)
-
-	//go:embed key_complete.lua
-	keyCompleteSource string
-	keyCompleteScript = redis.NewScript(keyCompleteSource)
-
-	//go:embed key_abort.lua
-	keyAbortSource string
-	keyAbortScript = redis.NewScript(keyAbortSource)
 )
 
 // DefaultResponseTTL is how long a completed response is replayed (DESIGN §10).

@@ -57,7 +57,7 @@ type Generator struct {
 	now       func() time.Time
 	sleep     func(time.Duration)
 	leaseWait time.Duration
-	lease     *lease // nil for a fixed worker id
+	lease     *workerLease // nil for a fixed worker id
 
 	mu sync.Mutex
 	// worker is -1 while no worker id is held.
@@ -213,8 +213,7 @@ func (g *Generator) Close(ctx context.Context) error {
 	}
 	// Stop the renewal loop first so it cannot acquire a worker id behind
 	// our back; after that the worker field is ours alone.
-	g.lease.stop()
-	<-g.lease.done
+	g.lease.renewer.Stop()
 	g.mu.Lock()
 	worker := g.worker
 	g.worker = -1

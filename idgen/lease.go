@@ -3,7 +3,6 @@ package idgen
 import (
 	"context"
 	crand "crypto/rand"
-	_ "embed"
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
@@ -12,20 +11,12 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/ragent-go/ragent/internal/lease"
 )
 
-var (
-	//go:embed renew.lua
-	renewLua    string
-	renewScript = redis.NewScript(renewLua)
-
-	//go:embed release.lua
-	releaseLua    string
-	releaseScript = redis.NewScript(releaseLua)
-)
-
-// lease holds a worker id in Redis as {prefix}snowflake:worker:{id} = token.
-type lease struct {
+// workerLease holds a worker id in Redis as {prefix}snowflake:worker:{id} = token.
+type workerLease struct {
 	rdb    redis.UniversalClient
 	prefix string
 	token  string
@@ -33,10 +24,9 @@ type lease struct {
 	// margin is how much earlier than Redis we consider the lease over, and
 	// how long a released key lingers: the clock disagreement between
 	// instances we tolerate without risking a duplicate ID.
-	margin time.Duration
-	log    *slog.Logger
-	stop   context.CancelFunc
-	done   chan struct{}
+	margin  time.Duration
+	log     *slog.Logger
+	renewer *lease.Renewer // until Close
 }
 
 // Lease returns a generator whose worker id is leased in Redis under prefix.
@@ -50,14 +40,13 @@ func Lease(ctx context.Context, rdb redis.UniversalClient, prefix string, opts .
 		return nil, fmt.Errorf("idgen: lease TTL %s too short", c.ttl)
 	}
 	host, _ := os.Hostname()
-	l := &lease{
+	l := &workerLease{
 		rdb:    rdb,
 		prefix: prefix,
 		token:  host + ":" + strconv.Itoa(os.Getpid()) + ":" + crand.Text(),
 		ttl:    c.ttl,
 		margin: c.ttl / 10,
 		log:    c.log,
-		done:   make(chan struct{}),
 	}
 	g := newGenerator(c)
 	g.lease = l
@@ -68,19 +57,17 @@ func Lease(ctx context.Context, rdb redis.UniversalClient, prefix string, opts .
 	g.setLease(worker, validUntil)
 	l.log.Info("snowflake worker id leased", "worker", worker)
 
-	loopCtx, stop := context.WithCancel(context.Background())
-	l.stop = stop
-	go g.keepLease(loopCtx)
+	l.renewer = g.keepLease()
 	return g, nil
 }
 
-func (l *lease) key(worker int64) string {
+func (l *workerLease) key(worker int64) string {
 	return l.prefix + "snowflake:worker:" + strconv.FormatInt(worker, 10)
 }
 
 // acquire takes the first free worker id from a random start and returns it
 // with the time our lease on it runs out by our own clock.
-func (l *lease) acquire(ctx context.Context, now func() time.Time) (int64, time.Time, error) {
+func (l *workerLease) acquire(ctx context.Context, now func() time.Time) (int64, time.Time, error) {
 	start := rand.Int64N(MaxWorkerID + 1)
 	for i := range int64(MaxWorkerID + 1) {
 		worker := (start + i) % (MaxWorkerID + 1)
@@ -99,11 +86,10 @@ func (l *lease) acquire(ctx context.Context, now func() time.Time) (int64, time.
 // expiry is when a lease set or renewed by a command sent at sent runs out by
 // our clock: Redis started its TTL later than sent, and we stop a margin
 // earlier still.
-func (l *lease) expiry(sent time.Time) time.Time { return sent.Add(l.ttl - l.margin) }
+func (l *workerLease) expiry(sent time.Time) time.Time { return sent.Add(l.ttl - l.margin) }
 
-func (l *lease) release(ctx context.Context, worker int64) error {
-	err := releaseScript.Run(ctx, l.rdb, []string{l.key(worker)}, l.token, l.margin.Milliseconds()).Err()
-	if err != nil {
+func (l *workerLease) release(ctx context.Context, worker int64) error {
+	if _, err := lease.Release(ctx, l.rdb, l.key(worker), l.token, l.margin); err != nil {
 		return fmt.Errorf("idgen: release worker id %d: %w", worker, err)
 	}
 	return nil
@@ -111,27 +97,18 @@ func (l *lease) release(ctx context.Context, worker int64) error {
 
 // keepLease renews the lease every third of its TTL, and re-acquires a
 // worker id (retrying more often) whenever the lease is lost.
-func (g *Generator) keepLease(ctx context.Context) {
-	defer close(g.lease.done)
+func (g *Generator) keepLease() *lease.Renewer {
 	period := g.lease.ttl / 3
 	retry := min(period, 500*time.Millisecond)
-	timer := time.NewTimer(period)
-	defer timer.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-timer.C:
-		}
+	return lease.Every(context.Background(), period, func(ctx context.Context) time.Duration {
 		opCtx, cancel := context.WithTimeout(ctx, period)
 		ok := g.renewOrAcquire(opCtx)
 		cancel()
 		if ok {
-			timer.Reset(period)
-		} else {
-			timer.Reset(retry)
+			return period
 		}
-	}
+		return retry
+	})
 }
 
 // renewOrAcquire reports whether the generator holds a lease afterwards.
@@ -143,7 +120,7 @@ func (g *Generator) renewOrAcquire(ctx context.Context) bool {
 
 	if worker >= 0 {
 		sent := g.now()
-		n, err := renewScript.Run(ctx, l.rdb, []string{l.key(worker)}, l.token, l.ttl.Milliseconds()).Int64()
+		held, err := lease.Renew(ctx, l.rdb, l.key(worker), l.token, l.ttl)
 		switch {
 		case err != nil:
 			// Keep the worker id: if Redis comes back before the key
@@ -151,7 +128,7 @@ func (g *Generator) renewOrAcquire(ctx context.Context) bool {
 			// IDs once the lease runs out by our own clock.
 			l.log.Warn("snowflake lease renewal failed", "worker", worker, "err", err)
 			return false
-		case n == 1:
+		case held:
 			g.extendLease(worker, l.expiry(sent))
 			return true
 		}

@@ -32,7 +32,7 @@ func occupy(t *testing.T, rdb *redis.Client, prefix string, except ...int64) {
 	for _, w := range except {
 		skip[w] = true
 	}
-	l := &lease{prefix: prefix}
+	l := &workerLease{prefix: prefix}
 	var keys []string
 	_, err := rdb.Pipelined(t.Context(), func(p redis.Pipeliner) error {
 		for w := range int64(MaxWorkerID + 1) {

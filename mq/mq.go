@@ -7,7 +7,9 @@
 // cmd/ragent picks one with RAGENT_MQ_DRIVER and builds both halves from the
 // same driver package (NewProducer, NewConsumer).
 //
-// The contract, identical for both drivers:
+// The contract, identical for both drivers (Deliver decides it, so a driver
+// only maps the Outcome to its queue; package mqtest checks every driver
+// against it):
 //
 //   - Delivery is at least once. The same message may reach a handler more
 //     than once (a redelivery after a crash or a failure, or the same key

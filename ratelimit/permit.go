@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/ragent-go/ragent/internal/lease"
 )
 
 // releaseTimeout bounds a Release: it runs after the request's context may be
@@ -17,21 +19,22 @@ const releaseTimeout = 3 * time.Second
 // whole piece of work and call Release when done; while held, a Redis-backed
 // permit renews its lease every lease/3 in the background.
 type Permit struct {
-	release  func(ctx context.Context)
-	once     sync.Once
-	stop     chan struct{}
-	lost     chan struct{}
-	lostOnce sync.Once
-	local    bool
+	release func(ctx context.Context)
+	once    sync.Once
+	lost    chan struct{}
+	local   bool
+	renewal *lease.Renewer // nil for local and pass-through permits
 }
 
 // Release gives the permit back and wakes the waiters. It is safe to call
 // more than once and from any goroutine; calls after the first do nothing.
 func (p *Permit) Release() {
 	p.once.Do(func() {
-		// Renewal is not awaited: renew.lua never recreates a removed
-		// permit, so a renewal racing this release is harmless.
-		close(p.stop)
+		// Stop cancels a renewal in progress and waits for it, so no
+		// renewal reports the permit lost because of this release.
+		if p.renewal != nil {
+			p.renewal.Stop()
+		}
 		if p.release != nil {
 			ctx, cancel := context.WithTimeout(context.Background(), releaseTimeout)
 			defer cancel()
@@ -51,11 +54,11 @@ func (p *Permit) Lost() <-chan struct{} { return p.lost }
 func (p *Permit) Local() bool { return p.local }
 
 func newPermit(release func(ctx context.Context)) *Permit {
-	return &Permit{release: release, stop: make(chan struct{}), lost: make(chan struct{})}
+	return &Permit{release: release, lost: make(chan struct{})}
 }
 
-// lease is the Redis side of a permit: its members and the script keys.
-type lease struct {
+// permitLease is the Redis side of a permit: its members and the script keys.
+type permitLease struct {
 	rdb      redis.UniversalClient
 	keys     keys
 	id       string
@@ -66,7 +69,7 @@ type lease struct {
 
 // newRedisPermit returns a permit for a lease already granted in Redis and
 // starts its renewal.
-func newRedisPermit(l lease) *Permit {
+func newRedisPermit(l permitLease) *Permit {
 	p := newPermit(func(ctx context.Context) {
 		n, err := releaseScript.Run(ctx, l.rdb, l.keys.releaseKeys(), l.id, l.keys.notify).Int()
 		if err != nil {
@@ -77,38 +80,25 @@ func newRedisPermit(l lease) *Permit {
 		}
 		l.m.permitsInUse.Set(float64(n))
 	})
-	go p.renew(l)
-	return p
-}
-
-// renew extends the lease every third of it until Release. A failed call is
-// retried at the next tick: two more chances remain before the lease ends.
-func (p *Permit) renew(l lease) {
 	every := l.duration / 3
-	t := time.NewTicker(every)
-	defer t.Stop()
-	for {
-		select {
-		case <-p.stop:
-			return
-		case <-t.C:
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), every)
-		held, err := renewScript.Run(ctx, l.rdb, []string{l.keys.permits}, l.id, l.duration.Milliseconds()).Int()
+	// A failed call is retried at the next turn: two more chances remain
+	// before the lease ends.
+	p.renewal = lease.Every(context.Background(), every, func(ctx context.Context) time.Duration {
+		callCtx, cancel := context.WithTimeout(ctx, every)
+		held, err := renewScript.Run(callCtx, l.rdb, []string{l.keys.permits}, l.id, l.duration.Milliseconds()).Int()
 		cancel()
 		switch {
+		case ctx.Err() != nil:
+			return 0 // released meanwhile
 		case err != nil:
 			l.m.redisErrors.Inc()
 			l.log.Warn("ratelimit: lease renewal failed", "permit", l.id, "err", err)
 		case held == 0:
-			select {
-			case <-p.stop:
-				return // released meanwhile
-			default:
-			}
 			l.log.Warn("ratelimit: permit lost before release", "permit", l.id)
-			p.lostOnce.Do(func() { close(p.lost) })
-			return
+			close(p.lost)
+			return 0
 		}
-	}
+		return every
+	})
+	return p
 }

@@ -20,8 +20,6 @@ type Rate struct {
 	window time.Duration
 }
 
-var rateScript = newScript("rate.lua")
-
 // NewRate returns a limit of limit requests per window under the keys
 // prefix + "rate:" + name + ":" + key (empty prefix means "ragent:").
 // A limit <= 0 admits everything.

@@ -502,8 +502,8 @@ func (l *Limiter) acquireLocal(ctx, waitCtx context.Context) (*Permit, error) {
 	}
 }
 
-func (l *Limiter) lease(id string) lease {
-	return lease{rdb: l.rdb, keys: l.keys, id: id,
+func (l *Limiter) lease(id string) permitLease {
+	return permitLease{rdb: l.rdb, keys: l.keys, id: id,
 		duration: l.cfg.Lease, log: l.opts.log, m: l.m}
 }
 

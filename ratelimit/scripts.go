@@ -3,37 +3,23 @@ package ratelimit
 import (
 	"embed"
 
-	"github.com/redis/go-redis/v9"
+	"github.com/ragent-go/ragent/internal/lease"
 )
 
 //go:embed lua/*.lua
 var luaFiles embed.FS
 
 // scripts are the Lua scripts every limiter and semaphore runs. They are
-// stateless, so one set serves all of them. redis.Script.Run tries EVALSHA
-// first and falls back to EVAL, so a script cache flushed by a Redis restart
-// costs one extra round trip, never an error.
+// stateless, so one set serves all of them. clock.lua (Redis TIME) and lib.lua
+// (the queue's shared functions) are preludes, prepended to the scripts that
+// use them.
 var (
-	enqueueScript = newScript("lib.lua", "enqueue.lua")
-	claimScript   = newScript("lib.lua", "claim.lua")
-	leaveScript   = newScript("lib.lua", "leave.lua")
-	releaseScript = newScript("lib.lua", "release.lua")
-	renewScript   = newScript("renew.lua")
-	tryScript     = newScript("try.lua")
-	statsScript   = newScript("stats.lua")
+	enqueueScript = lease.Script(luaFiles, "clock.lua", "lib.lua", "enqueue.lua")
+	claimScript   = lease.Script(luaFiles, "clock.lua", "lib.lua", "claim.lua")
+	leaveScript   = lease.Script(luaFiles, "clock.lua", "lib.lua", "leave.lua")
+	releaseScript = lease.Script(luaFiles, "clock.lua", "lib.lua", "release.lua")
+	renewScript   = lease.Script(luaFiles, "clock.lua", "renew.lua")
+	tryScript     = lease.Script(luaFiles, "clock.lua", "try.lua")
+	statsScript   = lease.Script(luaFiles, "clock.lua", "stats.lua")
+	rateScript    = lease.Script(luaFiles, "clock.lua", "rate.lua")
 )
-
-// newScript concatenates the named files: Redis has no includes, so shared
-// functions are prepended to the scripts that use them.
-func newScript(files ...string) *redis.Script {
-	var src []byte
-	for _, f := range files {
-		b, err := luaFiles.ReadFile("lua/" + f)
-		if err != nil {
-			panic("ratelimit: missing embedded script " + f)
-		}
-		src = append(src, b...)
-		src = append(src, '\n')
-	}
-	return redis.NewScript(string(src))
-}

@@ -94,7 +94,7 @@ func (s *Semaphore) Acquire(ctx context.Context) (*Permit, error) {
 		s.m.permitsInUse.Set(float64(v[1]))
 		if v[0] == 1 {
 			s.m.waitSeconds.Observe(s.opts.now().Sub(start).Seconds())
-			return newRedisPermit(lease{rdb: s.rdb, keys: s.keys,
+			return newRedisPermit(permitLease{rdb: s.rdb, keys: s.keys,
 				id: holderID, duration: s.lease, log: s.opts.log, m: s.m}), nil
 		}
 		select {

@@ -19,7 +19,7 @@ package stream
 
 import (
 	"context"
-	_ "embed"
+	"embed"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -28,6 +28,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/ragent-go/ragent/internal/lease"
 	"github.com/ragent-go/ragent/service"
 )
 
@@ -44,9 +45,9 @@ var (
 )
 
 var (
-	//go:embed unregister.lua
-	unregisterLua    string
-	unregisterScript = redis.NewScript(unregisterLua)
+	//go:embed lua/*.lua
+	luaFiles         embed.FS
+	unregisterScript = lease.Script(luaFiles, "unregister.lua")
 )
 
 // Manager registers the tasks this instance runs and cancels them when a

@@ -22,7 +22,10 @@ type Package struct {
 var (
 	adapters   = []string{"repository", "cache", "stream", "mq", "llm", "idgen"}
 	mechanisms = []string{"ratelimit", "idempotent"}
-	drivers    = []string{"gorm.io/", "github.com/redis/go-redis", "github.com/apache/rocketmq-client-go", "github.com/jackc/pgx", "github.com/pgvector/"}
+	// leasePkg is the one module package mechanisms may import: pure Redis
+	// lease mechanics (scripts, renewal timer), no domain.
+	leasePkg = "internal/lease"
+	drivers  = []string{"gorm.io/", "github.com/redis/go-redis", "github.com/apache/rocketmq-client-go", "github.com/jackc/pgx", "github.com/pgvector/"}
 )
 
 // top returns the first element of a relative path ("mq/rocketmq" → "mq").
@@ -90,9 +93,13 @@ func Violations(p Package) []string {
 			case internal && oneOf(top(rel), mechanisms):
 				bad("adapters must not import mechanisms", imp)
 			}
+		case p.Path == leasePkg:
+			if internal || (!isStdlib(imp) && !strings.HasPrefix(imp, "github.com/redis/go-redis")) {
+				bad("the shared lease mechanism imports only the stdlib and go-redis", imp)
+			}
 		case oneOf(ownTop, mechanisms):
 			switch {
-			case internal && top(rel) != ownTop:
+			case internal && top(rel) != ownTop && rel != leasePkg:
 				bad("mechanisms know no domain", imp)
 			case !internal && !isStdlib(imp) && !strings.HasPrefix(imp, "github.com/redis/go-redis") &&
 				!strings.HasPrefix(imp, "github.com/prometheus/"):

@@ -13,6 +13,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/ragent-go/ragent/internal/lease"
 	"github.com/ragent-go/ragent/mq"
 )
 
@@ -152,7 +153,7 @@ func (c *Consumer) Run(ctx context.Context) error {
 // stream so that messages published before the first consumer ever ran are
 // not skipped.
 func (c *Consumer) ensureGroupUntilDone(ctx context.Context) bool {
-	bo := backoff{}
+	bo := mq.Backoff{Min: minBackoff, Max: maxBackoff}
 	for {
 		err := c.ensureGroup(ctx)
 		if err == nil {
@@ -162,7 +163,7 @@ func (c *Consumer) ensureGroupUntilDone(ctx context.Context) bool {
 			return false
 		}
 		c.log.Warn("mq: create consumer group", "err", err)
-		if !bo.wait(ctx) {
+		if !bo.Wait(ctx) {
 			return false
 		}
 	}
@@ -178,7 +179,7 @@ func (c *Consumer) ensureGroup(ctx context.Context) error {
 
 // afterError logs err and pauses. When the group has vanished (the stream was
 // deleted) it recreates it. It reports false when ctx ended.
-func (c *Consumer) afterError(ctx context.Context, bo *backoff, what string, err error) bool {
+func (c *Consumer) afterError(ctx context.Context, bo *mq.Backoff, what string, err error) bool {
 	if ctx.Err() != nil {
 		return false
 	}
@@ -188,12 +189,12 @@ func (c *Consumer) afterError(ctx context.Context, bo *backoff, what string, err
 			c.log.Warn("mq: recreate consumer group", "err", gerr)
 		}
 	}
-	return bo.wait(ctx)
+	return bo.Wait(ctx)
 }
 
 // readLoop takes new entries with XREADGROUP as handler slots free up.
 func (c *Consumer) readLoop(ctx context.Context, slots chan struct{}, handlers *sync.WaitGroup) {
-	bo := backoff{}
+	bo := mq.Backoff{Min: minBackoff, Max: maxBackoff}
 	for {
 		n := acquire(ctx, slots)
 		if n == 0 {
@@ -217,7 +218,7 @@ func (c *Consumer) readLoop(ctx context.Context, slots chan struct{}, handlers *
 			}
 			continue
 		}
-		bo.reset()
+		bo.Reset()
 		var msgs []redis.XMessage
 		if len(res) > 0 {
 			msgs = res[0].Messages
@@ -240,7 +241,7 @@ func (c *Consumer) readLoop(ctx context.Context, slots chan struct{}, handlers *
 func (c *Consumer) reclaimLoop(ctx context.Context, slots chan struct{}, handlers *sync.WaitGroup) {
 	t := time.NewTicker(c.opts.ReclaimInterval)
 	defer t.Stop()
-	bo := backoff{}
+	bo := mq.Backoff{Min: minBackoff, Max: maxBackoff}
 	for {
 		if err := c.reclaim(ctx, slots, handlers); err != nil {
 			if !c.afterError(ctx, &bo, "reclaim", err) {
@@ -248,7 +249,7 @@ func (c *Consumer) reclaimLoop(ctx context.Context, slots chan struct{}, handler
 			}
 			continue
 		}
-		bo.reset()
+		bo.Reset()
 		select {
 		case <-ctx.Done():
 			return
@@ -355,41 +356,24 @@ func (c *Consumer) handle(ctx context.Context, xm redis.XMessage, deliveries int
 	}
 	log = log.With("key", m.Key)
 
-	hctx, stop := context.WithCancel(ctx)
-	beat := make(chan struct{})
-	go func() { defer close(beat); c.heartbeat(hctx, xm.ID) }()
-	err = c.call(hctx, m)
-	stop()
-	<-beat
-
-	switch {
-	case err == nil:
-		c.ack(ctx, xm.ID, log)
-	case errors.Is(err, mq.ErrPermanent):
-		log.Warn("mq: permanent failure, dead-lettering", "err", err)
-		c.deadLetter(ctx, xm, deliveries, err)
-	case ctx.Err() != nil:
-		log.Info("mq: shutdown interrupted the handler; left for redelivery", "err", err)
-	case deliveries >= c.opts.MaxDeliveries:
-		log.Warn("mq: last delivery failed, dead-lettering", "err", err)
-		c.deadLetter(ctx, xm, deliveries, err)
-	case errors.Is(err, mq.ErrRetryLater):
-		log.Debug("mq: retry later", "err", err)
-	default:
-		log.Warn("mq: handler failed; will be redelivered", "err", err,
-			"after", c.opts.VisibilityTimeout)
-	}
-}
-
-// call runs the handler, turning a panic into an error so that one bad
-// message cannot take the worker down.
-func (c *Consumer) call(ctx context.Context, m mq.Message) (err error) {
-	defer func() {
-		if r := recover(); r != nil {
-			err = fmt.Errorf("handler panic: %v", r)
+	// The heartbeat stops with Run's context, like the handler's work.
+	every := c.opts.VisibilityTimeout / 3
+	beat := lease.Every(ctx, every, func(bctx context.Context) time.Duration {
+		if ctx.Err() != nil {
+			return 0
 		}
-	}()
-	return c.handler(ctx, m)
+		c.heartbeat(bctx, xm.ID)
+		return every
+	})
+	outcome, err := mq.Deliver(ctx, c.handler, m, c.opts.MaxDeliveries, log)
+	beat.Stop()
+
+	switch outcome { // Redeliver: left pending for the reclaim scan
+	case mq.Ack:
+		c.ack(ctx, xm.ID, log)
+	case mq.DeadLetter:
+		c.deadLetter(ctx, xm, deliveries, err)
+	}
 }
 
 func (c *Consumer) decode(xm redis.XMessage, deliveries int) (mq.Message, error) {
@@ -405,23 +389,14 @@ func (c *Consumer) decode(xm redis.XMessage, deliveries int) (mq.Message, error)
 // no other consumer's XAUTOCLAIM takes it over. JUSTID leaves the delivery
 // count alone.
 func (c *Consumer) heartbeat(ctx context.Context, id string) {
-	t := time.NewTicker(c.opts.VisibilityTimeout / 3)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		err := c.rdb.XClaimJustID(ctx, &redis.XClaimArgs{
-			Stream:   c.stream,
-			Group:    c.group,
-			Consumer: c.opts.Consumer,
-			Messages: []string{id},
-		}).Err()
-		if err != nil && ctx.Err() == nil {
-			c.log.Warn("mq: heartbeat", "id", id, "err", err)
-		}
+	err := c.rdb.XClaimJustID(ctx, &redis.XClaimArgs{
+		Stream:   c.stream,
+		Group:    c.group,
+		Consumer: c.opts.Consumer,
+		Messages: []string{id},
+	}).Err()
+	if err != nil && ctx.Err() == nil {
+		c.log.Warn("mq: heartbeat", "id", id, "err", err)
 	}
 }
 
@@ -496,23 +471,5 @@ func acquire(ctx context.Context, slots chan struct{}) int {
 func release(slots chan struct{}, n int) {
 	for range n {
 		<-slots
-	}
-}
-
-// backoff doubles a pause from minBackoff to maxBackoff.
-type backoff struct{ next time.Duration }
-
-func (b *backoff) reset() { b.next = 0 }
-
-// wait sleeps for the next pause; it reports false when ctx ended first.
-func (b *backoff) wait(ctx context.Context) bool {
-	b.next = min(max(2*b.next, minBackoff), maxBackoff)
-	t := time.NewTimer(b.next)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
 	}
 }

@@ -2,9 +2,7 @@ package redisstream_test
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"strings"
 	"sync"
@@ -16,6 +14,7 @@ import (
 
 	"github.com/ragent-go/ragent/internal/testenv"
 	"github.com/ragent-go/ragent/mq"
+	"github.com/ragent-go/ragent/mq/mqtest"
 	"github.com/ragent-go/ragent/mq/redisstream"
 )
 
@@ -75,25 +74,7 @@ func (f *fixture) start(t *testing.T, h mq.Handler, opts redisstream.ConsumerOpt
 	if err != nil {
 		t.Fatalf("NewConsumer: %v", err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- c.Run(ctx) }()
-	var once sync.Once
-	stop = func() {
-		once.Do(func() {
-			cancel()
-			select {
-			case err := <-done:
-				if err != nil {
-					t.Errorf("Run: %v", err)
-				}
-			case <-time.After(waitLimit):
-				t.Errorf("Run did not return within %v of cancel", waitLimit)
-			}
-		})
-	}
-	t.Cleanup(stop)
-	return stop
+	return mqtest.Start(t, c, waitLimit)
 }
 
 func (f *fixture) pending(t *testing.T) int64 {
@@ -150,168 +131,33 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 	}
 }
 
-func TestPublishConsume(t *testing.T) {
+func TestContract(t *testing.T) {
 	f := newFixture(t)
-	bodies := []string{"one", "二", "three"}
-	for i, b := range bodies {
-		f.publish(t, fmt.Sprintf("doc%d:1", i), b)
-	}
-	var r recorder
-	f.start(t, r.handle, f.fastOptions("c1"))
-	waitFor(t, "three deliveries", func() bool { return len(r.messages()) == 3 })
-
-	// Handlers run concurrently, so arrival order is not publication order.
-	byKey := map[string]mq.Message{}
-	for _, m := range r.messages() {
-		byKey[m.Key] = m
-	}
-	for i, b := range bodies {
-		m := byKey[fmt.Sprintf("doc%d:1", i)]
-		if m.Topic != topic || string(m.Body) != b || m.Deliveries != 1 || m.ID == "" {
-			t.Errorf("message doc%d:1 = %+v (body %q)", i, m, m.Body)
-		}
-	}
-	waitFor(t, "acks", func() bool { return f.pending(t) == 0 })
-	f.publish(t, "late:1", "published while consuming")
-	waitFor(t, "the late message", func() bool { return len(r.messages()) == 4 })
-}
-
-func TestSameKeyPublishedFiveTimesIsDeliveredFiveTimes(t *testing.T) {
-	f := newFixture(t)
-	for range 5 {
-		f.publish(t, "42:1", "same")
-	}
-	var r recorder
-	f.start(t, r.handle, f.fastOptions("c1"))
-	waitFor(t, "five deliveries", func() bool { return len(r.messages()) == 5 })
-	ids := map[string]bool{}
-	for _, m := range r.messages() {
-		if m.Key != "42:1" {
-			t.Errorf("key = %q", m.Key)
-		}
-		ids[m.ID] = true
-	}
-	if len(ids) != 5 {
-		t.Errorf("distinct IDs = %d, want 5 (one per publication)", len(ids))
-	}
-	time.Sleep(300 * time.Millisecond)
-	if n := len(r.messages()); n != 5 {
-		t.Errorf("deliveries = %d after acks, want 5", n)
-	}
-}
-
-func TestHandlerFailureIsRedelivered(t *testing.T) {
-	for _, failure := range []error{io.ErrUnexpectedEOF, fmt.Errorf("guard: %w", mq.ErrRetryLater)} {
-		t.Run(failure.Error(), func(t *testing.T) {
-			f := newFixture(t)
-			f.publish(t, "7:1", "x")
-			r := recorder{decide: func(_ context.Context, _ mq.Message, call int) error {
-				if call == 1 {
-					return failure
+	var consumers atomic.Int32
+	mqtest.Run(t, mqtest.Driver{
+		Group: group,
+		Publish: func(t *testing.T, key, body string) {
+			t.Helper()
+			f.publish(t, key, body)
+		},
+		Start: func(t *testing.T, h mq.Handler) func() {
+			return f.start(t, h, f.fastOptions(fmt.Sprintf("c%d", consumers.Add(1))))
+		},
+		DeadLetter: func(t *testing.T, key string) *mqtest.DeadLetter {
+			for _, m := range f.deadLetters(t) {
+				v := m.Values
+				if v["key"] == key {
+					return &mqtest.DeadLetter{Key: key, Body: v["body"].(string), Group: v["group"].(string),
+						OriginID: v["id"].(string), Deliveries: v["deliveries"].(string), Error: v["error"].(string)}
 				}
-				return nil
-			}}
-			f.start(t, r.handle, f.fastOptions("c1"))
-			waitFor(t, "redelivery", func() bool { return len(r.messages()) == 2 })
-			got := r.messages()
-			if got[0].ID != got[1].ID || got[0].Deliveries != 1 || got[1].Deliveries != 2 {
-				t.Errorf("deliveries = %+v, want the same entry delivered twice", got)
 			}
-			waitFor(t, "ack", func() bool { return f.pending(t) == 0 })
-			if d := f.deadLetters(t); len(d) != 0 {
-				t.Errorf("dead letters = %v, want none", d)
-			}
-		})
-	}
-}
-
-func TestKilledConsumerMessageIsRedelivered(t *testing.T) {
-	f := newFixture(t)
-	f.publish(t, "9:1", "x")
-
-	started := make(chan struct{})
-	first := recorder{decide: func(ctx context.Context, _ mq.Message, _ int) error {
-		close(started)
-		<-ctx.Done() // killed mid-message
-		return ctx.Err()
-	}}
-	stopFirst := f.start(t, first.handle, f.fastOptions("dying"))
-	select {
-	case <-started:
-	case <-time.After(waitLimit):
-		t.Fatal("first consumer never got the message")
-	}
-	stopFirst()
-	if n := f.pending(t); n != 1 {
-		t.Fatalf("pending after the kill = %d, want 1 (never acked)", n)
-	}
-
-	var second recorder
-	f.start(t, second.handle, f.fastOptions("heir"))
-	waitFor(t, "redelivery to the new consumer", func() bool { return len(second.messages()) == 1 })
-	if m := second.messages()[0]; m.Key != "9:1" || m.Deliveries != 2 || m.ID != first.messages()[0].ID {
-		t.Errorf("redelivered %+v, want the same entry with Deliveries 2", m)
-	}
-	waitFor(t, "ack", func() bool { return f.pending(t) == 0 })
-}
-
-func TestDeadLetters(t *testing.T) {
-	boom := errors.New("boom")
-	tests := []struct {
-		name           string
-		decide         func(context.Context, mq.Message, int) error
-		wantCalls      int
-		wantDeliveries string
-		wantError      string
-	}{
-		{
-			name:           "max deliveries",
-			decide:         func(context.Context, mq.Message, int) error { return boom },
-			wantCalls:      3,
-			wantDeliveries: "3",
-			wantError:      "boom",
+			return nil
 		},
-		{
-			name:           "permanent at once",
-			decide:         func(context.Context, mq.Message, int) error { return fmt.Errorf("parse: %w", mq.Permanent(boom)) },
-			wantCalls:      1,
-			wantDeliveries: "1",
-			wantError:      "parse: boom",
-		},
-		{
-			name:           "panic counts as failure",
-			decide:         func(context.Context, mq.Message, int) error { panic("bad input") },
-			wantCalls:      3,
-			wantDeliveries: "3",
-			wantError:      "handler panic: bad input",
-		},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			f := newFixture(t)
-			f.publish(t, "5:2", "payload")
-			r := recorder{decide: tt.decide}
-			f.start(t, r.handle, f.fastOptions("c1"))
-			waitFor(t, "a dead letter", func() bool { return len(f.deadLetters(t)) == 1 })
-			// Longer than a visibility timeout: no further delivery may follow.
-			time.Sleep(700 * time.Millisecond)
-			if n := len(r.messages()); n != tt.wantCalls {
-				t.Errorf("handler calls = %d, want %d", n, tt.wantCalls)
-			}
-			d := f.deadLetters(t)
-			if len(d) != 1 {
-				t.Fatalf("dead letters = %d, want 1", len(d))
-			}
-			v := d[0].Values
-			if v["key"] != "5:2" || v["body"] != "payload" || v["group"] != group ||
-				v["deliveries"] != tt.wantDeliveries || v["error"] != tt.wantError || v["id"] != r.messages()[0].ID {
-				t.Errorf("dead letter = %v", v)
-			}
-			if n := f.pending(t); n != 0 {
-				t.Errorf("pending = %d, want 0 (dead letters are acked)", n)
-			}
-		})
-	}
+		FirstDelivery: waitLimit,
+		Redelivery:    waitLimit,
+		// Longer than a visibility timeout plus a reclaim interval.
+		Quiet: 700 * time.Millisecond,
+	})
 }
 
 // A message whose consumers keep dying is dead-lettered by the reclaim scan

@@ -25,12 +25,6 @@ const (
 	DefaultMaxDeliveries = 5
 )
 
-// Bounds of the pause between two failed starts.
-const (
-	minBackoff = 500 * time.Millisecond
-	maxBackoff = 15 * time.Second
-)
-
 // ConsumerOptions configure a Consumer. Zero values select the defaults.
 type ConsumerOptions struct {
 	Instance string // instance ID, part of the client's instance name
@@ -159,20 +153,15 @@ func (c *Consumer) Run(ctx context.Context) error {
 // startUntilDone starts a push consumer, retrying with backoff until it
 // succeeds or ctx ends (nil).
 func (c *Consumer) startUntilDone(ctx context.Context) rmq.PushConsumer {
-	wait := time.Duration(0)
+	bo := mq.Backoff{Min: 500 * time.Millisecond, Max: 15 * time.Second}
 	for {
 		pc, err := c.start()
 		if err == nil {
 			return pc
 		}
-		wait = min(max(2*wait, minBackoff), maxBackoff)
-		c.log.Warn("mq: start consumer; retrying", "err", err, "in", wait)
-		t := time.NewTimer(wait)
-		select {
-		case <-ctx.Done():
-			t.Stop()
+		c.log.Warn("mq: start consumer; retrying", "err", err)
+		if !bo.Wait(ctx) {
 			return nil
-		case <-t.C:
 		}
 	}
 }
@@ -233,39 +222,17 @@ func (c *Consumer) consumeOne(clientCtx context.Context, msg *primitive.MessageE
 		Deliveries: int(msg.ReconsumeTimes) + 1,
 	}
 	log := c.log.With("id", m.ID, "key", m.Key, "deliveries", m.Deliveries)
-	err := c.call(c.handlerCtx, m)
-	switch {
-	case err == nil:
+	outcome, err := mq.Deliver(c.handlerCtx, c.handler, m, c.opts.MaxDeliveries, log)
+	switch outcome {
+	case mq.Ack:
 		return true
-	case errors.Is(err, mq.ErrPermanent):
-		log.Warn("mq: permanent failure, dead-lettering", "err", err)
+	case mq.DeadLetter:
 		return c.deadLetter(m, err, log)
-	case c.handlerCtx.Err() != nil:
-		log.Info("mq: shutdown interrupted the handler; left for redelivery", "err", err)
-		return false
-	case m.Deliveries >= c.opts.MaxDeliveries:
-		log.Warn("mq: last delivery failed, dead-lettering", "err", err)
-		return c.deadLetter(m, err, log)
-	case errors.Is(err, mq.ErrRetryLater):
-		log.Debug("mq: retry later", "err", err)
-	default:
-		log.Warn("mq: handler failed; will be redelivered", "err", err)
 	}
 	if cc, ok := primitive.GetConcurrentlyCtx(clientCtx); ok && c.opts.RetryDelayLevel > 0 {
 		cc.DelayLevelWhenNextConsume = c.opts.RetryDelayLevel
 	}
 	return false
-}
-
-// call runs the handler, turning a panic into an error so that one bad
-// message cannot take the worker down.
-func (c *Consumer) call(ctx context.Context, m mq.Message) (err error) {
-	defer func() {
-		if r := recover(); r != nil {
-			err = fmt.Errorf("handler panic: %v", r)
-		}
-	}()
-	return c.handler(ctx, m)
 }
 
 // deadLetter publishes m to the dead-letter topic; false means it must be

@@ -1,8 +1,8 @@
 -- Shared functions, prepended to the scripts that use them when the Go code
 -- builds them (Redis has no script includes).
 --
--- Times come from Redis TIME, never from a client clock, so instances with
--- skewed clocks agree on lease expiry.
+-- Times come from Redis TIME (clock.lua), never from a client clock, so
+-- instances with skewed clocks agree on lease expiry.
 --
 -- The fairness rule. A queued request's score is
 --   level * LEVEL_UNIT + seq
@@ -29,11 +29,6 @@
 -- sequences below 2^43 (8.8e12 arrivals) fit in 53 bits.
 local LEVEL_UNIT = 8796093022208 -- 2^43
 local MAX_LEVEL = 1023
-
-local function now_us()
-  local t = redis.call('TIME')
-  return tonumber(t[1]) * 1000000 + tonumber(t[2])
-end
 
 local function decr(hash, field)
   if redis.call('HINCRBY', hash, field, -1) <= 0 then

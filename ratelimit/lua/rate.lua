@@ -9,8 +9,7 @@
 -- ARGV: limit, window_ms
 -- Reply: {1, 0} admitted; {0, retry_after_ms} refused
 local limit, window = tonumber(ARGV[1]), tonumber(ARGV[2])
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local now = now_ms()
 local interval = window / limit
 local tat = tonumber(redis.call('GET', KEYS[1]) or '0')
 if tat < now then

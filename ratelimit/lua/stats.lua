@@ -4,14 +4,13 @@
 -- ARGV: window
 -- Reply: {permits_in_use, queue_length, oldest_wait_ms or -1}
 local permits, queue, entry_prefix = KEYS[1], KEYS[2], KEYS[3]
-local t = redis.call('TIME')
-local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local in_use = redis.call('ZCOUNT', permits, now_ms, '+inf')
+local now = now_ms()
+local in_use = redis.call('ZCOUNT', permits, now, '+inf')
 local oldest = -1
 for _, m in ipairs(redis.call('ZRANGE', queue, 0, tonumber(ARGV[1]) - 1)) do
   local enqueued = redis.call('GET', entry_prefix .. m)
   if enqueued then
-    oldest = now_ms - tonumber(enqueued)
+    oldest = now - tonumber(enqueued)
     break
   end
 end
