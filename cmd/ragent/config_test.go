@@ -137,6 +137,7 @@ func TestConfigOutboxRetention(t *testing.T) {
 		}
 	}
 }
+
 // TestConfigREADME holds the README's configuration table to the settings
 // table: the same variables both ways, and a default the README shows as a
 // literal (`30s`) is the one the loader uses; a README "—" means no default.
