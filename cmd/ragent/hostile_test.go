@@ -14,6 +14,7 @@ import (
 
 	"github.com/ragent-go/ragent/internal/testdocs"
 	"github.com/ragent-go/ragent/internal/testenv"
+	"github.com/ragent-go/ragent/service/ingest"
 )
 
 // Hostile files through the whole pipeline: each ends `failed` with a reason
@@ -59,21 +60,6 @@ func parserChildren() []int {
 	return pids
 }
 
-// processPeakRSS reads a process's peak resident memory (VmHWM), in bytes.
-func processPeakRSS(pid int) int64 {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
-	if err != nil {
-		return 0
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if rest, ok := strings.CutPrefix(line, "VmHWM:"); ok {
-			kb, _ := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 10, 64)
-			return kb << 10
-		}
-	}
-	return 0
-}
-
 // memorySampler records the peak heap of this process (the instance, in
 // process) and the peak resident memory of its parser processes while a
 // test ingests.
@@ -96,7 +82,7 @@ func sampleMemory() *memorySampler {
 			runtime.ReadMemStats(&ms)
 			var child int64
 			for _, pid := range parserChildren() {
-				child = max(child, processPeakRSS(pid))
+				child = max(child, ingest.PeakRSS(pid))
 			}
 			s.mu.Lock()
 			s.heapPeak = max(s.heapPeak, ms.HeapInuse)

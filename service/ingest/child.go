@@ -304,7 +304,7 @@ wait:
 			break wait
 		}
 	}
-	usage := childUsage{Pid: pid, MaxRSS: max(peak, peakRSS(pid)), Elapsed: time.Since(start)}
+	usage := childUsage{Pid: pid, MaxRSS: max(peak, PeakRSS(pid)), Elapsed: time.Since(start)}
 	if p.Log != nil {
 		p.Log.DebugContext(ctx, "parser process answered", "pid", pid, "mime", mime, "bytes", len(blob),
 			"ms", usage.Elapsed.Milliseconds(), "max_rss", usage.MaxRSS, "killed", reason)
@@ -415,8 +415,9 @@ func resetPeakRSS(pid int) {
 	_ = os.WriteFile("/proc/"+strconv.Itoa(pid)+"/clear_refs", []byte("5"), 0)
 }
 
-// peakRSS reads a process's peak resident set size (VmHWM), or 0.
-func peakRSS(pid int) int64 {
+// PeakRSS reads a process's peak resident set size (VmHWM), or 0 where
+// /proc does not tell (tests read their parser processes' peaks with it).
+func PeakRSS(pid int) int64 {
 	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
 	if err != nil {
 		return 0
