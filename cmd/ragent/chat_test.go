@@ -254,16 +254,6 @@ func TestChatFairQueueAcrossInstances(t *testing.T) {
 		queued = map[string]bool{}
 		seqs   = make([]string, chats)
 	)
-	nextStart := func() string {
-		t.Helper()
-		select {
-		case q := <-llm.started:
-			return q
-		case <-time.After(30 * time.Second):
-			t.Fatal("no answer started within 30 s")
-			return ""
-		}
-	}
 	question := func(i int) string { return fmt.Sprintf("question %02d #gate", i) }
 	for i := 0; i < chats; i++ {
 		q := question(i)
@@ -287,7 +277,7 @@ func TestChatFairQueueAcrossInstances(t *testing.T) {
 		// The next chat arrives only once this one runs (its answer started)
 		// or waits in the queue.
 		if i < cfg.ChatMaxConcurrent {
-			if got := nextStart(); got != q {
+			if got := llm.nextStart(t); got != q {
 				t.Fatalf("answer %q started, want %q", got, q)
 			}
 		} else {
@@ -299,7 +289,7 @@ func TestChatFairQueueAcrossInstances(t *testing.T) {
 	for i := 0; i < chats; i++ {
 		llm.open(question(i))
 		if next := i + cfg.ChatMaxConcurrent; next < chats {
-			if got := nextStart(); got != question(next) {
+			if got := llm.nextStart(t); got != question(next) {
 				t.Fatalf("after %q finished, %q was admitted, want %q", question(i), got, question(next))
 			}
 		}

@@ -24,16 +24,6 @@ func TestChatFairShareBetweenUsers(t *testing.T) {
 	ins[0].createUser(t, admin, "light", "light-password", "user")
 	light := ins[0].login(t, "light", "light-password")
 
-	nextStart := func() string {
-		t.Helper()
-		select {
-		case q := <-llm.started:
-			return q
-		case <-time.After(30 * time.Second):
-			t.Fatal("no answer started within 30 s")
-			return ""
-		}
-	}
 	var wg sync.WaitGroup
 	// ask sends a question and returns the position of its first queue
 	// event, or 0 once its answer started.
@@ -86,7 +76,7 @@ func TestChatFairShareBetweenUsers(t *testing.T) {
 	var order []string
 	for _, s := range steps {
 		llm.open(s.finish)
-		got := nextStart()
+		got := llm.nextStart(t)
 		order = append(order, got)
 		if got != s.admitted {
 			t.Fatalf("after %q finished, %q was admitted, want %q", s.finish, got, s.admitted)

@@ -240,6 +240,18 @@ func (f *fakeLLM) gate(question string) chan struct{} {
 	return g
 }
 
+// nextStart returns the question of the next #gate answer that starts.
+func (f *fakeLLM) nextStart(t *testing.T) string {
+	t.Helper()
+	select {
+	case q := <-f.started:
+		return q
+	case <-time.After(30 * time.Second):
+		t.Fatal("no answer started within 30 s")
+		return ""
+	}
+}
+
 // open lets a #gate answer stream.
 func (f *fakeLLM) open(question string) { close(f.gate(question)) }
 
