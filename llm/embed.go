@@ -65,7 +65,7 @@ func (e *remoteEmbedder) Dim() int { return int(e.dim.Load()) }
 // Embed implements service.Embedder. Vectors come back in the order of
 // texts. Provider failures, after retries, wrap service.ErrUnavailable, as
 // does a vector of the wrong dimension; a cancelled ctx returns ctx.Err().
-func (e *remoteEmbedder) Embed(ctx context.Context, texts []string) ([][]float32, error) {
+func (e *remoteEmbedder) Embed(ctx context.Context, _ service.EmbedKind, texts []string) ([][]float32, error) {
 	out := make([][]float32, len(texts))
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(e.concurrency)
