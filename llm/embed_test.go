@@ -107,7 +107,8 @@ func inputs(n int) []string {
 
 func embedderFor(t *testing.T, cfg Config) service.Embedder {
 	t.Helper()
-	e, err := NewEmbedder(cfg, WithBackoff(10*time.Millisecond, 50*time.Millisecond))
+	cfg.BackoffBase, cfg.BackoffMax = 10*time.Millisecond, 50*time.Millisecond
+	e, err := NewEmbedder(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

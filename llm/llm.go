@@ -1,31 +1,32 @@
 // Package llm adapts language-model providers to ragent's domain interfaces
-// service.ChatModel and service.Embedder, plus an optional Reranker.
+// service.ChatModel and service.Embedder, plus an optional Reranker, and
+// chains several model endpoints with failover (failover.go).
 //
-// Three providers exist, chosen by Config.Provider (chat) and
-// Config.EmbeddingProvider (embeddings):
+// Providers are chosen by Config.Provider (chat) and Config.EmbeddingProvider
+// (embeddings); README "Model providers" lists them and why each takes its
+// path:
 //
 //   - "offline" needs no network: an extractive chat model that quotes the
 //     best sentences of the sources it is given with [n] citations, and a
 //     feature-hashing embedder. It is the default so that ragent runs on a
 //     laptop with nothing else installed.
-//   - "openai" speaks the OpenAI-compatible HTTP API (OpenAI, DeepSeek,
-//     DashScope/Bailian, vLLM, Ollama's /v1 …): streaming
-//     /chat/completions and /embeddings.
-//   - "ollama" uses Ollama's OpenAI-compatible /v1 endpoint for chat and its
-//     native /api/embed for embeddings.
-//
-// The HTTP clients are written by hand rather than through langchaingo's
-// openai package, which DESIGN §9 suggests. langchaingo (v0.1.14) turns a
-// non-200 answer into a plain string error, so the status code and the
-// Retry-After header are lost and the retry policy of DESIGN §11 (retry 429
-// and 5xx before the first token, honouring Retry-After) cannot be built on
-// it; it also offers no hook for first-token and between-token timeouts. The
-// streaming protocol is small (server-sent events of JSON chunks), so owning
-// it costs about two hundred lines and gives exact control over retries,
-// timeouts, reasoning deltas and usage.
+//   - ragent's own HTTP client (openai.go, ollama.go) for the wire formats
+//     it speaks better than langchaingo v0.1.14: "openai" (any
+//     OpenAI-compatible server), "azure" (deployment URLs and the api-key
+//     header), "mistral" and "ollama" (native /api/chat NDJSON). It keeps
+//     the status code and Retry-After of a failure, enforces first-token and
+//     between-token timeouts, streams reasoning deltas, reads lines up to
+//     4 MiB and asks for thinking with each vendor's own parameter.
+//   - langchaingo (langchain.go) for vendors with their own protocol:
+//     "anthropic" (Messages SSE), "googleai" (Gemini streamGenerateContent)
+//     and "bedrock" (InvokeModelWithResponseStream). ragent wraps it: an
+//     http.RoundTripper under it records each answer's status and
+//     Retry-After (langchaingo turns them into strings), and ragent's own
+//     watchdog around the streaming callback enforces the timeouts.
 package llm
 
 import (
+	"log/slog"
 	"net"
 	"net/http"
 	"strings"
@@ -34,11 +35,31 @@ import (
 	"github.com/ragent-go/ragent/service"
 )
 
-// Provider names accepted by Config.Provider and Config.EmbeddingProvider.
+// Provider names accepted by Config.Provider, Endpoint.Provider and
+// Config.EmbeddingProvider.
 const (
-	ProviderOffline = "offline"
-	ProviderOpenAI  = "openai"
-	ProviderOllama  = "ollama"
+	ProviderOffline   = "offline"
+	ProviderOpenAI    = "openai"
+	ProviderAzure     = "azure"
+	ProviderMistral   = "mistral"
+	ProviderOllama    = "ollama"
+	ProviderAnthropic = "anthropic"
+	ProviderGoogleAI  = "googleai"
+	ProviderBedrock   = "bedrock"
+)
+
+// How a deep-thinking request asks the model to think (Config.Thinking).
+const (
+	// ThinkingAuto uses the provider's own parameter where it has one:
+	// Anthropic's thinking budget, Ollama's think flag. OpenAI-compatible
+	// servers get nothing (OpenAI itself refuses unknown fields).
+	ThinkingAuto = "auto"
+	// ThinkingEnable sends "enable_thinking": true|false on every
+	// OpenAI-compatible request (Qwen3 on DashScope/Bailian).
+	ThinkingEnable = "enable_thinking"
+	// ThinkingOff never asks; the toggle only shows or hides the reasoning
+	// a model sends anyway.
+	ThinkingOff = "off"
 )
 
 // Defaults applied to zero Config fields.
@@ -50,19 +71,43 @@ const (
 	DefaultMaxRetries           = 3
 	DefaultEmbeddingBatchSize   = 32
 	DefaultEmbeddingConcurrency = 4
+	DefaultThinkingBudget       = 2048
+	DefaultCooldown             = 30 * time.Second
+	DefaultAzureAPIVersion      = "2024-10-21"
 
-	defaultOpenAIBaseURL = "https://api.openai.com/v1"
-	defaultOllamaBaseURL = "http://127.0.0.1:11434"
+	defaultOpenAIBaseURL  = "https://api.openai.com/v1"
+	defaultOllamaBaseURL  = "http://127.0.0.1:11434"
+	defaultMistralBaseURL = "https://api.mistral.ai/v1"
 )
 
 // Config selects and tunes the providers. Zero values mean the defaults
-// above; it mirrors the RAGENT_LLM_* and RAGENT_EMBEDDING_* settings.
+// above; it mirrors the RAGENT_LLM_* and RAGENT_EMBEDDING_* settings. The
+// fields from Provider to ThinkingBudget describe the primary endpoint;
+// Fallbacks lists the endpoints tried after it.
 type Config struct {
-	Provider  string // "offline" (default), "openai" or "ollama"
-	BaseURL   string // e.g. https://api.deepseek.com/v1; Ollama: http://host:11434
-	APIKey    string
-	ChatModel string // the answer model
-	FastModel string // the model for rewrite, intent and title
+	Provider   string // see the Provider constants; "offline" by default
+	BaseURL    string // e.g. https://api.deepseek.com/v1; Ollama: http://host:11434; Azure: https://NAME.openai.azure.com
+	APIKey     string // Bedrock: ACCESS_KEY_ID:SECRET_ACCESS_KEY[:SESSION_TOKEN]
+	APIVersion string // Azure's api-version
+	Region     string // Bedrock's AWS region
+	ChatModel  string // the answer model (an Azure deployment name)
+	FastModel  string // the model for rewrite, intent and title
+
+	Thinking       string // ThinkingAuto (default), ThinkingEnable or ThinkingOff
+	ThinkingModel  string // answers deep-thinking requests instead of ChatModel
+	ThinkingBudget int    // tokens a thinking budget grants (Anthropic)
+
+	// Fallbacks are tried in order when an earlier endpoint fails before
+	// its first token (429, 5xx, a connection error, a timeout).
+	Fallbacks []Endpoint
+	// Cooldown is how long an endpoint that failed so is skipped when it
+	// sent no Retry-After.
+	Cooldown time.Duration
+	// Cooldowns shares the endpoints' cooldowns between instances (Redis);
+	// nil keeps them in this process.
+	Cooldowns Cooldowns
+	// Metrics counts calls per endpoint; nil counts nothing.
+	Metrics *Metrics
 
 	// EmbeddingBaseURL and EmbeddingAPIKey default to BaseURL and APIKey
 	// when the embedding provider is the chat provider (one vendor for
@@ -81,12 +126,25 @@ type Config struct {
 	FirstTokenTimeout time.Duration // from sending a chat request to its first token
 	IdleTimeout       time.Duration // between two tokens of a chat stream
 	RequestTimeout    time.Duration // one embedding or rerank HTTP call
-	// MaxRetries bounds retries of 429, 5xx and connection errors; a
-	// negative value disables them.
+	// MaxRetries bounds retries of 429, 5xx and connection errors on one
+	// endpoint; a negative value disables them. With fallbacks an endpoint
+	// is not retried: the next one is tried instead.
 	MaxRetries int
 
 	EmbeddingBatchSize   int // texts per /embeddings call
 	EmbeddingConcurrency int // embedding calls in flight per Embed
+
+	// HTTPClient carries every provider call; nil: a client whose phases
+	// are bounded except reading the body (a stream may last minutes).
+	HTTPClient *http.Client
+	// StreamDelay makes the offline chat model pause between deltas so that
+	// a demo shows the answer arriving.
+	StreamDelay time.Duration
+	// BackoffBase and BackoffMax shape the exponential backoff between
+	// retries (defaults 500 ms and 10 s); a Retry-After overrides it.
+	BackoffBase, BackoffMax time.Duration
+	Logger                  *slog.Logger
+	Now                     func() time.Time
 }
 
 func (c Config) withDefaults() Config {
@@ -133,6 +191,24 @@ func (c Config) withDefaults() Config {
 	if c.EmbeddingConcurrency <= 0 {
 		c.EmbeddingConcurrency = DefaultEmbeddingConcurrency
 	}
+	if c.Cooldown <= 0 {
+		c.Cooldown = DefaultCooldown
+	}
+	if c.BackoffBase <= 0 {
+		c.BackoffBase = 500 * time.Millisecond
+	}
+	if c.BackoffMax <= 0 {
+		c.BackoffMax = 10 * time.Second
+	}
+	if c.HTTPClient == nil {
+		c.HTTPClient = newHTTPClient()
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
 	return c
 }
 
@@ -142,43 +218,23 @@ func defaultBaseURL(provider string) string {
 		return defaultOpenAIBaseURL
 	case ProviderOllama:
 		return defaultOllamaBaseURL
+	case ProviderMistral:
+		return defaultMistralBaseURL
 	}
 	return ""
 }
 
-// Option tunes a constructor beyond Config: things a test or a demo sets,
-// not an operator.
-type Option func(*options)
-
+// options is what the HTTP clients take from Config.
 type options struct {
 	client      *http.Client
-	streamDelay time.Duration
 	backoffBase time.Duration
 	backoffMax  time.Duration
+	now         func() time.Time
 }
 
-// WithStreamDelay makes the offline chat model pause between deltas so that
-// a demo shows the answer arriving. The default is no pause.
-func WithStreamDelay(d time.Duration) Option {
-	return func(o *options) { o.streamDelay = d }
-}
-
-// WithBackoff sets the first retry delay and the cap of the exponential
-// backoff (defaults 500 ms and 10 s). A Retry-After header overrides it.
-func WithBackoff(base, maxDelay time.Duration) Option {
-	return func(o *options) { o.backoffBase, o.backoffMax = base, maxDelay }
-}
-
-func buildOptions(opts []Option) options {
-	o := options{
-		backoffBase: 500 * time.Millisecond,
-		backoffMax:  10 * time.Second,
-		client:      newHTTPClient(),
-	}
-	for _, opt := range opts {
-		opt(&o)
-	}
-	return o
+func buildOptions(cfg Config) options {
+	cfg = cfg.withDefaults()
+	return options{client: cfg.HTTPClient, backoffBase: cfg.BackoffBase, backoffMax: cfg.BackoffMax, now: cfg.Now}
 }
 
 // newHTTPClient bounds every phase of a call except reading the body, which
@@ -196,37 +252,39 @@ func newHTTPClient() *http.Client {
 	}}
 }
 
-// NewChatModel returns the chat model of cfg.Provider that answers with
-// model (usually cfg.ChatModel or cfg.FastModel; a ChatRequest.Model
-// overrides it per call). The offline model ignores the name.
-func NewChatModel(cfg Config, model string, opts ...Option) (service.ChatModel, error) {
+// NewChatModel returns a chat model of the primary endpoint (cfg.Provider)
+// that answers with model (a ChatRequest.Model overrides it per call),
+// without failover. The offline model ignores the name.
+func NewChatModel(cfg Config, model string) (service.ChatModel, error) {
 	cfg = cfg.withDefaults()
-	o := buildOptions(opts)
-	switch cfg.Provider {
-	case ProviderOffline:
-		return &offlineChat{delay: o.streamDelay}, nil
-	case ProviderOpenAI, ProviderOllama:
-		if model == "" {
-			return nil, service.Errorf(service.ErrInvalid, "llm: provider %s needs a chat model name", cfg.Provider)
-		}
-		base := strings.TrimRight(cfg.BaseURL, "/")
-		if cfg.Provider == ProviderOllama {
-			base = ollamaOpenAIBase(base)
-		}
-		return &openAIChat{
-			baseURL: base,
-			apiKey:  cfg.APIKey,
-			model:   model,
-			cfg:     cfg,
-			http:    o.client,
-			retry:   newRetrier(cfg.MaxRetries, o),
-		}, nil
+	if cfg.Provider == ProviderOffline {
+		return &offlineChat{delay: cfg.StreamDelay}, nil
 	}
-	return nil, service.Errorf(service.ErrInvalid, "llm: unknown provider %q", cfg.Provider)
+	ep := cfg.primary()
+	ep.ChatModel = model
+	return newEndpointChat(cfg, ep, model, cfg.MaxRetries)
+}
+
+// newEndpointChat builds the chat model of one endpoint answering with
+// model, retrying a failure before the first token up to retries times.
+func newEndpointChat(cfg Config, ep Endpoint, model string, retries int) (service.ChatModel, error) {
+	if model == "" {
+		return nil, service.Errorf(service.ErrInvalid, "llm: provider %s needs a chat model name", ep.Provider)
+	}
+	o := buildOptions(cfg)
+	t := timeouts{firstToken: cfg.FirstTokenTimeout, idle: cfg.IdleTimeout}
+	retry := newRetrier(retries, o)
+	switch ep.Provider {
+	case ProviderOpenAI, ProviderAzure, ProviderMistral, ProviderOllama:
+		return newHTTPChat(ep, model, t, o.client, retry), nil
+	case ProviderAnthropic, ProviderGoogleAI, ProviderBedrock:
+		return newLangchainChat(ep, model, t, o.client, retry)
+	}
+	return nil, service.Errorf(service.ErrInvalid, "llm: unknown provider %q", ep.Provider)
 }
 
 // NewEmbedder returns the embedder of cfg.EmbeddingProvider.
-func NewEmbedder(cfg Config, opts ...Option) (service.Embedder, error) {
+func NewEmbedder(cfg Config) (service.Embedder, error) {
 	cfg = cfg.withDefaults()
 	if cfg.EmbeddingDim < 0 {
 		return nil, service.Errorf(service.ErrInvalid, "llm: embedding dimension %d is negative", cfg.EmbeddingDim)
@@ -234,26 +292,17 @@ func NewEmbedder(cfg Config, opts ...Option) (service.Embedder, error) {
 	switch cfg.EmbeddingProvider {
 	case ProviderOffline:
 		return newOfflineEmbedder(cfg.EmbeddingDim), nil
-	case ProviderOpenAI, ProviderOllama:
+	case ProviderOpenAI, ProviderOllama, ProviderMistral:
 		if cfg.EmbeddingModel == "" {
 			return nil, service.Errorf(service.ErrInvalid, "llm: embedding provider %s needs a model name", cfg.EmbeddingProvider)
 		}
-		o := buildOptions(opts)
-		return newRemoteEmbedder(cfg, o), nil
+		return newRemoteEmbedder(cfg, buildOptions(cfg)), nil
 	}
 	return nil, service.Errorf(service.ErrInvalid, "llm: unknown embedding provider %q", cfg.EmbeddingProvider)
 }
 
-// ollamaOpenAIBase turns an Ollama server URL into its OpenAI-compatible
-// base; a URL already ending in /v1 is kept.
-func ollamaOpenAIBase(base string) string {
-	if strings.HasSuffix(base, "/v1") {
-		return base
-	}
-	return base + "/v1"
-}
-
-// ollamaNativeBase is the inverse: Ollama's own API lives beside /v1.
+// ollamaNativeBase strips an OpenAI-compatible /v1 suffix: Ollama's own API
+// lives beside it.
 func ollamaNativeBase(base string) string {
 	return strings.TrimSuffix(strings.TrimRight(base, "/"), "/v1")
 }

@@ -9,23 +9,27 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"strings"
-	"sync/atomic"
-	"time"
 
 	"github.com/ragent-go/ragent/service"
 	"github.com/ragent-go/ragent/text"
 )
 
-// openAIChat streams completions from an OpenAI-compatible
-// /chat/completions endpoint.
-type openAIChat struct {
-	baseURL string
-	apiKey  string
-	model   string
-	cfg     Config
-	http    *http.Client
-	retry   retrier
+// httpChat is ragent's own streaming client. It speaks the OpenAI
+// /chat/completions server-sent events (OpenAI-compatible servers, Azure
+// deployments, Mistral) and Ollama's native /api/chat NDJSON (ollama.go).
+type httpChat struct {
+	ep    Endpoint
+	model string
+	t     timeouts
+	http  *http.Client
+	retry retrier
+}
+
+func newHTTPChat(ep Endpoint, model string, t timeouts, client *http.Client, retry retrier) *httpChat {
+	ep.BaseURL = strings.TrimRight(ep.BaseURL, "/")
+	return &httpChat{ep: ep, model: model, t: t, http: client, retry: retry}
 }
 
 type chatBody struct {
@@ -36,6 +40,9 @@ type chatBody struct {
 	Temperature    *float64              `json:"temperature,omitempty"`
 	MaxTokens      int                   `json:"max_tokens,omitempty"`
 	ResponseFormat *responseFormat       `json:"response_format,omitempty"`
+	// EnableThinking is Qwen3's switch (DashScope/Bailian), sent only when
+	// the endpoint's thinking mode is enable_thinking.
+	EnableThinking *bool `json:"enable_thinking,omitempty"`
 }
 
 type streamOptions struct {
@@ -47,7 +54,7 @@ type responseFormat struct {
 }
 
 // chatChunk is one streamed chunk. Reasoning arrives as reasoning_content
-// (DeepSeek, Qwen/DashScope, vLLM) or reasoning (Ollama, OpenRouter).
+// (DeepSeek, Qwen/DashScope, vLLM) or reasoning (Ollama's /v1, OpenRouter).
 type chatChunk struct {
 	Choices []struct {
 		Delta struct {
@@ -67,6 +74,15 @@ type chatChunk struct {
 	} `json:"error"`
 }
 
+// piece is what one line of a stream carries.
+type piece struct {
+	reasoning, content string
+	usage              *service.Usage
+	finished           bool // a finish reason: the answer is complete
+	done               bool // the end of the stream
+	err                error
+}
+
 // streamState is what one Stream call has produced so far, across attempts.
 type streamState struct {
 	emitted   bool // a delta reached the caller: no more retries
@@ -81,56 +97,61 @@ type callbackError struct{ err error }
 func (e *callbackError) Error() string { return e.err.Error() }
 func (e *callbackError) Unwrap() error { return e.err }
 
-// timeoutError is a stream that went silent. It is not retried: the wait
-// already spent the caller's patience.
-type timeoutError struct{ msg string }
-
-func (e *timeoutError) Error() string { return e.msg }
-
 // Stream implements service.ChatModel. Failures before the first delta are
 // retried per Config.MaxRetries; once a delta has been emitted an error
 // ends the stream. Provider failures wrap service.ErrUnavailable; a
 // cancelled ctx returns ctx.Err(); an onDelta error is returned as is. The
 // usage is returned on every path: the provider's count when it sent one,
 // else an estimate of what was streamed.
-func (c *openAIChat) Stream(ctx context.Context, req service.ChatRequest, onDelta func(service.Delta) error) (service.Usage, error) {
-	body, err := c.requestBody(req)
+func (c *httpChat) Stream(ctx context.Context, req service.ChatRequest, onDelta func(service.Delta) error) (service.Usage, error) {
+	model := c.ep.modelFor(cmpOr(req.Model, c.model), req.Thinking)
+	body, err := c.requestBody(req, model)
 	if err != nil {
 		return service.Usage{}, err
 	}
 	var st streamState
 	err = c.retry.do(ctx, func() (bool, error) {
-		err := c.attempt(ctx, body, req.Thinking, &st, onDelta)
+		err := c.attempt(ctx, body, model, req.Thinking, &st, onDelta)
 		return !st.emitted, err
 	})
-	usage := st.finalUsage(req)
+	return st.finalUsage(req), streamError(ctx, model, err)
+}
+
+// streamError is the error Stream returns for err.
+func streamError(ctx context.Context, model string, err error) error {
 	if err == nil {
-		return usage, nil
+		return nil
 	}
 	var cb *callbackError
 	if errors.As(err, &cb) {
-		return usage, cb.err
+		return cb.err
 	}
 	if ctxErr := ctx.Err(); ctxErr != nil {
-		return usage, ctxErr
+		return ctxErr
 	}
-	return usage, fmt.Errorf("%w: chat model %s: %w", service.ErrUnavailable, c.modelFor(req), err)
+	return fmt.Errorf("%w: chat model %s: %w", service.ErrUnavailable, model, err)
 }
 
-func (c *openAIChat) modelFor(req service.ChatRequest) string {
-	if req.Model != "" {
-		return req.Model
+func cmpOr(a, b string) string {
+	if a != "" {
+		return a
 	}
-	return c.model
+	return b
 }
 
-func (c *openAIChat) requestBody(req service.ChatRequest) ([]byte, error) {
+func (c *httpChat) requestBody(req service.ChatRequest, model string) ([]byte, error) {
+	if c.ep.Provider == ProviderOllama {
+		return c.ollamaBody(req, model)
+	}
 	b := chatBody{
-		Model:         c.modelFor(req),
-		Messages:      req.Messages,
-		Stream:        true,
-		StreamOptions: &streamOptions{IncludeUsage: true},
-		MaxTokens:     req.MaxTokens,
+		Model:     model,
+		Messages:  req.Messages,
+		Stream:    true,
+		MaxTokens: req.MaxTokens,
+	}
+	// Mistral refuses fields it does not know and sends the usage anyway.
+	if c.ep.Provider != ProviderMistral {
+		b.StreamOptions = &streamOptions{IncludeUsage: true}
 	}
 	// A zero temperature in ChatRequest means "the model's default", since
 	// the field cannot tell an explicit 0 from an unset one.
@@ -140,11 +161,49 @@ func (c *openAIChat) requestBody(req service.ChatRequest) ([]byte, error) {
 	if req.JSON {
 		b.ResponseFormat = &responseFormat{Type: "json_object"}
 	}
+	if c.ep.Thinking == ThinkingEnable {
+		// Sent both ways: Qwen3 thinks by default, which only slows down
+		// the rewrite, intent and title calls.
+		b.EnableThinking = &req.Thinking
+	}
 	return json.Marshal(b)
 }
 
+// newRequest addresses the endpoint's chat route with its credentials.
+func (c *httpChat) newRequest(ctx context.Context, model string, body []byte) (*http.Request, error) {
+	var u string
+	switch c.ep.Provider {
+	case ProviderOllama:
+		u = ollamaNativeBase(c.ep.BaseURL) + "/api/chat"
+	case ProviderAzure:
+		// Azure addresses a deployment, not a model, and authenticates with
+		// an api-key header.
+		u = c.ep.BaseURL + "/openai/deployments/" + url.PathEscape(model) + "/chat/completions?api-version=" + url.QueryEscape(c.ep.APIVersion)
+	default:
+		u = c.ep.BaseURL + "/chat/completions"
+	}
+	httpReq, err := http.NewRequestWithContext(ctx, http.MethodPost, u, bytes.NewReader(body))
+	if err != nil {
+		return nil, err
+	}
+	httpReq.Header.Set("Content-Type", "application/json")
+	if c.ep.Provider == ProviderOllama {
+		httpReq.Header.Set("Accept", "application/x-ndjson")
+	} else {
+		httpReq.Header.Set("Accept", "text/event-stream")
+	}
+	switch {
+	case c.ep.APIKey == "":
+	case c.ep.Provider == ProviderAzure:
+		httpReq.Header.Set("api-key", c.ep.APIKey)
+	default:
+		httpReq.Header.Set("Authorization", "Bearer "+c.ep.APIKey)
+	}
+	return httpReq, nil
+}
+
 // attempt sends the request once and streams its answer into st.
-func (c *openAIChat) attempt(ctx context.Context, body []byte, thinking bool, st *streamState, onDelta func(service.Delta) error) error {
+func (c *httpChat) attempt(ctx context.Context, body []byte, model string, thinking bool, st *streamState, onDelta func(service.Delta) error) error {
 	// Only an attempt that emitted nothing is ever retried, so whatever a
 	// failed one gathered (reasoning not shown, a usage) is discarded.
 	st.answer.Reset()
@@ -153,42 +212,23 @@ func (c *openAIChat) attempt(ctx context.Context, body []byte, thinking bool, st
 
 	actx, cancel := context.WithCancel(ctx)
 	defer cancel()
-
-	// One timer watches the stream: first for the first token, then reset
-	// on every token for the gap to the next. Firing cancels the request,
-	// which unblocks the read below.
-	var gotToken, timedOut atomic.Bool
-	watchdog := time.AfterFunc(c.cfg.FirstTokenTimeout, func() {
-		timedOut.Store(true)
-		cancel()
-	})
-	defer watchdog.Stop()
-	silence := func() error {
-		if gotToken.Load() {
-			return &timeoutError{fmt.Sprintf("no token for %s", c.cfg.IdleTimeout)}
-		}
-		return &timeoutError{fmt.Sprintf("no first token within %s", c.cfg.FirstTokenTimeout)}
-	}
+	wd := startWatchdog(c.t, cancel)
+	defer wd.stop()
 	// failed names the cause of a transport error: our watchdog, the
 	// caller's cancellation, or the network.
 	failed := func(err error) error {
 		switch {
-		case timedOut.Load():
-			return silence()
+		case wd.timedOut():
+			return wd.err()
 		case ctx.Err() != nil:
 			return ctx.Err()
 		}
 		return &connError{err}
 	}
 
-	httpReq, err := http.NewRequestWithContext(actx, http.MethodPost, c.baseURL+"/chat/completions", bytes.NewReader(body))
+	httpReq, err := c.newRequest(actx, model, body)
 	if err != nil {
 		return err
-	}
-	httpReq.Header.Set("Content-Type", "application/json")
-	httpReq.Header.Set("Accept", "text/event-stream")
-	if c.apiKey != "" {
-		httpReq.Header.Set("Authorization", "Bearer "+c.apiKey)
 	}
 	resp, err := c.http.Do(httpReq)
 	if err != nil {
@@ -206,76 +246,92 @@ func (c *openAIChat) attempt(ctx context.Context, body []byte, thinking bool, st
 		}
 		return nil
 	}
+	decode := decodeSSE
+	if c.ep.Provider == ProviderOllama {
+		decode = decodeOllama
+	}
 
 	finished := false
 	sc := bufio.NewScanner(resp.Body)
 	sc.Buffer(make([]byte, 0, 64<<10), 4<<20)
 	for sc.Scan() {
-		// Server-sent events; OpenAI-compatible servers put one JSON chunk
-		// on each data line. Comments (": keep-alive"), event names and
-		// blank lines carry nothing we need.
-		line := sc.Bytes()
-		data, ok := bytes.CutPrefix(line, []byte("data:"))
+		p, ok := decode(sc.Bytes())
 		if !ok {
 			continue
 		}
-		data = bytes.TrimSpace(data)
-		if string(data) == "[DONE]" {
-			return nil
+		if p.err != nil {
+			return p.err
 		}
-		var chunk chatChunk
-		if err := json.Unmarshal(data, &chunk); err != nil {
-			continue // some gateways interleave non-JSON notices
+		if p.usage != nil {
+			st.usage = p.usage
 		}
-		if chunk.Error != nil {
-			return fmt.Errorf("upstream error in stream: %s", chunk.Error.Message)
+		finished = finished || p.finished
+		if p.reasoning != "" || p.content != "" {
+			wd.token()
 		}
-		if chunk.Usage != nil {
-			st.usage = &service.Usage{
-				PromptTokens:     chunk.Usage.PromptTokens,
-				CompletionTokens: chunk.Usage.CompletionTokens,
-				TotalTokens:      chunk.Usage.TotalTokens,
-			}
-		}
-		if len(chunk.Choices) == 0 {
-			continue
-		}
-		ch := chunk.Choices[0]
-		if ch.FinishReason != nil && *ch.FinishReason != "" {
-			finished = true
-		}
-		reasoning := ch.Delta.ReasoningContent + ch.Delta.Reasoning
-		if reasoning == "" && ch.Delta.Content == "" {
-			continue
-		}
-		gotToken.Store(true)
-		watchdog.Reset(c.cfg.IdleTimeout)
-		if reasoning != "" {
-			st.reasoning.WriteString(reasoning)
+		if p.reasoning != "" {
+			st.reasoning.WriteString(p.reasoning)
 			if thinking {
-				if err := emit(service.DeltaThink, reasoning); err != nil {
+				if err := emit(service.DeltaThink, p.reasoning); err != nil {
 					return err
 				}
 			}
 		}
-		if ch.Delta.Content != "" {
-			st.answer.WriteString(ch.Delta.Content)
-			if err := emit(service.DeltaResponse, ch.Delta.Content); err != nil {
+		if p.content != "" {
+			st.answer.WriteString(p.content)
+			if err := emit(service.DeltaResponse, p.content); err != nil {
 				return err
 			}
+		}
+		if p.done {
+			return nil
 		}
 	}
 	if err := sc.Err(); err != nil {
 		return failed(err)
 	}
-	if timedOut.Load() {
-		return silence()
+	if wd.timedOut() {
+		return wd.err()
 	}
 	if !finished {
 		// Without [DONE] or a finish reason the answer may be cut short.
 		return &connError{io.ErrUnexpectedEOF}
 	}
 	return nil
+}
+
+// decodeSSE reads one line of an OpenAI-compatible stream: server-sent
+// events with one JSON chunk per data line. Comments (": keep-alive"),
+// event names, blank lines and non-JSON notices some gateways interleave
+// carry nothing.
+func decodeSSE(line []byte) (piece, bool) {
+	data, ok := bytes.CutPrefix(line, []byte("data:"))
+	if !ok {
+		return piece{}, false
+	}
+	data = bytes.TrimSpace(data)
+	if string(data) == "[DONE]" {
+		return piece{done: true, finished: true}, true
+	}
+	var chunk chatChunk
+	if err := json.Unmarshal(data, &chunk); err != nil {
+		return piece{}, false
+	}
+	var p piece
+	if chunk.Error != nil {
+		p.err = fmt.Errorf("upstream error in stream: %s", chunk.Error.Message)
+		return p, true
+	}
+	if u := chunk.Usage; u != nil {
+		p.usage = &service.Usage{PromptTokens: u.PromptTokens, CompletionTokens: u.CompletionTokens, TotalTokens: u.TotalTokens}
+	}
+	if len(chunk.Choices) > 0 {
+		ch := chunk.Choices[0]
+		p.finished = ch.FinishReason != nil && *ch.FinishReason != ""
+		p.reasoning = ch.Delta.ReasoningContent + ch.Delta.Reasoning
+		p.content = ch.Delta.Content
+	}
+	return p, true
 }
 
 // finalUsage is the provider's count, or an estimate when it sent none

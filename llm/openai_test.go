@@ -27,6 +27,7 @@ type fakeLLM struct {
 	mu       sync.Mutex
 	bodies   []map[string]any
 	headers  []http.Header
+	urls     []string
 	arrivals []time.Time
 }
 
@@ -41,6 +42,7 @@ func newFakeLLM(t *testing.T, handle func(n int, w http.ResponseWriter, r *http.
 		f.mu.Lock()
 		f.bodies = append(f.bodies, body)
 		f.headers = append(f.headers, r.Header.Clone())
+		f.urls = append(f.urls, r.URL.String())
 		f.arrivals = append(f.arrivals, time.Now())
 		f.mu.Unlock()
 		f.handle(int(f.calls.Add(1))-1, w, r)
@@ -97,12 +99,13 @@ func streamAnswer(w http.ResponseWriter, pieces ...string) {
 
 // fastConfig keeps retries quick so tests measure only what they mean to.
 func fastConfig(base string) Config {
-	return Config{Provider: ProviderOpenAI, BaseURL: base, APIKey: "sk-test", FirstTokenTimeout: 5 * time.Second, IdleTimeout: 5 * time.Second}
+	return Config{Provider: ProviderOpenAI, BaseURL: base, APIKey: "sk-test", FirstTokenTimeout: 5 * time.Second, IdleTimeout: 5 * time.Second,
+		BackoffBase: 10 * time.Millisecond, BackoffMax: 50 * time.Millisecond}
 }
 
-func chatFor(t *testing.T, cfg Config, opts ...Option) service.ChatModel {
+func chatFor(t *testing.T, cfg Config) service.ChatModel {
 	t.Helper()
-	m, err := NewChatModel(cfg, "test-model", append([]Option{WithBackoff(10*time.Millisecond, 50*time.Millisecond)}, opts...)...)
+	m, err := NewChatModel(cfg, "test-model")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -448,24 +451,6 @@ func TestOpenAICallbackError(t *testing.T) {
 	})
 	if err != stop || n != 1 || f.calls.Load() != 1 {
 		t.Fatalf("err = %v after %d deltas and %d calls, want the onDelta error unchanged after 1", err, n, f.calls.Load())
-	}
-}
-
-func TestOllamaChatUsesV1(t *testing.T) {
-	var path string
-	f := newFakeLLM(t, func(_ int, w http.ResponseWriter, r *http.Request) {
-		path = r.URL.Path
-		streamAnswer(w, "hi")
-	})
-	for _, base := range []string{f.srv.URL, f.srv.URL + "/v1/"} {
-		m, err := NewChatModel(Config{Provider: ProviderOllama, BaseURL: base}, "qwen3:0.6b")
-		if err != nil {
-			t.Fatal(err)
-		}
-		deltas, _, err := collect(t, context.Background(), m, question)
-		if err != nil || joined(deltas, service.DeltaResponse) != "hi" || path != "/v1/chat/completions" {
-			t.Fatalf("base %s: err %v, deltas %+v, path %s", base, err, deltas, path)
-		}
 	}
 }
 

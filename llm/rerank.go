@@ -27,9 +27,11 @@ type Reranker struct {
 
 // NewReranker returns a Reranker posting to baseURL + "/rerank" (a baseURL
 // that already ends in /rerank is used as is). It retries like the other
-// providers, with the default retry count and request timeout.
-func NewReranker(baseURL, apiKey, model string, opts ...Option) *Reranker {
-	o := buildOptions(opts)
+// providers; cfg gives the HTTP client, the backoff, MaxRetries and
+// RequestTimeout.
+func NewReranker(baseURL, apiKey, model string, cfg Config) *Reranker {
+	cfg = cfg.withDefaults()
+	o := buildOptions(cfg)
 	url := strings.TrimRight(baseURL, "/")
 	if !strings.HasSuffix(url, "/rerank") {
 		url += "/rerank"
@@ -39,8 +41,8 @@ func NewReranker(baseURL, apiKey, model string, opts ...Option) *Reranker {
 		apiKey:  apiKey,
 		model:   model,
 		http:    o.client,
-		retry:   newRetrier(DefaultMaxRetries, o),
-		timeout: DefaultRequestTimeout,
+		retry:   newRetrier(cfg.MaxRetries, o),
+		timeout: cfg.RequestTimeout,
 	}
 }
 

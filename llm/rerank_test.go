@@ -31,7 +31,7 @@ func TestRerank(t *testing.T) {
 	}))
 	t.Cleanup(srv.Close)
 
-	rr := NewReranker(srv.URL+"/v1", "rk", "bge-reranker", WithBackoff(10*time.Millisecond, 20*time.Millisecond))
+	rr := NewReranker(srv.URL+"/v1", "rk", "bge-reranker", Config{BackoffBase: 10 * time.Millisecond, BackoffMax: 20 * time.Millisecond})
 	scores, err := rr.Rerank(context.Background(), "q", []string{"a", "b", "c"})
 	if err != nil {
 		t.Fatal(err)
@@ -53,7 +53,7 @@ func TestRerankBadIndex(t *testing.T) {
 		_, _ = w.Write([]byte(`{"results":[{"index":7,"relevance_score":0.9}]}`))
 	}))
 	t.Cleanup(srv.Close)
-	_, err := NewReranker(srv.URL+"/rerank", "", "m").Rerank(context.Background(), "q", []string{"a"})
+	_, err := NewReranker(srv.URL+"/rerank", "", "m", Config{}).Rerank(context.Background(), "q", []string{"a"})
 	if !errors.Is(err, service.ErrUnavailable) {
 		t.Fatalf("err = %v, want ErrUnavailable", err)
 	}

@@ -78,7 +78,7 @@ type retrier struct {
 }
 
 func newRetrier(maxRetries int, o options) retrier {
-	return retrier{max: maxRetries, base: o.backoffBase, cap: o.backoffMax, now: time.Now}
+	return retrier{max: maxRetries, base: o.backoffBase, cap: o.backoffMax, now: o.now}
 }
 
 // delay returns the wait before retry number attempt (0-based) after err,

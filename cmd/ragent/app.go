@@ -133,13 +133,13 @@ func newApp(ctx context.Context, cfg Config, log *slog.Logger) (_ *App, err erro
 	}
 
 	// Knowledge: embeddings, retrieval, ingestion.
-	embedder, err := llm.NewEmbedder(llmConfig(cfg))
+	embedder, err := llm.NewEmbedder(llmConfig(cfg, log))
 	if err != nil {
 		return nil, fmt.Errorf("embedder: %w", err)
 	}
 	var reranker retrieve.Reranker
 	if cfg.RerankModel != "" {
-		reranker = llm.NewReranker(cmp.Or(cfg.RerankBaseURL, cfg.LLMBaseURL), cfg.LLMAPIKey, cfg.RerankModel)
+		reranker = llm.NewReranker(cmp.Or(cfg.RerankBaseURL, cfg.LLMBaseURL), cfg.LLMAPIKey, cfg.RerankModel, llmConfig(cfg, log))
 	}
 	// One access resolver decides, for every feature, which knowledge bases
 	// a caller may read and change.
@@ -198,17 +198,16 @@ func newApp(ctx context.Context, cfg Config, log *slog.Logger) (_ *App, err erro
 		a.runners = append(a.runners, consumer.Run)
 	}
 
-	// Chat: the fair queue in front of the model, the cross-instance stop.
-	answerModel, err := llm.NewChatModel(llmConfig(cfg), cfg.LLMChatModel)
+	// Chat: the models (the primary endpoint and its fallbacks, with
+	// cooldowns shared through Redis), the fair queue in front of them, the
+	// cross-instance stop.
+	modelCfg := llmConfig(cfg, log)
+	modelCfg.Cooldowns, modelCfg.Metrics = cache.NewCooldowns(a.rdb, cfg.RedisPrefix), llm.NewMetrics(a.registry)
+	models, err := llm.NewChatModels(modelCfg)
 	if err != nil {
-		return nil, fmt.Errorf("chat model: %w", err)
+		return nil, fmt.Errorf("chat models: %w", err)
 	}
-	var fastModel service.ChatModel
-	if cfg.LLMProvider != "offline" {
-		if fastModel, err = llm.NewChatModel(llmConfig(cfg), cfg.LLMFastModel); err != nil {
-			return nil, fmt.Errorf("fast model: %w", err)
-		}
-	}
+	answerModel, fastModel := models.Answer, models.Fast
 	var limiter chat.Limiter
 	var limiterStats api.LimiterStats
 	if cfg.ChatLimiterEnabled {

@@ -8,6 +8,8 @@ import (
 	"os"
 	"strings"
 	"time"
+
+	"github.com/ragent-go/ragent/llm"
 )
 
 // Config is every setting, parsed once from RAGENT_* variables and passed
@@ -42,11 +44,26 @@ type Config struct {
 	// document is redelivered after it).
 	MQVisibilityTimeout time.Duration
 
-	LLMProvider  string // offline | openai | ollama
-	LLMBaseURL   string
-	LLMAPIKey    string
-	LLMChatModel string
-	LLMFastModel string
+	LLMProvider   string // offline | openai | azure | mistral | ollama | anthropic | googleai | bedrock
+	LLMBaseURL    string
+	LLMAPIKey     string
+	LLMAPIVersion string // Azure's api-version
+	LLMRegion     string // Bedrock's AWS region
+	LLMChatModel  string
+	LLMFastModel  string
+	// LLMThinking says how a deep-thinking chat asks the model to think
+	// (auto | enable_thinking | off); LLMThinkingModel answers those chats
+	// instead of the chat model; LLMThinkingBudget is Anthropic's budget.
+	LLMThinking       string
+	LLMThinkingModel  string
+	LLMThinkingBudget int
+	// LLMFallbacksFile lists the model endpoints tried after the primary
+	// (JSON, llm.LoadFallbacks), read into LLMFallbacks at start;
+	// LLMCooldown is how long a failed endpoint is skipped without a
+	// Retry-After.
+	LLMFallbacksFile string
+	LLMFallbacks     []llm.Endpoint
+	LLMCooldown      time.Duration
 	// LLMFirstTokenTimeout and LLMIdleTimeout bound a model that sends no
 	// first token, or stalls between tokens.
 	LLMFirstTokenTimeout time.Duration
@@ -147,6 +164,14 @@ func loadConfig(getenv func(string) string) (Config, error) {
 	if c.LLMFastModel == "" {
 		c.LLMFastModel = c.LLMChatModel
 	}
+	if c.LLMFallbacksFile != "" {
+		// Keys may come from variables the file names (apiKeyEnv).
+		fallbacks, err := llm.LoadFallbacks(c.LLMFallbacksFile, getenv)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("RAGENT_LLM_FALLBACKS_FILE: %w", err))
+		}
+		c.LLMFallbacks = fallbacks
+	}
 	if c.HTTPUploadTimeout == 0 && c.UploadMaxBytes > 0 {
 		c.HTTPUploadTimeout = defaultUploadTimeout(c.HTTPBodyTimeout, c.UploadMaxBytes)
 	}
@@ -169,8 +194,9 @@ func (c Config) validate() []error {
 		bad("%s=%q: must be one of %s", name, v, strings.Join(allowed, ", "))
 	}
 	oneOf("RAGENT_MQ_DRIVER", c.MQDriver, "redis", "rocketmq")
-	oneOf("RAGENT_LLM_PROVIDER", c.LLMProvider, "offline", "openai", "ollama")
-	oneOf("RAGENT_EMBEDDING_PROVIDER", c.EmbedProvider, "offline", "openai", "ollama")
+	oneOf("RAGENT_LLM_PROVIDER", c.LLMProvider, "offline", "openai", "azure", "mistral", "ollama", "anthropic", "googleai", "bedrock")
+	oneOf("RAGENT_LLM_THINKING", c.LLMThinking, "auto", "enable_thinking", "off")
+	oneOf("RAGENT_EMBEDDING_PROVIDER", c.EmbedProvider, "offline", "openai", "mistral", "ollama")
 	oneOf("RAGENT_CHAT_LIMITER_ON_REDIS_ERROR", c.ChatOnRedisError, "reject", "local")
 	oneOf("RAGENT_CHAT_EMPTY_RETRIEVAL", c.ChatEmptyRetrieval, "chat", "refuse")
 	oneOf("RAGENT_ROLE", c.Role, "all", "api", "worker")
@@ -183,8 +209,14 @@ func (c Config) validate() []error {
 	if c.LLMProvider != "offline" && c.LLMChatModel == "" {
 		bad("RAGENT_LLM_CHAT_MODEL is required with RAGENT_LLM_PROVIDER=%s", c.LLMProvider)
 	}
-	if c.LLMProvider == "openai" && c.LLMBaseURL == "" {
-		bad("RAGENT_LLM_BASE_URL is required with RAGENT_LLM_PROVIDER=openai")
+	if (c.LLMProvider == "openai" || c.LLMProvider == "azure") && c.LLMBaseURL == "" {
+		bad("RAGENT_LLM_BASE_URL is required with RAGENT_LLM_PROVIDER=%s", c.LLMProvider)
+	}
+	if c.LLMProvider == "bedrock" && c.LLMRegion == "" {
+		bad("RAGENT_LLM_REGION is required with RAGENT_LLM_PROVIDER=bedrock")
+	}
+	if len(c.LLMFallbacks) > 0 && c.LLMProvider == "offline" {
+		bad("RAGENT_LLM_FALLBACKS_FILE needs a primary model (RAGENT_LLM_PROVIDER is offline)")
 	}
 	if c.EmbedProvider != "offline" && c.EmbedModel == "" {
 		bad("RAGENT_EMBEDDING_MODEL is required with RAGENT_EMBEDDING_PROVIDER=%s", c.EmbedProvider)
@@ -215,6 +247,7 @@ func (c Config) validate() []error {
 		"RAGENT_OUTBOX_RETENTION": c.OutboxRetention,
 		"RAGENT_TOKEN_TTL":        c.TokenTTL, "RAGENT_SHUTDOWN_TIMEOUT": c.ShutdownTimeout, "RAGENT_LOGIN_FAIL_WINDOW": c.LoginFailWindow,
 		"RAGENT_LLM_FIRST_TOKEN_TIMEOUT": c.LLMFirstTokenTimeout, "RAGENT_LLM_IDLE_TIMEOUT": c.LLMIdleTimeout,
+		"RAGENT_LLM_COOLDOWN":      c.LLMCooldown,
 		"RAGENT_HTTP_BODY_TIMEOUT": c.HTTPBodyTimeout, "RAGENT_HTTP_UPLOAD_TIMEOUT": c.HTTPUploadTimeout,
 		"RAGENT_INGEST_PARSE_TIMEOUT": c.IngestParseTimeout,
 	} {

@@ -93,7 +93,7 @@ func BenchmarkSearchOverhead(b *testing.B) {
 	}
 
 	token := (&instance{url: base}).login(b, "admin", "admin-password")
-	embedder, err := llm.NewEmbedder(llmConfig(cfg))
+	embedder, err := llm.NewEmbedder(llmConfig(cfg, nil))
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -47,13 +47,17 @@ const offlineVectorWeight = 0.005
 // to 0.5 left SciFact's hybrid nDCG@10 within 0.005 (BENCHMARKS.md).
 const offlineMinVectorScore = 0.15
 
-func llmConfig(cfg Config) llm.Config {
+func llmConfig(cfg Config, log *slog.Logger) llm.Config {
 	return llm.Config{
 		Provider: cfg.LLMProvider, BaseURL: cfg.LLMBaseURL, APIKey: cfg.LLMAPIKey,
+		APIVersion: cfg.LLMAPIVersion, Region: cfg.LLMRegion,
 		ChatModel: cfg.LLMChatModel, FastModel: cfg.LLMFastModel,
+		Thinking: cfg.LLMThinking, ThinkingModel: cfg.LLMThinkingModel, ThinkingBudget: cfg.LLMThinkingBudget,
+		Fallbacks: cfg.LLMFallbacks, Cooldown: cfg.LLMCooldown,
 		EmbeddingProvider: cfg.EmbedProvider, EmbeddingModel: cfg.EmbedModel,
 		EmbeddingBaseURL: cfg.EmbedBaseURL, EmbeddingAPIKey: cfg.EmbedAPIKey, EmbeddingDim: cfg.EmbedDim,
 		FirstTokenTimeout: cfg.LLMFirstTokenTimeout, IdleTimeout: cfg.LLMIdleTimeout,
+		Logger: log,
 	}
 }
 
