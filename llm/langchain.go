@@ -12,6 +12,7 @@ import (
 	"github.com/tmc/langchaingo/llms"
 
 	"github.com/ragent-go/ragent/service"
+	"github.com/ragent-go/ragent/text"
 )
 
 // langchainChat adapts a langchaingo llms.Model to service.ChatModel and
@@ -244,6 +245,13 @@ func (c *langchainChat) attempt(ctx context.Context, msgs []llms.MessageContent,
 	}
 	if resp != nil {
 		st.usage = usageOf(resp)
+	}
+	if st.usage != nil && c.ep.Provider == ProviderGoogleAI {
+		// generative-ai-go v0.15 keeps the usageMetadata of a stream's first
+		// chunk only (a TODO in its joinResponses): the prompt count is
+		// right, the completion count is not, so count that here.
+		st.usage.CompletionTokens = text.CountTokens(st.reasoning.String() + st.answer.String())
+		st.usage.TotalTokens = st.usage.PromptTokens + st.usage.CompletionTokens
 	}
 	return nil
 }

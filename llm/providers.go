@@ -41,9 +41,11 @@ func newLangchainModel(ep Endpoint, model string, client *http.Client, now func(
 		}
 		// The REST transport, so the HTTP client (and its status recorder)
 		// carries the calls. Given a client the Google SDK ignores
-		// option.WithAPIKey, so the key travels as the header Gemini reads.
+		// option.WithAPIKey, so the key travels as the header Gemini reads;
+		// WithAPIKey is still needed by the context-cache client, which the
+		// SDK builds without the HTTP client (and ragent never calls).
 		hc := newCallClient(client, http.Header{"X-Goog-Api-Key": {ep.APIKey}}, now)
-		opts := []googleai.Option{googleai.WithRest(), googleai.WithHTTPClient(hc), googleai.WithDefaultModel(model)}
+		opts := []googleai.Option{googleai.WithRest(), googleai.WithAPIKey(ep.APIKey), googleai.WithHTTPClient(hc), googleai.WithDefaultModel(model)}
 		if ep.BaseURL != "" {
 			opts = append(opts, func(o *googleai.Options) {
 				o.ClientOptions = append(o.ClientOptions, option.WithEndpoint(strings.TrimRight(ep.BaseURL, "/")))
