@@ -40,6 +40,8 @@ type fakeLLM struct {
 	active      atomic.Int32 // answer streams open right now
 	maxActive   atomic.Int32
 	streams     atomic.Int32 // answer streams started
+	requests    atomic.Int32 // chat requests received, of any kind
+	status      atomic.Int32 // when set, every request is answered with this status
 
 	started chan string // questions of #gate answers, as their streams start
 
@@ -75,6 +77,11 @@ type fakeRequest struct {
 func (f *fakeLLM) serve(w http.ResponseWriter, r *http.Request) {
 	if r.URL.Path != "/v1/chat/completions" {
 		http.NotFound(w, r)
+		return
+	}
+	f.requests.Add(1)
+	if status := f.status.Load(); status != 0 {
+		http.Error(w, `{"error":{"message":"unavailable"}}`, int(status))
 		return
 	}
 	// A call counts as open until just before its last bytes go out: the
