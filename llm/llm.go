@@ -297,6 +297,11 @@ func NewEmbedder(cfg Config) (service.Embedder, error) {
 			return nil, service.Errorf(service.ErrInvalid, "llm: embedding provider %s needs a model name", cfg.EmbeddingProvider)
 		}
 		return newRemoteEmbedder(cfg, buildOptions(cfg)), nil
+	case ProviderGoogleAI, ProviderBedrock:
+		if cfg.EmbeddingModel == "" {
+			return nil, service.Errorf(service.ErrInvalid, "llm: embedding provider %s needs a model name", cfg.EmbeddingProvider)
+		}
+		return newLangchainEmbedder(cfg)
 	}
 	return nil, service.Errorf(service.ErrInvalid, "llm: unknown embedding provider %q", cfg.EmbeddingProvider)
 }

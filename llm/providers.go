@@ -36,22 +36,7 @@ func newLangchainModel(ep Endpoint, model string, client *http.Client, now func(
 		}
 		return anthropic.New(opts...)
 	case ProviderGoogleAI:
-		if ep.APIKey == "" {
-			return nil, service.Errorf(service.ErrInvalid, "llm: endpoint %s: googleai needs an API key", ep.Name)
-		}
-		// The REST transport, so the HTTP client (and its status recorder)
-		// carries the calls. Given a client the Google SDK ignores
-		// option.WithAPIKey, so the key travels as the header Gemini reads;
-		// WithAPIKey is still needed by the context-cache client, which the
-		// SDK builds without the HTTP client (and ragent never calls).
-		hc := newCallClient(client, http.Header{"X-Goog-Api-Key": {ep.APIKey}}, now)
-		opts := []googleai.Option{googleai.WithRest(), googleai.WithAPIKey(ep.APIKey), googleai.WithHTTPClient(hc), googleai.WithDefaultModel(model)}
-		if ep.BaseURL != "" {
-			opts = append(opts, func(o *googleai.Options) {
-				o.ClientOptions = append(o.ClientOptions, option.WithEndpoint(strings.TrimRight(ep.BaseURL, "/")))
-			})
-		}
-		return googleai.New(context.Background(), opts...)
+		return newGoogleAI(ep, googleai.WithDefaultModel(model), client, now)
 	case ProviderBedrock:
 		rc, err := newBedrockClient(ep, newCallClient(client, nil, now))
 		if err != nil {
@@ -60,6 +45,26 @@ func newLangchainModel(ep Endpoint, model string, client *http.Client, now func(
 		return bedrock.New(bedrock.WithClient(rc), bedrock.WithModel(model))
 	}
 	return nil, service.Errorf(service.ErrInvalid, "llm: unknown provider %q", ep.Provider)
+}
+
+// newGoogleAI builds langchaingo's Gemini client on the REST transport, so
+// the HTTP client (and its status recorder) carries the calls. Given a
+// client the Google SDK ignores option.WithAPIKey, so the key travels as
+// the header Gemini reads; WithAPIKey is still needed by the context-cache
+// client, which the SDK builds without the HTTP client (and ragent never
+// calls).
+func newGoogleAI(ep Endpoint, model googleai.Option, client *http.Client, now func() time.Time) (*googleai.GoogleAI, error) {
+	if ep.APIKey == "" {
+		return nil, service.Errorf(service.ErrInvalid, "llm: endpoint %s: googleai needs an API key", ep.Name)
+	}
+	hc := newCallClient(client, http.Header{"X-Goog-Api-Key": {ep.APIKey}}, now)
+	opts := []googleai.Option{googleai.WithRest(), googleai.WithAPIKey(ep.APIKey), googleai.WithHTTPClient(hc), model}
+	if ep.BaseURL != "" {
+		opts = append(opts, func(o *googleai.Options) {
+			o.ClientOptions = append(o.ClientOptions, option.WithEndpoint(strings.TrimRight(ep.BaseURL, "/")))
+		})
+	}
+	return googleai.New(context.Background(), opts...)
 }
 
 // newBedrockClient builds the AWS SDK's Bedrock runtime client. The key is
