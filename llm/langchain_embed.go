@@ -3,7 +3,6 @@ package llm
 import (
 	"context"
 	"fmt"
-	"sync/atomic"
 	"time"
 
 	lcbedrock "github.com/tmc/langchaingo/embeddings/bedrock"
@@ -20,24 +19,27 @@ import (
 // langchaingo's EmbedQuery or EmbedDocuments; Gemini's batch API has one
 // kind for both.
 type langchainEmbedder struct {
-	model    string
-	fixedDim bool
-	dim      atomic.Int64
-	batch    int
-	timeout  time.Duration
-	retry    retrier
-	docs     func(ctx context.Context, texts []string) ([][]float32, error)
-	query    func(ctx context.Context, text string) ([]float32, error) // nil: docs serves queries too
+	// dims applies the own client's dimension rule (adopt the first
+	// dimension when none is configured, refuse any other); only its
+	// model and dimension fields are set.
+	dims    *remoteEmbedder
+	model   string
+	batch   int
+	timeout time.Duration
+	retry   retrier
+	docs    func(ctx context.Context, texts []string) ([][]float32, error)
+	query   func(ctx context.Context, text string) ([]float32, error) // nil: docs serves queries too
 }
 
 func newLangchainEmbedder(cfg Config) (service.Embedder, error) {
 	ep := Endpoint{Name: "embedding", Provider: cfg.EmbeddingProvider, BaseURL: cfg.EmbeddingBaseURL, APIKey: cfg.EmbeddingAPIKey, Region: cfg.Region}
 	o := buildOptions(cfg)
 	e := &langchainEmbedder{
-		model: cfg.EmbeddingModel, fixedDim: cfg.EmbeddingDim > 0, batch: cfg.EmbeddingBatchSize,
+		dims:  &remoteEmbedder{model: cfg.EmbeddingModel, fixedDim: cfg.EmbeddingDim > 0},
+		model: cfg.EmbeddingModel, batch: cfg.EmbeddingBatchSize,
 		timeout: cfg.RequestTimeout, retry: newRetrier(cfg.MaxRetries, o),
 	}
-	e.dim.Store(int64(cfg.EmbeddingDim))
+	e.dims.dim.Store(int64(cfg.EmbeddingDim))
 	switch cfg.EmbeddingProvider {
 	case ProviderGoogleAI:
 		g, err := newGoogleAI(ep, googleai.WithDefaultEmbeddingModel(cfg.EmbeddingModel), o.client, o.now)
@@ -69,7 +71,7 @@ func (e *langchainEmbedder) Model() string { return e.model }
 
 // Dim implements service.Embedder: the configured dimension, or the first
 // one seen.
-func (e *langchainEmbedder) Dim() int { return int(e.dim.Load()) }
+func (e *langchainEmbedder) Dim() int { return e.dims.Dim() }
 
 // Embed implements service.Embedder with the contract of the own client's
 // embedder: vectors in the order of texts, failures after retries wrap
@@ -91,7 +93,7 @@ func (e *langchainEmbedder) Embed(ctx context.Context, kind service.EmbedKind, t
 			if err != nil {
 				break
 			}
-			err = e.checkDim(len(v))
+			err = e.dims.checkDim(len(v))
 		}
 		if err != nil {
 			if ctxErr := ctx.Err(); ctxErr != nil {
@@ -137,19 +139,4 @@ func (e *langchainEmbedder) call(ctx context.Context, kind service.EmbedKind, ba
 		return nil, &connError{err}
 	}
 	return nil, err
-}
-
-// checkDim adopts the first dimension seen when none was configured and
-// rejects any other: one knowledge base's vectors share one dimension.
-func (e *langchainEmbedder) checkDim(n int) error {
-	if n == 0 {
-		return fmt.Errorf("embedding model %s returned an empty vector", e.model)
-	}
-	if e.dim.CompareAndSwap(0, int64(n)) {
-		return nil
-	}
-	if want := int(e.dim.Load()); n != want {
-		return fmt.Errorf("embedding model %s returned %d dimensions, want %d", e.model, n, want)
-	}
-	return nil
 }

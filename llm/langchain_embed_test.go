@@ -8,20 +8,9 @@ import (
 	"net/http"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/ragent-go/ragent/service"
 )
-
-func lcEmbedderFor(t *testing.T, cfg Config) service.Embedder {
-	t.Helper()
-	cfg.BackoffBase, cfg.BackoffMax = 10*time.Millisecond, 50*time.Millisecond
-	e, err := NewEmbedder(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return e
-}
 
 func TestGeminiEmbedder(t *testing.T) {
 	v := newVendor(t, func(n int, w http.ResponseWriter, r *http.Request) {
@@ -41,7 +30,7 @@ func TestGeminiEmbedder(t *testing.T) {
 		w.Header().Set("Content-Type", "application/json")
 		json.NewEncoder(w).Encode(map[string]any{"embeddings": out})
 	})
-	e := lcEmbedderFor(t, Config{EmbeddingProvider: ProviderGoogleAI, EmbeddingBaseURL: v.srv.URL, EmbeddingAPIKey: "g-key", EmbeddingModel: "text-embedding-004", EmbeddingBatchSize: 2})
+	e := embedderFor(t, Config{EmbeddingProvider: ProviderGoogleAI, EmbeddingBaseURL: v.srv.URL, EmbeddingAPIKey: "g-key", EmbeddingModel: "text-embedding-004", EmbeddingBatchSize: 2})
 	vecs, err := e.Embed(context.Background(), service.EmbedDocument, inputs(3))
 	if err != nil {
 		t.Fatal(err)
@@ -72,7 +61,7 @@ func TestBedrockEmbedder(t *testing.T) {
 		w.Header().Set("Content-Type", "application/json")
 		json.NewEncoder(w).Encode(map[string]any{"response_type": "embeddings_floats", "embeddings": out})
 	})
-	e := lcEmbedderFor(t, Config{EmbeddingProvider: ProviderBedrock, EmbeddingBaseURL: v.srv.URL, EmbeddingAPIKey: "AKIDTEST:secret", Region: "eu-central-1",
+	e := embedderFor(t, Config{EmbeddingProvider: ProviderBedrock, EmbeddingBaseURL: v.srv.URL, EmbeddingAPIKey: "AKIDTEST:secret", Region: "eu-central-1",
 		EmbeddingModel: model, EmbeddingDim: 4})
 	// The kind reaches the model: Cohere's input_type.
 	for i, tt := range []struct {
@@ -91,7 +80,7 @@ func TestBedrockEmbedder(t *testing.T) {
 	}
 	dim = 5
 	_, err := e.Embed(context.Background(), service.EmbedDocument, []string{"a"})
-	if !errors.Is(err, service.ErrUnavailable) || !strings.Contains(err.Error(), "returned 5 dimensions, want 4") {
+	if !errors.Is(err, service.ErrUnavailable) || !strings.Contains(err.Error(), "returned 5 dimensions but the configured dimension (RAGENT_EMBEDDING_DIM) is 4") {
 		t.Fatalf("err = %v", err)
 	}
 }
@@ -102,7 +91,7 @@ func TestBedrockEmbedderThrottled(t *testing.T) {
 		w.WriteHeader(http.StatusTooManyRequests)
 		io.WriteString(w, `{"message":"Too many requests"}`)
 	})
-	e := lcEmbedderFor(t, Config{EmbeddingProvider: ProviderBedrock, EmbeddingBaseURL: v.srv.URL, EmbeddingAPIKey: "AKIDTEST:secret", Region: "eu-central-1",
+	e := embedderFor(t, Config{EmbeddingProvider: ProviderBedrock, EmbeddingBaseURL: v.srv.URL, EmbeddingAPIKey: "AKIDTEST:secret", Region: "eu-central-1",
 		EmbeddingModel: "amazon.titan-embed-text-v2:0", EmbeddingDim: 4, MaxRetries: 2})
 	_, err := e.Embed(context.Background(), service.EmbedDocument, []string{"a"})
 	var se *statusError

@@ -196,7 +196,7 @@ func (c Config) validate() []error {
 	oneOf("RAGENT_MQ_DRIVER", c.MQDriver, "redis", "rocketmq")
 	oneOf("RAGENT_LLM_PROVIDER", c.LLMProvider, "offline", "openai", "azure", "mistral", "ollama", "anthropic", "googleai", "bedrock")
 	oneOf("RAGENT_LLM_THINKING", c.LLMThinking, "auto", "enable_thinking", "off")
-	oneOf("RAGENT_EMBEDDING_PROVIDER", c.EmbedProvider, "offline", "openai", "mistral", "ollama")
+	oneOf("RAGENT_EMBEDDING_PROVIDER", c.EmbedProvider, "offline", "openai", "mistral", "ollama", "googleai", "bedrock")
 	oneOf("RAGENT_CHAT_LIMITER_ON_REDIS_ERROR", c.ChatOnRedisError, "reject", "local")
 	oneOf("RAGENT_CHAT_EMPTY_RETRIEVAL", c.ChatEmptyRetrieval, "chat", "refuse")
 	oneOf("RAGENT_ROLE", c.Role, "all", "api", "worker")
@@ -212,8 +212,8 @@ func (c Config) validate() []error {
 	if (c.LLMProvider == "openai" || c.LLMProvider == "azure") && c.LLMBaseURL == "" {
 		bad("RAGENT_LLM_BASE_URL is required with RAGENT_LLM_PROVIDER=%s", c.LLMProvider)
 	}
-	if c.LLMProvider == "bedrock" && c.LLMRegion == "" {
-		bad("RAGENT_LLM_REGION is required with RAGENT_LLM_PROVIDER=bedrock")
+	if (c.LLMProvider == "bedrock" || c.EmbedProvider == "bedrock") && c.LLMRegion == "" {
+		bad("RAGENT_LLM_REGION is required with bedrock")
 	}
 	if len(c.LLMFallbacks) > 0 && c.LLMProvider == "offline" {
 		bad("RAGENT_LLM_FALLBACKS_FILE needs a primary model (RAGENT_LLM_PROVIDER is offline)")
