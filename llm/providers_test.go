@@ -527,3 +527,26 @@ func TestBedrockStream(t *testing.T) {
 		t.Fatalf("throttled: err = %v after %d calls (the SDK must not retry by itself)", err, v.calls())
 	}
 }
+
+// TestLangchainCancelAbortsUpstream: a caller that goes away (a stop, a
+// disconnect) aborts the upstream request on the langchaingo path too.
+func TestLangchainCancelAbortsUpstream(t *testing.T) {
+	aborted := make(chan struct{})
+	v := newVendor(t, func(_ int, w http.ResponseWriter, r *http.Request) {
+		anthropicStart(w)
+		anthropicEvent(w, "content_block_start", map[string]any{"index": 0, "content_block": map[string]any{"type": "text", "text": ""}})
+		anthropicEvent(w, "content_block_delta", map[string]any{"index": 0, "delta": map[string]any{"type": "text_delta", "text": "Hel"}})
+		<-r.Context().Done()
+		close(aborted)
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	_, err := modelFor(t, anthropicConfig(v.srv.URL), "claude-sonnet-4-5").Stream(ctx, question, func(service.Delta) error {
+		cancel()
+		return nil
+	})
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("err = %v, want context.Canceled", err)
+	}
+	<-aborted
+}
