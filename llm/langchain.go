@@ -3,6 +3,7 @@ package llm
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"io"
 	"net/http"
 	"strings"
@@ -178,7 +179,14 @@ func (c *langchainChat) callOptions(model string, req service.ChatRequest) []llm
 	return opts
 }
 
-func (c *langchainChat) attempt(ctx context.Context, msgs []llms.MessageContent, model string, req service.ChatRequest, st *streamState, onDelta func(service.Delta) error) error {
+func (c *langchainChat) attempt(ctx context.Context, msgs []llms.MessageContent, model string, req service.ChatRequest, st *streamState, onDelta func(service.Delta) error) (err error) {
+	// langchaingo's parsers read what a vendor (or a proxy) sends; a panic
+	// there fails this call, not the instance.
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("langchaingo %s panicked: %v", c.ep.Provider, p)
+		}
+	}()
 	st.answer.Reset()
 	st.reasoning.Reset()
 	st.usage = nil

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws/protocol/eventstream"
+	"github.com/tmc/langchaingo/llms"
 
 	"github.com/ragent-go/ragent/service"
 	"github.com/ragent-go/ragent/text"
@@ -549,4 +550,24 @@ func TestLangchainCancelAbortsUpstream(t *testing.T) {
 		t.Fatalf("err = %v, want context.Canceled", err)
 	}
 	<-aborted
+}
+
+// panicModel is a langchaingo model whose parser blows up on what it read.
+type panicModel struct{}
+
+func (panicModel) GenerateContent(context.Context, []llms.MessageContent, ...llms.CallOption) (*llms.ContentResponse, error) {
+	panic("index out of range")
+}
+
+func (panicModel) Call(context.Context, string, ...llms.CallOption) (string, error) {
+	panic("index out of range")
+}
+
+func TestLangchainPanicFailsTheCall(t *testing.T) {
+	m := &langchainChat{ep: Endpoint{Provider: ProviderAnthropic}, model: "m", t: timeouts{firstToken: time.Second, idle: time.Second},
+		retry: newRetrier(0, buildOptions(Config{})), llm: panicModel{}}
+	_, _, err := collect(t, context.Background(), m, question)
+	if !errors.Is(err, service.ErrUnavailable) || !strings.Contains(err.Error(), "langchaingo anthropic panicked: index out of range") {
+		t.Fatalf("err = %v", err)
+	}
 }
