@@ -88,6 +88,25 @@ func thinkingQuestion(on bool) service.ChatRequest {
 	return q
 }
 
+// streamThinking asks m with the deep-thinking toggle and checks that the
+// reasoning is shown only when asked for, then the answer and the usage.
+func streamThinking(t *testing.T, m service.ChatModel, thinking bool, reasoning, answer string, want service.Usage) {
+	t.Helper()
+	deltas, usage, err := collect(t, context.Background(), m, thinkingQuestion(thinking))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !thinking {
+		reasoning = ""
+	}
+	if joined(deltas, service.DeltaThink) != reasoning || joined(deltas, service.DeltaResponse) != answer {
+		t.Fatalf("thinking=%v: deltas %+v", thinking, deltas)
+	}
+	if usage != want {
+		t.Fatalf("usage %+v, want %+v", usage, want)
+	}
+}
+
 // --- Ollama: native /api/chat, NDJSON ---------------------------------
 
 func ndjson(w http.ResponseWriter, v any) {
@@ -111,20 +130,7 @@ func TestOllamaNativeChat(t *testing.T) {
 	for i, base := range []string{v.srv.URL, v.srv.URL + "/v1/"} {
 		m := modelFor(t, Config{Provider: ProviderOllama, BaseURL: base}, "qwen3")
 		for j, thinking := range []bool{true, false} {
-			deltas, usage, err := collect(t, context.Background(), m, thinkingQuestion(thinking))
-			if err != nil {
-				t.Fatal(err)
-			}
-			wantThink := ""
-			if thinking {
-				wantThink = "The user greets."
-			}
-			if joined(deltas, service.DeltaThink) != wantThink || joined(deltas, service.DeltaResponse) != "Hello" {
-				t.Fatalf("thinking=%v: deltas %+v", thinking, deltas)
-			}
-			if usage != (service.Usage{PromptTokens: 21, CompletionTokens: 9, TotalTokens: 30}) {
-				t.Fatalf("usage %+v", usage)
-			}
+			streamThinking(t, m, thinking, "The user greets.", "Hello", service.Usage{PromptTokens: 21, CompletionTokens: 9, TotalTokens: 30})
 			path, _, body := v.request(2*i + j)
 			// Deep thinking is asked for with the top-level think switch,
 			// and turned off for other calls.
@@ -272,20 +278,7 @@ func TestAnthropicMessages(t *testing.T) {
 	})
 	m := modelFor(t, anthropicConfig(v.srv.URL), "claude-sonnet-4-5")
 	for i, thinking := range []bool{true, false} {
-		deltas, usage, err := collect(t, context.Background(), m, thinkingQuestion(thinking))
-		if err != nil {
-			t.Fatal(err)
-		}
-		wantThink := ""
-		if thinking {
-			wantThink = "Let me think."
-		}
-		if joined(deltas, service.DeltaThink) != wantThink || joined(deltas, service.DeltaResponse) != "Hello" {
-			t.Fatalf("thinking=%v: deltas %+v", thinking, deltas)
-		}
-		if usage != (service.Usage{PromptTokens: 25, CompletionTokens: 15, TotalTokens: 40}) {
-			t.Fatalf("usage %+v", usage)
-		}
+		streamThinking(t, m, thinking, "Let me think.", "Hello", service.Usage{PromptTokens: 25, CompletionTokens: 15, TotalTokens: 40})
 		path, hdr, body := v.request(i)
 		if path != "/v1/messages" || hdr.Get("x-api-key") != "sk-ant" || hdr.Get("anthropic-version") == "" {
 			t.Fatalf("request %s %v", path, hdr)
