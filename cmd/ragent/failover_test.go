@@ -85,3 +85,30 @@ func TestChatFailoverAcrossInstances(t *testing.T) {
 		}
 	}
 }
+
+// TestChatDeepThinkingAsksTheModel: with RAGENT_LLM_THINKING=enable_thinking
+// the chat's deepThinking toggle reaches the upstream request as
+// "enable_thinking": true on the answer, and every other call (the title)
+// sends false.
+func TestChatDeepThinkingAsksTheModel(t *testing.T) {
+	model := newFakeLLM(t)
+	cfg := chatConfig(t, model)
+	cfg.LLMThinking = "enable_thinking"
+	in := start(t, cfg)
+	c := in.client(t, in.login(t, "admin", "admin-password"))
+
+	_, events := c.chatStream(context.Background(), map[string]any{"question": "why #think", "deepThinking": true}, nil)
+	if got := collapse(events); !strings.HasPrefix(got, "meta sources message") || !strings.HasSuffix(got, "finish done") {
+		t.Fatalf("sequence %q", got)
+	}
+	if on, off := model.thinkingOn.Load(), model.thinkingOff.Load(); on != 1 || off < 1 {
+		t.Fatalf("enable_thinking true %d times, false %d times; want the answer only to ask", on, off)
+	}
+	_, events = c.chatStream(context.Background(), map[string]any{"question": "why not", "deepThinking": false}, nil)
+	if got := collapse(events); !strings.HasSuffix(got, "finish done") {
+		t.Fatalf("sequence %q", got)
+	}
+	if on := model.thinkingOn.Load(); on != 1 {
+		t.Fatalf("a chat without deepThinking asked for thinking (%d)", on)
+	}
+}

@@ -41,6 +41,9 @@ type fakeLLM struct {
 	maxActive   atomic.Int32
 	streams     atomic.Int32 // answer streams started
 	requests    atomic.Int32 // chat requests received, of any kind
+	// Requests that carried "enable_thinking": true and false (Qwen3's
+	// switch, sent with RAGENT_LLM_THINKING=enable_thinking).
+	thinkingOn, thinkingOff atomic.Int32
 	status      atomic.Int32 // when set, every request is answered with this status
 
 	started chan string // questions of #gate answers, as their streams start
@@ -65,6 +68,7 @@ func (f *fakeLLM) URL() string { return f.srv.URL + "/v1" }
 type fakeRequest struct {
 	Model          string `json:"model"`
 	Stream         bool   `json:"stream"`
+	EnableThinking *bool  `json:"enable_thinking"`
 	ResponseFormat *struct {
 		Type string `json:"type"`
 	} `json:"response_format"`
@@ -95,6 +99,13 @@ func (f *fakeLLM) serve(w http.ResponseWriter, r *http.Request) {
 	if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
 		http.Error(w, err.Error(), http.StatusBadRequest)
 		return
+	}
+	switch {
+	case req.EnableThinking == nil:
+	case *req.EnableThinking:
+		f.thinkingOn.Add(1)
+	default:
+		f.thinkingOff.Add(1)
 	}
 	question := ""
 	for _, m := range req.Messages {
