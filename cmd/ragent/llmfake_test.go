@@ -44,7 +44,7 @@ type fakeLLM struct {
 	// Requests that carried "enable_thinking": true and false (Qwen3's
 	// switch, sent with RAGENT_LLM_THINKING=enable_thinking).
 	thinkingOn, thinkingOff atomic.Int32
-	status      atomic.Int32 // when set, every request is answered with this status
+	status                  atomic.Int32 // when set, every request is answered with this status
 
 	started chan string // questions of #gate answers, as their streams start
 
