@@ -30,9 +30,13 @@ type Config struct {
 	// body of an upload (default: scaled to the upload size cap).
 	HTTPBodyTimeout   time.Duration
 	HTTPUploadTimeout time.Duration
-	DatabaseURL       string
-	RedisURL          string
-	RedisPrefix       string
+	// SSEKeepAlive is how often an idle event stream gets a comment, so
+	// proxies do not close it (also while an OpenAI-API request waits in
+	// the queue).
+	SSEKeepAlive time.Duration
+	DatabaseURL  string
+	RedisURL     string
+	RedisPrefix  string
 
 	MQDriver        string // redis | rocketmq
 	RocketMQNamesrv string
@@ -216,7 +220,7 @@ func (c Config) validate() []error {
 		"RAGENT_TOKEN_TTL":        c.TokenTTL, "RAGENT_SHUTDOWN_TIMEOUT": c.ShutdownTimeout, "RAGENT_LOGIN_FAIL_WINDOW": c.LoginFailWindow,
 		"RAGENT_LLM_FIRST_TOKEN_TIMEOUT": c.LLMFirstTokenTimeout, "RAGENT_LLM_IDLE_TIMEOUT": c.LLMIdleTimeout,
 		"RAGENT_HTTP_BODY_TIMEOUT": c.HTTPBodyTimeout, "RAGENT_HTTP_UPLOAD_TIMEOUT": c.HTTPUploadTimeout,
-		"RAGENT_INGEST_PARSE_TIMEOUT": c.IngestParseTimeout,
+		"RAGENT_INGEST_PARSE_TIMEOUT": c.IngestParseTimeout, "RAGENT_SSE_KEEPALIVE": c.SSEKeepAlive,
 	} {
 		if d <= 0 {
 			bad("%s must be positive", name)
