@@ -133,6 +133,8 @@ func (w *completionWriter) emit(e chat.Event) error {
 		w.fail(statusOf(d.Code), d.Code, d.Message)
 	case chat.Error:
 		w.fail(statusOf(d.Code), d.Code, d.Message)
+	case *chat.Error: // the pipeline's failures are sent by pointer
+		w.fail(statusOf(d.Code), d.Code, d.Message)
 	case chat.Cancel:
 		switch d.Reason {
 		case chat.ReasonUser:

@@ -1,7 +1,10 @@
 package main
 
 import (
+	"bufio"
+	"bytes"
 	"context"
+	"encoding/json"
 	"net/http"
 	"strings"
 	"sync"
@@ -271,4 +274,117 @@ func TestOpenAIDisconnectCancelsUpstream(t *testing.T) {
 		<-done
 		waitAbandoned(t, q, left)
 	})
+}
+
+// TestOpenAIFailuresInStream: once a stream has started, a refusal after
+// waiting in the queue and a model failure arrive as OpenAI's in-stream
+// error followed by [DONE]; a non-stream request gets them as HTTP errors.
+func TestOpenAIFailuresInStream(t *testing.T) {
+	llm := newFakeLLM(t)
+	cfg := chatConfig(t, llm)
+	cfg.ChatMaxConcurrent, cfg.ChatMaxWait = 1, 500*time.Millisecond
+	in := start(t, cfg)
+	admin := in.client(t, in.login(t, "admin", "admin-password"))
+	key := in.client(t, chatKey(t, admin, "bot"))
+
+	streamError := func(t *testing.T, s oaiStream) *oaiErr {
+		t.Helper()
+		if s.Status != http.StatusOK || !s.Done || len(s.Chunks) == 0 {
+			t.Fatalf("stream: %d done=%v %s", s.Status, s.Done, s.Body)
+		}
+		return s.Chunks[len(s.Chunks)-1].Error
+	}
+
+	t.Run("model fails", func(t *testing.T) {
+		s := key.forTest(t).completions(context.Background(), map[string]any{"model": "ragent", "stream": true, "messages": userMsg("broken #500")}, nil)
+		if e := streamError(t, s); e == nil || e.Code != "llm_unavailable" || e.Type != "server_error" {
+			t.Fatalf("last chunk %+v", s.Chunks[len(s.Chunks)-1])
+		}
+		r := key.forTest(t).do("POST", "/v1/chat/completions", map[string]any{"model": "ragent", "messages": userMsg("broken again #500")})
+		if e := oaiError(t, r); r.Status != http.StatusServiceUnavailable || e.Code != "llm_unavailable" {
+			t.Fatalf("non-stream: %d %s", r.Status, r.Body)
+		}
+	})
+
+	t.Run("refused after waiting", func(t *testing.T) {
+		const holdQ = "holds the only slot #gate"
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			key.forTest(t).completions(context.Background(), map[string]any{"model": "ragent", "messages": userMsg(holdQ)}, nil)
+		}()
+		if q := llm.nextStart(t); q != holdQ {
+			t.Fatalf("started %q", q)
+		}
+		s := key.forTest(t).completions(context.Background(), map[string]any{"model": "ragent", "stream": true, "messages": userMsg("waits too long")}, nil)
+		if e := streamError(t, s); e == nil || e.Code != "busy" || e.Type != "rate_limit_error" {
+			t.Fatalf("chunks %+v comments %q", s.Chunks, s.Comments)
+		}
+		r := key.forTest(t).do("POST", "/v1/chat/completions", map[string]any{"model": "ragent", "messages": userMsg("waits too long, whole")})
+		if e := oaiError(t, r); r.Status != http.StatusTooManyRequests || e.Code != "busy" || r.Header.Get("Retry-After") == "" {
+			t.Fatalf("non-stream: %d %v %s", r.Status, r.Header, r.Body)
+		}
+		llm.open(holdQ)
+		<-done
+	})
+}
+
+// TestOpenAIStopByTask: the X-Ragent-Task header's task can be stopped with
+// /api/v1/chat/tasks/{taskId}/stop; the stream then ends as a (short)
+// answer with finish_reason stop and [DONE], and the turn is saved
+// cancelled.
+func TestOpenAIStopByTask(t *testing.T) {
+	llm := newFakeLLM(t)
+	in := start(t, chatConfig(t, llm))
+	admin := in.client(t, in.login(t, "admin", "admin-password"))
+	key := in.client(t, chatKey(t, admin, "bot"))
+
+	b, _ := json.Marshal(map[string]any{"model": "ragent", "stream": true, "messages": userMsg("stop me #slow")})
+	req, _ := http.NewRequest("POST", in.url+"/v1/chat/completions", bytes.NewReader(b))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Authorization", "Bearer "+key.token)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	task, conv := resp.Header.Get("X-Ragent-Task"), resp.Header.Get("X-Ragent-Conversation")
+	sc := bufio.NewScanner(resp.Body)
+	var text, finish string
+	stopped, done := false, false
+	for sc.Scan() {
+		line := strings.TrimPrefix(sc.Text(), "data: ")
+		if line == "[DONE]" {
+			done = true
+			break
+		}
+		if !strings.HasPrefix(line, "{") {
+			continue
+		}
+		var ch oaiChunk
+		if err := json.Unmarshal([]byte(line), &ch); err != nil {
+			t.Fatal(err)
+		}
+		if ch.Error != nil {
+			t.Fatalf("error chunk %+v", ch.Error)
+		}
+		for _, c := range ch.Choices {
+			if c.Delta.Content != nil {
+				text += *c.Delta.Content
+			}
+			if c.Finish != nil {
+				finish = *c.Finish
+			}
+		}
+		if text != "" && !stopped {
+			stopped = true
+			if r := key.do("POST", "/api/v1/chat/tasks/"+task+"/stop", nil); r.Status != http.StatusOK {
+				t.Fatalf("stop: %d %s", r.Status, r.Body)
+			}
+		}
+	}
+	if !done || finish != "stop" || !strings.HasPrefix(text, "part0") || strings.Contains(text, "part39") {
+		t.Fatalf("done=%v finish %q text %q", done, finish, text)
+	}
+	waitMessageStatus(t, admin, conv, "cancelled")
 }
