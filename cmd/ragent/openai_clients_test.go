@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -111,20 +110,7 @@ func TestOpenAIOfficialClients(t *testing.T) {
 	wg.Go(func() {
 		keyClient.completions(context.Background(), map[string]any{"model": "ragent", "stream": true, "messages": userMsg(waitQ)}, nil)
 	})
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		var lim struct{ QueueLength int }
-		if r := admin.do("GET", "/api/v1/admin/limiter", nil); r.Status == http.StatusOK {
-			r.json(t, &lim)
-		}
-		if lim.QueueLength == 1 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the second request never queued")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	waitQueued(t, admin, 1)
 	for _, c := range clients {
 		t.Run(c.name+"/busy", func(t *testing.T) { run(t, "busy", c.cmd[0], c.cmd[1:]...) })
 	}

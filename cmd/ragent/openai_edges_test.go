@@ -131,23 +131,18 @@ func TestOpenAIQueue(t *testing.T) {
 	if q := llm.nextStart(t); q != holdQ {
 		t.Fatalf("started %q", q)
 	}
+	keptAlive := make(chan struct{})
+	var once sync.Once
 	wg.Go(func() {
-		waiter = key.completions(context.Background(), map[string]any{"model": "ragent", "stream": true, "messages": userMsg("waits its turn #gate")}, func(oaiChunk) bool { return true })
+		waiter = key.completions(context.Background(), map[string]any{"model": "ragent", "stream": true, "messages": userMsg("waits its turn #gate")}, func(ch oaiChunk) bool {
+			if ch.Comment == "keep-alive" {
+				once.Do(func() { close(keptAlive) })
+			}
+			return true
+		})
 	})
-	// Wait until the second request waits in the queue (the admin's limiter
-	// page), so the user's share of the queue is full.
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		var lim struct{ QueueLength int }
-		admin.do("GET", "/api/v1/admin/limiter", nil).json(t, &lim)
-		if lim.QueueLength == 1 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the second request never queued")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	// Once the second request waits, the user's share of the queue is full.
+	waitQueued(t, admin, 1)
 
 	// The user's share is full: a third request is refused before any
 	// stream, with Retry-After, stream or not.
@@ -159,6 +154,12 @@ func TestOpenAIQueue(t *testing.T) {
 		}
 	}
 
+	// The waiter's stream stays alive while it waits.
+	select {
+	case <-keptAlive:
+	case <-time.After(30 * time.Second):
+		t.Fatal("no keep-alive comment while waiting")
+	}
 	llm.open(holdQ)
 	if q := llm.nextStart(t); q != "waits its turn #gate" {
 		t.Fatalf("started %q", q)
@@ -246,7 +247,7 @@ func TestOpenAIDisconnectCancelsUpstream(t *testing.T) {
 		var left time.Time
 		var conv string
 		s := key.forTest(t).completions(ctx, map[string]any{"model": "ragent", "stream": true, "messages": userMsg(q)}, func(ch oaiChunk) bool {
-			if ch.Choices[0].Delta.Content != nil && *ch.Choices[0].Delta.Content != "" {
+			if len(ch.Choices) > 0 && ch.Choices[0].Delta.Content != nil && *ch.Choices[0].Delta.Content != "" {
 				left = time.Now()
 				cancel()
 				return false

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 )
 
 // oaiChunk is a chat.completion or chat.completion.chunk as clients read it.
@@ -26,6 +27,8 @@ type oaiChunk struct {
 		TotalTokens      int `json:"total_tokens"`
 	} `json:"usage"`
 	Error *oaiErr `json:"error"`
+	// Comment is set instead of the rest for an SSE comment line.
+	Comment string `json:"-"`
 }
 
 type oaiMsg struct {
@@ -77,7 +80,8 @@ type oaiStream struct {
 }
 
 // completions posts a request and, for a stream, reads its events until the
-// end or until onChunk returns false (then the client disconnects).
+// end or until onChunk returns false (then the client disconnects); comment
+// lines reach onChunk as chunks with only Comment set.
 func (c *client) completions(ctx context.Context, body any, onChunk func(oaiChunk) bool, headers ...string) oaiStream {
 	c.t.Helper()
 	b, _ := json.Marshal(body)
@@ -111,6 +115,9 @@ func (c *client) completions(ctx context.Context, body any, onChunk func(oaiChun
 		switch {
 		case strings.HasPrefix(line, ": "):
 			out.Comments = append(out.Comments, strings.TrimPrefix(line, ": "))
+			if onChunk != nil && !onChunk(oaiChunk{Comment: strings.TrimPrefix(line, ": ")}) {
+				return out
+			}
 		case line == "data: [DONE]":
 			out.Done = true
 		case strings.HasPrefix(line, "data: "):
@@ -348,5 +355,25 @@ func TestOpenAIModelsFollowAccess(t *testing.T) {
 	limited := in.client(t, createKey(t, admin, map[string]any{"name": "one", "scopes": []string{"chat"}, "knowledgeBaseIds": []string{open}}).Key)
 	if got := ids(limited); got != "ragent,ragent/open-kb" {
 		t.Fatalf("limited key's models %q", got)
+	}
+}
+
+// waitQueued waits until n requests wait in the chat queue (the admin's
+// limiter page).
+func waitQueued(t *testing.T, admin *client, n int) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		var lim struct{ QueueLength int }
+		if r := admin.do("GET", "/api/v1/admin/limiter", nil); r.Status == http.StatusOK {
+			r.json(t, &lim)
+		}
+		if lim.QueueLength == n {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d requests queued, want %d", lim.QueueLength, n)
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }
