@@ -1,6 +1,8 @@
 // Package api is ragent's HTTP adapter: the Gin router, handlers, middleware,
 // the SSE writer and the map from error codes (service.CodeOf) to HTTP
-// statuses. It also serves the embedded web UI.
+// statuses. It also serves the embedded web UI and the OpenAI-compatible
+// API (/v1, openai.go), which translates the chat pipeline's events into
+// OpenAI's wire format.
 //
 // api reaches data only through use cases (service/...) and mechanisms
 // (ratelimit, idempotent); dependencies it must check for readiness are
