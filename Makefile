@@ -36,9 +36,10 @@ run: services build
 	@echo "ragent: the first start prints the admin username and password below; later starts reuse them"
 	RAGENT_MQ_DRIVER=$(MQ_DRIVER) ./$(BIN) serve
 
-# Everything the tests need: the three servers and, for the browser tests,
-# Chromium with CJK fonts.
-TEST_SERVICES := postgres redis rocketmq browser
+# Everything the tests need: the three servers, Chromium with CJK fonts for
+# the browser tests, and the official OpenAI SDKs (Python and Node) for the
+# OpenAI-compatible API's tests.
+TEST_SERVICES := postgres redis rocketmq browser clients
 
 .PHONY: test-services
 test-services:

@@ -33,6 +33,8 @@ var keyScopes = map[string][]service.Scope{
 	"POST /api/v1/knowledge-bases/:id/documents": {service.ScopeIngest},
 	"POST /api/v1/documents/:id/reindex":         {service.ScopeIngest},
 	"DELETE /api/v1/documents/:id":               {service.ScopeIngest},
+	"GET /v1/models":                             {service.ScopeChat},
+	"POST /v1/chat/completions":                  {service.ScopeChat},
 }
 
 // KeyScopes returns the scopes that admit an API key to route ("METHOD

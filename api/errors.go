@@ -73,11 +73,19 @@ func fail(c *gin.Context, err error) {
 		}
 		c.Header("Retry-After", strconv.Itoa(seconds))
 	}
+	if openAIRoute(c) {
+		failOpenAI(c, status, openAICode(err, detail.Code), detail.Message)
+		return
+	}
 	c.AbortWithStatusJSON(status, errorBody{Error: detail})
 }
 
 // failCode writes an error with an explicit status and code.
 func failCode(c *gin.Context, status int, code, message string) {
+	if openAIRoute(c) {
+		failOpenAI(c, status, code, message)
+		return
+	}
 	c.AbortWithStatusJSON(status, errorBody{Error: errorDetail{Code: code, Message: message}})
 }
 

@@ -11,11 +11,15 @@ import (
 	"github.com/ragent-go/ragent/service"
 )
 
-// decodeJSON decodes exactly one JSON value, rejecting unknown fields and
-// trailing data so typos in field names are reported, not ignored.
-func decodeJSON(r io.Reader, dst any) error {
+// decodeJSON decodes exactly one JSON value, rejecting trailing data and,
+// when strict, unknown fields, so typos in field names are reported, not
+// ignored. The OpenAI-compatible routes are not strict: their clients send
+// every parameter of OpenAI's API, most of which mean nothing here.
+func decodeJSON(r io.Reader, dst any, strict bool) error {
 	dec := json.NewDecoder(r)
-	dec.DisallowUnknownFields()
+	if strict {
+		dec.DisallowUnknownFields()
+	}
 	if err := dec.Decode(dst); err != nil {
 		if errors.Is(err, io.EOF) {
 			return errors.New("empty body")

@@ -37,7 +37,7 @@ func TestStorableStringsRefusesNUL(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			var b body
-			if err := decodeJSON(strings.NewReader(tt.in), &b); err != nil {
+			if err := decodeJSON(strings.NewReader(tt.in), &b, true); err != nil {
 				t.Fatalf("decode: %v", err)
 			}
 			err := storableStrings(&b)

@@ -196,8 +196,13 @@ func principal(c *gin.Context) service.Principal {
 }
 
 // bindJSON decodes the body into dst, mapping every failure to a clear 4xx.
-// Bodies are capped at Deps.MaxBodyBytes.
+// Bodies are capped at Deps.MaxBodyBytes; unknown fields are refused.
 func (s *Server) bindJSON(c *gin.Context, dst any) bool {
+	return s.bindBody(c, dst, true)
+}
+
+// bindBody is bindJSON with unknown fields refused only when strict.
+func (s *Server) bindBody(c *gin.Context, dst any, strict bool) bool {
 	if ct := c.ContentType(); ct != "" && ct != "application/json" {
 		fail(c, service.Errorf(service.ErrUnsupported, "content type must be application/json"))
 		return false
@@ -207,7 +212,7 @@ func (s *Server) bindJSON(c *gin.Context, dst any) bool {
 		return false
 	}
 	body := http.MaxBytesReader(c.Writer, c.Request.Body, s.deps.MaxBodyBytes)
-	if err := decodeJSON(body, dst); err != nil {
+	if err := decodeJSON(body, dst, strict); err != nil {
 		if bodyTimedOut(c, err) {
 			return false
 		}

@@ -1,6 +1,8 @@
 // Package api is ragent's HTTP adapter: the Gin router, handlers, middleware,
 // the SSE writer and the map from error codes (service.CodeOf) to HTTP
-// statuses. It also serves the embedded web UI.
+// statuses. It also serves the embedded web UI and the OpenAI-compatible
+// API (/v1, openai.go), which translates the chat pipeline's events into
+// OpenAI's wire format.
 //
 // api reaches data only through use cases (service/...) and mechanisms
 // (ratelimit, idempotent); dependencies it must check for readiness are
@@ -12,6 +14,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/netip"
+	"strings"
 	"time"
 
 	"github.com/gin-gonic/gin"
@@ -95,7 +98,8 @@ const uploadRoute = "/api/v1/knowledge-bases/:id/documents"
 
 // Server holds the handlers' dependencies.
 type Server struct {
-	deps Deps
+	deps    Deps
+	started time.Time // the "created" time of the model "ragent" (GET /v1/models)
 }
 
 // Router is the HTTP handler of the whole API, the metrics endpoint and the
@@ -142,7 +146,7 @@ func NewRouter(deps Deps) *Router {
 	if deps.UploadBodyTimeout <= 0 {
 		deps.UploadBodyTimeout = deps.BodyTimeout + 10*time.Minute
 	}
-	s := &Server{deps: deps}
+	s := &Server{deps: deps, started: time.Now()}
 
 	gin.SetMode(gin.ReleaseMode)
 	r := gin.New()
@@ -159,8 +163,17 @@ func NewRouter(deps Deps) *Router {
 	}
 	r.Use(requestID(deps.Log), recovery(), newHTTPMetrics(deps.Registry).handler(), accessLog(),
 		securityHeaders, bodyDeadline(deps.BodyTimeout, deps.UploadBodyTimeout, uploadRoute))
-	r.NoRoute(func(c *gin.Context) { failCode(c, http.StatusNotFound, "not_found", "no such route") })
+	// Under /v1/ (the OpenAI-compatible API) errors take OpenAI's shape.
+	r.NoRoute(func(c *gin.Context) {
+		if strings.HasPrefix(c.Request.URL.Path, "/v1/") {
+			c.Set(ctxOpenAI, true)
+		}
+		failCode(c, http.StatusNotFound, "not_found", "no such route")
+	})
 	r.NoMethod(func(c *gin.Context) {
+		if strings.HasPrefix(c.Request.URL.Path, "/v1/") {
+			c.Set(ctxOpenAI, true)
+		}
 		failCode(c, http.StatusMethodNotAllowed, "method_not_allowed", "method not allowed")
 	})
 
@@ -243,6 +256,14 @@ func NewRouter(deps Deps) *Router {
 	adm.DELETE("/admin/term-mappings/:id", s.deleteTermMapping)
 
 	adm.GET("/admin/audit", s.listAudit)
+
+	// The OpenAI-compatible API (openai.go) for API keys with the chat scope
+	// and sessions; the CSRF guard applies to cookie sessions as on /api/v1.
+	// No submit lock on completions: OpenAI's SDKs retry by themselves, and
+	// a bot asks the same question for different people at once.
+	oai := r.Group("/v1", openAIErrors, s.authenticate, s.csrfGuard(uploadRoute))
+	oai.GET("/models", s.listModels)
+	oai.POST("/chat/completions", s.chatCompletions)
 
 	return &Router{r}
 }

@@ -4,9 +4,9 @@
 # NameServer + Broker; on request also the headless Chromium of the browser
 # tests.
 #
-#   scripts/services.sh start  [postgres|redis|rocketmq|browser ...]
-#   scripts/services.sh stop   [postgres|redis|rocketmq|browser ...]
-#   scripts/services.sh status [postgres|redis|rocketmq|browser ...]
+#   scripts/services.sh start  [postgres|redis|rocketmq|browser|clients ...]
+#   scripts/services.sh stop   [postgres|redis|rocketmq|browser|clients ...]
+#   scripts/services.sh status [postgres|redis|rocketmq|browser|clients ...]
 #
 # Without service names the list comes from $SERVICES, else the three
 # servers; `browser` (Chromium and CJK fonts, nothing to run) only when named.
@@ -15,6 +15,9 @@
 # the database role). When everything is up it prints the connection settings
 # as export lines on stdout, so `eval "$(scripts/services.sh start)"` works;
 # progress goes to stderr.
+#
+# `clients` installs the official OpenAI SDKs the OpenAI-compatible API is
+# tested with (a Python venv and an npm prefix under the cache dir).
 #
 # `status` prints one up/down line per process and exits 1 if any is down.
 # `stop redis` shuts down whatever Redis answers on the port, ours or not.
@@ -26,7 +29,7 @@
 set -euo pipefail
 
 readonly ALL_SERVICES="postgres redis rocketmq"
-readonly KNOWN_SERVICES="$ALL_SERVICES browser"
+readonly KNOWN_SERVICES="$ALL_SERVICES browser clients"
 SCRIPT_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 readonly SCRIPT_DIR
 
@@ -586,6 +589,65 @@ status_browser() {
 	fi
 }
 
+# --- clients ------------------------------------------------------------------
+
+# The OpenAI-compatible API (/v1/chat/completions) is tested with the official
+# SDKs nobody here wrote (cmd/ragent/openai_clients_test.go): the `openai`
+# package from PyPI in a venv and the `openai` package from npm in a prefix,
+# both under the cache dir, pinned, reinstalled only when the pin changes.
+readonly OPENAI_PY_VERSION=${RAGENT_OPENAI_PY_VERSION:-3.57.0}
+readonly OPENAI_JS_VERSION=${RAGENT_OPENAI_JS_VERSION:-6.30.1}
+readonly CLIENTS_DIR=$CACHE_ROOT/clients
+readonly CLIENTS_VENV=$CLIENTS_DIR/venv
+readonly CLIENTS_NPM=$CLIENTS_DIR/npm
+
+clients_python() { "$CLIENTS_VENV/bin/python" -c 'import openai; print(openai.__version__)' 2>/dev/null; }
+clients_node() {
+	# By path: the package's exports map does not expose package.json.
+	(cd "$CLIENTS_NPM" 2>/dev/null && node -p 'require("./node_modules/openai/package.json").version' 2>/dev/null)
+}
+
+start_clients() {
+	# Debian's python3 has no venv module without python3-venv; bookworm's
+	# nodejs (18) runs the SDK (openai 7 wants Node 22, so 6.x is pinned),
+	# with its npm packaged apart.
+	if [[ ! -x /usr/bin/python3 ]] || ! /usr/bin/python3 -c 'import venv, ensurepip' 2>/dev/null; then
+		ensure_packages python3 python3-venv
+	fi
+	command -v node >/dev/null 2>&1 || ensure_packages nodejs
+	command -v npm >/dev/null 2>&1 || ensure_packages npm
+	mkdir -p "$CLIENTS_DIR"
+	if [[ $(clients_python) != "$OPENAI_PY_VERSION" ]]; then
+		log "clients: installing openai==$OPENAI_PY_VERSION (PyPI) into $CLIENTS_VENV"
+		[[ -x $CLIENTS_VENV/bin/python ]] || /usr/bin/python3 -m venv "$CLIENTS_VENV" >&2 ||
+			die "python3 -m venv $CLIENTS_VENV failed"
+		"$CLIENTS_VENV/bin/python" -m pip install -q --disable-pip-version-check "openai==$OPENAI_PY_VERSION" >&2 ||
+			die "pip install openai==$OPENAI_PY_VERSION failed"
+	fi
+	if [[ $(clients_node) != "$OPENAI_JS_VERSION" ]]; then
+		log "clients: installing openai@$OPENAI_JS_VERSION (npm) into $CLIENTS_NPM"
+		mkdir -p "$CLIENTS_NPM"
+		[[ -f $CLIENTS_NPM/package.json ]] || echo '{"private":true}' >"$CLIENTS_NPM/package.json"
+		(cd "$CLIENTS_NPM" && npm install --silent --no-audit --no-fund "openai@$OPENAI_JS_VERSION" >&2) ||
+			die "npm install openai@$OPENAI_JS_VERSION failed"
+	fi
+	log "clients: python openai $(clients_python), node $(node --version) openai $(clients_node)"
+}
+
+stop_clients() { :; }
+
+status_clients() {
+	local py js
+	py=$(clients_python) || py=
+	js=$(clients_node) || js=
+	if [[ $py == "$OPENAI_PY_VERSION" && $js == "$OPENAI_JS_VERSION" ]]; then
+		echo "clients   up    python openai $py, node openai $js"
+	else
+		echo "clients   down  python openai ${py:-missing} (want $OPENAI_PY_VERSION), node openai ${js:-missing} (want $OPENAI_JS_VERSION)"
+		return 1
+	fi
+}
+
 # --- main ---------------------------------------------------------------------
 
 print_settings() {
@@ -607,12 +669,16 @@ print_settings() {
 		browser)
 			echo "export RAGENT_CHROMIUM='$CHROMIUM'"
 			;;
+		clients)
+			echo "export RAGENT_OPENAI_PYTHON='$CLIENTS_VENV/bin/python'"
+			echo "export RAGENT_OPENAI_NODE_PATH='$CLIENTS_NPM/node_modules'"
+			;;
 		esac
 	done
 }
 
 usage() {
-	echo "usage: $0 start|stop|status [postgres|redis|rocketmq|browser ...]  (default: \$SERVICES or the three servers)" >&2
+	echo "usage: $0 start|stop|status [postgres|redis|rocketmq|browser|clients ...]  (default: \$SERVICES or the three servers)" >&2
 	exit 2
 }
 

@@ -10,6 +10,11 @@ const (
 	MaxChunkSize        = 4096
 	MaxSourceTermRunes  = 100 // the phrase a term mapping replaces
 	MaxTargetTermRunes  = 200 // what it is replaced with
+	// MaxHistoryMessageRunes bounds one earlier message a client sends with
+	// its question (the OpenAI-compatible API), and MaxInstructionRunes the
+	// client's own system instructions there.
+	MaxHistoryMessageRunes = 16000
+	MaxInstructionRunes    = 8000
 )
 
 // Limits is the JSON shape of the input limits.

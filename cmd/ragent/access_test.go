@@ -233,6 +233,19 @@ var isolationMatrix = map[string]isolationRow{
 	"DELETE /api/v1/conversations/:id": {[6]int{hidden, gone, hidden, hidden, hidden, hidden}, func(t *testing.T, f *accessFixture, _ string, c *client) int {
 		return c.do("DELETE", "/api/v1/conversations/"+f.viewerConversation(t), nil).Status
 	}},
+	// The OpenAI-compatible API: a knowledge base is a model, listed and
+	// answered only for those who may read it (ragent/<id> here; names
+	// resolve the same way, TestOpenAIModelsFollowAccess).
+	"GET /v1/models": {[6]int{hidden, fine, fine, fine, fine, fine}, func(t *testing.T, f *accessFixture, _ string, c *client) int {
+		return listed(c.do("GET", "/v1/models", nil), f.kb)
+	}},
+	"POST /v1/chat/completions": {[6]int{hidden, fine, fine, fine, fine, fine}, func(t *testing.T, f *accessFixture, _ string, c *client) int {
+		r := c.do("POST", "/v1/chat/completions", map[string]any{"model": "ragent/" + f.kb, "messages": []map[string]string{{"role": "user", "content": "zebrafish leave?"}}})
+		if r.Status == http.StatusOK && !strings.Contains(string(r.Body), f.doc) {
+			t.Errorf("the answer cites nothing of the readable document: %s", r.Body)
+		}
+		return r.Status
+	}},
 	// The limiter page shows counts only, no knowledge-base data; it stays
 	// admin-only.
 	"GET /api/v1/admin/limiter": {[6]int{denied, denied, denied, denied, denied, fine}, func(t *testing.T, f *accessFixture, _ string, c *client) int {
@@ -278,6 +291,8 @@ var keyMatrix = map[string][3]int{
 	"GET /api/v1/admin/limiter":                            {denied, denied, denied},
 	"POST /api/v1/api-keys":                                {denied, denied, denied},
 	"GET /api/v1/admin/audit":                              {denied, denied, denied},
+	"GET /v1/models":                                       {fine, denied, hidden},
+	"POST /v1/chat/completions":                            {fine, denied, hidden},
 }
 
 // noKnowledgeBaseData are the routes that neither take nor return a

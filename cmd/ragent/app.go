@@ -288,6 +288,7 @@ func newApp(ctx context.Context, cfg Config, log *slog.Logger) (_ *App, err erro
 		TrustedProxies:    cfg.TrustedProxies,
 		AllowedOrigins:    cfg.AllowedOrigins,
 		BodyTimeout:       cfg.HTTPBodyTimeout,
+		PingInterval:      cfg.SSEKeepAlive,
 		UploadBodyTimeout: cfg.HTTPUploadTimeout,
 		MetricsElsewhere:  cfg.MetricsAddr != "",
 		Pingers: map[string]api.Pinger{

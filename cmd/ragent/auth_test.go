@@ -78,6 +78,8 @@ var routeAccess = map[string]access{
 	"PUT /api/v1/admin/term-mappings/:id":                  adminOnly,
 	"DELETE /api/v1/admin/term-mappings/:id":               adminOnly,
 	"GET /api/v1/admin/audit":                              adminOnly,
+	"GET /v1/models":                                       anyUser,
+	"POST /v1/chat/completions":                            anyUser,
 	"GET /":                                                public,
 	"GET /assets/*filepath":                                public,
 	"HEAD /assets/*filepath":                               public,

@@ -32,9 +32,13 @@ type Config struct {
 	// body of an upload (default: scaled to the upload size cap).
 	HTTPBodyTimeout   time.Duration
 	HTTPUploadTimeout time.Duration
-	DatabaseURL       string
-	RedisURL          string
-	RedisPrefix       string
+	// SSEKeepAlive is how often an idle event stream gets a comment, so
+	// proxies do not close it (also while an OpenAI-API request waits in
+	// the queue).
+	SSEKeepAlive time.Duration
+	DatabaseURL  string
+	RedisURL     string
+	RedisPrefix  string
 
 	MQDriver        string // redis | rocketmq
 	RocketMQNamesrv string
@@ -249,7 +253,7 @@ func (c Config) validate() []error {
 		"RAGENT_LLM_FIRST_TOKEN_TIMEOUT": c.LLMFirstTokenTimeout, "RAGENT_LLM_IDLE_TIMEOUT": c.LLMIdleTimeout,
 		"RAGENT_LLM_COOLDOWN":      c.LLMCooldown,
 		"RAGENT_HTTP_BODY_TIMEOUT": c.HTTPBodyTimeout, "RAGENT_HTTP_UPLOAD_TIMEOUT": c.HTTPUploadTimeout,
-		"RAGENT_INGEST_PARSE_TIMEOUT": c.IngestParseTimeout,
+		"RAGENT_INGEST_PARSE_TIMEOUT": c.IngestParseTimeout, "RAGENT_SSE_KEEPALIVE": c.SSEKeepAlive,
 	} {
 		if d <= 0 {
 			bad("%s must be positive", name)

@@ -23,7 +23,8 @@ import (
 //	#silent   send nothing until the caller gives up
 //	#think    stream reasoning_content before the answer
 //	#gate     hold the answer (after it is counted as started) until the
-//	          test calls open(question); started reports it
+//	          test calls open(question); started reports it, and a caller
+//	          that gives up meanwhile is recorded as abandoned
 //
 // JSON requests (intent scoring) get garbage when garbageJSON is set.
 // Title requests take 200 ms when slowTitles is set. calls and maxCalls
@@ -49,6 +50,7 @@ type fakeLLM struct {
 	started chan string // questions of #gate answers, as their streams start
 
 	mu        sync.Mutex
+	requests  []fakeRequest // every request, in arrival order
 	gates     map[string]chan struct{}
 	abandoned map[string]time.Time // question → when the client went away mid-stream
 	seen429   map[string]bool
@@ -107,6 +109,9 @@ func (f *fakeLLM) serve(w http.ResponseWriter, r *http.Request) {
 	default:
 		f.thinkingOff.Add(1)
 	}
+	f.mu.Lock()
+	f.requests = append(f.requests, req)
+	f.mu.Unlock()
 	question := ""
 	for _, m := range req.Messages {
 		if m.Role == "user" {
@@ -202,6 +207,9 @@ func (f *fakeLLM) answer(w http.ResponseWriter, r *http.Request, question string
 		select {
 		case <-f.gate(question):
 		case <-r.Context().Done():
+			f.mu.Lock()
+			f.abandoned[question] = time.Now()
+			f.mu.Unlock()
 			return
 		}
 	}
@@ -272,6 +280,20 @@ func (f *fakeLLM) nextStart(t *testing.T) string {
 
 // open lets a #gate answer stream.
 func (f *fakeLLM) open(question string) { close(f.gate(question)) }
+
+// request returns the last request whose messages contain s.
+func (f *fakeLLM) request(s string) (fakeRequest, bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for i := len(f.requests) - 1; i >= 0; i-- {
+		for _, m := range f.requests[i].Messages {
+			if strings.Contains(m.Content, s) {
+				return f.requests[i], true
+			}
+		}
+	}
+	return fakeRequest{}, false
+}
 
 func (f *fakeLLM) abandonedAt(question string) (time.Time, bool) {
 	f.mu.Lock()

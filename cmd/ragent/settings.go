@@ -46,6 +46,7 @@ func (c *Config) settings() []setting {
 		{"RAGENT_ALLOWED_ORIGINS", "", (*originsValue)(&c.AllowedOrigins), maskNone},
 		{"RAGENT_HTTP_BODY_TIMEOUT", "30s", (*durationValue)(&c.HTTPBodyTimeout), maskNone},
 		{"RAGENT_HTTP_UPLOAD_TIMEOUT", "", (*durationValue)(&c.HTTPUploadTimeout), maskNone},
+		{"RAGENT_SSE_KEEPALIVE", "15s", (*durationValue)(&c.SSEKeepAlive), maskNone},
 		{"RAGENT_DATABASE_URL", "postgres://ragent:ragent@127.0.0.1:5432/ragent?sslmode=disable", (*strValue)(&c.DatabaseURL), maskURL},
 		{"RAGENT_REDIS_URL", "redis://127.0.0.1:6379/0", (*strValue)(&c.RedisURL), maskURL},
 		{"RAGENT_REDIS_PREFIX", "ragent:", (*strValue)(&c.RedisPrefix), maskNone},

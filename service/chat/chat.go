@@ -154,6 +154,15 @@ type Request struct {
 	KnowledgeBaseIDs []service.ID `json:"knowledgeBaseIds"`
 	DeepThinking     bool         `json:"deepThinking"`
 
+	// History, when not empty, is the conversation so far as the client
+	// holds it (the OpenAI-compatible API's earlier messages, roles user and
+	// assistant): it replaces the stored history for the rewrite and the
+	// prompt. It is the client's, so it is not stored.
+	History []service.ChatMessage `json:"-"`
+	// Instructions are the client's own system messages, given to the
+	// answer model after ragent's instructions and sources.
+	Instructions string `json:"-"`
+
 	// mapped is Question after term mappings, set by Validate.
 	mapped string
 }
@@ -179,6 +188,9 @@ func (s *Service) Validate(ctx context.Context, p service.Principal, req *Reques
 	}
 	if len(req.KnowledgeBaseIDs) > 20 {
 		return service.Errorf(service.ErrInvalid, "at most 20 knowledge bases per question")
+	}
+	if err := validateClientContext(req); err != nil {
+		return err
 	}
 	if err := s.checkReadable(ctx, p, req.KnowledgeBaseIDs); err != nil {
 		return err

@@ -28,11 +28,10 @@ const plainChatPrompt = `You are ragent, a helpful assistant. Answer in the lang
 // a nil error means the turn was answered without the model.
 func (t *turn) prepare(ctx context.Context) (*service.ChatRequest, error) {
 	s := t.s
-	history, err := s.d.Store.RecentMessages(ctx, t.conv.ID, s.cfg.HistoryMessages+1)
+	history, err := t.history(ctx)
 	if err != nil {
 		return nil, err
 	}
-	history = usableHistory(history, t.question.ID, s.cfg.HistoryMessages)
 
 	question := t.req.mapped
 	if s.d.FastModel != nil && len(history) > 0 {
@@ -141,6 +140,10 @@ func (t *turn) request(system string, intent *service.IntentNode, history []serv
 		for _, src := range sources {
 			fmt.Fprintf(&b, "\n[%d] %s\n%s\n", src.Index, src.DocumentName, src.Content)
 		}
+	}
+	if t.req.Instructions != "" {
+		b.WriteString("\n\nInstructions from the client application:\n")
+		b.WriteString(t.req.Instructions)
 	}
 	msgs := []service.ChatMessage{{Role: "system", Content: b.String()}}
 	for _, m := range history {

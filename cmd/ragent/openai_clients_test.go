@@ -1,0 +1,120 @@
+package main
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/ragent-go/ragent/internal/testenv"
+)
+
+// openAIClients finds the official SDKs that scripts/services.sh installs
+// for the `clients` service (a venv with PyPI's openai, an npm prefix with
+// npm's openai), by RAGENT_OPENAI_PYTHON and RAGENT_OPENAI_NODE_PATH or
+// where the script puts them. Missing ones skip the test on a developer
+// machine and fail it under RAGENT_REQUIRE_SERVICES=1.
+func openAIClients(t *testing.T) (python, nodePath string) {
+	t.Helper()
+	cache := os.Getenv("RAGENT_SERVICES_CACHE")
+	if cache == "" {
+		base := os.Getenv("XDG_CACHE_HOME")
+		if base == "" {
+			home, _ := os.UserHomeDir()
+			base = filepath.Join(home, ".cache")
+		}
+		cache = filepath.Join(base, "ragent")
+	}
+	python = os.Getenv("RAGENT_OPENAI_PYTHON")
+	if python == "" {
+		python = filepath.Join(cache, "clients", "venv", "bin", "python")
+	}
+	nodePath = os.Getenv("RAGENT_OPENAI_NODE_PATH")
+	if nodePath == "" {
+		nodePath = filepath.Join(cache, "clients", "npm", "node_modules")
+	}
+	var missing []string
+	if err := exec.Command(python, "-c", "import openai").Run(); err != nil {
+		missing = append(missing, "python openai ("+python+": "+err.Error()+")")
+	}
+	if _, err := exec.LookPath("node"); err != nil {
+		missing = append(missing, "node")
+	} else if _, err := os.Stat(filepath.Join(nodePath, "openai", "package.json")); err != nil {
+		missing = append(missing, "node openai ("+err.Error()+")")
+	}
+	if len(missing) > 0 {
+		if testenv.Required() {
+			t.Fatalf("OpenAI SDKs unavailable (RAGENT_REQUIRE_SERVICES=1): %v; run scripts/services.sh start clients", missing)
+		}
+		t.Skipf("OpenAI SDKs unavailable: %v; run scripts/services.sh start clients", missing)
+	}
+	return python, nodePath
+}
+
+// TestOpenAIOfficialClients runs the official openai SDKs — Python (PyPI)
+// and Node (npm), code nobody here wrote — against a running instance with
+// the fake model: models, a non-stream and a streamed completion with the
+// sources extension and usage, history, 404 for an unknown model, 401 for a
+// bad key (testdata/openai/client.*, mode ok); then, with the caller's
+// share of the queue held full, 429 with Retry-After stream or not (mode
+// busy).
+func TestOpenAIOfficialClients(t *testing.T) {
+	python, nodePath := openAIClients(t)
+	llm := newFakeLLM(t)
+	cfg := chatConfig(t, llm)
+	cfg.ChatMaxConcurrent, cfg.ChatMaxQueuedPerUser, cfg.ChatMaxWait = 1, 1, 60*time.Second
+	in := start(t, cfg)
+	admin := in.client(t, in.login(t, "admin", "admin-password"))
+	kb := seedKnowledge(t, in, admin.token)
+	var kbJSON struct{ Name string }
+	admin.do("GET", "/api/v1/knowledge-bases/"+kb, nil).json(t, &kbJSON)
+	key := chatKey(t, admin, "sdk")
+
+	run := func(t *testing.T, mode string, name string, args ...string) {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+		defer cancel()
+		cmd := exec.CommandContext(ctx, name, append(args, mode)...)
+		cmd.Env = append(os.Environ(), "RAGENT_URL="+in.url, "RAGENT_KEY="+key, "RAGENT_MODEL=ragent/"+kbJSON.Name, "NODE_PATH="+nodePath)
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("%s %v %s: %v\n%s", name, args, mode, err, out)
+		}
+		t.Logf("%s", out)
+	}
+	clients := []struct {
+		name string
+		cmd  []string
+	}{
+		{"python", []string{python, filepath.Join("testdata", "openai", "client.py")}},
+		{"node", []string{"node", filepath.Join("testdata", "openai", "client.cjs")}},
+	}
+	for _, c := range clients {
+		t.Run(c.name+"/ok", func(t *testing.T) { run(t, "ok", c.cmd[0], c.cmd[1:]...) })
+	}
+
+	// Hold the only slot and the user's one place in the queue: the SDKs'
+	// requests are refused at once.
+	var wg sync.WaitGroup
+	keyClient := in.client(t, key)
+	const holdQ, waitQ = "holds the slot #gate", "holds the queue place #gate"
+	wg.Go(func() {
+		keyClient.completions(context.Background(), map[string]any{"model": "ragent", "messages": userMsg(holdQ)}, nil)
+	})
+	if q := llm.nextStart(t); q != holdQ {
+		t.Fatalf("started %q", q)
+	}
+	wg.Go(func() {
+		keyClient.completions(context.Background(), map[string]any{"model": "ragent", "stream": true, "messages": userMsg(waitQ)}, nil)
+	})
+	waitQueued(t, admin, 1)
+	for _, c := range clients {
+		t.Run(c.name+"/busy", func(t *testing.T) { run(t, "busy", c.cmd[0], c.cmd[1:]...) })
+	}
+	llm.open(holdQ)
+	llm.open(waitQ)
+	wg.Wait()
+}

@@ -1,0 +1,53 @@
+package chat
+
+import (
+	"context"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/ragent-go/ragent/service"
+)
+
+// history returns the turns the rewrite and the prompt see: the client's
+// own (Request.History) when it sent any, else the stored conversation's.
+func (t *turn) history(ctx context.Context) ([]service.Message, error) {
+	n := t.s.cfg.HistoryMessages
+	if len(t.req.History) > 0 {
+		msgs := make([]service.Message, 0, len(t.req.History))
+		for _, m := range t.req.History {
+			if strings.TrimSpace(m.Content) != "" {
+				msgs = append(msgs, service.Message{Role: m.Role, Content: m.Content, Status: service.MessageCompleted})
+			}
+		}
+		return msgs[max(0, len(msgs)-n):], nil
+	}
+	msgs, err := t.s.d.Store.RecentMessages(ctx, t.conv.ID, n+1)
+	if err != nil {
+		return nil, err
+	}
+	return usableHistory(msgs, t.question.ID, n), nil
+}
+
+// validateClientContext checks what a client sends besides its question:
+// earlier turns (user or assistant, each bounded) and instructions.
+func validateClientContext(req *Request) error {
+	for i, m := range req.History {
+		if m.Role != "user" && m.Role != "assistant" {
+			return service.Errorf(service.ErrInvalid, "history message %d has role %q; only user and assistant turns are history", i, m.Role)
+		}
+		if !utf8.ValidString(m.Content) {
+			return service.Errorf(service.ErrInvalid, "history message %d must be valid UTF-8", i)
+		}
+		if utf8.RuneCountInString(m.Content) > service.MaxHistoryMessageRunes {
+			return service.Errorf(service.ErrInvalid, "history message %d must be at most %d characters", i, service.MaxHistoryMessageRunes)
+		}
+	}
+	req.Instructions = strings.TrimSpace(req.Instructions)
+	if !utf8.ValidString(req.Instructions) {
+		return service.Errorf(service.ErrInvalid, "instructions must be valid UTF-8")
+	}
+	if utf8.RuneCountInString(req.Instructions) > service.MaxInstructionRunes {
+		return service.Errorf(service.ErrInvalid, "instructions must be at most %d characters", service.MaxInstructionRunes)
+	}
+	return nil
+}
