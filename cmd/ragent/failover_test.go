@@ -45,7 +45,7 @@ func TestChatFailoverAcrossInstances(t *testing.T) {
 	}
 	// Only the turn's first model call reached the primary: its 503 cooled
 	// it down for every later call.
-	if n := primary.requests.Load(); n != 1 {
+	if n := primary.received.Load(); n != 1 {
 		t.Fatalf("primary got %d requests, want 1", n)
 	}
 	if backup.streams.Load() != 1 {
@@ -60,7 +60,7 @@ func TestChatFailoverAcrossInstances(t *testing.T) {
 	if got := collapse(events); got != "meta sources message finish done" {
 		t.Fatalf("instance 2: %q", got)
 	}
-	if n := primary.requests.Load(); n != 1 {
+	if n := primary.received.Load(); n != 1 {
 		t.Fatalf("instance 2 called the primary (%d requests) while it cooled down", n)
 	}
 	if backup.streams.Load() != 2 {

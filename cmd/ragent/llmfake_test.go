@@ -41,7 +41,7 @@ type fakeLLM struct {
 	active      atomic.Int32 // answer streams open right now
 	maxActive   atomic.Int32
 	streams     atomic.Int32 // answer streams started
-	requests    atomic.Int32 // chat requests received, of any kind
+	received    atomic.Int32 // chat requests received, of any kind
 	// Requests that carried "enable_thinking": true and false (Qwen3's
 	// switch, sent with RAGENT_LLM_THINKING=enable_thinking).
 	thinkingOn, thinkingOff atomic.Int32
@@ -85,7 +85,7 @@ func (f *fakeLLM) serve(w http.ResponseWriter, r *http.Request) {
 		http.NotFound(w, r)
 		return
 	}
-	f.requests.Add(1)
+	f.received.Add(1)
 	if status := f.status.Load(); status != 0 {
 		http.Error(w, `{"error":{"message":"unavailable"}}`, int(status))
 		return
