@@ -62,6 +62,12 @@ type Config struct {
 	EmbedDim             int
 	EmbedBaseURL         string
 	EmbedAPIKey          string
+	// How asymmetric embedding models tell questions from passages
+	// (llm.EmbedKinds); all empty: the model's defaults.
+	EmbedQueryPrefix       string
+	EmbedDocumentPrefix    string
+	EmbedQueryInputType    string
+	EmbedDocumentInputType string
 
 	AdminUsername string
 	AdminPassword string

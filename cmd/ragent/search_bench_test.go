@@ -115,7 +115,7 @@ func BenchmarkSearchOverhead(b *testing.B) {
 			Terms: terms, Counts: counts, K1: 0.9, B: 0.4, Limit: 50}); err != nil {
 			b.Fatal(err)
 		}
-		vecs, err := embedder.Embed(ctx, []string{q})
+		vecs, err := embedder.Embed(ctx, service.EmbedQuery, []string{q})
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -70,6 +70,10 @@ func (c *Config) settings() []setting {
 		{"RAGENT_EMBEDDING_DIM", "512", (*intValue)(&c.EmbedDim), maskNone},
 		{"RAGENT_EMBEDDING_BASE_URL", "", (*strValue)(&c.EmbedBaseURL), maskURL},
 		{"RAGENT_EMBEDDING_API_KEY", "", (*strValue)(&c.EmbedAPIKey), maskSecret},
+		{"RAGENT_EMBEDDING_QUERY_PREFIX", "", (*strValue)(&c.EmbedQueryPrefix), maskNone},
+		{"RAGENT_EMBEDDING_DOCUMENT_PREFIX", "", (*strValue)(&c.EmbedDocumentPrefix), maskNone},
+		{"RAGENT_EMBEDDING_QUERY_INPUT_TYPE", "", (*strValue)(&c.EmbedQueryInputType), maskNone},
+		{"RAGENT_EMBEDDING_DOCUMENT_INPUT_TYPE", "", (*strValue)(&c.EmbedDocumentInputType), maskNone},
 
 		{"RAGENT_ADMIN_USERNAME", "admin", (*strValue)(&c.AdminUsername), maskNone},
 		{"RAGENT_ADMIN_PASSWORD", "", (*strValue)(&c.AdminPassword), maskSecret},

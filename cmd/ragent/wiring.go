@@ -53,6 +53,10 @@ func llmConfig(cfg Config) llm.Config {
 		ChatModel: cfg.LLMChatModel, FastModel: cfg.LLMFastModel,
 		EmbeddingProvider: cfg.EmbedProvider, EmbeddingModel: cfg.EmbedModel,
 		EmbeddingBaseURL: cfg.EmbedBaseURL, EmbeddingAPIKey: cfg.EmbedAPIKey, EmbeddingDim: cfg.EmbedDim,
+		EmbeddingKinds: llm.EmbedKinds{
+			QueryPrefix: cfg.EmbedQueryPrefix, DocumentPrefix: cfg.EmbedDocumentPrefix,
+			QueryInputType: cfg.EmbedQueryInputType, DocumentInputType: cfg.EmbedDocumentInputType,
+		},
 		FirstTokenTimeout: cfg.LLMFirstTokenTimeout, IdleTimeout: cfg.LLMIdleTimeout,
 	}
 }

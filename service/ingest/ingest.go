@@ -402,7 +402,7 @@ func (s *Service) index(ctx context.Context, doc *service.Document) (int, error)
 	}
 	for start := 0; start < len(texts); start += s.cfg.EmbedBatch {
 		end := min(start+s.cfg.EmbedBatch, len(texts))
-		vecs, err := s.embedder.Embed(ctx, texts[start:end])
+		vecs, err := s.embedder.Embed(ctx, service.EmbedDocument, texts[start:end])
 		if err != nil {
 			return 0, fmt.Errorf("embed: %w", err)
 		}

@@ -50,7 +50,7 @@ func (s *fakeStore) FailDocument(_ context.Context, _ service.ID, _ int, reason 
 
 type fakeEmbedder struct{}
 
-func (fakeEmbedder) Embed(_ context.Context, texts []string) ([][]float32, error) {
+func (fakeEmbedder) Embed(_ context.Context, _ service.EmbedKind, texts []string) ([][]float32, error) {
 	out := make([][]float32, len(texts))
 	for i := range out {
 		out[i] = []float32{1, 0}

@@ -225,7 +225,7 @@ func (s *Searcher) vector(ctx context.Context, query string, kbs []*service.Know
 	if len(ids) == 0 {
 		return nil, nil
 	}
-	vecs, err := s.embedder.Embed(ctx, []string{query})
+	vecs, err := s.embedder.Embed(ctx, service.EmbedQuery, []string{query})
 	if err != nil {
 		return nil, fmt.Errorf("embed query: %w", err)
 	}
