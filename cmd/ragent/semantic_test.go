@@ -61,7 +61,9 @@ func TestParaphraseFindsDemoDocument(t *testing.T) {
 
 	a := start(t, localEmbedderConfig(t))
 	c := a.client(t, a.login(t, "admin", "admin-password"))
-	var kbs struct{ Items []struct{ ID, Visibility string } }
+	var kbs struct {
+		Items []struct{ ID, Visibility string }
+	}
 	c.do("GET", "/api/v1/knowledge-bases", nil).json(t, &kbs)
 	var internal string
 	for _, kb := range kbs.Items {
