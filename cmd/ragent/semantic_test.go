@@ -2,10 +2,13 @@ package main
 
 import (
 	"context"
+	"net/http"
 	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
+	"github.com/ragent-go/ragent/internal/eval"
 	"github.com/ragent-go/ragent/internal/testenv"
 	"github.com/ragent-go/ragent/text"
 )
@@ -14,7 +17,7 @@ import (
 // ragent when the local embedding model is up (scripts/services.sh prints
 // these settings), through the same loader, so the defaults that depend on
 // the embedder (fusion weight, relevance gate) are the real ones.
-func localEmbedderConfig(t *testing.T) Config {
+func localEmbedderConfig(t testing.TB) Config {
 	t.Helper()
 	base := testConfig(t)
 	env := map[string]string{
@@ -38,27 +41,11 @@ func localEmbedderConfig(t *testing.T) Config {
 	return cfg
 }
 
-// TestParaphraseFindsDemoDocument is the promise of `make run`: with the
-// local embedding model, a question that shares no word with a demo
-// document — after the tokenizer BM25 uses: stop words dropped, stemmed —
-// finds it, in /search and as the first source of a chat answer.
-func TestParaphraseFindsDemoDocument(t *testing.T) {
-	const question = "how can I join the office intranet while I am away at home?"
-	const want = "vpn-and-accounts.md"
-	doc, err := os.ReadFile("../../internal/demo/docs/" + want)
-	if err != nil {
-		t.Fatal(err)
-	}
-	docTerms := map[string]bool{}
-	for _, term := range text.Tokenize(string(doc)) {
-		docTerms[term] = true
-	}
-	for _, term := range text.Tokenize(question) {
-		if docTerms[term] {
-			t.Fatalf("the question shares the term %q with %s: not a paraphrase", term, want)
-		}
-	}
-
+// demoKB starts an instance on the local embedding model with the demo
+// loaded, waits until the internal demo knowledge base is ingested, and
+// returns the instance, an admin client and that knowledge base's id.
+func demoKB(t testing.TB) (*instance, *client, string) {
+	t.Helper()
 	a := start(t, localEmbedderConfig(t))
 	c := a.client(t, a.login(t, "admin", "admin-password"))
 	var kbs struct {
@@ -82,7 +69,31 @@ func TestParaphraseFindsDemoDocument(t *testing.T) {
 			t.Fatalf("demo document %s: %s %s", d.ID, got.Status, got.Error)
 		}
 	}
+	return a, c, internal
+}
 
+// TestParaphraseFindsDemoDocument is the promise of `make run`: with the
+// local embedding model, a question that shares no word with a demo
+// document — after the tokenizer BM25 uses: stop words dropped, stemmed —
+// finds it, in /search and as the first source of a chat answer.
+func TestParaphraseFindsDemoDocument(t *testing.T) {
+	const question = "how can I join the office intranet while I am away at home?"
+	const want = "vpn-and-accounts.md"
+	doc, err := os.ReadFile("../../internal/demo/docs/" + want)
+	if err != nil {
+		t.Fatal(err)
+	}
+	docTerms := map[string]bool{}
+	for _, term := range text.Tokenize(string(doc)) {
+		docTerms[term] = true
+	}
+	for _, term := range text.Tokenize(question) {
+		if docTerms[term] {
+			t.Fatalf("the question shares the term %q with %s: not a paraphrase", term, want)
+		}
+	}
+
+	_, c, internal := demoKB(t)
 	type results struct {
 		Results []struct{ DocumentName string }
 	}
@@ -110,4 +121,44 @@ func TestParaphraseFindsDemoDocument(t *testing.T) {
 		return
 	}
 	t.Fatalf("chat sent no sources event: %q", collapse(events))
+}
+
+// BenchmarkSearchQueryEmbedding measures what the local model's query
+// embedding adds to /search: every sentence of the demo documents (Chinese
+// and English) is asked once in keyword mode and once in hybrid mode
+// (query embedding + vector search + fusion), interleaved, over the
+// ingested demo; added-p50-ms is the difference of the medians.
+func BenchmarkSearchQueryEmbedding(b *testing.B) {
+	_, c, internal := demoKB(b)
+	files, err := filepath.Glob("../../internal/demo/docs/*.md")
+	if err != nil || len(files) == 0 {
+		b.Fatalf("demo documents: %v", err)
+	}
+	var questions []string
+	for _, f := range files {
+		body, err := os.ReadFile(f)
+		if err != nil {
+			b.Fatal(err)
+		}
+		questions = append(questions, text.Sentences(string(body))...)
+	}
+	var keyword, hybrid []time.Duration
+	ask := func(q, mode string) time.Duration {
+		t0 := time.Now()
+		r := c.do("POST", "/api/v1/search", map[string]any{"query": q, "mode": mode, "knowledgeBaseIds": []string{internal}})
+		if r.Status != http.StatusOK {
+			b.Fatalf("search %q: %d %s", q, r.Status, r.Body)
+		}
+		return time.Since(t0)
+	}
+	b.ResetTimer()
+	for i := range b.N {
+		q := questions[i%len(questions)]
+		keyword = append(keyword, ask(q, "keyword"))
+		hybrid = append(hybrid, ask(q, "hybrid"))
+	}
+	b.ReportMetric(ms(eval.Percentile(keyword, 0.5)), "keyword-p50-ms")
+	b.ReportMetric(ms(eval.Percentile(hybrid, 0.5)), "hybrid-p50-ms")
+	b.ReportMetric(ms(eval.Percentile(hybrid, 0.99)), "hybrid-p99-ms")
+	b.ReportMetric(ms(eval.Percentile(hybrid, 0.5)-eval.Percentile(keyword, 0.5)), "added-p50-ms")
 }
