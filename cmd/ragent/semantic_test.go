@@ -75,7 +75,8 @@ func demoKB(t testing.TB) (*instance, *client, string) {
 // TestParaphraseFindsDemoDocument is the promise of `make run`: with the
 // local embedding model, a question that shares no word with a demo
 // document — after the tokenizer BM25 uses: stop words dropped, stemmed —
-// finds it, in /search and as the first source of a chat answer.
+// finds it, in /search and as the first source of a chat answer, while the
+// relevance gate leaves an off-topic question with nothing.
 func TestParaphraseFindsDemoDocument(t *testing.T) {
 	const question = "how can I join the office intranet while I am away at home?"
 	const want = "vpn-and-accounts.md"
@@ -107,9 +108,17 @@ func TestParaphraseFindsDemoDocument(t *testing.T) {
 		t.Fatalf("hybrid search for %q: %+v, want %s first", question, hybrid.Results, want)
 	}
 
+	// The relevance gate: a question about nothing in the knowledge base
+	// gets no vector hits (and shares no term with it), so nothing at all.
+	var offTopic results
+	c.do("POST", "/api/v1/search", map[string]any{"query": "pizza dough recipe", "mode": "hybrid", "knowledgeBaseIds": []string{internal}}).json(t, &offTopic)
+	if len(offTopic.Results) != 0 {
+		t.Fatalf("an off-topic question found %+v", offTopic.Results)
+	}
+
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	_, events := c.chatStream(ctx, map[string]any{"question": question}, nil)
+	_, events := c.chatStream(ctx, map[string]any{"question": question, "knowledgeBaseIds": []string{internal}}, nil)
 	for _, e := range events {
 		if e.Name != "sources" {
 			continue

@@ -63,6 +63,7 @@ func (c *Config) settings() []setting {
 		{"RAGENT_LLM_FIRST_TOKEN_TIMEOUT", "60s", (*durationValue)(&c.LLMFirstTokenTimeout), maskNone},
 		{"RAGENT_LLM_IDLE_TIMEOUT", "60s", (*durationValue)(&c.LLMIdleTimeout), maskNone},
 		{"RAGENT_SEARCH_MIN_VECTOR_SCORE", "", (*floatValue)(&c.SearchMinVectorScore), maskNone},
+		{"RAGENT_SEARCH_FUSION", "", (*strValue)(&c.SearchFusion), maskNone},
 		{"RAGENT_RERANK_MODEL", "", (*strValue)(&c.RerankModel), maskNone},
 		{"RAGENT_RERANK_BASE_URL", "", (*strValue)(&c.RerankBaseURL), maskURL},
 		{"RAGENT_EMBEDDING_PROVIDER", "offline", (*strValue)(&c.EmbedProvider), maskNone},

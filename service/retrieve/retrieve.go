@@ -1,6 +1,7 @@
 // Package retrieve is hybrid retrieval: BM25 keyword search and vector search
-// run side by side, fused with weighted Reciprocal Rank Fusion, optionally
-// reranked, then gated by a minimum score.
+// run side by side, fused with weighted Reciprocal Rank Fusion or a convex
+// combination of their normalized scores, optionally reranked, then gated by
+// a minimum score.
 package retrieve
 
 import (
@@ -40,6 +41,8 @@ type Config struct {
 	MinRerankScore float64
 	RerankTop      int // how many fused results to rerank; default 20
 	MaxTopK        int // default 50
+	// Fusion merges the two lists of a hybrid search; default FusionRRF.
+	Fusion Fusion
 }
 
 func (c *Config) defaults() {
@@ -60,6 +63,9 @@ func (c *Config) defaults() {
 	}
 	if c.MaxTopK == 0 {
 		c.MaxTopK = 50
+	}
+	if c.Fusion == "" {
+		c.Fusion = FusionRRF
 	}
 }
 
@@ -138,8 +144,13 @@ func (s *Searcher) Search(ctx context.Context, p service.Principal, q Query) ([]
 		results = keyword
 	case service.SearchVector:
 		results = gateVector(vector, s.cfg.MinVectorScore)
-	default:
-		results = Fuse(keyword, gateVector(vector, s.cfg.MinVectorScore), vectorWeight(kbs), s.cfg.RRFK)
+	case service.SearchHybrid:
+		vector = gateVector(vector, s.cfg.MinVectorScore)
+		if s.cfg.Fusion == FusionConvex {
+			results = FuseScores(keyword, vector, vectorWeight(kbs))
+		} else {
+			results = Fuse(keyword, vector, vectorWeight(kbs), s.cfg.RRFK)
+		}
 	}
 	if s.reranker != nil && len(results) > 0 {
 		if results, err = s.rerank(ctx, q.Text, results); err != nil {
