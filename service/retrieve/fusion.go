@@ -35,8 +35,7 @@ func FuseScores(keyword, vector []service.SearchResult, w float64) []service.Sea
 	if w < 0 {
 		w = 0
 	}
-	byID := make(map[service.ID]*service.SearchResult, len(keyword)+len(vector))
-	var order []service.ID
+	var f fused
 	add := func(list []service.SearchResult, weight float64) {
 		if len(list) == 0 || weight <= 0 {
 			return
@@ -46,26 +45,45 @@ func FuseScores(keyword, vector []service.SearchResult, w float64) []service.Sea
 			lo, hi = min(lo, r.Score), max(hi, r.Score)
 		}
 		for _, r := range list {
-			e, ok := byID[r.ChunkID]
-			if !ok {
-				c := r
-				c.Score = 0
-				e = &c
-				byID[r.ChunkID] = e
-				order = append(order, r.ChunkID)
-			}
 			norm := 1.0
 			if hi > lo {
 				norm = (r.Score - lo) / (hi - lo)
 			}
-			e.Score += weight * norm
+			f.add(r, weight*norm)
 		}
 	}
 	add(keyword, 1/(1+w))
 	add(vector, w/(1+w))
-	out := make([]service.SearchResult, len(order))
-	for i, id := range order {
-		out[i] = *byID[id]
+	return f.ranked()
+}
+
+// fused sums the scores each chunk gets from the lists, remembering the
+// order chunks were first seen in (which breaks ties: keyword first).
+type fused struct {
+	byID  map[service.ID]*service.SearchResult
+	order []service.ID
+}
+
+func (f *fused) add(r service.SearchResult, score float64) {
+	if f.byID == nil {
+		f.byID = map[service.ID]*service.SearchResult{}
+	}
+	e, ok := f.byID[r.ChunkID]
+	if !ok {
+		c := r
+		c.Score = 0
+		e = &c
+		f.byID[r.ChunkID] = e
+		f.order = append(f.order, r.ChunkID)
+	}
+	e.Score += score
+}
+
+// ranked returns the chunks by descending fused score.
+func (f *fused) ranked() []service.SearchResult {
+	out := make([]service.SearchResult, len(f.order))
+	for i, id := range f.order {
+		out[i] = *f.byID[id]
 	}
 	sort.SliceStable(out, func(i, j int) bool { return out[i].Score > out[j].Score })
 	return out

@@ -275,32 +275,18 @@ func (s *Searcher) rerank(ctx context.Context, query string, results []service.S
 // score(c) = 1/(k + rank_keyword(c)) + w/(k + rank_vector(c)), ranks from 1.
 // The keyword list weighs 1 and the vector list w.
 func Fuse(keyword, vector []service.SearchResult, w, k float64) []service.SearchResult {
-	byID := make(map[service.ID]*service.SearchResult, len(keyword)+len(vector))
-	var order []service.ID
+	var f fused
 	add := func(list []service.SearchResult, weight float64) {
 		if weight <= 0 {
 			return
 		}
 		for i, r := range list {
-			e, ok := byID[r.ChunkID]
-			if !ok {
-				c := r
-				c.Score = 0
-				e = &c
-				byID[r.ChunkID] = e
-				order = append(order, r.ChunkID)
-			}
-			e.Score += weight / (k + float64(i+1))
+			f.add(r, weight/(k+float64(i+1)))
 		}
 	}
 	add(keyword, 1)
 	add(vector, w)
-	out := make([]service.SearchResult, len(order))
-	for i, id := range order {
-		out[i] = *byID[id]
-	}
-	sort.SliceStable(out, func(i, j int) bool { return out[i].Score > out[j].Score })
-	return out
+	return f.ranked()
 }
 
 func gateVector(results []service.SearchResult, min float64) []service.SearchResult {
