@@ -171,3 +171,38 @@ func BenchmarkSearchQueryEmbedding(b *testing.B) {
 	b.ReportMetric(ms(eval.Percentile(hybrid, 0.99)), "hybrid-p99-ms")
 	b.ReportMetric(ms(eval.Percentile(hybrid, 0.5)-eval.Percentile(keyword, 0.5)), "added-p50-ms")
 }
+
+// TestSearchDefaultsPerEmbedder: the relevance gate and the fusion follow
+// the embedder unless configured.
+func TestSearchDefaultsPerEmbedder(t *testing.T) {
+	tests := []struct {
+		name       string
+		env        []string
+		wantGate   float64
+		wantFusion string
+	}{
+		{"offline", nil, offlineMinVectorScore, "rrf"},
+		{"local model", []string{"RAGENT_EMBEDDING_PROVIDER", "openai", "RAGENT_EMBEDDING_MODEL", "multilingual-e5-small-q4", "RAGENT_EMBEDDING_DIM", "384"}, localMinVectorScore, "convex"},
+		{"another model", []string{"RAGENT_EMBEDDING_PROVIDER", "openai", "RAGENT_EMBEDDING_MODEL", "text-embedding-3-small", "RAGENT_EMBEDDING_DIM", "1536"}, 0, "convex"},
+		{"configured", []string{"RAGENT_EMBEDDING_PROVIDER", "openai", "RAGENT_EMBEDDING_MODEL", "multilingual-e5-small-q4", "RAGENT_EMBEDDING_DIM", "384",
+			"RAGENT_SEARCH_MIN_VECTOR_SCORE", "0.5", "RAGENT_SEARCH_FUSION", "rrf"}, 0.5, "rrf"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			env := map[string]string{}
+			for i := 0; i+1 < len(tt.env); i += 2 {
+				env[tt.env[i]] = tt.env[i+1]
+			}
+			c, err := loadConfig(func(k string) string { return env[k] })
+			if err != nil {
+				t.Fatal(err)
+			}
+			if c.SearchMinVectorScore != tt.wantGate || c.SearchFusion != tt.wantFusion {
+				t.Fatalf("gate %v, fusion %q; want %v, %q", c.SearchMinVectorScore, c.SearchFusion, tt.wantGate, tt.wantFusion)
+			}
+		})
+	}
+	if _, err := loadConfig(func(k string) string { return map[string]string{"RAGENT_SEARCH_FUSION": "max"}[k] }); err == nil {
+		t.Fatal("RAGENT_SEARCH_FUSION=max accepted")
+	}
+}
