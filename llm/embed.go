@@ -24,6 +24,7 @@ type remoteEmbedder struct {
 	url         string
 	apiKey      string
 	model       string
+	kinds       EmbedKinds
 	fixedDim    bool         // the dimension was configured, not learned
 	dim         atomic.Int64 // 0 until learned when not configured
 	batch       int
@@ -44,12 +45,16 @@ func newRemoteEmbedder(cfg Config, o options) *remoteEmbedder {
 		url:         url,
 		apiKey:      cfg.EmbeddingAPIKey,
 		model:       cfg.EmbeddingModel,
+		kinds:       cfg.EmbeddingKinds,
 		fixedDim:    cfg.EmbeddingDim > 0,
 		batch:       cfg.EmbeddingBatchSize,
 		concurrency: cfg.EmbeddingConcurrency,
 		timeout:     cfg.RequestTimeout,
 		http:        o.client,
 		retry:       newRetrier(cfg.MaxRetries, o),
+	}
+	if e.kinds.IsZero() {
+		e.kinds = DefaultEmbedKinds(e.model)
 	}
 	e.dim.Store(int64(cfg.EmbeddingDim))
 	return e
@@ -62,10 +67,11 @@ func (e *remoteEmbedder) Model() string { return e.model }
 // until the first successful Embed, which fixes it for the embedder's life.
 func (e *remoteEmbedder) Dim() int { return int(e.dim.Load()) }
 
-// Embed implements service.Embedder. Vectors come back in the order of
-// texts. Provider failures, after retries, wrap service.ErrUnavailable, as
+// Embed implements service.Embedder: texts of kind get its prefix or
+// input_type (EmbedKinds). Vectors come back in the order of texts. Provider failures, after retries, wrap service.ErrUnavailable, as
 // does a vector of the wrong dimension; a cancelled ctx returns ctx.Err().
-func (e *remoteEmbedder) Embed(ctx context.Context, _ service.EmbedKind, texts []string) ([][]float32, error) {
+func (e *remoteEmbedder) Embed(ctx context.Context, kind service.EmbedKind, texts []string) ([][]float32, error) {
+	texts = e.kinds.apply(kind, texts)
 	out := make([][]float32, len(texts))
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(e.concurrency)
@@ -75,7 +81,7 @@ func (e *remoteEmbedder) Embed(ctx context.Context, _ service.EmbedKind, texts [
 			if err := gctx.Err(); err != nil {
 				return err // an earlier batch failed; do not start another
 			}
-			vecs, err := e.embedBatch(gctx, texts[start:end])
+			vecs, err := e.embedBatch(gctx, kind, texts[start:end])
 			if err != nil {
 				return err
 			}
@@ -96,6 +102,7 @@ type embedRequest struct {
 	Model          string   `json:"model"`
 	Input          []string `json:"input"`
 	EncodingFormat string   `json:"encoding_format,omitempty"`
+	InputType      string   `json:"input_type,omitempty"`
 }
 
 type openAIEmbedResponse struct {
@@ -111,10 +118,11 @@ type ollamaEmbedResponse struct {
 	Embeddings [][]float32 `json:"embeddings"`
 }
 
-func (e *remoteEmbedder) embedBatch(ctx context.Context, texts []string) ([][]float32, error) {
+func (e *remoteEmbedder) embedBatch(ctx context.Context, kind service.EmbedKind, texts []string) ([][]float32, error) {
 	req := embedRequest{Model: e.model, Input: texts}
 	if e.provider == ProviderOpenAI {
 		req.EncodingFormat = "float"
+		req.InputType = e.kinds.inputType(kind)
 	}
 	body, err := json.Marshal(req)
 	if err != nil {

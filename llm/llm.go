@@ -122,6 +122,9 @@ type Config struct {
 	// join a knowledge base's index; when it is 0 the remote embedder
 	// adopts the dimension of its first answer.
 	EmbeddingDim int
+	// EmbeddingKinds tells questions from passages for asymmetric models;
+	// zero: DefaultEmbedKinds of the model.
+	EmbeddingKinds EmbedKinds
 
 	FirstTokenTimeout time.Duration // from sending a chat request to its first token
 	IdleTimeout       time.Duration // between two tokens of a chat stream

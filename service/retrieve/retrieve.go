@@ -1,6 +1,7 @@
 // Package retrieve is hybrid retrieval: BM25 keyword search and vector search
-// run side by side, fused with weighted Reciprocal Rank Fusion, optionally
-// reranked, then gated by a minimum score.
+// run side by side, fused with weighted Reciprocal Rank Fusion or a convex
+// combination of their normalized scores, optionally reranked, then gated by
+// a minimum score.
 package retrieve
 
 import (
@@ -40,6 +41,8 @@ type Config struct {
 	MinRerankScore float64
 	RerankTop      int // how many fused results to rerank; default 20
 	MaxTopK        int // default 50
+	// Fusion merges the two lists of a hybrid search; default FusionRRF.
+	Fusion Fusion
 }
 
 func (c *Config) defaults() {
@@ -60,6 +63,9 @@ func (c *Config) defaults() {
 	}
 	if c.MaxTopK == 0 {
 		c.MaxTopK = 50
+	}
+	if c.Fusion == "" {
+		c.Fusion = FusionRRF
 	}
 }
 
@@ -138,8 +144,13 @@ func (s *Searcher) Search(ctx context.Context, p service.Principal, q Query) ([]
 		results = keyword
 	case service.SearchVector:
 		results = gateVector(vector, s.cfg.MinVectorScore)
-	default:
-		results = Fuse(keyword, gateVector(vector, s.cfg.MinVectorScore), vectorWeight(kbs), s.cfg.RRFK)
+	case service.SearchHybrid:
+		vector = gateVector(vector, s.cfg.MinVectorScore)
+		if s.cfg.Fusion == FusionConvex {
+			results = FuseScores(keyword, vector, vectorWeight(kbs))
+		} else {
+			results = Fuse(keyword, vector, vectorWeight(kbs), s.cfg.RRFK)
+		}
 	}
 	if s.reranker != nil && len(results) > 0 {
 		if results, err = s.rerank(ctx, q.Text, results); err != nil {
@@ -264,32 +275,18 @@ func (s *Searcher) rerank(ctx context.Context, query string, results []service.S
 // score(c) = 1/(k + rank_keyword(c)) + w/(k + rank_vector(c)), ranks from 1.
 // The keyword list weighs 1 and the vector list w.
 func Fuse(keyword, vector []service.SearchResult, w, k float64) []service.SearchResult {
-	byID := make(map[service.ID]*service.SearchResult, len(keyword)+len(vector))
-	var order []service.ID
+	var f fused
 	add := func(list []service.SearchResult, weight float64) {
 		if weight <= 0 {
 			return
 		}
 		for i, r := range list {
-			e, ok := byID[r.ChunkID]
-			if !ok {
-				c := r
-				c.Score = 0
-				e = &c
-				byID[r.ChunkID] = e
-				order = append(order, r.ChunkID)
-			}
-			e.Score += weight / (k + float64(i+1))
+			f.add(r, weight/(k+float64(i+1)))
 		}
 	}
 	add(keyword, 1)
 	add(vector, w)
-	out := make([]service.SearchResult, len(order))
-	for i, id := range order {
-		out[i] = *byID[id]
-	}
-	sort.SliceStable(out, func(i, j int) bool { return out[i].Score > out[j].Score })
-	return out
+	return f.ranked()
 }
 
 func gateVector(results []service.SearchResult, min float64) []service.SearchResult {

@@ -1,0 +1,48 @@
+package testenv
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+)
+
+// Local embedding model, as scripts/services.sh start embedder runs it.
+const (
+	defaultEmbedderURL = "http://127.0.0.1:8765/v1"
+	// EmbedderModel and EmbedderDim are what that server embeds with.
+	EmbedderModel = "multilingual-e5-small-q4"
+	EmbedderDim   = 384
+)
+
+// EmbedderURL returns the OpenAI-compatible base URL of the local embedding
+// model (RAGENT_TEST_EMBEDDER_URL), failing or skipping when it does not
+// embed: one real request must answer 200.
+func EmbedderURL(t testing.TB) string {
+	t.Helper()
+	base := strings.TrimRight(env("RAGENT_TEST_EMBEDDER_URL", defaultEmbedderURL), "/")
+	// A loaded machine may take seconds for the first embedding.
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	body := fmt.Sprintf(`{"model":%q,"input":["ping"],"input_type":"query"}`, EmbedderModel)
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, base+"/embeddings", bytes.NewBufferString(body))
+	if err != nil {
+		t.Fatalf("RAGENT_TEST_EMBEDDER_URL: %v", err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		unavailable(t, "embedder", err)
+		return ""
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
+		unavailable(t, "embedder", fmt.Errorf("%s/embeddings: %s: %s", base, resp.Status, msg))
+	}
+	return base
+}

@@ -1,0 +1,168 @@
+package llm
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"slices"
+	"sync"
+	"testing"
+
+	"github.com/ragent-go/ragent/service"
+)
+
+// recordedRequest is what an embedding server received.
+type recordedRequest struct {
+	Input     []string `json:"input"`
+	InputType *string  `json:"input_type"`
+}
+
+// recordingServer answers /embeddings and /api/embed with unit vectors and
+// keeps every request body.
+func recordingServer(t *testing.T) (*httptest.Server, func() []recordedRequest) {
+	t.Helper()
+	var mu sync.Mutex
+	var got []recordedRequest
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var req recordedRequest
+		if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		mu.Lock()
+		got = append(got, req)
+		mu.Unlock()
+		vecs := make([][]float32, len(req.Input))
+		for i := range vecs {
+			vecs[i] = []float32{1, 0, 0}
+		}
+		w.Header().Set("Content-Type", "application/json")
+		if r.URL.Path == "/api/embed" {
+			_ = json.NewEncoder(w).Encode(ollamaEmbedResponse{Embeddings: vecs})
+			return
+		}
+		var resp openAIEmbedResponse
+		for i, v := range vecs {
+			resp.Data = append(resp.Data, embedItem{Index: i, Embedding: v})
+		}
+		_ = json.NewEncoder(w).Encode(resp)
+	}))
+	t.Cleanup(srv.Close)
+	return srv, func() []recordedRequest {
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.Clone(got)
+	}
+}
+
+// TestEmbedKindsOnTheWire: what the server receives for a question and for
+// a passage, per configuration.
+func TestEmbedKindsOnTheWire(t *testing.T) {
+	tests := []struct {
+		name      string
+		provider  string
+		model     string
+		kinds     EmbedKinds
+		wantQuery string // the text as received
+		wantDoc   string
+		queryType string // "" means no input_type field at all
+		docType   string
+	}{
+		{name: "local service: input_type, no prefix (it adds e5's itself)",
+			provider: ProviderOpenAI, model: LocalEmbeddingModel,
+			wantQuery: "vpn from home", wantDoc: "VPN setup", queryType: "query", docType: "passage"},
+		{name: "other e5 model: e5's prefixes",
+			provider: ProviderOpenAI, model: "intfloat/multilingual-e5-large",
+			wantQuery: "query: vpn from home", wantDoc: "passage: VPN setup"},
+		{name: "e5 behind Ollama: prefixes",
+			provider: ProviderOllama, model: "jeffh/intfloat-multilingual-e5-large:f16",
+			wantQuery: "query: vpn from home", wantDoc: "passage: VPN setup"},
+		{name: "symmetric model: texts as they are",
+			provider: ProviderOpenAI, model: "text-embedding-3-small",
+			wantQuery: "vpn from home", wantDoc: "VPN setup"},
+		{name: "configured input types override the model's",
+			provider: ProviderOpenAI, model: LocalEmbeddingModel,
+			kinds:     EmbedKinds{QueryInputType: "search_query", DocumentInputType: "search_document"},
+			wantQuery: "vpn from home", wantDoc: "VPN setup", queryType: "search_query", docType: "search_document"},
+		{name: "configured query instruction only (bge)",
+			provider: ProviderOpenAI, model: "BAAI/bge-large-zh-v1.5",
+			kinds:     EmbedKinds{QueryPrefix: "为这个句子生成表示以用于检索相关文章："},
+			wantQuery: "为这个句子生成表示以用于检索相关文章： vpn from home", wantDoc: "VPN setup"},
+		{name: "a prefix ending in a space gets no second one",
+			provider: ProviderOpenAI, model: "custom",
+			kinds:     EmbedKinds{QueryPrefix: "q: ", DocumentPrefix: "d:"},
+			wantQuery: "q: vpn from home", wantDoc: "d: VPN setup"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			srv, received := recordingServer(t)
+			e := embedderFor(t, Config{
+				EmbeddingProvider: tt.provider, EmbeddingBaseURL: srv.URL, EmbeddingModel: tt.model,
+				EmbeddingDim: 3, EmbeddingKinds: tt.kinds,
+			})
+			ctx := context.Background()
+			if _, err := e.Embed(ctx, service.EmbedQuery, []string{"vpn from home"}); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := e.Embed(ctx, service.EmbedDocument, []string{"VPN setup", "VPN setup"}); err != nil {
+				t.Fatal(err)
+			}
+			reqs := received()
+			if len(reqs) != 2 {
+				t.Fatalf("%d requests, want 2", len(reqs))
+			}
+			check := func(what string, r recordedRequest, wantText, wantType string, n int) {
+				t.Helper()
+				if len(r.Input) != n || r.Input[0] != wantText || r.Input[n-1] != wantText {
+					t.Errorf("%s: input %q, want %d × %q", what, r.Input, n, wantText)
+				}
+				switch {
+				case wantType == "" && r.InputType != nil:
+					t.Errorf("%s: input_type %q sent, want none", what, *r.InputType)
+				case wantType != "" && (r.InputType == nil || *r.InputType != wantType):
+					t.Errorf("%s: input_type %v, want %q", what, r.InputType, wantType)
+				}
+			}
+			check("query", reqs[0], tt.wantQuery, tt.queryType, 1)
+			check("document", reqs[1], tt.wantDoc, tt.docType, 2)
+		})
+	}
+}
+
+// TestOfflineEmbedderIgnoresKind: the hashing embedder compares a question
+// with a passage by their shared terms, so both kinds embed alike.
+func TestOfflineEmbedderIgnoresKind(t *testing.T) {
+	e := offlineEmbedderFor(t, 0)
+	ctx := context.Background()
+	q, err := e.Embed(ctx, service.EmbedQuery, []string{"VPN 连不上怎么办"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := e.Embed(ctx, service.EmbedDocument, []string{"VPN 连不上怎么办"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(q[0], d[0]) {
+		t.Fatal("the offline embedder embeds a question and a passage of the same text differently")
+	}
+}
+
+func TestDefaultEmbedKinds(t *testing.T) {
+	e5 := EmbedKinds{QueryPrefix: "query:", DocumentPrefix: "passage:"}
+	for model, want := range map[string]EmbedKinds{
+		LocalEmbeddingModel:              {QueryInputType: "query", DocumentInputType: "passage"},
+		"intfloat/e5-large-v2":           e5,
+		"multilingual-e5-base":           e5,
+		"e5:latest":                      e5,
+		"text-embedding-3-large":         {},
+		"ge5x-embedder":                  {}, // "e5" only as a whole name part
+		"BAAI/bge-m3":                    {},
+		"nomic-embed-text":               {},
+		"Alibaba-NLP/gte-multilingual-e": {},
+	} {
+		if got := DefaultEmbedKinds(model); got != want {
+			t.Errorf("DefaultEmbedKinds(%q) = %+v, want %+v", model, got, want)
+		}
+	}
+}
