@@ -31,6 +31,7 @@ type remoteEmbedder struct {
 	timeout     time.Duration
 	http        *http.Client
 	retry       retrier
+	gate        Gate // nil: no limit beyond concurrency
 }
 
 func newRemoteEmbedder(cfg Config, o options) *remoteEmbedder {
@@ -50,6 +51,7 @@ func newRemoteEmbedder(cfg Config, o options) *remoteEmbedder {
 		timeout:     cfg.RequestTimeout,
 		http:        o.client,
 		retry:       newRetrier(cfg.MaxRetries, o),
+		gate:        o.gate,
 	}
 	e.dim.Store(int64(cfg.EmbeddingDim))
 	return e
@@ -64,8 +66,9 @@ func (e *remoteEmbedder) Dim() int { return int(e.dim.Load()) }
 
 // Embed implements service.Embedder. Vectors come back in the order of
 // texts. Provider failures, after retries, wrap service.ErrUnavailable, as
-// does a vector of the wrong dimension; a cancelled ctx returns ctx.Err().
-func (e *remoteEmbedder) Embed(ctx context.Context, texts []string) ([][]float32, error) {
+// does a vector of the wrong dimension; a cancelled ctx returns ctx.Err(),
+// and a gate's refusal (service.ErrBusy) is returned as it is.
+func (e *remoteEmbedder) Embed(ctx context.Context, kind service.EmbedKind, texts []string) ([][]float32, error) {
 	out := make([][]float32, len(texts))
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(e.concurrency)
@@ -75,7 +78,7 @@ func (e *remoteEmbedder) Embed(ctx context.Context, texts []string) ([][]float32
 			if err := gctx.Err(); err != nil {
 				return err // an earlier batch failed; do not start another
 			}
-			vecs, err := e.embedBatch(gctx, texts[start:end])
+			vecs, err := e.embedBatch(gctx, kind, texts[start:end])
 			if err != nil {
 				return err
 			}
@@ -86,6 +89,9 @@ func (e *remoteEmbedder) Embed(ctx context.Context, texts []string) ([][]float32
 	if err := g.Wait(); err != nil {
 		if ctxErr := ctx.Err(); ctxErr != nil {
 			return nil, ctxErr
+		}
+		if errors.Is(err, service.ErrBusy) {
+			return nil, err
 		}
 		return nil, fmt.Errorf("%w: embedding model %s: %w", service.ErrUnavailable, e.model, err)
 	}
@@ -111,7 +117,7 @@ type ollamaEmbedResponse struct {
 	Embeddings [][]float32 `json:"embeddings"`
 }
 
-func (e *remoteEmbedder) embedBatch(ctx context.Context, texts []string) ([][]float32, error) {
+func (e *remoteEmbedder) embedBatch(ctx context.Context, kind service.EmbedKind, texts []string) ([][]float32, error) {
 	req := embedRequest{Model: e.model, Input: texts}
 	if e.provider == ProviderOpenAI {
 		req.EncodingFormat = "float"
@@ -122,8 +128,15 @@ func (e *remoteEmbedder) embedBatch(ctx context.Context, texts []string) ([][]fl
 	}
 	var vecs [][]float32
 	err = e.retry.do(ctx, func() (bool, error) {
-		var err error
+		// The gate is passed once per attempt, so no permit is held while
+		// a retry waits.
+		release, err := e.admit(ctx, kind)
+		if err != nil {
+			return false, err
+		}
 		vecs, err = e.call(ctx, body, len(texts))
+		release()
+		e.throttled(ctx, kind, err)
 		return true, err
 	})
 	if err != nil {

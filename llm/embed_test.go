@@ -142,7 +142,7 @@ func TestEmbedBatchesInOrder(t *testing.T) {
 				EmbeddingProvider: tt.provider, EmbeddingBaseURL: f.srv.URL, EmbeddingModel: "emb",
 				EmbeddingDim: 8, EmbeddingConcurrency: 2,
 			})
-			vecs, err := e.Embed(context.Background(), inputs(100))
+			vecs, err := e.Embed(context.Background(), service.EmbedDocument, inputs(100))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -181,7 +181,7 @@ func TestEmbedRetryAfter(t *testing.T) {
 		return true
 	}
 	e := embedderFor(t, Config{EmbeddingProvider: ProviderOpenAI, EmbeddingBaseURL: f.srv.URL, EmbeddingModel: "emb", EmbeddingDim: 4})
-	vecs, err := e.Embed(context.Background(), inputs(3))
+	vecs, err := e.Embed(context.Background(), service.EmbedDocument, inputs(3))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -249,7 +249,7 @@ func TestEmbedFailures(t *testing.T) {
 				EmbeddingProvider: ProviderOpenAI, EmbeddingBaseURL: f.srv.URL, EmbeddingModel: "emb",
 				EmbeddingDim: tt.cfgDim, MaxRetries: 2,
 			})
-			_, err := e.Embed(context.Background(), inputs(3))
+			_, err := e.Embed(context.Background(), service.EmbedDocument, inputs(3))
 			if !errors.Is(err, service.ErrUnavailable) || !strings.Contains(err.Error(), tt.wantErr) {
 				t.Fatalf("err = %v, want ErrUnavailable containing %q", err, tt.wantErr)
 			}
@@ -266,7 +266,7 @@ func TestEmbedAdoptsDimension(t *testing.T) {
 	if e.Dim() != 0 {
 		t.Fatalf("dim %d before any call, want 0 (unknown)", e.Dim())
 	}
-	vecs, err := e.Embed(context.Background(), inputs(2))
+	vecs, err := e.Embed(context.Background(), service.EmbedDocument, inputs(2))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -275,7 +275,7 @@ func TestEmbedAdoptsDimension(t *testing.T) {
 		t.Fatalf("dim %d, want the adopted 6", e.Dim())
 	}
 	f.dim.Store(7) // the model behind the endpoint changed
-	if _, err := e.Embed(context.Background(), inputs(2)); err == nil || !strings.Contains(err.Error(), "returned 7 dimensions after returning 6") {
+	if _, err := e.Embed(context.Background(), service.EmbedDocument, inputs(2)); err == nil || !strings.Contains(err.Error(), "returned 7 dimensions after returning 6") {
 		t.Fatalf("err = %v, want a dimension change error", err)
 	}
 }
@@ -287,7 +287,7 @@ func TestEmbedCancelled(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 	defer cancel()
 	start := time.Now()
-	if _, err := e.Embed(ctx, inputs(3)); !errors.Is(err, context.DeadlineExceeded) {
+	if _, err := e.Embed(ctx, service.EmbedDocument, inputs(3)); !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("err = %v, want the caller's deadline", err)
 	}
 	if d := time.Since(start); d > time.Second {

@@ -86,7 +86,7 @@ type Config struct {
 	MaxRetries int
 
 	EmbeddingBatchSize   int // texts per /embeddings call
-	EmbeddingConcurrency int // embedding calls in flight per Embed
+	EmbeddingConcurrency int // embedding calls in flight per Embed (a Gate bounds them across calls and instances)
 }
 
 func (c Config) withDefaults() Config {
@@ -155,6 +155,7 @@ type options struct {
 	streamDelay time.Duration
 	backoffBase time.Duration
 	backoffMax  time.Duration
+	gate        Gate
 }
 
 // WithStreamDelay makes the offline chat model pause between deltas so that

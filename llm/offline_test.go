@@ -39,11 +39,11 @@ func TestOfflineEmbedderShape(t *testing.T) {
 		t.Fatalf("model %q dim %d, want offline-hash-v1 512", e.Model(), e.Dim())
 	}
 	texts := []string{"Vitamin D deficiency increases fracture risk.", "维生素D缺乏会增加骨折风险。", "!!! ???"}
-	first, err := e.Embed(context.Background(), texts)
+	first, err := e.Embed(context.Background(), service.EmbedDocument, texts)
 	if err != nil {
 		t.Fatal(err)
 	}
-	second, err := offlineEmbedderFor(t, 0).Embed(context.Background(), texts)
+	second, err := offlineEmbedderFor(t, 0).Embed(context.Background(), service.EmbedDocument, texts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -72,7 +72,7 @@ func TestOfflineEmbedderShape(t *testing.T) {
 		}
 	}
 
-	small, err := offlineEmbedderFor(t, 64).Embed(context.Background(), texts[:1])
+	small, err := offlineEmbedderFor(t, 64).Embed(context.Background(), service.EmbedDocument, texts[:1])
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -102,7 +102,7 @@ func TestOfflineEmbedderSimilarity(t *testing.T) {
 	e := offlineEmbedderFor(t, 0)
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			v, err := e.Embed(context.Background(), []string{tt.query, tt.similar, tt.distant})
+			v, err := e.Embed(context.Background(), service.EmbedDocument, []string{tt.query, tt.similar, tt.distant})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -117,7 +117,7 @@ func TestOfflineEmbedderSimilarity(t *testing.T) {
 func TestOfflineEmbedderCancelled(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	if _, err := offlineEmbedderFor(t, 0).Embed(ctx, []string{"a"}); !errors.Is(err, context.Canceled) {
+	if _, err := offlineEmbedderFor(t, 0).Embed(ctx, service.EmbedDocument, []string{"a"}); !errors.Is(err, context.Canceled) {
 		t.Fatalf("err = %v, want context.Canceled", err)
 	}
 }
@@ -274,7 +274,7 @@ func BenchmarkOfflineEmbed(b *testing.B) {
 		strings.Repeat("员工申请年假需要提前三天在系统中提交申请。", 6)}
 	b.ReportAllocs()
 	for b.Loop() {
-		if _, err := e.Embed(context.Background(), chunk); err != nil {
+		if _, err := e.Embed(context.Background(), service.EmbedDocument, chunk); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -2,6 +2,7 @@ package repository
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 
@@ -20,7 +21,17 @@ var lockForUpdate = clause.Locking{Strength: "UPDATE"}
 // is stale and dropped). A repeated delivery of the same generation replaces
 // the same rows, and the unique key (document, generation, ordinal) stops
 // any duplicate.
-func (s *Store) ReplaceChunks(ctx context.Context, docID service.ID, generation int, chunks []service.Chunk) error {
+//
+// space is the key of the embedding space the chunks' vectors are in. When
+// it is the knowledge base's recorded space they become the chunks'
+// vectors; when it is the space the knowledge base is being re-embedded
+// into, they are stored as the next vectors (found by keyword until the
+// switch) and the document counts as re-embedded. Any other space is
+// ErrSpaceChanged: the knowledge base moved on while the chunks were
+// embedded, and the caller should embed them again. The knowledge base's row
+// is read under a share lock, so a switch (FinishReembed) waits for this
+// transaction and sees its chunks.
+func (s *Store) ReplaceChunks(ctx context.Context, docID service.ID, generation int, space string, chunks []service.Chunk) error {
 	return s.WithinTx(ctx, func(tx *Store) error {
 		var row documentRow
 		if err := tx.db.Clauses(lockForUpdate).Take(&row, int64(docID)).Error; err != nil {
@@ -29,16 +40,25 @@ func (s *Store) ReplaceChunks(ctx context.Context, docID service.ID, generation 
 		if row.Generation != generation {
 			return fmt.Errorf("%w: document %d is at generation %d, not %d", service.ErrNotFound, docID, row.Generation, generation)
 		}
+		next, err := tx.spaceRole(row.KbID, space)
+		if err != nil {
+			return err
+		}
 		if err := tx.removeChunks(row.ID, row.KbID); err != nil {
 			return err
 		}
 		var termTotal int64
 		for i := range chunks {
 			c := &chunks[i]
+			vec, dim, cur, nextVec := any(pgvector.NewHalfVector(c.Embedding)), len(c.Embedding), space, any(nil)
+			if next {
+				vec, dim, cur, nextVec = nil, 0, "", pgvector.NewHalfVector(c.Embedding)
+			}
 			if err := tx.db.Exec(`INSERT INTO chunks (id, document_id, kb_id, generation, ordinal, content, section,
-				token_count, term_count, embedding, embedding_dim) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+				token_count, term_count, embedding, embedding_dim, embedding_space, next_embedding)
+				VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
 				int64(c.ID), row.ID, row.KbID, generation, c.Ordinal, c.Content, c.Section, c.TokenCount, c.TermCount,
-				pgvector.NewHalfVector(c.Embedding), len(c.Embedding)).Error; err != nil {
+				vec, dim, cur, nextVec).Error; err != nil {
 				return translate(err)
 			}
 			if err := tx.insertTerms(int64(c.ID), row.KbID, c.TermCount, c.Terms); err != nil {
@@ -50,9 +70,39 @@ func (s *Store) ReplaceChunks(ctx context.Context, docID service.ID, generation 
 			WHERE id = ?`, len(chunks), termTotal, row.KbID).Error; err != nil {
 			return translate(err)
 		}
+		reembedded := ""
+		if next {
+			reembedded = space
+		}
 		return translate(tx.db.Exec(`UPDATE documents SET status = 'ready', error = '', chunk_count = ?,
-			updated_at = now() WHERE id = ?`, len(chunks), row.ID).Error)
+			reembedded_space = ?, updated_at = now() WHERE id = ?`, len(chunks), reembedded, row.ID).Error)
 	})
+}
+
+// ErrSpaceChanged says a knowledge base is neither in nor moving to the
+// embedding space some vectors were made in: they were embedded for a
+// knowledge base that has moved on since, and must be embedded again.
+var ErrSpaceChanged = errors.New("the knowledge base's embedding space changed")
+
+// spaceRole reads, under a share lock, whether space is the knowledge
+// base's recorded space (false) or its re-embedding target (true).
+func (s *Store) spaceRole(kbID int64, space string) (next bool, err error) {
+	var kb struct {
+		EmbeddingSpace string
+		ReembedSpace   *string
+	}
+	if err := s.db.Raw(`SELECT embedding_space, reembed_space FROM knowledge_bases WHERE id = ? FOR SHARE`, kbID).
+		Scan(&kb).Error; err != nil {
+		return false, translate(err)
+	}
+	switch {
+	case kb.EmbeddingSpace == space:
+		return false, nil
+	case kb.ReembedSpace != nil && *kb.ReembedSpace == space:
+		return true, nil
+	}
+	return false, fmt.Errorf("%w: knowledge base %d is in space %s (re-embedding into %s), the vectors in %s",
+		ErrSpaceChanged, kbID, kb.EmbeddingSpace, deref(kb.ReembedSpace), space)
 }
 
 // insertTerms writes a chunk's postings in multi-row statements.

@@ -106,9 +106,18 @@ type ChatModel interface {
 	Stream(ctx context.Context, req ChatRequest, onDelta func(Delta) error) (Usage, error)
 }
 
+// EmbedKind says what texts are embedded for: asymmetric models embed a
+// question and the passage that answers it differently.
+type EmbedKind uint8
+
+const (
+	EmbedDocument EmbedKind = iota // passages stored in a knowledge base
+	EmbedQuery                     // a search question
+)
+
 // Embedder turns texts into vectors of a fixed dimension.
 type Embedder interface {
-	Embed(ctx context.Context, texts []string) ([][]float32, error)
+	Embed(ctx context.Context, kind EmbedKind, texts []string) ([][]float32, error)
 	Model() string
 	Dim() int
 }

@@ -115,11 +115,11 @@ func BenchmarkSearchOverhead(b *testing.B) {
 			Terms: terms, Counts: counts, K1: 0.9, B: 0.4, Limit: 50}); err != nil {
 			b.Fatal(err)
 		}
-		vecs, err := embedder.Embed(ctx, []string{q})
+		vecs, err := embedder.Embed(ctx, service.EmbedQuery, []string{q})
 		if err != nil {
 			b.Fatal(err)
 		}
-		if _, err := a.store.VectorSearch(ctx, service.VectorQuery{KnowledgeBaseIDs: []service.ID{kb.ID},
+		if _, err := a.store.VectorSearch(ctx, service.VectorQuery{KnowledgeBaseIDs: []service.ID{kb.ID}, Space: kb.Space().Key(),
 			Vector: vecs[0], Limit: 50}); err != nil {
 			b.Fatal(err)
 		}

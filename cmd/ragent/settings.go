@@ -70,6 +70,8 @@ func (c *Config) settings() []setting {
 		{"RAGENT_EMBEDDING_DIM", "512", (*intValue)(&c.EmbedDim), maskNone},
 		{"RAGENT_EMBEDDING_BASE_URL", "", (*strValue)(&c.EmbedBaseURL), maskURL},
 		{"RAGENT_EMBEDDING_API_KEY", "", (*strValue)(&c.EmbedAPIKey), maskSecret},
+		{"RAGENT_EMBEDDING_CONCURRENCY", "4", (*intValue)(&c.EmbedConcurrency), maskNone},
+		{"RAGENT_EMBEDDING_QUERY_WAIT", "10s", (*durationValue)(&c.EmbedQueryWait), maskNone},
 
 		{"RAGENT_ADMIN_USERNAME", "admin", (*strValue)(&c.AdminUsername), maskNone},
 		{"RAGENT_ADMIN_PASSWORD", "", (*strValue)(&c.AdminPassword), maskSecret},

@@ -54,6 +54,7 @@ func llmConfig(cfg Config) llm.Config {
 		EmbeddingProvider: cfg.EmbedProvider, EmbeddingModel: cfg.EmbedModel,
 		EmbeddingBaseURL: cfg.EmbedBaseURL, EmbeddingAPIKey: cfg.EmbedAPIKey, EmbeddingDim: cfg.EmbedDim,
 		FirstTokenTimeout: cfg.LLMFirstTokenTimeout, IdleTimeout: cfg.LLMIdleTimeout,
+		EmbeddingConcurrency: cfg.EmbedConcurrency,
 	}
 }
 
