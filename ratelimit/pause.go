@@ -48,6 +48,10 @@ func (p *Pause) Left(ctx context.Context) (time.Duration, error) {
 	return max(d, 0), nil
 }
 
+// pauseRecheck bounds how long Wait sleeps before reading the pause again,
+// so a pause lifted early (its key deleted by an operator) ends the wait.
+const pauseRecheck = time.Second
+
 // Wait returns once the pause is over (at once when there is none), or with
 // ctx's error. A Redis failure ends the wait with the error: the caller
 // decides whether to go ahead.
@@ -57,7 +61,7 @@ func (p *Pause) Wait(ctx context.Context) error {
 		if err != nil || left <= 0 {
 			return err
 		}
-		t := time.NewTimer(left)
+		t := time.NewTimer(min(left, pauseRecheck))
 		select {
 		case <-ctx.Done():
 			t.Stop()

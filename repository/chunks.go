@@ -23,14 +23,16 @@ var lockForUpdate = clause.Locking{Strength: "UPDATE"}
 // any duplicate.
 //
 // space is the key of the embedding space the chunks' vectors are in. When
-// it is the knowledge base's recorded space they become the chunks'
-// vectors; when it is the space the knowledge base is being re-embedded
-// into, they are stored as the next vectors (found by keyword until the
+// it is the knowledge base's recorded space (and it is not moving) they
+// become the chunks' vectors; when it is the space the knowledge base is
+// being re-embedded into, they are stored as the next vectors (found by keyword until the
 // switch) and the document counts as re-embedded. Any other space is
 // ErrSpaceChanged: the knowledge base moved on while the chunks were
-// embedded, and the caller should embed them again. The knowledge base's row
-// is read under a share lock, so a switch (FinishReembed) waits for this
-// transaction and sees its chunks.
+// embedded, and the caller should embed them again. The space is checked
+// again under the knowledge base's row lock that the update of its BM25
+// statistics takes, so a switch (FinishReembed, which holds that lock)
+// either waits for this transaction and sees its chunks or commits first
+// and makes it roll back.
 func (s *Store) ReplaceChunks(ctx context.Context, docID service.ID, generation int, space string, chunks []service.Chunk) error {
 	return s.WithinTx(ctx, func(tx *Store) error {
 		var row documentRow
@@ -40,7 +42,7 @@ func (s *Store) ReplaceChunks(ctx context.Context, docID service.ID, generation 
 		if row.Generation != generation {
 			return fmt.Errorf("%w: document %d is at generation %d, not %d", service.ErrNotFound, docID, row.Generation, generation)
 		}
-		next, err := tx.spaceRole(row.KbID, space)
+		next, err := tx.spaceRole(row.KbID, space, "")
 		if err != nil {
 			return err
 		}
@@ -66,9 +68,13 @@ func (s *Store) ReplaceChunks(ctx context.Context, docID service.ID, generation 
 			}
 			termTotal += int64(c.TermCount)
 		}
-		if err := tx.db.Exec(`UPDATE knowledge_bases SET chunk_total = chunk_total + ?, term_total = term_total + ?
-			WHERE id = ?`, len(chunks), termTotal, row.KbID).Error; err != nil {
+		var kb kbSpaces
+		if err := tx.db.Raw(`UPDATE knowledge_bases SET chunk_total = chunk_total + ?, term_total = term_total + ?
+			WHERE id = ? RETURNING embedding_space, reembed_space`, len(chunks), termTotal, row.KbID).Scan(&kb).Error; err != nil {
 			return translate(err)
+		}
+		if now, err := kb.role(row.KbID, space); err != nil || now != next {
+			return errors.Join(err, fmt.Errorf("%w: knowledge base %d switched spaces meanwhile", ErrSpaceChanged, row.KbID))
 		}
 		reembedded := ""
 		if next {
@@ -84,25 +90,36 @@ func (s *Store) ReplaceChunks(ctx context.Context, docID service.ID, generation 
 // knowledge base that has moved on since, and must be embedded again.
 var ErrSpaceChanged = errors.New("the knowledge base's embedding space changed")
 
-// spaceRole reads, under a share lock, whether space is the knowledge
-// base's recorded space (false) or its re-embedding target (true).
-func (s *Store) spaceRole(kbID int64, space string) (next bool, err error) {
-	var kb struct {
-		EmbeddingSpace string
-		ReembedSpace   *string
+// kbSpaces is a knowledge base's recorded space and re-embedding target.
+type kbSpaces struct {
+	EmbeddingSpace string
+	ReembedSpace   *string
+}
+
+// role says whether space is the recorded space (false) or the target
+// (true). While a knowledge base moves, only the target takes new vectors:
+// a document written in the recorded space then would need re-embedding
+// after its message was spent, and the move could never finish.
+func (kb kbSpaces) role(kbID int64, space string) (next bool, err error) {
+	switch {
+	case kb.ReembedSpace != nil && *kb.ReembedSpace == space:
+		return true, nil
+	case kb.ReembedSpace == nil && kb.EmbeddingSpace == space:
+		return false, nil
 	}
-	if err := s.db.Raw(`SELECT embedding_space, reembed_space FROM knowledge_bases WHERE id = ? FOR SHARE`, kbID).
+	return false, fmt.Errorf("%w: knowledge base %d is in space %q (re-embedding into %q), the vectors in %q",
+		ErrSpaceChanged, kbID, kb.EmbeddingSpace, deref(kb.ReembedSpace), space)
+}
+
+// spaceRole reads a knowledge base's role for space; lock ("" or "FOR
+// SHARE") is the row lock to take.
+func (s *Store) spaceRole(kbID int64, space, lock string) (next bool, err error) {
+	var kb kbSpaces
+	if err := s.db.Raw(`SELECT embedding_space, reembed_space FROM knowledge_bases WHERE id = ? `+lock, kbID).
 		Scan(&kb).Error; err != nil {
 		return false, translate(err)
 	}
-	switch {
-	case kb.EmbeddingSpace == space:
-		return false, nil
-	case kb.ReembedSpace != nil && *kb.ReembedSpace == space:
-		return true, nil
-	}
-	return false, fmt.Errorf("%w: knowledge base %d is in space %s (re-embedding into %s), the vectors in %s",
-		ErrSpaceChanged, kbID, kb.EmbeddingSpace, deref(kb.ReembedSpace), space)
+	return kb.role(kbID, space)
 }
 
 // insertTerms writes a chunk's postings in multi-row statements.

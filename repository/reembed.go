@@ -129,7 +129,9 @@ func (s *Store) StoreReembedded(ctx context.Context, docID service.ID, space str
 		if err := tx.db.Clauses(lockForUpdate).Take(&row, int64(docID)).Error; err != nil {
 			return translate(err)
 		}
-		next, err := tx.spaceRole(row.KbID, space)
+		// The share lock keeps FinishReembed from switching until these
+		// vectors are in.
+		next, err := tx.spaceRole(row.KbID, space, "FOR SHARE")
 		if err != nil {
 			return err
 		}

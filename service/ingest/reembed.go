@@ -154,10 +154,10 @@ func (s *Service) finishReembeds(ctx context.Context) error {
 }
 
 // canEmbed says whether this worker makes vectors a knowledge base can
-// take: those of its recorded space, or of the space it moves to.
+// take: those of the space it moves to, or else of its recorded space.
 func (s *Service) canEmbed(kb *service.KnowledgeBase) error {
 	key := s.cfg.Space.Key()
-	if kb.Space().Key() == key || (kb.Reembedding != nil && kb.Reembedding.Target.Key() == key) {
+	if kb.Reembedding != nil && kb.Reembedding.Target.Key() == key || kb.Reembedding == nil && kb.Space().Key() == key {
 		return nil
 	}
 	return fmt.Errorf("%w: the knowledge base is embedded with %s but this worker embeds with %s",
