@@ -19,7 +19,11 @@
 // non-200 answer into a plain string error, so the status code and the
 // Retry-After header are lost and the retry policy of DESIGN §11 (retry 429
 // and 5xx before the first token, honouring Retry-After) cannot be built on
-// it; it also offers no hook for first-token and between-token timeouts. The
+// it; it also offers no hook for first-token and between-token timeouts.
+//
+// A remote embedder passes each HTTP call through an optional Gate
+// (WithGate), which cmd/ragent backs with the cluster-wide embedding limit,
+// and tells it of every Retry-After the provider sends. The
 // streaming protocol is small (server-sent events of JSON chunks), so owning
 // it costs about two hundred lines and gives exact control over retries,
 // timeouts, reasoning deltas and usage.

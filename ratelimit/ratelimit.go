@@ -17,7 +17,14 @@
 // so an uncontended grant costs one round trip. Waiters wake on a Pub/Sub
 // notification when a permit is released and poll as a fallback.
 //
-// A Semaphore is the same lease mechanism without the queue (uploads).
+// Work of several classes may share one Limiter (AcquireClass): a class's
+// level is added to its requests' fairness levels, so a lower class goes
+// first, and a class may leave permits in reserve for lower ones (embedding
+// queries ahead of document batches).
+//
+// A Semaphore is the same lease mechanism without the queue (uploads). A
+// Pause is a "hold off until" shared by every instance (a provider's
+// Retry-After).
 //
 // The package is a mechanism: it knows Redis and Prometheus, not HTTP or
 // ragent's domain. Callers translate its errors (ErrTimeout, ErrQueueFull,

@@ -10,6 +10,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 	"unicode"
 )
 
@@ -38,6 +39,13 @@ type fakeEmbedServer struct {
 	// throttle, when set, answers a document call 429 with this
 	// Retry-After once, then is cleared.
 	throttle atomic.Pointer[string]
+
+	// cost, when set, is how long a call of n texts computes (a benchmark's
+	// model); with serial, one call computes at a time, as in a model
+	// server with one worker.
+	cost   func(n int) time.Duration
+	serial bool
+	busy   sync.Mutex
 
 	mu     sync.Mutex
 	budget int           // document calls that pass before holding; <0: all
@@ -128,6 +136,17 @@ func (f *fakeEmbedServer) serve(w http.ResponseWriter, r *http.Request) {
 			f.texts[req.Model+"\x00"+in]++
 		}
 		f.mu.Unlock()
+	}
+	if f.cost != nil {
+		if f.serial {
+			f.busy.Lock()
+			defer f.busy.Unlock()
+		}
+		select {
+		case <-time.After(f.cost(len(req.Input))):
+		case <-r.Context().Done():
+			return
+		}
 	}
 	type item struct {
 		Index     int       `json:"index"`

@@ -11,7 +11,7 @@ import (
 )
 
 // embedConfig points the embedder at fake with a cap of concurrency calls.
-func embedConfig(t *testing.T, fake *fakeEmbedServer, concurrency int) Config {
+func embedConfig(t testing.TB, fake *fakeEmbedServer, concurrency int) Config {
 	cfg := testConfig(t)
 	cfg.EmbedProvider, cfg.EmbedModel, cfg.EmbedBaseURL, cfg.EmbedDim = "openai", "fake", fake.URL(), fake.dim
 	cfg.EmbedConcurrency = concurrency
@@ -19,7 +19,7 @@ func embedConfig(t *testing.T, fake *fakeEmbedServer, concurrency int) Config {
 	return cfg
 }
 
-func testRedis(t *testing.T, cfg Config) *redis.Client {
+func testRedis(t testing.TB, cfg Config) *redis.Client {
 	opt, err := redis.ParseURL(cfg.RedisURL)
 	if err != nil {
 		t.Fatal(err)
@@ -30,7 +30,7 @@ func testRedis(t *testing.T, cfg Config) *redis.Client {
 }
 
 // waitFor polls cond every 20 ms until it holds.
-func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
+func waitFor(t testing.TB, timeout time.Duration, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(timeout)
 	for !cond() {

@@ -2,7 +2,9 @@
 // sniffing, hashing, blob + document + outbox row in one transaction), then
 // on a worker parse → chunk → embed → index, and the document lifecycle
 // around it (list, delete, reindex, chunk preview, the outbox relay, and the
-// reaper of stuck documents and of sent outbox rows past their retention).
+// reaper of stuck documents and of sent outbox rows past their retention),
+// and the background re-embedding of knowledge bases whose embedding space
+// is not the configured one (reembed.go).
 package ingest
 
 import (

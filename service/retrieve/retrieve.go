@@ -1,6 +1,8 @@
 // Package retrieve is hybrid retrieval: BM25 keyword search and vector search
 // run side by side, fused with weighted Reciprocal Rank Fusion, optionally
-// reranked, then gated by a minimum score.
+// reranked, then gated by a minimum score. Vector search runs in each
+// knowledge base's own embedding space; one whose space this instance cannot
+// embed is searched by keyword only, and the result says so.
 package retrieve
 
 import (
