@@ -135,8 +135,10 @@ func (e *remoteEmbedder) embedBatch(ctx context.Context, kind service.EmbedKind,
 			return false, err
 		}
 		vecs, err = e.call(ctx, body, len(texts))
-		release()
+		// A Retry-After is reported while the permit is held, so no other
+		// call takes the permit before the gate knows to hold it back.
 		e.throttled(ctx, kind, err)
+		release()
 		return true, err
 	})
 	if err != nil {

@@ -29,6 +29,20 @@ func testRedis(t testing.TB, cfg Config) *redis.Client {
 	return rdb
 }
 
+// embedInstances starts instances "a" and "b" of cfg and returns an admin
+// client of each.
+func embedInstances(t *testing.T, cfg Config) (*client, *client) {
+	t.Helper()
+	var out []*client
+	for _, name := range []string{"a", "b"} {
+		c := cfg
+		c.InstanceID = name
+		in := start(t, c)
+		out = append(out, in.client(t, in.login(t, "admin", "admin-password")))
+	}
+	return out[0], out[1]
+}
+
 // waitFor polls cond every 20 ms until it holds.
 func waitFor(t testing.TB, timeout time.Duration, what string, cond func() bool) {
 	t.Helper()
@@ -50,13 +64,7 @@ func TestEmbeddingLimitAcrossInstances(t *testing.T) {
 	const limit, docs = 3, 16
 	fake := newFakeEmbedServer(t, 32)
 	cfg := embedConfig(t, fake, limit)
-	cfg.InstanceID = "a"
-	a := start(t, cfg)
-	other := cfg
-	other.InstanceID = "b"
-	b := start(t, other)
-	ca := a.client(t, a.login(t, "admin", "admin-password"))
-	cb := b.client(t, b.login(t, "admin", "admin-password"))
+	ca, cb := embedInstances(t, cfg)
 	kb := ca.createKB("bulk")
 
 	fake.holdAfter(0)
@@ -106,13 +114,7 @@ func TestEmbeddingLimitAcrossInstances(t *testing.T) {
 func TestEmbeddingRetryAfterPausesDocuments(t *testing.T) {
 	fake := newFakeEmbedServer(t, 32)
 	cfg := embedConfig(t, fake, 2)
-	cfg.InstanceID = "a"
-	a := start(t, cfg)
-	other := cfg
-	other.InstanceID = "b"
-	b := start(t, other)
-	ca := a.client(t, a.login(t, "admin", "admin-password"))
-	cb := b.client(t, b.login(t, "admin", "admin-password"))
+	ca, cb := embedInstances(t, cfg)
 	kb := ca.createKB("throttled")
 
 	retryAfter := "60"
