@@ -14,13 +14,14 @@ import (
 // BenchmarkQueryEmbeddingUnderBulkIngest measures /search (hybrid: one
 // query embedding, the keyword and the vector query) on an idle instance
 // and while a bulk ingest keeps the embedding cap (4) full, against an
-// in-test model server whose call costs 2 ms + 1 ms per text (a document
-// batch of 32 takes 34 ms, a query 3 ms). Sub-benchmarks: "lane" is the
+// in-test model server whose call costs 2 ms + 5 ms per text (a document
+// batch of 32 takes 162 ms, a query 7 ms). Sub-benchmarks: "lane" is the
 // shipped policy (document batches behind queries, one slot kept for
-// queries); "nolane" puts document batches in the queries' class, as one
-// plain fair queue would; "lane-serial" is the shipped policy against a
-// model server that computes one call at a time (a one-worker local
-// server), where a query still waits for the batch being computed.
+// queries); "fair-only" puts document batches in the queries' class, so
+// only the chat queue's fairness levels order them (the batches' user has
+// many in flight); "lane-serial" is the shipped policy against a model
+// server that computes one call at a time (a one-worker local server),
+// where a query still waits for the batch being computed.
 //
 //	go test ./cmd/ragent -run '^$' -bench QueryEmbeddingUnderBulkIngest -benchtime 1x
 func BenchmarkQueryEmbeddingUnderBulkIngest(b *testing.B) {
@@ -30,7 +31,7 @@ func BenchmarkQueryEmbeddingUnderBulkIngest(b *testing.B) {
 		serial bool
 	}{
 		{"lane", documentClass, false},
-		{"nolane", ratelimit.Class{}, false},
+		{"fair-only", ratelimit.Class{}, false},
 		{"lane-serial", documentClass, true},
 	}
 	for _, mode := range modes {
@@ -39,7 +40,7 @@ func BenchmarkQueryEmbeddingUnderBulkIngest(b *testing.B) {
 			documentClass = mode.class
 			defer func() { documentClass = saved }()
 			fake := newFakeEmbedServer(b, 64)
-			fake.cost = func(n int) time.Duration { return 2*time.Millisecond + time.Duration(n)*time.Millisecond }
+			fake.cost = func(n int) time.Duration { return 2*time.Millisecond + time.Duration(n)*5*time.Millisecond }
 			fake.serial = mode.serial
 			cfg := embedConfig(b, fake, 4)
 			in := start(b, cfg)
@@ -61,7 +62,7 @@ func BenchmarkQueryEmbeddingUnderBulkIngest(b *testing.B) {
 				}
 				return time.Since(start)
 			}
-			const n = 40
+			const n = 100
 			measure := func() []time.Duration {
 				out := make([]time.Duration, n)
 				for i := range out {
@@ -73,9 +74,9 @@ func BenchmarkQueryEmbeddingUnderBulkIngest(b *testing.B) {
 			search() // warm up connections and caches
 			idle := measure()
 
-			// The bulk ingest: 30 documents of about 64 chunks each.
+			// The bulk ingest: 60 documents of about 64 chunks each.
 			var bulk []string
-			for i := range 30 {
+			for i := range 60 {
 				var sb strings.Builder
 				for p := range 64 {
 					fmt.Fprintf(&sb, "Section %d.%d of the warehouse manual explains pallet%d rotation, the forklift%d checks and the dock%d schedule for shift %d.\n\n",
