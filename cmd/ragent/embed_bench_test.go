@@ -13,7 +13,7 @@ import (
 
 // BenchmarkQueryEmbeddingUnderBulkIngest measures /search (hybrid: one
 // query embedding, the keyword and the vector query) on an idle instance
-// and while a bulk ingest keeps the embedding cap (4) full, against an
+// and while a bulk ingest keeps the embedding cap full, against an
 // in-test model server whose call costs 2 ms + 5 ms per text (a document
 // batch of 32 takes 162 ms, a query 7 ms). Sub-benchmarks: "lane" is the
 // shipped policy (document batches behind queries, one slot kept for
@@ -21,7 +21,9 @@ import (
 // only the chat queue's fairness levels order them (the batches' user has
 // many in flight); "lane-serial" is the shipped policy against a model
 // server that computes one call at a time (a one-worker local server),
-// where a query still waits for the batch being computed.
+// where a query waits for the batches the server is computing, one per
+// document permit: "lane-serial-cap2" is that server with a cap of 2 (one
+// permit for documents, one for queries).
 //
 //	go test ./cmd/ragent -run '^$' -bench QueryEmbeddingUnderBulkIngest -benchtime 1x
 func BenchmarkQueryEmbeddingUnderBulkIngest(b *testing.B) {
@@ -29,10 +31,12 @@ func BenchmarkQueryEmbeddingUnderBulkIngest(b *testing.B) {
 		name   string
 		class  ratelimit.Class
 		serial bool
+		cap    int
 	}{
-		{"lane", documentClass, false},
-		{"fair-only", ratelimit.Class{}, false},
-		{"lane-serial", documentClass, true},
+		{"lane", documentClass, false, 4},
+		{"fair-only", ratelimit.Class{}, false, 4},
+		{"lane-serial", documentClass, true, 4},
+		{"lane-serial-cap2", documentClass, true, 2},
 	}
 	for _, mode := range modes {
 		b.Run(mode.name, func(b *testing.B) {
@@ -42,7 +46,7 @@ func BenchmarkQueryEmbeddingUnderBulkIngest(b *testing.B) {
 			fake := newFakeEmbedServer(b, 64)
 			fake.cost = func(n int) time.Duration { return 2*time.Millisecond + time.Duration(n)*5*time.Millisecond }
 			fake.serial = mode.serial
-			cfg := embedConfig(b, fake, 4)
+			cfg := embedConfig(b, fake, mode.cap)
 			in := start(b, cfg)
 			c := in.client(b, in.login(b, "admin", "admin-password"))
 			r := c.do("POST", "/api/v1/knowledge-bases", map[string]any{"name": "bench", "chunkSize": 64, "chunkOverlap": 0})
