@@ -14,13 +14,19 @@ func (s *Server) search(c *gin.Context) {
 	if !s.bindJSON(c, &q) {
 		return
 	}
-	results, err := s.deps.Search.Search(c.Request.Context(), principal(c), q)
+	res, err := s.deps.Search.Run(c.Request.Context(), principal(c), q)
 	if err != nil {
 		fail(c, err)
 		return
 	}
-	if results == nil {
-		results = []service.SearchResult{}
+	if res.Results == nil {
+		res.Results = []service.SearchResult{}
 	}
-	c.JSON(http.StatusOK, gin.H{"results": results})
+	out := gin.H{"results": res.Results}
+	if len(res.KeywordOnly) > 0 {
+		// Knowledge bases whose vectors are in a space this instance cannot
+		// embed (README "Embedding model changes").
+		out["keywordOnly"] = res.KeywordOnly
+	}
+	c.JSON(http.StatusOK, out)
 }

@@ -32,6 +32,7 @@ type remoteEmbedder struct {
 	timeout     time.Duration
 	http        *http.Client
 	retry       retrier
+	gate        Gate // nil: no limit beyond concurrency
 }
 
 func newRemoteEmbedder(cfg Config, o options) *remoteEmbedder {
@@ -52,6 +53,7 @@ func newRemoteEmbedder(cfg Config, o options) *remoteEmbedder {
 		timeout:     cfg.RequestTimeout,
 		http:        o.client,
 		retry:       newRetrier(cfg.MaxRetries, o),
+		gate:        o.gate,
 	}
 	if e.kinds.IsZero() {
 		e.kinds = DefaultEmbedKinds(e.model)
@@ -68,8 +70,10 @@ func (e *remoteEmbedder) Model() string { return e.model }
 func (e *remoteEmbedder) Dim() int { return int(e.dim.Load()) }
 
 // Embed implements service.Embedder: texts of kind get its prefix or
-// input_type (EmbedKinds). Vectors come back in the order of texts. Provider failures, after retries, wrap service.ErrUnavailable, as
-// does a vector of the wrong dimension; a cancelled ctx returns ctx.Err().
+// input_type (EmbedKinds). Vectors come back in the order of texts.
+// Provider failures, after retries, wrap service.ErrUnavailable, as does a
+// vector of the wrong dimension; a cancelled ctx returns ctx.Err(), and a
+// gate's refusal (service.ErrBusy) is returned as it is.
 func (e *remoteEmbedder) Embed(ctx context.Context, kind service.EmbedKind, texts []string) ([][]float32, error) {
 	texts = e.kinds.apply(kind, texts)
 	out := make([][]float32, len(texts))
@@ -92,6 +96,9 @@ func (e *remoteEmbedder) Embed(ctx context.Context, kind service.EmbedKind, text
 	if err := g.Wait(); err != nil {
 		if ctxErr := ctx.Err(); ctxErr != nil {
 			return nil, ctxErr
+		}
+		if errors.Is(err, service.ErrBusy) {
+			return nil, err
 		}
 		return nil, fmt.Errorf("%w: embedding model %s: %w", service.ErrUnavailable, e.model, err)
 	}
@@ -130,8 +137,17 @@ func (e *remoteEmbedder) embedBatch(ctx context.Context, kind service.EmbedKind,
 	}
 	var vecs [][]float32
 	err = e.retry.do(ctx, func() (bool, error) {
-		var err error
+		// The gate is passed once per attempt, so no permit is held while
+		// a retry waits.
+		release, err := e.admit(ctx, kind)
+		if err != nil {
+			return false, err
+		}
 		vecs, err = e.call(ctx, body, len(texts))
+		// A Retry-After is reported while the permit is held, so no other
+		// call takes the permit before the gate knows to hold it back.
+		e.throttled(ctx, kind, err)
+		release()
 		return true, err
 	})
 	if err != nil {

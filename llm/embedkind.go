@@ -89,3 +89,30 @@ func (k EmbedKinds) apply(kind service.EmbedKind, texts []string) []string {
 	}
 	return out
 }
+
+// Space is the embedding space of e: its model and dimension and how it
+// tells questions from passages, so that a change of any of them is a
+// change of space (service.EmbeddingSpace) and re-embeds the knowledge
+// bases recorded in the old one. An input_type is part of the space as
+// much as a prefix is: it is recorded beside the prefix.
+func Space(e service.Embedder) service.EmbeddingSpace {
+	sp := service.EmbeddingSpace{Model: e.Model(), Dim: e.Dim()}
+	if r, ok := e.(*remoteEmbedder); ok {
+		sp.QueryPrefix = r.kinds.marker(service.EmbedQuery)
+		sp.DocumentPrefix = r.kinds.marker(service.EmbedDocument)
+	}
+	return sp
+}
+
+// marker is what texts of kind are marked with: the prefix, then the
+// input_type if one is sent.
+func (k EmbedKinds) marker(kind service.EmbedKind) string {
+	prefix := k.DocumentPrefix
+	if kind == service.EmbedQuery {
+		prefix = k.QueryPrefix
+	}
+	if it := k.inputType(kind); it != "" {
+		return prefix + "[input_type=" + it + "]"
+	}
+	return prefix
+}

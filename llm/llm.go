@@ -23,6 +23,10 @@
 //     http.RoundTripper under it records each answer's status and
 //     Retry-After (langchaingo turns them into strings), and ragent's own
 //     watchdog around the streaming callback enforces the timeouts.
+//
+// A remote embedder passes each HTTP call through an optional Gate
+// (Config.EmbeddingGate), which cmd/ragent backs with the cluster-wide
+// embedding limit, and tells it of every Retry-After the provider sends.
 package llm
 
 import (
@@ -135,7 +139,10 @@ type Config struct {
 	MaxRetries int
 
 	EmbeddingBatchSize   int // texts per /embeddings call
-	EmbeddingConcurrency int // embedding calls in flight per Embed
+	EmbeddingConcurrency int // embedding calls in flight per Embed (a Gate bounds them across calls and instances)
+	// EmbeddingGate, when set, admits every embedding HTTP call (cmd/ragent
+	// backs it with the cluster-wide embedding limit).
+	EmbeddingGate Gate
 
 	// HTTPClient carries every provider call; nil: a client whose phases
 	// are bounded except reading the body (a stream may last minutes).
@@ -233,11 +240,12 @@ type options struct {
 	backoffBase time.Duration
 	backoffMax  time.Duration
 	now         func() time.Time
+	gate        Gate
 }
 
 func buildOptions(cfg Config) options {
 	cfg = cfg.withDefaults()
-	return options{client: cfg.HTTPClient, backoffBase: cfg.BackoffBase, backoffMax: cfg.BackoffMax, now: cfg.Now}
+	return options{client: cfg.HTTPClient, backoffBase: cfg.BackoffBase, backoffMax: cfg.BackoffMax, now: cfg.Now, gate: cfg.EmbeddingGate}
 }
 
 // newHTTPClient bounds every phase of a call except reading the body, which

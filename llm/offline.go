@@ -34,11 +34,10 @@ func newOfflineEmbedder(dim int) *offlineEmbedder {
 func (e *offlineEmbedder) Model() string { return OfflineEmbeddingModel }
 func (e *offlineEmbedder) Dim() int      { return e.dim }
 
-// Embed implements service.Embedder. A text without any term (only
-// punctuation, say) gets the zero vector, which has no direction: cosine
-// search cannot place it, and pgvector leaves it out of a cosine index.
-// The kind is ignored: hashing the same terms the same way for questions and
-// passages is what makes them comparable.
+// Embed implements service.Embedder. Queries and documents are hashed
+// alike. A text without any term (only punctuation, say) gets the zero
+// vector, which has no direction: cosine search cannot place it, and
+// pgvector leaves it out of a cosine index.
 func (e *offlineEmbedder) Embed(ctx context.Context, _ service.EmbedKind, texts []string) ([][]float32, error) {
 	out := make([][]float32, len(texts))
 	for i, t := range texts {

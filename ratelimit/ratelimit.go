@@ -17,7 +17,14 @@
 // so an uncontended grant costs one round trip. Waiters wake on a Pub/Sub
 // notification when a permit is released and poll as a fallback.
 //
-// A Semaphore is the same lease mechanism without the queue (uploads).
+// Work of several classes may share one Limiter (AcquireClass): a class's
+// level is added to its requests' fairness levels, so a lower class goes
+// first, and a class may leave permits in reserve for lower ones (embedding
+// queries ahead of document batches).
+//
+// A Semaphore is the same lease mechanism without the queue (uploads). A
+// Pause is a "hold off until" shared by every instance (a provider's
+// Retry-After).
 //
 // The package is a mechanism: it knows Redis and Prometheus, not HTTP or
 // ragent's domain. Callers translate its errors (ErrTimeout, ErrQueueFull,
@@ -260,6 +267,26 @@ func (l *Limiter) Close() error { l.bg.stop(); return nil }
 // PolicyReject) ErrUnavailable when Redis fails. In every failure case the
 // request has left the queue when Acquire returns.
 func (l *Limiter) Acquire(ctx context.Context, requestID, userID string, onPosition func(position, queued int)) (*Permit, error) {
+	return l.AcquireClass(ctx, requestID, userID, Class{}, onPosition)
+}
+
+// Class sets a request's priority among the classes of work sharing one
+// limiter (embedding queries and document batches). The zero Class is
+// Acquire's.
+type Class struct {
+	// Level is added to the request's fairness level: a request waits
+	// behind every request whose class level is lower, whatever its user
+	// (levels are capped at 1023, so a level of 512 puts a class behind
+	// every request of level 0 from users with fewer than 512 in flight).
+	Level int
+	// Reserve permits are kept for lower classes: a request of this class
+	// is granted only while more than Reserve permits are free (at least one
+	// permit is always left it).
+	Reserve int
+}
+
+// AcquireClass is Acquire for a request of class c.
+func (l *Limiter) AcquireClass(ctx context.Context, requestID, userID string, c Class, onPosition func(position, queued int)) (*Permit, error) {
 	if !l.cfg.Enabled {
 		return newPermit(nil), nil
 	}
@@ -271,7 +298,7 @@ func (l *Limiter) Acquire(ctx context.Context, requestID, userID string, onPosit
 	var err error
 	if l.opts.now().UnixNano() < l.downUntil.Load() {
 		err = &redisError{errors.New("redis failed less than a second ago")}
-	} else if p, err = l.acquireRedis(ctx, waitCtx, requestID, userID, onPosition); err != nil {
+	} else if p, err = l.acquireRedis(ctx, waitCtx, requestID, userID, c, onPosition); err != nil {
 		var rerr *redisError
 		if errors.As(err, &rerr) {
 			l.downUntil.Store(l.opts.now().Add(redisRetryAfter).UnixNano())
@@ -355,24 +382,29 @@ func (l *Limiter) queueKeys() []string {
 	return []string{l.keys.queue, l.keys.permits, l.keys.users, l.keys.owners, l.keys.held, l.keys.deadlines, l.keys.entry}
 }
 
-func (l *Limiter) enqueue(ctx context.Context, id, user string) (claimReply, error) {
+// max is the number of permits a request of class c may see.
+func (l *Limiter) max(c Class) int {
+	return max(l.cfg.MaxConcurrent-c.Reserve, 1)
+}
+
+func (l *Limiter) enqueue(ctx context.Context, id, user string, c Class) (claimReply, error) {
 	ttl := markerGrace + l.cfg.MaxWait
 	if d, ok := ctx.Deadline(); ok {
 		ttl = markerGrace + time.Until(d)
 	}
 	v, err := enqueueScript.Run(ctx, l.rdb,
 		[]string{l.keys.seq, l.keys.queue, l.keys.permits, l.keys.users, l.keys.owners, l.keys.held, l.keys.deadlines, l.keys.entry},
-		id, user, l.cfg.MaxConcurrent, l.cfg.Lease.Milliseconds(), ttl.Milliseconds(),
-		l.cfg.MaxQueue, l.cfg.MaxQueuedPerUser, headWindow).Slice()
+		id, user, l.max(c), l.cfg.Lease.Milliseconds(), ttl.Milliseconds(),
+		l.cfg.MaxQueue, l.cfg.MaxQueuedPerUser, headWindow, c.Level).Slice()
 	if err != nil {
 		return claimReply{}, err
 	}
 	return parseClaim(v)
 }
 
-func (l *Limiter) claim(ctx context.Context, id string) (claimReply, error) {
+func (l *Limiter) claim(ctx context.Context, id string, c Class) (claimReply, error) {
 	v, err := claimScript.Run(ctx, l.rdb, l.queueKeys(),
-		id, l.cfg.MaxConcurrent, l.cfg.Lease.Milliseconds(), headWindow).Slice()
+		id, l.max(c), l.cfg.Lease.Milliseconds(), headWindow).Slice()
 	if err != nil {
 		return claimReply{}, err
 	}
@@ -387,13 +419,13 @@ func (l *Limiter) claim(ctx context.Context, id string) (claimReply, error) {
 // a release wakes one claim rather than one per waiter. The poll claims
 // regardless (every min(gap, maxPollSkip) ticks), which covers lost
 // notifications, expired leases and zombies.
-func (l *Limiter) acquireRedis(ctx, waitCtx context.Context, id, user string, onPosition func(int, int)) (*Permit, error) {
+func (l *Limiter) acquireRedis(ctx, waitCtx context.Context, id, user string, c Class, onPosition func(int, int)) (*Permit, error) {
 	w := l.n.add()
 	defer l.n.remove(w)
 	poll := time.NewTicker(l.cfg.PollInterval)
 	defer poll.Stop()
 
-	res, err := l.enqueue(waitCtx, id, user)
+	res, err := l.enqueue(waitCtx, id, user, c)
 	lastPosition, woken := 0, false
 	for {
 		if err != nil {
@@ -416,7 +448,7 @@ func (l *Limiter) acquireRedis(ctx, waitCtx context.Context, id, user string, on
 		case statusLost:
 			// The entry vanished (Redis lost its data, or our marker expired):
 			// queue again for the wait that is left.
-			res, err = l.enqueue(waitCtx, id, user)
+			res, err = l.enqueue(waitCtx, id, user, c)
 			continue
 		}
 
@@ -453,7 +485,7 @@ func (l *Limiter) acquireRedis(ctx, waitCtx context.Context, id, user string, on
 				}
 			}
 		}
-		res, err = l.claim(waitCtx, id)
+		res, err = l.claim(waitCtx, id, c)
 	}
 }
 

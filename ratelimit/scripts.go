@@ -22,4 +22,5 @@ var (
 	tryScript     = lease.Script(luaFiles, "clock.lua", "try.lua")
 	statsScript   = lease.Script(luaFiles, "clock.lua", "stats.lua")
 	rateScript    = lease.Script(luaFiles, "clock.lua", "rate.lua")
+	pauseScript   = lease.Script(luaFiles, "pause.lua")
 )

@@ -2,6 +2,7 @@ package repository
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 
@@ -20,7 +21,19 @@ var lockForUpdate = clause.Locking{Strength: "UPDATE"}
 // is stale and dropped). A repeated delivery of the same generation replaces
 // the same rows, and the unique key (document, generation, ordinal) stops
 // any duplicate.
-func (s *Store) ReplaceChunks(ctx context.Context, docID service.ID, generation int, chunks []service.Chunk) error {
+//
+// space is the key of the embedding space the chunks' vectors are in. When
+// it is the knowledge base's recorded space (and it is not moving) they
+// become the chunks' vectors; when it is the space the knowledge base is
+// being re-embedded into, they are stored as the next vectors (found by keyword until the
+// switch) and the document counts as re-embedded. Any other space is
+// ErrSpaceChanged: the knowledge base moved on while the chunks were
+// embedded, and the caller should embed them again. The space is checked
+// again under the knowledge base's row lock that the update of its BM25
+// statistics takes, so a switch (FinishReembed, which holds that lock)
+// either waits for this transaction and sees its chunks or commits first
+// and makes it roll back.
+func (s *Store) ReplaceChunks(ctx context.Context, docID service.ID, generation int, space string, chunks []service.Chunk) error {
 	return s.WithinTx(ctx, func(tx *Store) error {
 		var row documentRow
 		if err := tx.db.Clauses(lockForUpdate).Take(&row, int64(docID)).Error; err != nil {
@@ -29,16 +42,25 @@ func (s *Store) ReplaceChunks(ctx context.Context, docID service.ID, generation 
 		if row.Generation != generation {
 			return fmt.Errorf("%w: document %d is at generation %d, not %d", service.ErrNotFound, docID, row.Generation, generation)
 		}
+		next, err := tx.spaceRole(row.KbID, space, "")
+		if err != nil {
+			return err
+		}
 		if err := tx.removeChunks(row.ID, row.KbID); err != nil {
 			return err
 		}
 		var termTotal int64
 		for i := range chunks {
 			c := &chunks[i]
+			vec, dim, cur, nextVec := any(pgvector.NewHalfVector(c.Embedding)), len(c.Embedding), space, any(nil)
+			if next {
+				vec, dim, cur, nextVec = nil, 0, "", pgvector.NewHalfVector(c.Embedding)
+			}
 			if err := tx.db.Exec(`INSERT INTO chunks (id, document_id, kb_id, generation, ordinal, content, section,
-				token_count, term_count, embedding, embedding_dim) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+				token_count, term_count, embedding, embedding_dim, embedding_space, next_embedding)
+				VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
 				int64(c.ID), row.ID, row.KbID, generation, c.Ordinal, c.Content, c.Section, c.TokenCount, c.TermCount,
-				pgvector.NewHalfVector(c.Embedding), len(c.Embedding)).Error; err != nil {
+				vec, dim, cur, nextVec).Error; err != nil {
 				return translate(err)
 			}
 			if err := tx.insertTerms(int64(c.ID), row.KbID, c.TermCount, c.Terms); err != nil {
@@ -46,13 +68,58 @@ func (s *Store) ReplaceChunks(ctx context.Context, docID service.ID, generation 
 			}
 			termTotal += int64(c.TermCount)
 		}
-		if err := tx.db.Exec(`UPDATE knowledge_bases SET chunk_total = chunk_total + ?, term_total = term_total + ?
-			WHERE id = ?`, len(chunks), termTotal, row.KbID).Error; err != nil {
+		var kb kbSpaces
+		if err := tx.db.Raw(`UPDATE knowledge_bases SET chunk_total = chunk_total + ?, term_total = term_total + ?
+			WHERE id = ? RETURNING embedding_space, reembed_space`, len(chunks), termTotal, row.KbID).Scan(&kb).Error; err != nil {
 			return translate(err)
 		}
+		if now, err := kb.role(row.KbID, space); err != nil || now != next {
+			return errors.Join(err, fmt.Errorf("%w: knowledge base %d switched spaces meanwhile", ErrSpaceChanged, row.KbID))
+		}
+		reembedded := ""
+		if next {
+			reembedded = space
+		}
 		return translate(tx.db.Exec(`UPDATE documents SET status = 'ready', error = '', chunk_count = ?,
-			updated_at = now() WHERE id = ?`, len(chunks), row.ID).Error)
+			reembedded_space = ?, updated_at = now() WHERE id = ?`, len(chunks), reembedded, row.ID).Error)
 	})
+}
+
+// ErrSpaceChanged says a knowledge base is neither in nor moving to the
+// embedding space some vectors were made in: they were embedded for a
+// knowledge base that has moved on since, and must be embedded again.
+var ErrSpaceChanged = errors.New("the knowledge base's embedding space changed")
+
+// kbSpaces is a knowledge base's recorded space and re-embedding target.
+type kbSpaces struct {
+	EmbeddingSpace string
+	ReembedSpace   *string
+}
+
+// role says whether space is the recorded space (false) or the target
+// (true). While a knowledge base moves, only the target takes new vectors:
+// a document written in the recorded space then would need re-embedding
+// after its message was spent, and the move could never finish.
+func (kb kbSpaces) role(kbID int64, space string) (next bool, err error) {
+	switch {
+	case kb.ReembedSpace != nil && *kb.ReembedSpace == space:
+		return true, nil
+	case kb.ReembedSpace == nil && kb.EmbeddingSpace == space:
+		return false, nil
+	}
+	return false, fmt.Errorf("%w: knowledge base %d is in space %q (re-embedding into %q), the vectors in %q",
+		ErrSpaceChanged, kbID, kb.EmbeddingSpace, deref(kb.ReembedSpace), space)
+}
+
+// spaceRole reads a knowledge base's role for space; lock ("" or "FOR
+// SHARE") is the row lock to take.
+func (s *Store) spaceRole(kbID int64, space, lock string) (next bool, err error) {
+	var kb kbSpaces
+	if err := s.db.Raw(`SELECT embedding_space, reembed_space FROM knowledge_bases WHERE id = ? `+lock, kbID).
+		Scan(&kb).Error; err != nil {
+		return false, translate(err)
+	}
+	return kb.role(kbID, space)
 }
 
 // insertTerms writes a chunk's postings in multi-row statements.

@@ -27,7 +27,7 @@ func TestDataErrorsArePermanent(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			d := seedDoc(t, s, kb, tc.name)
-			err := s.ReplaceChunks(ctx, d.ID, 1, []service.Chunk{tc.chunk})
+			err := s.ReplaceChunks(ctx, d.ID, 1, docSpace(t, s, d.ID), []service.Chunk{tc.chunk})
 			if !errors.Is(err, service.ErrPermanent) || !errors.Is(err, service.ErrInvalid) {
 				t.Fatalf("ReplaceChunks: %v, want a permanent invalid-data error", err)
 			}
@@ -40,7 +40,7 @@ func TestDataErrorsArePermanent(t *testing.T) {
 	t.Run("a conflict is not permanent", func(t *testing.T) {
 		d := seedDoc(t, s, kb, "conflict")
 		c := chunk(0, "a", unit(4, 0), "a")
-		err := s.ReplaceChunks(ctx, d.ID, 1, []service.Chunk{c, c})
+		err := s.ReplaceChunks(ctx, d.ID, 1, docSpace(t, s, d.ID), []service.Chunk{c, c})
 		if err == nil || errors.Is(err, service.ErrPermanent) {
 			t.Fatalf("duplicate chunk id: %v, want a non-permanent error", err)
 		}

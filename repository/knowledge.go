@@ -16,46 +16,80 @@ type knowledgeBaseRow struct {
 	Description    string
 	EmbeddingModel string
 	EmbeddingDim   int
-	ChunkSize      int
-	ChunkOverlap   int
-	VectorWeight   float64
-	Visibility     string
-	ChunkTotal     int64
-	TermTotal      int64
-	CreatedAt      time.Time
-	UpdatedAt      time.Time
-	DeletedAt      gorm.DeletedAt
-	DocumentCount  int `gorm:"->;-:migration"`
+	// The rest of the recorded embedding space, and the re-embedding target
+	// (NULL when none) with its progress (README "Embedding model changes").
+	EmbeddingQueryPrefix    string
+	EmbeddingDocumentPrefix string
+	EmbeddingSpace          string
+	ReembedModel            *string
+	ReembedDim              *int
+	ReembedQueryPrefix      *string
+	ReembedDocumentPrefix   *string
+	ReembedSpace            *string
+	ReembedDone             int `gorm:"->;-:migration"`
+	ReembedTotal            int `gorm:"->;-:migration"`
+	ChunkSize               int
+	ChunkOverlap            int
+	VectorWeight            float64
+	Visibility              string
+	ChunkTotal              int64
+	TermTotal               int64
+	CreatedAt               time.Time
+	UpdatedAt               time.Time
+	DeletedAt               gorm.DeletedAt
+	DocumentCount           int `gorm:"->;-:migration"`
 }
 
 func (knowledgeBaseRow) TableName() string { return "knowledge_bases" }
 
 func (r knowledgeBaseRow) kb() *service.KnowledgeBase {
-	return &service.KnowledgeBase{
+	kb := &service.KnowledgeBase{
 		ID: service.ID(r.ID), Name: r.Name, Description: r.Description,
 		EmbeddingModel: r.EmbeddingModel, EmbeddingDim: r.EmbeddingDim,
+		EmbeddingQueryPrefix: r.EmbeddingQueryPrefix, EmbeddingDocumentPrefix: r.EmbeddingDocumentPrefix,
 		ChunkSize: r.ChunkSize, ChunkOverlap: r.ChunkOverlap, VectorWeight: r.VectorWeight,
 		Visibility: service.Visibility(r.Visibility), DocumentCount: r.DocumentCount, CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt,
 	}
+	if r.ReembedSpace != nil && r.ReembedModel != nil && r.ReembedDim != nil {
+		kb.Reembedding = &service.Reembedding{Target: service.EmbeddingSpace{
+			Model: *r.ReembedModel, Dim: *r.ReembedDim, QueryPrefix: deref(r.ReembedQueryPrefix), DocumentPrefix: deref(r.ReembedDocumentPrefix),
+		}, Done: r.ReembedDone, Total: r.ReembedTotal}
+	}
+	return kb
 }
 
-// kbColumns selects a knowledge base with its live document count.
+func deref(s *string) string {
+	if s == nil {
+		return ""
+	}
+	return *s
+}
+
+// kbColumns selects a knowledge base with its live document count and,
+// while it is re-embedded, how many documents with chunks are done.
 const kbColumns = `knowledge_bases.*, (SELECT count(*) FROM documents d
-	WHERE d.kb_id = knowledge_bases.id AND d.deleted_at IS NULL) AS document_count`
+	WHERE d.kb_id = knowledge_bases.id AND d.deleted_at IS NULL) AS document_count,
+	CASE WHEN knowledge_bases.reembed_space IS NULL THEN 0 ELSE (SELECT count(*) FROM documents d
+	WHERE d.kb_id = knowledge_bases.id AND d.deleted_at IS NULL AND d.chunk_count > 0
+	AND d.reembedded_space = knowledge_bases.reembed_space) END AS reembed_done,
+	CASE WHEN knowledge_bases.reembed_space IS NULL THEN 0 ELSE (SELECT count(*) FROM documents d
+	WHERE d.kb_id = knowledge_bases.id AND d.deleted_at IS NULL AND d.chunk_count > 0) END AS reembed_total`
 
 // CreateKnowledgeBase inserts kb; a taken name is service.ErrConflict.
 func (s *Store) CreateKnowledgeBase(ctx context.Context, kb *service.KnowledgeBase) error {
 	row := knowledgeBaseRow{
 		ID: int64(kb.ID), Name: kb.Name, Description: kb.Description,
 		EmbeddingModel: kb.EmbeddingModel, EmbeddingDim: kb.EmbeddingDim,
-		ChunkSize: kb.ChunkSize, ChunkOverlap: kb.ChunkOverlap, VectorWeight: kb.VectorWeight,
+		EmbeddingQueryPrefix: kb.EmbeddingQueryPrefix, EmbeddingDocumentPrefix: kb.EmbeddingDocumentPrefix,
+		EmbeddingSpace: kb.Space().Key(),
+		ChunkSize:      kb.ChunkSize, ChunkOverlap: kb.ChunkOverlap, VectorWeight: kb.VectorWeight,
 		Visibility: string(kb.Visibility),
 	}
 	if row.Visibility == "" {
 		row.Visibility = string(service.VisibilityPrivate)
 		kb.Visibility = service.VisibilityPrivate
 	}
-	if err := s.conn(ctx).Omit("DocumentCount").Create(&row).Error; err != nil {
+	if err := s.conn(ctx).Omit("DocumentCount", "ReembedDone", "ReembedTotal").Create(&row).Error; err != nil {
 		return translate(err)
 	}
 	kb.CreatedAt, kb.UpdatedAt = row.CreatedAt, row.UpdatedAt

@@ -73,7 +73,8 @@ func (s *Store) KeywordSearch(ctx context.Context, q service.KeywordQuery) ([]se
 }
 
 // VectorSearch ranks chunks by cosine similarity through the HNSW index of
-// the vector's dimension. Iterative scans keep the index searching until
+// the vector's dimension, among the chunks of the vector's embedding space
+// (q.Space): two models of one dimension share the index, never results. Iterative scans keep the index searching until
 // enough rows pass the knowledge-base filter, so a filter on a small
 // knowledge base still returns Limit rows.
 func (s *Store) VectorSearch(ctx context.Context, q service.VectorQuery) ([]service.SearchResult, error) {
@@ -90,7 +91,7 @@ func (s *Store) VectorSearch(ctx context.Context, q service.VectorQuery) ([]serv
 	// match the partial index's exactly for the planner to use it.
 	sql := `SELECT c.id AS chunk_id, c.document_id, d.name AS document_name, c.kb_id, c.content, c.section, 1 - v.distance AS score
 		FROM (SELECT id, embedding::halfvec(` + dim + `) <=> ?::halfvec(` + dim + `) AS distance FROM chunks
-		      WHERE embedding_dim = ` + dim + ` AND kb_id = ANY(?)
+		      WHERE embedding_dim = ` + dim + ` AND kb_id = ANY(?) AND embedding_space = ?
 		      ORDER BY embedding::halfvec(` + dim + `) <=> ?::halfvec(` + dim + `) LIMIT ?) v
 		JOIN chunks c ON c.id = v.id JOIN documents d ON d.id = c.document_id`
 	vec := pgvector.NewHalfVector(q.Vector)
@@ -102,7 +103,7 @@ func (s *Store) VectorSearch(ctx context.Context, q service.VectorQuery) ([]serv
 		if err := tx.db.Exec("SET LOCAL hnsw.ef_search = " + strconv.Itoa(ef)).Error; err != nil {
 			return translate(err)
 		}
-		return translate(tx.db.Raw(sql, vec, idArray(q.KnowledgeBaseIDs), vec, q.Limit).Scan(&rows).Error)
+		return translate(tx.db.Raw(sql, vec, idArray(q.KnowledgeBaseIDs), q.Space, vec, q.Limit).Scan(&rows).Error)
 	})
 	if err != nil {
 		return nil, err

@@ -93,14 +93,14 @@ func TestReplaceChunksAndSearch(t *testing.T) {
 	d := seedDoc(t, s, kb, "x")
 	o := seedDoc(t, s, other, "y")
 
-	if err := s.ReplaceChunks(ctx, d.ID, 1, []service.Chunk{
+	if err := s.ReplaceChunks(ctx, d.ID, 1, docSpace(t, s, d.ID), []service.Chunk{
 		chunk(0, "vpn setup guide", unit(4, 0), "vpn", "setup", "guid"),
 		chunk(1, "printer driver", unit(4, 1), "printer", "driver"),
 		chunk(2, "vpn vpn troubleshooting", unit(4, 2), "vpn", "vpn", "troubleshoot"),
 	}); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.ReplaceChunks(ctx, o.ID, 1, []service.Chunk{chunk(0, "vpn elsewhere", unit(4, 0), "vpn", "elsewher")}); err != nil {
+	if err := s.ReplaceChunks(ctx, o.ID, 1, docSpace(t, s, o.ID), []service.Chunk{chunk(0, "vpn elsewhere", unit(4, 0), "vpn", "elsewher")}); err != nil {
 		t.Fatal(err)
 	}
 
@@ -118,7 +118,7 @@ func TestReplaceChunksAndSearch(t *testing.T) {
 		t.Fatalf("bm25 score %v, want %v", got[0].Score, want)
 	}
 
-	vec, err := s.VectorSearch(ctx, service.VectorQuery{KnowledgeBaseIDs: []service.ID{kb.ID}, Vector: unit(4, 1), Limit: 2})
+	vec, err := s.VectorSearch(ctx, service.VectorQuery{KnowledgeBaseIDs: []service.ID{kb.ID}, Space: kb.Space().Key(), Vector: unit(4, 1), Limit: 2})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -132,7 +132,7 @@ func TestReplaceChunksAndSearch(t *testing.T) {
 	}
 
 	// A stale generation is refused and changes nothing.
-	if err := s.ReplaceChunks(ctx, d.ID, 7, nil); !errors.Is(err, service.ErrNotFound) {
+	if err := s.ReplaceChunks(ctx, d.ID, 7, docSpace(t, s, d.ID), nil); !errors.Is(err, service.ErrNotFound) {
 		t.Fatalf("stale generation: %v", err)
 	}
 	// Deleting the document removes it from search and from the statistics.
@@ -164,7 +164,7 @@ func TestReindexIsAtomicForReaders(t *testing.T) {
 		}
 		return out
 	}
-	if err := s.ReplaceChunks(ctx, d.ID, 1, gen(1, 5)); err != nil {
+	if err := s.ReplaceChunks(ctx, d.ID, 1, docSpace(t, s, d.ID), gen(1, 5)); err != nil {
 		t.Fatal(err)
 	}
 	stop := make(chan struct{})
@@ -207,7 +207,7 @@ func TestReindexIsAtomicForReaders(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := s.ReplaceChunks(ctx, d.ID, doc.Generation, gen(doc.Generation, 3+g)); err != nil {
+		if err := s.ReplaceChunks(ctx, d.ID, doc.Generation, docSpace(t, s, d.ID), gen(doc.Generation, 3+g)); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -289,4 +289,16 @@ func TestPruneOutbox(t *testing.T) {
 	if sentLeft, unsent := count("sent_at IS NOT NULL"), count("sent_at IS NULL"); sentLeft != 0 || unsent != 2 {
 		t.Fatalf("after pruning: %d sent and %d unsent rows, want 0 and 2", sentLeft, unsent)
 	}
+}
+
+// docSpace is the key of the recorded embedding space of a document's
+// knowledge base: the space ReplaceChunks writes vectors in.
+func docSpace(t *testing.T, s *Store, docID service.ID) string {
+	t.Helper()
+	var space string
+	if err := s.db.Raw(`SELECT kb.embedding_space FROM knowledge_bases kb JOIN documents d ON d.kb_id = kb.id WHERE d.id = ?`,
+		int64(docID)).Scan(&space).Error; err != nil || space == "" {
+		t.Fatalf("space of document %d: %q %v", docID, space, err)
+	}
+	return space
 }

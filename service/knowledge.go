@@ -4,21 +4,34 @@ import "time"
 
 // KnowledgeBase is a named collection of documents searched together.
 type KnowledgeBase struct {
-	ID             ID         `json:"id"`
-	Name           string     `json:"name"`
-	Description    string     `json:"description"`
-	EmbeddingModel string     `json:"embeddingModel"`
-	EmbeddingDim   int        `json:"embeddingDim"`
-	ChunkSize      int        `json:"chunkSize"`    // target tokens per chunk
-	ChunkOverlap   int        `json:"chunkOverlap"` // tokens repeated between chunks
-	VectorWeight   float64    `json:"vectorWeight"` // weight of the vector list in hybrid fusion (keyword list weighs 1)
-	Visibility     Visibility `json:"visibility"`
+	ID             ID     `json:"id"`
+	Name           string `json:"name"`
+	Description    string `json:"description"`
+	EmbeddingModel string `json:"embeddingModel"`
+	EmbeddingDim   int    `json:"embeddingDim"`
+	// EmbeddingQueryPrefix and EmbeddingDocumentPrefix complete the
+	// embedding space the chunks' vectors are in (Space).
+	EmbeddingQueryPrefix    string `json:"embeddingQueryPrefix"`
+	EmbeddingDocumentPrefix string `json:"embeddingDocumentPrefix"`
+	// Reembedding is set while the chunks are re-embedded into the
+	// configured space (README "Embedding model changes").
+	Reembedding  *Reembedding `json:"reembedding,omitempty"`
+	ChunkSize    int          `json:"chunkSize"`    // target tokens per chunk
+	ChunkOverlap int          `json:"chunkOverlap"` // tokens repeated between chunks
+	VectorWeight float64      `json:"vectorWeight"` // weight of the vector list in hybrid fusion (keyword list weighs 1)
+	Visibility   Visibility   `json:"visibility"`
 	// Role is the caller's effective role on it, filled in per request so
 	// the UI knows which actions to offer.
 	Role          KBRole    `json:"role,omitempty"`
 	DocumentCount int       `json:"documentCount"`
 	CreatedAt     time.Time `json:"createdAt"`
 	UpdatedAt     time.Time `json:"updatedAt"`
+}
+
+// Space is the embedding space the knowledge base's vectors are in.
+func (kb *KnowledgeBase) Space() EmbeddingSpace {
+	return EmbeddingSpace{Model: kb.EmbeddingModel, Dim: kb.EmbeddingDim,
+		QueryPrefix: kb.EmbeddingQueryPrefix, DocumentPrefix: kb.EmbeddingDocumentPrefix}
 }
 
 // DocumentStatus is where a document is in the ingestion pipeline.
@@ -98,6 +111,10 @@ const IngestTopic = "ragent-document-ingest"
 type IngestMessage struct {
 	DocumentID ID  `json:"documentId"`
 	Generation int `json:"generation"`
+	// Reembed, when set, asks to re-embed the generation's chunks into the
+	// embedding space with this key (EmbeddingSpace.Key) instead of
+	// building them; its MQ key is "documentId:generation:reembed:key".
+	Reembed string `json:"reembed,omitempty"`
 }
 
 // OutboxMessage is a message stored with a business change in one
@@ -121,6 +138,7 @@ type KeywordQuery struct {
 // VectorQuery is a nearest-neighbour query in one embedding space.
 type VectorQuery struct {
 	KnowledgeBaseIDs []ID
+	Space            string // EmbeddingSpace.Key of Vector: only chunks of that space match
 	Vector           []float32
 	Limit            int
 	EfSearch         int // HNSW candidate list; default 100

@@ -132,11 +132,17 @@ func newApp(ctx context.Context, cfg Config, log *slog.Logger) (_ *App, err erro
 		return nil, fmt.Errorf("migrate and bootstrap: %w", err)
 	}
 
-	// Knowledge: embeddings, retrieval, ingestion.
-	embedder, err := llm.NewEmbedder(llmConfig(cfg, log))
+	// Knowledge: embeddings (every call behind one cluster-wide fair
+	// limit), retrieval, ingestion.
+	gate, runGate := newEmbedGate(a.rdb, cfg, a.registry, log)
+	a.runners = append(a.runners, runGate)
+	embedCfg := llmConfig(cfg, log)
+	embedCfg.EmbeddingGate = gate
+	embedder, err := llm.NewEmbedder(embedCfg)
 	if err != nil {
 		return nil, fmt.Errorf("embedder: %w", err)
 	}
+	space := llm.Space(embedder)
 	var reranker retrieve.Reranker
 	if cfg.RerankModel != "" {
 		reranker = llm.NewReranker(cmp.Or(cfg.RerankBaseURL, cfg.LLMBaseURL), cfg.LLMAPIKey, cfg.RerankModel, llmConfig(cfg, log))
@@ -145,9 +151,9 @@ func newApp(ctx context.Context, cfg Config, log *slog.Logger) (_ *App, err erro
 	// a caller may read and change.
 	access := service.NewAccess(a.store)
 	kbs := admin.NewKnowledgeBases(a.store, access, ids, admin.EmbeddingDefaults{
-		Model: embedder.Model(), Dim: embedder.Dim(), VectorWeight: vectorWeight(cfg),
+		Space: space, VectorWeight: vectorWeight(cfg),
 	}, audit)
-	searcher := retrieve.New(a.store, access, embedder, reranker, retrieve.Config{
+	searcher := retrieve.New(a.store, access, queryEmbedders(embedder, space), reranker, retrieve.Config{
 		MinVectorScore: cfg.SearchMinVectorScore, Fusion: retrieve.Fusion(cfg.SearchFusion),
 	}, log)
 	parser, closeParser, err := newParser(cfg, log)
@@ -161,8 +167,14 @@ func newApp(ctx context.Context, cfg Config, log *slog.Logger) (_ *App, err erro
 		MaxChunks:       cfg.IngestMaxChunks,
 		Parser:          parser,
 		OutboxRetention: cfg.OutboxRetention,
+		Space:           space,
 	}, log, nil)
 	a.kbs, a.ingestSvc, a.searcher = kbs, ingestSvc, searcher
+	// Knowledge bases recorded in another embedding space move to the
+	// configured one in the background; planned once for all instances.
+	if err := a.store.WithStartupLock(ctx, ingestSvc.PlanReembed); err != nil {
+		return nil, err
+	}
 
 	// Admin data: the intent tree and term mappings, read (by admins and the
 	// chat pipeline) through 7-day Redis caches that fall back to Postgres.

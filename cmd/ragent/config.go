@@ -92,6 +92,10 @@ type Config struct {
 	// SearchFusion merges hybrid search's two lists (rrf | convex); empty
 	// picks the embedder's default.
 	SearchFusion string
+	// EmbedConcurrency caps embedding calls at once across all instances;
+	// EmbedQueryWait is how long a query's embedding waits for a slot.
+	EmbedConcurrency int
+	EmbedQueryWait   time.Duration
 
 	AdminUsername string
 	AdminPassword string
@@ -242,7 +246,7 @@ func (c Config) validate() []error {
 		"RAGENT_CHAT_MAX_CONCURRENT": c.ChatMaxConcurrent, "RAGENT_CHAT_MAX_QUEUE": c.ChatMaxQueue,
 		"RAGENT_CHAT_MAX_QUEUED_PER_USER": c.ChatMaxQueuedPerUser, "RAGENT_UPLOAD_MAX_CONCURRENT": c.UploadMaxConcurrent,
 		"RAGENT_LOGIN_MAX_FAILURES": c.LoginMaxFailures, "RAGENT_LOGIN_MAX_FAILURES_PER_USER": c.LoginMaxFailuresPerUser,
-		"RAGENT_INGEST_MAX_CHUNKS": c.IngestMaxChunks,
+		"RAGENT_INGEST_MAX_CHUNKS": c.IngestMaxChunks, "RAGENT_EMBEDDING_CONCURRENCY": c.EmbedConcurrency,
 	}
 	if c.ChatRatePerMinute < 0 {
 		bad("RAGENT_CHAT_RATE_PER_MINUTE must be 0 (no limit) or more")
@@ -264,6 +268,7 @@ func (c Config) validate() []error {
 		"RAGENT_LLM_COOLDOWN":      c.LLMCooldown,
 		"RAGENT_HTTP_BODY_TIMEOUT": c.HTTPBodyTimeout, "RAGENT_HTTP_UPLOAD_TIMEOUT": c.HTTPUploadTimeout,
 		"RAGENT_INGEST_PARSE_TIMEOUT": c.IngestParseTimeout, "RAGENT_SSE_KEEPALIVE": c.SSEKeepAlive,
+		"RAGENT_EMBEDDING_QUERY_WAIT": c.EmbedQueryWait,
 	} {
 		if d <= 0 {
 			bad("%s must be positive", name)

@@ -119,7 +119,7 @@ func BenchmarkSearchOverhead(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		if _, err := a.store.VectorSearch(ctx, service.VectorQuery{KnowledgeBaseIDs: []service.ID{kb.ID},
+		if _, err := a.store.VectorSearch(ctx, service.VectorQuery{KnowledgeBaseIDs: []service.ID{kb.ID}, Space: kb.Space().Key(),
 			Vector: vecs[0], Limit: 50}); err != nil {
 			b.Fatal(err)
 		}

@@ -83,6 +83,8 @@ func (c *Config) settings() []setting {
 		{"RAGENT_EMBEDDING_DOCUMENT_PREFIX", "", (*strValue)(&c.EmbedDocumentPrefix), maskNone},
 		{"RAGENT_EMBEDDING_QUERY_INPUT_TYPE", "", (*strValue)(&c.EmbedQueryInputType), maskNone},
 		{"RAGENT_EMBEDDING_DOCUMENT_INPUT_TYPE", "", (*strValue)(&c.EmbedDocumentInputType), maskNone},
+		{"RAGENT_EMBEDDING_CONCURRENCY", "4", (*intValue)(&c.EmbedConcurrency), maskNone},
+		{"RAGENT_EMBEDDING_QUERY_WAIT", "10s", (*durationValue)(&c.EmbedQueryWait), maskNone},
 
 		{"RAGENT_ADMIN_USERNAME", "admin", (*strValue)(&c.AdminUsername), maskNone},
 		{"RAGENT_ADMIN_PASSWORD", "", (*strValue)(&c.AdminPassword), maskSecret},

@@ -99,6 +99,7 @@ func llmConfig(cfg Config, log *slog.Logger) llm.Config {
 		},
 		FirstTokenTimeout: cfg.LLMFirstTokenTimeout, IdleTimeout: cfg.LLMIdleTimeout,
 		Logger: log,
+		EmbeddingConcurrency: cfg.EmbedConcurrency,
 	}
 }
 

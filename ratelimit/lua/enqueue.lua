@@ -2,7 +2,7 @@
 -- grant costs one round trip.
 --
 -- KEYS: seq, queue, permits, users, owners, held, deadlines, entry_prefix
--- ARGV: id, user, max, lease_ms, marker_ttl_ms, max_queue, max_per_user, window
+-- ARGV: id, user, max, lease_ms, marker_ttl_ms, max_queue, max_per_user, window, base_level
 --
 -- Replies as claim, plus {-2} when the queue is full and {-3} when the user
 -- has too many queued requests. Enqueueing an id that is already queued or
@@ -14,6 +14,7 @@ local seq, queue, permits, users, owners, held, deadlines, entry_prefix =
 local id, user = ARGV[1], ARGV[2]
 local max, lease_ms, ttl_ms = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
 local max_queue, max_per_user, window = tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8])
+local base = tonumber(ARGV[9] or '0')
 
 local now = now_us()
 local now_ms = math.floor(now / 1000)
@@ -28,7 +29,7 @@ if not redis.call('ZSCORE', queue, id) and not redis.call('ZSCORE', permits, id)
   if max_per_user > 0 and tonumber(redis.call('HGET', users, user) or '0') >= max_per_user then
     return {-3}
   end
-  redis.call('ZADD', queue, score(users, held, user, redis.call('INCR', seq)), id)
+  redis.call('ZADD', queue, score(users, held, user, redis.call('INCR', seq), base), id)
   -- The marker holds the enqueue time (ms) for the oldest-wait statistic.
   redis.call('SET', entry_prefix .. id, string.format('%.0f', now_ms), 'PX', ttl_ms)
   redis.call('ZADD', deadlines, now_ms + ttl_ms, id)

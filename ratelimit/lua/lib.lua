@@ -84,8 +84,11 @@ local function expire(permits, owners, held, now_ms)
 end
 
 -- score is the queue score of a new request of user (see the fairness rule).
-local function score(users, held, user, seq)
-  local level = tonumber(redis.call('HGET', held, user) or '0') +
+-- base is the request's class level (Limiter.AcquireClass), added to its
+-- fairness level: a class of a higher base waits behind every request of a
+-- lower one (document embeddings behind queries).
+local function score(users, held, user, seq, base)
+  local level = base + tonumber(redis.call('HGET', held, user) or '0') +
     tonumber(redis.call('HGET', users, user) or '0')
   return string.format('%.0f', math.min(level, MAX_LEVEL) * LEVEL_UNIT + seq % LEVEL_UNIT)
 end

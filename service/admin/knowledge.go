@@ -30,9 +30,8 @@ type KnowledgeBaseStore interface {
 
 // EmbeddingDefaults describe the embedder new knowledge bases are built with.
 type EmbeddingDefaults struct {
-	Model        string
-	Dim          int
-	VectorWeight float64 // hybrid weight of the vector list (keyword weighs 1)
+	Space        service.EmbeddingSpace // recorded as the knowledge base's own
+	VectorWeight float64                // hybrid weight of the vector list (keyword weighs 1)
 }
 
 // KnowledgeBases manages knowledge bases and their members. Every method
@@ -131,7 +130,8 @@ func (k *KnowledgeBases) create(ctx context.Context, p service.Principal, in Kno
 		return nil, service.Errorf(service.ErrForbidden, "only admins create knowledge bases")
 	}
 	kb := &service.KnowledgeBase{
-		EmbeddingModel: k.emb.Model, EmbeddingDim: k.emb.Dim, VectorWeight: k.emb.VectorWeight,
+		EmbeddingModel: k.emb.Space.Model, EmbeddingDim: k.emb.Space.Dim, VectorWeight: k.emb.VectorWeight,
+		EmbeddingQueryPrefix: k.emb.Space.QueryPrefix, EmbeddingDocumentPrefix: k.emb.Space.DocumentPrefix,
 		ChunkSize: 512, ChunkOverlap: 64, Visibility: service.VisibilityPrivate,
 	}
 	if err := in.apply(kb); err != nil {

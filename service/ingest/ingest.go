@@ -2,7 +2,9 @@
 // sniffing, hashing, blob + document + outbox row in one transaction), then
 // on a worker parse → chunk → embed → index, and the document lifecycle
 // around it (list, delete, reindex, chunk preview, the outbox relay, and the
-// reaper of stuck documents and of sent outbox rows past their retention).
+// reaper of stuck documents and of sent outbox rows past their retention),
+// and the background re-embedding of knowledge bases whose embedding space
+// is not the configured one (reembed.go).
 package ingest
 
 import (
@@ -36,7 +38,8 @@ type Store interface {
 	Reindex(ctx context.Context, id service.ID, outbox func(*service.Document) service.OutboxMessage) (*service.Document, error)
 	ClaimDocument(ctx context.Context, id service.ID, generation int) (*service.Document, error)
 	FailDocument(ctx context.Context, id service.ID, generation int, reason string) error
-	ReplaceChunks(ctx context.Context, docID service.ID, generation int, chunks []service.Chunk) error
+	ReplaceChunks(ctx context.Context, docID service.ID, generation int, space string, chunks []service.Chunk) error
+	ReembedStore
 	StuckDocuments(ctx context.Context, cutoff time.Time, limit int) ([]*service.Document, error)
 	Requeue(ctx context.Context, d *service.Document, msg service.OutboxMessage) (bool, error)
 	RelayOutbox(ctx context.Context, limit int, publish func(context.Context, service.OutboxMessage) error) (sent, failed int, err error)
@@ -63,6 +66,10 @@ type Config struct {
 	RelayInterval  time.Duration // outbox poll; default 1s
 	ReaperInterval time.Duration // default 1m
 	EmbedBatch     int           // texts per Embed call; default 64
+	// Space is the embedding space the embedder makes (README "Embedding
+	// model changes"); zero takes the embedder's model and dimension with
+	// no prefixes.
+	Space service.EmbeddingSpace
 	// OutboxRetention is how long sent outbox rows are kept (to trace what
 	// was published) before the reaper deletes them; default 7 days.
 	OutboxRetention time.Duration
@@ -125,6 +132,9 @@ func New(store Store, access *service.Access, embedder service.Embedder, ids ser
 	}
 	if now == nil {
 		now = time.Now
+	}
+	if cfg.Space == (service.EmbeddingSpace{}) {
+		cfg.Space = service.EmbeddingSpace{Model: embedder.Model(), Dim: embedder.Dim()}
 	}
 	return &Service{store: store, access: access, embedder: embedder, ids: ids, audit: audit, cfg: cfg, log: log, now: now, kick: make(chan struct{}, 1)}
 }
@@ -329,6 +339,9 @@ func (s *Service) Process(ctx context.Context, body []byte) error {
 		s.log.ErrorContext(ctx, "dropping malformed ingest message", "body", string(body), "err", err)
 		return fmt.Errorf("%w: malformed ingest message", ErrGaveUp)
 	}
+	if msg.Reembed != "" {
+		return s.reembed(ctx, msg)
+	}
 	doc, err := s.store.ClaimDocument(ctx, msg.DocumentID, msg.Generation)
 	if errors.Is(err, service.ErrNotFound) {
 		s.log.InfoContext(ctx, "skipping stale ingest message", "document", msg.DocumentID, "generation", msg.Generation)
@@ -376,9 +389,8 @@ func (s *Service) index(ctx context.Context, doc *service.Document) (int, error)
 	if err != nil {
 		return 0, err
 	}
-	if kb.EmbeddingModel != s.embedder.Model() || kb.EmbeddingDim != s.embedder.Dim() {
-		return 0, fmt.Errorf("%w: the knowledge base uses %s (%d dimensions) but this worker embeds with %s (%d)",
-			errMismatch, kb.EmbeddingModel, kb.EmbeddingDim, s.embedder.Model(), s.embedder.Dim())
+	if err := s.canEmbed(kb); err != nil {
+		return 0, err
 	}
 	pieces, err := s.parseAndSplit(ctx, doc, kb)
 	if err != nil {
@@ -400,20 +412,10 @@ func (s *Service) index(ctx context.Context, doc *service.Document) (int, error)
 			Ordinal: p.Ordinal, Content: p.Content, Section: p.Section, TokenCount: p.TokenCount, Terms: tf, TermCount: len(terms)}
 		texts[i] = p.Content
 	}
-	for start := 0; start < len(texts); start += s.cfg.EmbedBatch {
-		end := min(start+s.cfg.EmbedBatch, len(texts))
-		vecs, err := s.embedder.Embed(ctx, service.EmbedDocument, texts[start:end])
-		if err != nil {
-			return 0, fmt.Errorf("embed: %w", err)
-		}
-		if len(vecs) != end-start {
-			return 0, fmt.Errorf("embed: got %d vectors for %d texts", len(vecs), end-start)
-		}
-		for i, v := range vecs {
-			chunks[start+i].Embedding = v
-		}
+	if err := s.embedChunks(ctx, chunks, texts); err != nil {
+		return 0, err
 	}
-	if err := s.store.ReplaceChunks(ctx, doc.ID, doc.Generation, chunks); err != nil {
+	if err := s.store.ReplaceChunks(ctx, doc.ID, doc.Generation, s.cfg.Space.Key(), chunks); err != nil {
 		return 0, err
 	}
 	return len(chunks), nil
@@ -498,10 +500,11 @@ func (s *Service) RunReaper(ctx context.Context) error {
 }
 
 // ReapOnce re-queues the documents running since before RunningTimeout,
-// then deletes the outbox rows sent before OutboxRetention.
+// deletes the outbox rows sent before OutboxRetention, and switches the
+// re-embedded knowledge bases whose remaining documents were deleted.
 func (s *Service) ReapOnce(ctx context.Context) error {
 	// A failure of one does not hold back the other.
-	return errors.Join(s.requeueStuck(ctx), s.pruneOutbox(ctx))
+	return errors.Join(s.requeueStuck(ctx), s.pruneOutbox(ctx), s.finishReembeds(ctx))
 }
 
 // pruneOutbox deletes sent outbox rows older than the retention, one batch

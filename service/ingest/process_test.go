@@ -37,7 +37,7 @@ func (s *fakeStore) ClaimDocument(_ context.Context, id service.ID, generation i
 
 func (s *fakeStore) DocumentBlob(context.Context, string) ([]byte, error) { return s.blob, nil }
 
-func (s *fakeStore) ReplaceChunks(_ context.Context, _ service.ID, _ int, chunks []service.Chunk) error {
+func (s *fakeStore) ReplaceChunks(_ context.Context, _ service.ID, _ int, _ string, chunks []service.Chunk) error {
 	s.replaced++
 	s.lastCount = len(chunks)
 	return s.replace()

@@ -1,7 +1,9 @@
 // Package retrieve is hybrid retrieval: BM25 keyword search and vector search
 // run side by side, fused with weighted Reciprocal Rank Fusion or a convex
 // combination of their normalized scores, optionally reranked, then gated by
-// a minimum score.
+// a minimum score. Vector search runs in each knowledge base's own
+// embedding space; one whose space this instance cannot embed is searched by
+// keyword only, and the result says so.
 package retrieve
 
 import (
@@ -69,24 +71,30 @@ func (c *Config) defaults() {
 	}
 }
 
+// Embedders returns the embedder of queries in an embedding space, or nil
+// when this instance cannot embed queries there (the model is not served
+// any more): such knowledge bases are searched by keyword only.
+type Embedders func(space service.EmbeddingSpace) service.Embedder
+
 // Searcher answers search queries.
 type Searcher struct {
-	store    Store
-	access   *service.Access
-	embedder service.Embedder
-	reranker Reranker // may be nil
-	cfg      Config
-	log      *slog.Logger
+	store     Store
+	access    *service.Access
+	embedders Embedders
+	reranker  Reranker // may be nil
+	cfg       Config
+	log       *slog.Logger
 }
 
 // New returns a Searcher; access decides which knowledge bases a caller
-// searches. reranker may be nil.
-func New(store Store, access *service.Access, embedder service.Embedder, reranker Reranker, cfg Config, log *slog.Logger) *Searcher {
+// searches, embedders embeds the query in each knowledge base's own
+// embedding space. reranker may be nil.
+func New(store Store, access *service.Access, embedders Embedders, reranker Reranker, cfg Config, log *slog.Logger) *Searcher {
 	cfg.defaults()
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Searcher{store: store, access: access, embedder: embedder, reranker: reranker, cfg: cfg, log: log}
+	return &Searcher{store: store, access: access, embedders: embedders, reranker: reranker, cfg: cfg, log: log}
 }
 
 // Query is a search request.
@@ -97,44 +105,71 @@ type Query struct {
 	Mode             service.SearchMode `json:"mode"`
 }
 
+// Result is what a search found, and which knowledge bases it could search
+// by keyword only.
+type Result struct {
+	Results     []service.SearchResult
+	KeywordOnly []KeywordOnly
+}
+
+// KeywordOnly names a knowledge base whose vectors could not be searched
+// because this instance cannot embed the query in their space.
+type KeywordOnly struct {
+	KnowledgeBaseID service.ID `json:"knowledgeBaseId"`
+	Reason          string     `json:"reason"`
+}
+
 // Search returns the TopK most relevant chunks of the chosen knowledge bases
 // (every one p may read when none are named) that pass the relevance gate.
 // A named knowledge base p may not read is service.ErrNotFound, exactly as
 // one that does not exist: never quietly left out of the results.
 func (s *Searcher) Search(ctx context.Context, p service.Principal, q Query) ([]service.SearchResult, error) {
+	r, err := s.Run(ctx, p, q)
+	return r.Results, err
+}
+
+// Run is Search, also saying which knowledge bases were searched by keyword
+// only.
+func (s *Searcher) Run(ctx context.Context, p service.Principal, q Query) (Result, error) {
+	results, keywordOnly, err := s.search(ctx, p, q)
+	return Result{Results: results, KeywordOnly: keywordOnly}, err
+}
+
+func (s *Searcher) search(ctx context.Context, p service.Principal, q Query) ([]service.SearchResult, []KeywordOnly, error) {
 	q.Text = strings.TrimSpace(q.Text)
 	if q.Text == "" {
-		return nil, service.Errorf(service.ErrInvalid, "query must not be empty")
+		return nil, nil, service.Errorf(service.ErrInvalid, "query must not be empty")
 	}
 	if utf8.RuneCountInString(q.Text) > service.MaxQuestionRunes {
-		return nil, service.Errorf(service.ErrInvalid, "query must be at most %d characters", service.MaxQuestionRunes)
+		return nil, nil, service.Errorf(service.ErrInvalid, "query must be at most %d characters", service.MaxQuestionRunes)
 	}
 	if q.Mode == "" {
 		q.Mode = service.SearchHybrid
 	}
 	if !q.Mode.Valid() {
-		return nil, service.Errorf(service.ErrInvalid, "mode must be hybrid, keyword or vector")
+		return nil, nil, service.Errorf(service.ErrInvalid, "mode must be hybrid, keyword or vector")
 	}
 	if q.TopK == 0 {
 		q.TopK = 5
 	}
 	if q.TopK < 1 || q.TopK > s.cfg.MaxTopK {
-		return nil, service.Errorf(service.ErrInvalid, "topK must be between 1 and %d", s.cfg.MaxTopK)
+		return nil, nil, service.Errorf(service.ErrInvalid, "topK must be between 1 and %d", s.cfg.MaxTopK)
 	}
 	kbs, err := s.knowledgeBases(ctx, p, q.KnowledgeBaseIDs)
 	if err != nil || len(kbs) == 0 {
-		return nil, err
+		return nil, nil, err
 	}
 
 	var keyword, vector []service.SearchResult
 	if q.Mode != service.SearchVector {
 		if keyword, err = s.keyword(ctx, q.Text, kbs); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 	}
+	var keywordOnly []KeywordOnly
 	if q.Mode != service.SearchKeyword {
-		if vector, err = s.vector(ctx, q.Text, kbs); err != nil {
-			return nil, err
+		if vector, keywordOnly, err = s.vector(ctx, q.Text, kbs); err != nil {
+			return nil, nil, err
 		}
 	}
 
@@ -154,13 +189,13 @@ func (s *Searcher) Search(ctx context.Context, p service.Principal, q Query) ([]
 	}
 	if s.reranker != nil && len(results) > 0 {
 		if results, err = s.rerank(ctx, q.Text, results); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 	}
 	if len(results) > q.TopK {
 		results = results[:q.TopK]
 	}
-	return results, nil
+	return results, keywordOnly, nil
 }
 
 // knowledgeBases resolves the ids p may read (all of them when ids is
@@ -220,30 +255,56 @@ func (s *Searcher) keyword(ctx context.Context, query string, kbs []*service.Kno
 	})
 }
 
-// vector searches the knowledge bases embedded with the configured model;
-// others (embedded by a model this instance does not run) are searched by
-// keyword only, and a log line says so.
-func (s *Searcher) vector(ctx context.Context, query string, kbs []*service.KnowledgeBase) ([]service.SearchResult, error) {
-	var ids []service.ID
+// vector searches each knowledge base in its own embedding space: the query
+// is embedded once per space, and only chunks of that space are compared
+// with it. Knowledge bases whose space this instance cannot embed are left
+// to keyword search, and the result and a log line say so. The lists of
+// several spaces are merged by similarity.
+func (s *Searcher) vector(ctx context.Context, query string, kbs []*service.KnowledgeBase) ([]service.SearchResult, []KeywordOnly, error) {
+	bySpace := map[string][]service.ID{}
+	spaces := map[string]service.EmbeddingSpace{}
+	var order []string
+	var keywordOnly []KeywordOnly
 	for _, kb := range kbs {
-		if kb.EmbeddingModel == s.embedder.Model() && kb.EmbeddingDim == s.embedder.Dim() {
-			ids = append(ids, kb.ID)
-		} else {
-			s.log.WarnContext(ctx, "knowledge base embedded with another model; vector search skipped",
-				"knowledge_base", kb.ID, "model", kb.EmbeddingModel, "dim", kb.EmbeddingDim)
+		sp := kb.Space()
+		key := sp.Key()
+		if _, ok := spaces[key]; !ok {
+			spaces[key] = sp
+			order = append(order, key)
 		}
+		bySpace[key] = append(bySpace[key], kb.ID)
 	}
-	if len(ids) == 0 {
-		return nil, nil
+	var out []service.SearchResult
+	for _, key := range order {
+		sp := spaces[key]
+		emb := s.embedders(sp)
+		if emb == nil {
+			for _, id := range bySpace[key] {
+				keywordOnly = append(keywordOnly, KeywordOnly{KnowledgeBaseID: id,
+					Reason: fmt.Sprintf("its vectors are in %s, which this instance does not embed", sp)})
+				s.log.WarnContext(ctx, "knowledge base embedded with a model this instance does not run; searched by keyword only",
+					"knowledge_base", id, "space", sp.String())
+			}
+			continue
+		}
+		vecs, err := emb.Embed(ctx, service.EmbedQuery, []string{query})
+		if err != nil {
+			return nil, nil, fmt.Errorf("embed query: %w", err)
+		}
+		if len(vecs) != 1 || isZero(vecs[0]) {
+			continue
+		}
+		found, err := s.store.VectorSearch(ctx, service.VectorQuery{KnowledgeBaseIDs: bySpace[key], Space: key, Vector: vecs[0], Limit: s.cfg.Candidates})
+		if err != nil {
+			return nil, nil, err
+		}
+		out = append(out, found...)
 	}
-	vecs, err := s.embedder.Embed(ctx, service.EmbedQuery, []string{query})
-	if err != nil {
-		return nil, fmt.Errorf("embed query: %w", err)
+	if len(order) > 1 {
+		sort.SliceStable(out, func(i, j int) bool { return out[i].Score > out[j].Score })
+		out = out[:min(len(out), s.cfg.Candidates)]
 	}
-	if len(vecs) != 1 || isZero(vecs[0]) {
-		return nil, nil
-	}
-	return s.store.VectorSearch(ctx, service.VectorQuery{KnowledgeBaseIDs: ids, Vector: vecs[0], Limit: s.cfg.Candidates})
+	return out, keywordOnly, nil
 }
 
 func (s *Searcher) rerank(ctx context.Context, query string, results []service.SearchResult) ([]service.SearchResult, error) {

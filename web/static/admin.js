@@ -134,7 +134,7 @@ export function mountKnowledgeBases(root, ctx) {
         h('span', { class: 'muted' }, t(`kb.role.${kb.role}`, {}, kb.role ?? ''))),
       h('td', { class: 'num' }, kb.documentCount ?? '—'),
       h('td', {}, kb.chunkSize ? `${kb.chunkSize} / ${kb.chunkOverlap ?? 0}` : '—'),
-      h('td', { class: 'muted' }, kb.embeddingModel ? `${kb.embeddingModel} · ${kb.embeddingDim}` : '—'),
+      h('td', { class: 'muted' }, kb.embeddingModel ? `${kb.embeddingModel} · ${kb.embeddingDim}` : '—', reembedBadge(kb)),
       h('td', { class: 'actions' },
         h('a', { class: 'btn btn-sm', href: `#/admin/docs/${enc(kb.id)}`, 'data-testid': 'kb-docs-link' }, t('kb.docs')),
         kb.role === 'manager' ? [
@@ -158,6 +158,15 @@ export function mountKnowledgeBases(root, ctx) {
   form.hidden = !isAdmin;
   load();
   return { destroy() { destroyed = true; } };
+}
+
+// reembedBadge shows a knowledge base's move to another embedding model
+// ("re-embedding n/m"), or nothing.
+export function reembedBadge(kb) {
+  const r = kb.reembedding;
+  if (!r) return null;
+  return h('span', { class: 'badge badge-wait', 'data-testid': 'kb-reembedding', title: `${r.target.model} · ${r.target.dim}` },
+    t('kb.reembedding', { done: r.done, total: r.total }));
 }
 
 // openMembers shows who a knowledge base is shared with, and lets its

@@ -3,7 +3,7 @@
 import { t } from './i18n.js';
 import { h, toast, errorText, confirmDialog, modal, formatTime, formatBytes } from './dom.js';
 import { get, post, del, enc, upload } from './api.js';
-import { pageHeader, emptyRow } from './admin.js';
+import { pageHeader, emptyRow, reembedBadge } from './admin.js';
 
 const POLL_MS = 2000;
 const PARALLEL_UPLOADS = 3;
@@ -285,7 +285,9 @@ export function mountDocuments(root, ctx) {
       canEdit = kb.role === 'editor' || kb.role === 'manager';
       uploadCard.hidden = !canEdit;
       render();
-      subtitle.textContent = kb.description || '';
+      subtitle.replaceChildren(kb.description || '', kb.description && kb.reembedding ? ' ' : '', reembedBadge(kb) ?? '');
+      // The progress moves on its own; follow it until the switch.
+      if (kb.reembedding) setTimeout(() => { if (!destroyed) loadKb(); }, 2000);
     } catch (err) {
       if (destroyed) return;
       if (err.status === 403) { ctx.forbidden(); return; }

@@ -1,0 +1,51 @@
+package main
+
+import (
+	"fmt"
+	"testing"
+	"time"
+)
+
+// The web UI shows a knowledge base's re-embedding progress ("n/m") in the
+// knowledge-base list and on its documents page, which follows it until
+// the switch.
+func TestBrowserReembedProgress(t *testing.T) {
+	chromium := chromiumPath(t)
+	const dim = 64
+	fake := newFakeEmbedServer(t, dim)
+	cfg := testConfig(t)
+	cfg.EmbedDim = dim
+	first := start(t, cfg)
+	api := first.client(t, first.login(t, "admin", "admin-password"))
+	kb := api.createKB("moving-kb")
+	for i := range 3 {
+		api.waitReady(api.uploadAccepted(kb, fmt.Sprintf("m%d.txt", i), fmt.Appendf(nil, "Manual %d on boiler%d valves.", i, i)).ID)
+	}
+	first.stop()
+
+	next := cfg
+	next.EmbedProvider, next.EmbedModel, next.EmbedBaseURL = "openai", "fake-e5", fake.URL()
+	fake.holdAfter(1)
+	in := start(t, next)
+	api = in.client(t, in.login(t, "admin", "admin-password"))
+	api.waitKB(kb, 60*time.Second, "one document re-embedded", func(p kbProgress) bool {
+		return p.Reembedding != nil && p.Reembedding.Done == 1
+	})
+
+	b := newBrowser(t, chromium, in.url)
+	tab := b.tab(t, "admin", false)
+	tab.open(t, "/")
+	tab.login(t, "admin", "admin-password")
+	tab.click(t, `[data-testid=nav-kb]`)
+	row := fmt.Sprintf(`[data-testid=kb-row][data-kb-id=%q]`, kb)
+	tab.waitText(t, row+` [data-testid=kb-reembedding]`, "1/3")
+	tab.screenshot(t, "kb-reembedding")
+	tab.click(t, row+` [data-testid=kb-docs-link]`)
+	tab.waitText(t, `[data-testid=kb-reembedding]`, "1/3")
+
+	fake.release()
+	tab.poll(t, "the badge to go after the switch", 60*time.Second, `document.querySelector('[data-testid=kb-reembedding]') === null`)
+	if p := api.kbProgress(kb); p.Reembedding != nil || p.EmbeddingModel != "fake-e5" {
+		t.Fatalf("after the switch: %+v", p)
+	}
+}

@@ -1,0 +1,140 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/ragent-go/ragent/llm"
+	"github.com/ragent-go/ragent/ratelimit"
+	"github.com/ragent-go/ragent/service"
+	"github.com/ragent-go/ragent/service/retrieve"
+)
+
+// Embedding traffic (README "Embedding traffic"): every call to the
+// embedding provider, from every instance, takes a permit of one fair
+// limiter named "embed" with RAGENT_EMBEDDING_CONCURRENCY permits.
+
+// documentClass puts document batches behind every query embedding in the
+// queue and keeps one permit for queries, so a query waits for at most one
+// call to end, never behind a queue of batches.
+var documentClass = ratelimit.Class{Level: 512, Reserve: 1}
+
+// documentWait bounds how long a document batch waits for a permit: the
+// worker holds its MQ message meanwhile (renewed), and a bulk ingest can
+// queue many batches.
+const documentWait = 10 * time.Minute
+
+// embedGate is llm.Gate on the cluster-wide limiter and a cluster-wide
+// pause that a provider's Retry-After sets for document batches.
+type embedGate struct {
+	limiter   *ratelimit.Limiter
+	pause     *ratelimit.Pause
+	queryWait time.Duration
+	log       *slog.Logger
+}
+
+// newEmbedGate returns the gate and the limiter's notification runner.
+func newEmbedGate(rdb *redis.Client, cfg Config, reg prometheus.Registerer, log *slog.Logger) (*embedGate, func(context.Context) error) {
+	l := ratelimit.New(rdb, cfg.RedisPrefix, "embed", ratelimit.Config{
+		MaxConcurrent: cfg.EmbedConcurrency, MaxWait: documentWait, Lease: time.Minute,
+		// A Redis outage should not stop embedding: each instance then
+		// keeps to the cap on its own.
+		OnRedisError: ratelimit.PolicyLocal, Enabled: true,
+	}, ratelimit.WithLogger(log), ratelimit.WithRegisterer(reg))
+	return &embedGate{limiter: l, pause: ratelimit.NewPause(rdb, cfg.RedisPrefix, "embed"), queryWait: cfg.EmbedQueryWait, log: log}, l.Run
+}
+
+var errQueryWait = errors.New("no embedding slot for the query within RAGENT_EMBEDDING_QUERY_WAIT")
+
+// Admit implements llm.Gate. A query waits up to queryWait in the
+// queries' lane (fair between users); a document batch first waits out a
+// pause, then queues behind the queries, and waits again if a pause began
+// while it queued.
+func (g *embedGate) Admit(ctx context.Context, kind service.EmbedKind) (func(), error) {
+	id, err := requestID()
+	if err != nil {
+		return nil, err
+	}
+	if kind == service.EmbedQuery {
+		user := "query"
+		if p, ok := service.PrincipalFrom(ctx); ok {
+			user = "query:" + p.UserID.String()
+		}
+		qctx, cancel := context.WithTimeoutCause(ctx, g.queryWait, errQueryWait)
+		defer cancel()
+		permit, err := g.limiter.AcquireClass(qctx, id, user, ratelimit.Class{}, nil)
+		if err != nil {
+			if ctx.Err() == nil && (errors.Is(err, ratelimit.ErrTimeout) || context.Cause(qctx) == errQueryWait) {
+				return nil, fmt.Errorf("%w: %v", service.ErrBusy, errQueryWait)
+			}
+			return nil, err
+		}
+		return permit.Release, nil
+	}
+	for {
+		if err := g.pause.Wait(ctx); err != nil {
+			if ctx.Err() != nil {
+				return nil, ctx.Err()
+			}
+			g.log.WarnContext(ctx, "embedding pause unreadable; going ahead", "err", err)
+		}
+		permit, err := g.limiter.AcquireClass(ctx, id, "documents", documentClass, nil)
+		if err != nil {
+			if errors.Is(err, ratelimit.ErrTimeout) {
+				return nil, fmt.Errorf("%w: no embedding slot for a document batch within %s", service.ErrUnavailable, documentWait)
+			}
+			return nil, err
+		}
+		if left, err := g.pause.Left(ctx); err != nil || left <= 0 {
+			return permit.Release, nil
+		}
+		permit.Release()
+	}
+}
+
+// Throttled implements llm.Gate: whatever call was told to wait, document
+// batches on every instance wait that long.
+func (g *embedGate) Throttled(ctx context.Context, kind service.EmbedKind, d time.Duration) {
+	if err := g.pause.Extend(context.WithoutCancel(ctx), d); err != nil {
+		g.log.WarnContext(ctx, "could not pause document embedding", "err", err)
+		return
+	}
+	g.log.WarnContext(ctx, "embedding provider asked to wait; document embedding paused on every instance", "retry_after", d.String())
+}
+
+func requestID() (string, error) {
+	var b [12]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return "", err
+	}
+	return hex.EncodeToString(b[:]), nil
+}
+
+
+// queryEmbedders embeds queries in each knowledge base's own space: the
+// configured one, and the offline embedder's at any dimension (it needs no
+// model). Other spaces' models are not run here: their knowledge bases are
+// searched by keyword until they are re-embedded.
+func queryEmbedders(configured service.Embedder, space service.EmbeddingSpace) retrieve.Embedders {
+	key := space.Key()
+	return func(sp service.EmbeddingSpace) service.Embedder {
+		switch {
+		case sp.Key() == key:
+			return configured
+		case sp.Model == llm.OfflineEmbeddingModel && sp.QueryPrefix == "" && sp.DocumentPrefix == "":
+			e, err := llm.NewEmbedder(llm.Config{EmbeddingProvider: llm.ProviderOffline, EmbeddingDim: sp.Dim})
+			if err == nil {
+				return e
+			}
+		}
+		return nil
+	}
+}

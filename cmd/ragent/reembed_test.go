@@ -1,0 +1,180 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/ragent-go/ragent/llm"
+	"github.com/ragent-go/ragent/service"
+)
+
+// kbProgress is the re-embedding state of a knowledge base as the API
+// returns it.
+type kbProgress struct {
+	EmbeddingModel string `json:"embeddingModel"`
+	EmbeddingDim   int    `json:"embeddingDim"`
+	Reembedding    *struct {
+		Target struct {
+			Model string `json:"model"`
+		} `json:"target"`
+		Done  int `json:"done"`
+		Total int `json:"total"`
+	} `json:"reembedding"`
+}
+
+func (c *client) kbProgress(kbID string) kbProgress {
+	c.t.Helper()
+	r := c.do("GET", "/api/v1/knowledge-bases/"+kbID, nil)
+	if r.Status != http.StatusOK {
+		c.t.Fatalf("knowledge base: %d %s", r.Status, r.Body)
+	}
+	var kb kbProgress
+	r.json(c.t, &kb)
+	return kb
+}
+
+// waitKB polls a knowledge base until ok accepts it.
+func (c *client) waitKB(kbID string, timeout time.Duration, what string, ok func(kbProgress) bool) kbProgress {
+	c.t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		kb := c.kbProgress(kbID)
+		if ok(kb) {
+			return kb
+		}
+		if time.Now().After(deadline) {
+			c.t.Fatalf("knowledge base %s: %s not reached in %s: %+v", kbID, what, timeout, kb)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func queryDB[T any](t *testing.T, dbURL, sql string, args ...any) T {
+	t.Helper()
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, dbURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	var v T
+	if err := conn.QueryRow(ctx, sql, args...).Scan(&v); err != nil {
+		t.Fatalf("%s: %v", sql, err)
+	}
+	return v
+}
+
+// TestReembedOnModelChange changes the embedding model between two
+// lifetimes of the app (offline hashing → an OpenAI-compatible model of the
+// same dimension, so only the space key keeps them apart): the knowledge
+// base is re-embedded in the background through the MQ while search keeps
+// working, keyword and vector in the knowledge base's own space; a second
+// instance starting meanwhile plans nothing twice; the instances stop
+// mid-re-embedding and a new one finishes it without redoing documents
+// that were done; afterwards no chunk has a vector of the old space.
+func TestReembedOnModelChange(t *testing.T) {
+	const dim, docs = 64, 8
+	fake := newFakeEmbedServer(t, dim)
+	cfg := testConfig(t)
+	cfg.EmbedDim = dim
+	cfg.MQVisibilityTimeout = 2 * time.Second
+	cfg.InstanceID = "first"
+
+	// Lifetime 1: the offline embedder.
+	a := start(t, cfg)
+	ca := a.client(t, a.login(t, "admin", "admin-password"))
+	kb := ca.createKB("reembedded")
+	ids := make([]string, docs)
+	texts := make([]string, docs)
+	for i := range docs {
+		texts[i] = fmt.Sprintf("Notebook %d covers topic%d: the migration of the %d-th flock over the northern lakes.", i, i, i)
+		ids[i] = ca.uploadAccepted(kb, fmt.Sprintf("d%d.txt", i), []byte(texts[i])).ID
+	}
+	for _, id := range ids {
+		ca.waitReady(id)
+	}
+	if !hasDocument(ca.search(kb, "query topic5", "vector"), ids[5]) {
+		t.Fatal("offline vector search does not find the document")
+	}
+	a.stop()
+
+	// Lifetime 2: another model of the same dimension. Three documents are
+	// re-embedded, then the model server holds every call.
+	next := cfg
+	next.EmbedProvider, next.EmbedModel, next.EmbedBaseURL, next.InstanceID = "openai", "fake-e5", fake.URL(), "second"
+	fake.holdAfter(3)
+	b := start(t, next)
+	cb := b.client(t, b.login(t, "admin", "admin-password"))
+	got := cb.waitKB(kb, 60*time.Second, "3 documents re-embedded", func(p kbProgress) bool {
+		return p.Reembedding != nil && p.Reembedding.Done == 3
+	})
+	if got.Reembedding.Total != docs || got.Reembedding.Target.Model != "fake-e5" || got.EmbeddingModel != llm.OfflineEmbeddingModel {
+		t.Fatalf("progress %+v", got)
+	}
+	// Search meanwhile: keyword, and vector in the recorded (offline) space.
+	if !hasDocument(cb.search(kb, "query topic5", "keyword"), ids[5]) {
+		t.Fatal("keyword search lost the document during re-embedding")
+	}
+	if !hasDocument(cb.search(kb, "query topic5", "vector"), ids[5]) {
+		t.Fatal("vector search in the knowledge base's own space lost the document during re-embedding")
+	}
+	if n := fake.queryCalls.Load(); n != 0 {
+		t.Fatalf("%d queries embedded by the new model before the switch", n)
+	}
+
+	// A second instance with the same configuration plans nothing again.
+	other := next
+	other.InstanceID = "second-b"
+	b2 := start(t, other)
+	if p := cb.kbProgress(kb); p.Reembedding == nil || p.Reembedding.Done < 3 {
+		t.Fatalf("a second instance reset the progress: %+v", p)
+	}
+	if n := queryDB[int64](t, cfg.DatabaseURL, `SELECT count(*) FROM outbox WHERE key LIKE '%:reembed:%'`); n != docs {
+		t.Fatalf("%d re-embedding messages, want one per document (%d)", n, docs)
+	}
+
+	// Both stop while calls are held (a crash mid-re-embedding).
+	space := service.EmbeddingSpace{Model: "fake-e5", Dim: dim}.Key()
+	doneRows := queryDB[[]int64](t, cfg.DatabaseURL, `SELECT coalesce(array_agg(id), '{}') FROM documents WHERE reembedded_space = $1`, space)
+	b.stop()
+	b2.stop()
+	fake.release()
+
+	// Lifetime 3 resumes and finishes.
+	last := next
+	last.InstanceID = "third"
+	c := start(t, last)
+	cc := c.client(t, c.login(t, "admin", "admin-password"))
+	got = cc.waitKB(kb, 90*time.Second, "the switch", func(p kbProgress) bool { return p.Reembedding == nil })
+	if got.EmbeddingModel != "fake-e5" || got.EmbeddingDim != dim {
+		t.Fatalf("after the switch: %+v", got)
+	}
+	if n := queryDB[int64](t, cfg.DatabaseURL, `SELECT count(*) FROM chunks WHERE embedding_space <> $1 OR embedding IS NULL
+		OR next_embedding IS NOT NULL`, space); n != 0 {
+		t.Fatalf("%d chunks not (only) in the new space", n)
+	}
+	if n := queryDB[int64](t, cfg.DatabaseURL, `SELECT count(*) FROM chunks`); n < docs {
+		t.Fatalf("%d chunks", n)
+	}
+	for _, id := range doneRows {
+		for i, doc := range ids {
+			if doc == fmt.Sprint(id) && fake.embedded("fake-e5", texts[i]) != 1 {
+				t.Fatalf("document %s was done before the stop but embedded %d times", doc, fake.embedded("fake-e5", texts[i]))
+			}
+		}
+	}
+	if len(doneRows) != 3 {
+		t.Fatalf("%d documents done before the stop, want 3", len(doneRows))
+	}
+	if !hasDocument(cc.search(kb, "query topic5", "vector"), ids[5]) || fake.queryCalls.Load() == 0 {
+		t.Fatal("vector search in the new space does not find the document")
+	}
+	if !hasDocument(cc.search(kb, "query topic6", "keyword"), ids[6]) {
+		t.Fatal("keyword search lost the document")
+	}
+}
