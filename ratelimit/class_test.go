@@ -44,10 +44,11 @@ func TestClassesOrderAndReserve(t *testing.T) {
 			granted <- grant{id, p}
 		}()
 	}
+	// One at a time, so that their arrival order is the order asked for.
 	for i := 1; i <= 3; i++ {
 		acquire(fmt.Sprintf("doc-%d", i), "documents", low)
+		eventually(t, 10*time.Second, "batch queued", func() bool { return rdb.ZCard(ctx, l.keys.queue).Val() == int64(i) })
 	}
-	eventually(t, 10*time.Second, "three batches queued", func() bool { return rdb.ZCard(ctx, l.keys.queue).Val() == 3 })
 	select {
 	case g := <-granted:
 		t.Fatalf("%s granted beyond its class's share", g.id)

@@ -118,7 +118,6 @@ func requestID() (string, error) {
 	return hex.EncodeToString(b[:]), nil
 }
 
-
 // queryEmbedders embeds queries in each knowledge base's own space: the
 // configured one, and the offline embedder's at any dimension (it needs no
 // model). Other spaces' models are not run here: their knowledge bases are

@@ -98,7 +98,7 @@ func llmConfig(cfg Config, log *slog.Logger) llm.Config {
 			QueryInputType: cfg.EmbedQueryInputType, DocumentInputType: cfg.EmbedDocumentInputType,
 		},
 		FirstTokenTimeout: cfg.LLMFirstTokenTimeout, IdleTimeout: cfg.LLMIdleTimeout,
-		Logger: log,
+		Logger:               log,
 		EmbeddingConcurrency: cfg.EmbedConcurrency,
 	}
 }
