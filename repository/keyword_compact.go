@@ -47,12 +47,51 @@ func (s *Store) RunKeywordCompactor(ctx context.Context, tick, flushEvery time.D
 				break
 			}
 		}
+		if threshold == 1 {
+			if err := s.ShrinkKeywordTail(ctx, 64<<20); err != nil && ctx.Err() == nil {
+				s.log.Warn("keyword tail shrink", "err", err)
+			}
+		}
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-t.C:
 		}
 	}
+}
+
+// keywordShrinkLock keeps two instances from rebuilding the tail's indexes
+// at once ("kwsh").
+const keywordShrinkLock = 0x6b777368
+
+// ShrinkKeywordTail rebuilds the tail's indexes, without blocking writers,
+// when they exceed minBytes while the tail holds under 10k rows: Postgres
+// reuses emptied index pages but never returns them, so after a
+// million-row load and its compaction the empty tail would keep the space
+// of a million rows.
+func (s *Store) ShrinkKeywordTail(ctx context.Context, minBytes int64) error {
+	var bloated bool
+	if err := s.db.WithContext(ctx).Raw(`SELECT pg_indexes_size('keyword_tail') > ?
+		AND NOT EXISTS (SELECT 1 FROM keyword_tail OFFSET ? LIMIT 1)`, minBytes, 10000).Scan(&bloated).Error; err != nil || !bloated {
+		return translate(err)
+	}
+	sqlDB, err := s.db.DB()
+	if err != nil {
+		return err
+	}
+	conn, err := sqlDB.Conn(ctx)
+	if err != nil {
+		return translate(err)
+	}
+	defer conn.Close()
+	var locked bool
+	if err := conn.QueryRowContext(ctx, "SELECT pg_try_advisory_lock($1)", keywordShrinkLock).Scan(&locked); err != nil || !locked {
+		return translate(err)
+	}
+	defer conn.ExecContext(context.WithoutCancel(ctx), "SELECT pg_advisory_unlock($1)", keywordShrinkLock)
+	// CONCURRENTLY cannot run in a transaction, hence the session lock.
+	_, err = conn.ExecContext(ctx, "REINDEX TABLE CONCURRENTLY keyword_tail")
+	return translate(err)
 }
 
 // CompactKeywords runs one bounded compaction step in one transaction: it

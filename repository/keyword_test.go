@@ -258,6 +258,17 @@ func TestKeywordSearchExact(t *testing.T) {
 		t.Fatalf("%d dead or tail rows left after a full compaction (%v)", left, err)
 	}
 
+	// Compaction emptied the tail; its indexes shrink back.
+	var before, after int64
+	s.db.Raw("SELECT pg_indexes_size('keyword_tail')").Scan(&before)
+	if err := s.ShrinkKeywordTail(ctx, 0); err != nil {
+		t.Fatal(err)
+	}
+	s.db.Raw("SELECT pg_indexes_size('keyword_tail')").Scan(&after)
+	if after >= before {
+		t.Fatalf("tail indexes %d bytes after the shrink, %d before", after, before)
+	}
+
 	// A deleted knowledge base takes its whole index with it.
 	if err := s.DeleteKnowledgeBase(ctx, kbs[2].ID); err != nil {
 		t.Fatal(err)
