@@ -1,12 +1,14 @@
 package repository
 
 import (
+	"cmp"
 	"container/heap"
 	"context"
 	"database/sql/driver"
 	"encoding/binary"
 	"fmt"
 	"math"
+	"slices"
 	"sort"
 
 	"github.com/jackc/pgx/v5"
@@ -150,7 +152,7 @@ type kwBlock struct {
 
 func startKeywordSearch(rows pgx.Rows, q service.KeywordQuery) (*kwSearch, error) {
 	ks := &kwSearch{q: q, terms: make(map[string]int, len(q.Terms)), blocks: map[int64][]*kwBlock{},
-		dead: map[deadKey]bool{}, docs: map[int64]int32{}}
+		dead: map[deadKey]bool{}}
 	for i, t := range q.Terms {
 		ks.terms[t] = i
 	}
@@ -205,6 +207,8 @@ func startKeywordSearch(rows pgx.Rows, q service.KeywordQuery) (*kwSearch, error
 		}
 		ks.weights[i] = count * ks.m.idf(n, df[i])
 	}
+	// Sized for the tail and a first round of fetches, to spare rehashing.
+	ks.docs = make(map[int64]int32, len(tail)+64*blockSize)
 	for i, p := range tail {
 		ks.add(tailKB[i], int(tailTerm[i]), p, false)
 	}
@@ -307,7 +311,7 @@ func (ks *kwSearch) neededBlocks(budget int) []*kwBlock {
 	for kb, docs := range byKB {
 		kbSegs := segments(ks.blocks[kb])
 		if len(kbSegs) > 0 {
-			sort.Slice(docs, func(i, j int) bool { return ks.ids[docs[i]] < ks.ids[docs[j]] })
+			slices.SortFunc(docs, func(a, b int32) int { return cmp.Compare(ks.ids[a], ks.ids[b]) })
 		}
 		si := 0
 		for _, d := range docs {
