@@ -195,8 +195,9 @@ type termWork struct {
 // drops removed chunks from them, under the knowledge base's exclusive
 // keyword lock.
 func (s *Store) rewriteTerms(kbID int64, terms []string) error {
-	if len(terms) == 0 {
-		return nil
+	terms, err := s.blocksFromTail(kbID, terms)
+	if err != nil || len(terms) == 0 {
+		return err
 	}
 	work := make(map[string]*termWork, len(terms))
 	for _, t := range terms {
@@ -246,6 +247,55 @@ func (s *Store) rewriteTerms(kbID int64, terms []string) error {
 		return err
 	}
 	return s.rebuildBlocks(kbID, terms, work)
+}
+
+// blocksFromTailSQL builds the blocks of terms that have none yet straight
+// from their tail postings, in Postgres, as migrations/0007 built them from
+// chunk_terms: after a bulk load into a new knowledge base that is every
+// term, and nothing needs to travel to Go and back.
+const blocksFromTailSQL = `
+WITH moved AS (
+	DELETE FROM keyword_tail WHERE kb_id = ? AND term = ANY(?) RETURNING term, chunk_id, tf, dl
+), p AS (
+	SELECT term, chunk_id, tf, dl, (row_number() OVER (PARTITION BY term ORDER BY chunk_id) - 1) / 128 AS blk FROM moved
+), f AS (
+	SELECT p.*, dl < coalesce(min(dl) OVER (PARTITION BY term, blk ORDER BY tf DESC, dl
+		ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), 2147483647) AS frontier
+	FROM p
+)
+INSERT INTO keyword_blocks (kb_id, term, last_id, head, payload)
+SELECT ?, term, max(chunk_id),
+	int8send(max(chunk_id)) || int8send(min(chunk_id)) || int4send(count(*)::int)
+		|| int4send((count(*) FILTER (WHERE frontier))::int)
+		|| string_agg(int4send(tf) || int4send(dl), ''::bytea ORDER BY tf DESC) FILTER (WHERE frontier),
+	string_agg(int8send(chunk_id) || int4send(tf) || int4send(dl), ''::bytea ORDER BY chunk_id)
+FROM f GROUP BY term, blk`
+
+// blocksFromTail moves the tail postings of the terms without blocks into
+// new blocks and returns the other terms, which need a merge.
+func (s *Store) blocksFromTail(kbID int64, terms []string) ([]string, error) {
+	var old []string
+	if err := s.db.Raw(`SELECT t FROM unnest(?::text[]) AS t
+		WHERE EXISTS (SELECT 1 FROM keyword_blocks b WHERE b.kb_id = ? AND b.term = t)`, textArray(terms), kbID).
+		Scan(&old).Error; err != nil {
+		return nil, err
+	}
+	if len(old) == len(terms) {
+		return terms, nil
+	}
+	merge := make(map[string]bool, len(old))
+	for _, t := range old {
+		merge[t] = true
+	}
+	var fresh []string
+	for _, t := range terms {
+		if !merge[t] {
+			fresh = append(fresh, t)
+		}
+	}
+	// A term without blocks has no removed postings either: keyword_dead
+	// lists block postings only.
+	return old, s.db.Exec(blocksFromTailSQL, kbID, textArray(fresh), kbID).Error
 }
 
 // loadHeads reads, per term, the heads of the blocks at or after its

@@ -214,6 +214,9 @@ func TestKeywordSearchExact(t *testing.T) {
 	ingest(300)
 	check("tail only")
 	compactAll()
+	if full := checkBlocks(t, s); full < 6 {
+		t.Fatalf("%d full blocks: too few to test skipping", full)
+	}
 	check("blocks only")
 	ingest(200)
 	check("blocks and tail")
