@@ -25,14 +25,15 @@ var lockForUpdate = clause.Locking{Strength: "UPDATE"}
 // space is the key of the embedding space the chunks' vectors are in. When
 // it is the knowledge base's recorded space (and it is not moving) they
 // become the chunks' vectors; when it is the space the knowledge base is
-// being re-embedded into, they are stored as the next vectors (found by keyword until the
-// switch) and the document counts as re-embedded. Any other space is
-// ErrSpaceChanged: the knowledge base moved on while the chunks were
-// embedded, and the caller should embed them again. The space is checked
-// again under the knowledge base's row lock that the update of its BM25
-// statistics takes, so a switch (FinishReembed, which holds that lock)
-// either waits for this transaction and sees its chunks or commits first
-// and makes it roll back.
+// being re-embedded into, they are stored as the next vectors (found by
+// keyword until the switch) and the document counts as re-embedded. Any
+// other space is ErrSpaceChanged: the knowledge base moved on while the
+// chunks were embedded, and the caller should embed them again. The space
+// is read under a share lock of the knowledge base's row, so a switch
+// (FinishReembed, which locks that row for update) either waits for this
+// transaction and sees its chunks or commits first and is read here. Nothing
+// else in this transaction writes that row, so concurrent writers' share
+// locks never have to be upgraded (which would deadlock them).
 func (s *Store) ReplaceChunks(ctx context.Context, docID service.ID, generation int, space string, chunks []service.Chunk) error {
 	return s.WithinTx(ctx, func(tx *Store) error {
 		var row documentRow
@@ -42,39 +43,18 @@ func (s *Store) ReplaceChunks(ctx context.Context, docID service.ID, generation 
 		if row.Generation != generation {
 			return fmt.Errorf("%w: document %d is at generation %d, not %d", service.ErrNotFound, docID, row.Generation, generation)
 		}
-		next, err := tx.spaceRole(row.KbID, space, "")
+		next, err := tx.spaceRole(row.KbID, space, "FOR SHARE")
 		if err != nil {
 			return err
 		}
 		if err := tx.removeChunks(row.ID, row.KbID); err != nil {
 			return err
 		}
-		var termTotal int64
-		for i := range chunks {
-			c := &chunks[i]
-			vec, dim, cur, nextVec := any(pgvector.NewHalfVector(c.Embedding)), len(c.Embedding), space, any(nil)
-			if next {
-				vec, dim, cur, nextVec = nil, 0, "", pgvector.NewHalfVector(c.Embedding)
-			}
-			if err := tx.db.Exec(`INSERT INTO chunks (id, document_id, kb_id, generation, ordinal, content, section,
-				token_count, term_count, embedding, embedding_dim, embedding_space, next_embedding)
-				VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
-				int64(c.ID), row.ID, row.KbID, generation, c.Ordinal, c.Content, c.Section, c.TokenCount, c.TermCount,
-				vec, dim, cur, nextVec).Error; err != nil {
-				return translate(err)
-			}
-			if err := tx.insertTerms(int64(c.ID), row.KbID, c.TermCount, c.Terms); err != nil {
-				return err
-			}
-			termTotal += int64(c.TermCount)
+		if err := tx.insertChunks(row.ID, row.KbID, generation, space, next, chunks); err != nil {
+			return err
 		}
-		var kb kbSpaces
-		if err := tx.db.Raw(`UPDATE knowledge_bases SET chunk_total = chunk_total + ?, term_total = term_total + ?
-			WHERE id = ? RETURNING embedding_space, reembed_space`, len(chunks), termTotal, row.KbID).Scan(&kb).Error; err != nil {
-			return translate(err)
-		}
-		if now, err := kb.role(row.KbID, space); err != nil || now != next {
-			return errors.Join(err, fmt.Errorf("%w: knowledge base %d switched spaces meanwhile", ErrSpaceChanged, row.KbID))
+		if err := tx.indexChunks(row.KbID, chunks); err != nil {
+			return err
 		}
 		reembedded := ""
 		if next {
@@ -83,6 +63,39 @@ func (s *Store) ReplaceChunks(ctx context.Context, docID service.ID, generation 
 		return translate(tx.db.Exec(`UPDATE documents SET status = 'ready', error = '', chunk_count = ?,
 			reembedded_space = ?, updated_at = now() WHERE id = ?`, len(chunks), reembedded, row.ID).Error)
 	})
+}
+
+// chunkBatch is the number of chunks per multi-row INSERT: 13 parameters
+// each, well under Postgres's 65535 per statement.
+const chunkBatch = 200
+
+// insertChunks writes chunks in multi-row statements. Their vectors are in
+// space: the chunks' vectors, or their next ones when next (the knowledge
+// base is being re-embedded into space; see ReplaceChunks).
+func (s *Store) insertChunks(docID, kbID int64, generation int, space string, next bool, chunks []service.Chunk) error {
+	for start := 0; start < len(chunks); start += chunkBatch {
+		part := chunks[start:min(start+chunkBatch, len(chunks))]
+		var sb strings.Builder
+		args := make([]any, 0, 13*len(part))
+		for i := range part {
+			c := &part[i]
+			if i > 0 {
+				sb.WriteByte(',')
+			}
+			sb.WriteString("(?,?,?,?,?,?,?,?,?,?,?,?,?)")
+			vec, dim, cur, nextVec := any(pgvector.NewHalfVector(c.Embedding)), len(c.Embedding), space, any(nil)
+			if next {
+				vec, dim, cur, nextVec = nil, 0, "", pgvector.NewHalfVector(c.Embedding)
+			}
+			args = append(args, int64(c.ID), docID, kbID, generation, c.Ordinal, c.Content, c.Section, c.TokenCount,
+				c.TermCount, vec, dim, cur, nextVec)
+		}
+		if err := s.db.Exec(`INSERT INTO chunks (id, document_id, kb_id, generation, ordinal, content, section,
+			token_count, term_count, embedding, embedding_dim, embedding_space, next_embedding) VALUES `+sb.String(), args...).Error; err != nil {
+			return translate(err)
+		}
+	}
+	return nil
 }
 
 // ErrSpaceChanged says a knowledge base is neither in nor moving to the
@@ -122,54 +135,26 @@ func (s *Store) spaceRole(kbID int64, space, lock string) (next bool, err error)
 	return kb.role(kbID, space)
 }
 
-// insertTerms writes a chunk's postings in multi-row statements.
-func (s *Store) insertTerms(chunkID, kbID int64, dl int, terms map[string]int) error {
-	const batch = 500
-	var (
-		sb   strings.Builder
-		args []any
-		n    int
-	)
-	flush := func() error {
-		if n == 0 {
-			return nil
-		}
-		err := s.db.Exec("INSERT INTO chunk_terms (term, kb_id, chunk_id, tf, dl) VALUES "+sb.String(), args...).Error
-		sb.Reset()
-		args, n = args[:0], 0
-		return translate(err)
-	}
-	for term, tf := range terms {
-		if n > 0 {
-			sb.WriteByte(',')
-		}
-		sb.WriteString("(?,?,?,?,?)")
-		args = append(args, term, kbID, chunkID, tf, dl)
-		if n++; n == batch {
-			if err := flush(); err != nil {
-				return err
-			}
-		}
-	}
-	return flush()
-}
-
 // removeChunks deletes every chunk of a document (any generation) and takes
-// their share out of the knowledge base's BM25 statistics.
+// them out of the keyword index and its statistics.
 func (s *Store) removeChunks(docID, kbID int64) error {
-	var gone struct {
-		N     int64
-		Terms int64
+	var gone []struct {
+		ID        int64
+		TermCount int64
 	}
-	if err := s.db.Raw(`WITH d AS (DELETE FROM chunks WHERE document_id = ? RETURNING term_count)
-		SELECT count(*) AS n, coalesce(sum(term_count), 0) AS terms FROM d`, docID).Scan(&gone).Error; err != nil {
+	if err := s.db.Raw(`DELETE FROM chunks WHERE document_id = ? RETURNING id, term_count`, docID).
+		Scan(&gone).Error; err != nil {
 		return translate(err)
 	}
-	if gone.N == 0 {
+	if len(gone) == 0 {
 		return nil
 	}
-	return translate(s.db.Exec(`UPDATE knowledge_bases SET chunk_total = greatest(chunk_total - ?, 0),
-		term_total = greatest(term_total - ?, 0) WHERE id = ?`, gone.N, gone.Terms, kbID).Error)
+	ids := make(intArray, len(gone))
+	var terms int64
+	for i, g := range gone {
+		ids[i], terms = g.ID, terms+g.TermCount
+	}
+	return s.unindexChunks(kbID, ids, int64(len(gone)), terms)
 }
 
 // DocumentChunks returns a document's chunks in order.
