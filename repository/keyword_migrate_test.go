@@ -4,16 +4,12 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"io/fs"
 	"math/rand"
-	"sort"
-	"strings"
 	"testing"
 
 	"github.com/pgvector/pgvector-go"
 
 	"github.com/ragent-go/ragent/internal/testenv"
-	"github.com/ragent-go/ragent/migrations"
 	"github.com/ragent-go/ragent/service"
 )
 
@@ -67,35 +63,30 @@ func countArray(ns []int) intArray {
 	return out
 }
 
-// migrateTo applies the embedded migrations up to version, as Migrate did
-// when that was the newest.
-func migrateTo(t *testing.T, s *Store, version string) {
+// oldKB and oldDoc write a knowledge base and a ready document in the
+// columns schema 0006 has (the store's own writes know later columns).
+func oldKB(t *testing.T, s *Store) *service.KnowledgeBase {
 	t.Helper()
-	if err := s.db.Exec(`CREATE TABLE schema_migrations (version text PRIMARY KEY,
-		applied_at timestamptz NOT NULL DEFAULT now())`).Error; err != nil {
+	kb := &service.KnowledgeBase{ID: newID(), EmbeddingModel: "m", EmbeddingDim: 4}
+	if err := s.db.Exec(`INSERT INTO knowledge_bases (id, name, embedding_model, embedding_dim) VALUES (?, ?, 'm', 4)`,
+		int64(kb.ID), fmt.Sprint("kb", kb.ID)).Error; err != nil {
 		t.Fatal(err)
 	}
-	names, err := fs.Glob(migrations.FS, "*.sql")
-	if err != nil {
+	return kb
+}
+
+func oldDoc(t *testing.T, s *Store, kb *service.KnowledgeBase) *service.Document {
+	t.Helper()
+	d := &service.Document{ID: newID(), KnowledgeBaseID: kb.ID}
+	sha := fmt.Sprintf("%064x", int64(d.ID))
+	if err := s.db.Exec(`INSERT INTO document_blobs (sha256, bytes, size) VALUES (?, 'x', 1) ON CONFLICT DO NOTHING`, sha).Error; err != nil {
 		t.Fatal(err)
 	}
-	sort.Strings(names)
-	for _, name := range names {
-		v := strings.TrimSuffix(name, ".sql")
-		if v > version {
-			break
-		}
-		body, err := fs.ReadFile(migrations.FS, name)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := s.db.Exec(string(body)).Error; err != nil {
-			t.Fatalf("%s: %v", name, err)
-		}
-		if err := s.db.Exec("INSERT INTO schema_migrations (version) VALUES (?)", v).Error; err != nil {
-			t.Fatal(err)
-		}
+	if err := s.db.Exec(`INSERT INTO documents (id, kb_id, name, mime, size, sha256, status, generation)
+		VALUES (?, ?, 'doc.txt', 'text/plain', 1, ?, 'ready', 1)`, int64(d.ID), int64(kb.ID), sha).Error; err != nil {
+		t.Fatal(err)
 	}
+	return d
 }
 
 // oldReplaceChunks writes chunks the way schema 0006's ReplaceChunks did.
@@ -130,15 +121,15 @@ func oldReplaceChunks(t *testing.T, s *Store, kb service.ID, doc service.ID, chu
 func TestMigrateKeywordIndexInPlace(t *testing.T) {
 	s := openTest(t, testenv.FreshDatabase(t))
 	ctx := context.Background()
-	migrateTo(t, s, "0006")
+	migrateBefore(t, s, "0007")
 	rng := rand.New(rand.NewSource(7))
 	zipf := rand.NewZipf(rng, 1.2, 2, 500)
 	ref := &refIndex{chunks: map[service.ID]refChunk{}}
-	kbs := []*service.KnowledgeBase{seedKB(t, s, 4), seedKB(t, s, 4)}
+	kbs := []*service.KnowledgeBase{oldKB(t, s), oldKB(t, s)}
 	var docs []*service.Document
 	for i := 0; i < 250; i++ {
 		kb := kbs[i%2]
-		d := seedDoc(t, s, kb, "x")
+		d := oldDoc(t, s, kb)
 		docs = append(docs, d)
 		cs := make([]service.Chunk, 1+rng.Intn(3))
 		for j := range cs {
