@@ -391,13 +391,9 @@ func (s *Service) index(ctx context.Context, doc *service.Document) (int, error)
 		if err != nil {
 			return 0, err
 		}
-		terms := text.Tokenize(indexText(p))
-		tf := make(map[string]int, len(terms))
-		for _, t := range terms {
-			tf[t]++
-		}
+		tf, n := IndexTerms(p)
 		chunks[i] = service.Chunk{ID: id, DocumentID: doc.ID, KnowledgeBaseID: kb.ID, Generation: doc.Generation,
-			Ordinal: p.Ordinal, Content: p.Content, Section: p.Section, TokenCount: p.TokenCount, Terms: tf, TermCount: len(terms)}
+			Ordinal: p.Ordinal, Content: p.Content, Section: p.Section, TokenCount: p.TokenCount, Terms: tf, TermCount: n}
 		texts[i] = p.Content
 	}
 	for start := 0; start < len(texts); start += s.cfg.EmbedBatch {
@@ -552,6 +548,19 @@ func (s *Service) requeueStuck(ctx context.Context) error {
 // section path when the chunk does not start with it (only a section's
 // first chunk repeats its headings), so "VPN > Troubleshooting" still finds
 // the third chunk under that heading.
+// IndexTerms returns a chunk's keyword-index terms with their frequencies
+// and their total (the BM25 document length). The scale benchmark's bulk
+// loader calls it too, so bulk-loaded chunks are indexed exactly as
+// ingested ones.
+func IndexTerms(c Chunk) (map[string]int, int) {
+	terms := text.Tokenize(indexText(c))
+	tf := make(map[string]int, len(terms))
+	for _, t := range terms {
+		tf[t]++
+	}
+	return tf, len(terms)
+}
+
 func indexText(c Chunk) string {
 	if c.Section == "" {
 		return c.Content

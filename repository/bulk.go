@@ -1,0 +1,63 @@
+package repository
+
+import (
+	"context"
+	"strconv"
+
+	"github.com/ragent-go/ragent/service"
+)
+
+// The methods here serve bulk loads (the scale benchmark): an HNSW index
+// built once after a load is far cheaper than one maintained row by row
+// during it, and the load reports what it cost in storage.
+
+// DropVectorIndex removes the HNSW index of one embedding dimension;
+// BuildVectorIndex (or EnsureVectorIndex) creates it again. Vector searches
+// of that dimension scan the table meanwhile.
+func (s *Store) DropVectorIndex(ctx context.Context, dim int) error {
+	if dim < 1 || dim > 4000 {
+		return service.Errorf(service.ErrInvalid, "embedding dimension %d out of range", dim)
+	}
+	return translate(s.conn(ctx).Exec("DROP INDEX IF EXISTS chunks_embedding_" + strconv.Itoa(dim)).Error)
+}
+
+// BuildVectorIndex is EnsureVectorIndex with maintenance_work_mem raised to
+// memMB for the build: pgvector builds the graph in memory and falls back
+// to a much slower on-disk build when it does not fit.
+func (s *Store) BuildVectorIndex(ctx context.Context, dim, memMB int) error {
+	return s.WithinTx(ctx, func(tx *Store) error {
+		if err := tx.db.Exec("SET LOCAL maintenance_work_mem = '" + strconv.Itoa(max(64, memMB)) + "MB'").Error; err != nil {
+			return translate(err)
+		}
+		return tx.EnsureVectorIndex(ctx, dim)
+	})
+}
+
+// Analyze refreshes the planner's statistics, as autovacuum would some time
+// after a large load.
+func (s *Store) Analyze(ctx context.Context) error {
+	return translate(s.conn(ctx).Exec("ANALYZE").Error)
+}
+
+// StorageSizes returns the database's size in bytes and each table's total
+// size (heap, TOAST and indexes) by table name.
+func (s *Store) StorageSizes(ctx context.Context) (int64, map[string]int64, error) {
+	var db int64
+	if err := s.conn(ctx).Raw("SELECT pg_database_size(current_database())").Scan(&db).Error; err != nil {
+		return 0, nil, translate(err)
+	}
+	var rows []struct {
+		Name string
+		Size int64
+	}
+	if err := s.conn(ctx).Raw(`SELECT c.relname AS name, pg_total_relation_size(c.oid) AS size
+		FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+		WHERE n.nspname = current_schema() AND c.relkind IN ('r', 'p', 'm')`).Scan(&rows).Error; err != nil {
+		return 0, nil, translate(err)
+	}
+	tables := make(map[string]int64, len(rows))
+	for _, r := range rows {
+		tables[r.Name] = r.Size
+	}
+	return db, tables, nil
+}
