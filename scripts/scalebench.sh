@@ -35,7 +35,7 @@ max_size=0
 for s in $SIZES; do ((s > max_size)) && max_size=$s; done
 sizes_csv=$(tr ' ' ',' <<<"$SIZES")
 db=ragent_scale_$$
-admin_url=${RAGENT_DATABASE_URL%/*}/postgres?sslmode=\admin_url=${RAGENT_DATABASE_URL%/*}/postgres?sslmode=disableoptions=-c%20client_min_messages%3Dwarning
+admin_url="${RAGENT_DATABASE_URL%/*}/postgres?sslmode=disable&options=-c%20client_min_messages%3Dwarning"
 run_url=${RAGENT_DATABASE_URL%/*}/$db?sslmode=disable
 drop_db() { [[ -n ${KEEP_DB:-} ]] || psql -q "$admin_url" -c "DROP DATABASE IF EXISTS $db WITH (FORCE)" >/dev/null; }
 trap drop_db EXIT

@@ -47,23 +47,23 @@ type Options struct {
 
 // Result is one size's measurements; the script turns them into a table.
 type Result struct {
-	Size           int     `json:"size"`   // bulk-loaded chunks
-	Chunks         int     `json:"chunks"` // all chunks when searched (bulk + pipeline so far)
-	LoadSeconds    float64 `json:"load_seconds"`
-	LoadChunksPerS float64 `json:"load_chunks_per_s"`
-	HNSWSeconds    float64 `json:"hnsw_seconds"`
-	Postings       int64   `json:"postings"`
-	DBBytes        int64   `json:"db_bytes"`         // growth of the database since the empty knowledge base
-	KeywordBytes   int64   `json:"keyword_bytes"`    // growth of every table but chunks, documents and blobs
-	ChunksBytes    int64   `json:"chunks_bytes"`     // the chunks table with its indexes (HNSW included)
-	BytesPerChunk  float64 `json:"db_bytes_per_chunk"`
-	BytesPerPost   float64 `json:"keyword_bytes_per_posting"`
-	Queries        int     `json:"queries"`
+	Size           int                             `json:"size"`   // bulk-loaded chunks
+	Chunks         int                             `json:"chunks"` // all chunks when searched (bulk + pipeline so far)
+	LoadSeconds    float64                         `json:"load_seconds"`
+	LoadChunksPerS float64                         `json:"load_chunks_per_s"`
+	HNSWSeconds    float64                         `json:"hnsw_seconds"`
+	Postings       int64                           `json:"postings"`
+	DBBytes        int64                           `json:"db_bytes"`      // growth of the database since the empty knowledge base
+	KeywordBytes   int64                           `json:"keyword_bytes"` // growth of every table but chunks, documents and blobs
+	ChunksBytes    int64                           `json:"chunks_bytes"`  // the chunks table with its indexes (HNSW included)
+	BytesPerChunk  float64                         `json:"db_bytes_per_chunk"`
+	BytesPerPost   float64                         `json:"keyword_bytes_per_posting"`
+	Queries        int                             `json:"queries"`
 	Latency        map[string]map[string]LatencyMS `json:"latency"` // mode → path → latency
-	IngestDocs     int     `json:"ingest_docs"`
-	IngestChunks   int     `json:"ingest_chunks"`
-	IngestSeconds  float64 `json:"ingest_seconds"`
-	IngestChunksPS float64 `json:"ingest_chunks_per_s"`
+	IngestDocs     int                             `json:"ingest_docs"`
+	IngestChunks   int                             `json:"ingest_chunks"`
+	IngestSeconds  float64                         `json:"ingest_seconds"`
+	IngestChunksPS float64                         `json:"ingest_chunks_per_s"`
 }
 
 // LatencyMS is a Latency in milliseconds, for JSON.
