@@ -61,3 +61,16 @@ func (s *Store) StorageSizes(ctx context.Context) (int64, map[string]int64, erro
 	}
 	return db, tables, nil
 }
+
+// ActiveWaits samples what this database's other active sessions are doing
+// right now: each one's wait event ("CPU" when it waits on nothing) and the
+// start of its statement. Sampled often during a run, it is a profile of
+// where the database spends the run's time.
+func (s *Store) ActiveWaits(ctx context.Context) ([]string, error) {
+	var out []string
+	err := s.conn(ctx).Raw(`SELECT coalesce(wait_event_type || ':' || wait_event, 'CPU') || ' | ' ||
+		left(regexp_replace(query, '\s+', ' ', 'g'), 70)
+		FROM pg_stat_activity WHERE datname = current_database() AND state = 'active' AND pid <> pg_backend_pid()`).
+		Scan(&out).Error
+	return out, translate(err)
+}

@@ -39,6 +39,7 @@ func scalebenchCommand(ctx context.Context, cfg Config, log *slog.Logger, args [
 	uploaders := fs.Int("uploaders", 4, "run: concurrent uploads")
 	indexMem := fs.Int("index-mem-mb", 1024, "run: maintenance_work_mem for the HNSW builds")
 	queriesDir := fs.String("queries-dir", "", "run: write each size's queries here (queries-SIZE.jsonl)")
+	profileDir := fs.String("profile-dir", "", "run: CPU profile and database wait events of each pipeline run")
 	if err := fs.Parse(args[1:]); err != nil {
 		return err
 	}
@@ -54,7 +55,7 @@ func scalebenchCommand(ctx context.Context, cfg Config, log *slog.Logger, args [
 	}
 
 	opt := scalebench.Options{Queries: spec.Queries, Ingest: *ingestN, Uploaders: *uploaders, IndexMemMB: *indexMem,
-		QueriesDir: *queriesDir, Log: stderr}
+		QueriesDir: *queriesDir, ProfileDir: *profileDir, Log: stderr}
 	for _, s := range strings.Split(*sizes, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(s))
 		if err != nil || n < 1 || (len(opt.Sizes) > 0 && n <= opt.Sizes[len(opt.Sizes)-1]) {

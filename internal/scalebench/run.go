@@ -21,6 +21,7 @@ type BulkStore interface {
 	BuildVectorIndex(ctx context.Context, dim, memMB int) error
 	Analyze(ctx context.Context) error
 	StorageSizes(ctx context.Context) (int64, map[string]int64, error)
+	ActiveWaits(ctx context.Context) ([]string, error)
 }
 
 // Env is a running instance as a run drives it.
@@ -42,6 +43,10 @@ type Options struct {
 	Uploaders  int
 	IndexMemMB int    // maintenance_work_mem for the HNSW builds
 	QueriesDir string // where the queries of each size are written (for the peer engine); "" for none
+	// ProfileDir, when set, receives a Go CPU profile of each pipeline run
+	// (ingest-SIZE.pprof), and the result lists the database's wait events
+	// sampled during it.
+	ProfileDir string
 	Log        io.Writer
 }
 
@@ -64,6 +69,9 @@ type Result struct {
 	IngestChunks   int                             `json:"ingest_chunks"`
 	IngestSeconds  float64                         `json:"ingest_seconds"`
 	IngestChunksPS float64                         `json:"ingest_chunks_per_s"`
+	// IngestWaits are the most frequent database wait events (with their
+	// statements) sampled during the pipeline run, with ProfileDir.
+	IngestWaits []string `json:"ingest_waits,omitempty"`
 }
 
 // LatencyMS is a Latency in milliseconds, for JSON.
@@ -155,7 +163,11 @@ func Run(ctx context.Context, env Env, gen *Generator, opt Options, out io.Write
 
 		if opt.Ingest > 0 {
 			fmt.Fprintf(opt.Log, "scalebench: ingesting %d documents through the pipeline\n", opt.Ingest)
-			is, err := Ingest(ctx, env.Ingester, gen, env.KB, nextFresh, opt.Ingest, opt.Uploaders)
+			var is IngestStats
+			err := profile(ctx, env.Store, opt.ProfileDir, size, &r.IngestWaits, func() (err error) {
+				is, err = Ingest(ctx, env.Ingester, gen, env.KB, nextFresh, opt.Ingest, opt.Uploaders)
+				return err
+			})
 			if err != nil {
 				return err
 			}
