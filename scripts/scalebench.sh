@@ -47,7 +47,8 @@ trap drop_db EXIT
 } | tee "$WORK/machine.txt" >&2
 
 for lang in $LANGS; do
-	corpus=$WORK/$lang-$SEED-$max_size
+	# Named after the generator's last commit: a changed generator makes a new corpus.
+	corpus=$WORK/$lang-$SEED-$max_size-$(git log -1 --format=%h -- internal/scalebench 2>/dev/null || echo dev)
 	if [[ ! -s $corpus/corpus.jsonl ]]; then
 		echo "scalebench: generating $corpus" >&2
 		./bin/ragent scalebench gen --lang "$lang" --seed "$SEED" --docs "$max_size" --queries "$QUERIES" --out "$corpus"

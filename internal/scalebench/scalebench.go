@@ -19,6 +19,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -75,6 +76,16 @@ func NewGenerator(spec Spec) (*Generator, error) {
 	g := &Generator{spec: spec}
 	r := rand.New(rand.NewPCG(spec.Seed, 0x766f636162)) // "vocab"
 	seen := make(map[string]bool, spec.vocabSize())
+	if spec.Lang == "en" {
+		// English's most frequent words are function words, about 40% of
+		// running text, which the tokenizer drops as Lucene does; without
+		// them the head of the distribution would be content words that
+		// no real query pays for.
+		g.vocab = append(g.vocab, stopWords...)
+		for _, w := range stopWords {
+			seen[w] = true
+		}
+	}
 	for len(g.vocab) < spec.vocabSize() {
 		var w string
 		if spec.Lang == "zh" {
@@ -89,6 +100,12 @@ func NewGenerator(spec Spec) (*Generator, error) {
 	}
 	return g, nil
 }
+
+// stopWords are Lucene's English stop words, roughly by frequency: the head
+// of the English-like vocabulary.
+var stopWords = []string{"the", "of", "and", "to", "a", "in", "is", "that", "for", "it", "as", "was", "with",
+	"be", "by", "on", "not", "this", "are", "or", "at", "but", "an", "they", "their", "there",
+	"these", "such", "no", "if", "into", "then", "will"}
 
 // Syllables make pronounceable words: frequent words get one or two, rare
 // ones up to five, as in English where common words are short.
@@ -208,15 +225,28 @@ func (g *Generator) QueryAt(i, docs int) (text string, doc int) {
 	w := g.words(doc)
 	n := min(len(w), 2+r.IntN(5))
 	start := r.IntN(len(w) - n + 1)
-	picked := make([]string, 0, n)
+	picked := make([]string, 0, n+1)
+	content := false
 	for j := start; len(picked) < n && j < len(w); j += 1 + r.IntN(3) {
 		picked = append(picked, w[j])
+		content = content || !g.isStop(w[j])
+	}
+	// A query of stop words only would search for nothing: add the
+	// passage's next content word.
+	for j := start; !content && j < len(w)+start; j++ {
+		if k := j % len(w); !g.isStop(w[k]) {
+			picked, content = append(picked, w[k]), true
+		}
 	}
 	sep := " "
 	if g.spec.Lang == "zh" {
 		sep = ""
 	}
 	return strings.Join(picked, sep), doc
+}
+
+func (g *Generator) isStop(w string) bool {
+	return g.spec.Lang == "en" && slices.Contains(stopWords, w)
 }
 
 // Write generates the BEIR folder: corpus.jsonl, queries.jsonl and

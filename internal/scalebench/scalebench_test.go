@@ -79,6 +79,29 @@ func TestZipfVocabulary(t *testing.T) {
 	}
 }
 
+// TestStopWordHead: the English-like vocabulary opens with the stop words
+// the tokenizer drops, so they are about 40% of the text, as in English.
+func TestStopWordHead(t *testing.T) {
+	for _, w := range stopWords {
+		if terms := text.Tokenize(w); len(terms) != 0 {
+			t.Errorf("%q is not a stop word of the tokenizer: %v", w, terms)
+		}
+	}
+	g := newGen(t, Spec{Lang: "en", Docs: 500, Seed: 1})
+	words, stops := 0, 0
+	for i := range 500 {
+		for _, w := range g.words(i) {
+			words++
+			if g.isStop(w) {
+				stops++
+			}
+		}
+	}
+	if share := float64(stops) / float64(words); share < 0.3 || share > 0.5 {
+		t.Errorf("stop words are %.0f%% of the text, want about 40%%", 100*share)
+	}
+}
+
 func TestDocumentLengths(t *testing.T) {
 	g := newGen(t, Spec{Lang: "en", Docs: 3000, Seed: 1})
 	lengths := make([]int, 3000)
@@ -122,8 +145,8 @@ func TestQueriesDrawnFromDocuments(t *testing.T) {
 		}
 		doc := text.Tokenize(g.Doc(d).Text)
 		terms := text.Tokenize(q)
-		if len(terms) < 1 || len(strings.Fields(q)) > 6 {
-			t.Fatalf("query %d %q: want two to six words", i, q)
+		if len(terms) < 1 || len(strings.Fields(q)) > 7 {
+			t.Fatalf("query %d %q: want two to six words and at least one that is not a stop word", i, q)
 		}
 		for _, term := range terms {
 			if !slices.Contains(doc, term) {
