@@ -10,7 +10,8 @@
 # Knobs (environment): SIZES, LANGS (en zh), QUERIES per size (200), INGEST
 # documents through the pipeline after each size (1000), DIM of the offline
 # embedder (64: HNSW builds at 512 dimensions do not fit a 2-core machine at
-# 1M chunks), SEED (1), KEEP_DB=1 to keep the database. Work files (corpora,
+# 1M chunks), SEED (1), KEEP_DB=1 to keep the database, PROFILE=1 to record
+# a Go CPU profile and the database's wait events during each pipeline run. Work files (corpora,
 # per-size queries, raw JSON results) go under the cache dir:
 # ${XDG_CACHE_HOME:-$HOME/.cache}/ragent/scalebench. The database
 # ragent_scale_<pid> is dropped at the end. Run one at a time: a large load
@@ -60,7 +61,7 @@ for lang in $LANGS; do
 	RAGENT_DATABASE_URL=$run_url RAGENT_REDIS_PREFIX="scale$$:" RAGENT_DEMO=false RAGENT_LOG_LEVEL=warn \
 		RAGENT_EMBEDDING_PROVIDER=offline RAGENT_EMBEDDING_DIM=$DIM RAGENT_ADMIN_PASSWORD="scale-$$-$RANDOM$RANDOM" \
 		./bin/ragent scalebench run --lang "$lang" --seed "$SEED" --sizes "$sizes_csv" --queries "$QUERIES" \
-		--ingest "$INGEST" --queries-dir "$qdir" >"$WORK/ragent-$lang.jsonl"
+		--ingest "$INGEST" --queries-dir "$qdir" ${PROFILE:+--profile-dir "$WORK"} >"$WORK/ragent-$lang.jsonl"
 	drop_db
 	"$RAGENT_TANTIVY_PYTHON" scripts/scalebench_tantivy.py "$lang" "$corpus/corpus.jsonl" "$qdir" $SIZES >"$WORK/tantivy-$lang.jsonl"
 done
