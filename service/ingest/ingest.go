@@ -26,7 +26,9 @@ import (
 
 // Store keeps documents, their blobs and chunks, and the outbox.
 type Store interface {
-	KnowledgeBase(ctx context.Context, id service.ID) (*service.KnowledgeBase, error)
+	// KnowledgeBaseSettings returns the live knowledge bases among ids;
+	// their DocumentCount is not needed and may be 0.
+	KnowledgeBaseSettings(ctx context.Context, ids []service.ID) ([]*service.KnowledgeBase, error)
 	CreateUpload(ctx context.Context, d *service.Document, blob []byte, msg service.OutboxMessage) error
 	Document(ctx context.Context, id service.ID) (*service.Document, error)
 	Documents(ctx context.Context, kbID, before service.ID, limit int) ([]*service.Document, error)
@@ -372,10 +374,14 @@ var errMismatch = errors.New("embedding model mismatch")
 
 // index parses, chunks, embeds and stores one document generation.
 func (s *Service) index(ctx context.Context, doc *service.Document) (int, error) {
-	kb, err := s.store.KnowledgeBase(ctx, doc.KnowledgeBaseID)
+	kbs, err := s.store.KnowledgeBaseSettings(ctx, []service.ID{doc.KnowledgeBaseID})
 	if err != nil {
 		return 0, err
 	}
+	if len(kbs) == 0 {
+		return 0, service.Errorf(service.ErrNotFound, "knowledge base %s not found", doc.KnowledgeBaseID)
+	}
+	kb := kbs[0]
 	if kb.EmbeddingModel != s.embedder.Model() || kb.EmbeddingDim != s.embedder.Dim() {
 		return 0, fmt.Errorf("%w: the knowledge base uses %s (%d dimensions) but this worker embeds with %s (%d)",
 			errMismatch, kb.EmbeddingModel, kb.EmbeddingDim, s.embedder.Model(), s.embedder.Dim())
