@@ -120,3 +120,32 @@ func TestBulkHelpers(t *testing.T) {
 		}
 	}
 }
+
+// TestClaimDocument: the claim (now committed without waiting for its WAL
+// flush) still claims once per attempt and drops stale messages.
+func TestClaimDocument(t *testing.T) {
+	s := migrated(t)
+	ctx := context.Background()
+	kb := seedKB(t, s, 8)
+	d := seedDoc(t, s, kb, "text")
+	got, err := s.ClaimDocument(ctx, d.ID, 1)
+	if err != nil || got.Status != service.DocumentRunning || got.Attempts != 1 {
+		t.Fatalf("claim: %+v %v", got, err)
+	}
+	if got, err = s.ClaimDocument(ctx, d.ID, 1); err != nil || got.Attempts != 2 {
+		t.Fatalf("second attempt: %+v %v", got, err)
+	}
+	if _, err := s.ClaimDocument(ctx, d.ID, 2); !errors.Is(err, service.ErrNotFound) {
+		t.Errorf("another generation: %v", err)
+	}
+	if err := s.ReplaceChunks(ctx, d.ID, 1, []service.Chunk{chunk(0, "text", unit(8, 0), "text")}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.ClaimDocument(ctx, d.ID, 1); !errors.Is(err, service.ErrNotFound) {
+		t.Errorf("a ready document: %v", err)
+	}
+	var setting string
+	if err := s.db.Raw("SHOW synchronous_commit").Scan(&setting).Error; err != nil || setting != "on" {
+		t.Errorf("synchronous_commit is %q after claims (%v): the claim's setting must stay in its transaction", setting, err)
+	}
+}
