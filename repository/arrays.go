@@ -55,11 +55,3 @@ func idArray(ids []service.ID) intArray {
 	}
 	return out
 }
-
-func countArray(ns []int) intArray {
-	out := make(intArray, len(ns))
-	for i, n := range ns {
-		out[i] = int64(n)
-	}
-	return out
-}

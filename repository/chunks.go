@@ -32,77 +32,64 @@ func (s *Store) ReplaceChunks(ctx context.Context, docID service.ID, generation 
 		if err := tx.removeChunks(row.ID, row.KbID); err != nil {
 			return err
 		}
-		var termTotal int64
-		for i := range chunks {
-			c := &chunks[i]
-			if err := tx.db.Exec(`INSERT INTO chunks (id, document_id, kb_id, generation, ordinal, content, section,
-				token_count, term_count, embedding, embedding_dim) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
-				int64(c.ID), row.ID, row.KbID, generation, c.Ordinal, c.Content, c.Section, c.TokenCount, c.TermCount,
-				pgvector.NewHalfVector(c.Embedding), len(c.Embedding)).Error; err != nil {
-				return translate(err)
-			}
-			if err := tx.insertTerms(int64(c.ID), row.KbID, c.TermCount, c.Terms); err != nil {
-				return err
-			}
-			termTotal += int64(c.TermCount)
+		if err := tx.insertChunks(row.ID, row.KbID, generation, chunks); err != nil {
+			return err
 		}
-		if err := tx.db.Exec(`UPDATE knowledge_bases SET chunk_total = chunk_total + ?, term_total = term_total + ?
-			WHERE id = ?`, len(chunks), termTotal, row.KbID).Error; err != nil {
-			return translate(err)
+		if err := tx.indexChunks(row.KbID, chunks); err != nil {
+			return err
 		}
 		return translate(tx.db.Exec(`UPDATE documents SET status = 'ready', error = '', chunk_count = ?,
 			updated_at = now() WHERE id = ?`, len(chunks), row.ID).Error)
 	})
 }
 
-// insertTerms writes a chunk's postings in multi-row statements.
-func (s *Store) insertTerms(chunkID, kbID int64, dl int, terms map[string]int) error {
-	const batch = 500
-	var (
-		sb   strings.Builder
-		args []any
-		n    int
-	)
-	flush := func() error {
-		if n == 0 {
-			return nil
-		}
-		err := s.db.Exec("INSERT INTO chunk_terms (term, kb_id, chunk_id, tf, dl) VALUES "+sb.String(), args...).Error
-		sb.Reset()
-		args, n = args[:0], 0
-		return translate(err)
-	}
-	for term, tf := range terms {
-		if n > 0 {
-			sb.WriteByte(',')
-		}
-		sb.WriteString("(?,?,?,?,?)")
-		args = append(args, term, kbID, chunkID, tf, dl)
-		if n++; n == batch {
-			if err := flush(); err != nil {
-				return err
+// chunkBatch is the number of chunks per multi-row INSERT: 11 parameters
+// each, well under Postgres's 65535 per statement.
+const chunkBatch = 200
+
+// insertChunks writes chunks in multi-row statements.
+func (s *Store) insertChunks(docID, kbID int64, generation int, chunks []service.Chunk) error {
+	for start := 0; start < len(chunks); start += chunkBatch {
+		part := chunks[start:min(start+chunkBatch, len(chunks))]
+		var sb strings.Builder
+		args := make([]any, 0, 11*len(part))
+		for i := range part {
+			c := &part[i]
+			if i > 0 {
+				sb.WriteByte(',')
 			}
+			sb.WriteString("(?,?,?,?,?,?,?,?,?,?,?)")
+			args = append(args, int64(c.ID), docID, kbID, generation, c.Ordinal, c.Content, c.Section, c.TokenCount,
+				c.TermCount, pgvector.NewHalfVector(c.Embedding), len(c.Embedding))
+		}
+		if err := s.db.Exec(`INSERT INTO chunks (id, document_id, kb_id, generation, ordinal, content, section,
+			token_count, term_count, embedding, embedding_dim) VALUES `+sb.String(), args...).Error; err != nil {
+			return translate(err)
 		}
 	}
-	return flush()
+	return nil
 }
 
 // removeChunks deletes every chunk of a document (any generation) and takes
-// their share out of the knowledge base's BM25 statistics.
+// them out of the keyword index and its statistics.
 func (s *Store) removeChunks(docID, kbID int64) error {
-	var gone struct {
-		N     int64
-		Terms int64
+	var gone []struct {
+		ID        int64
+		TermCount int64
 	}
-	if err := s.db.Raw(`WITH d AS (DELETE FROM chunks WHERE document_id = ? RETURNING term_count)
-		SELECT count(*) AS n, coalesce(sum(term_count), 0) AS terms FROM d`, docID).Scan(&gone).Error; err != nil {
+	if err := s.db.Raw(`DELETE FROM chunks WHERE document_id = ? RETURNING id, term_count`, docID).
+		Scan(&gone).Error; err != nil {
 		return translate(err)
 	}
-	if gone.N == 0 {
+	if len(gone) == 0 {
 		return nil
 	}
-	return translate(s.db.Exec(`UPDATE knowledge_bases SET chunk_total = greatest(chunk_total - ?, 0),
-		term_total = greatest(term_total - ?, 0) WHERE id = ?`, gone.N, gone.Terms, kbID).Error)
+	ids := make(intArray, len(gone))
+	var terms int64
+	for i, g := range gone {
+		ids[i], terms = g.ID, terms+g.TermCount
+	}
+	return s.unindexChunks(kbID, ids, int64(len(gone)), terms)
 }
 
 // DocumentChunks returns a document's chunks in order.

@@ -20,8 +20,6 @@ type knowledgeBaseRow struct {
 	ChunkOverlap   int
 	VectorWeight   float64
 	Visibility     string
-	ChunkTotal     int64
-	TermTotal      int64
 	CreatedAt      time.Time
 	UpdatedAt      time.Time
 	DeletedAt      gorm.DeletedAt
@@ -142,7 +140,7 @@ func (s *Store) DeleteKnowledgeBase(ctx context.Context, id service.ID) error {
 		if err := db.Exec("DELETE FROM chunks WHERE kb_id = ?", int64(id)).Error; err != nil {
 			return translate(err)
 		}
-		return translate(db.Exec("UPDATE knowledge_bases SET chunk_total = 0, term_total = 0 WHERE id = ?", int64(id)).Error)
+		return tx.dropKeywordIndex(int64(id))
 	})
 }
 

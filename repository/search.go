@@ -28,50 +28,6 @@ func (r searchRow) result() service.SearchResult {
 	}
 }
 
-// keywordSQL is Okapi BM25 with Lucene's idf, ln(1 + (N - df + 0.5)/(df + 0.5)),
-// over the postings of the query terms in the chosen knowledge bases. N and
-// the average chunk length come from the knowledge bases' statistics; df is
-// counted over the same postings by a window function, so one index scan
-// feeds both.
-const keywordSQL = `
-WITH q AS (
-	SELECT * FROM unnest(?::text[], ?::int[]) AS q(term, qtf)
-), st AS (
-	SELECT coalesce(sum(chunk_total), 0)::float8 AS n,
-	       coalesce(sum(term_total), 0)::float8 / greatest(coalesce(sum(chunk_total), 0), 1) AS avgdl
-	FROM knowledge_bases WHERE id = ANY(?) AND deleted_at IS NULL
-), postings AS (
-	SELECT ct.term, ct.chunk_id, ct.tf, ct.dl, count(*) OVER (PARTITION BY ct.term)::float8 AS df
-	FROM chunk_terms ct WHERE ct.term = ANY(?) AND ct.kb_id = ANY(?)
-), scored AS (
-	SELECT p.chunk_id,
-	       sum(q.qtf * ln(1 + (st.n - p.df + 0.5) / (p.df + 0.5))
-	           * p.tf * (?::float8 + 1) / (p.tf + ?::float8 * (1 - ?::float8 + ?::float8 * p.dl / greatest(st.avgdl, 1)))) AS score
-	FROM postings p JOIN q ON q.term = p.term CROSS JOIN st
-	GROUP BY p.chunk_id ORDER BY score DESC, p.chunk_id LIMIT ?
-)
-SELECT s.chunk_id, c.document_id, d.name AS document_name, c.kb_id, c.content, c.section, s.score
-FROM scored s JOIN chunks c ON c.id = s.chunk_id JOIN documents d ON d.id = c.document_id
-ORDER BY s.score DESC, s.chunk_id`
-
-// KeywordSearch ranks chunks by BM25.
-func (s *Store) KeywordSearch(ctx context.Context, q service.KeywordQuery) ([]service.SearchResult, error) {
-	if len(q.Terms) == 0 || len(q.KnowledgeBaseIDs) == 0 {
-		return nil, nil
-	}
-	kbs, terms := idArray(q.KnowledgeBaseIDs), textArray(q.Terms)
-	var rows []searchRow
-	if err := s.conn(ctx).Raw(keywordSQL, terms, countArray(q.Counts), kbs, terms, kbs, q.K1, q.K1, q.B, q.B, q.Limit).
-		Scan(&rows).Error; err != nil {
-		return nil, translate(err)
-	}
-	out := make([]service.SearchResult, len(rows))
-	for i, r := range rows {
-		out[i] = r.result()
-	}
-	return out, nil
-}
-
 // VectorSearch ranks chunks by cosine similarity through the HNSW index of
 // the vector's dimension. Iterative scans keep the index searching until
 // enough rows pass the knowledge-base filter, so a filter on a small

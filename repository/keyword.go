@@ -1,0 +1,440 @@
+package repository
+
+import (
+	"container/heap"
+	"context"
+	"database/sql"
+	"math"
+	"sort"
+
+	"gorm.io/gorm"
+
+	"github.com/ragent-go/ragent/service"
+)
+
+// keywordStartSQL reads, in one round trip, everything a keyword query
+// needs before it fetches any block: the query terms' block heads (one
+// concatenated bytea per knowledge base and term), their tail postings,
+// the removed chunks still in their blocks, and the collection statistics.
+// Every key leads with kb_id, so other knowledge bases' rows are never read.
+const keywordStartSQL = `
+WITH kb AS (SELECT id FROM knowledge_bases WHERE id = ANY(?) AND deleted_at IS NULL)
+SELECT 0 AS kind, b.kb_id, b.term, 0::int8 AS id, 0::int8 AS a, 0::int8 AS b, string_agg(b.head, ''::bytea ORDER BY b.last_id) AS data
+	FROM keyword_blocks b WHERE b.kb_id IN (SELECT id FROM kb) AND b.term = ANY(?) GROUP BY b.kb_id, b.term
+UNION ALL
+SELECT 1, t.kb_id, t.term, t.chunk_id, t.tf, t.dl, NULL FROM keyword_tail t
+	WHERE t.kb_id IN (SELECT id FROM kb) AND t.term = ANY(?)
+UNION ALL
+SELECT 2, d.kb_id, u.term, d.chunk_id, 0, 0, NULL FROM keyword_dead d CROSS JOIN LATERAL unnest(d.terms) AS u(term)
+	WHERE d.kb_id IN (SELECT id FROM kb) AND u.term = ANY(?)
+UNION ALL
+SELECT 3, 0, '', 0, coalesce(sum(s.chunks), 0)::int8, coalesce(sum(s.terms), 0)::int8, NULL FROM keyword_stats s
+	WHERE s.kb_id IN (SELECT id FROM kb)`
+
+const keywordBlocksSQL = `SELECT b.kb_id, b.term, b.last_id, b.payload
+	FROM unnest(?::int8[], ?::text[], ?::int8[]) AS x(kb_id, term, last_id)
+	JOIN keyword_blocks b ON b.kb_id = x.kb_id AND b.term = x.term AND b.last_id = x.last_id`
+
+// boundSlack absorbs rounding: a bound is the same formula as a score at a
+// dominating (tf, dl), equal or larger in exact arithmetic but possibly an
+// ulp below after rounding. Blocks are skipped only when their bound is
+// below the k-th score by more than this relative margin.
+const boundSlack = 1e-9
+
+// KeywordSearch ranks chunks by BM25 (Okapi, Lucene's idf) and returns the
+// exact top Limit, ties broken by chunk id, without scoring every posting:
+// block-max pruning over the compacted blocks, the tail scored whole.
+// All its reads share one snapshot (a read-only repeatable-read
+// transaction), so a concurrent compaction or ingestion is seen entirely or
+// not at all.
+func (s *Store) KeywordSearch(ctx context.Context, q service.KeywordQuery) ([]service.SearchResult, error) {
+	if len(q.Terms) == 0 || len(q.KnowledgeBaseIDs) == 0 || q.Limit <= 0 {
+		return nil, nil
+	}
+	var out []service.SearchResult
+	err := s.conn(ctx).Transaction(func(tx *gorm.DB) error {
+		ks, err := startKeywordSearch(tx, q)
+		if err != nil || ks == nil {
+			return err
+		}
+		for round := 0; ; round++ {
+			want := ks.neededBlocks(32 << (2 * min(round, 10)))
+			if len(want) == 0 {
+				break
+			}
+			if err := ks.fetch(tx, want); err != nil {
+				return err
+			}
+		}
+		out, err = ks.results(tx)
+		return err
+	}, &sql.TxOptions{Isolation: sql.LevelRepeatableRead, ReadOnly: true})
+	return out, translate(err)
+}
+
+// kwSearch is one query's state: the statistics, the blocks of each
+// knowledge base with their bounds, and the chunks seen so far with the
+// exact term scores known for them.
+type kwSearch struct {
+	q       service.KeywordQuery
+	m       bm25
+	weights []float64 // per query term: count × idf
+	terms   map[string]int
+	blocks  map[int64][]*kwBlock // by knowledge base
+	dead    map[deadKey]bool     // removed chunks' postings still in blocks
+	docs    map[int64]*kwDoc
+	top     *topK // the exactly scored top k, as of the last neededBlocks
+}
+
+type kwBlock struct {
+	kb      int64
+	term    int
+	head    blockHead
+	ub      float64
+	fetched bool
+}
+
+type kwDoc struct {
+	kb    int64
+	parts []float64 // term scores, in query-term order, 0 when absent
+}
+
+func (d *kwDoc) score() float64 {
+	s := 0.0
+	for _, p := range d.parts {
+		s += p
+	}
+	return s
+}
+
+func startKeywordSearch(tx *gorm.DB, q service.KeywordQuery) (*kwSearch, error) {
+	terms := textArray(q.Terms)
+	rows, err := tx.Raw(keywordStartSQL, idArray(q.KnowledgeBaseIDs), terms, terms, terms).Rows()
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	ks := &kwSearch{q: q, terms: make(map[string]int, len(q.Terms)), blocks: map[int64][]*kwBlock{},
+		dead: map[deadKey]bool{}, docs: map[int64]*kwDoc{}}
+	for i, t := range q.Terms {
+		ks.terms[t] = i
+	}
+	df := make([]float64, len(q.Terms))
+	var (
+		tail             []posting
+		tailKB, tailTerm []int64
+		n, termTotal     float64
+	)
+	for rows.Next() {
+		var (
+			kind   int
+			kb, id int64
+			term   string
+			a, b   int64
+			data   []byte
+		)
+		if err := rows.Scan(&kind, &kb, &term, &id, &a, &b, &data); err != nil {
+			return nil, err
+		}
+		ti := ks.terms[term]
+		switch kind {
+		case 0:
+			heads, err := decodeHeads(data)
+			if err != nil {
+				return nil, err
+			}
+			for _, h := range heads {
+				df[ti] += float64(h.n)
+				ks.blocks[kb] = append(ks.blocks[kb], &kwBlock{kb: kb, term: ti, head: h})
+			}
+		case 1:
+			df[ti]++
+			tail = append(tail, posting{id: id, tf: int32(a), dl: int32(b)})
+			tailKB, tailTerm = append(tailKB, kb), append(tailTerm, int64(ti))
+		case 2:
+			df[ti]--
+			ks.dead[deadKey{ti, id}] = true
+		case 3:
+			n, termTotal = float64(a), float64(b)
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	ks.m = bm25{k1: q.K1, b: q.B, avgdl: max(termTotal/max(n, 1), 1)}
+	ks.weights = make([]float64, len(q.Terms))
+	for i := range q.Terms {
+		count := 1.0
+		if i < len(q.Counts) {
+			count = float64(q.Counts[i])
+		}
+		ks.weights[i] = count * ks.m.idf(n, df[i])
+	}
+	for i, p := range tail {
+		ks.add(tailKB[i], int(tailTerm[i]), p, false)
+	}
+	for _, bs := range ks.blocks {
+		for _, b := range bs {
+			b.ub = ks.m.bound(ks.weights[b.term], b.head.impacts)
+		}
+	}
+	return ks, nil
+}
+
+type deadKey struct {
+	term int
+	id   int64
+}
+
+// add records a posting's exact term score, unless it is a removed chunk's
+// posting left in a block.
+func (ks *kwSearch) add(kb int64, term int, p posting, inBlock bool) {
+	if inBlock && ks.dead[deadKey{term, p.id}] {
+		return
+	}
+	d := ks.docs[p.id]
+	if d == nil {
+		d = &kwDoc{kb: kb, parts: make([]float64, len(ks.weights))}
+		ks.docs[p.id] = d
+	}
+	d.parts[term] = ks.m.termScore(ks.weights[term], p.tf, p.dl)
+}
+
+func (ks *kwSearch) fetch(tx *gorm.DB, want []*kwBlock) error {
+	kbs, terms, lasts := make(intArray, len(want)), make(textArray, len(want)), make(intArray, len(want))
+	byKey := make(map[blockKey]*kwBlock, len(want))
+	for i, b := range want {
+		kbs[i], terms[i], lasts[i] = b.kb, ks.q.Terms[b.term], b.head.last
+		byKey[blockKey{b.kb, b.term, b.head.last}] = b
+	}
+	rows, err := tx.Raw(keywordBlocksSQL, kbs, terms, lasts).Rows()
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var (
+			kb, last int64
+			term     string
+			payload  []byte
+		)
+		if err := rows.Scan(&kb, &term, &last, &payload); err != nil {
+			return err
+		}
+		ps, err := decodePostings(payload)
+		if err != nil {
+			return err
+		}
+		b := byKey[blockKey{kb, ks.terms[term], last}]
+		for _, p := range ps {
+			ks.add(kb, b.term, p, true)
+		}
+	}
+	// Marked even if a row were missing, so the search always progresses.
+	for _, b := range want {
+		b.fetched = true
+	}
+	return rows.Err()
+}
+
+type blockKey struct {
+	kb   int64
+	term int
+	last int64
+}
+
+// segment is a maximal chunk-id range of one knowledge base covered by the
+// same unfetched blocks. A chunk in it scores at most its known term scores
+// plus ub, the sum of those blocks' bounds (a term whose block is fetched
+// contributes exactly what is known, zero for a chunk not in it).
+type segment struct {
+	lo, hi   int64
+	ub       float64
+	maxKnown float64
+	blocks   []*kwBlock
+}
+
+// neededBlocks returns the unfetched blocks that may still hold a top-k
+// chunk, the most promising first, at most budget of them (more when the
+// last segment taken straddles the budget). None means the top k is exact.
+func (ks *kwSearch) neededBlocks(budget int) []*kwBlock {
+	var segs []*segment
+	theta := newTopK(ks.q.Limit)
+	byKB := make(map[int64][]int64, len(ks.blocks))
+	for kb := range ks.blocks {
+		byKB[kb] = nil
+	}
+	for id, d := range ks.docs {
+		byKB[d.kb] = append(byKB[d.kb], id)
+	}
+	for kb, ids := range byKB {
+		kbSegs := segments(ks.blocks[kb])
+		sort.Slice(ids, func(i, j int) bool { return ids[i] < ids[j] })
+		si := 0
+		for _, id := range ids {
+			for si < len(kbSegs) && kbSegs[si].hi < id {
+				si++
+			}
+			exact := ks.docs[id].score()
+			if si < len(kbSegs) && kbSegs[si].lo <= id {
+				kbSegs[si].maxKnown = max(kbSegs[si].maxKnown, exact)
+				continue
+			}
+			theta.offer(exact, id)
+		}
+		segs = append(segs, kbSegs...)
+	}
+	ks.top = theta
+	th := theta.threshold()
+	var live []*segment
+	for _, sg := range segs {
+		if (sg.ub+sg.maxKnown)*(1+boundSlack) >= th {
+			live = append(live, sg)
+		}
+	}
+	sort.Slice(live, func(i, j int) bool { return live[i].ub+live[i].maxKnown > live[j].ub+live[j].maxKnown })
+	var want []*kwBlock
+	seen := map[*kwBlock]bool{}
+	for _, sg := range live {
+		if len(want) >= budget {
+			break
+		}
+		for _, b := range sg.blocks {
+			if !seen[b] {
+				seen[b] = true
+				want = append(want, b)
+			}
+		}
+	}
+	return want
+}
+
+// segments splits the id ranges of a knowledge base's unfetched blocks into
+// segments, in id order.
+func segments(bs []*kwBlock) []*segment {
+	type event struct {
+		at  int64
+		add bool
+		b   *kwBlock
+	}
+	var evs []event
+	for _, b := range bs {
+		if !b.fetched {
+			evs = append(evs, event{b.head.first, true, b}, event{b.head.last + 1, false, b})
+		}
+	}
+	sort.Slice(evs, func(i, j int) bool { return evs[i].at < evs[j].at })
+	var (
+		out    []*segment
+		active []*kwBlock
+	)
+	for i := 0; i < len(evs); {
+		at := evs[i].at
+		for ; i < len(evs) && evs[i].at == at; i++ {
+			if evs[i].add {
+				active = append(active, evs[i].b)
+				continue
+			}
+			for j, b := range active {
+				if b == evs[i].b {
+					active = append(active[:j], active[j+1:]...)
+					break
+				}
+			}
+		}
+		if len(active) == 0 || i == len(evs) {
+			continue
+		}
+		sg := &segment{lo: at, hi: evs[i].at - 1, blocks: append([]*kwBlock(nil), active...)}
+		for _, b := range active {
+			sg.ub += b.ub
+		}
+		out = append(out, sg)
+	}
+	return out
+}
+
+// results returns the top k with their rows. It runs after neededBlocks
+// found nothing left to fetch, so its exactly scored top k is the answer.
+func (ks *kwSearch) results(tx *gorm.DB) ([]service.SearchResult, error) {
+	ranked := ks.top.sorted()
+	if len(ranked) == 0 {
+		return nil, nil
+	}
+	ids := make(intArray, len(ranked))
+	for i, r := range ranked {
+		ids[i] = r.id
+	}
+	var rows []searchRow
+	if err := tx.Raw(`SELECT c.id AS chunk_id, c.document_id, d.name AS document_name, c.kb_id, c.content, c.section
+		FROM chunks c JOIN documents d ON d.id = c.document_id WHERE c.id = ANY(?)`, ids).Scan(&rows).Error; err != nil {
+		return nil, err
+	}
+	byID := make(map[int64]searchRow, len(rows))
+	for _, r := range rows {
+		byID[r.ChunkID] = r
+	}
+	out := make([]service.SearchResult, 0, len(ranked))
+	for _, r := range ranked {
+		if row, ok := byID[r.id]; ok {
+			row.Score = r.score
+			out = append(out, row.result())
+		}
+	}
+	return out, nil
+}
+
+// topK keeps the k best (score, id) pairs: higher score first, then lower id.
+type topK struct {
+	k int
+	h scoredHeap
+}
+
+type scored struct {
+	score float64
+	id    int64
+}
+
+// scoredHeap is a min-heap: its root is the worst of the kept pairs.
+type scoredHeap []scored
+
+func worse(a, b scored) bool { return a.score < b.score || a.score == b.score && a.id > b.id }
+
+func (h scoredHeap) Len() int           { return len(h) }
+func (h scoredHeap) Less(i, j int) bool { return worse(h[i], h[j]) }
+func (h scoredHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
+func (h *scoredHeap) Push(x any)        { *h = append(*h, x.(scored)) }
+func (h *scoredHeap) Pop() any {
+	old := *h
+	x := old[len(old)-1]
+	*h = old[:len(old)-1]
+	return x
+}
+
+func newTopK(k int) *topK { return &topK{k: k} }
+
+func (t *topK) offer(score float64, id int64) {
+	s := scored{score, id}
+	if len(t.h) < t.k {
+		heap.Push(&t.h, s)
+		return
+	}
+	if worse(t.h[0], s) {
+		t.h[0] = s
+		heap.Fix(&t.h, 0)
+	}
+}
+
+// threshold is the k-th best score, or -Inf while fewer than k are known.
+func (t *topK) threshold() float64 {
+	if len(t.h) < t.k {
+		return math.Inf(-1)
+	}
+	return t.h[0].score
+}
+
+func (t *topK) sorted() []scored {
+	out := append([]scored(nil), t.h...)
+	sort.Slice(out, func(i, j int) bool { return worse(out[j], out[i]) })
+	return out
+}

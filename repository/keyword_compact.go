@@ -1,0 +1,404 @@
+package repository
+
+import (
+	"context"
+	"errors"
+	"sort"
+	"strings"
+	"time"
+)
+
+// keywordCompactLock is the advisory lock that lets one compactor run at a
+// time across every instance ("kwco"). It is taken per transaction, so a
+// compactor that dies releases it with its connection.
+const keywordCompactLock = 0x6b77636f
+
+// compactPostings bounds one compaction step: the tail postings it moves.
+const compactPostings = 50000
+
+// compactDeadTerms bounds one purge step: the terms whose blocks it rewrites
+// without removed chunks.
+const compactDeadTerms = 2000
+
+// RunKeywordCompactor merges the keyword tail into blocks and purges removed
+// chunks from them until ctx ends: a step whenever a knowledge base's tail
+// reaches minTail postings, everything every flushEvery, checking every
+// tick. Every instance may run it; the advisory lock lets one work at a
+// time.
+func (s *Store) RunKeywordCompactor(ctx context.Context, tick, flushEvery time.Duration, minTail int) error {
+	t := time.NewTicker(tick)
+	defer t.Stop()
+	lastFlush := time.Now()
+	for {
+		threshold := minTail
+		if time.Since(lastFlush) >= flushEvery {
+			threshold, lastFlush = 1, time.Now()
+		}
+		for {
+			more, err := s.CompactKeywords(ctx, threshold)
+			if err != nil {
+				if ctx.Err() != nil {
+					return ctx.Err()
+				}
+				s.log.Warn("keyword compaction", "err", err)
+				break
+			}
+			if !more {
+				break
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-t.C:
+		}
+	}
+}
+
+// CompactKeywords runs one bounded compaction step in one transaction: it
+// folds the statistics deltas, then moves up to compactPostings tail
+// postings of one knowledge base whose tail has at least minTail postings
+// into blocks, or else purges removed chunks from the blocks of up to
+// compactDeadTerms terms. It reports whether it found work (more may
+// remain); false also when another instance is compacting.
+func (s *Store) CompactKeywords(ctx context.Context, minTail int) (bool, error) {
+	more := false
+	err := s.WithinTx(ctx, func(tx *Store) error {
+		var locked bool
+		if err := tx.db.Raw("SELECT pg_try_advisory_xact_lock(?)", keywordCompactLock).Scan(&locked).Error; err != nil || !locked {
+			return err
+		}
+		if err := tx.db.Exec(`WITH d AS (
+				DELETE FROM keyword_stats WHERE kb_id IN (SELECT kb_id FROM keyword_stats GROUP BY kb_id HAVING count(*) > 1)
+				RETURNING kb_id, chunks, terms
+			) INSERT INTO keyword_stats (kb_id, chunks, terms) SELECT kb_id, sum(chunks), sum(terms) FROM d GROUP BY kb_id`).Error; err != nil {
+			return err
+		}
+		var kbs []int64
+		if err := tx.db.Raw(`SELECT kb_id FROM keyword_tail GROUP BY kb_id HAVING count(*) >= ? LIMIT 1`, max(minTail, 1)).
+			Scan(&kbs).Error; err != nil {
+			return err
+		}
+		if len(kbs) == 1 {
+			more = true
+			return tx.compactTail(kbs[0])
+		}
+		if err := tx.db.Raw("SELECT kb_id FROM keyword_dead LIMIT 1").Scan(&kbs).Error; err != nil || len(kbs) == 0 {
+			return err
+		}
+		more = true
+		return tx.purgeDead(kbs[0])
+	})
+	return more, translate(err)
+}
+
+// compactTail moves the first compactPostings tail postings of a knowledge
+// base, by term, into its blocks, whole terms only.
+func (s *Store) compactTail(kbID int64) error {
+	if err := s.lockKeywords(kbID, true); err != nil {
+		return err
+	}
+	var first []string
+	if err := s.db.Raw("SELECT term FROM keyword_tail WHERE kb_id = ? ORDER BY term LIMIT ?", kbID, compactPostings).
+		Scan(&first).Error; err != nil {
+		return err
+	}
+	terms := distinctSorted(first)
+	if len(first) == compactPostings && len(terms) > 1 {
+		terms = terms[:len(terms)-1] // the last term may go on past the limit
+	}
+	return s.rewriteTerms(kbID, terms)
+}
+
+// purgeDead rewrites the blocks holding removed chunks' postings for a
+// batch of terms.
+func (s *Store) purgeDead(kbID int64) error {
+	if err := s.lockKeywords(kbID, true); err != nil {
+		return err
+	}
+	var terms []string
+	if err := s.db.Raw(`SELECT DISTINCT u FROM keyword_dead, unnest(terms) AS u WHERE kb_id = ? ORDER BY u LIMIT ?`,
+		kbID, compactDeadTerms).Scan(&terms).Error; err != nil {
+		return err
+	}
+	return s.rewriteTerms(kbID, terms)
+}
+
+func distinctSorted(ss []string) []string {
+	var out []string
+	for i, s := range ss {
+		if i == 0 || s != ss[i-1] {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// termWork is one term's change: new postings from the tail, removed
+// chunks to drop, and the blocks they touch.
+type termWork struct {
+	added []posting
+	dead  map[int64]bool
+	lo    int64 // the smallest id added or removed
+	heads []blockHead
+}
+
+// rewriteTerms merges the tail postings of terms into their blocks and
+// drops removed chunks from them, under the knowledge base's exclusive
+// keyword lock.
+func (s *Store) rewriteTerms(kbID int64, terms []string) error {
+	if len(terms) == 0 {
+		return nil
+	}
+	work := make(map[string]*termWork, len(terms))
+	for _, t := range terms {
+		work[t] = &termWork{dead: map[int64]bool{}, lo: 1<<63 - 1}
+	}
+	rows, err := s.db.Raw(`DELETE FROM keyword_tail WHERE kb_id = ? AND term = ANY(?) RETURNING term, chunk_id, tf, dl`,
+		kbID, textArray(terms)).Rows()
+	if err != nil {
+		return err
+	}
+	for rows.Next() {
+		var (
+			term string
+			p    posting
+		)
+		if err := rows.Scan(&term, &p.id, &p.tf, &p.dl); err != nil {
+			rows.Close()
+			return err
+		}
+		w := work[term]
+		w.added, w.lo = append(w.added, p), min(w.lo, p.id)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	var dead []struct {
+		ChunkID int64
+		Term    string
+	}
+	if err := s.db.Raw(`SELECT d.chunk_id, u.term FROM keyword_dead d CROSS JOIN LATERAL unnest(d.terms) AS u(term)
+		WHERE d.kb_id = ? AND u.term = ANY(?)`, kbID, textArray(terms)).Scan(&dead).Error; err != nil {
+		return err
+	}
+	for _, d := range dead {
+		w := work[d.Term]
+		w.dead[d.ChunkID], w.lo = true, min(w.lo, d.ChunkID)
+	}
+	if err := s.db.Exec(`UPDATE keyword_dead SET terms = ARRAY(SELECT u FROM unnest(terms) AS u WHERE u <> ALL(?::text[]))
+		WHERE kb_id = ? AND terms && ?::text[]`, textArray(terms), kbID, textArray(terms)).Error; err != nil {
+		return err
+	}
+	if err := s.db.Exec("DELETE FROM keyword_dead WHERE kb_id = ? AND cardinality(terms) = 0", kbID).Error; err != nil {
+		return err
+	}
+	if err := s.loadHeads(kbID, terms, work); err != nil {
+		return err
+	}
+	return s.rebuildBlocks(kbID, terms, work)
+}
+
+// loadHeads reads, per term, the heads of the blocks at or after its
+// smallest changed id, and its last block (where ids after every block go).
+func (s *Store) loadHeads(kbID int64, terms []string, work map[string]*termWork) error {
+	los := make(intArray, len(terms))
+	for i, t := range terms {
+		los[i] = work[t].lo
+	}
+	rows, err := s.db.Raw(`SELECT x.term, b.head FROM unnest(?::text[], ?::int8[]) AS x(term, lo)
+		CROSS JOIN LATERAL (SELECT head, last_id FROM keyword_blocks b WHERE b.kb_id = ? AND b.term = x.term
+			AND b.last_id >= least(x.lo, (SELECT max(last_id) FROM keyword_blocks m WHERE m.kb_id = ? AND m.term = x.term))) b
+		ORDER BY x.term, b.last_id`, textArray(terms), los, kbID, kbID).Rows()
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var (
+			term string
+			head []byte
+		)
+		if err := rows.Scan(&term, &head); err != nil {
+			return err
+		}
+		hs, err := decodeHeads(head)
+		if err != nil {
+			return err
+		}
+		work[term].heads = append(work[term].heads, hs...)
+	}
+	return rows.Err()
+}
+
+// rebuildBlocks rewrites, per term, each run of consecutive blocks that
+// gains or loses postings. A posting goes to the first block whose last id
+// is at least its id, or to the last block; a run ending at the last block
+// is cut into full blocks (appends keep blocks full), any other run into
+// equal ones.
+func (s *Store) rebuildBlocks(kbID int64, terms []string, work map[string]*termWork) error {
+	type run struct {
+		term       string
+		from, to   int // block indexes, inclusive; from > to for a term without blocks
+		added      []posting
+		dead       map[int64]bool
+		atTheEnd   bool
+		oldPayload [][]byte
+	}
+	var runs []*run
+	for _, t := range terms {
+		w := work[t]
+		if len(w.heads) == 0 {
+			if len(w.added) > 0 {
+				runs = append(runs, &run{term: t, from: 0, to: -1, added: w.added, atTheEnd: true})
+			}
+			continue
+		}
+		touched := make([]bool, len(w.heads))
+		owner := func(id int64) int {
+			i := sort.Search(len(w.heads), func(i int) bool { return w.heads[i].last >= id })
+			return min(i, len(w.heads)-1)
+		}
+		addedTo := map[int][]posting{}
+		for _, p := range w.added {
+			i := owner(p.id)
+			touched[i], addedTo[i] = true, append(addedTo[i], p)
+		}
+		for id := range w.dead {
+			if i := owner(id); w.heads[i].first <= id && id <= w.heads[i].last {
+				touched[i] = true
+			}
+		}
+		for i := 0; i < len(w.heads); i++ {
+			if !touched[i] {
+				continue
+			}
+			r := &run{term: t, from: i, dead: w.dead}
+			for ; i < len(w.heads) && touched[i]; i++ {
+				r.added = append(r.added, addedTo[i]...)
+			}
+			r.to, r.atTheEnd = i-1, i == len(w.heads)
+			runs = append(runs, r)
+		}
+	}
+	// Fetch the payloads of every block to rewrite, then replace them.
+	var delTerms textArray
+	var delLasts intArray
+	for _, r := range runs {
+		for i := r.from; i <= r.to; i++ {
+			delTerms, delLasts = append(delTerms, r.term), append(delLasts, work[r.term].heads[i].last)
+		}
+	}
+	payloads := map[blockKey]*[]byte{}
+	if len(delTerms) > 0 {
+		rows, err := s.db.Raw(`DELETE FROM keyword_blocks b USING unnest(?::text[], ?::int8[]) AS x(term, last_id)
+			WHERE b.kb_id = ? AND b.term = x.term AND b.last_id = x.last_id RETURNING b.term, b.last_id, b.payload`,
+			delTerms, delLasts, kbID).Rows()
+		if err != nil {
+			return err
+		}
+		termIdx := make(map[string]int, len(terms))
+		for i, t := range terms {
+			termIdx[t] = i
+		}
+		for rows.Next() {
+			var (
+				term    string
+				last    int64
+				payload []byte
+			)
+			if err := rows.Scan(&term, &last, &payload); err != nil {
+				rows.Close()
+				return err
+			}
+			payloads[blockKey{0, termIdx[term], last}] = &payload
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		for _, r := range runs {
+			for i := r.from; i <= r.to; i++ {
+				p := payloads[blockKey{0, termIdx[r.term], work[r.term].heads[i].last}]
+				if p == nil {
+					return errors.New("keyword compaction: a block vanished under the lock")
+				}
+				r.oldPayload = append(r.oldPayload, *p)
+			}
+		}
+	}
+	var out blockWriter
+	for _, r := range runs {
+		merged := r.added
+		for _, payload := range r.oldPayload {
+			ps, err := decodePostings(payload)
+			if err != nil {
+				return err
+			}
+			for _, p := range ps {
+				if !r.dead[p.id] {
+					merged = append(merged, p)
+				}
+			}
+		}
+		sort.Slice(merged, func(i, j int) bool { return merged[i].id < merged[j].id })
+		for _, part := range splitBlocks(merged, r.atTheEnd) {
+			if err := out.add(s, kbID, r.term, part); err != nil {
+				return err
+			}
+		}
+	}
+	return out.flush(s)
+}
+
+// splitBlocks cuts sorted postings into blocks of at most blockSize: full
+// ones when they end the term's list, where later postings will be
+// appended, otherwise as equal as possible.
+func splitBlocks(ps []posting, atTheEnd bool) [][]posting {
+	if len(ps) == 0 {
+		return nil
+	}
+	n := (len(ps) + blockSize - 1) / blockSize
+	var out [][]posting
+	for i := 0; i < n; i++ {
+		lo, hi := i*blockSize, min((i+1)*blockSize, len(ps))
+		if !atTheEnd {
+			lo, hi = i*len(ps)/n, (i+1)*len(ps)/n
+		}
+		out = append(out, ps[lo:hi])
+	}
+	return out
+}
+
+// blockWriter inserts blocks in multi-row statements.
+type blockWriter struct {
+	sb   strings.Builder
+	args []any
+	n    int
+}
+
+const blockBatch = 1000
+
+func (w *blockWriter) add(s *Store, kbID int64, term string, ps []posting) error {
+	head, payload := encodeBlock(ps)
+	if w.n > 0 {
+		w.sb.WriteByte(',')
+	}
+	w.sb.WriteString("(?,?,?,?,?)")
+	w.args = append(w.args, kbID, term, ps[len(ps)-1].id, head, payload)
+	if w.n++; w.n == blockBatch {
+		return w.flush(s)
+	}
+	return nil
+}
+
+func (w *blockWriter) flush(s *Store) error {
+	if w.n == 0 {
+		return nil
+	}
+	err := s.db.Exec("INSERT INTO keyword_blocks (kb_id, term, last_id, head, payload) VALUES "+w.sb.String(), w.args...).Error
+	w.sb.Reset()
+	w.args, w.n = w.args[:0], 0
+	return err
+}

@@ -1,0 +1,262 @@
+package repository
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io/fs"
+	"math/rand"
+	"sort"
+	"strings"
+	"testing"
+
+	"github.com/pgvector/pgvector-go"
+
+	"github.com/ragent-go/ragent/internal/testenv"
+	"github.com/ragent-go/ragent/migrations"
+	"github.com/ragent-go/ragent/service"
+)
+
+// oldKeywordSQL is the keyword search before migration 0007: every posting
+// of every query term scored, df counted per query by a window function.
+// The statistics CTE is a parameter: knowledge_bases' counters at schema
+// 0006, keyword_stats afterwards (for the benchmark).
+const oldKeywordSQL = `
+WITH q AS (
+	SELECT * FROM unnest(?::text[], ?::int[]) AS q(term, qtf)
+), st AS (%s
+), postings AS (
+	SELECT ct.term, ct.chunk_id, ct.tf, ct.dl, count(*) OVER (PARTITION BY ct.term)::float8 AS df
+	FROM chunk_terms ct WHERE ct.term = ANY(?) AND ct.kb_id = ANY(?)
+), scored AS (
+	SELECT p.chunk_id,
+	       sum(q.qtf * ln(1 + (st.n - p.df + 0.5) / (p.df + 0.5))
+	           * p.tf * (?::float8 + 1) / (p.tf + ?::float8 * (1 - ?::float8 + ?::float8 * p.dl / greatest(st.avgdl, 1)))) AS score
+	FROM postings p JOIN q ON q.term = p.term CROSS JOIN st
+	GROUP BY p.chunk_id ORDER BY score DESC, p.chunk_id LIMIT ?
+)
+SELECT s.chunk_id, c.document_id, d.name AS document_name, c.kb_id, c.content, c.section, s.score
+FROM scored s JOIN chunks c ON c.id = s.chunk_id JOIN documents d ON d.id = c.document_id
+ORDER BY s.score DESC, s.chunk_id`
+
+const oldStats0006 = `
+	SELECT coalesce(sum(chunk_total), 0)::float8 AS n,
+	       coalesce(sum(term_total), 0)::float8 / greatest(coalesce(sum(chunk_total), 0), 1) AS avgdl
+	FROM knowledge_bases WHERE id = ANY(?) AND deleted_at IS NULL`
+
+func oldKeywordSearch(t testing.TB, s *Store, stats string, q service.KeywordQuery) []service.SearchResult {
+	t.Helper()
+	kbs, terms := idArray(q.KnowledgeBaseIDs), textArray(q.Terms)
+	var rows []searchRow
+	if err := s.db.Raw(fmt.Sprintf(oldKeywordSQL, stats), terms, countArray(q.Counts), kbs, terms, kbs,
+		q.K1, q.K1, q.B, q.B, q.Limit).Scan(&rows).Error; err != nil {
+		t.Fatal(err)
+	}
+	out := make([]service.SearchResult, len(rows))
+	for i, r := range rows {
+		out[i] = r.result()
+	}
+	return out
+}
+
+func countArray(ns []int) intArray {
+	out := make(intArray, len(ns))
+	for i, n := range ns {
+		out[i] = int64(n)
+	}
+	return out
+}
+
+// migrateTo applies the embedded migrations up to version, as Migrate did
+// when that was the newest.
+func migrateTo(t *testing.T, s *Store, version string) {
+	t.Helper()
+	if err := s.db.Exec(`CREATE TABLE schema_migrations (version text PRIMARY KEY,
+		applied_at timestamptz NOT NULL DEFAULT now())`).Error; err != nil {
+		t.Fatal(err)
+	}
+	names, err := fs.Glob(migrations.FS, "*.sql")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		v := strings.TrimSuffix(name, ".sql")
+		if v > version {
+			break
+		}
+		body, err := fs.ReadFile(migrations.FS, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := s.db.Exec(string(body)).Error; err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		if err := s.db.Exec("INSERT INTO schema_migrations (version) VALUES (?)", v).Error; err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// oldReplaceChunks writes chunks the way schema 0006's ReplaceChunks did.
+func oldReplaceChunks(t *testing.T, s *Store, kb service.ID, doc service.ID, chunks []service.Chunk) {
+	t.Helper()
+	var total int
+	for _, c := range chunks {
+		if err := s.db.Exec(`INSERT INTO chunks (id, document_id, kb_id, generation, ordinal, content, section,
+			token_count, term_count, embedding, embedding_dim) VALUES (?, ?, ?, 1, ?, ?, '', ?, ?, ?, ?)`,
+			int64(c.ID), int64(doc), int64(kb), c.Ordinal, c.Content, c.TokenCount, c.TermCount,
+			pgvector.NewHalfVector(c.Embedding), len(c.Embedding)).Error; err != nil {
+			t.Fatal(err)
+		}
+		for term, tf := range c.Terms {
+			if err := s.db.Exec("INSERT INTO chunk_terms (term, kb_id, chunk_id, tf, dl) VALUES (?, ?, ?, ?, ?)",
+				term, int64(kb), int64(c.ID), tf, c.TermCount).Error; err != nil {
+				t.Fatal(err)
+			}
+		}
+		total += c.TermCount
+	}
+	if err := s.db.Exec("UPDATE knowledge_bases SET chunk_total = chunk_total + ?, term_total = term_total + ? WHERE id = ?",
+		len(chunks), total, int64(kb)).Error; err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Migration 0007 turns a schema-0006 database with data into the block
+// index in place: every query answers as before, the blocks it builds in
+// SQL are byte for byte what the Go encoder writes, and the migrated index
+// takes removals, new chunks and compaction.
+func TestMigrateKeywordIndexInPlace(t *testing.T) {
+	s := openTest(t, testenv.FreshDatabase(t))
+	ctx := context.Background()
+	migrateTo(t, s, "0006")
+	rng := rand.New(rand.NewSource(7))
+	zipf := rand.NewZipf(rng, 1.2, 2, 500)
+	ref := &refIndex{chunks: map[service.ID]refChunk{}}
+	kbs := []*service.KnowledgeBase{seedKB(t, s, 4), seedKB(t, s, 4)}
+	var docs []*service.Document
+	for i := 0; i < 250; i++ {
+		kb := kbs[i%2]
+		d := seedDoc(t, s, kb, "x")
+		docs = append(docs, d)
+		cs := make([]service.Chunk, 1+rng.Intn(3))
+		for j := range cs {
+			terms := []string{"the"}
+			for k := 2 + rng.Intn(30); k > 0; k-- {
+				terms = append(terms, fmt.Sprintf("w%d", zipf.Uint64()))
+			}
+			cs[j] = chunk(j, "c", unit(4, j), terms...)
+			ref.chunks[cs[j].ID] = refChunk{kb: kb.ID, tf: cs[j].Terms, dl: cs[j].TermCount}
+		}
+		oldReplaceChunks(t, s, kb.ID, d.ID, cs)
+	}
+	var queries []service.KeywordQuery
+	for i := 0; i < 30; i++ {
+		terms := []string{"the"}
+		if i%3 != 0 {
+			terms = distinctSorted(sortedCopy([]string{fmt.Sprintf("w%d", zipf.Uint64()), fmt.Sprintf("w%d", zipf.Uint64()), "the"}))
+		}
+		chosen := []service.ID{kbs[i%2].ID}
+		if i%4 == 0 {
+			chosen = []service.ID{kbs[0].ID, kbs[1].ID}
+		}
+		counts := make([]int, len(terms))
+		for j := range counts {
+			counts[j] = 1
+		}
+		queries = append(queries, service.KeywordQuery{KnowledgeBaseIDs: chosen, Terms: terms, Counts: counts, K1: 1.2, B: 0.75, Limit: 10})
+	}
+	before := make([][]service.SearchResult, len(queries))
+	for i, q := range queries {
+		before[i] = oldKeywordSearch(t, s, oldStats0006, q)
+		if len(before[i]) == 0 {
+			t.Fatalf("query %v found nothing at 0006", q.Terms)
+		}
+	}
+
+	if err := s.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for i, q := range queries {
+		got, err := s.KeywordSearch(ctx, q)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(got) != len(before[i]) {
+			t.Fatalf("query %v: %d results after, %d before", q.Terms, len(got), len(before[i]))
+		}
+		checkSame(t, fmt.Sprintf("migrated %v", q.Terms), ref, q, got)
+		for j := range got {
+			// Exact ties may come in either order (the old SQL summed in
+			// hash order, so even it was not stable in the last bit).
+			tie := j+1 < len(got) && closeTo(got[j].Score, got[j+1].Score) || j > 0 && closeTo(got[j].Score, got[j-1].Score)
+			if !tie && (got[j].ChunkID != before[i][j].ChunkID || got[j].Content != before[i][j].Content) || !closeTo(got[j].Score, before[i][j].Score) {
+				t.Fatalf("query %v #%d: chunk %d at %v after, chunk %d at %v before", q.Terms, j,
+					got[j].ChunkID, got[j].Score, before[i][j].ChunkID, before[i][j].Score)
+			}
+		}
+	}
+	var blocks []struct {
+		Head, Payload []byte
+	}
+	if err := s.db.Raw("SELECT head, payload FROM keyword_blocks").Scan(&blocks).Error; err != nil {
+		t.Fatal(err)
+	}
+	multi := 0
+	for _, b := range blocks {
+		ps, err := decodePostings(b.Payload)
+		if err != nil {
+			t.Fatal(err)
+		}
+		head, _ := encodeBlock(ps)
+		if !bytes.Equal(head, b.Head) {
+			t.Fatalf("migrated head %x, the Go encoder writes %x", b.Head, head)
+		}
+		if len(ps) == blockSize {
+			multi++
+		}
+	}
+	if multi == 0 {
+		t.Fatal("no full block: the corpus is too small to test blocking")
+	}
+
+	// The migrated index keeps working: removals of migrated chunks, new
+	// chunks, compaction.
+	for i, d := range docs {
+		if i%5 != 0 {
+			continue
+		}
+		var ids []int64
+		if err := s.db.Raw("SELECT id FROM chunks WHERE document_id = ?", int64(d.ID)).Scan(&ids).Error; err != nil {
+			t.Fatal(err)
+		}
+		if err := s.DeleteDocument(ctx, d.ID); err != nil {
+			t.Fatal(err)
+		}
+		for _, id := range ids {
+			delete(ref.chunks, service.ID(id))
+		}
+	}
+	d := seedDoc(t, s, kbs[0], "new")
+	c := chunk(0, "c", unit(4, 0), "the", "the", "w2")
+	ref.chunks[c.ID] = refChunk{kb: kbs[0].ID, tf: c.Terms, dl: c.TermCount}
+	if err := s.ReplaceChunks(ctx, d.ID, 1, []service.Chunk{c}); err != nil {
+		t.Fatal(err)
+	}
+	for round := 0; round < 2; round++ {
+		for _, q := range queries {
+			got, err := s.KeywordSearch(ctx, q)
+			if err != nil {
+				t.Fatal(err)
+			}
+			checkSame(t, fmt.Sprintf("migrated, round %d, %v", round, q.Terms), ref, q, got)
+		}
+		for more := true; more; {
+			var err error
+			if more, err = s.CompactKeywords(ctx, 1); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+}
