@@ -88,7 +88,23 @@ func TestBulkHelpers(t *testing.T) {
 	if err := s.DropVectorIndex(ctx, 0); !errors.Is(err, service.ErrInvalid) {
 		t.Errorf("dimension 0: %v", err)
 	}
-	if err := s.Analyze(ctx); err != nil {
+	tailRows := func() (n int) {
+		if err := s.db.Raw("SELECT count(*) FROM keyword_tail").Scan(&n).Error; err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	if tailRows() == 0 {
+		t.Fatal("new postings are not in the tail: this test no longer covers settling")
+	}
+	if err := s.SettleKeywords(ctx); err != nil || tailRows() != 0 {
+		t.Fatalf("settle: %v, %d tail rows left", err, tailRows())
+	}
+	if res, err := s.KeywordSearch(ctx, service.KeywordQuery{KnowledgeBaseIDs: []service.ID{kb.ID}, Terms: []string{"alpha"},
+		Counts: []int{1}, K1: 0.9, B: 0.4, Limit: 5}); err != nil || len(res) != 1 {
+		t.Fatalf("keyword search after settling: %v %v", res, err)
+	}
+	if err := s.Vacuum(ctx); err != nil {
 		t.Fatal(err)
 	}
 	db, tables, err := s.StorageSizes(ctx)

@@ -72,7 +72,7 @@ import json, sys
 work, langs = sys.argv[1], sys.argv[2:]
 def rows(path):
     return {r["size"]: r for r in map(json.loads, open(path))}
-print("| corpus | chunks | keyword p50 / p99 | vector p50 / p99 | hybrid p50 / p99 | /search hybrid p50 (× store) | tantivy p50 / p99 | keyword / tantivy p50 | ingest chunks/s | DB bytes/chunk | keyword bytes/posting | load chunks/s, HNSW build |")
+print("| corpus | chunks | keyword p50 / p99 | vector p50 / p99 | hybrid p50 / p99 | /search hybrid p50 (× store) | tantivy p50 / p99 | keyword / tantivy p50 | ingest chunks/s | DB bytes/chunk | keyword bytes/posting | load chunks/s, HNSW build, keyword settle |")
 print("|---|---|---|---|---|---|---|---|---|---|---|---|")
 for lang in langs:
     ours, peer = rows(f"{work}/ragent-{lang}.jsonl"), rows(f"{work}/tantivy-{lang}.jsonl")
@@ -86,5 +86,5 @@ for lang in langs:
               f'{http:.1f} ms ({http / L["hybrid"]["store"]["p50_ms"]:.2f}×) | '
               f'{t.get("p50_ms", float("nan")):.2f} / {t.get("p99_ms", float("nan")):.2f} ms | {ratio:.0f}× | {ingest} | '
               f'{r["db_bytes_per_chunk"]:,.0f} | {r["keyword_bytes_per_posting"]:.0f} | '
-              f'{r["load_chunks_per_s"]:,.0f}, {r["hnsw_seconds"]:.0f} s |')
+              f'{r["load_chunks_per_s"]:,.0f}, {r["hnsw_seconds"]:.0f} s, {r.get("settle_seconds", 0):.0f} s |')
 EOF
