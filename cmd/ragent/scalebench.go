@@ -69,23 +69,16 @@ func scalebenchCommand(ctx context.Context, cfg Config, log *slog.Logger, args [
 		return err
 	}
 
-	cfg.Role = "all"
-	a, err := newApp(ctx, cfg, log)
-	if err != nil {
-		return err
-	}
-	defer a.Close(context.Background())
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return err
 	}
-	runCtx, stop := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- a.Run(runCtx, ln) }()
-	defer func() {
-		stop()
-		<-done
-	}()
+	a, stop, err := startAll(ctx, cfg, log, ln)
+	if err != nil {
+		ln.Close()
+		return err
+	}
+	defer stop()
 	base := "http://" + ln.Addr().String()
 	password := cfg.AdminPassword
 	if a.AdminPassword != "" {
