@@ -4,6 +4,8 @@ import (
 	"container/heap"
 	"context"
 	"database/sql"
+	"encoding/binary"
+	"fmt"
 	"math"
 	"sort"
 
@@ -82,8 +84,11 @@ type kwSearch struct {
 	terms   map[string]int
 	blocks  map[int64][]*kwBlock // by knowledge base
 	dead    map[deadKey]bool     // removed chunks' postings still in blocks
-	docs    map[int64]*kwDoc
-	top     *topK // the exactly scored top k, as of the last neededBlocks
+	docs    map[int64]int32      // chunk id → index in ids, kbOf and scores
+	ids     []int64
+	kbOf    []int64
+	scores  []float64 // the sum of the term scores known so far
+	top     *topK     // the exactly scored top k, as of the last neededBlocks
 }
 
 type kwBlock struct {
@@ -94,19 +99,6 @@ type kwBlock struct {
 	fetched bool
 }
 
-type kwDoc struct {
-	kb    int64
-	parts []float64 // term scores, in query-term order, 0 when absent
-}
-
-func (d *kwDoc) score() float64 {
-	s := 0.0
-	for _, p := range d.parts {
-		s += p
-	}
-	return s
-}
-
 func startKeywordSearch(tx *gorm.DB, q service.KeywordQuery) (*kwSearch, error) {
 	terms := textArray(q.Terms)
 	rows, err := tx.Raw(keywordStartSQL, idArray(q.KnowledgeBaseIDs), terms, terms, terms).Rows()
@@ -115,7 +107,7 @@ func startKeywordSearch(tx *gorm.DB, q service.KeywordQuery) (*kwSearch, error) 
 	}
 	defer rows.Close()
 	ks := &kwSearch{q: q, terms: make(map[string]int, len(q.Terms)), blocks: map[int64][]*kwBlock{},
-		dead: map[deadKey]bool{}, docs: map[int64]*kwDoc{}}
+		dead: map[deadKey]bool{}, docs: map[int64]int32{}}
 	for i, t := range q.Terms {
 		ks.terms[t] = i
 	}
@@ -192,20 +184,19 @@ func (ks *kwSearch) add(kb int64, term int, p posting, inBlock bool) {
 	if inBlock && ks.dead[deadKey{term, p.id}] {
 		return
 	}
-	d := ks.docs[p.id]
-	if d == nil {
-		d = &kwDoc{kb: kb, parts: make([]float64, len(ks.weights))}
-		ks.docs[p.id] = d
+	i, ok := ks.docs[p.id]
+	if !ok {
+		i = int32(len(ks.ids))
+		ks.docs[p.id] = i
+		ks.ids, ks.kbOf, ks.scores = append(ks.ids, p.id), append(ks.kbOf, kb), append(ks.scores, 0)
 	}
-	d.parts[term] = ks.m.termScore(ks.weights[term], p.tf, p.dl)
+	ks.scores[i] += ks.m.termScore(ks.weights[term], p.tf, p.dl)
 }
 
 func (ks *kwSearch) fetch(tx *gorm.DB, want []*kwBlock) error {
 	kbs, terms, lasts := make(intArray, len(want)), make(textArray, len(want)), make(intArray, len(want))
-	byKey := make(map[blockKey]*kwBlock, len(want))
 	for i, b := range want {
 		kbs[i], terms[i], lasts[i] = b.kb, ks.q.Terms[b.term], b.head.last
-		byKey[blockKey{b.kb, b.term, b.head.last}] = b
 	}
 	rows, err := tx.Raw(keywordBlocksSQL, kbs, terms, lasts).Rows()
 	if err != nil {
@@ -221,13 +212,16 @@ func (ks *kwSearch) fetch(tx *gorm.DB, want []*kwBlock) error {
 		if err := rows.Scan(&kb, &term, &last, &payload); err != nil {
 			return err
 		}
-		ps, err := decodePostings(payload)
-		if err != nil {
-			return err
+		if len(payload)%postingBytes != 0 {
+			return fmt.Errorf("keyword block payload: %d bytes", len(payload))
 		}
-		b := byKey[blockKey{kb, ks.terms[term], last}]
-		for _, p := range ps {
-			ks.add(kb, b.term, p, true)
+		ti := ks.terms[term]
+		for b := payload; len(b) > 0; b = b[postingBytes:] {
+			ks.add(kb, ti, posting{
+				id: int64(binary.BigEndian.Uint64(b)),
+				tf: int32(binary.BigEndian.Uint32(b[8:])),
+				dl: int32(binary.BigEndian.Uint32(b[12:])),
+			}, true)
 		}
 	}
 	// Marked even if a row were missing, so the search always progresses.
@@ -260,22 +254,24 @@ type segment struct {
 func (ks *kwSearch) neededBlocks(budget int) []*kwBlock {
 	var segs []*segment
 	theta := newTopK(ks.q.Limit)
-	byKB := make(map[int64][]int64, len(ks.blocks))
+	byKB := make(map[int64][]int32, len(ks.blocks))
 	for kb := range ks.blocks {
 		byKB[kb] = nil
 	}
-	for id, d := range ks.docs {
-		byKB[d.kb] = append(byKB[d.kb], id)
+	for i, kb := range ks.kbOf {
+		byKB[kb] = append(byKB[kb], int32(i))
 	}
-	for kb, ids := range byKB {
+	for kb, docs := range byKB {
 		kbSegs := segments(ks.blocks[kb])
-		sort.Slice(ids, func(i, j int) bool { return ids[i] < ids[j] })
+		if len(kbSegs) > 0 {
+			sort.Slice(docs, func(i, j int) bool { return ks.ids[docs[i]] < ks.ids[docs[j]] })
+		}
 		si := 0
-		for _, id := range ids {
+		for _, d := range docs {
+			id, exact := ks.ids[d], ks.scores[d]
 			for si < len(kbSegs) && kbSegs[si].hi < id {
 				si++
 			}
-			exact := ks.docs[id].score()
 			if si < len(kbSegs) && kbSegs[si].lo <= id {
 				kbSegs[si].maxKnown = max(kbSegs[si].maxKnown, exact)
 				continue

@@ -14,7 +14,7 @@ import (
 const keywordCompactLock = 0x6b77636f
 
 // compactPostings bounds one compaction step: the tail postings it moves.
-const compactPostings = 50000
+const compactPostings = 100000
 
 // compactDeadTerms bounds one purge step: the terms whose blocks it rewrites
 // without removed chunks.
@@ -75,8 +75,17 @@ func (s *Store) CompactKeywords(ctx context.Context, minTail int) (bool, error) 
 			return err
 		}
 		var kbs []int64
-		if err := tx.db.Raw(`SELECT kb_id FROM keyword_tail GROUP BY kb_id HAVING count(*) >= ? LIMIT 1`, max(minTail, 1)).
-			Scan(&kbs).Error; err != nil {
+		// The knowledge bases in the tail by a skip scan of its primary key,
+		// each counted only up to minTail.
+		if err := tx.db.Raw(`WITH RECURSIVE kbs AS (
+				(SELECT kb_id FROM keyword_tail ORDER BY kb_id LIMIT 1)
+				UNION ALL
+				SELECT (SELECT t.kb_id FROM keyword_tail t WHERE t.kb_id > kbs.kb_id ORDER BY t.kb_id LIMIT 1)
+				FROM kbs WHERE kbs.kb_id IS NOT NULL
+			)
+			SELECT kb_id FROM kbs WHERE kb_id IS NOT NULL
+				AND (SELECT count(*) FROM (SELECT 1 FROM keyword_tail t WHERE t.kb_id = kbs.kb_id LIMIT ?) x) >= ?
+			LIMIT 1`, max(minTail, 1), max(minTail, 1)).Scan(&kbs).Error; err != nil {
 			return err
 		}
 		if len(kbs) == 1 {

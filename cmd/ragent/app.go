@@ -191,7 +191,9 @@ func newApp(ctx context.Context, cfg Config, log *slog.Logger) (_ *App, err erro
 		// time (an advisory lock). A knowledge base's tail is merged once
 		// it holds 20k postings, and all of it every 10 s, so queries
 		// never score more than a few seconds of ingestion exhaustively.
-		func(ctx context.Context) error { return a.store.RunKeywordCompactor(ctx, time.Second, 10*time.Second, 20000) },
+		func(ctx context.Context) error {
+			return a.store.RunKeywordCompactor(ctx, time.Second, 10*time.Second, 20000)
+		},
 	)
 	if cfg.Role != "api" {
 		guard := idempotent.NewGuard(a.rdb, cfg.RedisPrefix, consumingTTL, consumedTTL,
