@@ -55,16 +55,20 @@ type Options struct {
 
 // Result is one size's measurements; the script turns them into a table.
 type Result struct {
-	Size           int                             `json:"size"`   // bulk-loaded chunks
-	Chunks         int                             `json:"chunks"` // all chunks when searched (bulk + pipeline so far)
-	LoadSeconds    float64                         `json:"load_seconds"`
-	LoadChunksPerS float64                         `json:"load_chunks_per_s"`
-	HNSWSeconds    float64                         `json:"hnsw_seconds"`
-	SettleSeconds  float64                         `json:"settle_seconds"` // keyword index compaction after the load
-	Postings       int64                           `json:"postings"`
-	DBBytes        int64                           `json:"db_bytes"`      // growth of the database since the empty knowledge base
-	KeywordBytes   int64                           `json:"keyword_bytes"` // growth of every table but chunks, documents and blobs
-	ChunksBytes    int64                           `json:"chunks_bytes"`  // the chunks table with its indexes (HNSW included)
+	Size           int     `json:"size"`   // bulk-loaded chunks
+	Chunks         int     `json:"chunks"` // all chunks when searched (bulk + pipeline so far)
+	LoadSeconds    float64 `json:"load_seconds"`
+	LoadChunksPerS float64 `json:"load_chunks_per_s"`
+	HNSWSeconds    float64 `json:"hnsw_seconds"`
+	SettleSeconds  float64 `json:"settle_seconds"` // keyword index compaction after the load
+	Postings       int64   `json:"postings"`
+	DBBytes        int64   `json:"db_bytes"`      // growth of the database since the empty knowledge base
+	KeywordBytes   int64   `json:"keyword_bytes"` // growth of every table but chunks, documents and blobs
+	ChunksBytes    int64   `json:"chunks_bytes"`
+	// KeywordTables is KeywordBytes by table: a bulk load can leave a
+	// table's high-water mark behind (an emptied write buffer keeps its
+	// pages until VACUUM FULL), which this shows apart.
+	KeywordTables  map[string]int64                `json:"keyword_tables"` // the chunks table with its indexes (HNSW included)
 	BytesPerChunk  float64                         `json:"db_bytes_per_chunk"`
 	BytesPerPost   float64                         `json:"keyword_bytes_per_posting"`
 	Queries        int                             `json:"queries"`
@@ -161,7 +165,11 @@ func Run(ctx context.Context, env Env, gen *Generator, opt Options, out io.Write
 		}
 		r.DBBytes = db - startDB
 		for name, n := range tables {
-			if !notKeyword[name] {
+			if !notKeyword[name] && n != startTables[name] {
+				if r.KeywordTables == nil {
+					r.KeywordTables = map[string]int64{}
+				}
+				r.KeywordTables[name] = n - startTables[name]
 				r.KeywordBytes += n - startTables[name]
 			}
 		}
