@@ -48,7 +48,7 @@ func TestScalebenchCommand(t *testing.T) {
 		if r.Size != size || r.Chunks != chunks || r.IngestDocs != 15 || r.IngestChunks != 15 {
 			t.Errorf("size %d: chunks %d, ingested %d documents / %d chunks; want %d chunks and 15 / 15", r.Size, r.Chunks, r.IngestDocs, r.IngestChunks, chunks)
 		}
-		if r.Postings < int64(size)*20 || r.KeywordBytes <= 0 || r.DBBytes <= 0 {
+		if r.Postings < int64(size)*20 || r.KeywordBytes <= 0 || r.DBBytes <= 0 || len(r.KeywordTables) == 0 {
 			t.Errorf("size %d: postings %d, keyword bytes %d, db bytes %d", size, r.Postings, r.KeywordBytes, r.DBBytes)
 		}
 		for _, mode := range []string{"keyword", "vector", "hybrid"} {
