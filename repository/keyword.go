@@ -1,15 +1,18 @@
 package repository
 
 import (
+	"cmp"
 	"container/heap"
 	"context"
-	"database/sql"
+	"database/sql/driver"
 	"encoding/binary"
 	"fmt"
 	"math"
+	"slices"
 	"sort"
 
-	"gorm.io/gorm"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/stdlib"
 
 	"github.com/ragent-go/ragent/service"
 )
@@ -20,21 +23,21 @@ import (
 // the removed chunks still in their blocks, and the collection statistics.
 // Every key leads with kb_id, so other knowledge bases' rows are never read.
 const keywordStartSQL = `
-WITH kb AS (SELECT id FROM knowledge_bases WHERE id = ANY(?) AND deleted_at IS NULL)
+WITH kb AS (SELECT id FROM knowledge_bases WHERE id = ANY($1) AND deleted_at IS NULL)
 SELECT 0 AS kind, b.kb_id, b.term, 0::int8 AS id, 0::int8 AS a, 0::int8 AS b, string_agg(b.head, ''::bytea ORDER BY b.last_id) AS data
-	FROM keyword_blocks b WHERE b.kb_id IN (SELECT id FROM kb) AND b.term = ANY(?) GROUP BY b.kb_id, b.term
+	FROM keyword_blocks b WHERE b.kb_id IN (SELECT id FROM kb) AND b.term = ANY($2) GROUP BY b.kb_id, b.term
 UNION ALL
 SELECT 1, t.kb_id, t.term, t.chunk_id, t.tf, t.dl, NULL FROM keyword_tail t
-	WHERE t.kb_id IN (SELECT id FROM kb) AND t.term = ANY(?)
+	WHERE t.kb_id IN (SELECT id FROM kb) AND t.term = ANY($2)
 UNION ALL
 SELECT 2, d.kb_id, u.term, d.chunk_id, 0, 0, NULL FROM keyword_dead d CROSS JOIN LATERAL unnest(d.terms) AS u(term)
-	WHERE d.kb_id IN (SELECT id FROM kb) AND u.term = ANY(?)
+	WHERE d.kb_id IN (SELECT id FROM kb) AND u.term = ANY($2)
 UNION ALL
 SELECT 3, 0, '', 0, coalesce(sum(s.chunks), 0)::int8, coalesce(sum(s.terms), 0)::int8, NULL FROM keyword_stats s
 	WHERE s.kb_id IN (SELECT id FROM kb)`
 
 const keywordBlocksSQL = `SELECT b.kb_id, b.term, b.last_id, b.payload
-	FROM unnest(?::int8[], ?::text[], ?::int8[]) AS x(kb_id, term, last_id)
+	FROM unnest($1::int8[], $2::text[], $3::int8[]) AS x(kb_id, term, last_id)
 	JOIN keyword_blocks b ON b.kb_id = x.kb_id AND b.term = x.term AND b.last_id = x.last_id`
 
 // boundSlack absorbs rounding: a bound is the same formula as a score at a
@@ -43,35 +46,83 @@ const keywordBlocksSQL = `SELECT b.kb_id, b.term, b.last_id, b.payload
 // below the k-th score by more than this relative margin.
 const boundSlack = 1e-9
 
+const keywordRowsSQL = `SELECT c.id, c.document_id, d.name, c.kb_id, c.content, c.section
+	FROM chunks c JOIN documents d ON d.id = c.document_id WHERE c.id = ANY($1)`
+
 // KeywordSearch ranks chunks by BM25 (Okapi, Lucene's idf) and returns the
 // exact top Limit, ties broken by chunk id, without scoring every posting:
 // block-max pruning over the compacted blocks, the tail scored whole.
+//
 // All its reads share one snapshot (a read-only repeatable-read
 // transaction), so a concurrent compaction or ingestion is seen entirely or
-// not at all.
+// not at all. Round trips dominate its time, so it speaks pgx on one pooled
+// connection and pipelines: BEGIN with the first read, each round of block
+// fetches alone, the chunks' rows with COMMIT. It reads committed data only,
+// even when ctx carries an InTx transaction.
 func (s *Store) KeywordSearch(ctx context.Context, q service.KeywordQuery) ([]service.SearchResult, error) {
 	if len(q.Terms) == 0 || len(q.KnowledgeBaseIDs) == 0 || q.Limit <= 0 {
 		return nil, nil
 	}
+	sqlDB, err := s.db.DB()
+	if err != nil {
+		return nil, err
+	}
+	conn, err := sqlDB.Conn(ctx)
+	if err != nil {
+		return nil, translate(err)
+	}
+	defer conn.Close()
 	var out []service.SearchResult
-	err := s.conn(ctx).Transaction(func(tx *gorm.DB) error {
-		ks, err := startKeywordSearch(tx, q)
-		if err != nil || ks == nil {
-			return err
-		}
-		for round := 0; ; round++ {
-			want := ks.neededBlocks(32 << (2 * min(round, 10)))
-			if len(want) == 0 {
-				break
-			}
-			if err := ks.fetch(tx, want); err != nil {
-				return err
+	err = conn.Raw(func(dc any) error {
+		pc := dc.(*stdlib.Conn).Conn()
+		out, err = keywordSearch(ctx, pc, q)
+		if err != nil && !pc.PgConn().IsClosed() {
+			// Never hand the pool a connection inside a transaction.
+			if _, rbErr := pc.Exec(context.WithoutCancel(ctx), "ROLLBACK"); rbErr != nil {
+				return driver.ErrBadConn
 			}
 		}
-		out, err = ks.results(tx)
 		return err
-	}, &sql.TxOptions{Isolation: sql.LevelRepeatableRead, ReadOnly: true})
+	})
 	return out, translate(err)
+}
+
+func keywordSearch(ctx context.Context, pc *pgx.Conn, q service.KeywordQuery) ([]service.SearchResult, error) {
+	b := &pgx.Batch{}
+	b.Queue("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+	kbs := make([]int64, len(q.KnowledgeBaseIDs))
+	for i, id := range q.KnowledgeBaseIDs {
+		kbs[i] = int64(id)
+	}
+	b.Queue(keywordStartSQL, kbs, q.Terms)
+	br := pc.SendBatch(ctx, b)
+	if _, err := br.Exec(); err != nil {
+		br.Close()
+		return nil, err
+	}
+	rows, err := br.Query()
+	if err != nil {
+		br.Close()
+		return nil, err
+	}
+	ks, err := startKeywordSearch(rows, q)
+	rows.Close()
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return nil, err
+	}
+	for round := 0; ; round++ {
+		want := ks.neededBlocks(64 << (3 * min(round, 7)))
+		if len(want) == 0 {
+			break
+		}
+		if err := ks.fetch(ctx, pc, want); err != nil {
+			return nil, err
+		}
+	}
+	return ks.results(ctx, pc)
 }
 
 // kwSearch is one query's state: the statistics, the blocks of each
@@ -99,15 +150,9 @@ type kwBlock struct {
 	fetched bool
 }
 
-func startKeywordSearch(tx *gorm.DB, q service.KeywordQuery) (*kwSearch, error) {
-	terms := textArray(q.Terms)
-	rows, err := tx.Raw(keywordStartSQL, idArray(q.KnowledgeBaseIDs), terms, terms, terms).Rows()
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
+func startKeywordSearch(rows pgx.Rows, q service.KeywordQuery) (*kwSearch, error) {
 	ks := &kwSearch{q: q, terms: make(map[string]int, len(q.Terms)), blocks: map[int64][]*kwBlock{},
-		dead: map[deadKey]bool{}, docs: map[int64]int32{}}
+		dead: map[deadKey]bool{}}
 	for i, t := range q.Terms {
 		ks.terms[t] = i
 	}
@@ -162,6 +207,8 @@ func startKeywordSearch(tx *gorm.DB, q service.KeywordQuery) (*kwSearch, error) 
 		}
 		ks.weights[i] = count * ks.m.idf(n, df[i])
 	}
+	// Sized for the tail and a first round of fetches, to spare rehashing.
+	ks.docs = make(map[int64]int32, len(tail)+64*blockSize)
 	for i, p := range tail {
 		ks.add(tailKB[i], int(tailTerm[i]), p, false)
 	}
@@ -193,12 +240,12 @@ func (ks *kwSearch) add(kb int64, term int, p posting, inBlock bool) {
 	ks.scores[i] += ks.m.termScore(ks.weights[term], p.tf, p.dl)
 }
 
-func (ks *kwSearch) fetch(tx *gorm.DB, want []*kwBlock) error {
-	kbs, terms, lasts := make(intArray, len(want)), make(textArray, len(want)), make(intArray, len(want))
+func (ks *kwSearch) fetch(ctx context.Context, pc *pgx.Conn, want []*kwBlock) error {
+	kbs, terms, lasts := make([]int64, len(want)), make([]string, len(want)), make([]int64, len(want))
 	for i, b := range want {
 		kbs[i], terms[i], lasts[i] = b.kb, ks.q.Terms[b.term], b.head.last
 	}
-	rows, err := tx.Raw(keywordBlocksSQL, kbs, terms, lasts).Rows()
+	rows, err := pc.Query(ctx, keywordBlocksSQL, kbs, terms, lasts)
 	if err != nil {
 		return err
 	}
@@ -264,7 +311,7 @@ func (ks *kwSearch) neededBlocks(budget int) []*kwBlock {
 	for kb, docs := range byKB {
 		kbSegs := segments(ks.blocks[kb])
 		if len(kbSegs) > 0 {
-			sort.Slice(docs, func(i, j int) bool { return ks.ids[docs[i]] < ks.ids[docs[j]] })
+			slices.SortFunc(docs, func(a, b int32) int { return cmp.Compare(ks.ids[a], ks.ids[b]) })
 		}
 		si := 0
 		for _, d := range docs {
@@ -352,23 +399,36 @@ func segments(bs []*kwBlock) []*segment {
 
 // results returns the top k with their rows. It runs after neededBlocks
 // found nothing left to fetch, so its exactly scored top k is the answer.
-func (ks *kwSearch) results(tx *gorm.DB) ([]service.SearchResult, error) {
+func (ks *kwSearch) results(ctx context.Context, pc *pgx.Conn) ([]service.SearchResult, error) {
 	ranked := ks.top.sorted()
-	if len(ranked) == 0 {
-		return nil, nil
-	}
-	ids := make(intArray, len(ranked))
+	ids := make([]int64, len(ranked))
 	for i, r := range ranked {
 		ids[i] = r.id
 	}
-	var rows []searchRow
-	if err := tx.Raw(`SELECT c.id AS chunk_id, c.document_id, d.name AS document_name, c.kb_id, c.content, c.section
-		FROM chunks c JOIN documents d ON d.id = c.document_id WHERE c.id = ANY(?)`, ids).Scan(&rows).Error; err != nil {
+	b := &pgx.Batch{}
+	b.Queue(keywordRowsSQL, ids)
+	b.Queue("COMMIT")
+	br := pc.SendBatch(ctx, b)
+	defer br.Close()
+	rows, err := br.Query()
+	if err != nil {
 		return nil, err
 	}
-	byID := make(map[int64]searchRow, len(rows))
-	for _, r := range rows {
+	byID := make(map[int64]searchRow, len(ranked))
+	for rows.Next() {
+		var r searchRow
+		if err := rows.Scan(&r.ChunkID, &r.DocumentID, &r.DocumentName, &r.KbID, &r.Content, &r.Section); err != nil {
+			rows.Close()
+			return nil, err
+		}
 		byID[r.ChunkID] = r
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	if _, err := br.Exec(); err != nil {
+		return nil, err
 	}
 	out := make([]service.SearchResult, 0, len(ranked))
 	for _, r := range ranked {

@@ -47,12 +47,51 @@ func (s *Store) RunKeywordCompactor(ctx context.Context, tick, flushEvery time.D
 				break
 			}
 		}
+		if threshold == 1 {
+			if err := s.ShrinkKeywordTail(ctx, 64<<20); err != nil && ctx.Err() == nil {
+				s.log.Warn("keyword tail shrink", "err", err)
+			}
+		}
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-t.C:
 		}
 	}
+}
+
+// keywordShrinkLock keeps two instances from rebuilding the tail's indexes
+// at once ("kwsh").
+const keywordShrinkLock = 0x6b777368
+
+// ShrinkKeywordTail rebuilds the tail's indexes, without blocking writers,
+// when they exceed minBytes while the tail holds under 10k rows: Postgres
+// reuses emptied index pages but never returns them, so after a
+// million-row load and its compaction the empty tail would keep the space
+// of a million rows.
+func (s *Store) ShrinkKeywordTail(ctx context.Context, minBytes int64) error {
+	var bloated bool
+	if err := s.db.WithContext(ctx).Raw(`SELECT pg_indexes_size('keyword_tail') > ?
+		AND NOT EXISTS (SELECT 1 FROM keyword_tail OFFSET ? LIMIT 1)`, minBytes, 10000).Scan(&bloated).Error; err != nil || !bloated {
+		return translate(err)
+	}
+	sqlDB, err := s.db.DB()
+	if err != nil {
+		return err
+	}
+	conn, err := sqlDB.Conn(ctx)
+	if err != nil {
+		return translate(err)
+	}
+	defer conn.Close()
+	var locked bool
+	if err := conn.QueryRowContext(ctx, "SELECT pg_try_advisory_lock($1)", keywordShrinkLock).Scan(&locked); err != nil || !locked {
+		return translate(err)
+	}
+	defer conn.ExecContext(context.WithoutCancel(ctx), "SELECT pg_advisory_unlock($1)", keywordShrinkLock)
+	// CONCURRENTLY cannot run in a transaction, hence the session lock.
+	_, err = conn.ExecContext(ctx, "REINDEX TABLE CONCURRENTLY keyword_tail")
+	return translate(err)
 }
 
 // CompactKeywords runs one bounded compaction step in one transaction: it
@@ -156,8 +195,9 @@ type termWork struct {
 // drops removed chunks from them, under the knowledge base's exclusive
 // keyword lock.
 func (s *Store) rewriteTerms(kbID int64, terms []string) error {
-	if len(terms) == 0 {
-		return nil
+	terms, err := s.blocksFromTail(kbID, terms)
+	if err != nil || len(terms) == 0 {
+		return err
 	}
 	work := make(map[string]*termWork, len(terms))
 	for _, t := range terms {
@@ -207,6 +247,55 @@ func (s *Store) rewriteTerms(kbID int64, terms []string) error {
 		return err
 	}
 	return s.rebuildBlocks(kbID, terms, work)
+}
+
+// blocksFromTailSQL builds the blocks of terms that have none yet straight
+// from their tail postings, in Postgres, as migrations/0007 built them from
+// chunk_terms: after a bulk load into a new knowledge base that is every
+// term, and nothing needs to travel to Go and back.
+const blocksFromTailSQL = `
+WITH moved AS (
+	DELETE FROM keyword_tail WHERE kb_id = ? AND term = ANY(?) RETURNING term, chunk_id, tf, dl
+), p AS (
+	SELECT term, chunk_id, tf, dl, (row_number() OVER (PARTITION BY term ORDER BY chunk_id) - 1) / 128 AS blk FROM moved
+), f AS (
+	SELECT p.*, dl < coalesce(min(dl) OVER (PARTITION BY term, blk ORDER BY tf DESC, dl
+		ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), 2147483647) AS frontier
+	FROM p
+)
+INSERT INTO keyword_blocks (kb_id, term, last_id, head, payload)
+SELECT ?, term, max(chunk_id),
+	int8send(max(chunk_id)) || int8send(min(chunk_id)) || int4send(count(*)::int)
+		|| int4send((count(*) FILTER (WHERE frontier))::int)
+		|| string_agg(int4send(tf) || int4send(dl), ''::bytea ORDER BY tf DESC) FILTER (WHERE frontier),
+	string_agg(int8send(chunk_id) || int4send(tf) || int4send(dl), ''::bytea ORDER BY chunk_id)
+FROM f GROUP BY term, blk`
+
+// blocksFromTail moves the tail postings of the terms without blocks into
+// new blocks and returns the other terms, which need a merge.
+func (s *Store) blocksFromTail(kbID int64, terms []string) ([]string, error) {
+	var old []string
+	if err := s.db.Raw(`SELECT t FROM unnest(?::text[]) AS t
+		WHERE EXISTS (SELECT 1 FROM keyword_blocks b WHERE b.kb_id = ? AND b.term = t)`, textArray(terms), kbID).
+		Scan(&old).Error; err != nil {
+		return nil, err
+	}
+	if len(old) == len(terms) {
+		return terms, nil
+	}
+	merge := make(map[string]bool, len(old))
+	for _, t := range old {
+		merge[t] = true
+	}
+	var fresh []string
+	for _, t := range terms {
+		if !merge[t] {
+			fresh = append(fresh, t)
+		}
+	}
+	// A term without blocks has no removed postings either: keyword_dead
+	// lists block postings only.
+	return old, s.db.Exec(blocksFromTailSQL, kbID, textArray(fresh), kbID).Error
 }
 
 // loadHeads reads, per term, the heads of the blocks at or after its

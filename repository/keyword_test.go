@@ -214,6 +214,9 @@ func TestKeywordSearchExact(t *testing.T) {
 	ingest(300)
 	check("tail only")
 	compactAll()
+	if full := checkBlocks(t, s); full < 6 {
+		t.Fatalf("%d full blocks: too few to test skipping", full)
+	}
 	check("blocks only")
 	ingest(200)
 	check("blocks and tail")
@@ -256,6 +259,17 @@ func TestKeywordSearchExact(t *testing.T) {
 	var left int64
 	if err := s.db.Raw("SELECT (SELECT count(*) FROM keyword_dead) + (SELECT count(*) FROM keyword_tail)").Scan(&left).Error; err != nil || left != 0 {
 		t.Fatalf("%d dead or tail rows left after a full compaction (%v)", left, err)
+	}
+
+	// Compaction emptied the tail; its indexes shrink back.
+	var before, after int64
+	s.db.Raw("SELECT pg_indexes_size('keyword_tail')").Scan(&before)
+	if err := s.ShrinkKeywordTail(ctx, 0); err != nil {
+		t.Fatal(err)
+	}
+	s.db.Raw("SELECT pg_indexes_size('keyword_tail')").Scan(&after)
+	if after >= before {
+		t.Fatalf("tail indexes %d bytes after the shrink, %d before", after, before)
 	}
 
 	// A deleted knowledge base takes its whole index with it.

@@ -1,5 +1,6 @@
-// Package repository is ragent's Postgres adapter: GORM with pgvector, and the
-// only place in the code base that speaks SQL.
+// Package repository is ragent's Postgres adapter: GORM with pgvector (and
+// pgx itself where round trips matter: the keyword search pipelines its
+// reads), and the only place in the code base that speaks SQL.
 //
 // It translates driver errors into the service package's sentinels once
 // (record not found → service.ErrNotFound, unique violation →
