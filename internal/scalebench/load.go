@@ -54,46 +54,55 @@ func (l *Loader) Load(ctx context.Context, from, to int) (LoadStats, error) {
 		workers = 2
 	}
 	start := time.Now()
+	var postings atomic.Int64
+	err := fanOut(ctx, workers, from, to, batch, func(ctx context.Context, s int) error {
+		n, err := l.loadBatch(ctx, s, min(s+batch, to))
+		postings.Add(n)
+		return err
+	})
+	if err != nil {
+		return LoadStats{}, err
+	}
+	return LoadStats{Chunks: to - from, Postings: postings.Load(), Elapsed: time.Since(start)}, nil
+}
+
+// fanOut calls fn for from, from+step, … below to on workers goroutines.
+// The first error cancels the rest and is returned.
+func fanOut(ctx context.Context, workers, from, to, step int, fn func(ctx context.Context, i int) error) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
 	var (
-		postings atomic.Int64
 		wg       sync.WaitGroup
 		errOnce  sync.Once
 		firstErr error
 	)
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	starts := make(chan int)
-	for range workers {
+	next := make(chan int)
+	for range max(1, workers) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for s := range starts {
-				n, err := l.loadBatch(ctx, s, min(s+batch, to))
-				if err != nil {
+			for i := range next {
+				if err := fn(ctx, i); err != nil {
 					errOnce.Do(func() { firstErr = err; cancel() })
 					return
 				}
-				postings.Add(n)
 			}
 		}()
 	}
 feed:
-	for s := from; s < to; s += batch {
+	for i := from; i < to; i += step {
 		select {
-		case starts <- s:
+		case next <- i:
 		case <-ctx.Done():
 			break feed
 		}
 	}
-	close(starts)
+	close(next)
 	wg.Wait()
 	if firstErr != nil {
-		return LoadStats{}, firstErr
+		return firstErr
 	}
-	if err := ctx.Err(); err != nil {
-		return LoadStats{}, err
-	}
-	return LoadStats{Chunks: to - from, Postings: postings.Load(), Elapsed: time.Since(start)}, nil
+	return ctx.Err()
 }
 
 // loadBatch stores corpus documents [from, to) as one document and returns

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/ragent-go/ragent/internal/eval"
@@ -36,39 +35,15 @@ func Ingest(ctx context.Context, svc eval.Ingester, gen *Generator, kb service.I
 		return IngestStats{}, err
 	}
 	start := time.Now()
-	uctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	var (
-		wg       sync.WaitGroup
-		errOnce  sync.Once
-		firstErr error
-	)
-	next := make(chan int)
-	for range max(1, uploaders) {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := range next {
-				d := gen.Doc(i)
-				if _, err := svc.Upload(uctx, service.SystemPrincipal(), kb, d.ID+".txt", strings.NewReader(d.Text)); err != nil {
-					errOnce.Do(func() { firstErr = fmt.Errorf("scalebench: upload %s: %w", d.ID, err); cancel() })
-					return
-				}
-			}
-		}()
-	}
-feed:
-	for i := from; i < from+n; i++ {
-		select {
-		case next <- i:
-		case <-uctx.Done():
-			break feed
+	err = fanOut(ctx, uploaders, from, from+n, 1, func(ctx context.Context, i int) error {
+		d := gen.Doc(i)
+		if _, err := svc.Upload(ctx, service.SystemPrincipal(), kb, d.ID+".txt", strings.NewReader(d.Text)); err != nil {
+			return fmt.Errorf("scalebench: upload %s: %w", d.ID, err)
 		}
-	}
-	close(next)
-	wg.Wait()
-	if firstErr != nil {
-		return IngestStats{}, firstErr
+		return nil
+	})
+	if err != nil {
+		return IngestStats{}, err
 	}
 	tick := time.NewTicker(250 * time.Millisecond)
 	defer tick.Stop()
