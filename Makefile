@@ -96,6 +96,12 @@ test: test-services vet lint depcheck
 bench: test-services
 	RAGENT_REQUIRE_SERVICES=1 $(GO) test -run '^$$' -bench . -benchtime 1x ./...
 
+# Retrieval at scale (BENCHMARKS.md): heavy, minutes to hours; knobs SIZES,
+# LANGS, QUERIES, INGEST, DIM, PROFILE as environment variables.
+.PHONY: scalebench
+scalebench:
+	bash scripts/scalebench.sh
+
 .PHONY: clean
 clean:
 	rm -rf bin

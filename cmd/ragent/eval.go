@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"path/filepath"
 	"strings"
 	"time"
@@ -79,19 +80,11 @@ func evalCommand(ctx context.Context, cfg Config, log *slog.Logger, args []strin
 
 	// One instance with every role: its relay, consumer and reaper run while
 	// eval drives the use cases directly.
-	cfg.Role = "all"
-	a, err := newApp(ctx, cfg, log)
+	a, stop, err := startAll(ctx, cfg, log, nil)
 	if err != nil {
 		return err
 	}
-	defer a.Close(context.Background())
-	runCtx, stop := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- a.Run(runCtx, nil) }()
-	defer func() {
-		stop()
-		<-done
-	}()
+	defer stop()
 
 	var (
 		kb   *service.KnowledgeBase
@@ -177,6 +170,24 @@ func reuseKnowledgeBase(ctx context.Context, a *App, opts evalOptions) (*service
 		}
 		before = page[len(page)-1].ID
 	}
+}
+
+// startAll builds an instance with every role and runs it (serving the API
+// on ln unless it is nil) until stop is called, for the commands that drive
+// the use cases directly.
+func startAll(ctx context.Context, cfg Config, log *slog.Logger, ln net.Listener) (a *App, stop func(), err error) {
+	cfg.Role = "all"
+	if a, err = newApp(ctx, cfg, log); err != nil {
+		return nil, nil, err
+	}
+	runCtx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- a.Run(runCtx, ln) }()
+	return a, func() {
+		cancel()
+		<-done
+		a.Close(context.Background())
+	}, nil
 }
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }

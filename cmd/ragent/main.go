@@ -41,6 +41,7 @@ commands:
   migrate                            apply database migrations and exit
   eval     --dataset DIR [--mode all|hybrid|keyword|vector] [--limit-queries N] [--keep]
                                      ingest a BEIR folder through the pipeline, print nDCG@10 and recall@10
+  scalebench gen|run [flags]         synthetic corpora and the retrieval-at-scale benchmark (scripts/scalebench.sh)
   version                            print the version
   parse                              (internal) parse one file from stdin for the ingestion worker
 
@@ -87,6 +88,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return migrate(ctx, cfg, log)
 	case "eval":
 		return evalCommand(ctx, cfg, log, args, stdout, stderr)
+	case "scalebench":
+		return scalebenchCommand(ctx, cfg, log, args, stdout, stderr)
 	default:
 		fmt.Fprintln(stderr, usage)
 		return fmt.Errorf("unknown command %q", cmd)

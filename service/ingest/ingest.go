@@ -28,7 +28,9 @@ import (
 
 // Store keeps documents, their blobs and chunks, and the outbox.
 type Store interface {
-	KnowledgeBase(ctx context.Context, id service.ID) (*service.KnowledgeBase, error)
+	// KnowledgeBaseSettings returns the live knowledge bases among ids;
+	// their DocumentCount is not needed and may be 0.
+	KnowledgeBaseSettings(ctx context.Context, ids []service.ID) ([]*service.KnowledgeBase, error)
 	CreateUpload(ctx context.Context, d *service.Document, blob []byte, msg service.OutboxMessage) error
 	Document(ctx context.Context, id service.ID) (*service.Document, error)
 	Documents(ctx context.Context, kbID, before service.ID, limit int) ([]*service.Document, error)
@@ -385,10 +387,14 @@ var errMismatch = errors.New("embedding model mismatch")
 
 // index parses, chunks, embeds and stores one document generation.
 func (s *Service) index(ctx context.Context, doc *service.Document) (int, error) {
-	kb, err := s.store.KnowledgeBase(ctx, doc.KnowledgeBaseID)
+	kbs, err := s.store.KnowledgeBaseSettings(ctx, []service.ID{doc.KnowledgeBaseID})
 	if err != nil {
 		return 0, err
 	}
+	if len(kbs) == 0 {
+		return 0, service.Errorf(service.ErrNotFound, "knowledge base %s not found", doc.KnowledgeBaseID)
+	}
+	kb := kbs[0]
 	if err := s.canEmbed(kb); err != nil {
 		return 0, err
 	}
@@ -403,13 +409,9 @@ func (s *Service) index(ctx context.Context, doc *service.Document) (int, error)
 		if err != nil {
 			return 0, err
 		}
-		terms := text.Tokenize(indexText(p))
-		tf := make(map[string]int, len(terms))
-		for _, t := range terms {
-			tf[t]++
-		}
+		tf, n := IndexTerms(p)
 		chunks[i] = service.Chunk{ID: id, DocumentID: doc.ID, KnowledgeBaseID: kb.ID, Generation: doc.Generation,
-			Ordinal: p.Ordinal, Content: p.Content, Section: p.Section, TokenCount: p.TokenCount, Terms: tf, TermCount: len(terms)}
+			Ordinal: p.Ordinal, Content: p.Content, Section: p.Section, TokenCount: p.TokenCount, Terms: tf, TermCount: n}
 		texts[i] = p.Content
 	}
 	if err := s.embedChunks(ctx, chunks, texts); err != nil {
@@ -555,6 +557,19 @@ func (s *Service) requeueStuck(ctx context.Context) error {
 // section path when the chunk does not start with it (only a section's
 // first chunk repeats its headings), so "VPN > Troubleshooting" still finds
 // the third chunk under that heading.
+// IndexTerms returns a chunk's keyword-index terms with their frequencies
+// and their total (the BM25 document length). The scale benchmark's bulk
+// loader calls it too, so bulk-loaded chunks are indexed exactly as
+// ingested ones.
+func IndexTerms(c Chunk) (map[string]int, int) {
+	terms := text.Tokenize(indexText(c))
+	tf := make(map[string]int, len(terms))
+	for _, t := range terms {
+		tf[t]++
+	}
+	return tf, len(terms)
+}
+
 func indexText(c Chunk) string {
 	if c.Section == "" {
 		return c.Content

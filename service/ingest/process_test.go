@@ -24,9 +24,9 @@ type fakeStore struct {
 	lastCount int
 }
 
-func (s *fakeStore) KnowledgeBase(context.Context, service.ID) (*service.KnowledgeBase, error) {
+func (s *fakeStore) KnowledgeBaseSettings(context.Context, []service.ID) ([]*service.KnowledgeBase, error) {
 	kb := s.kb
-	return &kb, nil
+	return []*service.KnowledgeBase{&kb}, nil
 }
 
 func (s *fakeStore) ClaimDocument(_ context.Context, id service.ID, generation int) (*service.Document, error) {

@@ -118,11 +118,11 @@ func (s *Service) reembed(ctx context.Context, msg service.IngestMessage) error 
 // moving reports whether a knowledge base is still moving to space (true
 // when that cannot be read, so the caller retries rather than drops).
 func (s *Service) moving(ctx context.Context, kbID service.ID, space string) bool {
-	kb, err := s.store.KnowledgeBase(ctx, kbID)
+	kbs, err := s.store.KnowledgeBaseSettings(ctx, []service.ID{kbID})
 	if err != nil {
-		return !errors.Is(err, service.ErrNotFound)
+		return true
 	}
-	return kb.Reembedding != nil && kb.Reembedding.Target.Key() == space
+	return len(kbs) == 1 && kbs[0].Reembedding != nil && kbs[0].Reembedding.Target.Key() == space
 }
 
 // finishReembed switches a knowledge base to space if every document is done.

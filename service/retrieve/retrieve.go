@@ -20,7 +20,9 @@ import (
 
 // Store reads knowledge bases and runs the two searches.
 type Store interface {
-	KnowledgeBasesIn(ctx context.Context, ids []service.ID, after service.ID, limit int) ([]*service.KnowledgeBase, error)
+	// KnowledgeBaseSettings returns the live knowledge bases among ids;
+	// their DocumentCount is not needed and may be 0.
+	KnowledgeBaseSettings(ctx context.Context, ids []service.ID) ([]*service.KnowledgeBase, error)
 	KeywordSearch(ctx context.Context, q service.KeywordQuery) ([]service.SearchResult, error)
 	VectorSearch(ctx context.Context, q service.VectorQuery) ([]service.SearchResult, error)
 }
@@ -226,7 +228,7 @@ func (s *Searcher) knowledgeBases(ctx context.Context, p service.Principal, ids 
 		}
 		want = ids
 	}
-	kbs, err := s.store.KnowledgeBasesIn(ctx, want, 0, 0)
+	kbs, err := s.store.KnowledgeBaseSettings(ctx, want)
 	if err != nil {
 		return nil, err
 	}

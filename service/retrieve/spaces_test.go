@@ -23,7 +23,7 @@ func (s *spaceStore) KnowledgeBaseGrants(_ context.Context, _ service.ID, ids []
 	return out, nil
 }
 
-func (s *spaceStore) KnowledgeBasesIn(context.Context, []service.ID, service.ID, int) ([]*service.KnowledgeBase, error) {
+func (s *spaceStore) KnowledgeBaseSettings(context.Context, []service.ID) ([]*service.KnowledgeBase, error) {
 	return s.kbs, nil
 }
 

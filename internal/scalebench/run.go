@@ -1,0 +1,229 @@
+package scalebench
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strconv"
+	"time"
+
+	"github.com/ragent-go/ragent/internal/eval"
+	"github.com/ragent-go/ragent/service"
+)
+
+// BulkStore is the store as a run uses it.
+type BulkStore interface {
+	Store
+	DropVectorIndex(ctx context.Context, dim int) error
+	BuildVectorIndex(ctx context.Context, dim, memMB int) error
+	Vacuum(ctx context.Context) error
+	StorageSizes(ctx context.Context) (int64, map[string]int64, error)
+	ActiveWaits(ctx context.Context) ([]string, error)
+	// SettleKeywords brings the keyword index to its steady state after a
+	// load (compaction of what was written since).
+	SettleKeywords(ctx context.Context) error
+}
+
+// Env is a running instance as a run drives it.
+type Env struct {
+	Store    BulkStore
+	IDs      service.IDGenerator
+	Embedder service.Embedder
+	Searcher Searcher
+	Ingester eval.Ingester
+	KB       service.ID // an empty knowledge base embedded by Embedder
+	Space    string     // the key of KB's embedding space (service.EmbeddingSpace)
+	HTTP     SearchFunc // POST /api/v1/search on the same instance
+}
+
+// Options are the knobs of one run.
+type Options struct {
+	Sizes      []int // chunks bulk-loaded before each measurement, ascending
+	Queries    int   // queries timed per size
+	Ingest     int   // documents ingested through the pipeline after each size; 0: none
+	Uploaders  int
+	IndexMemMB int    // maintenance_work_mem for the HNSW builds
+	QueriesDir string // where the queries of each size are written (for the peer engine); "" for none
+	// ProfileDir, when set, receives a Go CPU profile of each pipeline run
+	// (ingest-SIZE.pprof), and the result lists the database's wait events
+	// sampled during it.
+	ProfileDir string
+	Log        io.Writer
+}
+
+// Result is one size's measurements; the script turns them into a table.
+type Result struct {
+	Size           int     `json:"size"`   // bulk-loaded chunks
+	Chunks         int     `json:"chunks"` // all chunks when searched (bulk + pipeline so far)
+	LoadSeconds    float64 `json:"load_seconds"`
+	LoadChunksPerS float64 `json:"load_chunks_per_s"`
+	HNSWSeconds    float64 `json:"hnsw_seconds"`
+	SettleSeconds  float64 `json:"settle_seconds"` // keyword index compaction after the load
+	Postings       int64   `json:"postings"`
+	DBBytes        int64   `json:"db_bytes"`      // growth of the database since the empty knowledge base
+	KeywordBytes   int64   `json:"keyword_bytes"` // growth of every table but chunks, documents and blobs
+	ChunksBytes    int64   `json:"chunks_bytes"`
+	// KeywordTables is KeywordBytes by table: a bulk load can leave a
+	// table's high-water mark behind (an emptied write buffer keeps its
+	// pages until VACUUM FULL), which this shows apart.
+	KeywordTables  map[string]int64                `json:"keyword_tables"` // the chunks table with its indexes (HNSW included)
+	BytesPerChunk  float64                         `json:"db_bytes_per_chunk"`
+	BytesPerPost   float64                         `json:"keyword_bytes_per_posting"`
+	Queries        int                             `json:"queries"`
+	Latency        map[string]map[string]LatencyMS `json:"latency"` // mode → path → latency
+	IngestDocs     int                             `json:"ingest_docs"`
+	IngestChunks   int                             `json:"ingest_chunks"`
+	IngestSeconds  float64                         `json:"ingest_seconds"`
+	IngestChunksPS float64                         `json:"ingest_chunks_per_s"`
+	// IngestWaits are the most frequent database wait events (with their
+	// statements) sampled during the pipeline run, with ProfileDir.
+	IngestWaits []string `json:"ingest_waits,omitempty"`
+}
+
+// LatencyMS is a Latency in milliseconds, for JSON.
+type LatencyMS struct {
+	P50   float64 `json:"p50_ms"`
+	P99   float64 `json:"p99_ms"`
+	Hit10 float64 `json:"hit10"`
+}
+
+// notKeyword are the tables whose size is not the keyword index's.
+var notKeyword = map[string]bool{"chunks": true, "documents": true, "document_blobs": true, "outbox": true}
+
+// Run loads each size in turn (adding to what the previous size loaded),
+// measures it and writes one JSON line per size to out.
+func Run(ctx context.Context, env Env, gen *Generator, opt Options, out io.Writer) error {
+	dim := env.Embedder.Dim()
+	startDB, startTables, err := env.Store.StorageSizes(ctx)
+	if err != nil {
+		return err
+	}
+	loader := &Loader{Store: env.Store, IDs: env.IDs, Embedder: env.Embedder, Gen: gen, KB: env.KB, Space: env.Space}
+	loaded, ingested := 0, 0
+	var postings int64
+	// Pipeline documents come after every corpus document, so they never
+	// collide with a query's source.
+	nextFresh := opt.Sizes[len(opt.Sizes)-1]
+	for _, size := range opt.Sizes {
+		r := Result{Size: size, Queries: opt.Queries}
+		fmt.Fprintf(opt.Log, "scalebench: loading chunks %d..%d\n", loaded, size)
+		if err := env.Store.DropVectorIndex(ctx, dim); err != nil {
+			return err
+		}
+		st, err := loader.Load(ctx, loaded, size)
+		if err != nil {
+			return err
+		}
+		loaded, postings = size, postings+st.Postings
+		r.LoadSeconds, r.LoadChunksPerS = st.Elapsed.Seconds(), float64(st.Chunks)/st.Elapsed.Seconds()
+		fmt.Fprintf(opt.Log, "scalebench: loaded %d chunks in %.0fs; building the HNSW index\n", st.Chunks, r.LoadSeconds)
+		t := time.Now()
+		if err := env.Store.BuildVectorIndex(ctx, dim, opt.IndexMemMB); err != nil {
+			return err
+		}
+		r.HNSWSeconds = time.Since(t).Seconds()
+		t = time.Now()
+		if err := env.Store.SettleKeywords(ctx); err != nil {
+			return err
+		}
+		r.SettleSeconds = time.Since(t).Seconds()
+		if err := env.Store.Vacuum(ctx); err != nil {
+			return err
+		}
+		r.Chunks = loaded + ingested
+
+		queries := gen.Queries(opt.Queries, size)
+		if opt.QueriesDir != "" {
+			if err := writeQueries(filepath.Join(opt.QueriesDir, "queries-"+strconv.Itoa(size)+".jsonl"), queries); err != nil {
+				return err
+			}
+		}
+		fmt.Fprintf(opt.Log, "scalebench: HNSW built in %.0fs; timing %d queries\n", r.HNSWSeconds, len(queries))
+		modes := []service.SearchMode{service.SearchKeyword, service.SearchVector, service.SearchHybrid}
+		timing, err := Time(ctx, queries, modes, map[string]SearchFunc{
+			"store": InProcess(env.Searcher, service.SystemPrincipal(), env.KB),
+			"http":  env.HTTP,
+		})
+		if err != nil {
+			return err
+		}
+		r.Latency = map[string]map[string]LatencyMS{}
+		for mode, paths := range timing {
+			r.Latency[string(mode)] = map[string]LatencyMS{}
+			for path, l := range paths {
+				r.Latency[string(mode)][path] = LatencyMS{P50: ms(l.P50), P99: ms(l.P99), Hit10: l.Hit10}
+			}
+		}
+
+		// Storage before the pipeline adds its documents: what the
+		// bulk-loaded corpus costs.
+		db, tables, err := env.Store.StorageSizes(ctx)
+		if err != nil {
+			return err
+		}
+		r.DBBytes = db - startDB
+		for name, n := range tables {
+			if !notKeyword[name] && n != startTables[name] {
+				if r.KeywordTables == nil {
+					r.KeywordTables = map[string]int64{}
+				}
+				r.KeywordTables[name] = n - startTables[name]
+				r.KeywordBytes += n - startTables[name]
+			}
+		}
+		r.ChunksBytes = tables["chunks"] - startTables["chunks"]
+		r.Postings = postings
+		r.BytesPerChunk = float64(r.DBBytes) / float64(r.Chunks)
+		r.BytesPerPost = float64(r.KeywordBytes) / float64(max(1, postings))
+
+		if opt.Ingest > 0 {
+			fmt.Fprintf(opt.Log, "scalebench: ingesting %d documents through the pipeline\n", opt.Ingest)
+			var is IngestStats
+			err := profile(ctx, env.Store, opt.ProfileDir, size, &r.IngestWaits, func() (err error) {
+				is, err = Ingest(ctx, env.Ingester, gen, env.KB, nextFresh, opt.Ingest, opt.Uploaders)
+				return err
+			})
+			if err != nil {
+				return err
+			}
+			nextFresh += opt.Ingest
+			ingested += is.Documents
+			r.IngestDocs, r.IngestChunks, r.IngestSeconds, r.IngestChunksPS = is.Documents, is.Chunks, is.Elapsed.Seconds(), is.ChunksPerSecond()
+			if is.Failed > 0 {
+				return fmt.Errorf("scalebench: %d pipeline documents failed", is.Failed)
+			}
+		}
+		line, err := json.Marshal(r)
+		if err != nil {
+			return err
+		}
+		if _, err := fmt.Fprintf(out, "%s\n", line); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func writeQueries(path string, queries []BenchQuery) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	enc := json.NewEncoder(f)
+	enc.SetEscapeHTML(false)
+	for _, q := range queries {
+		if err := enc.Encode(struct {
+			ID   string `json:"_id"`
+			Text string `json:"text"`
+		}{q.ID, q.Text}); err != nil {
+			f.Close()
+			return err
+		}
+	}
+	return f.Close()
+}
+
+func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
