@@ -81,7 +81,7 @@ func TestBulkHelpers(t *testing.T) {
 	if err := s.BuildVectorIndex(ctx, 8, 128); err != nil || !indexExists() {
 		t.Fatalf("build: %v, exists %v", err, indexExists())
 	}
-	res, err := s.VectorSearch(ctx, service.VectorQuery{KnowledgeBaseIDs: []service.ID{kb.ID}, Vector: unit(8, 1), Limit: 5})
+	res, err := s.VectorSearch(ctx, service.VectorQuery{KnowledgeBaseIDs: []service.ID{kb.ID}, Space: docSpace(t, s, d.ID), Vector: unit(8, 1), Limit: 5})
 	if err != nil || len(res) != 1 {
 		t.Fatalf("vector search after the rebuild: %v %v", res, err)
 	}
