@@ -199,7 +199,7 @@ func TestGuardRenewsMarkWhileHandlerRuns(t *testing.T) {
 	})
 	done := make(chan error, 1)
 	go func() { done <- handle(ctx, "big-document", nil) }()
-	waitFor(t, 2*time.Second, "the first delivery to start", func() bool { return runs.Load() == 1 })
+	testenv.Eventually(t, 2*time.Second, "the first delivery to start", func() bool { return runs.Load() == 1 })
 
 	time.Sleep(4 * consumingTTL) // the handler outlives its initial mark
 	if err := handle(ctx, "big-document", nil); !errors.Is(err, idempotent.ErrInFlight) {
@@ -228,7 +228,7 @@ func TestGuardCrashedConsumerMarkExpires(t *testing.T) {
 	if err := handle(ctx, "3:1", nil); !errors.Is(err, idempotent.ErrInFlight) {
 		t.Fatalf("delivery while the dead mark lives: err = %v, want ErrInFlight", err)
 	}
-	waitFor(t, 2*time.Second, "the dead consumer's mark to expire", func() bool {
+	testenv.Eventually(t, 2*time.Second, "the dead consumer's mark to expire", func() bool {
 		return rdb.Exists(ctx, key).Val() == 0
 	})
 	if err := handle(ctx, "3:1", nil); err != nil || runs.Load() != 1 {

@@ -125,7 +125,7 @@ func TestLockReleaseByFormerOwnerKeepsNewOwnersLock(t *testing.T) {
 	}
 	// The first holder's lock vanishes, as after a long GC pause past its TTL.
 	rdb.Del(ctx, key)
-	waitFor(t, 2*time.Second, "the first watchdog to notice the loss", func() bool {
+	testenv.Eventually(t, 2*time.Second, "the first watchdog to notice the loss", func() bool {
 		return counter(t, reg, "ragent_idempotent_leases_lost_total", map[string]string{"component": "lock"}) == 1
 	})
 	second, err := locks.Acquire(ctx, key)

@@ -130,7 +130,7 @@ func TestResponsesCompleteAfterClaimExpired(t *testing.T) {
 	if got, _, err := resp.Begin(ctx, user, key, "a"); err != nil || got != idempotent.Proceed {
 		t.Fatalf("Begin a = %v, %v; want Proceed", got, err)
 	}
-	waitFor(t, 2*time.Second, "the in-flight claim to expire", func() bool {
+	testenv.Eventually(t, 2*time.Second, "the in-flight claim to expire", func() bool {
 		return rdb.Exists(ctx, prefix+"idem:key:1:slow").Val() == 0
 	})
 	// A request with another payload reuses the key after the claim expired.

@@ -147,23 +147,16 @@ func TestLostLeaseIsReacquired(t *testing.T) {
 			}
 			// Renewal runs every 100ms; within a second the generator must
 			// hold a worker id again under its own token.
-			deadline := time.Now().Add(2 * time.Second)
-			for {
+			testenv.Eventually(t, 2*time.Second, "the lease to be re-acquired", func() bool {
 				w := g.WorkerID()
 				if (w != old || !tt.moves) && w >= 0 &&
 					rdb.Get(t.Context(), g.lease.key(w)).Val() == g.lease.token &&
 					rdb.PTTL(t.Context(), g.lease.key(w)).Val() > 0 {
-					if tt.moves && w == old {
-						t.Fatal("kept the stolen worker id")
-					}
-					break
-				}
-				if time.Now().After(deadline) {
-					t.Fatalf("lease not re-acquired: worker %d", w)
+					return true
 				}
 				ids = append(ids, mustNext(t, g))
-				time.Sleep(10 * time.Millisecond)
-			}
+				return false
+			})
 			for range 1000 {
 				ids = append(ids, mustNext(t, g))
 			}
@@ -227,13 +220,9 @@ func TestLeaseExpiresWhileRedisUnreachable(t *testing.T) {
 	}
 
 	// Another instance takes the freed worker id, the only free one.
-	deadline := time.Now().Add(2 * time.Second)
-	for rdb.Exists(t.Context(), key).Val() == 1 {
-		if time.Now().After(deadline) {
-			t.Fatal("lease key did not expire")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	testenv.Eventually(t, 2*time.Second, "the lease key to expire", func() bool {
+		return rdb.Exists(t.Context(), key).Val() == 0
+	})
 	other := mustLease(t, testenv.Redis(t), prefix)
 	if other.WorkerID() != worker {
 		t.Fatalf("other instance got worker %d, want the freed %d", other.WorkerID(), worker)
@@ -249,13 +238,9 @@ func TestLeaseExpiresWhileRedisUnreachable(t *testing.T) {
 	if err := rdb.Del(t.Context(), g.lease.key((worker+1)%(MaxWorkerID+1))).Err(); err != nil {
 		t.Fatal(err)
 	}
-	deadline = time.Now().Add(3 * time.Second)
-	for g.WorkerID() < 0 || g.WorkerID() == worker {
-		if time.Now().After(deadline) {
-			t.Fatalf("generator did not re-acquire: worker %d", g.WorkerID())
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	testenv.Eventually(t, 3*time.Second, "the generator to re-acquire a new worker id", func() bool {
+		return g.WorkerID() >= 0 && g.WorkerID() != worker
+	})
 	for range 1000 {
 		mine[mustNext(t, g)] = true
 	}

@@ -139,7 +139,7 @@ func TestRedisOutageAndRecovery(t *testing.T) {
 	during.Release() // local: touches nothing in Redis
 	after.Release()
 	// "before" could not be released while Redis was away: its lease ends it.
-	eventually(t, 3*time.Second, "lease of the unreleased permit expires", func() bool {
+	testenv.Eventually(t, 3*time.Second, "lease of the unreleased permit expires", func() bool {
 		st, err := l.Stats(ctx)
 		return err == nil && st.PermitsInUse == 0
 	})

@@ -98,18 +98,6 @@ func assertDrained(t testing.TB, rdb *redis.Client, k keys) {
 	}
 }
 
-// eventually polls cond until it holds or timeout passes.
-func eventually(t testing.TB, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within %v", what, timeout)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
 // switchableClient is a client on the test Redis whose connections can be
 // cut (as if Redis went away) and restored, like a Redis restart seen from
 // one instance.

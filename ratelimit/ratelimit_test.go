@@ -408,7 +408,7 @@ func TestPollingOnly(t *testing.T) {
 		p.Release() // before reporting, so the drained check below sees it
 		got <- at
 	}()
-	eventually(t, 2*time.Second, "waiter queued", func() bool {
+	testenv.Eventually(t, 2*time.Second, "waiter queued", func() bool {
 		return testenv.Redis(t).ZCard(t.Context(), a.keys.queue).Val() == 1
 	})
 	released := time.Now()

@@ -3,6 +3,7 @@ package stream
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"strings"
 	"testing"
@@ -39,17 +40,9 @@ func run(t *testing.T, m *Manager) {
 
 func waitSubscribers(t *testing.T, rdb *redis.Client, channel string, want int64) {
 	t.Helper()
-	deadline := time.Now().Add(3 * time.Second)
-	for {
-		n := rdb.PubSubNumSub(t.Context(), channel).Val()[channel]
-		if n == want {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d subscribers on %s, want %d", n, channel, want)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	testenv.Eventually(t, 3*time.Second, fmt.Sprintf("%d subscribers on %s", want, channel), func() bool {
+		return rdb.PubSubNumSub(t.Context(), channel).Val()[channel] == want
+	})
 }
 
 func register(t *testing.T, m *Manager, taskID, owner string) (context.Context, func()) {
@@ -242,13 +235,9 @@ func TestSubscriptionReconnectsAfterDrop(t *testing.T) {
 	}
 	// The reconnect can be quicker than any poll for zero subscribers, so
 	// wait for a subscriber connection other than the killed one.
-	deadline := time.Now().Add(3 * time.Second)
-	for subscriberID(t, rdb, opt.ClientName) == killed {
-		if time.Now().After(deadline) {
-			t.Fatal("subscription not re-established")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	testenv.Eventually(t, 3*time.Second, "the subscription to be re-established", func() bool {
+		return subscriberID(t, rdb, opt.ClientName) != killed
+	})
 	waitSubscribers(t, rdb, a.channel(), 1)
 
 	ctx, _ := register(t, a, "t", "u")

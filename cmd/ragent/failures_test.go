@@ -146,14 +146,7 @@ func TestPostgresDown(t *testing.T) {
 		}
 	}
 	proxy.Up()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		if r := c.do("GET", "/api/v1/knowledge-bases", nil); r.Status == http.StatusOK {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("API did not recover after Postgres came back")
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	testenv.Eventually(t, 10*time.Second, "the API to recover after Postgres came back", func() bool {
+		return c.do("GET", "/api/v1/knowledge-bases", nil).Status == http.StatusOK
+	})
 }

@@ -325,13 +325,9 @@ func TestUploadConcurrencyCap(t *testing.T) {
 	// duplicates once one got in).
 	rdb := testenv.Redis(t)
 	permits := cfg.RedisPrefix + "{limiter:upload}:permits"
-	deadline := time.Now().Add(30 * time.Second)
-	for rdb.ZCard(context.Background(), permits).Val() < 1 {
-		if time.Now().After(deadline) {
-			t.Fatal("the slow upload never took the upload permit")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	testenv.Eventually(t, 30*time.Second, "the slow upload to take the upload permit", func() bool {
+		return rdb.ZCard(context.Background(), permits).Val() >= 1
+	})
 	r := c.upload(kb, "second.txt", []byte("A second upload while the first holds the only permit."))
 	if r.Status != http.StatusTooManyRequests || r.Header.Get("Retry-After") == "" {
 		t.Fatalf("second upload: %d Retry-After %q %s", r.Status, r.Header.Get("Retry-After"), r.Body)
@@ -409,13 +405,9 @@ func TestIngestWorkerKilledMidDocument(t *testing.T) {
 		fmt.Fprintf(&big, "Paragraph %d describes coral reef ecosystem number %d in detail.\n\n", i, i*7)
 	}
 	d := c.uploadAccepted(kb, "big.txt", []byte(big.String()))
-	deadline := time.Now().Add(30 * time.Second)
-	for c.document(d.ID).Status != "running" {
-		if time.Now().After(deadline) {
-			t.Fatal("the document never started running")
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	testenv.Eventually(t, 30*time.Second, "the document to start running", func() bool {
+		return c.document(d.ID).Status == "running"
+	})
 	a.stop()
 	if st := c.document(d.ID).Status; st != "running" && st != "pending" {
 		// The worker finished before it was stopped: the test proves nothing.

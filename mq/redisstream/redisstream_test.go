@@ -120,17 +120,6 @@ func (r *recorder) messages() []mq.Message {
 	return append([]mq.Message(nil), r.got...)
 }
 
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(waitLimit)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", waitLimit, what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
 func TestContract(t *testing.T) {
 	f := newFixture(t)
 	var consumers atomic.Int32
@@ -180,7 +169,7 @@ func TestAbandonedPastMaxDeliveriesIsDeadLettered(t *testing.T) {
 	var second recorder
 	opts.Consumer = "heir"
 	f.start(t, second.handle, opts)
-	waitFor(t, "a dead letter", func() bool { return len(f.deadLetters(t)) == 1 })
+	testenv.Eventually(t, waitLimit, "a dead letter", func() bool { return len(f.deadLetters(t)) == 1 })
 	if n := len(second.messages()); n != 0 {
 		t.Errorf("handler calls after max deliveries = %d, want 0", n)
 	}
@@ -203,10 +192,10 @@ func TestLongHandlerIsNotRedelivered(t *testing.T) {
 		}
 	}}
 	f.start(t, slow.handle, f.fastOptions("slow"))
-	waitFor(t, "the slow consumer to start", func() bool { return len(slow.messages()) == 1 })
+	testenv.Eventually(t, waitLimit, "the slow consumer to start", func() bool { return len(slow.messages()) == 1 })
 	var other recorder
 	f.start(t, other.handle, f.fastOptions("other"))
-	waitFor(t, "ack", func() bool { return f.pending(t) == 0 })
+	testenv.Eventually(t, waitLimit, "ack", func() bool { return f.pending(t) == 0 })
 	if n := len(other.messages()); n != 0 {
 		t.Errorf("the other consumer got %d deliveries of a message still in progress", n)
 	}
@@ -233,7 +222,7 @@ func TestConcurrencyIsBounded(t *testing.T) {
 	opts := f.fastOptions("c1")
 	opts.Concurrency = 2
 	f.start(t, r.handle, opts)
-	waitFor(t, "eight deliveries", func() bool { return len(r.messages()) == 8 })
+	testenv.Eventually(t, waitLimit, "eight deliveries", func() bool { return len(r.messages()) == 8 })
 	if p := peak.Load(); p != 2 {
 		t.Errorf("peak concurrency = %d, want 2", p)
 	}
@@ -341,7 +330,7 @@ func TestGroups(t *testing.T) {
 		go func() { defer close(done); _ = cons.Run(ctx) }()
 		t.Cleanup(func() { cancel(); <-done })
 	}
-	waitFor(t, "every message in both groups", func() bool {
+	testenv.Eventually(t, waitLimit, "every message in both groups", func() bool {
 		return len(a1.messages())+len(a2.messages()) == n && len(b.messages()) == n
 	})
 	time.Sleep(600 * time.Millisecond) // past a visibility timeout: no duplicates follow

@@ -1,0 +1,42 @@
+package testenv
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+)
+
+// Eventually polls cond every 10 ms until it holds, failing t when timeout
+// passes first. It is how a test waits for something another goroutine or
+// instance does: the timeout is a bound on a broken run, never a guess at
+// how long the work takes.
+func Eventually(t testing.TB, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for %s", timeout, what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// Run runs a component's Run(ctx) in a goroutine until the test ends, the way
+// cmd/ragent runs it. The returned function stops it early and waits for it;
+// cleanup does the same. An error other than the context's is a test failure.
+func Run(t testing.TB, run func(context.Context) error) (stop func()) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- run(ctx) }()
+	stop = sync.OnceFunc(func() {
+		cancel()
+		if err := <-done; err != nil && !errors.Is(err, context.Canceled) {
+			t.Errorf("Run: %v", err)
+		}
+	})
+	t.Cleanup(stop)
+	return stop
+}
