@@ -12,10 +12,9 @@ import (
 
 func startSemaphore(t testing.TB, max int, lease, maxWait time.Duration, prefix string) *Semaphore {
 	t.Helper()
-	s := NewSemaphore(testenv.Redis(t), prefix, "upload", max, lease, maxWait,
-		WithLogger(testLogger(t)), WithPollInterval(50*time.Millisecond))
-	s.Start(t.Context())
-	t.Cleanup(func() { s.Close() })
+	s := NewSemaphore(testenv.Redis(t), prefix, "upload", Config{MaxConcurrent: max, Lease: lease, MaxWait: maxWait,
+		PollInterval: 50 * time.Millisecond, Logger: testLogger(t)})
+	testenv.Run(t, s.Run)
 	waitReady(t, s.n)
 	return s
 }
@@ -97,7 +96,7 @@ func TestSemaphoreTimeoutAndUnavailable(t *testing.T) {
 		t.Fatal("waiter not granted after release")
 	}
 
-	dead := NewSemaphore(deadRedis(t), prefix, "upload", 1, time.Second, maxWait, WithLogger(testLogger(t)))
+	dead := NewSemaphore(deadRedis(t), prefix, "upload", Config{MaxConcurrent: 1, Lease: time.Second, MaxWait: maxWait, Logger: testLogger(t)})
 	if _, err := dead.Acquire(t.Context()); !errors.Is(err, ErrUnavailable) {
 		t.Errorf("dead Redis: %v, want ErrUnavailable", err)
 	}

@@ -173,9 +173,9 @@ func newApp(ctx context.Context, cfg Config, log *slog.Logger) (_ *App, err erro
 	// Idempotent submit: a duplicate of an in-flight request is refused (the
 	// lock's 30 s TTL only bounds a crashed holder: the watchdog renews it),
 	// and an Idempotency-Key's first response is replayed for 24 h.
-	submitLocks := idempotent.NewLocks(a.rdb, cfg.RedisPrefix, 30*time.Second, idempotent.WithLogger(log), idempotent.WithRegisterer(a.registry))
-	responses := idempotent.NewResponses(a.rdb, cfg.RedisPrefix, 5*time.Minute, idempotent.DefaultResponseTTL,
-		idempotent.WithLogger(log), idempotent.WithRegisterer(a.registry))
+	idem := idempotent.Config{Logger: log, Registerer: a.registry}
+	submitLocks := idempotent.NewLocks(a.rdb, cfg.RedisPrefix, 30*time.Second, idem)
+	responses := idempotent.NewResponses(a.rdb, cfg.RedisPrefix, 5*time.Minute, idempotent.DefaultResponseTTL, idem)
 
 	// The MQ: the outbox relay and the reaper run on every instance; the
 	// ingestion consumer on workers.
@@ -189,8 +189,7 @@ func newApp(ctx context.Context, cfg Config, log *slog.Logger) (_ *App, err erro
 		ingestSvc.RunReaper,
 	)
 	if cfg.Role != "api" {
-		guard := idempotent.NewGuard(a.rdb, cfg.RedisPrefix, consumingTTL, consumedTTL,
-			idempotent.WithLogger(log), idempotent.WithRegisterer(a.registry))
+		guard := idempotent.NewGuard(a.rdb, cfg.RedisPrefix, consumingTTL, consumedTTL, idem)
 		consumer, err := q.consumer(ingestGroup, service.IngestTopic, ingestHandler(ingestSvc, guard))
 		if err != nil {
 			return nil, err
@@ -219,8 +218,8 @@ func newApp(ctx context.Context, cfg Config, log *slog.Logger) (_ *App, err erro
 		l := ratelimit.New(a.rdb, cfg.RedisPrefix, "chat", ratelimit.Config{
 			MaxConcurrent: cfg.ChatMaxConcurrent, MaxWait: cfg.ChatMaxWait, Lease: cfg.ChatLease,
 			PollInterval: cfg.ChatPollInterval, MaxQueue: cfg.ChatMaxQueue, MaxQueuedPerUser: cfg.ChatMaxQueuedPerUser,
-			OnRedisError: policy, Enabled: true,
-		}, ratelimit.WithLogger(log), ratelimit.WithRegisterer(a.registry))
+			OnRedisError: policy, Logger: log, Registerer: a.registry,
+		})
 		a.runners = append(a.runners, l.Run)
 		limiter, limiterStats = chatLimiter{l}, l
 	}
@@ -251,8 +250,8 @@ func newApp(ctx context.Context, cfg Config, log *slog.Logger) (_ *App, err erro
 	}
 
 	// Upload concurrency across instances.
-	uploads := ratelimit.NewSemaphore(a.rdb, cfg.RedisPrefix, "upload", cfg.UploadMaxConcurrent, 300*time.Second,
-		cfg.UploadMaxWait, ratelimit.WithLogger(log), ratelimit.WithRegisterer(a.registry))
+	uploads := ratelimit.NewSemaphore(a.rdb, cfg.RedisPrefix, "upload", ratelimit.Config{
+		MaxConcurrent: cfg.UploadMaxConcurrent, MaxWait: cfg.UploadMaxWait, Logger: log, Registerer: a.registry})
 	a.runners = append(a.runners, uploads.Run)
 
 	// API keys: checked against Postgres on every request (revocation is
