@@ -25,11 +25,11 @@ type Locks struct {
 // While a lock is held its watchdog renews it every ttl/3, so ttl bounds how
 // long a crashed holder blocks duplicates, not how long a request may run.
 // ttl must be at least a millisecond (Redis PX granularity).
-func NewLocks(rdb redis.UniversalClient, prefix string, ttl time.Duration, opts ...Option) *Locks {
+func NewLocks(rdb redis.UniversalClient, prefix string, ttl time.Duration, cfg Config) *Locks {
 	if ttl < time.Millisecond {
 		panic(fmt.Sprintf("idempotent: lock ttl %v is below 1ms", ttl))
 	}
-	return &Locks{rdb: rdb, prefix: prefix, ttl: ttl, opt: newOptions(opts)}
+	return &Locks{rdb: rdb, prefix: prefix, ttl: ttl, opt: newOptions(cfg)}
 }
 
 // AcquireSubmit takes the submit lock of a request, keyed by SubmitKey

@@ -540,7 +540,7 @@ func TestIdempotentAdminSubmits(t *testing.T) {
 		var me struct{ ID string }
 		c.do("GET", "/api/v1/me", nil).json(t, &me)
 		body := []byte(`{"sourceTerm":"ERP","targetTerm":"企业资源计划"}`)
-		responses := idempotent.NewResponses(testenv.Redis(t), cfg.RedisPrefix, time.Minute, time.Hour)
+		responses := idempotent.NewResponses(testenv.Redis(t), cfg.RedisPrefix, time.Minute, time.Hour, idempotent.Config{})
 		outcome, _, err := responses.Begin(context.Background(), me.ID, "in-flight", idempotent.PayloadHash("POST", base, body))
 		if err != nil || outcome != idempotent.Proceed {
 			t.Fatalf("claim: %v %v", outcome, err)
