@@ -97,8 +97,8 @@ func newApp(ctx context.Context, cfg Config, log *slog.Logger) (_ *App, err erro
 
 	// Snowflake IDs: a fixed worker id needs no Redis at start.
 	if cfg.WorkerID >= 0 {
-		a.ids = idgen.New(int64(cfg.WorkerID), idgen.WithLogger(log))
-	} else if a.ids, err = idgen.Lease(ctx, a.rdb, cfg.RedisPrefix, idgen.WithLogger(log)); err != nil {
+		a.ids = idgen.New(int64(cfg.WorkerID), idgen.Config{Logger: log})
+	} else if a.ids, err = idgen.Lease(ctx, a.rdb, cfg.RedisPrefix, idgen.Config{Logger: log}); err != nil {
 		return nil, fmt.Errorf("lease a snowflake worker id (or set RAGENT_WORKER_ID): %w", err)
 	}
 	a.closers = append(a.closers, a.ids.Close)
@@ -227,7 +227,7 @@ func newApp(ctx context.Context, cfg Config, log *slog.Logger) (_ *App, err erro
 	if cfg.ChatRatePerMinute > 0 {
 		rate = chatRate{r: ratelimit.NewRate(a.rdb, cfg.RedisPrefix, "chat", cfg.ChatRatePerMinute, time.Minute), log: log}
 	}
-	tasks := stream.NewManager(a.rdb, cfg.RedisPrefix, cfg.InstanceID, stream.WithLogger(log))
+	tasks := stream.NewManager(a.rdb, cfg.RedisPrefix, cfg.InstanceID, stream.Config{Logger: log})
 	a.runners = append(a.runners, tasks.Run)
 	chatSvc := chat.New(chat.Deps{
 		Store: a.store, Limiter: limiter, Rate: rate, Tasks: tasks, Retriever: searcher, Access: access,

@@ -62,7 +62,7 @@ func TestReaperPrunesSentOutbox(t *testing.T) {
 	}
 	defer store.Close()
 	now := time.Now()
-	ids := idSource{idgen.New(1023)}
+	ids := idSource{idgen.New(1023, idgen.Config{})}
 	reaper := ingest.New(store, nil, nil, ids, nil, ingest.Config{OutboxRetention: cfg.OutboxRetention, PruneBatch: 2},
 		testLogger(t), func() time.Time { return now })
 
