@@ -354,7 +354,7 @@ func TestIngestSameMessageFiveTimes(t *testing.T) {
 	opt, _ := redis.ParseURL(cfg.RedisURL)
 	rdb := redis.NewClient(opt)
 	t.Cleanup(func() { rdb.Close() })
-	publishFiveTimes(t, redisstream.NewProducer(rdb, redisstream.ProducerOptions{Prefix: cfg.RedisPrefix}), d.ID)
+	publishFiveTimes(t, redisstream.NewProducer(rdb, redisstream.ProducerConfig{Prefix: cfg.RedisPrefix}), d.ID)
 
 	worker := cfg
 	worker.Role = "worker"

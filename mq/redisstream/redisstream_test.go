@@ -3,7 +3,6 @@ package redisstream_test
 import (
 	"context"
 	"fmt"
-	"log/slog"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -41,7 +40,7 @@ func newFixture(t *testing.T) *fixture {
 		defer cancel()
 		rdb.Del(ctx, redisstream.StreamKey(prefix, topic), redisstream.DeadKey(prefix, topic))
 	})
-	return &fixture{rdb: rdb, prefix: prefix, prod: redisstream.NewProducer(rdb, redisstream.ProducerOptions{Prefix: prefix})}
+	return &fixture{rdb: rdb, prefix: prefix, prod: redisstream.NewProducer(rdb, redisstream.ProducerConfig{Prefix: prefix})}
 }
 
 func (f *fixture) publish(t *testing.T, key, body string) {
@@ -54,21 +53,20 @@ func (f *fixture) publish(t *testing.T, key, body string) {
 }
 
 // fastOptions shrink every interval so redeliveries happen within a second.
-func (f *fixture) fastOptions(name string) redisstream.ConsumerOptions {
-	return redisstream.ConsumerOptions{
+func (f *fixture) fastOptions(name string) redisstream.ConsumerConfig {
+	return redisstream.ConsumerConfig{
 		Prefix:            f.prefix,
 		Consumer:          name,
 		VisibilityTimeout: 400 * time.Millisecond,
 		ReclaimInterval:   100 * time.Millisecond,
 		Block:             100 * time.Millisecond,
 		MaxDeliveries:     3,
-		Logger:            slog.New(slog.DiscardHandler),
 	}
 }
 
 // start runs a consumer until the returned stop function is called or the
 // test ends; stop fails the test if Run does not return promptly.
-func (f *fixture) start(t *testing.T, h mq.Handler, opts redisstream.ConsumerOptions) (stop func()) {
+func (f *fixture) start(t *testing.T, h mq.Handler, opts redisstream.ConsumerConfig) (stop func()) {
 	t.Helper()
 	c, err := redisstream.NewConsumer(f.rdb, group, topic, h, opts)
 	if err != nil {
@@ -252,7 +250,7 @@ func (h countHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pro
 func TestRedisUnreachable(t *testing.T) {
 	rdb, calls := unreachable(t)
 	t.Run("publish fails within its context", func(t *testing.T) {
-		p := redisstream.NewProducer(rdb, redisstream.ProducerOptions{})
+		p := redisstream.NewProducer(rdb, redisstream.ProducerConfig{})
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		defer cancel()
 		start := time.Now()
@@ -269,7 +267,7 @@ func TestRedisUnreachable(t *testing.T) {
 	t.Run("consumer backs off instead of spinning", func(t *testing.T) {
 		calls.Store(0)
 		c, err := redisstream.NewConsumer(rdb, group, topic, func(context.Context, mq.Message) error { return nil },
-			redisstream.ConsumerOptions{Logger: slog.New(slog.DiscardHandler)})
+			redisstream.ConsumerConfig{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -293,7 +291,7 @@ func TestNewConsumerValidates(t *testing.T) {
 		name, group, topic string
 		h                  mq.Handler
 	}{{"no group", "", topic, h}, {"no topic", group, "", h}, {"no handler", group, topic, nil}} {
-		if _, err := redisstream.NewConsumer(rdb, tc.group, tc.topic, tc.h, redisstream.ConsumerOptions{}); err == nil {
+		if _, err := redisstream.NewConsumer(rdb, tc.group, tc.topic, tc.h, redisstream.ConsumerConfig{}); err == nil {
 			t.Errorf("%s: no error", tc.name)
 		}
 	}

@@ -19,8 +19,8 @@ const (
 	DefaultSendTimeout   = 3 * time.Second
 )
 
-// ProducerOptions configure a Producer. Zero values select the defaults.
-type ProducerOptions struct {
+// ProducerConfig configures a Producer. Zero values select the defaults.
+type ProducerConfig struct {
 	Instance    string        // instance ID, part of the client's instance name
 	Group       string        // producer group; default DefaultProducerGroup
 	Retries     int           // resends to another queue after a failure; default 2
@@ -43,26 +43,26 @@ var (
 // ("host:port", several separated by ';'). Starting does not contact the
 // broker, so it succeeds while RocketMQ is down; Publish reports that.
 // Close releases it.
-func NewProducer(namesrv string, opts ProducerOptions) (*Producer, error) {
+func NewProducer(namesrv string, cfg ProducerConfig) (*Producer, error) {
 	addrs, err := splitAddrs(namesrv)
 	if err != nil {
 		return nil, err
 	}
-	if opts.Group == "" {
-		opts.Group = DefaultProducerGroup
+	if cfg.Group == "" {
+		cfg.Group = DefaultProducerGroup
 	}
-	if opts.Retries <= 0 {
-		opts.Retries = DefaultRetries
+	if cfg.Retries <= 0 {
+		cfg.Retries = DefaultRetries
 	}
-	if opts.SendTimeout <= 0 {
-		opts.SendTimeout = DefaultSendTimeout
+	if cfg.SendTimeout <= 0 {
+		cfg.SendTimeout = DefaultSendTimeout
 	}
 	p, err := rmq.NewProducer(
 		producer.WithNsResolver(primitive.NewPassthroughResolver(addrs)),
-		producer.WithGroupName(opts.Group),
-		producer.WithInstanceName(instanceName(opts.Instance, "producer")),
-		producer.WithRetry(opts.Retries),
-		producer.WithSendMsgTimeout(opts.SendTimeout),
+		producer.WithGroupName(cfg.Group),
+		producer.WithInstanceName(instanceName(cfg.Instance, "producer")),
+		producer.WithRetry(cfg.Retries),
+		producer.WithSendMsgTimeout(cfg.SendTimeout),
 	)
 	if err != nil {
 		return nil, fmt.Errorf("rocketmq: new producer: %w", err)
