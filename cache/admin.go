@@ -83,16 +83,21 @@ type jsonCache struct {
 	log        *slog.Logger
 }
 
-func newJSONCache(rdb redis.UniversalClient, name, key string, load func(ctx context.Context) (any, error),
-	m *Metrics, log *slog.Logger) *jsonCache {
-	if m == nil {
-		m = NewMetrics(nil)
+// Config is what the admin caches take besides their client and loader.
+type Config struct {
+	Metrics *Metrics     // shared by every cache of an instance; nil counts unexported
+	Logger  *slog.Logger // Redis failures; nil discards
+}
+
+func newJSONCache(rdb redis.UniversalClient, name, key string, load func(ctx context.Context) (any, error), cfg Config) *jsonCache {
+	if cfg.Metrics == nil {
+		cfg.Metrics = NewMetrics(nil)
 	}
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	return &jsonCache{rdb: rdb, name: name, key: key, versionKey: key + ":version", ttl: AdminTTL,
-		load: load, metrics: m, log: log}
+		load: load, metrics: cfg.Metrics, log: cfg.Logger}
 }
 
 // get returns the cached JSON, rebuilding it from Postgres on a miss. Redis

@@ -3,7 +3,6 @@ package cache
 import (
 	"context"
 	"encoding/json"
-	"log/slog"
 
 	"github.com/redis/go-redis/v9"
 
@@ -23,7 +22,7 @@ type Intents struct {
 }
 
 // NewIntents returns the intent-tree cache on rdb.
-func NewIntents(rdb redis.UniversalClient, prefix string, loader IntentLoader, m *Metrics, log *slog.Logger) *Intents {
+func NewIntents(rdb redis.UniversalClient, prefix string, loader IntentLoader, cfg Config) *Intents {
 	load := func(ctx context.Context) (any, error) {
 		tree, err := loader.IntentTree(ctx)
 		if tree == nil && err == nil {
@@ -31,7 +30,7 @@ func NewIntents(rdb redis.UniversalClient, prefix string, loader IntentLoader, m
 		}
 		return tree, err
 	}
-	return &Intents{c: newJSONCache(rdb, "intent_tree", prefix+"intent:tree", load, m, log)}
+	return &Intents{c: newJSONCache(rdb, "intent_tree", prefix+"intent:tree", load, cfg)}
 }
 
 // IntentTree returns the roots of the tree with their children and every

@@ -3,7 +3,6 @@ package cache
 import (
 	"context"
 	"encoding/json"
-	"log/slog"
 
 	"github.com/redis/go-redis/v9"
 
@@ -23,7 +22,7 @@ type Terms struct {
 }
 
 // NewTerms returns the term-mapping cache on rdb.
-func NewTerms(rdb redis.UniversalClient, prefix string, loader TermLoader, m *Metrics, log *slog.Logger) *Terms {
+func NewTerms(rdb redis.UniversalClient, prefix string, loader TermLoader, cfg Config) *Terms {
 	load := func(ctx context.Context) (any, error) {
 		ms, err := loader.TermMappings(ctx)
 		if ms == nil && err == nil {
@@ -31,7 +30,7 @@ func NewTerms(rdb redis.UniversalClient, prefix string, loader TermLoader, m *Me
 		}
 		return ms, err
 	}
-	return &Terms{c: newJSONCache(rdb, "term_mappings", prefix+"query-term:mappings", load, m, log)}
+	return &Terms{c: newJSONCache(rdb, "term_mappings", prefix+"query-term:mappings", load, cfg)}
 }
 
 // TermMappings returns every mapping, enabled or not (service.ApplyTermMappings

@@ -164,9 +164,9 @@ func newApp(ctx context.Context, cfg Config, log *slog.Logger) (_ *App, err erro
 
 	// Admin data: the intent tree and term mappings, read (by admins and the
 	// chat pipeline) through 7-day Redis caches that fall back to Postgres.
-	cacheMetrics := cache.NewMetrics(a.registry)
-	intentCache := cache.NewIntents(a.rdb, cfg.RedisPrefix, a.store, cacheMetrics, log)
-	termCache := cache.NewTerms(a.rdb, cfg.RedisPrefix, a.store, cacheMetrics, log)
+	cacheCfg := cache.Config{Metrics: cache.NewMetrics(a.registry), Logger: log}
+	intentCache := cache.NewIntents(a.rdb, cfg.RedisPrefix, a.store, cacheCfg)
+	termCache := cache.NewTerms(a.rdb, cfg.RedisPrefix, a.store, cacheCfg)
 	intents := admin.NewIntents(a.store, intentCache, intentCache, ids, audit, log)
 	terms := admin.NewTerms(a.store, termCache, termCache, ids, audit, log)
 
