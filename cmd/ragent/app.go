@@ -78,7 +78,7 @@ func newApp(ctx context.Context, cfg Config, log *slog.Logger) (_ *App, err erro
 
 	// Postgres: the source of truth. Migrations and first-start bootstrap run
 	// under one advisory lock, so many instances can start at once.
-	a.store, err = repository.Open(ctx, cfg.DatabaseURL, repository.Options{Logger: log})
+	a.store, err = repository.Open(ctx, cfg.DatabaseURL, repository.Config{Logger: log})
 	if err != nil {
 		return nil, err
 	}
@@ -460,7 +460,7 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger, stdout io.Writer) 
 }
 
 func migrate(ctx context.Context, cfg Config, log *slog.Logger) error {
-	store, err := repository.Open(ctx, cfg.DatabaseURL, repository.Options{Logger: log, MaxOpenConns: 2})
+	store, err := repository.Open(ctx, cfg.DatabaseURL, repository.Config{Logger: log, MaxOpenConns: 2})
 	if err != nil {
 		return err
 	}

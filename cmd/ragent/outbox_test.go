@@ -56,7 +56,7 @@ func TestReaperPrunesSentOutbox(t *testing.T) {
 		t.Fatalf("%d sent outbox rows, want 3", sent)
 	}
 
-	store, err := repository.Open(ctx, cfg.DatabaseURL, repository.Options{Logger: testLogger(t)})
+	store, err := repository.Open(ctx, cfg.DatabaseURL, repository.Config{Logger: testLogger(t)})
 	if err != nil {
 		t.Fatal(err)
 	}
