@@ -86,15 +86,28 @@ type Limit struct {
 	Window  time.Duration
 }
 
-// Config tunes the service.
+// Config tunes the service. NewAPIKeys reads only Logger and Now.
 type Config struct {
-	Secret          []byte        // HMAC key shared by every instance
-	TokenTTL        time.Duration // default 24h
-	MaxFailures     int           // failed logins per username+IP before a pause; default 5
-	MaxUserFailures int           // failed logins per username from any address; default 20
-	FailWindow      time.Duration // default 15m
-	BcryptCost      int           // default bcrypt.DefaultCost
-	MinPassword     int           // default 8
+	Secret          []byte           // HMAC key shared by every instance
+	TokenTTL        time.Duration    // default 24h
+	MaxFailures     int              // failed logins per username+IP before a pause; default 5
+	MaxUserFailures int              // failed logins per username from any address; default 20
+	FailWindow      time.Duration    // default 15m
+	BcryptCost      int              // default bcrypt.DefaultCost
+	MinPassword     int              // default 8
+	Logger          *slog.Logger     // nil discards
+	Now             func() time.Time // nil is time.Now
+}
+
+// withClock fills in the Logger and Now defaults.
+func (c Config) withClock() Config {
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	return c
 }
 
 // Service implements authentication and user management.
@@ -116,8 +129,8 @@ type Service struct {
 }
 
 // New returns a Service. Logins, password changes and user changes are
-// recorded in audit. now may be nil (time.Now).
-func New(store Store, revoked Revocations, attempts Attempts, ids service.IDGenerator, audit *service.Auditor, cfg Config, log *slog.Logger, now func() time.Time) (*Service, error) {
+// recorded in audit.
+func New(store Store, revoked Revocations, attempts Attempts, ids service.IDGenerator, audit *service.Auditor, cfg Config) (*Service, error) {
 	if audit == nil {
 		return nil, errors.New("auth: an auditor is required")
 	}
@@ -148,12 +161,7 @@ func New(store Store, revoked Revocations, attempts Attempts, ids service.IDGene
 	if cfg.MinPassword == 0 {
 		cfg.MinPassword = 8
 	}
-	if now == nil {
-		now = time.Now
-	}
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
-	}
+	cfg = cfg.withClock()
 	var random [18]byte
 	if _, err := rand.Read(random[:]); err != nil {
 		return nil, err
@@ -163,7 +171,7 @@ func New(store Store, revoked Revocations, attempts Attempts, ids service.IDGene
 		return nil, err
 	}
 	return &Service{
-		store: store, revoked: revoked, attempts: attempts, ids: ids, audit: audit, cfg: cfg, now: now, log: log,
+		store: store, revoked: revoked, attempts: attempts, ids: ids, audit: audit, cfg: cfg, now: cfg.Now, log: cfg.Logger,
 		dummyHash: dummy, compare: bcrypt.CompareHashAndPassword,
 	}, nil
 }

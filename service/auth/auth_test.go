@@ -260,7 +260,8 @@ func newEnv(t *testing.T, cfg Config) *env {
 	}
 	cfg.Secret = []byte(strings.Repeat("s", 32))
 	cfg.BcryptCost = testCost
-	svc, err := New(e.store, e.revoked, e.attempts, &ids{}, service.NewAuditor(e.audit, e.audit, &ids{}, clk.Now, nil), cfg, nil, clk.Now)
+	cfg.Now = clk.Now
+	svc, err := New(e.store, e.revoked, e.attempts, &ids{}, service.NewAuditor(e.audit, e.audit, &ids{}, service.AuditorConfig{Now: clk.Now}), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -597,7 +598,7 @@ func TestTokenExpiryAndRevocation(t *testing.T) {
 
 func TestNewRejectsLimitsBelowEachOther(t *testing.T) {
 	log := &auditLog{}
-	_, err := New(&store{}, &revocations{}, &attempts{}, &ids{}, service.NewAuditor(log, log, &ids{}, nil, nil), Config{Secret: []byte(strings.Repeat("s", 32)), MaxFailures: 10, MaxUserFailures: 5}, nil, nil)
+	_, err := New(&store{}, &revocations{}, &attempts{}, &ids{}, service.NewAuditor(log, log, &ids{}, service.AuditorConfig{}), Config{Secret: []byte(strings.Repeat("s", 32)), MaxFailures: 10, MaxUserFailures: 5})
 	if err == nil {
 		t.Fatal("a per-username limit below the per-address one was accepted")
 	}
