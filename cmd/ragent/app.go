@@ -105,7 +105,7 @@ func newApp(ctx context.Context, cfg Config, log *slog.Logger) (_ *App, err erro
 	ids := idSource{a.ids}
 	// Every audited change writes its event in its own transaction (README
 	// "Audit log").
-	audit := service.NewAuditor(a.store, a.store, ids, nil, log)
+	audit := service.NewAuditor(a.store, a.store, ids, service.AuditorConfig{Logger: log})
 
 	var authSvc *auth.Service
 	err = a.store.WithStartupLock(ctx, func(ctx context.Context) error {
@@ -114,7 +114,7 @@ func newApp(ctx context.Context, cfg Config, log *slog.Logger) (_ *App, err erro
 			return err
 		}
 		authState := cache.NewAuthState(a.rdb, cfg.RedisPrefix) // revocations and login attempt counters
-		authSvc, err = auth.New(a.store, authState, loginAttempts{authState}, ids, audit, authConfig(cfg, secret), log, nil)
+		authSvc, err = auth.New(a.store, authState, loginAttempts{authState}, ids, audit, authConfig(cfg, secret, log))
 		if err != nil {
 			return err
 		}
@@ -167,8 +167,8 @@ func newApp(ctx context.Context, cfg Config, log *slog.Logger) (_ *App, err erro
 	cacheCfg := cache.Config{Metrics: cache.NewMetrics(a.registry), Logger: log}
 	intentCache := cache.NewIntents(a.rdb, cfg.RedisPrefix, a.store, cacheCfg)
 	termCache := cache.NewTerms(a.rdb, cfg.RedisPrefix, a.store, cacheCfg)
-	intents := admin.NewIntents(a.store, intentCache, intentCache, ids, audit, log)
-	terms := admin.NewTerms(a.store, termCache, termCache, ids, audit, log)
+	intents := admin.NewIntents(a.store, intentCache, intentCache, ids, audit, admin.Config{Logger: log})
+	terms := admin.NewTerms(a.store, termCache, termCache, ids, audit, admin.Config{Logger: log})
 
 	// Idempotent submit: a duplicate of an in-flight request is refused (the
 	// lock's 30 s TTL only bounds a crashed holder: the watchdog renews it),
@@ -265,7 +265,7 @@ func newApp(ctx context.Context, cfg Config, log *slog.Logger) (_ *App, err erro
 	a.router = api.NewRouter(api.Deps{
 		Log:               log,
 		Auth:              authSvc,
-		APIKeys:           auth.NewAPIKeys(a.store, access, ids, audit, log, nil),
+		APIKeys:           auth.NewAPIKeys(a.store, access, ids, audit, auth.Config{Logger: log}),
 		KeyRate:           keyRate,
 		KnowledgeBases:    kbs,
 		Groups:            admin.NewGroups(a.store, ids, audit),

@@ -155,10 +155,11 @@ const (
 )
 
 // authConfig is the auth use case's configuration.
-func authConfig(cfg Config, secret []byte) auth.Config {
+func authConfig(cfg Config, secret []byte, log *slog.Logger) auth.Config {
 	return auth.Config{
 		Secret: secret, TokenTTL: cfg.TokenTTL,
 		MaxFailures: cfg.LoginMaxFailures, MaxUserFailures: cfg.LoginMaxFailuresPerUser, FailWindow: cfg.LoginFailWindow,
+		Logger: log,
 	}
 }
 
