@@ -88,7 +88,11 @@ func TestSemaphoreTimeoutAndUnavailable(t *testing.T) {
 		got <- 0
 		q.Release()
 	}()
-	time.Sleep(100 * time.Millisecond)
+	testenv.Eventually(t, 5*time.Second, "the waiter to wait", func() bool {
+		s.n.mu.Lock()
+		defer s.n.mu.Unlock()
+		return len(s.n.waiters) == 1
+	})
 	p.Release()
 	select {
 	case <-got:

@@ -8,18 +8,19 @@ import (
 	"time"
 )
 
-// Eventually polls cond every 10 ms until it holds, failing t when timeout
-// passes first. It is how a test waits for something another goroutine or
-// instance does: the timeout is a bound on a broken run, never a guess at
-// how long the work takes.
+// Eventually polls cond until it holds, failing t when timeout passes first.
+// It is how a test waits for something another goroutine or instance does:
+// the timeout is a bound on a broken run, never a guess at how long the work
+// takes. Polls start 10 ms apart and back off to 100 ms, so a cond that
+// costs a request does not flood a loaded machine.
 func Eventually(t testing.TB, timeout time.Duration, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(timeout)
-	for !cond() {
+	for pause := 10 * time.Millisecond; !cond(); pause = min(2*pause, 100*time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatalf("timed out after %v waiting for %s", timeout, what)
 		}
-		time.Sleep(10 * time.Millisecond)
+		time.Sleep(pause)
 	}
 }
 
