@@ -147,7 +147,7 @@ func newApp(ctx context.Context, cfg Config, log *slog.Logger) (_ *App, err erro
 	kbs := admin.NewKnowledgeBases(a.store, access, ids, admin.EmbeddingDefaults{
 		Model: embedder.Model(), Dim: embedder.Dim(), VectorWeight: vectorWeight(cfg),
 	}, audit)
-	searcher := retrieve.New(a.store, access, embedder, reranker, retrieve.Config{MinVectorScore: cfg.SearchMinVectorScore}, log)
+	searcher := retrieve.New(a.store, access, embedder, reranker, retrieve.Config{MinVectorScore: cfg.SearchMinVectorScore, Logger: log})
 	parser, closeParser, err := newParser(cfg, log)
 	if err != nil {
 		return nil, err
@@ -159,7 +159,8 @@ func newApp(ctx context.Context, cfg Config, log *slog.Logger) (_ *App, err erro
 		MaxChunks:       cfg.IngestMaxChunks,
 		Parser:          parser,
 		OutboxRetention: cfg.OutboxRetention,
-	}, log, nil)
+		Logger:          log,
+	})
 	a.kbs, a.ingestSvc, a.searcher = kbs, ingestSvc, searcher
 
 	// Admin data: the intent tree and term mappings, read (by admins and the
@@ -232,10 +233,10 @@ func newApp(ctx context.Context, cfg Config, log *slog.Logger) (_ *App, err erro
 	chatSvc := chat.New(chat.Deps{
 		Store: a.store, Limiter: limiter, Rate: rate, Tasks: tasks, Retriever: searcher, Access: access,
 		Intents: intentCache, Terms: termCache,
-		Model: answerModel, FastModel: fastModel, IDs: ids, Log: log,
+		Model: answerModel, FastModel: fastModel, IDs: ids,
 	}, chat.Config{
 		RefuseWithoutSources: cfg.ChatEmptyRetrieval == "refuse",
-		AnswerModel:          cfg.LLMChatModel, FastModel: cfg.LLMFastModel,
+		AnswerModel:          cfg.LLMChatModel, FastModel: cfg.LLMFastModel, Logger: log,
 	})
 
 	// First start: the demo knowledge base, intents and term mappings, once

@@ -63,8 +63,8 @@ func TestReaperPrunesSentOutbox(t *testing.T) {
 	defer store.Close()
 	now := time.Now()
 	ids := idSource{idgen.New(1023, idgen.Config{})}
-	reaper := ingest.New(store, nil, nil, ids, nil, ingest.Config{OutboxRetention: cfg.OutboxRetention, PruneBatch: 2},
-		testLogger(t), func() time.Time { return now })
+	reaper := ingest.New(store, nil, nil, ids, nil, ingest.Config{OutboxRetention: cfg.OutboxRetention, PruneBatch: 2,
+		Logger: testLogger(t), Now: func() time.Time { return now }})
 
 	// Within the retention nothing goes.
 	if err := reaper.ReapOnce(ctx); err != nil {

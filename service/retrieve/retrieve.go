@@ -38,8 +38,9 @@ type Config struct {
 	MinVectorScore float64
 	// MinRerankScore gates results by the reranker's score when one is set.
 	MinRerankScore float64
-	RerankTop      int // how many fused results to rerank; default 20
-	MaxTopK        int // default 50
+	RerankTop      int          // how many fused results to rerank; default 20
+	MaxTopK        int          // default 50
+	Logger         *slog.Logger // nil discards
 }
 
 func (c *Config) defaults() {
@@ -75,12 +76,12 @@ type Searcher struct {
 
 // New returns a Searcher; access decides which knowledge bases a caller
 // searches. reranker may be nil.
-func New(store Store, access *service.Access, embedder service.Embedder, reranker Reranker, cfg Config, log *slog.Logger) *Searcher {
+func New(store Store, access *service.Access, embedder service.Embedder, reranker Reranker, cfg Config) *Searcher {
 	cfg.defaults()
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	return &Searcher{store: store, access: access, embedder: embedder, reranker: reranker, cfg: cfg, log: log}
+	return &Searcher{store: store, access: access, embedder: embedder, reranker: reranker, cfg: cfg, log: cfg.Logger}
 }
 
 // Query is a search request.
