@@ -107,6 +107,9 @@ func TestTurnOutcomes(t *testing.T) {
 		return onDelta(service.Delta{Kind: service.DeltaResponse, Text: "Use the portal."})
 	}
 	granted := func(context.Context) error { return nil }
+	queuedUntilEnd := func(*fakeTasks) limiterFunc {
+		return func(ctx context.Context) error { <-ctx.Done(); return ctx.Err() }
+	}
 
 	tests := []struct {
 		name      string
@@ -116,9 +119,9 @@ func TestTurnOutcomes(t *testing.T) {
 		retrieve  retrieverFunc
 		model     func(*fakeTasks) modelFunc
 		saveFails error
-		// parent ends the request's own context (a disconnect or shutdown)
-		// while the turn waits in the queue; nil leaves it alone.
-		parent func(context.CancelCauseFunc)
+		// parent ends the request's own context with this cause (a
+		// disconnect or shutdown) while the turn waits in the queue.
+		parent error
 
 		status  service.MessageStatus
 		events  []string
@@ -170,20 +173,12 @@ func TestTurnOutcomes(t *testing.T) {
 			payload: Cancel{Reason: ReasonUser}, qStatus: service.MessageCancelled, saved: true,
 		},
 		{
-			name: "client left while queued",
-			limiter: func(*fakeTasks) limiterFunc {
-				return func(ctx context.Context) error { <-ctx.Done(); return ctx.Err() }
-			},
-			parent: func(cancel context.CancelCauseFunc) { cancel(context.Canceled) },
+			name: "client left while queued", limiter: queuedUntilEnd, parent: context.Canceled,
 			status: service.MessageCancelled, events: []string{"meta", "queue", "cancel", "finish", "done"},
 			payload: Cancel{Reason: ReasonDisconnect}, saved: false,
 		},
 		{
-			name: "shutdown while queued",
-			limiter: func(*fakeTasks) limiterFunc {
-				return func(ctx context.Context) error { <-ctx.Done(); return ctx.Err() }
-			},
-			parent: func(cancel context.CancelCauseFunc) { cancel(service.ErrShutdown) },
+			name: "shutdown while queued", limiter: queuedUntilEnd, parent: service.ErrShutdown,
 			status: service.MessageCancelled, events: []string{"meta", "queue", "cancel", "finish", "done"},
 			payload: Cancel{Reason: ReasonShutdown}, saved: false,
 		},
@@ -255,7 +250,7 @@ func TestTurnOutcomes(t *testing.T) {
 			err := s.Chat(ctx, p, req, func(e Event) error {
 				events = append(events, e)
 				if e.Name == EventQueue && tt.parent != nil {
-					tt.parent(cancel)
+					cancel(tt.parent)
 				}
 				return nil
 			})
