@@ -1,6 +1,7 @@
 package cache
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -90,12 +91,8 @@ type Config struct {
 }
 
 func newJSONCache(rdb redis.UniversalClient, name, key string, load func(ctx context.Context) (any, error), cfg Config) *jsonCache {
-	if cfg.Metrics == nil {
-		cfg.Metrics = NewMetrics(nil)
-	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.New(slog.DiscardHandler)
-	}
+	cfg.Metrics = cmp.Or(cfg.Metrics, NewMetrics(nil))
+	cfg.Logger = cmp.Or(cfg.Logger, slog.New(slog.DiscardHandler))
 	return &jsonCache{rdb: rdb, name: name, key: key, versionKey: key + ":version", ttl: AdminTTL,
 		load: load, metrics: cfg.Metrics, log: cfg.Logger}
 }

@@ -14,6 +14,7 @@
 package idgen
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -90,15 +91,9 @@ type Config struct {
 }
 
 func (c Config) withDefaults() Config {
-	if c.LeaseTTL == 0 {
-		c.LeaseTTL = 30 * time.Second
-	}
-	if c.LeaseWait == 0 {
-		c.LeaseWait = time.Second
-	}
-	if c.Logger == nil {
-		c.Logger = slog.New(slog.DiscardHandler)
-	}
+	c.LeaseTTL = cmp.Or(c.LeaseTTL, 30*time.Second)
+	c.LeaseWait = cmp.Or(c.LeaseWait, time.Second)
+	c.Logger = cmp.Or(c.Logger, slog.New(slog.DiscardHandler))
 	if c.Now == nil {
 		c.Now = time.Now
 	}

@@ -25,6 +25,7 @@
 package ratelimit
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -129,21 +130,11 @@ const (
 // withDefaults fills zero fields; maxWait and lease are the defaults of the
 // Limiter or the Semaphore.
 func (c Config) withDefaults(maxWait, lease time.Duration) Config {
-	if c.MaxConcurrent <= 0 {
-		c.MaxConcurrent = defaultMaxConcurrent
-	}
-	if c.MaxWait <= 0 {
-		c.MaxWait = maxWait
-	}
-	if c.Lease <= 0 {
-		c.Lease = lease
-	}
-	if c.PollInterval <= 0 {
-		c.PollInterval = defaultPollInterval
-	}
-	if c.Logger == nil {
-		c.Logger = slog.New(slog.DiscardHandler)
-	}
+	c.MaxConcurrent = cmp.Or(max(c.MaxConcurrent, 0), defaultMaxConcurrent)
+	c.MaxWait = cmp.Or(max(c.MaxWait, 0), maxWait)
+	c.Lease = cmp.Or(max(c.Lease, 0), lease)
+	c.PollInterval = cmp.Or(max(c.PollInterval, 0), defaultPollInterval)
+	c.Logger = cmp.Or(c.Logger, slog.New(slog.DiscardHandler))
 	if c.Now == nil {
 		c.Now = time.Now
 	}

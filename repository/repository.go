@@ -7,6 +7,7 @@
 package repository
 
 import (
+	"cmp"
 	"context"
 	"database/sql/driver"
 	"errors"
@@ -41,15 +42,9 @@ type Config struct {
 
 // Open connects to Postgres and checks the connection.
 func Open(ctx context.Context, url string, cfg Config) (*Store, error) {
-	if cfg.Logger == nil {
-		cfg.Logger = slog.New(slog.DiscardHandler)
-	}
-	if cfg.MaxOpenConns == 0 {
-		cfg.MaxOpenConns = 20
-	}
-	if cfg.MaxIdleConns == 0 {
-		cfg.MaxIdleConns = cfg.MaxOpenConns
-	}
+	cfg.Logger = cmp.Or(cfg.Logger, slog.New(slog.DiscardHandler))
+	cfg.MaxOpenConns = cmp.Or(cfg.MaxOpenConns, 20)
+	cfg.MaxIdleConns = cmp.Or(cfg.MaxIdleConns, cfg.MaxOpenConns)
 	db, err := gorm.Open(postgres.New(postgres.Config{DSN: url}), &gorm.Config{
 		Logger:                 logger.Discard,
 		SkipDefaultTransaction: true,

@@ -18,6 +18,7 @@
 package stream
 
 import (
+	"cmp"
 	"context"
 	"embed"
 	"errors"
@@ -95,12 +96,8 @@ func NewManager(rdb redis.UniversalClient, prefix, instanceID string, cfg Config
 	if cfg.TaskTTL < 3*time.Millisecond {
 		cfg.TaskTTL = time.Minute
 	}
-	if cfg.CheckInterval <= 0 {
-		cfg.CheckInterval = time.Second
-	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.New(slog.DiscardHandler)
-	}
+	cfg.CheckInterval = cmp.Or(max(cfg.CheckInterval, 0), time.Second)
+	cfg.Logger = cmp.Or(cfg.Logger, slog.New(slog.DiscardHandler))
 	return &Manager{
 		rdb:           rdb,
 		prefix:        prefix,

@@ -1,6 +1,7 @@
 package redisstream
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -89,24 +90,12 @@ func NewConsumer(rdb redis.UniversalClient, group, topic string, h mq.Handler, c
 		host, _ := os.Hostname()
 		cfg.Consumer = fmt.Sprintf("%s-%d", host, os.Getpid())
 	}
-	if cfg.Concurrency <= 0 {
-		cfg.Concurrency = DefaultConcurrency
-	}
-	if cfg.VisibilityTimeout <= 0 {
-		cfg.VisibilityTimeout = DefaultVisibilityTimeout
-	}
-	if cfg.MaxDeliveries <= 0 {
-		cfg.MaxDeliveries = DefaultMaxDeliveries
-	}
-	if cfg.Block <= 0 {
-		cfg.Block = DefaultBlock
-	}
-	if cfg.ReclaimInterval <= 0 {
-		cfg.ReclaimInterval = min(cfg.VisibilityTimeout/4, 15*time.Second)
-	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.New(slog.DiscardHandler)
-	}
+	cfg.Concurrency = cmp.Or(max(cfg.Concurrency, 0), DefaultConcurrency)
+	cfg.VisibilityTimeout = cmp.Or(max(cfg.VisibilityTimeout, 0), DefaultVisibilityTimeout)
+	cfg.MaxDeliveries = cmp.Or(max(cfg.MaxDeliveries, 0), DefaultMaxDeliveries)
+	cfg.Block = cmp.Or(max(cfg.Block, 0), DefaultBlock)
+	cfg.ReclaimInterval = cmp.Or(max(cfg.ReclaimInterval, 0), min(cfg.VisibilityTimeout/4, 15*time.Second))
+	cfg.Logger = cmp.Or(cfg.Logger, slog.New(slog.DiscardHandler))
 	return &Consumer{
 		rdb:     rdb,
 		group:   group,

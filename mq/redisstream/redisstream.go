@@ -22,6 +22,7 @@
 package redisstream
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 
@@ -70,9 +71,7 @@ var (
 
 // NewProducer returns a Producer that writes through rdb.
 func NewProducer(rdb redis.UniversalClient, cfg ProducerConfig) *Producer {
-	if cfg.MaxLen <= 0 {
-		cfg.MaxLen = DefaultMaxLen
-	}
+	cfg.MaxLen = cmp.Or(max(cfg.MaxLen, 0), DefaultMaxLen)
 	return &Producer{rdb: rdb, prefix: cfg.Prefix, maxLen: cfg.MaxLen}
 }
 

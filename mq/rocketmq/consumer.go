@@ -1,6 +1,7 @@
 package rocketmq
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -83,15 +84,9 @@ func NewConsumer(namesrv, group, topic string, h mq.Handler, cfg ConsumerConfig)
 	if group == "" || topic == "" || h == nil {
 		return nil, errors.New("rocketmq: consumer needs a group, a topic and a handler")
 	}
-	if cfg.Concurrency <= 0 {
-		cfg.Concurrency = DefaultConcurrency
-	}
-	if cfg.MaxDeliveries <= 0 {
-		cfg.MaxDeliveries = DefaultMaxDeliveries
-	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.New(slog.DiscardHandler)
-	}
+	cfg.Concurrency = cmp.Or(max(cfg.Concurrency, 0), DefaultConcurrency)
+	cfg.MaxDeliveries = cmp.Or(max(cfg.MaxDeliveries, 0), DefaultMaxDeliveries)
+	cfg.Logger = cmp.Or(cfg.Logger, slog.New(slog.DiscardHandler))
 	return &Consumer{
 		addrs:   addrs,
 		group:   group,

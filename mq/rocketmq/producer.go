@@ -1,6 +1,7 @@
 package rocketmq
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"time"
@@ -51,12 +52,8 @@ func NewProducer(namesrv string, cfg ProducerConfig) (*Producer, error) {
 	if cfg.Group == "" {
 		cfg.Group = DefaultProducerGroup
 	}
-	if cfg.Retries <= 0 {
-		cfg.Retries = DefaultRetries
-	}
-	if cfg.SendTimeout <= 0 {
-		cfg.SendTimeout = DefaultSendTimeout
-	}
+	cfg.Retries = cmp.Or(max(cfg.Retries, 0), DefaultRetries)
+	cfg.SendTimeout = cmp.Or(max(cfg.SendTimeout, 0), DefaultSendTimeout)
 	p, err := rmq.NewProducer(
 		producer.WithNsResolver(primitive.NewPassthroughResolver(addrs)),
 		producer.WithGroupName(cfg.Group),

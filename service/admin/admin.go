@@ -7,6 +7,7 @@
 package admin
 
 import (
+	"cmp"
 	"context"
 	"log/slog"
 )
@@ -25,9 +26,7 @@ type cached struct {
 }
 
 func newCached(cache Invalidator, what string, cfg Config) cached {
-	if cfg.Logger == nil {
-		cfg.Logger = slog.New(slog.DiscardHandler)
-	}
+	cfg.Logger = cmp.Or(cfg.Logger, slog.New(slog.DiscardHandler))
 	return cached{cache: cache, what: what, log: cfg.Logger}
 }
 

@@ -20,6 +20,7 @@
 package auth
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -101,9 +102,7 @@ type Config struct {
 
 // withClock fills in the Logger and Now defaults.
 func (c Config) withClock() Config {
-	if c.Logger == nil {
-		c.Logger = slog.New(slog.DiscardHandler)
-	}
+	c.Logger = cmp.Or(c.Logger, slog.New(slog.DiscardHandler))
 	if c.Now == nil {
 		c.Now = time.Now
 	}
@@ -137,30 +136,18 @@ func New(store Store, revoked Revocations, attempts Attempts, ids service.IDGene
 	if len(cfg.Secret) < 32 {
 		return nil, errors.New("auth: secret must be at least 32 bytes")
 	}
-	if cfg.TokenTTL <= 0 {
-		cfg.TokenTTL = 24 * time.Hour
-	}
-	if cfg.MaxFailures <= 0 {
-		cfg.MaxFailures = 5
-	}
-	if cfg.MaxUserFailures <= 0 {
-		cfg.MaxUserFailures = 20
-	}
+	cfg.TokenTTL = cmp.Or(max(cfg.TokenTTL, 0), 24*time.Hour)
+	cfg.MaxFailures = cmp.Or(max(cfg.MaxFailures, 0), 5)
+	cfg.MaxUserFailures = cmp.Or(max(cfg.MaxUserFailures, 0), 20)
 	if cfg.MaxUserFailures < cfg.MaxFailures {
 		return nil, errors.New("auth: the per-username failure limit must not be below the per-username-and-address limit")
 	}
-	if cfg.FailWindow <= 0 {
-		cfg.FailWindow = 15 * time.Minute
-	}
-	if cfg.BcryptCost == 0 {
-		cfg.BcryptCost = bcrypt.DefaultCost
-	}
+	cfg.FailWindow = cmp.Or(max(cfg.FailWindow, 0), 15*time.Minute)
+	cfg.BcryptCost = cmp.Or(cfg.BcryptCost, bcrypt.DefaultCost)
 	if cfg.BcryptCost < bcrypt.MinCost || cfg.BcryptCost > bcrypt.MaxCost {
 		return nil, fmt.Errorf("auth: bcrypt cost must be %d to %d", bcrypt.MinCost, bcrypt.MaxCost)
 	}
-	if cfg.MinPassword == 0 {
-		cfg.MinPassword = 8
-	}
+	cfg.MinPassword = cmp.Or(cfg.MinPassword, 8)
 	cfg = cfg.withClock()
 	var random [18]byte
 	if _, err := rand.Read(random[:]); err != nil {
