@@ -93,16 +93,8 @@ func (g *Guard) Wrap(group string, h Handler) Handler {
 
 // run executes h while holding the CONSUMING mark, then records the result.
 func (g *Guard) run(ctx context.Context, key, token, messageKey string, body []byte, h Handler) error {
-	wd := startWatchdog(ctx, g.rdb, key, token, g.consumingTTL,
-		func() {
-			g.opt.metrics.leasesLost.WithLabelValues(componentConsume).Inc()
-			g.opt.log.WarnContext(ctx, "idempotent: consume mark lost while the handler ran; a redelivery may run beside it",
-				"key", key)
-		},
-		func(err error) {
-			g.opt.metrics.redisErrors.WithLabelValues(componentConsume).Inc()
-			g.opt.log.WarnContext(ctx, "idempotent: consume mark renewal failed", "key", key, "err", err)
-		})
+	wd := g.opt.startWatchdog(ctx, g.rdb, key, token, g.consumingTTL,
+		componentConsume, "consume mark", "while the handler ran; a redelivery may run beside it")
 	herr := h(ctx, messageKey, body)
 	wd.Stop()
 

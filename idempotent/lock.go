@@ -64,16 +64,8 @@ func (l *Locks) Acquire(ctx context.Context, key string) (*Lock, error) {
 	}
 	l.opt.metrics.locksAcquired.Inc()
 	lock := &Lock{locks: l, key: key, token: token}
-	lock.watchdog = startWatchdog(ctx, l.rdb, key, token, l.ttl,
-		func() {
-			l.opt.metrics.leasesLost.WithLabelValues(componentLock).Inc()
-			l.opt.log.WarnContext(ctx, "idempotent: submit lock lost before release; a duplicate may run",
-				"key", key)
-		},
-		func(err error) {
-			l.opt.metrics.redisErrors.WithLabelValues(componentLock).Inc()
-			l.opt.log.WarnContext(ctx, "idempotent: submit lock renewal failed", "key", key, "err", err)
-		})
+	lock.watchdog = l.opt.startWatchdog(ctx, l.rdb, key, token, l.ttl,
+		componentLock, "submit lock", "before release; a duplicate may run")
 	return lock, nil
 }
 
