@@ -49,9 +49,7 @@ type Guard struct {
 // consumedTTL is how long a processed message is remembered, which should
 // exceed the queue's redelivery horizon. Both must be at least a millisecond.
 func NewGuard(rdb redis.UniversalClient, prefix string, consumingTTL, consumedTTL time.Duration, cfg Config) *Guard {
-	if consumingTTL < time.Millisecond || consumedTTL < time.Millisecond {
-		panic(fmt.Sprintf("idempotent: consume ttls %v, %v: below 1ms", consumingTTL, consumedTTL))
-	}
+	mustTTLs("consume", consumingTTL, consumedTTL)
 	return &Guard{rdb: rdb, prefix: prefix, consumingTTL: consumingTTL, consumedTTL: consumedTTL, opt: newOptions(cfg)}
 }
 

@@ -24,6 +24,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -64,6 +65,16 @@ type Config struct {
 type options struct {
 	log     *slog.Logger
 	metrics *metrics
+}
+
+// mustTTLs panics on a ttl below a millisecond (Redis PX granularity): a
+// caller's programming error, not a condition to handle.
+func mustTTLs(what string, ttls ...time.Duration) {
+	for _, ttl := range ttls {
+		if ttl < time.Millisecond {
+			panic(fmt.Sprintf("idempotent: %s ttl %v is below 1ms", what, ttl))
+		}
+	}
 }
 
 func newOptions(cfg Config) options {

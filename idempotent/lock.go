@@ -26,9 +26,7 @@ type Locks struct {
 // long a crashed holder blocks duplicates, not how long a request may run.
 // ttl must be at least a millisecond (Redis PX granularity).
 func NewLocks(rdb redis.UniversalClient, prefix string, ttl time.Duration, cfg Config) *Locks {
-	if ttl < time.Millisecond {
-		panic(fmt.Sprintf("idempotent: lock ttl %v is below 1ms", ttl))
-	}
+	mustTTLs("lock", ttl)
 	return &Locks{rdb: rdb, prefix: prefix, ttl: ttl, opt: newOptions(cfg)}
 }
 

@@ -73,9 +73,7 @@ type Responses struct {
 // replayed for storeTTL (DefaultResponseTTL in ragent). Both must be at
 // least a millisecond.
 func NewResponses(rdb redis.UniversalClient, prefix string, inFlightTTL, storeTTL time.Duration, cfg Config) *Responses {
-	if inFlightTTL < time.Millisecond || storeTTL < time.Millisecond {
-		panic(fmt.Sprintf("idempotent: response ttls %v, %v: below 1ms", inFlightTTL, storeTTL))
-	}
+	mustTTLs("response", inFlightTTL, storeTTL)
 	return &Responses{rdb: rdb, prefix: prefix, inFlightTTL: inFlightTTL, storeTTL: storeTTL, opt: newOptions(cfg)}
 }
 
