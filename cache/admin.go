@@ -90,6 +90,31 @@ type Config struct {
 	Logger  *slog.Logger // Redis failures; nil discards
 }
 
+// listLoader adapts a loader of a list to jsonCache; an empty list is cached
+// too (as [], not null).
+func listLoader[E any](load func(ctx context.Context) ([]E, error)) func(ctx context.Context) (any, error) {
+	return func(ctx context.Context) (any, error) {
+		list, err := load(ctx)
+		if list == nil && err == nil {
+			list = []E{}
+		}
+		return list, err
+	}
+}
+
+// decodeList decodes what jsonCache.get returned: each call gets its own
+// copy, never nil on success.
+func decodeList[E any](b []byte, err error) ([]E, error) {
+	if err != nil {
+		return nil, err
+	}
+	list := []E{}
+	if err := json.Unmarshal(b, &list); err != nil {
+		return nil, err
+	}
+	return list, nil
+}
+
 func newJSONCache(rdb redis.UniversalClient, name, key string, load func(ctx context.Context) (any, error), cfg Config) *jsonCache {
 	cfg.Metrics = cmp.Or(cfg.Metrics, NewMetrics(nil))
 	cfg.Logger = cmp.Or(cfg.Logger, slog.New(slog.DiscardHandler))
