@@ -26,7 +26,8 @@ func Eventually(t testing.TB, timeout time.Duration, what string, cond func() bo
 
 // Run runs a component's Run(ctx) in a goroutine until the test ends, the way
 // cmd/ragent runs it. The returned function stops it early and waits for it;
-// cleanup does the same. An error other than the context's is a test failure.
+// cleanup does the same. An error other than the context's is a test
+// failure, and so is a Run that has not returned 30 s after the cancel.
 func Run(t testing.TB, run func(context.Context) error) (stop func()) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
@@ -34,8 +35,13 @@ func Run(t testing.TB, run func(context.Context) error) (stop func()) {
 	go func() { done <- run(ctx) }()
 	stop = sync.OnceFunc(func() {
 		cancel()
-		if err := <-done; err != nil && !errors.Is(err, context.Canceled) {
-			t.Errorf("Run: %v", err)
+		select {
+		case err := <-done:
+			if err != nil && !errors.Is(err, context.Canceled) {
+				t.Errorf("Run: %v", err)
+			}
+		case <-time.After(30 * time.Second):
+			t.Errorf("Run did not return within 30s of the cancel")
 		}
 	})
 	t.Cleanup(stop)

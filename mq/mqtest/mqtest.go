@@ -79,31 +79,6 @@ func (s *script) deliveries(key string) []mq.Message {
 	return append([]mq.Message(nil), s.got[key]...)
 }
 
-// Start runs c until the returned stop function is called or the test ends;
-// stop fails the test if Run does not return within limit.
-func Start(t *testing.T, c mq.Consumer, limit time.Duration) (stop func()) {
-	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- c.Run(ctx) }()
-	var once sync.Once
-	stop = func() {
-		once.Do(func() {
-			cancel()
-			select {
-			case err := <-done:
-				if err != nil {
-					t.Errorf("Run: %v", err)
-				}
-			case <-time.After(limit):
-				t.Errorf("Run did not return within %v of cancel", limit)
-			}
-		})
-	}
-	t.Cleanup(stop)
-	return stop
-}
-
 // Run checks d against the delivery contract.
 func Run(t *testing.T, d Driver) {
 	s := &script{behaviours: map[string]func(context.Context, mq.Message, int) error{}, got: map[string][]mq.Message{}}

@@ -72,7 +72,7 @@ func (f *fixture) start(t *testing.T, h mq.Handler, opts redisstream.ConsumerCon
 	if err != nil {
 		t.Fatalf("NewConsumer: %v", err)
 	}
-	return mqtest.Start(t, c, waitLimit)
+	return testenv.Run(t, c.Run)
 }
 
 func (f *fixture) pending(t *testing.T) int64 {

@@ -123,7 +123,7 @@ func TestRocketMQ(t *testing.T) {
 	mqtest.Run(t, mqtest.Driver{
 		Group:   group,
 		Publish: publish,
-		Start:   func(t *testing.T, h mq.Handler) func() { return mqtest.Start(t, newConsumer(h), 30*time.Second) },
+		Start:   func(t *testing.T, h mq.Handler) func() { return testenv.Run(t, newConsumer(h).Run) },
 		DeadLetter: func(_ *testing.T, key string) *mqtest.DeadLetter {
 			d := dead.get(key)
 			if d == nil {
