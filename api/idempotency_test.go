@@ -41,8 +41,8 @@ func newGuarded(t *testing.T, rdb *redis.Client, lockTTL time.Duration) *guarded
 	g := &guarded{rdb: rdb, prefix: testenv.Prefix(t), entered: make(chan struct{}, 100)}
 	s := &Server{deps: Deps{
 		MaxBodyBytes: 1 << 10,
-		Locks:        idempotent.NewLocks(rdb, g.prefix, lockTTL),
-		Responses:    idempotent.NewResponses(rdb, g.prefix, time.Minute, time.Hour),
+		Locks:        idempotent.NewLocks(rdb, g.prefix, lockTTL, idempotent.Config{}),
+		Responses:    idempotent.NewResponses(rdb, g.prefix, time.Minute, time.Hour, idempotent.Config{}),
 	}}
 	gin.SetMode(gin.ReleaseMode)
 	r := gin.New()

@@ -1,6 +1,7 @@
 package cache
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -83,16 +84,42 @@ type jsonCache struct {
 	log        *slog.Logger
 }
 
-func newJSONCache(rdb redis.UniversalClient, name, key string, load func(ctx context.Context) (any, error),
-	m *Metrics, log *slog.Logger) *jsonCache {
-	if m == nil {
-		m = NewMetrics(nil)
+// Config is what the admin caches take besides their client and loader.
+type Config struct {
+	Metrics *Metrics     // shared by every cache of an instance; nil counts unexported
+	Logger  *slog.Logger // Redis failures; nil discards
+}
+
+// listLoader adapts a loader of a list to jsonCache; an empty list is cached
+// too (as [], not null).
+func listLoader[E any](load func(ctx context.Context) ([]E, error)) func(ctx context.Context) (any, error) {
+	return func(ctx context.Context) (any, error) {
+		list, err := load(ctx)
+		if list == nil && err == nil {
+			list = []E{}
+		}
+		return list, err
 	}
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
+}
+
+// decodeList decodes what jsonCache.get returned: each call gets its own
+// copy, never nil on success.
+func decodeList[E any](b []byte, err error) ([]E, error) {
+	if err != nil {
+		return nil, err
 	}
+	list := []E{}
+	if err := json.Unmarshal(b, &list); err != nil {
+		return nil, err
+	}
+	return list, nil
+}
+
+func newJSONCache(rdb redis.UniversalClient, name, key string, load func(ctx context.Context) (any, error), cfg Config) *jsonCache {
+	cfg.Metrics = cmp.Or(cfg.Metrics, NewMetrics(nil))
+	cfg.Logger = cmp.Or(cfg.Logger, slog.New(slog.DiscardHandler))
 	return &jsonCache{rdb: rdb, name: name, key: key, versionKey: key + ":version", ttl: AdminTTL,
-		load: load, metrics: m, log: log}
+		load: load, metrics: cfg.Metrics, log: cfg.Logger}
 }
 
 // get returns the cached JSON, rebuilding it from Postgres on a miss. Redis

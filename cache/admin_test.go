@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -84,7 +83,7 @@ func TestTermsMissLoadHitAndTTL(t *testing.T) {
 	ctx := context.Background()
 	src := &source{terms: []service.TermMapping{term("那个打日志的", "SLS 日志服务")}}
 	m := NewMetrics(prometheus.NewRegistry())
-	c := NewTerms(rdb, prefix, src, m, nil)
+	c := NewTerms(rdb, prefix, src, Config{Metrics: m})
 
 	for i := range 3 {
 		got, err := c.TermMappings(ctx)
@@ -111,8 +110,8 @@ func TestEmptyListIsCached(t *testing.T) {
 	rdb, prefix := testenv.Redis(t), testenv.Prefix(t)
 	ctx := context.Background()
 	src := &source{}
-	terms := NewTerms(rdb, prefix, src, nil, nil)
-	intents := NewIntents(rdb, prefix, src, nil, nil)
+	terms := NewTerms(rdb, prefix, src, Config{})
+	intents := NewIntents(rdb, prefix, src, Config{})
 	for range 2 {
 		ms, err := terms.TermMappings(ctx)
 		if err != nil || ms == nil || len(ms) != 0 {
@@ -139,7 +138,7 @@ func TestIntentTreeRoundTripsWithPaths(t *testing.T) {
 		{ID: 1, Code: "it", Name: "IT support", Kind: service.IntentKB, KnowledgeBaseIDs: []service.ID{7}, Enabled: true},
 		{ID: 2, ParentID: 1, Code: "it.vpn", Name: "VPN", Kind: service.IntentKB, KnowledgeBaseIDs: []service.ID{7}},
 	}}
-	c := NewIntents(rdb, prefix, src, nil, nil)
+	c := NewIntents(rdb, prefix, src, Config{})
 	for range 2 { // miss, then hit: both decode the same shape
 		tree, err := c.IntentTree(context.Background())
 		if err != nil {
@@ -157,7 +156,7 @@ func TestInvalidateDropsTheCopy(t *testing.T) {
 	rdb, prefix := testenv.Redis(t), testenv.Prefix(t)
 	ctx := context.Background()
 	src := &source{terms: []service.TermMapping{term("a", "b")}}
-	c := NewTerms(rdb, prefix, src, nil, nil)
+	c := NewTerms(rdb, prefix, src, Config{})
 	if _, err := c.TermMappings(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -212,7 +211,7 @@ func TestConcurrentReadersAfterInvalidateLoadOncePerInstance(t *testing.T) {
 		gets := &countGets{key: key}
 		rdb.AddHook(gets)
 		src := &source{terms: []service.TermMapping{term("x", "y")}, gate: make(chan struct{}), entered: make(chan struct{}, readers)}
-		all = append(all, inst{NewTerms(rdb, prefix, src, nil, nil), src, gets})
+		all = append(all, inst{NewTerms(rdb, prefix, src, Config{}), src, gets})
 	}
 	if err := all[0].c.Invalidate(ctx); err != nil {
 		t.Fatal(err)
@@ -241,12 +240,8 @@ func TestConcurrentReadersAfterInvalidateLoadOncePerInstance(t *testing.T) {
 		case <-ctx.Done():
 			t.Fatalf("instance %d never loaded", i)
 		}
-		for in.gets.n.Load() < readers {
-			if ctx.Err() != nil {
-				t.Fatalf("instance %d: only %d readers reached Redis", i, in.gets.n.Load())
-			}
-			time.Sleep(5 * time.Millisecond)
-		}
+		testenv.Eventually(t, 10*time.Second, fmt.Sprintf("instance %d's %d readers to reach Redis", i, readers),
+			func() bool { return in.gets.n.Load() >= readers })
 	}
 	time.Sleep(50 * time.Millisecond) // let the last readers join the flight
 	for _, in := range all {
@@ -269,7 +264,7 @@ func TestRebuildRacedByWriteIsDropped(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	src := &source{terms: []service.TermMapping{term("a", "old")}, gate: make(chan struct{}), entered: make(chan struct{}, 1)}
-	c := NewTerms(rdb, prefix, src, nil, nil)
+	c := NewTerms(rdb, prefix, src, Config{})
 
 	done := make(chan []service.TermMapping, 1)
 	go func() {
@@ -278,7 +273,7 @@ func TestRebuildRacedByWriteIsDropped(t *testing.T) {
 	}()
 	<-src.entered // the rebuild has read the old data...
 	// ...when a write commits and invalidates (on another instance).
-	other := NewTerms(testenv.Redis(t), prefix, &source{}, nil, nil)
+	other := NewTerms(testenv.Redis(t), prefix, &source{}, Config{})
 	if err := other.Invalidate(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -305,8 +300,8 @@ func TestRedisDownServesFromSource(t *testing.T) {
 	ctx := context.Background()
 	src := &source{terms: []service.TermMapping{term("a", "b")}, nodes: []*service.IntentNode{{ID: 1, Name: "root", Code: "r"}}}
 	m := NewMetrics(prometheus.NewRegistry())
-	terms := NewTerms(rdb, prefix, src, m, slog.New(slog.DiscardHandler))
-	intents := NewIntents(rdb, prefix, src, m, nil)
+	terms := NewTerms(rdb, prefix, src, Config{Metrics: m})
+	intents := NewIntents(rdb, prefix, src, Config{Metrics: m})
 
 	if _, err := terms.TermMappings(ctx); err != nil { // cached while Redis is up
 		t.Fatal(err)

@@ -2,8 +2,6 @@ package cache
 
 import (
 	"context"
-	"encoding/json"
-	"log/slog"
 
 	"github.com/redis/go-redis/v9"
 
@@ -23,30 +21,15 @@ type Intents struct {
 }
 
 // NewIntents returns the intent-tree cache on rdb.
-func NewIntents(rdb redis.UniversalClient, prefix string, loader IntentLoader, m *Metrics, log *slog.Logger) *Intents {
-	load := func(ctx context.Context) (any, error) {
-		tree, err := loader.IntentTree(ctx)
-		if tree == nil && err == nil {
-			tree = []*service.IntentNode{} // an empty tree is cached too
-		}
-		return tree, err
-	}
-	return &Intents{c: newJSONCache(rdb, "intent_tree", prefix+"intent:tree", load, m, log)}
+func NewIntents(rdb redis.UniversalClient, prefix string, loader IntentLoader, cfg Config) *Intents {
+	return &Intents{c: newJSONCache(rdb, "intent_tree", prefix+"intent:tree", listLoader(loader.IntentTree), cfg)}
 }
 
 // IntentTree returns the roots of the tree with their children and every
 // node's path, disabled nodes included (callers that route questions skip
 // them). Each call returns its own copy.
 func (i *Intents) IntentTree(ctx context.Context) ([]*service.IntentNode, error) {
-	b, err := i.c.get(ctx)
-	if err != nil {
-		return nil, err
-	}
-	tree := []*service.IntentNode{}
-	if err := json.Unmarshal(b, &tree); err != nil {
-		return nil, err
-	}
-	return tree, nil
+	return decodeList[*service.IntentNode](i.c.get(ctx))
 }
 
 // Invalidate drops the cached tree; the admin use case calls it after each

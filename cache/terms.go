@@ -2,8 +2,6 @@ package cache
 
 import (
 	"context"
-	"encoding/json"
-	"log/slog"
 
 	"github.com/redis/go-redis/v9"
 
@@ -23,29 +21,14 @@ type Terms struct {
 }
 
 // NewTerms returns the term-mapping cache on rdb.
-func NewTerms(rdb redis.UniversalClient, prefix string, loader TermLoader, m *Metrics, log *slog.Logger) *Terms {
-	load := func(ctx context.Context) (any, error) {
-		ms, err := loader.TermMappings(ctx)
-		if ms == nil && err == nil {
-			ms = []service.TermMapping{} // an empty list is cached too
-		}
-		return ms, err
-	}
-	return &Terms{c: newJSONCache(rdb, "term_mappings", prefix+"query-term:mappings", load, m, log)}
+func NewTerms(rdb redis.UniversalClient, prefix string, loader TermLoader, cfg Config) *Terms {
+	return &Terms{c: newJSONCache(rdb, "term_mappings", prefix+"query-term:mappings", listLoader(loader.TermMappings), cfg)}
 }
 
 // TermMappings returns every mapping, enabled or not (service.ApplyTermMappings
 // skips disabled ones), highest priority first. Each call returns its own copy.
 func (t *Terms) TermMappings(ctx context.Context) ([]service.TermMapping, error) {
-	b, err := t.c.get(ctx)
-	if err != nil {
-		return nil, err
-	}
-	ms := []service.TermMapping{}
-	if err := json.Unmarshal(b, &ms); err != nil {
-		return nil, err
-	}
-	return ms, nil
+	return decodeList[service.TermMapping](t.c.get(ctx))
 }
 
 // Invalidate drops the cached mappings; the admin use case calls it after

@@ -48,11 +48,9 @@ type Guard struct {
 // crashed consumer delays redelivery, not how long a handler may take.
 // consumedTTL is how long a processed message is remembered, which should
 // exceed the queue's redelivery horizon. Both must be at least a millisecond.
-func NewGuard(rdb redis.UniversalClient, prefix string, consumingTTL, consumedTTL time.Duration, opts ...Option) *Guard {
-	if consumingTTL < time.Millisecond || consumedTTL < time.Millisecond {
-		panic(fmt.Sprintf("idempotent: consume ttls %v, %v: below 1ms", consumingTTL, consumedTTL))
-	}
-	return &Guard{rdb: rdb, prefix: prefix, consumingTTL: consumingTTL, consumedTTL: consumedTTL, opt: newOptions(opts)}
+func NewGuard(rdb redis.UniversalClient, prefix string, consumingTTL, consumedTTL time.Duration, cfg Config) *Guard {
+	mustTTLs("consume", consumingTTL, consumedTTL)
+	return &Guard{rdb: rdb, prefix: prefix, consumingTTL: consumingTTL, consumedTTL: consumedTTL, opt: newOptions(cfg)}
 }
 
 func (g *Guard) key(group, messageKey string) string {
@@ -93,16 +91,8 @@ func (g *Guard) Wrap(group string, h Handler) Handler {
 
 // run executes h while holding the CONSUMING mark, then records the result.
 func (g *Guard) run(ctx context.Context, key, token, messageKey string, body []byte, h Handler) error {
-	wd := startWatchdog(ctx, g.rdb, key, token, g.consumingTTL,
-		func() {
-			g.opt.metrics.leasesLost.WithLabelValues(componentConsume).Inc()
-			g.opt.log.WarnContext(ctx, "idempotent: consume mark lost while the handler ran; a redelivery may run beside it",
-				"key", key)
-		},
-		func(err error) {
-			g.opt.metrics.redisErrors.WithLabelValues(componentConsume).Inc()
-			g.opt.log.WarnContext(ctx, "idempotent: consume mark renewal failed", "key", key, "err", err)
-		})
+	wd := g.opt.startWatchdog(ctx, g.rdb, key, token, g.consumingTTL,
+		componentConsume, "consume mark", "while the handler ran; a redelivery may run beside it")
 	herr := h(ctx, messageKey, body)
 	wd.Stop()
 

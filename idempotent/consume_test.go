@@ -20,7 +20,7 @@ func TestGuardRunsMessageOnce(t *testing.T) {
 	rdb := testenv.Redis(t)
 	reg := prometheus.NewRegistry()
 	prefix := testenv.Prefix(t)
-	guard := idempotent.NewGuard(rdb, prefix, 5*time.Second, consumedTTL, idempotent.WithRegisterer(reg))
+	guard := idempotent.NewGuard(rdb, prefix, 5*time.Second, consumedTTL, idempotent.Config{Registerer: reg})
 	ctx := context.Background()
 	const msg = "101:1"
 
@@ -96,7 +96,7 @@ func TestGuardRunsMessageOnce(t *testing.T) {
 func TestGuardFailureLetsRedeliveryRetry(t *testing.T) {
 	rdb := testenv.Redis(t)
 	prefix := testenv.Prefix(t)
-	guard := idempotent.NewGuard(rdb, prefix, 5*time.Second, consumedTTL)
+	guard := idempotent.NewGuard(rdb, prefix, 5*time.Second, consumedTTL, idempotent.Config{})
 	ctx := context.Background()
 	errParse := errors.New("embedding endpoint returned 503")
 
@@ -135,7 +135,7 @@ func TestGuardInFlightElsewhere(t *testing.T) {
 		{
 			name: "another instance's handler is running",
 			occupy: func(t *testing.T, _ *redis.Client, prefix, key string) func() {
-				other := idempotent.NewGuard(testenv.Redis(t), prefix, 5*time.Second, consumedTTL)
+				other := idempotent.NewGuard(testenv.Redis(t), prefix, 5*time.Second, consumedTTL, idempotent.Config{})
 				started, release := make(chan struct{}), make(chan struct{})
 				done := make(chan error, 1)
 				go func() {
@@ -166,7 +166,7 @@ func TestGuardInFlightElsewhere(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			rdb := testenv.Redis(t)
 			prefix := testenv.Prefix(t)
-			guard := idempotent.NewGuard(rdb, prefix, 5*time.Second, consumedTTL)
+			guard := idempotent.NewGuard(rdb, prefix, 5*time.Second, consumedTTL, idempotent.Config{})
 			done := tt.occupy(t, rdb, prefix, "9:2")
 			defer done()
 			err := guard.Wrap("ingest", func(context.Context, string, []byte) error {
@@ -186,7 +186,7 @@ func TestGuardRenewsMarkWhileHandlerRuns(t *testing.T) {
 	// Renewed every 200 ms: a watchdog stalled for 400 ms on a loaded
 	// machine (-race, parallel builds) still keeps the mark.
 	const consumingTTL = 600 * time.Millisecond
-	guard := idempotent.NewGuard(rdb, prefix, consumingTTL, consumedTTL)
+	guard := idempotent.NewGuard(rdb, prefix, consumingTTL, consumedTTL, idempotent.Config{})
 	ctx := context.Background()
 
 	var runs atomic.Int32
@@ -199,7 +199,7 @@ func TestGuardRenewsMarkWhileHandlerRuns(t *testing.T) {
 	})
 	done := make(chan error, 1)
 	go func() { done <- handle(ctx, "big-document", nil) }()
-	waitFor(t, 2*time.Second, "the first delivery to start", func() bool { return runs.Load() == 1 })
+	testenv.Eventually(t, 2*time.Second, "the first delivery to start", func() bool { return runs.Load() == 1 })
 
 	time.Sleep(4 * consumingTTL) // the handler outlives its initial mark
 	if err := handle(ctx, "big-document", nil); !errors.Is(err, idempotent.ErrInFlight) {
@@ -217,7 +217,7 @@ func TestGuardRenewsMarkWhileHandlerRuns(t *testing.T) {
 func TestGuardCrashedConsumerMarkExpires(t *testing.T) {
 	rdb := testenv.Redis(t)
 	prefix := testenv.Prefix(t)
-	guard := idempotent.NewGuard(rdb, prefix, 5*time.Second, consumedTTL)
+	guard := idempotent.NewGuard(rdb, prefix, 5*time.Second, consumedTTL, idempotent.Config{})
 	ctx := context.Background()
 	key := prefix + "idem:consume:ingest:3:1"
 	// A consumer died mid-document: its mark outlives it by at most one TTL.
@@ -228,7 +228,7 @@ func TestGuardCrashedConsumerMarkExpires(t *testing.T) {
 	if err := handle(ctx, "3:1", nil); !errors.Is(err, idempotent.ErrInFlight) {
 		t.Fatalf("delivery while the dead mark lives: err = %v, want ErrInFlight", err)
 	}
-	waitFor(t, 2*time.Second, "the dead consumer's mark to expire", func() bool {
+	testenv.Eventually(t, 2*time.Second, "the dead consumer's mark to expire", func() bool {
 		return rdb.Exists(ctx, key).Val() == 0
 	})
 	if err := handle(ctx, "3:1", nil); err != nil || runs.Load() != 1 {
@@ -240,7 +240,7 @@ func TestGuardRedisDownStillProcesses(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	logger, logs := newTestLogger()
 	guard := idempotent.NewGuard(unreachableRedis(t), "p:", time.Second, time.Hour,
-		idempotent.WithRegisterer(reg), idempotent.WithLogger(logger))
+		idempotent.Config{Registerer: reg, Logger: logger})
 	errHandler := errors.New("parse failed")
 
 	tests := []struct {

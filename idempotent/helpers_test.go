@@ -57,18 +57,6 @@ func counter(t *testing.T, reg *prometheus.Registry, name string, want map[strin
 	return 0
 }
 
-// waitFor polls cond until it holds, failing the test after timeout.
-func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", timeout, what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
 // logBuffer is a goroutine-safe sink for a test logger.
 type logBuffer struct {
 	mu  sync.Mutex

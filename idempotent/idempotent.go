@@ -24,6 +24,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -49,38 +50,37 @@ var (
 	ErrInvalidKey = errors.New("invalid idempotency key")
 )
 
-// Option configures Locks, Responses and Guard.
-type Option func(*options)
+// Config is what Locks, Responses and Guard take besides their TTLs. The
+// zero Config discards logs and keeps the counters unregistered.
+type Config struct {
+	// Logger gets the events no caller sees: lost leases and Redis errors
+	// the consume guard absorbs.
+	Logger *slog.Logger
+	// Registerer registers the package's Prometheus counters. Several Locks,
+	// Responses and Guards may share one registerer; they then share the
+	// counters.
+	Registerer prometheus.Registerer
+}
 
 type options struct {
 	log     *slog.Logger
 	metrics *metrics
 }
 
-// WithLogger sets the logger for the events no caller sees: lost leases and
-// Redis errors the consume guard absorbs. The default discards them.
-func WithLogger(log *slog.Logger) Option {
-	return func(o *options) {
-		if log != nil {
-			o.log = log
+// mustTTLs panics on a ttl below a millisecond (Redis PX granularity): a
+// caller's programming error, not a condition to handle.
+func mustTTLs(what string, ttls ...time.Duration) {
+	for _, ttl := range ttls {
+		if ttl < time.Millisecond {
+			panic(fmt.Sprintf("idempotent: %s ttl %v is below 1ms", what, ttl))
 		}
 	}
 }
 
-// WithRegisterer registers the package's Prometheus counters with reg.
-// Several Locks, Responses and Guards may share one registerer; they then
-// share the counters. Nil (the default) keeps the counters unregistered.
-func WithRegisterer(reg prometheus.Registerer) Option {
-	return func(o *options) { o.metrics = newMetrics(reg) }
-}
-
-func newOptions(opts []Option) options {
-	o := options{log: slog.New(slog.DiscardHandler)}
-	for _, opt := range opts {
-		opt(&o)
-	}
-	if o.metrics == nil {
-		o.metrics = newMetrics(nil)
+func newOptions(cfg Config) options {
+	o := options{log: cfg.Logger, metrics: newMetrics(cfg.Registerer)}
+	if o.log == nil {
+		o.log = slog.New(slog.DiscardHandler)
 	}
 	return o
 }

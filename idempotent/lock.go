@@ -25,11 +25,9 @@ type Locks struct {
 // While a lock is held its watchdog renews it every ttl/3, so ttl bounds how
 // long a crashed holder blocks duplicates, not how long a request may run.
 // ttl must be at least a millisecond (Redis PX granularity).
-func NewLocks(rdb redis.UniversalClient, prefix string, ttl time.Duration, opts ...Option) *Locks {
-	if ttl < time.Millisecond {
-		panic(fmt.Sprintf("idempotent: lock ttl %v is below 1ms", ttl))
-	}
-	return &Locks{rdb: rdb, prefix: prefix, ttl: ttl, opt: newOptions(opts)}
+func NewLocks(rdb redis.UniversalClient, prefix string, ttl time.Duration, cfg Config) *Locks {
+	mustTTLs("lock", ttl)
+	return &Locks{rdb: rdb, prefix: prefix, ttl: ttl, opt: newOptions(cfg)}
 }
 
 // AcquireSubmit takes the submit lock of a request, keyed by SubmitKey
@@ -64,16 +62,8 @@ func (l *Locks) Acquire(ctx context.Context, key string) (*Lock, error) {
 	}
 	l.opt.metrics.locksAcquired.Inc()
 	lock := &Lock{locks: l, key: key, token: token}
-	lock.watchdog = startWatchdog(ctx, l.rdb, key, token, l.ttl,
-		func() {
-			l.opt.metrics.leasesLost.WithLabelValues(componentLock).Inc()
-			l.opt.log.WarnContext(ctx, "idempotent: submit lock lost before release; a duplicate may run",
-				"key", key)
-		},
-		func(err error) {
-			l.opt.metrics.redisErrors.WithLabelValues(componentLock).Inc()
-			l.opt.log.WarnContext(ctx, "idempotent: submit lock renewal failed", "key", key, "err", err)
-		})
+	lock.watchdog = l.opt.startWatchdog(ctx, l.rdb, key, token, l.ttl,
+		componentLock, "submit lock", "before release; a duplicate may run")
 	return lock, nil
 }
 

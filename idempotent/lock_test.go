@@ -15,7 +15,7 @@ import (
 func TestLocksConcurrentAcquireOneWins(t *testing.T) {
 	rdb := testenv.Redis(t)
 	reg := prometheus.NewRegistry()
-	locks := idempotent.NewLocks(rdb, "", 5*time.Second, idempotent.WithRegisterer(reg))
+	locks := idempotent.NewLocks(rdb, "", 5*time.Second, idempotent.Config{Registerer: reg})
 	key := idempotent.SubmitKey(testenv.Prefix(t), "/api/v1/chat", "7", []byte(`{"question":"hi"}`))
 	ctx := context.Background()
 
@@ -71,7 +71,7 @@ func TestLocksConcurrentAcquireOneWins(t *testing.T) {
 func TestLockWatchdogKeepsLockPastTTL(t *testing.T) {
 	rdb := testenv.Redis(t)
 	const ttl = 600 * time.Millisecond // renewed every 200 ms: robust on a loaded 2-core CI machine
-	locks := idempotent.NewLocks(rdb, "", ttl)
+	locks := idempotent.NewLocks(rdb, "", ttl, idempotent.Config{})
 	key := testenv.Prefix(t) + "idem:submit:slow"
 	ctx := context.Background()
 
@@ -115,7 +115,7 @@ func TestLockReleaseByFormerOwnerKeepsNewOwnersLock(t *testing.T) {
 	rdb := testenv.Redis(t)
 	reg := prometheus.NewRegistry()
 	logger, logs := newTestLogger()
-	locks := idempotent.NewLocks(rdb, "", 300*time.Millisecond, idempotent.WithRegisterer(reg), idempotent.WithLogger(logger))
+	locks := idempotent.NewLocks(rdb, "", 300*time.Millisecond, idempotent.Config{Registerer: reg, Logger: logger})
 	key := testenv.Prefix(t) + "idem:submit:handover"
 	ctx := context.Background()
 
@@ -125,7 +125,7 @@ func TestLockReleaseByFormerOwnerKeepsNewOwnersLock(t *testing.T) {
 	}
 	// The first holder's lock vanishes, as after a long GC pause past its TTL.
 	rdb.Del(ctx, key)
-	waitFor(t, 2*time.Second, "the first watchdog to notice the loss", func() bool {
+	testenv.Eventually(t, 2*time.Second, "the first watchdog to notice the loss", func() bool {
 		return counter(t, reg, "ragent_idempotent_leases_lost_total", map[string]string{"component": "lock"}) == 1
 	})
 	second, err := locks.Acquire(ctx, key)
@@ -156,7 +156,7 @@ func TestLockReleaseByFormerOwnerKeepsNewOwnersLock(t *testing.T) {
 
 func TestLocksRedisErrors(t *testing.T) {
 	reg := prometheus.NewRegistry()
-	locks := idempotent.NewLocks(unreachableRedis(t), "", time.Second, idempotent.WithRegisterer(reg))
+	locks := idempotent.NewLocks(unreachableRedis(t), "", time.Second, idempotent.Config{Registerer: reg})
 
 	_, err := locks.Acquire(context.Background(), "k")
 	if !errors.Is(err, idempotent.ErrUnavailable) {
@@ -169,7 +169,7 @@ func TestLocksRedisErrors(t *testing.T) {
 	// A caller that gave up is not a Redis outage.
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	_, err = idempotent.NewLocks(testenv.Redis(t), "", time.Second).Acquire(ctx, testenv.Prefix(t)+"k")
+	_, err = idempotent.NewLocks(testenv.Redis(t), "", time.Second, idempotent.Config{}).Acquire(ctx, testenv.Prefix(t)+"k")
 	if !errors.Is(err, context.Canceled) || errors.Is(err, idempotent.ErrUnavailable) {
 		t.Fatalf("acquire with a cancelled context: err = %v, want context.Canceled only", err)
 	}
@@ -180,7 +180,7 @@ func TestLocksRedisErrors(t *testing.T) {
 func TestLocksAcquireSubmitUsesTheirPrefix(t *testing.T) {
 	rdb := testenv.Redis(t)
 	prefix := testenv.Prefix(t)
-	locks := idempotent.NewLocks(rdb, prefix, 5*time.Second)
+	locks := idempotent.NewLocks(rdb, prefix, 5*time.Second, idempotent.Config{})
 	ctx := context.Background()
 	body := []byte(`{"question":"hi","kb":"1"}`)
 	lock, err := locks.AcquireSubmit(ctx, "/api/v1/chat", "7", body)

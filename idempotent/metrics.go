@@ -25,31 +25,25 @@ type metrics struct {
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
+	counter := func(name, help string) prometheus.Counter {
+		return register(reg, prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: "ragent", Subsystem: "idempotent", Name: name, Help: help}))
+	}
+	counterVec := func(name, help, label string) *prometheus.CounterVec {
+		return register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "ragent", Subsystem: "idempotent", Name: name, Help: help}, []string{label}))
+	}
 	return &metrics{
-		locksAcquired: register(reg, prometheus.NewCounter(prometheus.CounterOpts{
-			Namespace: "ragent", Subsystem: "idempotent", Name: "locks_acquired_total",
-			Help: "Submit locks acquired.",
-		})),
-		lockConflicts: register(reg, prometheus.NewCounter(prometheus.CounterOpts{
-			Namespace: "ragent", Subsystem: "idempotent", Name: "lock_conflicts_total",
-			Help: "Submit lock attempts refused because another request held the lock.",
-		})),
-		leasesLost: register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: "ragent", Subsystem: "idempotent", Name: "leases_lost_total",
-			Help: "Watchdogs that found their lock or consume marker expired or taken over.",
-		}, []string{"component"})),
-		keyOutcomes: register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: "ragent", Subsystem: "idempotent", Name: "key_outcomes_total",
-			Help: "Idempotency-Key lookups by outcome (proceed, replay, mismatch, in_flight).",
-		}, []string{"outcome"})),
-		consumed: register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: "ragent", Subsystem: "idempotent", Name: "consume_total",
-			Help: "Consume guard decisions (processed, failed, duplicate, in_flight, degraded).",
-		}, []string{"result"})),
-		redisErrors: register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: "ragent", Subsystem: "idempotent", Name: "redis_errors_total",
-			Help: "Redis errors by component (lock, key, consume); the work went ahead without the guarantee.",
-		}, []string{"component"})),
+		locksAcquired: counter("locks_acquired_total", "Submit locks acquired."),
+		lockConflicts: counter("lock_conflicts_total", "Submit lock attempts refused because another request held the lock."),
+		leasesLost: counterVec("leases_lost_total",
+			"Watchdogs that found their lock or consume marker expired or taken over.", "component"),
+		keyOutcomes: counterVec("key_outcomes_total",
+			"Idempotency-Key lookups by outcome (proceed, replay, mismatch, in_flight).", "outcome"),
+		consumed: counterVec("consume_total",
+			"Consume guard decisions (processed, failed, duplicate, in_flight, degraded).", "result"),
+		redisErrors: counterVec("redis_errors_total",
+			"Redis errors by component (lock, key, consume); the work went ahead without the guarantee.", "component"),
 	}
 }
 

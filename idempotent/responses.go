@@ -72,11 +72,9 @@ type Responses struct {
 // exceed the slowest request using a key) and whose completed responses are
 // replayed for storeTTL (DefaultResponseTTL in ragent). Both must be at
 // least a millisecond.
-func NewResponses(rdb redis.UniversalClient, prefix string, inFlightTTL, storeTTL time.Duration, opts ...Option) *Responses {
-	if inFlightTTL < time.Millisecond || storeTTL < time.Millisecond {
-		panic(fmt.Sprintf("idempotent: response ttls %v, %v: below 1ms", inFlightTTL, storeTTL))
-	}
-	return &Responses{rdb: rdb, prefix: prefix, inFlightTTL: inFlightTTL, storeTTL: storeTTL, opt: newOptions(opts)}
+func NewResponses(rdb redis.UniversalClient, prefix string, inFlightTTL, storeTTL time.Duration, cfg Config) *Responses {
+	mustTTLs("response", inFlightTTL, storeTTL)
+	return &Responses{rdb: rdb, prefix: prefix, inFlightTTL: inFlightTTL, storeTTL: storeTTL, opt: newOptions(cfg)}
 }
 
 // PayloadHash identifies what a request asks for, so that an

@@ -17,17 +17,17 @@ import (
 
 const inFlightTTL = time.Minute
 
-func newResponses(t *testing.T, opts ...idempotent.Option) (*idempotent.Responses, string) {
+func newResponses(t *testing.T) (*idempotent.Responses, string) {
 	t.Helper()
 	prefix := testenv.Prefix(t)
-	return idempotent.NewResponses(testenv.Redis(t), prefix, inFlightTTL, idempotent.DefaultResponseTTL, opts...), prefix
+	return idempotent.NewResponses(testenv.Redis(t), prefix, inFlightTTL, idempotent.DefaultResponseTTL, idempotent.Config{}), prefix
 }
 
 func TestResponsesLifecycle(t *testing.T) {
 	rdb := testenv.Redis(t)
 	reg := prometheus.NewRegistry()
 	prefix := testenv.Prefix(t)
-	resp := idempotent.NewResponses(rdb, prefix, inFlightTTL, idempotent.DefaultResponseTTL, idempotent.WithRegisterer(reg))
+	resp := idempotent.NewResponses(rdb, prefix, inFlightTTL, idempotent.DefaultResponseTTL, idempotent.Config{Registerer: reg})
 	ctx := context.Background()
 	const user, key = "42", "5f0c-create-kb"
 	redisKey := prefix + "idem:key:" + user + ":" + key
@@ -123,14 +123,14 @@ func TestResponsesAbortThenRetry(t *testing.T) {
 func TestResponsesCompleteAfterClaimExpired(t *testing.T) {
 	rdb := testenv.Redis(t)
 	prefix := testenv.Prefix(t)
-	resp := idempotent.NewResponses(rdb, prefix, 50*time.Millisecond, idempotent.DefaultResponseTTL)
+	resp := idempotent.NewResponses(rdb, prefix, 50*time.Millisecond, idempotent.DefaultResponseTTL, idempotent.Config{})
 	ctx := context.Background()
 	const user, key = "1", "slow"
 
 	if got, _, err := resp.Begin(ctx, user, key, "a"); err != nil || got != idempotent.Proceed {
 		t.Fatalf("Begin a = %v, %v; want Proceed", got, err)
 	}
-	waitFor(t, 2*time.Second, "the in-flight claim to expire", func() bool {
+	testenv.Eventually(t, 2*time.Second, "the in-flight claim to expire", func() bool {
 		return rdb.Exists(ctx, prefix+"idem:key:1:slow").Val() == 0
 	})
 	// A request with another payload reuses the key after the claim expired.
@@ -205,7 +205,7 @@ func TestResponsesInvalidKey(t *testing.T) {
 
 func TestResponsesRedisErrors(t *testing.T) {
 	reg := prometheus.NewRegistry()
-	resp := idempotent.NewResponses(unreachableRedis(t), "p:", time.Minute, time.Hour, idempotent.WithRegisterer(reg))
+	resp := idempotent.NewResponses(unreachableRedis(t), "p:", time.Minute, time.Hour, idempotent.Config{Registerer: reg})
 	ctx := context.Background()
 	calls := map[string]func() error{
 		"begin": func() error {

@@ -34,9 +34,10 @@ func newToken() string {
 // ttl every ttl/3, so a slow owner keeps it while a dead one loses it within
 // one ttl. A renewal that fails on Redis is retried at the next turn: two
 // more chances remain before the lease runs out. It stops by itself when the
-// key is gone or holds another token, after calling lost; otherwise at Stop.
-func startWatchdog(ctx context.Context, rdb redis.UniversalClient, key, token string, ttl time.Duration,
-	lost func(), failed func(error)) *lease.Renewer {
+// key is gone or holds another token, after reporting the loss (what it is
+// and the consequence, for the log; counted for component); otherwise at Stop.
+func (o *options) startWatchdog(ctx context.Context, rdb redis.UniversalClient, key, token string, ttl time.Duration,
+	component, what, consequence string) *lease.Renewer {
 	interval := max(ttl/3, time.Millisecond)
 	return lease.Every(ctx, interval, func(ctx context.Context) time.Duration {
 		// A renewal still pending after a full ttl is moot: the lease has
@@ -48,9 +49,11 @@ func startWatchdog(ctx context.Context, rdb redis.UniversalClient, key, token st
 		case ctx.Err() != nil:
 			return 0
 		case err != nil:
-			failed(err)
+			o.metrics.redisErrors.WithLabelValues(component).Inc()
+			o.log.WarnContext(ctx, "idempotent: "+what+" renewal failed", "key", key, "err", err)
 		case !held:
-			lost()
+			o.metrics.leasesLost.WithLabelValues(component).Inc()
+			o.log.WarnContext(ctx, "idempotent: "+what+" lost "+consequence, "key", key)
 			return 0
 		}
 		return interval

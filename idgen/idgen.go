@@ -14,6 +14,7 @@
 package idgen
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -76,60 +77,46 @@ type Generator struct {
 	closed  bool
 }
 
-// Option configures a Generator.
-type Option func(*config)
-
-type config struct {
-	now       func() time.Time
-	ttl       time.Duration
-	leaseWait time.Duration
-	log       *slog.Logger
+// Config tunes a Generator; the zero Config takes the defaults.
+type Config struct {
+	// LeaseTTL is the worker-id lease TTL (default 30 s); it is renewed
+	// every third of it. Instance clocks are assumed to agree within a
+	// tenth of it.
+	LeaseTTL time.Duration
+	// LeaseWait is how long Next waits for a lost lease to be re-acquired
+	// before it fails with ErrNoWorker (default 1 s).
+	LeaseWait time.Duration
+	Logger    *slog.Logger     // lease events; nil discards
+	Now       func() time.Time // nil is time.Now
 }
 
-func newConfig(opts []Option) config {
-	c := config{
-		now:       time.Now,
-		ttl:       30 * time.Second,
-		leaseWait: time.Second,
-		log:       slog.New(slog.DiscardHandler),
-	}
-	for _, o := range opts {
-		o(&c)
+func (c Config) withDefaults() Config {
+	c.LeaseTTL = cmp.Or(c.LeaseTTL, 30*time.Second)
+	c.LeaseWait = cmp.Or(c.LeaseWait, time.Second)
+	c.Logger = cmp.Or(c.Logger, slog.New(slog.DiscardHandler))
+	if c.Now == nil {
+		c.Now = time.Now
 	}
 	return c
 }
 
-// WithClock replaces time.Now, for tests.
-func WithClock(now func() time.Time) Option { return func(c *config) { c.now = now } }
-
-// WithLeaseTTL sets the worker-id lease TTL (default 30 s); it is renewed
-// every third of it. Instance clocks are assumed to agree within a tenth of it.
-func WithLeaseTTL(ttl time.Duration) Option { return func(c *config) { c.ttl = ttl } }
-
-// WithLeaseWait sets how long Next waits for a lost lease to be re-acquired
-// before it fails with ErrNoWorker (default 1 s).
-func WithLeaseWait(d time.Duration) Option { return func(c *config) { c.leaseWait = d } }
-
-// WithLogger sets the logger for lease events (default: discard).
-func WithLogger(l *slog.Logger) Option { return func(c *config) { c.log = l } }
-
 // New returns a generator with a fixed worker id, which needs no Redis. It
 // panics if worker is outside 0..MaxWorkerID; configuration is validated
 // before this is called.
-func New(worker int64, opts ...Option) *Generator {
+func New(worker int64, cfg Config) *Generator {
 	if worker < 0 || worker > MaxWorkerID {
 		panic(fmt.Sprintf("idgen: worker id %d outside 0..%d", worker, MaxWorkerID))
 	}
-	g := newGenerator(newConfig(opts))
+	g := newGenerator(cfg.withDefaults())
 	g.worker = worker
 	return g
 }
 
-func newGenerator(c config) *Generator {
+func newGenerator(c Config) *Generator {
 	return &Generator{
-		now:       c.now,
+		now:       c.Now,
 		sleep:     time.Sleep,
-		leaseWait: c.leaseWait,
+		leaseWait: c.LeaseWait,
 		worker:    -1,
 		changed:   make(chan struct{}),
 		lastMs:    -1,

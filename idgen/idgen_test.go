@@ -37,7 +37,7 @@ func (c *fakeClock) step(d time.Duration) {
 func newFake(t *testing.T, worker int64) (*Generator, *fakeClock) {
 	t.Helper()
 	clock := &fakeClock{t: Epoch.Add(500 * 24 * time.Hour)}
-	g := New(worker, WithClock(clock.now))
+	g := New(worker, Config{Now: clock.now})
 	g.sleep = clock.sleep
 	return g, clock
 }
@@ -63,7 +63,7 @@ func TestDecompose(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			g := New(tt.worker, WithClock(func() time.Time { return tt.at }))
+			g := New(tt.worker, Config{Now: func() time.Time { return tt.at }})
 			for wantSeq := range int64(3) {
 				at, worker, seq := Decompose(mustNext(t, g))
 				if !at.Equal(tt.at) || worker != tt.worker || seq != wantSeq {
@@ -75,7 +75,7 @@ func TestDecompose(t *testing.T) {
 }
 
 func TestFixedWorkerNeedsNoRedis(t *testing.T) {
-	g := New(42)
+	g := New(42, Config{})
 	if g.WorkerID() != 42 {
 		t.Fatalf("WorkerID = %d, want 42", g.WorkerID())
 	}
@@ -106,7 +106,7 @@ func TestNewRejectsBadWorker(t *testing.T) {
 					t.Errorf("New(%d) did not panic", w)
 				}
 			}()
-			New(w)
+			New(w, Config{})
 		}()
 	}
 }
@@ -176,7 +176,7 @@ func TestSequenceOverflowWaitsForNextMillisecond(t *testing.T) {
 }
 
 func TestConcurrentCallersGetUniqueIDs(t *testing.T) {
-	g := New(9)
+	g := New(9, Config{})
 	const workers, each = 8, 20000
 	results := make([][]int64, workers)
 	var wg sync.WaitGroup

@@ -34,19 +34,19 @@ type workerLease struct {
 // rarely contend, and fails with ErrNoWorker when all 1024 are taken. The
 // lease is renewed in the background until Close; if it is lost, Next stops
 // issuing IDs until a worker id (perhaps another one) is re-acquired.
-func Lease(ctx context.Context, rdb redis.UniversalClient, prefix string, opts ...Option) (*Generator, error) {
-	c := newConfig(opts)
-	if c.ttl < 30*time.Millisecond {
-		return nil, fmt.Errorf("idgen: lease TTL %s too short", c.ttl)
+func Lease(ctx context.Context, rdb redis.UniversalClient, prefix string, cfg Config) (*Generator, error) {
+	c := cfg.withDefaults()
+	if c.LeaseTTL < 30*time.Millisecond {
+		return nil, fmt.Errorf("idgen: lease TTL %s too short", c.LeaseTTL)
 	}
 	host, _ := os.Hostname()
 	l := &workerLease{
 		rdb:    rdb,
 		prefix: prefix,
 		token:  host + ":" + strconv.Itoa(os.Getpid()) + ":" + crand.Text(),
-		ttl:    c.ttl,
-		margin: c.ttl / 10,
-		log:    c.log,
+		ttl:    c.LeaseTTL,
+		margin: c.LeaseTTL / 10,
+		log:    c.Logger,
 	}
 	g := newGenerator(c)
 	g.lease = l

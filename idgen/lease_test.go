@@ -14,9 +14,9 @@ import (
 	"github.com/ragent-go/ragent/internal/testenv"
 )
 
-func mustLease(t *testing.T, rdb redis.UniversalClient, prefix string, opts ...Option) *Generator {
+func mustLease(t *testing.T, rdb redis.UniversalClient, prefix string, cfg Config) *Generator {
 	t.Helper()
-	g, err := Lease(t.Context(), rdb, prefix, opts...)
+	g, err := Lease(t.Context(), rdb, prefix, cfg)
 	if err != nil {
 		t.Fatalf("Lease: %v", err)
 	}
@@ -53,7 +53,7 @@ func TestLeasedGeneratorsGetDistinctWorkers(t *testing.T) {
 	prefix := testenv.Prefix(t)
 	seen := map[int64]bool{}
 	for range 3 {
-		g := mustLease(t, testenv.Redis(t), prefix)
+		g := mustLease(t, testenv.Redis(t), prefix, Config{})
 		w := g.WorkerID()
 		if w < 0 || w > MaxWorkerID || seen[w] {
 			t.Fatalf("worker id %d (seen before: %v)", w, seen[w])
@@ -70,17 +70,17 @@ func TestLeaseScansToTheLastFreeWorker(t *testing.T) {
 	prefix := testenv.Prefix(t)
 	occupy(t, rdb, prefix, 777)
 
-	g := mustLease(t, testenv.Redis(t), prefix)
+	g := mustLease(t, testenv.Redis(t), prefix, Config{})
 	if g.WorkerID() != 777 {
 		t.Fatalf("WorkerID = %d, want the only free id 777", g.WorkerID())
 	}
-	if _, err := Lease(t.Context(), testenv.Redis(t), prefix); !errors.Is(err, ErrNoWorker) {
+	if _, err := Lease(t.Context(), testenv.Redis(t), prefix, Config{}); !errors.Is(err, ErrNoWorker) {
 		t.Fatalf("Lease with every id taken: %v, want ErrNoWorker", err)
 	}
 }
 
 func TestMillionIDsUniqueAndIncreasing(t *testing.T) {
-	g := mustLease(t, testenv.Redis(t), testenv.Prefix(t))
+	g := mustLease(t, testenv.Redis(t), testenv.Prefix(t), Config{})
 	const n = 1_000_000
 	start := time.Now()
 	prev := int64(-1)
@@ -100,7 +100,7 @@ func TestMillionIDsUniqueAndIncreasing(t *testing.T) {
 func TestCloseReleasesLease(t *testing.T) {
 	rdb := testenv.Redis(t)
 	prefix := testenv.Prefix(t)
-	g, err := Lease(t.Context(), testenv.Redis(t), prefix, WithLeaseTTL(time.Second))
+	g, err := Lease(t.Context(), testenv.Redis(t), prefix, Config{LeaseTTL: time.Second})
 	if err != nil {
 		t.Fatalf("Lease: %v", err)
 	}
@@ -136,7 +136,7 @@ func TestLostLeaseIsReacquired(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			rdb := testenv.Redis(t)
 			prefix := testenv.Prefix(t)
-			g := mustLease(t, testenv.Redis(t), prefix, WithLeaseTTL(300*time.Millisecond))
+			g := mustLease(t, testenv.Redis(t), prefix, Config{LeaseTTL: 300 * time.Millisecond})
 			old := g.WorkerID()
 			key := g.lease.key(old)
 			t.Cleanup(func() { rdb.Del(context.Background(), key) })
@@ -147,23 +147,16 @@ func TestLostLeaseIsReacquired(t *testing.T) {
 			}
 			// Renewal runs every 100ms; within a second the generator must
 			// hold a worker id again under its own token.
-			deadline := time.Now().Add(2 * time.Second)
-			for {
+			testenv.Eventually(t, 2*time.Second, "the lease to be re-acquired", func() bool {
 				w := g.WorkerID()
 				if (w != old || !tt.moves) && w >= 0 &&
 					rdb.Get(t.Context(), g.lease.key(w)).Val() == g.lease.token &&
 					rdb.PTTL(t.Context(), g.lease.key(w)).Val() > 0 {
-					if tt.moves && w == old {
-						t.Fatal("kept the stolen worker id")
-					}
-					break
-				}
-				if time.Now().After(deadline) {
-					t.Fatalf("lease not re-acquired: worker %d", w)
+					return true
 				}
 				ids = append(ids, mustNext(t, g))
-				time.Sleep(10 * time.Millisecond)
-			}
+				return false
+			})
 			for range 1000 {
 				ids = append(ids, mustNext(t, g))
 			}
@@ -195,7 +188,7 @@ func TestLeaseExpiresWhileRedisUnreachable(t *testing.T) {
 	t.Cleanup(func() { cut.Close() })
 
 	const ttl = 400 * time.Millisecond
-	g := mustLease(t, cut, prefix, WithLeaseTTL(ttl), WithLeaseWait(20*time.Millisecond))
+	g := mustLease(t, cut, prefix, Config{LeaseTTL: ttl, LeaseWait: 20 * time.Millisecond})
 	worker := g.WorkerID()
 	key := g.lease.key(worker)
 	occupy(t, rdb, prefix, worker)
@@ -227,14 +220,10 @@ func TestLeaseExpiresWhileRedisUnreachable(t *testing.T) {
 	}
 
 	// Another instance takes the freed worker id, the only free one.
-	deadline := time.Now().Add(2 * time.Second)
-	for rdb.Exists(t.Context(), key).Val() == 1 {
-		if time.Now().After(deadline) {
-			t.Fatal("lease key did not expire")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	other := mustLease(t, testenv.Redis(t), prefix)
+	testenv.Eventually(t, 2*time.Second, "the lease key to expire", func() bool {
+		return rdb.Exists(t.Context(), key).Val() == 0
+	})
+	other := mustLease(t, testenv.Redis(t), prefix, Config{})
 	if other.WorkerID() != worker {
 		t.Fatalf("other instance got worker %d, want the freed %d", other.WorkerID(), worker)
 	}
@@ -249,13 +238,9 @@ func TestLeaseExpiresWhileRedisUnreachable(t *testing.T) {
 	if err := rdb.Del(t.Context(), g.lease.key((worker+1)%(MaxWorkerID+1))).Err(); err != nil {
 		t.Fatal(err)
 	}
-	deadline = time.Now().Add(3 * time.Second)
-	for g.WorkerID() < 0 || g.WorkerID() == worker {
-		if time.Now().After(deadline) {
-			t.Fatalf("generator did not re-acquire: worker %d", g.WorkerID())
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	testenv.Eventually(t, 3*time.Second, "the generator to re-acquire a new worker id", func() bool {
+		return g.WorkerID() >= 0 && g.WorkerID() != worker
+	})
 	for range 1000 {
 		mine[mustNext(t, g)] = true
 	}

@@ -24,14 +24,16 @@ import (
 func BenchmarkHandoff(b *testing.B) {
 	prefix := testenv.Prefix(b)
 	cleanupKeys(b, testenv.Redis(b), prefix)
-	cfg := Config{MaxConcurrent: 1, MaxWait: 10 * time.Second, Lease: 10 * time.Second, Enabled: true}
-	pair := func(name string, opts ...Option) [2]*Limiter {
+	cfg := Config{MaxConcurrent: 1, MaxWait: 10 * time.Second, Lease: 10 * time.Second}
+	pair := func(name string, noPubSub bool) [2]*Limiter {
+		cfg := cfg
+		cfg.NoPubSub = noPubSub
 		return [2]*Limiter{
-			startLimiter(b, testenv.Redis(b), prefix, name, cfg, opts...),
-			startLimiter(b, testenv.Redis(b), prefix, name, cfg, opts...),
+			startLimiter(b, testenv.Redis(b), prefix, name, cfg),
+			startLimiter(b, testenv.Redis(b), prefix, name, cfg),
 		}
 	}
-	pubsub, polling := pair("pubsub"), pair("polling", WithoutPubSub())
+	pubsub, polling := pair("pubsub", false), pair("polling", true)
 	var fast, slow []time.Duration
 	held := map[string]*Permit{}
 	for _, ls := range [][2]*Limiter{pubsub, polling} {
@@ -99,7 +101,7 @@ func BenchmarkGrants(b *testing.B) {
 	const workers = 100
 	prefix := testenv.Prefix(b)
 	cleanupKeys(b, testenv.Redis(b), prefix)
-	cfg := Config{MaxConcurrent: 50, MaxWait: 30 * time.Second, Lease: 10 * time.Second, Enabled: true}
+	cfg := Config{MaxConcurrent: 50, MaxWait: 30 * time.Second, Lease: 10 * time.Second}
 	ls := []*Limiter{
 		startLimiter(b, testenv.Redis(b), prefix, "chat", cfg),
 		startLimiter(b, testenv.Redis(b), prefix, "chat", cfg),
@@ -159,7 +161,7 @@ func BenchmarkUncontendedRoundTrips(b *testing.B) {
 	cleanupKeys(b, rdb, prefix)
 	hook := &countingHook{}
 	rdb.AddHook(hook)
-	l := startLimiter(b, rdb, prefix, "chat", Config{MaxConcurrent: 10, Lease: 10 * time.Second, Enabled: true})
+	l := startLimiter(b, rdb, prefix, "chat", Config{MaxConcurrent: 10, Lease: 10 * time.Second})
 	warm, err := l.Acquire(b.Context(), "warm", "u", nil) // loads the scripts
 	if err != nil {
 		b.Fatal(err)

@@ -18,7 +18,7 @@ func TestClassesOrderAndReserve(t *testing.T) {
 	prefix := testenv.Prefix(t)
 	cleanupKeys(t, rdb, prefix)
 	l := startLimiter(t, rdb, prefix, "embed", Config{MaxConcurrent: 2, MaxWait: 20 * time.Second, Lease: 5 * time.Second,
-		PollInterval: 20 * time.Millisecond, Enabled: true})
+		PollInterval: 20 * time.Millisecond})
 	ctx := t.Context()
 	low := Class{Level: 512, Reserve: 1}
 
@@ -47,7 +47,7 @@ func TestClassesOrderAndReserve(t *testing.T) {
 	// One at a time, so that their arrival order is the order asked for.
 	for i := 1; i <= 3; i++ {
 		acquire(fmt.Sprintf("doc-%d", i), "documents", low)
-		eventually(t, 10*time.Second, "batch queued", func() bool { return rdb.ZCard(ctx, l.keys.queue).Val() == int64(i) })
+		testenv.Eventually(t, 10*time.Second, "batch queued", func() bool { return rdb.ZCard(ctx, l.keys.queue).Val() == int64(i) })
 	}
 	select {
 	case g := <-granted:
@@ -62,7 +62,7 @@ func TestClassesOrderAndReserve(t *testing.T) {
 	// With every permit held, a second query queues ahead of the batches
 	// that arrived before it, and gets the next permit freed.
 	acquire("query-1", "query:bob", Class{})
-	eventually(t, 10*time.Second, "the query queued", func() bool { return rdb.ZCard(ctx, l.keys.queue).Val() == 4 })
+	testenv.Eventually(t, 10*time.Second, "the query queued", func() bool { return rdb.ZCard(ctx, l.keys.queue).Val() == 4 })
 	if rank := rdb.ZRank(ctx, l.keys.queue, "query-1").Val(); rank != 0 {
 		t.Fatalf("query queued at rank %d behind document batches", rank)
 	}

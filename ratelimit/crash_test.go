@@ -25,7 +25,7 @@ const (
 )
 
 func crashConfig(n int) Config {
-	return Config{MaxConcurrent: n, MaxWait: crashMaxWait, Lease: crashLease, PollInterval: crashPoll, Enabled: true}
+	return Config{MaxConcurrent: n, MaxWait: crashMaxWait, Lease: crashLease, PollInterval: crashPoll}
 }
 
 func TestHelperProcess(t *testing.T) {
@@ -145,7 +145,7 @@ func TestCrashedInstanceLeaksNothing(t *testing.T) {
 		qctx, cancel := context.WithTimeout(ctx, 15*time.Second)
 		defer cancel()
 		l := New(testenv.Redis(t), prefix, "queued", Config{MaxConcurrent: 1, MaxWait: 15 * time.Second,
-			Lease: crashLease, PollInterval: crashPoll, Enabled: true}, WithLogger(testLogger(t)))
+			Lease: crashLease, PollInterval: crashPoll, Logger: testLogger(t)})
 		p, err := l.Acquire(qctx, "parent-queued", "child", nil)
 		if err != nil {
 			t.Errorf("queued: %v", err)

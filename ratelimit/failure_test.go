@@ -27,7 +27,7 @@ func TestRedisDownPolicy(t *testing.T) {
 	t.Run("reject", func(t *testing.T) {
 		t.Parallel()
 		l := startLimiter(t, deadRedis(t), "", "chat", Config{MaxConcurrent: 2, MaxWait: 2 * time.Second,
-			OnRedisError: PolicyReject, Enabled: true}, WithoutPubSub())
+			OnRedisError: PolicyReject, NoPubSub: true})
 		start := time.Now()
 		_, err := l.Acquire(t.Context(), "r", "u", nil)
 		if !errors.Is(err, ErrUnavailable) || errors.Is(err, ErrTimeout) || errors.Is(err, ErrQueueFull) {
@@ -55,7 +55,7 @@ func TestRedisDownPolicy(t *testing.T) {
 		t.Parallel()
 		const maxWait = 500 * time.Millisecond
 		l := startLimiter(t, deadRedis(t), "", "chat", Config{MaxConcurrent: 2, MaxWait: maxWait,
-			OnRedisError: PolicyLocal, Enabled: true}, WithoutPubSub())
+			OnRedisError: PolicyLocal, NoPubSub: true})
 		var held []*Permit
 		for i := range 2 {
 			p, err := l.Acquire(t.Context(), fmt.Sprint("r", i), "u", nil)
@@ -100,7 +100,7 @@ func TestRedisOutageAndRecovery(t *testing.T) {
 	var skew atomic.Int64 // lets the test skip the pause after a failure
 	now := func() time.Time { return time.Now().Add(time.Duration(skew.Load())) }
 	l := startLimiter(t, c, prefix, "chat", Config{MaxConcurrent: 2, MaxWait: time.Second, Lease: 2 * time.Second,
-		PollInterval: 50 * time.Millisecond, OnRedisError: PolicyLocal, Enabled: true}, WithClock(now))
+		PollInterval: 50 * time.Millisecond, OnRedisError: PolicyLocal, Now: now})
 	ctx := t.Context()
 
 	before, err := l.Acquire(ctx, "before", "u", nil)
@@ -139,7 +139,7 @@ func TestRedisOutageAndRecovery(t *testing.T) {
 	during.Release() // local: touches nothing in Redis
 	after.Release()
 	// "before" could not be released while Redis was away: its lease ends it.
-	eventually(t, 3*time.Second, "lease of the unreleased permit expires", func() bool {
+	testenv.Eventually(t, 3*time.Second, "lease of the unreleased permit expires", func() bool {
 		st, err := l.Stats(ctx)
 		return err == nil && st.PermitsInUse == 0
 	})
@@ -156,8 +156,8 @@ func TestRedisOutageAndRecovery(t *testing.T) {
 
 // TestRedisRestartMidRun keeps two instances busy while Redis "restarts":
 // connections killed, script cache flushed, and (no persistence) the data
-// gone. Work continues, held permits whose lease vanished report Lost, and
-// nothing is left behind at the end.
+// gone. Work continues, a permit held across the loss is released without
+// error, and nothing is left behind at the end.
 func TestRedisRestartMidRun(t *testing.T) {
 	t.Parallel()
 	const n = 3
@@ -165,7 +165,7 @@ func TestRedisRestartMidRun(t *testing.T) {
 	admin := testenv.Redis(t)
 	cleanupKeys(t, admin, prefix)
 	cfg := Config{MaxConcurrent: n, MaxWait: 10 * time.Second, Lease: 600 * time.Millisecond,
-		PollInterval: 50 * time.Millisecond, OnRedisError: PolicyReject, Enabled: true}
+		PollInterval: 50 * time.Millisecond, OnRedisError: PolicyReject}
 	clients := []*switchableClient{newSwitchableClient(t), newSwitchableClient(t)}
 	limiters := []*Limiter{
 		startLimiter(t, clients[0], prefix, "chat", cfg),
@@ -174,9 +174,9 @@ func TestRedisRestartMidRun(t *testing.T) {
 
 	stop := make(chan struct{})
 	var (
-		wg                    sync.WaitGroup
-		grants, lost, refused atomic.Int64
-		seq                   atomic.Int64
+		wg              sync.WaitGroup
+		grants, refused atomic.Int64
+		seq             atomic.Int64
 	)
 	for i := range 10 {
 		wg.Go(func() {
@@ -198,22 +198,17 @@ func TestRedisRestartMidRun(t *testing.T) {
 					continue
 				}
 				grants.Add(1)
-				select {
-				case <-p.Lost():
-					lost.Add(1)
-				case <-time.After(30 * time.Millisecond):
-				}
+				time.Sleep(30 * time.Millisecond) // the work the permit is held for
 				p.Release()
 			}
 		})
 	}
-	// One permit held across the restart, long enough for a renewal to
-	// find it gone.
+	// One permit held across the restart.
 	long, err := limiters[0].Acquire(t.Context(), "long", "long", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(300 * time.Millisecond)
+	testenv.Eventually(t, 10*time.Second, "grants before the restart", func() bool { return grants.Load() > 0 })
 	before := grants.Load()
 
 	// The restart: connections dropped, scripts and data gone.
@@ -226,21 +221,10 @@ func TestRedisRestartMidRun(t *testing.T) {
 	k := limiters[0].keys
 	admin.Del(t.Context(), k.queue, k.seq, k.permits, k.users, k.owners, k.held, k.deadlines)
 
-	// Reported at its next renewal (every lease/3); the bound is loose so
-	// that a stalled goroutine on a loaded machine is not taken for a
-	// missing report.
-	select {
-	case <-long.Lost():
-	case <-time.After(5 * time.Second):
-		t.Error("permit held across the data loss not reported lost")
-	}
+	testenv.Eventually(t, 10*time.Second, "grants after the restart", func() bool { return grants.Load() > before })
 	long.Release()
-	time.Sleep(300 * time.Millisecond)
 	close(stop)
 	wg.Wait()
-	if after := grants.Load(); after <= before {
-		t.Errorf("no grants after the restart (%d before, %d total)", before, after)
-	}
-	t.Logf("grants %d (before restart %d), lost %d, refused %d", grants.Load(), before, lost.Load(), refused.Load())
+	t.Logf("grants %d (before restart %d), refused %d", grants.Load(), before, refused.Load())
 	assertDrained(t, admin, k)
 }

@@ -30,7 +30,7 @@ func BenchmarkFairShare(b *testing.B) {
 	type span struct{ asked, granted time.Time }
 	prefix := testenv.Prefix(b)
 	cleanupKeys(b, testenv.Redis(b), prefix)
-	cfg := Config{MaxConcurrent: n, MaxWait: 30 * time.Second, Lease: 10 * time.Second, Enabled: true}
+	cfg := Config{MaxConcurrent: n, MaxWait: 30 * time.Second, Lease: 10 * time.Second}
 	ls := []*Limiter{
 		startLimiter(b, testenv.Redis(b), prefix, "chat", cfg),
 		startLimiter(b, testenv.Redis(b), prefix, "chat", cfg),

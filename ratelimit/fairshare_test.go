@@ -24,7 +24,7 @@ func TestFairShareBetweenUsers(t *testing.T) {
 	prefix := testenv.Prefix(t)
 	cleanupKeys(t, rdb, prefix)
 	cfg := Config{MaxConcurrent: n, MaxWait: 20 * time.Second, Lease: time.Second,
-		PollInterval: 50 * time.Millisecond, Enabled: true}
+		PollInterval: 50 * time.Millisecond}
 	var limiters []*Limiter
 	for range 3 {
 		limiters = append(limiters, startLimiter(t, testenv.Redis(t), prefix, "chat", cfg))
@@ -155,7 +155,7 @@ func TestFairShareLevels(t *testing.T) {
 	prefix := testenv.Prefix(t)
 	cleanupKeys(t, rdb, prefix)
 	cfg := Config{MaxConcurrent: 1, MaxWait: 20 * time.Second, Lease: 5 * time.Second,
-		PollInterval: 50 * time.Millisecond, Enabled: true}
+		PollInterval: 50 * time.Millisecond}
 	l := startLimiter(t, rdb, prefix, "chat", cfg)
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()

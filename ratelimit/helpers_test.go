@@ -44,13 +44,16 @@ func (w *testWriter) Write(b []byte) (int, error) {
 	return w.out.Write(b)
 }
 
-// startLimiter builds a limiter, starts its subscription and waits until the
+// startLimiter builds a limiter (logging to the test unless cfg says
+// otherwise), runs its subscription until the test ends and waits until the
 // subscription is confirmed, so tests do not race the first notification.
-func startLimiter(t testing.TB, rdb redis.UniversalClient, prefix, name string, cfg Config, opts ...Option) *Limiter {
+func startLimiter(t testing.TB, rdb redis.UniversalClient, prefix, name string, cfg Config) *Limiter {
 	t.Helper()
-	l := New(rdb, prefix, name, cfg, append([]Option{WithLogger(testLogger(t))}, opts...)...)
-	l.Start(context.Background())
-	t.Cleanup(func() { l.Close() })
+	if cfg.Logger == nil {
+		cfg.Logger = testLogger(t)
+	}
+	l := New(rdb, prefix, name, cfg)
+	testenv.Run(t, l.Run)
 	if l.n.enabled {
 		waitReady(t, l.n)
 	}
@@ -95,18 +98,6 @@ func assertDrained(t testing.TB, rdb *redis.Client, k keys) {
 	}
 	if markers := rdb.Keys(ctx, k.entry+"*").Val(); len(markers) != 0 {
 		t.Errorf("entry markers left: %v", markers)
-	}
-}
-
-// eventually polls cond until it holds or timeout passes.
-func eventually(t testing.TB, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within %v", what, timeout)
-		}
-		time.Sleep(10 * time.Millisecond)
 	}
 }
 

@@ -21,9 +21,8 @@ const releaseTimeout = 3 * time.Second
 type Permit struct {
 	release func(ctx context.Context)
 	once    sync.Once
-	lost    chan struct{}
 	local   bool
-	renewal *lease.Renewer // nil for local and pass-through permits
+	renewal *lease.Renewer // nil for local permits
 }
 
 // Release gives the permit back and wakes the waiters. It is safe to call
@@ -31,7 +30,7 @@ type Permit struct {
 func (p *Permit) Release() {
 	p.once.Do(func() {
 		// Stop cancels a renewal in progress and waits for it, so no
-		// renewal reports the permit lost because of this release.
+		// renewal logs the permit lost because of this release.
 		if p.renewal != nil {
 			p.renewal.Stop()
 		}
@@ -43,19 +42,9 @@ func (p *Permit) Release() {
 	})
 }
 
-// Lost is closed when a renewal finds the permit gone (its lease expired
-// while Redis was unreachable, or Redis lost its data), so the slot may be
-// held by someone else. Callers may keep going or stop; the limiter does not
-// decide for them. It is never closed for local or pass-through permits.
-func (p *Permit) Lost() <-chan struct{} { return p.lost }
-
 // Local reports whether the permit came from the in-process fallback
 // semaphore (PolicyLocal while Redis was failing) rather than from Redis.
 func (p *Permit) Local() bool { return p.local }
-
-func newPermit(release func(ctx context.Context)) *Permit {
-	return &Permit{release: release, lost: make(chan struct{})}
-}
 
 // permitLease is the Redis side of a permit: its members and the script keys.
 type permitLease struct {
@@ -70,7 +59,7 @@ type permitLease struct {
 // newRedisPermit returns a permit for a lease already granted in Redis and
 // starts its renewal.
 func newRedisPermit(l permitLease) *Permit {
-	p := newPermit(func(ctx context.Context) {
+	p := &Permit{release: func(ctx context.Context) {
 		n, err := releaseScript.Run(ctx, l.rdb, l.keys.releaseKeys(), l.id, l.keys.notify).Int()
 		if err != nil {
 			l.m.redisErrors.Inc()
@@ -79,7 +68,7 @@ func newRedisPermit(l permitLease) *Permit {
 			return
 		}
 		l.m.permitsInUse.Set(float64(n))
-	})
+	}}
 	every := l.duration / 3
 	// A failed call is retried at the next turn: two more chances remain
 	// before the lease ends.
@@ -94,8 +83,11 @@ func newRedisPermit(l permitLease) *Permit {
 			l.m.redisErrors.Inc()
 			l.log.Warn("ratelimit: lease renewal failed", "permit", l.id, "err", err)
 		case held == 0:
+			// The lease expired while Redis was unreachable, or Redis lost
+			// its data: the slot may be someone else's now. The work goes
+			// on (stopping it would not give the slot back); renewing
+			// would overcommit, so the renewal ends here.
 			l.log.Warn("ratelimit: permit lost before release", "permit", l.id)
-			close(p.lost)
 			return 0
 		}
 		return every

@@ -32,11 +32,11 @@
 package ratelimit
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -87,19 +87,30 @@ func (p Policy) String() string {
 	return "reject"
 }
 
-// Config sets a Limiter's bounds. Zero durations and a zero MaxConcurrent
-// take the DESIGN defaults (10, 15 s wait, 30 s lease, 200 ms poll); a zero
-// MaxQueue or MaxQueuedPerUser means no cap. Enabled false makes Acquire a
-// pass-through.
+// Config sets a Limiter's or a Semaphore's bounds and surroundings. Zero
+// values take defaults: 10 permits, a 200 ms poll, and a 15 s wait on a 30 s
+// lease for a Limiter (DESIGN §7), a 5 s wait on a 300 s lease for a
+// Semaphore (uploads); a zero MaxQueue or MaxQueuedPerUser means no cap.
+// A disabled limiter is not built: the caller holds none.
 type Config struct {
 	MaxConcurrent    int
 	MaxWait          time.Duration
 	Lease            time.Duration
 	PollInterval     time.Duration
-	MaxQueue         int
-	MaxQueuedPerUser int
-	OnRedisError     Policy
-	Enabled          bool
+	MaxQueue         int    // Limiter only
+	MaxQueuedPerUser int    // Limiter only
+	OnRedisError     Policy // Limiter only: a Semaphore always refuses
+
+	// NoPubSub turns off the notification subscription, so waiters only
+	// poll. Releases still publish, for instances that do subscribe.
+	NoPubSub bool
+	// Registerer exports the metrics; limiters with the same name on the
+	// same registerer share one set of series. Nil keeps them unexported.
+	Registerer prometheus.Registerer
+	Logger     *slog.Logger // nil discards
+	// Now measures wait times and the pause after a Redis failure (nil is
+	// time.Now). Leases never use it: they run on Redis TIME.
+	Now func() time.Time
 }
 
 const (
@@ -123,61 +134,28 @@ const (
 	maxPollSkip = 10
 )
 
-func (c Config) withDefaults() Config {
-	if c.MaxConcurrent <= 0 {
-		c.MaxConcurrent = defaultMaxConcurrent
-	}
-	if c.MaxWait <= 0 {
-		c.MaxWait = defaultMaxWait
-	}
-	if c.Lease <= 0 {
-		c.Lease = defaultLease
+// withDefaults fills zero fields; maxWait and lease are the defaults of the
+// Limiter or the Semaphore.
+func (c Config) withDefaults(maxWait, lease time.Duration) Config {
+	c.MaxConcurrent = cmp.Or(max(c.MaxConcurrent, 0), defaultMaxConcurrent)
+	c.MaxWait = cmp.Or(max(c.MaxWait, 0), maxWait)
+	c.Lease = cmp.Or(max(c.Lease, 0), lease)
+	c.PollInterval = cmp.Or(max(c.PollInterval, 0), defaultPollInterval)
+	c.Logger = cmp.Or(c.Logger, slog.New(slog.DiscardHandler))
+	if c.Now == nil {
+		c.Now = time.Now
 	}
 	return c
 }
 
-// Option configures a Limiter or a Semaphore.
-type Option func(*options)
-
-type options struct {
-	log    *slog.Logger
-	reg    prometheus.Registerer
-	now    func() time.Time
-	pubsub bool
-	poll   time.Duration
-}
-
-// WithLogger sets the logger (default slog.Default()).
-func WithLogger(log *slog.Logger) Option { return func(o *options) { o.log = log } }
-
-// WithRegisterer registers the metrics on reg. Limiters with the same name on
-// the same registerer share one set of series. Without it the metrics are
-// kept but not exported.
-func WithRegisterer(reg prometheus.Registerer) Option { return func(o *options) { o.reg = reg } }
-
-// WithClock sets the clock used to measure wait times and to pause Redis
-// after a failure (default time.Now). Leases never use it: they run on
-// Redis TIME.
-func WithClock(now func() time.Time) Option { return func(o *options) { o.now = now } }
-
-// WithoutPubSub turns off the notification subscription, so waiters only
-// poll. Releases still publish, for instances that do subscribe.
-func WithoutPubSub() Option { return func(o *options) { o.pubsub = false } }
-
-// WithPollInterval sets how often a waiter retries without a notification
-// (default 200 ms). A Limiter's Config.PollInterval, when set, wins.
-func WithPollInterval(d time.Duration) Option { return func(o *options) { o.poll = d } }
-
-func buildOptions(name string, opts []Option) (options, *metrics) {
-	o := options{log: slog.Default(), now: time.Now, pubsub: true, poll: defaultPollInterval}
-	for _, opt := range opts {
-		opt(&o)
-	}
-	m, err := registerMetrics(o.reg, name)
+// setup registers the metrics of the limiter or semaphore named name and
+// builds its notifier.
+func (c Config) setup(rdb redis.UniversalClient, k keys, name string) (*metrics, *notifier) {
+	m, err := registerMetrics(c.Registerer, name)
 	if err != nil {
-		o.log.Error("ratelimit: metrics not registered", "limiter", name, "err", err)
+		c.Logger.Error("ratelimit: metrics not registered", "limiter", name, "err", err)
 	}
-	return o, m
+	return m, newNotifier(rdb, k.notify, !c.NoPubSub, c.Logger)
 }
 
 // keys are one limiter's Redis keys. They share the hash tag {limiter:name}
@@ -207,18 +185,17 @@ func newKeys(prefix, name string) keys {
 // releaseKeys are release.lua's keys: the permit and its owner bookkeeping.
 func (k keys) releaseKeys() []string { return []string{k.permits, k.owners, k.held} }
 
-// Limiter is the fair distributed limiter. Create it with New, run its
-// subscription with Start (or Run), and stop it with Close.
+// Limiter is the fair distributed limiter. Create it with New and run its
+// notification subscription with Run; without Run waiters still make
+// progress by polling.
 type Limiter struct {
 	name  string
 	rdb   redis.UniversalClient
 	cfg   Config
 	keys  keys
-	opts  options
 	m     *metrics
 	n     *notifier
 	local chan struct{} // the PolicyLocal fallback semaphore
-	bg    background
 
 	// downUntil (unix ns) skips Redis for a moment after it failed, so
 	// during an outage each Acquire does not first wait for the client's
@@ -228,31 +205,17 @@ type Limiter struct {
 
 // New returns a limiter named name (the chat limiter is "chat") whose keys
 // start with prefix (empty means "ragent:").
-func New(rdb redis.UniversalClient, prefix, name string, cfg Config, opts ...Option) *Limiter {
-	cfg = cfg.withDefaults()
-	o, m := buildOptions(name, opts)
-	if cfg.PollInterval <= 0 {
-		cfg.PollInterval = o.poll
-	}
+func New(rdb redis.UniversalClient, prefix, name string, cfg Config) *Limiter {
+	cfg = cfg.withDefaults(defaultMaxWait, defaultLease)
 	k := newKeys(prefix, name)
-	return &Limiter{
-		name: name, rdb: rdb, cfg: cfg, keys: k, opts: o, m: m,
-		n:     newNotifier(rdb, k.notify, o.pubsub, o.log),
-		local: make(chan struct{}, cfg.MaxConcurrent),
-	}
+	m, n := cfg.setup(rdb, k, name)
+	return &Limiter{name: name, rdb: rdb, cfg: cfg, keys: k, m: m, n: n,
+		local: make(chan struct{}, cfg.MaxConcurrent)}
 }
 
-// Start runs the notification subscription in the background until ctx ends
-// or Close is called. Without it waiters still make progress by polling.
-func (l *Limiter) Start(ctx context.Context) { l.bg.start(ctx, l.n.run) }
-
-// Run holds the notification subscription until ctx ends, for callers that
-// manage their own goroutines.
+// Run holds the notification subscription until ctx ends. Held permits stay
+// valid after it returns, until released.
 func (l *Limiter) Run(ctx context.Context) error { return l.n.run(ctx) }
-
-// Close stops what Start started and waits for it. Held permits stay valid
-// until released.
-func (l *Limiter) Close() error { l.bg.stop(); return nil }
 
 // Acquire waits for a permit for request requestID of user userID. The
 // request's place in the queue follows the fairness rule (package doc): the
@@ -287,37 +250,34 @@ type Class struct {
 
 // AcquireClass is Acquire for a request of class c.
 func (l *Limiter) AcquireClass(ctx context.Context, requestID, userID string, c Class, onPosition func(position, queued int)) (*Permit, error) {
-	if !l.cfg.Enabled {
-		return newPermit(nil), nil
-	}
-	start := l.opts.now()
+	start := l.cfg.Now()
 	waitCtx, cancel := context.WithTimeout(ctx, l.cfg.MaxWait)
 	defer cancel()
 
 	var p *Permit
 	var err error
-	if l.opts.now().UnixNano() < l.downUntil.Load() {
+	if l.cfg.Now().UnixNano() < l.downUntil.Load() {
 		err = &redisError{errors.New("redis failed less than a second ago")}
 	} else if p, err = l.acquireRedis(ctx, waitCtx, requestID, userID, c, onPosition); err != nil {
 		var rerr *redisError
 		if errors.As(err, &rerr) {
-			l.downUntil.Store(l.opts.now().Add(redisRetryAfter).UnixNano())
+			l.downUntil.Store(l.cfg.Now().Add(redisRetryAfter).UnixNano())
 		}
 	}
 	var rerr *redisError
 	switch {
 	case err == nil:
-		l.m.waitSeconds.Observe(l.opts.now().Sub(start).Seconds())
+		l.m.waitSeconds.Observe(l.cfg.Now().Sub(start).Seconds())
 		return p, nil
 	case !errors.As(err, &rerr):
 		return nil, err
 	case l.cfg.OnRedisError == PolicyLocal:
 		l.m.fallbacks.Inc()
-		l.opts.log.Warn("ratelimit: Redis failed, using the local semaphore",
+		l.cfg.Logger.Warn("ratelimit: Redis failed, using the local semaphore",
 			"limiter", l.name, "max", l.cfg.MaxConcurrent, "err", rerr.err)
 		p, err := l.acquireLocal(ctx, waitCtx)
 		if err == nil {
-			l.m.waitSeconds.Observe(l.opts.now().Sub(start).Seconds())
+			l.m.waitSeconds.Observe(l.cfg.Now().Sub(start).Seconds())
 		}
 		return p, err
 	default:
@@ -498,7 +458,7 @@ func (l *Limiter) abandon(ctx, waitCtx context.Context, id string, cause error) 
 		defer cancel()
 		if err := leaveScript.Run(lctx, l.rdb, l.queueKeys(), id, l.keys.notify).Err(); err != nil {
 			l.m.redisErrors.Inc()
-			l.opts.log.Warn("ratelimit: leaving the queue failed; the entry expires by itself",
+			l.cfg.Logger.Warn("ratelimit: leaving the queue failed; the entry expires by itself",
 				"request", id, "err", err)
 		}
 	}
@@ -522,9 +482,7 @@ func (l *Limiter) abandon(ctx, waitCtx context.Context, id string, cause error) 
 func (l *Limiter) acquireLocal(ctx, waitCtx context.Context) (*Permit, error) {
 	select {
 	case l.local <- struct{}{}:
-		p := newPermit(func(context.Context) { <-l.local })
-		p.local = true
-		return p, nil
+		return &Permit{release: func(context.Context) { <-l.local }, local: true}, nil
 	case <-waitCtx.Done():
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
@@ -536,7 +494,7 @@ func (l *Limiter) acquireLocal(ctx, waitCtx context.Context) (*Permit, error) {
 
 func (l *Limiter) lease(id string) permitLease {
 	return permitLease{rdb: l.rdb, keys: l.keys, id: id,
-		duration: l.cfg.Lease, log: l.opts.log, m: l.m}
+		duration: l.cfg.Lease, log: l.cfg.Logger, m: l.m}
 }
 
 // Stats is a snapshot of a limiter's shared state, for the admin endpoint.
@@ -565,35 +523,4 @@ func readStats(ctx context.Context, rdb redis.UniversalClient, k keys) (Stats, e
 		s.OldestWait = time.Duration(v[2]) * time.Millisecond
 	}
 	return s, nil
-}
-
-// background runs one goroutine between Start and Close.
-type background struct {
-	mu     sync.Mutex
-	cancel context.CancelFunc
-	done   chan struct{}
-}
-
-func (b *background) start(ctx context.Context, run func(context.Context) error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if b.cancel != nil {
-		return
-	}
-	ctx, b.cancel = context.WithCancel(ctx)
-	b.done = make(chan struct{})
-	go func(done chan struct{}) {
-		defer close(done)
-		_ = run(ctx)
-	}(b.done)
-}
-
-func (b *background) stop() {
-	b.mu.Lock()
-	cancel, done := b.cancel, b.done
-	b.mu.Unlock()
-	if cancel != nil {
-		cancel()
-		<-done
-	}
 }

@@ -43,38 +43,15 @@ func TestParsePolicy(t *testing.T) {
 	}
 }
 
-func TestDisabledPassesThrough(t *testing.T) {
-	rdb := testenv.Redis(t)
-	prefix := testenv.Prefix(t)
-	cleanupKeys(t, rdb, prefix)
-	l := New(rdb, prefix, "chat", Config{MaxConcurrent: 1, Enabled: false}, WithLogger(testLogger(t)))
-	var permits []*Permit
-	for i := range 5 {
-		p, err := l.Acquire(t.Context(), fmt.Sprint("r", i), "u", nil)
-		if err != nil {
-			t.Fatalf("acquire %d: %v", i, err)
-		}
-		permits = append(permits, p)
-	}
-	for _, p := range permits {
-		p.Release()
-		p.Release()
-	}
-	if n := rdb.Exists(t.Context(), l.keys.permits, l.keys.queue).Val(); n != 0 {
-		t.Errorf("disabled limiter wrote %d keys", n)
-	}
-}
-
 func TestUncontendedAcquireAndRelease(t *testing.T) {
 	rdb := testenv.Redis(t)
 	prefix := testenv.Prefix(t)
 	cleanupKeys(t, rdb, prefix)
 	reg := prometheus.NewRegistry()
-	l := startLimiter(t, rdb, prefix, "chat", Config{MaxConcurrent: 2, Lease: 3 * time.Second, Enabled: true},
-		WithRegisterer(reg))
+	l := startLimiter(t, rdb, prefix, "chat", Config{MaxConcurrent: 2, Lease: 3 * time.Second, Registerer: reg})
 	// A second limiter with the same name on the same registry shares its
 	// collector instead of failing.
-	if l2 := New(rdb, prefix, "chat", Config{Enabled: true}, WithRegisterer(reg)); l2.m != l.m {
+	if l2 := New(rdb, prefix, "chat", Config{Registerer: reg}); l2.m != l.m {
 		t.Error("second limiter did not reuse the registered metrics")
 	}
 
@@ -127,7 +104,7 @@ func TestSafety(t *testing.T) {
 	prefix := testenv.Prefix(t)
 	cleanupKeys(t, testenv.Redis(t), prefix)
 	cfg := Config{MaxConcurrent: n, MaxWait: 30 * time.Second, Lease: 5 * time.Second,
-		PollInterval: 100 * time.Millisecond, Enabled: true}
+		PollInterval: 100 * time.Millisecond}
 	var limiters []*Limiter
 	for range instances {
 		limiters = append(limiters, startLimiter(t, testenv.Redis(t), prefix, "chat", cfg))
@@ -180,7 +157,7 @@ func TestFairness(t *testing.T) {
 	prefix := testenv.Prefix(t)
 	cleanupKeys(t, testenv.Redis(t), prefix)
 	cfg := Config{MaxConcurrent: 1, MaxWait: 20 * time.Second, Lease: 5 * time.Second,
-		PollInterval: 100 * time.Millisecond, Enabled: true}
+		PollInterval: 100 * time.Millisecond}
 	var limiters []*Limiter
 	for range 3 {
 		limiters = append(limiters, startLimiter(t, testenv.Redis(t), prefix, "chat", cfg))
@@ -244,7 +221,7 @@ func TestTimeout(t *testing.T) {
 	prefix := testenv.Prefix(t)
 	cleanupKeys(t, rdb, prefix)
 	l := startLimiter(t, rdb, prefix, "chat", Config{MaxConcurrent: 1, MaxWait: maxWait, Lease: 5 * time.Second,
-		PollInterval: 50 * time.Millisecond, Enabled: true})
+		PollInterval: 50 * time.Millisecond})
 	holder, err := l.Acquire(t.Context(), "holder", "a", nil)
 	if err != nil {
 		t.Fatal(err)
@@ -289,7 +266,7 @@ func TestQueueCaps(t *testing.T) {
 			prefix := testenv.Prefix(t)
 			cleanupKeys(t, rdb, prefix)
 			cfg := tc.cfg
-			cfg.MaxConcurrent, cfg.MaxWait, cfg.Lease, cfg.Enabled = 1, 10*time.Second, 5*time.Second, true
+			cfg.MaxConcurrent, cfg.MaxWait, cfg.Lease = 1, 10*time.Second, 5*time.Second
 			l := startLimiter(t, rdb, prefix, "chat", cfg)
 			holder, err := l.Acquire(t.Context(), "holder", "h", nil)
 			if err != nil {
@@ -338,7 +315,7 @@ func TestCancelWhileQueuedLeavesAtOnce(t *testing.T) {
 	prefix := testenv.Prefix(t)
 	cleanupKeys(t, rdb, prefix)
 	l := startLimiter(t, rdb, prefix, "chat", Config{MaxConcurrent: 1, MaxWait: 10 * time.Second,
-		Lease: 5 * time.Second, MaxQueuedPerUser: 1, Enabled: true})
+		Lease: 5 * time.Second, MaxQueuedPerUser: 1})
 	holder, err := l.Acquire(t.Context(), "holder", "h", nil)
 	if err != nil {
 		t.Fatal(err)
@@ -388,9 +365,9 @@ func TestPollingOnly(t *testing.T) {
 	const poll = 50 * time.Millisecond
 	prefix := testenv.Prefix(t)
 	cleanupKeys(t, testenv.Redis(t), prefix)
-	cfg := Config{MaxConcurrent: 1, MaxWait: 10 * time.Second, Lease: 5 * time.Second, PollInterval: poll, Enabled: true}
-	a := startLimiter(t, testenv.Redis(t), prefix, "chat", cfg, WithoutPubSub())
-	b := startLimiter(t, testenv.Redis(t), prefix, "chat", cfg, WithoutPubSub())
+	cfg := Config{MaxConcurrent: 1, MaxWait: 10 * time.Second, Lease: 5 * time.Second, PollInterval: poll, NoPubSub: true}
+	a := startLimiter(t, testenv.Redis(t), prefix, "chat", cfg)
+	b := startLimiter(t, testenv.Redis(t), prefix, "chat", cfg)
 
 	holder, err := a.Acquire(t.Context(), "holder", "h", nil)
 	if err != nil {
@@ -408,7 +385,7 @@ func TestPollingOnly(t *testing.T) {
 		p.Release() // before reporting, so the drained check below sees it
 		got <- at
 	}()
-	eventually(t, 2*time.Second, "waiter queued", func() bool {
+	testenv.Eventually(t, 2*time.Second, "waiter queued", func() bool {
 		return testenv.Redis(t).ZCard(t.Context(), a.keys.queue).Val() == 1
 	})
 	released := time.Now()
@@ -426,7 +403,7 @@ func TestPollingOnly(t *testing.T) {
 	assertDrained(t, testenv.Redis(t), a.keys)
 }
 
-func TestRenewalKeepsPermitAndLostReportsLoss(t *testing.T) {
+func TestRenewalKeepsPermitAndNeverRevivesALostOne(t *testing.T) {
 	t.Parallel()
 	// Renewed every 300 ms: a renewal stalled for 600 ms on a loaded
 	// machine (-race, parallel builds) still keeps the permit.
@@ -435,7 +412,7 @@ func TestRenewalKeepsPermitAndLostReportsLoss(t *testing.T) {
 	prefix := testenv.Prefix(t)
 	cleanupKeys(t, rdb, prefix)
 	l := startLimiter(t, rdb, prefix, "chat", Config{MaxConcurrent: 1, MaxWait: 3 * lease, Lease: lease,
-		PollInterval: 50 * time.Millisecond, Enabled: true})
+		PollInterval: 50 * time.Millisecond})
 	p, err := l.Acquire(t.Context(), "long", "a", nil)
 	if err != nil {
 		t.Fatal(err)
@@ -444,19 +421,22 @@ func TestRenewalKeepsPermitAndLostReportsLoss(t *testing.T) {
 	if _, err := l.Acquire(t.Context(), "other", "b", nil); !errors.Is(err, ErrTimeout) {
 		t.Fatalf("second acquire: %v, want ErrTimeout", err)
 	}
-	select {
-	case <-p.Lost():
-		t.Fatal("renewed permit reported lost")
-	default:
-	}
-	// Losing it (as after a Redis data loss) is reported.
+	// Once lost (as after a Redis data loss) its renewals do not bring it
+	// back: the slot is free for another request while p is still held.
 	rdb.ZRem(t.Context(), l.keys.permits, "long")
-	select {
-	case <-p.Lost():
-	case <-time.After(2 * lease):
-		t.Fatal("Lost not closed after the permit vanished")
+	q, err := l.Acquire(t.Context(), "next", "b", nil)
+	if err != nil {
+		t.Fatalf("acquire after the loss: %v", err)
+	}
+	// Renewals every lease/3 would have revived it by now.
+	if _, err := l.Acquire(t.Context(), "third", "c", nil); !errors.Is(err, ErrTimeout) {
+		t.Fatalf("third acquire: %v, want ErrTimeout", err)
+	}
+	if rdb.ZScore(t.Context(), l.keys.permits, "long").Err() != redis.Nil {
+		t.Error("a renewal revived the lost permit")
 	}
 	p.Release()
+	q.Release()
 	assertDrained(t, rdb, l.keys)
 }
 
@@ -466,7 +446,7 @@ func TestStatsOldestWait(t *testing.T) {
 	prefix := testenv.Prefix(t)
 	cleanupKeys(t, rdb, prefix)
 	l := startLimiter(t, rdb, prefix, "chat", Config{MaxConcurrent: 1, MaxWait: 10 * time.Second,
-		Lease: 5 * time.Second, Enabled: true})
+		Lease: 5 * time.Second})
 	holder, err := l.Acquire(t.Context(), "holder", "h", nil)
 	if err != nil {
 		t.Fatal(err)

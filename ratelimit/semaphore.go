@@ -11,54 +11,32 @@ import (
 )
 
 // Semaphore is the lease semaphore without a queue, for uploads: a holder
-// gets one of max permits if one is free within maxWait, in no particular
-// order. Redis failures are always ErrUnavailable (an upload is refused
-// rather than run unbounded).
+// gets one of MaxConcurrent permits if one is free within MaxWait, in no
+// particular order. Redis failures are always ErrUnavailable (an upload is
+// refused rather than run unbounded).
 type Semaphore struct {
-	rdb     redis.UniversalClient
-	keys    keys
-	max     int
-	lease   time.Duration
-	maxWait time.Duration
-	opts    options
-	m       *metrics
-	n       *notifier
-	bg      background
+	rdb  redis.UniversalClient
+	keys keys
+	cfg  Config
+	m    *metrics
+	n    *notifier
 }
 
 // NewSemaphore returns a semaphore named name (the upload one is "upload")
-// with max permits leased for lease and renewed while held; Acquire waits up
-// to maxWait. Keys start with prefix (empty means "ragent:"). Zero values
-// take the upload defaults: 10 permits, a 300 s lease, a 5 s wait.
-func NewSemaphore(rdb redis.UniversalClient, prefix, name string, max int, lease, maxWait time.Duration, opts ...Option) *Semaphore {
-	if max <= 0 {
-		max = defaultMaxConcurrent
-	}
-	if lease <= 0 {
-		lease = 300 * time.Second
-	}
-	if maxWait <= 0 {
-		maxWait = 5 * time.Second
-	}
-	o, m := buildOptions(name, opts)
+// whose keys start with prefix (empty means "ragent:"). It reads cfg's
+// MaxConcurrent, MaxWait, Lease and PollInterval, whose zero values take the
+// upload defaults (10 permits, a 5 s wait, a 300 s lease renewed while held).
+func NewSemaphore(rdb redis.UniversalClient, prefix, name string, cfg Config) *Semaphore {
+	cfg = cfg.withDefaults(5*time.Second, 300*time.Second)
 	k := newKeys(prefix, name)
-	return &Semaphore{
-		rdb: rdb, keys: k, max: max, lease: lease, maxWait: maxWait, opts: o, m: m,
-		n: newNotifier(rdb, k.notify, o.pubsub, o.log),
-	}
+	m, n := cfg.setup(rdb, k, name)
+	return &Semaphore{rdb: rdb, keys: k, cfg: cfg, m: m, n: n}
 }
-
-// Start runs the notification subscription in the background until ctx ends
-// or Close is called.
-func (s *Semaphore) Start(ctx context.Context) { s.bg.start(ctx, s.n.run) }
 
 // Run holds the notification subscription until ctx ends.
 func (s *Semaphore) Run(ctx context.Context) error { return s.n.run(ctx) }
 
-// Close stops what Start started and waits for it.
-func (s *Semaphore) Close() error { s.bg.stop(); return nil }
-
-// Acquire takes a permit, waiting up to maxWait. It returns ErrTimeout when
+// Acquire takes a permit, waiting up to MaxWait. It returns ErrTimeout when
 // none frees up in time, ctx's error when ctx ends first, and ErrUnavailable
 // when Redis fails.
 //
@@ -71,16 +49,16 @@ func (s *Semaphore) Acquire(ctx context.Context) (*Permit, error) {
 	if err != nil {
 		return nil, err
 	}
-	start := s.opts.now()
-	waitCtx, cancel := context.WithTimeout(ctx, s.maxWait)
+	start := s.cfg.Now()
+	waitCtx, cancel := context.WithTimeout(ctx, s.cfg.MaxWait)
 	defer cancel()
 	w := s.n.add()
 	defer s.n.remove(w)
-	poll := time.NewTicker(s.opts.poll)
+	poll := time.NewTicker(s.cfg.PollInterval)
 	defer poll.Stop()
 	for {
 		v, err := tryScript.Run(waitCtx, s.rdb, []string{s.keys.permits},
-			holderID, s.max, s.lease.Milliseconds()).Int64Slice()
+			holderID, s.cfg.MaxConcurrent, s.cfg.Lease.Milliseconds()).Int64Slice()
 		switch {
 		case waitCtx.Err() != nil:
 			return nil, s.giveUp(ctx, holderID)
@@ -93,9 +71,9 @@ func (s *Semaphore) Acquire(ctx context.Context) (*Permit, error) {
 		}
 		s.m.permitsInUse.Set(float64(v[1]))
 		if v[0] == 1 {
-			s.m.waitSeconds.Observe(s.opts.now().Sub(start).Seconds())
+			s.m.waitSeconds.Observe(s.cfg.Now().Sub(start).Seconds())
 			return newRedisPermit(permitLease{rdb: s.rdb, keys: s.keys,
-				id: holderID, duration: s.lease, log: s.opts.log, m: s.m}), nil
+				id: holderID, duration: s.cfg.Lease, log: s.cfg.Logger, m: s.m}), nil
 		}
 		select {
 		case <-waitCtx.Done():

@@ -12,10 +12,9 @@ import (
 
 func startSemaphore(t testing.TB, max int, lease, maxWait time.Duration, prefix string) *Semaphore {
 	t.Helper()
-	s := NewSemaphore(testenv.Redis(t), prefix, "upload", max, lease, maxWait,
-		WithLogger(testLogger(t)), WithPollInterval(50*time.Millisecond))
-	s.Start(t.Context())
-	t.Cleanup(func() { s.Close() })
+	s := NewSemaphore(testenv.Redis(t), prefix, "upload", Config{MaxConcurrent: max, Lease: lease, MaxWait: maxWait,
+		PollInterval: 50 * time.Millisecond, Logger: testLogger(t)})
+	testenv.Run(t, s.Run)
 	waitReady(t, s.n)
 	return s
 }
@@ -89,7 +88,11 @@ func TestSemaphoreTimeoutAndUnavailable(t *testing.T) {
 		got <- 0
 		q.Release()
 	}()
-	time.Sleep(100 * time.Millisecond)
+	testenv.Eventually(t, 5*time.Second, "the waiter to wait", func() bool {
+		s.n.mu.Lock()
+		defer s.n.mu.Unlock()
+		return len(s.n.waiters) == 1
+	})
 	p.Release()
 	select {
 	case <-got:
@@ -97,7 +100,7 @@ func TestSemaphoreTimeoutAndUnavailable(t *testing.T) {
 		t.Fatal("waiter not granted after release")
 	}
 
-	dead := NewSemaphore(deadRedis(t), prefix, "upload", 1, time.Second, maxWait, WithLogger(testLogger(t)))
+	dead := NewSemaphore(deadRedis(t), prefix, "upload", Config{MaxConcurrent: 1, Lease: time.Second, MaxWait: maxWait, Logger: testLogger(t)})
 	if _, err := dead.Acquire(t.Context()); !errors.Is(err, ErrUnavailable) {
 		t.Errorf("dead Redis: %v, want ErrUnavailable", err)
 	}

@@ -38,7 +38,7 @@ func BenchmarkKeywordSearch(b *testing.B) {
 	if url == "" {
 		url = testenv.FreshDatabase(b)
 	}
-	s, err := Open(ctx, url, Options{MaxOpenConns: 4})
+	s, err := Open(ctx, url, Config{MaxOpenConns: 4})
 	if err != nil {
 		b.Fatal(err)
 	}

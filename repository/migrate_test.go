@@ -13,7 +13,7 @@ import (
 
 func openTest(t *testing.T, url string) *Store {
 	t.Helper()
-	s, err := Open(context.Background(), url, Options{MaxOpenConns: 4})
+	s, err := Open(context.Background(), url, Config{MaxOpenConns: 4})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,6 +8,7 @@
 package repository
 
 import (
+	"cmp"
 	"context"
 	"database/sql/driver"
 	"errors"
@@ -33,24 +34,18 @@ type Store struct {
 	log *slog.Logger
 }
 
-// Options tunes the connection pool.
-type Options struct {
+// Config tunes the connection pool; zero values take the defaults.
+type Config struct {
 	MaxOpenConns int
 	MaxIdleConns int
-	Logger       *slog.Logger
+	Logger       *slog.Logger // nil discards
 }
 
 // Open connects to Postgres and checks the connection.
-func Open(ctx context.Context, url string, opt Options) (*Store, error) {
-	if opt.Logger == nil {
-		opt.Logger = slog.New(slog.DiscardHandler)
-	}
-	if opt.MaxOpenConns == 0 {
-		opt.MaxOpenConns = 20
-	}
-	if opt.MaxIdleConns == 0 {
-		opt.MaxIdleConns = opt.MaxOpenConns
-	}
+func Open(ctx context.Context, url string, cfg Config) (*Store, error) {
+	cfg.Logger = cmp.Or(cfg.Logger, slog.New(slog.DiscardHandler))
+	cfg.MaxOpenConns = cmp.Or(cfg.MaxOpenConns, 20)
+	cfg.MaxIdleConns = cmp.Or(cfg.MaxIdleConns, cfg.MaxOpenConns)
 	db, err := gorm.Open(postgres.New(postgres.Config{DSN: url}), &gorm.Config{
 		Logger:                 logger.Discard,
 		SkipDefaultTransaction: true,
@@ -64,10 +59,10 @@ func Open(ctx context.Context, url string, opt Options) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open postgres: %w", err)
 	}
-	sqlDB.SetMaxOpenConns(opt.MaxOpenConns)
-	sqlDB.SetMaxIdleConns(opt.MaxIdleConns)
+	sqlDB.SetMaxOpenConns(cfg.MaxOpenConns)
+	sqlDB.SetMaxIdleConns(cfg.MaxIdleConns)
 	sqlDB.SetConnMaxIdleTime(5 * time.Minute)
-	s := &Store{db: db, log: opt.Logger}
+	s := &Store{db: db, log: cfg.Logger}
 	if err := s.Ping(ctx); err != nil {
 		sqlDB.Close()
 		return nil, err

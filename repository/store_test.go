@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"math/rand/v2"
 	"sync"
 	"testing"
 	"time"
@@ -23,16 +24,14 @@ func migrated(t *testing.T) *Store {
 	return s
 }
 
-var nextID int64 = 1000
-
-func newID() service.ID {
-	nextID++
-	return service.ID(nextID)
-}
+// newID returns a random id: every test has its own database, and random ids
+// need no counter shared between tests.
+func newID() service.ID { return service.ID(rand.Int64N(1<<62) + 1) }
 
 func seedKB(t *testing.T, s *Store, dim int) *service.KnowledgeBase {
 	t.Helper()
-	kb := &service.KnowledgeBase{ID: newID(), Name: fmt.Sprint("kb", nextID), EmbeddingModel: "m", EmbeddingDim: dim,
+	id := newID()
+	kb := &service.KnowledgeBase{ID: id, Name: fmt.Sprint("kb", id), EmbeddingModel: "m", EmbeddingDim: dim,
 		ChunkSize: 512, ChunkOverlap: 64, VectorWeight: 1}
 	if err := s.CreateKnowledgeBase(context.Background(), kb); err != nil {
 		t.Fatal(err)
@@ -42,8 +41,9 @@ func seedKB(t *testing.T, s *Store, dim int) *service.KnowledgeBase {
 
 func seedDoc(t *testing.T, s *Store, kb *service.KnowledgeBase, content string) *service.Document {
 	t.Helper()
-	d := &service.Document{ID: newID(), KnowledgeBaseID: kb.ID, Name: "doc.txt", Mime: "text/plain",
-		Size: int64(len(content)), SHA256: fmt.Sprintf("%064x", nextID)}
+	id := newID()
+	d := &service.Document{ID: id, KnowledgeBaseID: kb.ID, Name: "doc.txt", Mime: "text/plain",
+		Size: int64(len(content)), SHA256: fmt.Sprintf("%064x", int64(id))}
 	msg := service.OutboxMessage{ID: newID(), Topic: service.IngestTopic, Key: d.ID.String() + ":1", Payload: []byte("{}")}
 	if err := s.CreateUpload(context.Background(), d, []byte(content), msg); err != nil {
 		t.Fatal(err)

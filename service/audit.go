@@ -142,19 +142,26 @@ type Auditor struct {
 	tx    Transactor
 	store AuditStore
 	ids   IDGenerator
-	now   Clock
+	now   func() time.Time
 	log   *slog.Logger
 }
 
-// NewAuditor returns an Auditor. now may be nil (time.Now).
-func NewAuditor(tx Transactor, store AuditStore, ids IDGenerator, now Clock, log *slog.Logger) *Auditor {
-	if now == nil {
-		now = time.Now
+// AuditorConfig is what an Auditor takes besides its stores.
+type AuditorConfig struct {
+	Logger *slog.Logger     // events that could not be recorded; nil discards
+	Now    func() time.Time // nil is time.Now
+}
+
+// NewAuditor returns an Auditor.
+func NewAuditor(tx Transactor, store AuditStore, ids IDGenerator, cfg AuditorConfig) *Auditor {
+	a := &Auditor{tx: tx, store: store, ids: ids, now: cfg.Now, log: cfg.Logger}
+	if a.now == nil {
+		a.now = time.Now
 	}
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
+	if a.log == nil {
+		a.log = slog.New(slog.DiscardHandler)
 	}
-	return &Auditor{tx: tx, store: store, ids: ids, now: now, log: log}
+	return a
 }
 
 // Do runs change in a transaction and records ev in the same one, so a

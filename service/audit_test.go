@@ -58,7 +58,7 @@ func TestAuditorDo(t *testing.T) {
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			f := &fakeTx{failAppend: tt.failAppend}
-			a := NewAuditor(f, f, &seqIDs{}, nil, nil)
+			a := NewAuditor(f, f, &seqIDs{}, AuditorConfig{})
 			changed := false
 			err := a.Do(ctx, AuditEvent{Action: AuditGroupCreate}, func(ctx context.Context, ev *AuditEvent) error {
 				changed = ctx.Value(inTxKey{}) != nil
@@ -87,7 +87,7 @@ func TestAuditRecordOutlivesTheClient(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	f := &fakeTx{}
-	NewAuditor(f, f, &seqIDs{}, nil, nil).Fail(ctx, AuditEvent{Action: AuditLogin, TargetID: "bob"}, Errorf(ErrBusy, "wait"))
+	NewAuditor(f, f, &seqIDs{}, AuditorConfig{}).Fail(ctx, AuditEvent{Action: AuditLogin, TargetID: "bob"}, Errorf(ErrBusy, "wait"))
 	if f.cancelledSeen || len(f.outside) != 1 || f.outside[0].Result != AuditLocked {
 		t.Fatalf("events %+v (cancelled context seen: %v)", f.outside, f.cancelledSeen)
 	}
@@ -124,7 +124,7 @@ func TestAuditActorIsTheKey(t *testing.T) {
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			f := &fakeTx{}
-			NewAuditor(f, f, &seqIDs{}, nil, nil).Record(WithPrincipal(context.Background(), tt.p), AuditEvent{Action: AuditDocumentUpload})
+			NewAuditor(f, f, &seqIDs{}, AuditorConfig{}).Record(WithPrincipal(context.Background(), tt.p), AuditEvent{Action: AuditDocumentUpload})
 			if len(f.outside) != 1 {
 				t.Fatalf("%d events, want 1", len(f.outside))
 			}

@@ -6,10 +6,7 @@
 // translate their drivers into it; api translates it into HTTP.
 package service
 
-import (
-	"strconv"
-	"time"
-)
+import "strconv"
 
 // ID is a Snowflake identifier. It travels as a JSON string because
 // JavaScript numbers cannot hold 63 bits.
@@ -54,6 +51,3 @@ func ParseID(s string) (ID, error) {
 type IDGenerator interface {
 	NextID() (ID, error)
 }
-
-// Clock returns the current time; tests inject a fake one.
-type Clock func() time.Time

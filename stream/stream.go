@@ -18,6 +18,7 @@
 package stream
 
 import (
+	"cmp"
 	"context"
 	"embed"
 	"errors"
@@ -76,46 +77,38 @@ type task struct {
 	stopped bool
 }
 
-// Option configures a Manager.
-type Option func(*Manager)
-
-// WithTaskTTL sets the TTL of a task record (default 60 s), refreshed every
-// third of it while the task runs, so records of a killed instance vanish.
-func WithTaskTTL(d time.Duration) Option { return func(m *Manager) { m.taskTTL = d } }
-
-// WithCheckInterval sets how often Run checks the stop flags of local tasks,
-// the fallback for Pub/Sub messages lost while disconnected (default 1 s).
-func WithCheckInterval(d time.Duration) Option { return func(m *Manager) { m.checkInterval = d } }
-
-// WithLogger sets the logger for Redis failures (default: discard).
-func WithLogger(l *slog.Logger) Option { return func(m *Manager) { m.log = l } }
+// Config tunes a Manager; the zero Config takes the defaults.
+type Config struct {
+	// TaskTTL is the TTL of a task record (default 60 s), refreshed every
+	// third of it while the task runs, so records of a killed instance vanish.
+	TaskTTL time.Duration
+	// CheckInterval is how often Run checks the stop flags of local tasks,
+	// the fallback for Pub/Sub messages lost while disconnected (default 1 s).
+	CheckInterval time.Duration
+	Logger        *slog.Logger // Redis failures; nil discards
+}
 
 // NewManager returns a manager for the instance instanceID, keeping its keys
 // under prefix. Call Run to receive stops from other instances and to keep
 // task records alive.
-func NewManager(rdb redis.UniversalClient, prefix, instanceID string, opts ...Option) *Manager {
-	m := &Manager{
+func NewManager(rdb redis.UniversalClient, prefix, instanceID string, cfg Config) *Manager {
+	// Too short durations would stop the tickers in Run from ticking.
+	if cfg.TaskTTL < 3*time.Millisecond {
+		cfg.TaskTTL = time.Minute
+	}
+	cfg.CheckInterval = cmp.Or(max(cfg.CheckInterval, 0), time.Second)
+	cfg.Logger = cmp.Or(cfg.Logger, slog.New(slog.DiscardHandler))
+	return &Manager{
 		rdb:           rdb,
 		prefix:        prefix,
 		instanceID:    instanceID,
-		taskTTL:       time.Minute,
+		taskTTL:       cfg.TaskTTL,
 		cancelTTL:     30 * time.Minute,
-		checkInterval: time.Second,
+		checkInterval: cfg.CheckInterval,
 		opTimeout:     2 * time.Second,
-		log:           slog.New(slog.DiscardHandler),
+		log:           cfg.Logger,
 		tasks:         map[string]*task{},
 	}
-	for _, o := range opts {
-		o(m)
-	}
-	// Non-positive durations would stop the tickers in Run from ticking.
-	if m.taskTTL < 3*time.Millisecond {
-		m.taskTTL = time.Minute
-	}
-	if m.checkInterval <= 0 {
-		m.checkInterval = time.Second
-	}
-	return m
 }
 
 func (m *Manager) taskKey(taskID string) string   { return m.prefix + "stream:task:" + taskID }

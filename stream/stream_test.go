@@ -3,6 +3,7 @@ package stream
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"strings"
 	"testing"
@@ -18,38 +19,11 @@ import (
 // within a test.
 const never = time.Hour
 
-func newManager(t *testing.T, rdb redis.UniversalClient, prefix, instance string, opts ...Option) *Manager {
-	t.Helper()
-	return NewManager(rdb, prefix, instance, opts...)
-}
-
-// run runs m until the test ends.
-func run(t *testing.T, m *Manager) {
-	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- m.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("Run: %v", err)
-		}
-	})
-}
-
 func waitSubscribers(t *testing.T, rdb *redis.Client, channel string, want int64) {
 	t.Helper()
-	deadline := time.Now().Add(3 * time.Second)
-	for {
-		n := rdb.PubSubNumSub(t.Context(), channel).Val()[channel]
-		if n == want {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d subscribers on %s, want %d", n, channel, want)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	testenv.Eventually(t, 3*time.Second, fmt.Sprintf("%d subscribers on %s", want, channel), func() bool {
+		return rdb.PubSubNumSub(t.Context(), channel).Val()[channel] == want
+	})
 }
 
 func register(t *testing.T, m *Manager, taskID, owner string) (context.Context, func()) {
@@ -65,7 +39,7 @@ func register(t *testing.T, m *Manager, taskID, owner string) (context.Context, 
 }
 
 // waitStopped fails unless ctx is cancelled with ErrStopped within d. Where
-// the flag check is off (WithCheckInterval(never)) any stop at all proves the
+// the flag check is off (CheckInterval: never) any stop at all proves the
 // Pub/Sub path, so callers give a loaded machine seconds, not milliseconds.
 func waitStopped(t *testing.T, ctx context.Context, d time.Duration) time.Duration {
 	t.Helper()
@@ -93,10 +67,10 @@ func assertRunning(t *testing.T, ctx context.Context) {
 func TestStopOnOtherInstanceCancelsViaPubSub(t *testing.T) {
 	prefix := testenv.Prefix(t)
 	rdb := testenv.Redis(t)
-	a := newManager(t, testenv.Redis(t), prefix, "a", WithCheckInterval(never))
-	b := newManager(t, testenv.Redis(t), prefix, "b", WithCheckInterval(never))
-	run(t, a)
-	run(t, b)
+	a := NewManager(testenv.Redis(t), prefix, "a", Config{CheckInterval: never})
+	b := NewManager(testenv.Redis(t), prefix, "b", Config{CheckInterval: never})
+	testenv.Run(t, a.Run)
+	testenv.Run(t, b.Run)
 	waitSubscribers(t, rdb, a.channel(), 2)
 
 	ctx, _ := register(t, a, "task-1", "user-1")
@@ -115,8 +89,8 @@ func TestStopOnOtherInstanceCancelsViaPubSub(t *testing.T) {
 
 func TestStopBeforeRegisterWins(t *testing.T) {
 	prefix := testenv.Prefix(t)
-	a := newManager(t, testenv.Redis(t), prefix, "a")
-	b := newManager(t, testenv.Redis(t), prefix, "b")
+	a := NewManager(testenv.Redis(t), prefix, "a", Config{})
+	b := NewManager(testenv.Redis(t), prefix, "b", Config{})
 
 	if _, err := b.Cancel(t.Context(), "early"); err != nil {
 		t.Fatalf("Cancel: %v", err)
@@ -130,7 +104,7 @@ func TestStopBeforeRegisterWins(t *testing.T) {
 
 func TestCancelSetsFlagForThirtyMinutes(t *testing.T) {
 	rdb := testenv.Redis(t)
-	m := newManager(t, testenv.Redis(t), testenv.Prefix(t), "a")
+	m := NewManager(testenv.Redis(t), testenv.Prefix(t), "a", Config{})
 	local, err := m.Cancel(t.Context(), "nowhere")
 	if err != nil || local {
 		t.Fatalf("Cancel = %v, %v; want false, nil", local, err)
@@ -142,7 +116,7 @@ func TestCancelSetsFlagForThirtyMinutes(t *testing.T) {
 }
 
 func TestLocalCancelIsImmediate(t *testing.T) {
-	m := newManager(t, testenv.Redis(t), testenv.Prefix(t), "a", WithCheckInterval(never))
+	m := NewManager(testenv.Redis(t), testenv.Prefix(t), "a", Config{CheckInterval: never})
 	ctx, _ := register(t, m, "t", "u")
 	local, err := m.Cancel(t.Context(), "t")
 	if err != nil || !local {
@@ -161,9 +135,9 @@ func TestRecordLifecycle(t *testing.T) {
 	// Refreshed every 300 ms: a refresh stalled for 600 ms on a loaded
 	// machine (-race, parallel builds) still keeps the record.
 	const ttl = 900 * time.Millisecond
-	a := newManager(t, testenv.Redis(t), prefix, "instance-a", WithTaskTTL(ttl))
-	b := newManager(t, testenv.Redis(t), prefix, "instance-b")
-	run(t, a)
+	a := NewManager(testenv.Redis(t), prefix, "instance-a", Config{TaskTTL: ttl})
+	b := NewManager(testenv.Redis(t), prefix, "instance-b", Config{})
+	testenv.Run(t, a.Run)
 
 	if _, err := b.Owner(t.Context(), "t1"); !errors.Is(err, ErrNotFound) {
 		t.Fatalf("Owner before register: %v, want ErrNotFound", err)
@@ -198,8 +172,8 @@ func TestRecordLifecycle(t *testing.T) {
 
 func TestUnregisterKeepsAnotherInstancesRecord(t *testing.T) {
 	prefix := testenv.Prefix(t)
-	a := newManager(t, testenv.Redis(t), prefix, "a")
-	b := newManager(t, testenv.Redis(t), prefix, "b")
+	a := NewManager(testenv.Redis(t), prefix, "a", Config{})
+	b := NewManager(testenv.Redis(t), prefix, "b", Config{})
 	_, unregisterA := register(t, a, "shared", "u1")
 	register(t, b, "shared", "u2")
 	unregisterA()
@@ -212,8 +186,8 @@ func TestUnregisterKeepsAnotherInstancesRecord(t *testing.T) {
 func TestFlagCheckCatchesLostMessage(t *testing.T) {
 	prefix := testenv.Prefix(t)
 	rdb := testenv.Redis(t)
-	a := newManager(t, testenv.Redis(t), prefix, "a", WithCheckInterval(200*time.Millisecond))
-	run(t, a)
+	a := NewManager(testenv.Redis(t), prefix, "a", Config{CheckInterval: 200 * time.Millisecond})
+	testenv.Run(t, a.Run)
 	ctx, _ := register(t, a, "t", "u")
 
 	// A stop whose Pub/Sub message never arrived: only the flag is there.
@@ -231,9 +205,9 @@ func TestSubscriptionReconnectsAfterDrop(t *testing.T) {
 	opt.ClientName = "stream-test-" + testenv.RandomSuffix()
 	aClient := redis.NewClient(opt)
 	t.Cleanup(func() { aClient.Close() })
-	a := newManager(t, aClient, prefix, "a", WithCheckInterval(never))
-	b := newManager(t, testenv.Redis(t), prefix, "b")
-	run(t, a)
+	a := NewManager(aClient, prefix, "a", Config{CheckInterval: never})
+	b := NewManager(testenv.Redis(t), prefix, "b", Config{})
+	testenv.Run(t, a.Run)
 	waitSubscribers(t, rdb, a.channel(), 1)
 
 	killed := subscriberID(t, rdb, opt.ClientName)
@@ -242,13 +216,9 @@ func TestSubscriptionReconnectsAfterDrop(t *testing.T) {
 	}
 	// The reconnect can be quicker than any poll for zero subscribers, so
 	// wait for a subscriber connection other than the killed one.
-	deadline := time.Now().Add(3 * time.Second)
-	for subscriberID(t, rdb, opt.ClientName) == killed {
-		if time.Now().After(deadline) {
-			t.Fatal("subscription not re-established")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	testenv.Eventually(t, 3*time.Second, "the subscription to be re-established", func() bool {
+		return subscriberID(t, rdb, opt.ClientName) != killed
+	})
 	waitSubscribers(t, rdb, a.channel(), 1)
 
 	ctx, _ := register(t, a, "t", "u")
@@ -295,8 +265,8 @@ func TestRedisDownLocalStopStillWorks(t *testing.T) {
 	ln.Close()
 	down := redis.NewClient(&redis.Options{Addr: addr, DialTimeout: 100 * time.Millisecond, DialerRetries: 1, MaxRetries: -1})
 	t.Cleanup(func() { down.Close() })
-	m := newManager(t, down, "test:", "a")
-	run(t, m)
+	m := NewManager(down, "test:", "a", Config{})
+	testenv.Run(t, m.Run)
 
 	start := time.Now()
 	ctx, unregister := register(t, m, "t", "u")

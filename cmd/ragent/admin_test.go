@@ -477,13 +477,7 @@ func TestIdempotentAdminSubmits(t *testing.T) {
 			return ch
 		}
 		first := send()
-		deadline := time.Now().Add(30 * time.Second)
-		for waiters() < 1 {
-			if time.Now().After(deadline) {
-				t.Fatal("the first create never reached its INSERT")
-			}
-			time.Sleep(10 * time.Millisecond)
-		}
+		testenv.Eventually(t, 30*time.Second, "the first create to reach its INSERT", func() bool { return waiters() >= 1 })
 		// The first holds the submit lock and waits in Postgres. The
 		// duplicate must be answered at once; if it joins the wait
 		// instead, the lock let it through.
@@ -546,7 +540,7 @@ func TestIdempotentAdminSubmits(t *testing.T) {
 		var me struct{ ID string }
 		c.do("GET", "/api/v1/me", nil).json(t, &me)
 		body := []byte(`{"sourceTerm":"ERP","targetTerm":"企业资源计划"}`)
-		responses := idempotent.NewResponses(testenv.Redis(t), cfg.RedisPrefix, time.Minute, time.Hour)
+		responses := idempotent.NewResponses(testenv.Redis(t), cfg.RedisPrefix, time.Minute, time.Hour, idempotent.Config{})
 		outcome, _, err := responses.Begin(context.Background(), me.ID, "in-flight", idempotent.PayloadHash("POST", base, body))
 		if err != nil || outcome != idempotent.Proceed {
 			t.Fatalf("claim: %v %v", outcome, err)

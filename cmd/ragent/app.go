@@ -78,7 +78,7 @@ func newApp(ctx context.Context, cfg Config, log *slog.Logger) (_ *App, err erro
 
 	// Postgres: the source of truth. Migrations and first-start bootstrap run
 	// under one advisory lock, so many instances can start at once.
-	a.store, err = repository.Open(ctx, cfg.DatabaseURL, repository.Options{Logger: log})
+	a.store, err = repository.Open(ctx, cfg.DatabaseURL, repository.Config{Logger: log})
 	if err != nil {
 		return nil, err
 	}
@@ -97,15 +97,15 @@ func newApp(ctx context.Context, cfg Config, log *slog.Logger) (_ *App, err erro
 
 	// Snowflake IDs: a fixed worker id needs no Redis at start.
 	if cfg.WorkerID >= 0 {
-		a.ids = idgen.New(int64(cfg.WorkerID), idgen.WithLogger(log))
-	} else if a.ids, err = idgen.Lease(ctx, a.rdb, cfg.RedisPrefix, idgen.WithLogger(log)); err != nil {
+		a.ids = idgen.New(int64(cfg.WorkerID), idgen.Config{Logger: log})
+	} else if a.ids, err = idgen.Lease(ctx, a.rdb, cfg.RedisPrefix, idgen.Config{Logger: log}); err != nil {
 		return nil, fmt.Errorf("lease a snowflake worker id (or set RAGENT_WORKER_ID): %w", err)
 	}
 	a.closers = append(a.closers, a.ids.Close)
 	ids := idSource{a.ids}
 	// Every audited change writes its event in its own transaction (README
 	// "Audit log").
-	audit := service.NewAuditor(a.store, a.store, ids, nil, log)
+	audit := service.NewAuditor(a.store, a.store, ids, service.AuditorConfig{Logger: log})
 
 	var authSvc *auth.Service
 	err = a.store.WithStartupLock(ctx, func(ctx context.Context) error {
@@ -114,7 +114,7 @@ func newApp(ctx context.Context, cfg Config, log *slog.Logger) (_ *App, err erro
 			return err
 		}
 		authState := cache.NewAuthState(a.rdb, cfg.RedisPrefix) // revocations and login attempt counters
-		authSvc, err = auth.New(a.store, authState, loginAttempts{authState}, ids, audit, authConfig(cfg, secret), log, nil)
+		authSvc, err = auth.New(a.store, authState, loginAttempts{authState}, ids, audit, authConfig(cfg, secret, log))
 		if err != nil {
 			return err
 		}
@@ -154,8 +154,8 @@ func newApp(ctx context.Context, cfg Config, log *slog.Logger) (_ *App, err erro
 		Space: space, VectorWeight: vectorWeight(cfg),
 	}, audit)
 	searcher := retrieve.New(a.store, access, queryEmbedders(embedder, space), reranker, retrieve.Config{
-		MinVectorScore: cfg.SearchMinVectorScore, Fusion: retrieve.Fusion(cfg.SearchFusion),
-	}, log)
+		MinVectorScore: cfg.SearchMinVectorScore, Fusion: retrieve.Fusion(cfg.SearchFusion), Logger: log,
+	})
 	parser, closeParser, err := newParser(cfg, log)
 	if err != nil {
 		return nil, err
@@ -168,7 +168,8 @@ func newApp(ctx context.Context, cfg Config, log *slog.Logger) (_ *App, err erro
 		Parser:          parser,
 		OutboxRetention: cfg.OutboxRetention,
 		Space:           space,
-	}, log, nil)
+		Logger:          log,
+	})
 	a.kbs, a.ingestSvc, a.searcher = kbs, ingestSvc, searcher
 	// Knowledge bases recorded in another embedding space move to the
 	// configured one in the background; planned once for all instances.
@@ -178,18 +179,18 @@ func newApp(ctx context.Context, cfg Config, log *slog.Logger) (_ *App, err erro
 
 	// Admin data: the intent tree and term mappings, read (by admins and the
 	// chat pipeline) through 7-day Redis caches that fall back to Postgres.
-	cacheMetrics := cache.NewMetrics(a.registry)
-	intentCache := cache.NewIntents(a.rdb, cfg.RedisPrefix, a.store, cacheMetrics, log)
-	termCache := cache.NewTerms(a.rdb, cfg.RedisPrefix, a.store, cacheMetrics, log)
-	intents := admin.NewIntents(a.store, intentCache, intentCache, ids, audit, log)
-	terms := admin.NewTerms(a.store, termCache, termCache, ids, audit, log)
+	cacheCfg := cache.Config{Metrics: cache.NewMetrics(a.registry), Logger: log}
+	intentCache := cache.NewIntents(a.rdb, cfg.RedisPrefix, a.store, cacheCfg)
+	termCache := cache.NewTerms(a.rdb, cfg.RedisPrefix, a.store, cacheCfg)
+	intents := admin.NewIntents(a.store, intentCache, intentCache, ids, audit, admin.Config{Logger: log})
+	terms := admin.NewTerms(a.store, termCache, termCache, ids, audit, admin.Config{Logger: log})
 
 	// Idempotent submit: a duplicate of an in-flight request is refused (the
 	// lock's 30 s TTL only bounds a crashed holder: the watchdog renews it),
 	// and an Idempotency-Key's first response is replayed for 24 h.
-	submitLocks := idempotent.NewLocks(a.rdb, cfg.RedisPrefix, 30*time.Second, idempotent.WithLogger(log), idempotent.WithRegisterer(a.registry))
-	responses := idempotent.NewResponses(a.rdb, cfg.RedisPrefix, 5*time.Minute, idempotent.DefaultResponseTTL,
-		idempotent.WithLogger(log), idempotent.WithRegisterer(a.registry))
+	idem := idempotent.Config{Logger: log, Registerer: a.registry}
+	submitLocks := idempotent.NewLocks(a.rdb, cfg.RedisPrefix, 30*time.Second, idem)
+	responses := idempotent.NewResponses(a.rdb, cfg.RedisPrefix, 5*time.Minute, idempotent.DefaultResponseTTL, idem)
 
 	// The MQ: the outbox relay and the reaper run on every instance; the
 	// ingestion consumer on workers.
@@ -210,8 +211,7 @@ func newApp(ctx context.Context, cfg Config, log *slog.Logger) (_ *App, err erro
 		},
 	)
 	if cfg.Role != "api" {
-		guard := idempotent.NewGuard(a.rdb, cfg.RedisPrefix, consumingTTL, consumedTTL,
-			idempotent.WithLogger(log), idempotent.WithRegisterer(a.registry))
+		guard := idempotent.NewGuard(a.rdb, cfg.RedisPrefix, consumingTTL, consumedTTL, idem)
 		consumer, err := q.consumer(ingestGroup, service.IngestTopic, ingestHandler(ingestSvc, guard))
 		if err != nil {
 			return nil, err
@@ -239,8 +239,8 @@ func newApp(ctx context.Context, cfg Config, log *slog.Logger) (_ *App, err erro
 		l := ratelimit.New(a.rdb, cfg.RedisPrefix, "chat", ratelimit.Config{
 			MaxConcurrent: cfg.ChatMaxConcurrent, MaxWait: cfg.ChatMaxWait, Lease: cfg.ChatLease,
 			PollInterval: cfg.ChatPollInterval, MaxQueue: cfg.ChatMaxQueue, MaxQueuedPerUser: cfg.ChatMaxQueuedPerUser,
-			OnRedisError: policy, Enabled: true,
-		}, ratelimit.WithLogger(log), ratelimit.WithRegisterer(a.registry))
+			OnRedisError: policy, Logger: log, Registerer: a.registry,
+		})
 		a.runners = append(a.runners, l.Run)
 		limiter, limiterStats = chatLimiter{l}, l
 	}
@@ -248,15 +248,15 @@ func newApp(ctx context.Context, cfg Config, log *slog.Logger) (_ *App, err erro
 	if cfg.ChatRatePerMinute > 0 {
 		rate = chatRate{r: ratelimit.NewRate(a.rdb, cfg.RedisPrefix, "chat", cfg.ChatRatePerMinute, time.Minute), log: log}
 	}
-	tasks := stream.NewManager(a.rdb, cfg.RedisPrefix, cfg.InstanceID, stream.WithLogger(log))
+	tasks := stream.NewManager(a.rdb, cfg.RedisPrefix, cfg.InstanceID, stream.Config{Logger: log})
 	a.runners = append(a.runners, tasks.Run)
 	chatSvc := chat.New(chat.Deps{
 		Store: a.store, Limiter: limiter, Rate: rate, Tasks: tasks, Retriever: searcher, Access: access,
 		Intents: intentCache, Terms: termCache,
-		Model: answerModel, FastModel: fastModel, IDs: ids, Log: log,
+		Model: answerModel, FastModel: fastModel, IDs: ids,
 	}, chat.Config{
 		RefuseWithoutSources: cfg.ChatEmptyRetrieval == "refuse",
-		AnswerModel:          cfg.LLMChatModel, FastModel: cfg.LLMFastModel,
+		AnswerModel:          cfg.LLMChatModel, FastModel: cfg.LLMFastModel, Logger: log,
 	})
 
 	// First start: the demo knowledge base, intents and term mappings, once
@@ -271,8 +271,8 @@ func newApp(ctx context.Context, cfg Config, log *slog.Logger) (_ *App, err erro
 	}
 
 	// Upload concurrency across instances.
-	uploads := ratelimit.NewSemaphore(a.rdb, cfg.RedisPrefix, "upload", cfg.UploadMaxConcurrent, 300*time.Second,
-		cfg.UploadMaxWait, ratelimit.WithLogger(log), ratelimit.WithRegisterer(a.registry))
+	uploads := ratelimit.NewSemaphore(a.rdb, cfg.RedisPrefix, "upload", ratelimit.Config{
+		MaxConcurrent: cfg.UploadMaxConcurrent, MaxWait: cfg.UploadMaxWait, Logger: log, Registerer: a.registry})
 	a.runners = append(a.runners, uploads.Run)
 
 	// API keys: checked against Postgres on every request (revocation is
@@ -286,7 +286,7 @@ func newApp(ctx context.Context, cfg Config, log *slog.Logger) (_ *App, err erro
 	a.router = api.NewRouter(api.Deps{
 		Log:               log,
 		Auth:              authSvc,
-		APIKeys:           auth.NewAPIKeys(a.store, access, ids, audit, log, nil),
+		APIKeys:           auth.NewAPIKeys(a.store, access, ids, audit, auth.Config{Logger: log}),
 		KeyRate:           keyRate,
 		KnowledgeBases:    kbs,
 		Groups:            admin.NewGroups(a.store, ids, audit),
@@ -482,7 +482,7 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger, stdout io.Writer) 
 }
 
 func migrate(ctx context.Context, cfg Config, log *slog.Logger) error {
-	store, err := repository.Open(ctx, cfg.DatabaseURL, repository.Options{Logger: log, MaxOpenConns: 2})
+	store, err := repository.Open(ctx, cfg.DatabaseURL, repository.Config{Logger: log, MaxOpenConns: 2})
 	if err != nil {
 		return err
 	}

@@ -188,7 +188,7 @@ func TestLoginLimitPerUsername(t *testing.T) {
 	in.createUser(t, admin, "fred", "fred-password", "user")
 
 	state := cache.NewAuthState(in.app.rdb, cfg.RedisPrefix)
-	svc, err := auth.New(in.app.store, state, loginAttempts{state}, nil, service.NewAuditor(in.app.store, in.app.store, idSource{in.app.ids}, nil, nil), authConfig(cfg, []byte(strings.Repeat("k", 32))), nil, nil)
+	svc, err := auth.New(in.app.store, state, loginAttempts{state}, nil, service.NewAuditor(in.app.store, in.app.store, idSource{in.app.ids}, service.AuditorConfig{}), authConfig(cfg, []byte(strings.Repeat("k", 32)), nil))
 	if err != nil {
 		t.Fatal(err)
 	}

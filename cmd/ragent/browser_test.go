@@ -697,18 +697,11 @@ func (tb *tab) holdRequests(t *testing.T, pattern string) (release func()) {
 // waitPermits waits until the chat limiter has n permits in use.
 func waitPermits(t *testing.T, api *client, n int) {
 	t.Helper()
-	deadline := time.Now().Add(15 * time.Second)
-	for {
+	testenv.Eventually(t, 15*time.Second, fmt.Sprintf("%d chat permits in use", n), func() bool {
 		var st struct{ PermitsInUse int }
 		api.do("GET", "/api/v1/admin/limiter", nil).json(t, &st)
-		if st.PermitsInUse == n {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("limiter has %d permits in use after 15s, want %d", st.PermitsInUse, n)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return st.PermitsInUse == n
+	})
 }
 
 // artifactDir is where screenshots go: $RAGENT_ARTIFACTS, else

@@ -8,6 +8,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/ragent-go/ragent/internal/testenv"
 )
 
 // chatConfig is a test configuration whose answer model is the fake LLM.
@@ -116,18 +118,14 @@ func TestChatDisconnectCancelsUpstream(t *testing.T) {
 		}
 		return true
 	})
-	deadline := time.Now().Add(2 * time.Second)
-	for {
-		if at, ok := llm.abandonedAt(q); ok {
-			if d := at.Sub(cancelledAt); d > 500*time.Millisecond {
-				t.Fatalf("upstream aborted %v after the disconnect", d)
-			}
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("upstream request was not aborted after the client disconnected")
-		}
-		time.Sleep(10 * time.Millisecond)
+	var at time.Time
+	testenv.Eventually(t, 2*time.Second, "the upstream request to be aborted after the disconnect", func() bool {
+		var ok bool
+		at, ok = llm.abandonedAt(q)
+		return ok
+	})
+	if d := at.Sub(cancelledAt); d > 500*time.Millisecond {
+		t.Fatalf("upstream aborted %v after the disconnect", d)
 	}
 	waitMessageStatus(t, c, convID, "cancelled")
 }
@@ -135,21 +133,13 @@ func TestChatDisconnectCancelsUpstream(t *testing.T) {
 // waitMessageStatus waits until the conversation's answer has the status.
 func waitMessageStatus(t testing.TB, c *client, convID, status string) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		r := c.do("GET", "/api/v1/conversations/"+convID+"/messages", nil)
+	testenv.Eventually(t, 5*time.Second, "the answer saved as "+status, func() bool {
 		var msgs struct {
 			Messages []struct{ Role, Status string }
 		}
-		r.json(t, &msgs)
-		if n := len(msgs.Messages); n == 2 && msgs.Messages[1].Status == status {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("answer not saved as %s: %+v", status, msgs.Messages)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		c.do("GET", "/api/v1/conversations/"+convID+"/messages", nil).json(t, &msgs)
+		return len(msgs.Messages) == 2 && msgs.Messages[1].Status == status
+	})
 }
 
 // Stop sent to instance B for a task on instance A aborts the upstream

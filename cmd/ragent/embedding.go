@@ -47,8 +47,8 @@ func newEmbedGate(rdb *redis.Client, cfg Config, reg prometheus.Registerer, log 
 		MaxConcurrent: cfg.EmbedConcurrency, MaxWait: documentWait, Lease: time.Minute,
 		// A Redis outage should not stop embedding: each instance then
 		// keeps to the cap on its own.
-		OnRedisError: ratelimit.PolicyLocal, Enabled: true,
-	}, ratelimit.WithLogger(log), ratelimit.WithRegisterer(reg))
+		OnRedisError: ratelimit.PolicyLocal, Logger: log, Registerer: reg,
+	})
 	return &embedGate{limiter: l, pause: ratelimit.NewPause(rdb, cfg.RedisPrefix, "embed"), queryWait: cfg.EmbedQueryWait, log: log}, l.Run
 }
 

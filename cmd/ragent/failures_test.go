@@ -75,16 +75,10 @@ func TestChatLimiterRedisDown(t *testing.T) {
 			}
 			// The limiter asks Redis again a second after a failure.
 			proxy.Up()
-			deadline := time.Now().Add(10 * time.Second)
-			for {
+			testenv.Eventually(t, 10*time.Second, "a full answer after Redis came back", func() bool {
 				_, events = c.chatStream(context.Background(), map[string]any{"question": "and now?"}, nil)
-				if got := collapse(events); got == "meta sources message finish done" {
-					break
-				} else if time.Now().After(deadline) {
-					t.Fatalf("after Redis came back: %q", got)
-				}
-				time.Sleep(300 * time.Millisecond)
-			}
+				return collapse(events) == "meta sources message finish done"
+			})
 		})
 	}
 }
@@ -146,14 +140,7 @@ func TestPostgresDown(t *testing.T) {
 		}
 	}
 	proxy.Up()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		if r := c.do("GET", "/api/v1/knowledge-bases", nil); r.Status == http.StatusOK {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("API did not recover after Postgres came back")
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	testenv.Eventually(t, 10*time.Second, "the API to recover after Postgres came back", func() bool {
+		return c.do("GET", "/api/v1/knowledge-bases", nil).Status == http.StatusOK
+	})
 }

@@ -252,17 +252,12 @@ func (c *client) document(id string) docJSON {
 // waitDone polls a document until it is ready or failed.
 func (c *client) waitDone(id string, timeout time.Duration) docJSON {
 	c.t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		d := c.document(id)
-		if d.Status == "ready" || d.Status == "failed" {
-			return d
-		}
-		if time.Now().After(deadline) {
-			c.t.Fatalf("document %s still %s after %s", id, d.Status, timeout)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	var d docJSON
+	testenv.Eventually(c.t, timeout, "document "+id+" ready or failed", func() bool {
+		d = c.document(id)
+		return d.Status == "ready" || d.Status == "failed"
+	})
+	return d
 }
 
 // waitReady waits up to 30s until a document is ready, failing the test if

@@ -33,7 +33,7 @@ func TestIngestRocketMQSameMessageFiveTimes(t *testing.T) {
 	_, c, kb := ingestEnv(t, cfg)
 	d := c.uploadAccepted(kb, "redelivered.txt", []byte(strings.Repeat("Axolotls regrow limbs, hearts and parts of their brains. ", 200)))
 
-	p, err := rocketmq.NewProducer(cfg.RocketMQNamesrv, rocketmq.ProducerOptions{Instance: "test-" + testenv.RandomSuffix()})
+	p, err := rocketmq.NewProducer(cfg.RocketMQNamesrv, rocketmq.ProducerConfig{Instance: "test-" + testenv.RandomSuffix()})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -325,13 +325,9 @@ func TestUploadConcurrencyCap(t *testing.T) {
 	// duplicates once one got in).
 	rdb := testenv.Redis(t)
 	permits := cfg.RedisPrefix + "{limiter:upload}:permits"
-	deadline := time.Now().Add(30 * time.Second)
-	for rdb.ZCard(context.Background(), permits).Val() < 1 {
-		if time.Now().After(deadline) {
-			t.Fatal("the slow upload never took the upload permit")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	testenv.Eventually(t, 30*time.Second, "the slow upload to take the upload permit", func() bool {
+		return rdb.ZCard(context.Background(), permits).Val() >= 1
+	})
 	r := c.upload(kb, "second.txt", []byte("A second upload while the first holds the only permit."))
 	if r.Status != http.StatusTooManyRequests || r.Header.Get("Retry-After") == "" {
 		t.Fatalf("second upload: %d Retry-After %q %s", r.Status, r.Header.Get("Retry-After"), r.Body)
@@ -358,7 +354,7 @@ func TestIngestSameMessageFiveTimes(t *testing.T) {
 	opt, _ := redis.ParseURL(cfg.RedisURL)
 	rdb := redis.NewClient(opt)
 	t.Cleanup(func() { rdb.Close() })
-	publishFiveTimes(t, redisstream.NewProducer(rdb, redisstream.ProducerOptions{Prefix: cfg.RedisPrefix}), d.ID)
+	publishFiveTimes(t, redisstream.NewProducer(rdb, redisstream.ProducerConfig{Prefix: cfg.RedisPrefix}), d.ID)
 
 	worker := cfg
 	worker.Role = "worker"
@@ -409,13 +405,9 @@ func TestIngestWorkerKilledMidDocument(t *testing.T) {
 		fmt.Fprintf(&big, "Paragraph %d describes coral reef ecosystem number %d in detail.\n\n", i, i*7)
 	}
 	d := c.uploadAccepted(kb, "big.txt", []byte(big.String()))
-	deadline := time.Now().Add(30 * time.Second)
-	for c.document(d.ID).Status != "running" {
-		if time.Now().After(deadline) {
-			t.Fatal("the document never started running")
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	testenv.Eventually(t, 30*time.Second, "the document to start running", func() bool {
+		return c.document(d.ID).Status == "running"
+	})
 	a.stop()
 	if st := c.document(d.ID).Status; st != "running" && st != "pending" {
 		// The worker finished before it was stopped: the test proves nothing.

@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/ragent-go/ragent/idgen"
+	"github.com/ragent-go/ragent/internal/testenv"
 	"github.com/ragent-go/ragent/repository"
 	"github.com/ragent-go/ragent/service/ingest"
 )
@@ -40,13 +41,9 @@ func TestReaperPrunesSentOutbox(t *testing.T) {
 	}
 	// Ready documents were delivered, but the relay marks a row sent in a
 	// transaction that may commit just after the consumer finished.
-	deadline := time.Now().Add(30 * time.Second)
-	for count("sent_at IS NULL") > 0 {
-		if time.Now().After(deadline) {
-			t.Fatalf("the relay left %d outbox rows unsent after 30s", count("sent_at IS NULL"))
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	testenv.Eventually(t, 30*time.Second, "the relay to send every outbox row", func() bool {
+		return count("sent_at IS NULL") == 0
+	})
 	// No relay from here on, so a row written now stays unsent: the MQ was
 	// down when it should have gone out.
 	in.stop()
@@ -59,15 +56,15 @@ func TestReaperPrunesSentOutbox(t *testing.T) {
 		t.Fatalf("%d sent outbox rows, want 3", sent)
 	}
 
-	store, err := repository.Open(ctx, cfg.DatabaseURL, repository.Options{Logger: testLogger(t)})
+	store, err := repository.Open(ctx, cfg.DatabaseURL, repository.Config{Logger: testLogger(t)})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer store.Close()
 	now := time.Now()
-	ids := idSource{idgen.New(1023)}
-	reaper := ingest.New(store, nil, nil, ids, nil, ingest.Config{OutboxRetention: cfg.OutboxRetention, PruneBatch: 2},
-		testLogger(t), func() time.Time { return now })
+	ids := idSource{idgen.New(1023, idgen.Config{})}
+	reaper := ingest.New(store, nil, nil, ids, nil, ingest.Config{OutboxRetention: cfg.OutboxRetention, PruneBatch: 2,
+		Logger: testLogger(t), Now: func() time.Time { return now }})
 
 	// Within the retention nothing goes.
 	if err := reaper.ReapOnce(ctx); err != nil {

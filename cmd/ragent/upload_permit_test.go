@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ragent-go/ragent/internal/testenv"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -76,17 +77,12 @@ func TestUploadPermitIDsAreServerGenerated(t *testing.T) {
 		}
 		return ""
 	}
-	deadline := time.Now().Add(30 * time.Second)
-	for refusals() != fmt.Sprint(uploads-cap) {
+	testenv.Eventually(t, 30*time.Second, fmt.Sprintf("%d upload refusals", uploads-cap), func() bool {
 		if n := rdb.ZCard(t.Context(), permits).Val(); n > cap {
 			t.Fatalf("%d upload permits held, cap %d", n, cap)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("upload refusals %q within 30 s, want %d (permits held: %d)",
-				refusals(), uploads-cap, rdb.ZCard(t.Context(), permits).Val())
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return refusals() == fmt.Sprint(uploads-cap)
+	})
 	if n := rdb.ZCard(t.Context(), permits).Val(); n != cap {
 		t.Fatalf("%d upload permits held, want %d", n, cap)
 	}

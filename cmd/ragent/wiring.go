@@ -128,25 +128,25 @@ func newQueue(ctx context.Context, cfg Config, rdb *redis.Client, a *App) (*queu
 		if err := rocketmq.CreateTopic(ctx, cfg.RocketMQNamesrv, cfg.RocketMQBroker, service.IngestTopic, ingestGroup); err != nil {
 			a.log.Warn("could not create the ingest topic; uploads queue in the outbox until RocketMQ is reachable", "err", err)
 		}
-		p, err := rocketmq.NewProducer(cfg.RocketMQNamesrv, rocketmq.ProducerOptions{Instance: cfg.InstanceID})
+		p, err := rocketmq.NewProducer(cfg.RocketMQNamesrv, rocketmq.ProducerConfig{Instance: cfg.InstanceID})
 		if err != nil {
 			return nil, fmt.Errorf("rocketmq producer: %w", err)
 		}
 		return &queue{
 			producer: p,
 			consumer: func(group, topic string, h mq.Handler) (mq.Consumer, error) {
-				return rocketmq.NewConsumer(cfg.RocketMQNamesrv, group, topic, h, rocketmq.ConsumerOptions{
+				return rocketmq.NewConsumer(cfg.RocketMQNamesrv, group, topic, h, rocketmq.ConsumerConfig{
 					Instance: cfg.InstanceID, Logger: a.log,
 				})
 			},
 			close: func() { p.Close() },
 		}, nil
 	default:
-		p := redisstream.NewProducer(rdb, redisstream.ProducerOptions{Prefix: cfg.RedisPrefix})
+		p := redisstream.NewProducer(rdb, redisstream.ProducerConfig{Prefix: cfg.RedisPrefix})
 		return &queue{
 			producer: p,
 			consumer: func(group, topic string, h mq.Handler) (mq.Consumer, error) {
-				return redisstream.NewConsumer(rdb, group, topic, h, redisstream.ConsumerOptions{
+				return redisstream.NewConsumer(rdb, group, topic, h, redisstream.ConsumerConfig{
 					Prefix: cfg.RedisPrefix, Consumer: cfg.InstanceID, Logger: a.log,
 					VisibilityTimeout: cfg.MQVisibilityTimeout,
 				})
@@ -201,10 +201,11 @@ const (
 )
 
 // authConfig is the auth use case's configuration.
-func authConfig(cfg Config, secret []byte) auth.Config {
+func authConfig(cfg Config, secret []byte, log *slog.Logger) auth.Config {
 	return auth.Config{
 		Secret: secret, TokenTTL: cfg.TokenTTL,
 		MaxFailures: cfg.LoginMaxFailures, MaxUserFailures: cfg.LoginMaxFailuresPerUser, FailWindow: cfg.LoginFailWindow,
+		Logger: log,
 	}
 }
 

@@ -170,20 +170,21 @@ func RocketMQNamesrv(t testing.TB) string {
 // a Redis URL that goes through it.
 func RedisProxyURL(t testing.TB) (*Proxy, string) {
 	t.Helper()
-	u, err := url.Parse(RedisURL(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := NewProxy(t, u.Host)
-	u.Host = p.Addr()
-	return p, u.String()
+	return proxyURL(t, RedisURL(t))
 }
 
 // PostgresProxyURL returns a fresh database (see FreshDatabase) reached
 // through a Proxy, so a test can take Postgres away from the code under test.
 func PostgresProxyURL(t testing.TB) (*Proxy, string) {
 	t.Helper()
-	u, err := url.Parse(FreshDatabase(t))
+	return proxyURL(t, FreshDatabase(t))
+}
+
+// proxyURL starts a Proxy in front of rawURL's host and returns rawURL
+// pointed at it.
+func proxyURL(t testing.TB, rawURL string) (*Proxy, string) {
+	t.Helper()
+	u, err := url.Parse(rawURL)
 	if err != nil {
 		t.Fatal(err)
 	}

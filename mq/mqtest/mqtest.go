@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ragent-go/ragent/internal/testenv"
 	"github.com/ragent-go/ragent/mq"
 )
 
@@ -78,42 +79,6 @@ func (s *script) deliveries(key string) []mq.Message {
 	return append([]mq.Message(nil), s.got[key]...)
 }
 
-// Start runs c until the returned stop function is called or the test ends;
-// stop fails the test if Run does not return within limit.
-func Start(t *testing.T, c mq.Consumer, limit time.Duration) (stop func()) {
-	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- c.Run(ctx) }()
-	var once sync.Once
-	stop = func() {
-		once.Do(func() {
-			cancel()
-			select {
-			case err := <-done:
-				if err != nil {
-					t.Errorf("Run: %v", err)
-				}
-			case <-time.After(limit):
-				t.Errorf("Run did not return within %v of cancel", limit)
-			}
-		})
-	}
-	t.Cleanup(stop)
-	return stop
-}
-
-func waitFor(t *testing.T, limit time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(limit)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", limit, what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
 // Run checks d against the delivery contract.
 func Run(t *testing.T, d Driver) {
 	s := &script{behaviours: map[string]func(context.Context, mq.Message, int) error{}, got: map[string][]mq.Message{}}
@@ -126,7 +91,7 @@ func Run(t *testing.T, d Driver) {
 		}
 		for i, b := range bodies {
 			key := fmt.Sprintf("basic%d:1", i)
-			waitFor(t, d.FirstDelivery, "the delivery of "+key, func() bool { return len(s.deliveries(key)) > 0 })
+			testenv.Eventually(t, d.FirstDelivery, "the delivery of "+key, func() bool { return len(s.deliveries(key)) > 0 })
 			m := s.deliveries(key)[0]
 			if string(m.Body) != b || m.Deliveries != 1 || m.ID == "" || m.Topic == "" {
 				t.Errorf("delivered %+v (body %q)", m, m.Body)
@@ -138,7 +103,7 @@ func Run(t *testing.T, d Driver) {
 		for range 5 {
 			d.Publish(t, "same:1", "x")
 		}
-		waitFor(t, d.Redelivery, "five deliveries", func() bool { return len(s.deliveries("same:1")) >= 5 })
+		testenv.Eventually(t, d.Redelivery, "five deliveries", func() bool { return len(s.deliveries("same:1")) >= 5 })
 		ids := map[string]bool{}
 		for _, m := range s.deliveries("same:1") {
 			ids[m.ID] = true
@@ -163,7 +128,7 @@ func Run(t *testing.T, d Driver) {
 			d.Publish(t, key, "x")
 		}
 		for key := range failures {
-			waitFor(t, d.Redelivery, "the redelivery of "+key, func() bool { return len(s.deliveries(key)) >= 2 })
+			testenv.Eventually(t, d.Redelivery, "the redelivery of "+key, func() bool { return len(s.deliveries(key)) >= 2 })
 			got := s.deliveries(key)
 			if got[0].ID != got[1].ID || got[0].Deliveries != 1 || got[1].Deliveries != 2 {
 				t.Errorf("%s: deliveries %+v, want the same message with Deliveries 1 then 2", key, got)
@@ -201,7 +166,7 @@ func Run(t *testing.T, d Driver) {
 			d.Publish(t, tt.key, "payload "+tt.key)
 		}
 		for _, tt := range tests {
-			waitFor(t, d.FirstDelivery+MaxDeliveries*d.Redelivery, "the dead letter of "+tt.key,
+			testenv.Eventually(t, d.FirstDelivery+MaxDeliveries*d.Redelivery, "the dead letter of "+tt.key,
 				func() bool { return d.DeadLetter(t, tt.key) != nil })
 			dl := d.DeadLetter(t, tt.key)
 			want := DeadLetter{Key: tt.key, Body: "payload " + tt.key, Group: d.Group,
@@ -240,7 +205,7 @@ func Run(t *testing.T, d Driver) {
 			t.Fatalf("deliveries before the restart = %d, want 1", n)
 		}
 		d.Start(t, s.handle)
-		waitFor(t, d.FirstDelivery, "the redelivery to a new consumer", func() bool { return len(s.deliveries("killed:1")) >= 2 })
+		testenv.Eventually(t, d.FirstDelivery, "the redelivery to a new consumer", func() bool { return len(s.deliveries("killed:1")) >= 2 })
 		// Deliveries is not checked: RocketMQ counts only failures it was
 		// told about, not deliveries lost to a stopped client.
 		if got := s.deliveries("killed:1"); got[1].ID != got[0].ID {

@@ -1,6 +1,7 @@
 package redisstream
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -37,8 +38,8 @@ const (
 // shutdown began is still acknowledged.
 const settleTimeout = 5 * time.Second
 
-// ConsumerOptions configure a Consumer. Zero values select the defaults.
-type ConsumerOptions struct {
+// ConsumerConfig configures a Consumer. Zero values select the defaults.
+type ConsumerConfig struct {
 	Prefix string // key prefix (RAGENT_REDIS_PREFIX)
 	// Consumer is this instance's name inside the group (the instance ID);
 	// default host-pid. Two live consumers must not share a name.
@@ -58,7 +59,7 @@ type ConsumerOptions struct {
 	// ReclaimInterval is the pause between two XAUTOCLAIM scans; default a
 	// quarter of the visibility timeout, at most 15 s.
 	ReclaimInterval time.Duration
-	Logger          *slog.Logger // default slog.Default()
+	Logger          *slog.Logger // nil discards
 }
 
 // Consumer reads one topic for one consumer group; see the package
@@ -70,7 +71,7 @@ type Consumer struct {
 	stream  string
 	dead    string
 	handler mq.Handler
-	opts    ConsumerOptions
+	cfg     ConsumerConfig
 	log     *slog.Logger
 }
 
@@ -81,42 +82,30 @@ var (
 
 // NewConsumer returns a Consumer that delivers topic's messages to h on
 // behalf of group.
-func NewConsumer(rdb redis.UniversalClient, group, topic string, h mq.Handler, opts ConsumerOptions) (*Consumer, error) {
+func NewConsumer(rdb redis.UniversalClient, group, topic string, h mq.Handler, cfg ConsumerConfig) (*Consumer, error) {
 	if group == "" || topic == "" || h == nil {
 		return nil, errors.New("redisstream: consumer needs a group, a topic and a handler")
 	}
-	if opts.Consumer == "" {
+	if cfg.Consumer == "" {
 		host, _ := os.Hostname()
-		opts.Consumer = fmt.Sprintf("%s-%d", host, os.Getpid())
+		cfg.Consumer = fmt.Sprintf("%s-%d", host, os.Getpid())
 	}
-	if opts.Concurrency <= 0 {
-		opts.Concurrency = DefaultConcurrency
-	}
-	if opts.VisibilityTimeout <= 0 {
-		opts.VisibilityTimeout = DefaultVisibilityTimeout
-	}
-	if opts.MaxDeliveries <= 0 {
-		opts.MaxDeliveries = DefaultMaxDeliveries
-	}
-	if opts.Block <= 0 {
-		opts.Block = DefaultBlock
-	}
-	if opts.ReclaimInterval <= 0 {
-		opts.ReclaimInterval = min(opts.VisibilityTimeout/4, 15*time.Second)
-	}
-	if opts.Logger == nil {
-		opts.Logger = slog.Default()
-	}
+	cfg.Concurrency = cmp.Or(max(cfg.Concurrency, 0), DefaultConcurrency)
+	cfg.VisibilityTimeout = cmp.Or(max(cfg.VisibilityTimeout, 0), DefaultVisibilityTimeout)
+	cfg.MaxDeliveries = cmp.Or(max(cfg.MaxDeliveries, 0), DefaultMaxDeliveries)
+	cfg.Block = cmp.Or(max(cfg.Block, 0), DefaultBlock)
+	cfg.ReclaimInterval = cmp.Or(max(cfg.ReclaimInterval, 0), min(cfg.VisibilityTimeout/4, 15*time.Second))
+	cfg.Logger = cmp.Or(cfg.Logger, slog.New(slog.DiscardHandler))
 	return &Consumer{
 		rdb:     rdb,
 		group:   group,
 		topic:   topic,
-		stream:  StreamKey(opts.Prefix, topic),
-		dead:    DeadKey(opts.Prefix, topic),
+		stream:  StreamKey(cfg.Prefix, topic),
+		dead:    DeadKey(cfg.Prefix, topic),
 		handler: h,
-		opts:    opts,
-		log: opts.Logger.With("component", "mq", "driver", "redis",
-			"topic", topic, "group", group, "consumer", opts.Consumer),
+		cfg:     cfg,
+		log: cfg.Logger.With("component", "mq", "driver", "redis",
+			"topic", topic, "group", group, "consumer", cfg.Consumer),
 	}, nil
 }
 
@@ -137,7 +126,7 @@ func (c *Consumer) Run(ctx context.Context) error {
 	}
 	// slots bounds the running handlers; both loops take a slot per entry
 	// before they ask Redis for it, so nothing is claimed that cannot run.
-	slots := make(chan struct{}, c.opts.Concurrency)
+	slots := make(chan struct{}, c.cfg.Concurrency)
 	var handlers, loops sync.WaitGroup
 	loops.Add(2)
 	go func() { defer loops.Done(); c.readLoop(ctx, slots, &handlers) }()
@@ -202,10 +191,10 @@ func (c *Consumer) readLoop(ctx context.Context, slots chan struct{}, handlers *
 		}
 		res, err := c.rdb.XReadGroup(ctx, &redis.XReadGroupArgs{
 			Group:    c.group,
-			Consumer: c.opts.Consumer,
+			Consumer: c.cfg.Consumer,
 			Streams:  []string{c.stream, ">"},
 			Count:    int64(n),
-			Block:    c.opts.Block,
+			Block:    c.cfg.Block,
 		}).Result()
 		if errors.Is(err, redis.Nil) {
 			release(slots, n)
@@ -239,7 +228,7 @@ func (c *Consumer) readLoop(ctx context.Context, slots chan struct{}, handlers *
 // reclaimLoop takes over entries idle past the visibility timeout: those a
 // handler failed on, and those of consumers that died.
 func (c *Consumer) reclaimLoop(ctx context.Context, slots chan struct{}, handlers *sync.WaitGroup) {
-	t := time.NewTicker(c.opts.ReclaimInterval)
+	t := time.NewTicker(c.cfg.ReclaimInterval)
 	defer t.Stop()
 	bo := mq.Backoff{Min: minBackoff, Max: maxBackoff}
 	for {
@@ -269,8 +258,8 @@ func (c *Consumer) reclaim(ctx context.Context, slots chan struct{}, handlers *s
 		msgs, next, err := c.rdb.XAutoClaim(ctx, &redis.XAutoClaimArgs{
 			Stream:   c.stream,
 			Group:    c.group,
-			Consumer: c.opts.Consumer,
-			MinIdle:  c.opts.VisibilityTimeout,
+			Consumer: c.cfg.Consumer,
+			MinIdle:  c.cfg.VisibilityTimeout,
 			Start:    start,
 			Count:    int64(n),
 		}).Result()
@@ -294,7 +283,7 @@ func (c *Consumer) reclaim(ctx context.Context, slots chan struct{}, handlers *s
 				release(slots, 1)
 			case ctx.Err() != nil:
 				release(slots, 1)
-			case d > c.opts.MaxDeliveries:
+			case d > c.cfg.MaxDeliveries:
 				// Its last delivery ended in a crash or was never reported:
 				// there is no handler error to record.
 				c.deadLetter(ctx, xm, d, fmt.Errorf("abandoned after %d deliveries", d-1))
@@ -325,7 +314,7 @@ func (c *Consumer) deliveries(ctx context.Context, msgs []redis.XMessage) (map[s
 		Start:    msgs[0].ID,
 		End:      msgs[len(msgs)-1].ID,
 		Count:    int64(len(msgs)),
-		Consumer: c.opts.Consumer,
+		Consumer: c.cfg.Consumer,
 	}).Result()
 	if err != nil {
 		return nil, err
@@ -357,7 +346,7 @@ func (c *Consumer) handle(ctx context.Context, xm redis.XMessage, deliveries int
 	log = log.With("key", m.Key)
 
 	// The heartbeat stops with Run's context, like the handler's work.
-	every := c.opts.VisibilityTimeout / 3
+	every := c.cfg.VisibilityTimeout / 3
 	beat := lease.Every(ctx, every, func(bctx context.Context) time.Duration {
 		if ctx.Err() != nil {
 			return 0
@@ -365,7 +354,7 @@ func (c *Consumer) handle(ctx context.Context, xm redis.XMessage, deliveries int
 		c.heartbeat(bctx, xm.ID)
 		return every
 	})
-	outcome, err := mq.Deliver(ctx, c.handler, m, c.opts.MaxDeliveries, log)
+	outcome, err := mq.Deliver(ctx, c.handler, m, c.cfg.MaxDeliveries, log)
 	beat.Stop()
 
 	switch outcome { // Redeliver: left pending for the reclaim scan
@@ -392,7 +381,7 @@ func (c *Consumer) heartbeat(ctx context.Context, id string) {
 	err := c.rdb.XClaimJustID(ctx, &redis.XClaimArgs{
 		Stream:   c.stream,
 		Group:    c.group,
-		Consumer: c.opts.Consumer,
+		Consumer: c.cfg.Consumer,
 		Messages: []string{id},
 	}).Err()
 	if err != nil && ctx.Err() == nil {
@@ -440,12 +429,12 @@ func (c *Consumer) forgetConsumer() {
 	ctx, cancel := context.WithTimeout(context.Background(), settleTimeout)
 	defer cancel()
 	pend, err := c.rdb.XPendingExt(ctx, &redis.XPendingExtArgs{
-		Stream: c.stream, Group: c.group, Start: "-", End: "+", Count: 1, Consumer: c.opts.Consumer,
+		Stream: c.stream, Group: c.group, Start: "-", End: "+", Count: 1, Consumer: c.cfg.Consumer,
 	}).Result()
 	if err != nil || len(pend) > 0 {
 		return
 	}
-	_ = c.rdb.XGroupDelConsumer(ctx, c.stream, c.group, c.opts.Consumer).Err()
+	_ = c.rdb.XGroupDelConsumer(ctx, c.stream, c.group, c.cfg.Consumer).Err()
 }
 
 // acquire blocks until at least one slot is free, takes every free slot and

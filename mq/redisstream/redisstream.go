@@ -22,6 +22,7 @@
 package redisstream
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 
@@ -50,8 +51,8 @@ func StreamKey(prefix, topic string) string { return prefix + "mq:{" + topic + "
 // DeadKey returns the stream that holds topic's dead letters.
 func DeadKey(prefix, topic string) string { return StreamKey(prefix, topic) + ":dead" }
 
-// ProducerOptions configure a Producer.
-type ProducerOptions struct {
+// ProducerConfig configures a Producer.
+type ProducerConfig struct {
 	Prefix string // key prefix (RAGENT_REDIS_PREFIX)
 	MaxLen int64  // approximate stream cap; 0 means DefaultMaxLen
 }
@@ -69,11 +70,9 @@ var (
 )
 
 // NewProducer returns a Producer that writes through rdb.
-func NewProducer(rdb redis.UniversalClient, opts ProducerOptions) *Producer {
-	if opts.MaxLen <= 0 {
-		opts.MaxLen = DefaultMaxLen
-	}
-	return &Producer{rdb: rdb, prefix: opts.Prefix, maxLen: opts.MaxLen}
+func NewProducer(rdb redis.UniversalClient, cfg ProducerConfig) *Producer {
+	cfg.MaxLen = cmp.Or(max(cfg.MaxLen, 0), DefaultMaxLen)
+	return &Producer{rdb: rdb, prefix: cfg.Prefix, maxLen: cfg.MaxLen}
 }
 
 // Publish appends the message to the topic's stream.

@@ -3,7 +3,6 @@ package redisstream_test
 import (
 	"context"
 	"fmt"
-	"log/slog"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -41,7 +40,7 @@ func newFixture(t *testing.T) *fixture {
 		defer cancel()
 		rdb.Del(ctx, redisstream.StreamKey(prefix, topic), redisstream.DeadKey(prefix, topic))
 	})
-	return &fixture{rdb: rdb, prefix: prefix, prod: redisstream.NewProducer(rdb, redisstream.ProducerOptions{Prefix: prefix})}
+	return &fixture{rdb: rdb, prefix: prefix, prod: redisstream.NewProducer(rdb, redisstream.ProducerConfig{Prefix: prefix})}
 }
 
 func (f *fixture) publish(t *testing.T, key, body string) {
@@ -54,27 +53,26 @@ func (f *fixture) publish(t *testing.T, key, body string) {
 }
 
 // fastOptions shrink every interval so redeliveries happen within a second.
-func (f *fixture) fastOptions(name string) redisstream.ConsumerOptions {
-	return redisstream.ConsumerOptions{
+func (f *fixture) fastOptions(name string) redisstream.ConsumerConfig {
+	return redisstream.ConsumerConfig{
 		Prefix:            f.prefix,
 		Consumer:          name,
 		VisibilityTimeout: 400 * time.Millisecond,
 		ReclaimInterval:   100 * time.Millisecond,
 		Block:             100 * time.Millisecond,
 		MaxDeliveries:     3,
-		Logger:            slog.New(slog.DiscardHandler),
 	}
 }
 
 // start runs a consumer until the returned stop function is called or the
 // test ends; stop fails the test if Run does not return promptly.
-func (f *fixture) start(t *testing.T, h mq.Handler, opts redisstream.ConsumerOptions) (stop func()) {
+func (f *fixture) start(t *testing.T, h mq.Handler, opts redisstream.ConsumerConfig) (stop func()) {
 	t.Helper()
 	c, err := redisstream.NewConsumer(f.rdb, group, topic, h, opts)
 	if err != nil {
 		t.Fatalf("NewConsumer: %v", err)
 	}
-	return mqtest.Start(t, c, waitLimit)
+	return testenv.Run(t, c.Run)
 }
 
 func (f *fixture) pending(t *testing.T) int64 {
@@ -118,17 +116,6 @@ func (r *recorder) messages() []mq.Message {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return append([]mq.Message(nil), r.got...)
-}
-
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(waitLimit)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", waitLimit, what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
 }
 
 func TestContract(t *testing.T) {
@@ -180,7 +167,7 @@ func TestAbandonedPastMaxDeliveriesIsDeadLettered(t *testing.T) {
 	var second recorder
 	opts.Consumer = "heir"
 	f.start(t, second.handle, opts)
-	waitFor(t, "a dead letter", func() bool { return len(f.deadLetters(t)) == 1 })
+	testenv.Eventually(t, waitLimit, "a dead letter", func() bool { return len(f.deadLetters(t)) == 1 })
 	if n := len(second.messages()); n != 0 {
 		t.Errorf("handler calls after max deliveries = %d, want 0", n)
 	}
@@ -203,10 +190,10 @@ func TestLongHandlerIsNotRedelivered(t *testing.T) {
 		}
 	}}
 	f.start(t, slow.handle, f.fastOptions("slow"))
-	waitFor(t, "the slow consumer to start", func() bool { return len(slow.messages()) == 1 })
+	testenv.Eventually(t, waitLimit, "the slow consumer to start", func() bool { return len(slow.messages()) == 1 })
 	var other recorder
 	f.start(t, other.handle, f.fastOptions("other"))
-	waitFor(t, "ack", func() bool { return f.pending(t) == 0 })
+	testenv.Eventually(t, waitLimit, "ack", func() bool { return f.pending(t) == 0 })
 	if n := len(other.messages()); n != 0 {
 		t.Errorf("the other consumer got %d deliveries of a message still in progress", n)
 	}
@@ -233,7 +220,7 @@ func TestConcurrencyIsBounded(t *testing.T) {
 	opts := f.fastOptions("c1")
 	opts.Concurrency = 2
 	f.start(t, r.handle, opts)
-	waitFor(t, "eight deliveries", func() bool { return len(r.messages()) == 8 })
+	testenv.Eventually(t, waitLimit, "eight deliveries", func() bool { return len(r.messages()) == 8 })
 	if p := peak.Load(); p != 2 {
 		t.Errorf("peak concurrency = %d, want 2", p)
 	}
@@ -263,7 +250,7 @@ func (h countHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pro
 func TestRedisUnreachable(t *testing.T) {
 	rdb, calls := unreachable(t)
 	t.Run("publish fails within its context", func(t *testing.T) {
-		p := redisstream.NewProducer(rdb, redisstream.ProducerOptions{})
+		p := redisstream.NewProducer(rdb, redisstream.ProducerConfig{})
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		defer cancel()
 		start := time.Now()
@@ -280,7 +267,7 @@ func TestRedisUnreachable(t *testing.T) {
 	t.Run("consumer backs off instead of spinning", func(t *testing.T) {
 		calls.Store(0)
 		c, err := redisstream.NewConsumer(rdb, group, topic, func(context.Context, mq.Message) error { return nil },
-			redisstream.ConsumerOptions{Logger: slog.New(slog.DiscardHandler)})
+			redisstream.ConsumerConfig{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -304,7 +291,7 @@ func TestNewConsumerValidates(t *testing.T) {
 		name, group, topic string
 		h                  mq.Handler
 	}{{"no group", "", topic, h}, {"no topic", group, "", h}, {"no handler", group, topic, nil}} {
-		if _, err := redisstream.NewConsumer(rdb, tc.group, tc.topic, tc.h, redisstream.ConsumerOptions{}); err == nil {
+		if _, err := redisstream.NewConsumer(rdb, tc.group, tc.topic, tc.h, redisstream.ConsumerConfig{}); err == nil {
 			t.Errorf("%s: no error", tc.name)
 		}
 	}
@@ -341,7 +328,7 @@ func TestGroups(t *testing.T) {
 		go func() { defer close(done); _ = cons.Run(ctx) }()
 		t.Cleanup(func() { cancel(); <-done })
 	}
-	waitFor(t, "every message in both groups", func() bool {
+	testenv.Eventually(t, waitLimit, "every message in both groups", func() bool {
 		return len(a1.messages())+len(a2.messages()) == n && len(b.messages()) == n
 	})
 	time.Sleep(600 * time.Millisecond) // past a visibility timeout: no duplicates follow

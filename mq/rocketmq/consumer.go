@@ -1,6 +1,7 @@
 package rocketmq
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -25,8 +26,8 @@ const (
 	DefaultMaxDeliveries = 5
 )
 
-// ConsumerOptions configure a Consumer. Zero values select the defaults.
-type ConsumerOptions struct {
+// ConsumerConfig configures a Consumer. Zero values select the defaults.
+type ConsumerConfig struct {
 	Instance string // instance ID, part of the client's instance name
 	// Concurrency bounds the handlers running at once per subscribed topic
 	// (the topic and the group's retry topic each get this many); default 4.
@@ -39,7 +40,7 @@ type ConsumerOptions struct {
 	// 0 lets the broker grow the delay with each retry (10 s, 30 s, 1 min,
 	// 2 min, …), the right choice in production.
 	RetryDelayLevel int
-	Logger          *slog.Logger // default slog.Default()
+	Logger          *slog.Logger // nil discards
 }
 
 // Consumer is a clustering push consumer of one topic for one group. A new
@@ -54,7 +55,7 @@ type Consumer struct {
 	group   string
 	topic   string
 	handler mq.Handler
-	opts    ConsumerOptions
+	cfg     ConsumerConfig
 	log     *slog.Logger
 
 	// handlerCtx is what handlers see; cancelled after the client stops.
@@ -75,7 +76,7 @@ var (
 
 // NewConsumer returns a Consumer of topic for group on the NameServer(s)
 // namesrv; nothing connects until Run.
-func NewConsumer(namesrv, group, topic string, h mq.Handler, opts ConsumerOptions) (*Consumer, error) {
+func NewConsumer(namesrv, group, topic string, h mq.Handler, cfg ConsumerConfig) (*Consumer, error) {
 	addrs, err := splitAddrs(namesrv)
 	if err != nil {
 		return nil, err
@@ -83,22 +84,16 @@ func NewConsumer(namesrv, group, topic string, h mq.Handler, opts ConsumerOption
 	if group == "" || topic == "" || h == nil {
 		return nil, errors.New("rocketmq: consumer needs a group, a topic and a handler")
 	}
-	if opts.Concurrency <= 0 {
-		opts.Concurrency = DefaultConcurrency
-	}
-	if opts.MaxDeliveries <= 0 {
-		opts.MaxDeliveries = DefaultMaxDeliveries
-	}
-	if opts.Logger == nil {
-		opts.Logger = slog.Default()
-	}
+	cfg.Concurrency = cmp.Or(max(cfg.Concurrency, 0), DefaultConcurrency)
+	cfg.MaxDeliveries = cmp.Or(max(cfg.MaxDeliveries, 0), DefaultMaxDeliveries)
+	cfg.Logger = cmp.Or(cfg.Logger, slog.New(slog.DiscardHandler))
 	return &Consumer{
 		addrs:   addrs,
 		group:   group,
 		topic:   topic,
 		handler: h,
-		opts:    opts,
-		log:     opts.Logger.With("component", "mq", "driver", "rocketmq", "topic", topic, "group", group),
+		cfg:     cfg,
+		log:     cfg.Logger.With("component", "mq", "driver", "rocketmq", "topic", topic, "group", group),
 	}, nil
 }
 
@@ -118,7 +113,7 @@ func (c *Consumer) Run(ctx context.Context) error {
 	dead, err := rmq.NewProducer(
 		producer.WithNsResolver(primitive.NewPassthroughResolver(c.addrs)),
 		producer.WithGroupName(c.group+"-dead-letters"),
-		producer.WithInstanceName(instanceName(c.opts.Instance, "dead-letters")),
+		producer.WithInstanceName(instanceName(c.cfg.Instance, "dead-letters")),
 		producer.WithRetry(DefaultRetries),
 	)
 	if err != nil {
@@ -170,10 +165,10 @@ func (c *Consumer) start() (rmq.PushConsumer, error) {
 	pc, err := rmq.NewPushConsumer(
 		consumer.WithNsResolver(primitive.NewPassthroughResolver(c.addrs)),
 		consumer.WithGroupName(c.group),
-		consumer.WithInstance(instanceName(c.opts.Instance, "consumer")),
+		consumer.WithInstance(instanceName(c.cfg.Instance, "consumer")),
 		consumer.WithConsumerModel(consumer.Clustering),
 		consumer.WithConsumeFromWhere(consumer.ConsumeFromFirstOffset),
-		consumer.WithConsumeGoroutineNums(c.opts.Concurrency),
+		consumer.WithConsumeGoroutineNums(c.cfg.Concurrency),
 		consumer.WithConsumeMessageBatchMaxSize(1),
 	)
 	if err != nil {
@@ -222,15 +217,15 @@ func (c *Consumer) consumeOne(clientCtx context.Context, msg *primitive.MessageE
 		Deliveries: int(msg.ReconsumeTimes) + 1,
 	}
 	log := c.log.With("id", m.ID, "key", m.Key, "deliveries", m.Deliveries)
-	outcome, err := mq.Deliver(c.handlerCtx, c.handler, m, c.opts.MaxDeliveries, log)
+	outcome, err := mq.Deliver(c.handlerCtx, c.handler, m, c.cfg.MaxDeliveries, log)
 	switch outcome {
 	case mq.Ack:
 		return true
 	case mq.DeadLetter:
 		return c.deadLetter(m, err, log)
 	}
-	if cc, ok := primitive.GetConcurrentlyCtx(clientCtx); ok && c.opts.RetryDelayLevel > 0 {
-		cc.DelayLevelWhenNextConsume = c.opts.RetryDelayLevel
+	if cc, ok := primitive.GetConcurrentlyCtx(clientCtx); ok && c.cfg.RetryDelayLevel > 0 {
+		cc.DelayLevelWhenNextConsume = c.cfg.RetryDelayLevel
 	}
 	return false
 }

@@ -1,6 +1,7 @@
 package rocketmq
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"time"
@@ -19,8 +20,8 @@ const (
 	DefaultSendTimeout   = 3 * time.Second
 )
 
-// ProducerOptions configure a Producer. Zero values select the defaults.
-type ProducerOptions struct {
+// ProducerConfig configures a Producer. Zero values select the defaults.
+type ProducerConfig struct {
 	Instance    string        // instance ID, part of the client's instance name
 	Group       string        // producer group; default DefaultProducerGroup
 	Retries     int           // resends to another queue after a failure; default 2
@@ -43,26 +44,22 @@ var (
 // ("host:port", several separated by ';'). Starting does not contact the
 // broker, so it succeeds while RocketMQ is down; Publish reports that.
 // Close releases it.
-func NewProducer(namesrv string, opts ProducerOptions) (*Producer, error) {
+func NewProducer(namesrv string, cfg ProducerConfig) (*Producer, error) {
 	addrs, err := splitAddrs(namesrv)
 	if err != nil {
 		return nil, err
 	}
-	if opts.Group == "" {
-		opts.Group = DefaultProducerGroup
+	if cfg.Group == "" {
+		cfg.Group = DefaultProducerGroup
 	}
-	if opts.Retries <= 0 {
-		opts.Retries = DefaultRetries
-	}
-	if opts.SendTimeout <= 0 {
-		opts.SendTimeout = DefaultSendTimeout
-	}
+	cfg.Retries = cmp.Or(max(cfg.Retries, 0), DefaultRetries)
+	cfg.SendTimeout = cmp.Or(max(cfg.SendTimeout, 0), DefaultSendTimeout)
 	p, err := rmq.NewProducer(
 		producer.WithNsResolver(primitive.NewPassthroughResolver(addrs)),
-		producer.WithGroupName(opts.Group),
-		producer.WithInstanceName(instanceName(opts.Instance, "producer")),
-		producer.WithRetry(opts.Retries),
-		producer.WithSendMsgTimeout(opts.SendTimeout),
+		producer.WithGroupName(cfg.Group),
+		producer.WithInstanceName(instanceName(cfg.Instance, "producer")),
+		producer.WithRetry(cfg.Retries),
+		producer.WithSendMsgTimeout(cfg.SendTimeout),
 	)
 	if err != nil {
 		return nil, fmt.Errorf("rocketmq: new producer: %w", err)

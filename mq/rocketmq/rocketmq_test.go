@@ -29,8 +29,6 @@ const (
 	redelivery = 30 * time.Second
 )
 
-var quiet = slog.New(slog.DiscardHandler)
-
 func TestMain(m *testing.M) {
 	rocketmq.SetClientLogger(slog.New(slog.NewTextHandler(os.Stderr, nil)))
 	os.Exit(m.Run())
@@ -93,7 +91,7 @@ func TestRocketMQ(t *testing.T) {
 		t.Fatalf("CreateTopic again: %v", err)
 	}
 
-	prod, err := rocketmq.NewProducer(namesrv, rocketmq.ProducerOptions{Instance: "test"})
+	prod, err := rocketmq.NewProducer(namesrv, rocketmq.ProducerConfig{Instance: "test"})
 	if err != nil {
 		t.Fatalf("NewProducer: %v", err)
 	}
@@ -111,11 +109,10 @@ func TestRocketMQ(t *testing.T) {
 	}
 
 	newConsumer := func(h mq.Handler) *rocketmq.Consumer {
-		c, err := rocketmq.NewConsumer(namesrv, group, topic, h, rocketmq.ConsumerOptions{
+		c, err := rocketmq.NewConsumer(namesrv, group, topic, h, rocketmq.ConsumerConfig{
 			Instance:        "test",
 			MaxDeliveries:   mqtest.MaxDeliveries,
 			RetryDelayLevel: 1, // 1 s
-			Logger:          quiet,
 		})
 		if err != nil {
 			t.Fatalf("NewConsumer: %v", err)
@@ -126,7 +123,7 @@ func TestRocketMQ(t *testing.T) {
 	mqtest.Run(t, mqtest.Driver{
 		Group:   group,
 		Publish: publish,
-		Start:   func(t *testing.T, h mq.Handler) func() { return mqtest.Start(t, newConsumer(h), 30*time.Second) },
+		Start:   func(t *testing.T, h mq.Handler) func() { return testenv.Run(t, newConsumer(h).Run) },
 		DeadLetter: func(_ *testing.T, key string) *mqtest.DeadLetter {
 			d := dead.get(key)
 			if d == nil {
@@ -144,7 +141,7 @@ func TestRocketMQ(t *testing.T) {
 }
 
 func TestUnreachable(t *testing.T) {
-	prod, err := rocketmq.NewProducer("127.0.0.1:1", rocketmq.ProducerOptions{})
+	prod, err := rocketmq.NewProducer("127.0.0.1:1", rocketmq.ProducerConfig{})
 	if err != nil {
 		t.Fatalf("NewProducer must not need the broker: %v", err)
 	}
@@ -165,7 +162,7 @@ func TestUnreachable(t *testing.T) {
 
 	// A consumer keeps retrying its start and stops cleanly.
 	c, err := rocketmq.NewConsumer("127.0.0.1:1", "g", "t", func(context.Context, mq.Message) error { return nil },
-		rocketmq.ConsumerOptions{Logger: quiet})
+		rocketmq.ConsumerConfig{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -188,7 +185,7 @@ func TestOptionsValidate(t *testing.T) {
 	for _, tc := range []struct{ name, namesrv, group, topic string }{
 		{"no namesrv", " ; ", "g", "t"}, {"no group", "127.0.0.1:9876", "", "t"}, {"no topic", "127.0.0.1:9876", "g", ""},
 	} {
-		if _, err := rocketmq.NewConsumer(tc.namesrv, tc.group, tc.topic, h, rocketmq.ConsumerOptions{}); err == nil {
+		if _, err := rocketmq.NewConsumer(tc.namesrv, tc.group, tc.topic, h, rocketmq.ConsumerConfig{}); err == nil {
 			t.Errorf("%s: no error", tc.name)
 		}
 	}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"regexp"
 	"strings"
 	"unicode/utf8"
@@ -41,20 +40,16 @@ type Invalidator interface {
 type Intents struct {
 	store IntentStore
 	read  IntentReader
-	cache Invalidator
 	ids   service.IDGenerator
 	audit *service.Auditor
-	log   *slog.Logger
+	cached
 }
 
 // NewIntents returns the intent-tree use case. read serves the tree (usually
 // the cache); cache is invalidated after every committed write; every
 // change is recorded in audit.
-func NewIntents(store IntentStore, read IntentReader, cache Invalidator, ids service.IDGenerator, audit *service.Auditor, log *slog.Logger) *Intents {
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
-	}
-	return &Intents{store: store, read: read, cache: cache, ids: ids, audit: audit, log: log}
+func NewIntents(store IntentStore, read IntentReader, cache Invalidator, ids service.IDGenerator, audit *service.Auditor, cfg Config) *Intents {
+	return &Intents{store: store, read: read, ids: ids, audit: audit, cached: newCached(cache, "intent tree", cfg)}
 }
 
 // IntentInput is a whole intent node as an admin submits it (PUT replaces
@@ -356,14 +351,4 @@ func (s *Intents) codeConflict(err error, code string) error {
 		return service.Errorf(service.ErrConflict, "intent code %q is taken", code)
 	}
 	return err
-}
-
-// invalidate drops the cached tree after a committed write. The write
-// stands either way; a failed invalidation is logged (and counted by the
-// cache) because readers may see the old tree until the key expires.
-func (s *Intents) invalidate(ctx context.Context) {
-	if err := s.cache.Invalidate(context.WithoutCancel(ctx)); err != nil {
-		s.log.ErrorContext(ctx, "intent tree changed but its cache could not be invalidated; readers may see the old tree until it expires",
-			"err", err)
-	}
 }

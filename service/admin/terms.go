@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"strings"
 	"unicode/utf8"
 
@@ -30,20 +29,16 @@ type TermReader interface {
 type Terms struct {
 	store TermStore
 	read  TermReader
-	cache Invalidator
 	ids   service.IDGenerator
 	audit *service.Auditor
-	log   *slog.Logger
+	cached
 }
 
 // NewTerms returns the term-mapping use case. read serves the list (usually
 // the cache); cache is invalidated after every committed write; every
 // change is recorded in audit.
-func NewTerms(store TermStore, read TermReader, cache Invalidator, ids service.IDGenerator, audit *service.Auditor, log *slog.Logger) *Terms {
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
-	}
-	return &Terms{store: store, read: read, cache: cache, ids: ids, audit: audit, log: log}
+func NewTerms(store TermStore, read TermReader, cache Invalidator, ids service.IDGenerator, audit *service.Auditor, cfg Config) *Terms {
+	return &Terms{store: store, read: read, ids: ids, audit: audit, cached: newCached(cache, "term mappings", cfg)}
 }
 
 // TermInput is a whole mapping as an admin submits it (PUT replaces every
@@ -164,13 +159,4 @@ func sourceConflict(err error, source string) error {
 			"an enabled mapping for %q already exists (source terms are unique among enabled mappings, ignoring case); edit or disable it first", source)
 	}
 	return err
-}
-
-// invalidate drops the cached mappings after a committed write; see
-// Intents.invalidate.
-func (t *Terms) invalidate(ctx context.Context) {
-	if err := t.cache.Invalidate(context.WithoutCancel(ctx)); err != nil {
-		t.log.ErrorContext(ctx, "term mappings changed but their cache could not be invalidated; readers may see the old mappings until they expire",
-			"err", err)
-	}
 }

@@ -60,15 +60,11 @@ type APIKeys struct {
 }
 
 // NewAPIKeys returns the API-key use case; every create and revoke is
-// recorded in audit. now may be nil (time.Now).
-func NewAPIKeys(store KeyStore, access KeyAccess, ids service.IDGenerator, audit *service.Auditor, log *slog.Logger, now func() time.Time) *APIKeys {
-	if now == nil {
-		now = time.Now
-	}
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
-	}
-	return &APIKeys{store: store, access: access, ids: ids, audit: audit, now: now, log: log}
+// recorded in audit. Of cfg it reads Logger and Now, so it shares the
+// sessions' Config.
+func NewAPIKeys(store KeyStore, access KeyAccess, ids service.IDGenerator, audit *service.Auditor, cfg Config) *APIKeys {
+	cfg = cfg.withClock()
+	return &APIKeys{store: store, access: access, ids: ids, audit: audit, now: cfg.Now, log: cfg.Logger}
 }
 
 // KeyInput creates an API key.

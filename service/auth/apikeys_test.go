@@ -85,7 +85,7 @@ func newKeys(t *testing.T) (*APIKeys, *keyStore, *clock) {
 		owner: &service.User{ID: 7, Username: "bob", Role: service.RoleUser}}
 	clk := &clock{now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
 	audit := &auditLog{}
-	return NewAPIKeys(st, readAll{}, &ids{}, service.NewAuditor(audit, audit, &ids{}, clk.Now, nil), nil, clk.Now), st, clk
+	return NewAPIKeys(st, readAll{}, &ids{}, service.NewAuditor(audit, audit, &ids{}, service.AuditorConfig{Now: clk.Now}), Config{Now: clk.Now}), st, clk
 }
 
 var bob = service.Principal{UserID: 7, Username: "bob", Role: service.RoleUser}

@@ -20,6 +20,7 @@
 package auth
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -86,15 +87,26 @@ type Limit struct {
 	Window  time.Duration
 }
 
-// Config tunes the service.
+// Config tunes the service. NewAPIKeys reads only Logger and Now.
 type Config struct {
-	Secret          []byte        // HMAC key shared by every instance
-	TokenTTL        time.Duration // default 24h
-	MaxFailures     int           // failed logins per username+IP before a pause; default 5
-	MaxUserFailures int           // failed logins per username from any address; default 20
-	FailWindow      time.Duration // default 15m
-	BcryptCost      int           // default bcrypt.DefaultCost
-	MinPassword     int           // default 8
+	Secret          []byte           // HMAC key shared by every instance
+	TokenTTL        time.Duration    // default 24h
+	MaxFailures     int              // failed logins per username+IP before a pause; default 5
+	MaxUserFailures int              // failed logins per username from any address; default 20
+	FailWindow      time.Duration    // default 15m
+	BcryptCost      int              // default bcrypt.DefaultCost
+	MinPassword     int              // default 8
+	Logger          *slog.Logger     // nil discards
+	Now             func() time.Time // nil is time.Now
+}
+
+// withClock fills in the Logger and Now defaults.
+func (c Config) withClock() Config {
+	c.Logger = cmp.Or(c.Logger, slog.New(slog.DiscardHandler))
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	return c
 }
 
 // Service implements authentication and user management.
@@ -116,44 +128,27 @@ type Service struct {
 }
 
 // New returns a Service. Logins, password changes and user changes are
-// recorded in audit. now may be nil (time.Now).
-func New(store Store, revoked Revocations, attempts Attempts, ids service.IDGenerator, audit *service.Auditor, cfg Config, log *slog.Logger, now func() time.Time) (*Service, error) {
+// recorded in audit.
+func New(store Store, revoked Revocations, attempts Attempts, ids service.IDGenerator, audit *service.Auditor, cfg Config) (*Service, error) {
 	if audit == nil {
 		return nil, errors.New("auth: an auditor is required")
 	}
 	if len(cfg.Secret) < 32 {
 		return nil, errors.New("auth: secret must be at least 32 bytes")
 	}
-	if cfg.TokenTTL <= 0 {
-		cfg.TokenTTL = 24 * time.Hour
-	}
-	if cfg.MaxFailures <= 0 {
-		cfg.MaxFailures = 5
-	}
-	if cfg.MaxUserFailures <= 0 {
-		cfg.MaxUserFailures = 20
-	}
+	cfg.TokenTTL = cmp.Or(max(cfg.TokenTTL, 0), 24*time.Hour)
+	cfg.MaxFailures = cmp.Or(max(cfg.MaxFailures, 0), 5)
+	cfg.MaxUserFailures = cmp.Or(max(cfg.MaxUserFailures, 0), 20)
 	if cfg.MaxUserFailures < cfg.MaxFailures {
 		return nil, errors.New("auth: the per-username failure limit must not be below the per-username-and-address limit")
 	}
-	if cfg.FailWindow <= 0 {
-		cfg.FailWindow = 15 * time.Minute
-	}
-	if cfg.BcryptCost == 0 {
-		cfg.BcryptCost = bcrypt.DefaultCost
-	}
+	cfg.FailWindow = cmp.Or(max(cfg.FailWindow, 0), 15*time.Minute)
+	cfg.BcryptCost = cmp.Or(cfg.BcryptCost, bcrypt.DefaultCost)
 	if cfg.BcryptCost < bcrypt.MinCost || cfg.BcryptCost > bcrypt.MaxCost {
 		return nil, fmt.Errorf("auth: bcrypt cost must be %d to %d", bcrypt.MinCost, bcrypt.MaxCost)
 	}
-	if cfg.MinPassword == 0 {
-		cfg.MinPassword = 8
-	}
-	if now == nil {
-		now = time.Now
-	}
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
-	}
+	cfg.MinPassword = cmp.Or(cfg.MinPassword, 8)
+	cfg = cfg.withClock()
 	var random [18]byte
 	if _, err := rand.Read(random[:]); err != nil {
 		return nil, err
@@ -163,7 +158,7 @@ func New(store Store, revoked Revocations, attempts Attempts, ids service.IDGene
 		return nil, err
 	}
 	return &Service{
-		store: store, revoked: revoked, attempts: attempts, ids: ids, audit: audit, cfg: cfg, now: now, log: log,
+		store: store, revoked: revoked, attempts: attempts, ids: ids, audit: audit, cfg: cfg, now: cfg.Now, log: cfg.Logger,
 		dummyHash: dummy, compare: bcrypt.CompareHashAndPassword,
 	}, nil
 }

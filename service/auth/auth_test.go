@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/golang-jwt/jwt/v5"
 	"golang.org/x/crypto/bcrypt"
 
 	"github.com/ragent-go/ragent/service"
@@ -260,7 +261,8 @@ func newEnv(t *testing.T, cfg Config) *env {
 	}
 	cfg.Secret = []byte(strings.Repeat("s", 32))
 	cfg.BcryptCost = testCost
-	svc, err := New(e.store, e.revoked, e.attempts, &ids{}, service.NewAuditor(e.audit, e.audit, &ids{}, clk.Now, nil), cfg, nil, clk.Now)
+	cfg.Now = clk.Now
+	svc, err := New(e.store, e.revoked, e.attempts, &ids{}, service.NewAuditor(e.audit, e.audit, &ids{}, service.AuditorConfig{Now: clk.Now}), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -597,8 +599,68 @@ func TestTokenExpiryAndRevocation(t *testing.T) {
 
 func TestNewRejectsLimitsBelowEachOther(t *testing.T) {
 	log := &auditLog{}
-	_, err := New(&store{}, &revocations{}, &attempts{}, &ids{}, service.NewAuditor(log, log, &ids{}, nil, nil), Config{Secret: []byte(strings.Repeat("s", 32)), MaxFailures: 10, MaxUserFailures: 5}, nil, nil)
+	_, err := New(&store{}, &revocations{}, &attempts{}, &ids{}, service.NewAuditor(log, log, &ids{}, service.AuditorConfig{}), Config{Secret: []byte(strings.Repeat("s", 32)), MaxFailures: 10, MaxUserFailures: 5})
 	if err == nil {
 		t.Fatal("a per-username limit below the per-address one was accepted")
+	}
+}
+
+// Only tokens this service signed, unexpired, for a live user at the
+// current token version get through; everything else is unauthenticated.
+func TestAuthenticateRejectsForgedTokens(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t, Config{TokenTTL: time.Hour})
+	valid := func() claims {
+		now := e.clock.Now()
+		return claims{Role: string(service.RoleAdmin), RegisteredClaims: jwt.RegisteredClaims{
+			Subject: e.userID.String(), ID: "forged", Issuer: "ragent",
+			IssuedAt: jwt.NewNumericDate(now), ExpiresAt: jwt.NewNumericDate(now.Add(time.Hour)),
+		}}
+	}
+	sign := func(c claims, method jwt.SigningMethod, key any) string {
+		tok, err := jwt.NewWithClaims(method, c).SignedString(key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return tok
+	}
+	secret := []byte(strings.Repeat("s", 32))
+	tests := []struct {
+		name  string
+		token func() string
+		want  string
+	}{
+		{"signed with the secret", func() string { return sign(valid(), jwt.SigningMethodHS256, secret) }, "ok"},
+		{"another secret", func() string { return sign(valid(), jwt.SigningMethodHS256, []byte(strings.Repeat("x", 32))) }, "unauthenticated"},
+		{"alg none", func() string { return sign(valid(), jwt.SigningMethodNone, jwt.UnsafeAllowNoneSignatureType) }, "unauthenticated"},
+		{"HS512", func() string { return sign(valid(), jwt.SigningMethodHS512, secret) }, "unauthenticated"},
+		{"another issuer", func() string { c := valid(); c.Issuer = "evil"; return sign(c, jwt.SigningMethodHS256, secret) }, "unauthenticated"},
+		{"no expiry", func() string { c := valid(); c.ExpiresAt = nil; return sign(c, jwt.SigningMethodHS256, secret) }, "unauthenticated"},
+		{"expired", func() string {
+			c := valid()
+			c.ExpiresAt = jwt.NewNumericDate(e.clock.Now().Add(-time.Second))
+			return sign(c, jwt.SigningMethodHS256, secret)
+		}, "unauthenticated"},
+		{"older token version", func() string { c := valid(); c.Version = -1; return sign(c, jwt.SigningMethodHS256, secret) }, "unauthenticated"},
+		{"unknown user", func() string { c := valid(); c.Subject = "999999"; return sign(c, jwt.SigningMethodHS256, secret) }, "unauthenticated"},
+		{"not an id", func() string { c := valid(); c.Subject = "bob"; return sign(c, jwt.SigningMethodHS256, secret) }, "unauthenticated"},
+		{"payload altered", func() string {
+			h, _, _ := strings.Cut(sign(valid(), jwt.SigningMethodHS256, secret), ".")
+			other := strings.Split(sign(valid(), jwt.SigningMethodHS256, []byte(strings.Repeat("x", 32))), ".")
+			return h + "." + other[1] + "." + other[2]
+		}, "unauthenticated"},
+		{"garbage", func() string { return "not.a.token" }, "unauthenticated"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p, err := e.svc.Authenticate(ctx, tt.token())
+			if kind(err) != tt.want {
+				t.Fatalf("got %v, want %s", err, tt.want)
+			}
+			// The role comes from the user row, never from the token.
+			if err == nil && p.Role != service.RoleUser {
+				t.Fatalf("role %q taken from the token, want the stored %q", p.Role, service.RoleUser)
+			}
+		})
 	}
 }

@@ -103,6 +103,8 @@ type Config struct {
 	TopK                 int // sources per answer; default 5
 	AnswerModel          string
 	FastModel            string
+	Logger               *slog.Logger     // nil discards
+	Now                  func() time.Time // nil is time.Now
 }
 
 // Deps are the collaborators of the pipeline. FastModel is nil for the
@@ -120,8 +122,6 @@ type Deps struct {
 	Model     service.ChatModel
 	FastModel service.ChatModel
 	IDs       service.IDGenerator
-	Log       *slog.Logger
-	Now       func() time.Time
 }
 
 // Service runs chats.
@@ -132,11 +132,11 @@ type Service struct {
 
 // New returns a Service.
 func New(d Deps, cfg Config) *Service {
-	if d.Log == nil {
-		d.Log = slog.New(slog.DiscardHandler)
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	if d.Now == nil {
-		d.Now = time.Now
+	if cfg.Now == nil {
+		cfg.Now = time.Now
 	}
 	if cfg.HistoryMessages <= 0 {
 		cfg.HistoryMessages = 16
@@ -269,11 +269,11 @@ func (s *Service) Chat(ctx context.Context, p service.Principal, req Request, em
 			return err
 		}
 	}
-	t := &turn{s: s, p: p, req: req, emit: emit, started: s.d.Now()}
+	t := &turn{s: s, p: p, req: req, emit: emit, started: s.cfg.Now()}
 	if err := t.begin(ctx); err != nil {
 		return err
 	}
-	t.log = s.d.Log.With("conversation", t.conv.ID, "task", t.taskID, "user", p.UserID)
+	t.log = s.cfg.Logger.With("conversation", t.conv.ID, "task", t.taskID, "user", p.UserID)
 
 	// The task context: a stop (on any instance) cancels it with a cause
 	// wrapping service.ErrStopped; a client disconnect or a shutdown cancels
@@ -363,7 +363,7 @@ func (t *turn) run(ctx context.Context) {
 	t.answer.Content = t.content.String()
 	t.answer.Thinking = t.thinking.String()
 	t.answer.Usage = t.usage
-	t.answer.LatencyMS = s.d.Now().Sub(t.started).Milliseconds()
+	t.answer.LatencyMS = s.cfg.Now().Sub(t.started).Milliseconds()
 	if len(t.sources) > 0 {
 		t.answer.Sources, _ = json.Marshal(t.sources)
 	}

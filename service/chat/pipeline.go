@@ -100,7 +100,7 @@ func (s *Service) mapTerms(ctx context.Context, req *Request) error {
 	}
 	mappings, err := s.d.Terms.TermMappings(ctx)
 	if err != nil {
-		s.d.Log.WarnContext(ctx, "term mappings unavailable; question left as asked", "err", err)
+		s.cfg.Logger.WarnContext(ctx, "term mappings unavailable; question left as asked", "err", err)
 		return nil
 	}
 	req.mapped = service.ApplyTermMappings(req.Question, mappings)

@@ -343,14 +343,14 @@ func TestChildDiesWithItsWorker(t *testing.T) {
 	worker.Wait()
 	// The kernel signals the child when the worker dies; it is gone once
 	// its parent (now init or a subreaper) has reaped it.
-	deadline := time.Now().Add(30 * time.Second)
-	for processAlive(child) {
-		if time.Now().After(deadline) {
+	defer func() {
+		if processAlive(child) { // the test failed: do not leave it spinning
 			syscall.Kill(child, syscall.SIGKILL)
-			t.Fatalf("parser process %d outlived its worker", child)
 		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	}()
+	testenv.Eventually(t, 30*time.Second, fmt.Sprintf("parser process %d to die with its worker", child), func() bool {
+		return !processAlive(child)
+	})
 }
 
 // processAlive reports whether pid runs (a zombie awaiting its reaper

@@ -75,7 +75,9 @@ type Config struct {
 	// OutboxRetention is how long sent outbox rows are kept (to trace what
 	// was published) before the reaper deletes them; default 7 days.
 	OutboxRetention time.Duration
-	PruneBatch      int // outbox rows deleted per statement; default 1000
+	PruneBatch      int              // outbox rows deleted per statement; default 1000
+	Logger          *slog.Logger     // nil discards
+	Now             func() time.Time // nil is time.Now
 }
 
 func (c *Config) defaults() {
@@ -109,6 +111,12 @@ func (c *Config) defaults() {
 	if c.PruneBatch <= 0 {
 		c.PruneBatch = 1000
 	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
 }
 
 // Service runs uploads and ingestion.
@@ -126,19 +134,13 @@ type Service struct {
 
 // New returns a Service. access decides who may read and change the
 // documents of a knowledge base; uploads, deletes and reindexes are recorded
-// in audit; now may be nil.
-func New(store Store, access *service.Access, embedder service.Embedder, ids service.IDGenerator, audit *service.Auditor, cfg Config, log *slog.Logger, now func() time.Time) *Service {
+// in audit.
+func New(store Store, access *service.Access, embedder service.Embedder, ids service.IDGenerator, audit *service.Auditor, cfg Config) *Service {
 	cfg.defaults()
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
-	}
-	if now == nil {
-		now = time.Now
-	}
 	if cfg.Space == (service.EmbeddingSpace{}) {
 		cfg.Space = service.EmbeddingSpace{Model: embedder.Model(), Dim: embedder.Dim()}
 	}
-	return &Service{store: store, access: access, embedder: embedder, ids: ids, audit: audit, cfg: cfg, log: log, now: now, kick: make(chan struct{}, 1)}
+	return &Service{store: store, access: access, embedder: embedder, ids: ids, audit: audit, cfg: cfg, log: cfg.Logger, now: cfg.Now, kick: make(chan struct{}, 1)}
 }
 
 // Upload stores a file for ingestion and returns its pending document. The

@@ -88,7 +88,7 @@ func TestProcessPermanentStoreErrorFailsAtOnce(t *testing.T) {
 	permanent := fmt.Errorf("%w: %w: postgres refused the data: index row requires 40040 bytes (SQLSTATE 54000)", service.ErrInvalid, service.ErrPermanent)
 	store := newFakeStore("Some ordinary text to index.")
 	store.replace = func() error { return permanent }
-	svc := New(store, nil, fakeEmbedder{}, &counterIDs{}, nil, Config{MaxAttempts: 5}, nil, nil)
+	svc := New(store, nil, fakeEmbedder{}, &counterIDs{}, nil, Config{MaxAttempts: 5})
 	if err := processOnce(t, svc); err != nil {
 		t.Fatalf("Process = %v, want nil (done with, failed for good)", err)
 	}
@@ -98,7 +98,7 @@ func TestProcessPermanentStoreErrorFailsAtOnce(t *testing.T) {
 
 	transient := newFakeStore("Some ordinary text to index.")
 	transient.replace = func() error { return errors.New("connection reset") }
-	svc = New(transient, nil, fakeEmbedder{}, &counterIDs{}, nil, Config{MaxAttempts: 5}, nil, nil)
+	svc = New(transient, nil, fakeEmbedder{}, &counterIDs{}, nil, Config{MaxAttempts: 5})
 	if err := processOnce(t, svc); err == nil || errors.Is(err, ErrGaveUp) || len(transient.failed) != 0 {
 		t.Fatalf("transient: Process = %v, failed %q; want a retryable error", err, transient.failed)
 	}
@@ -108,7 +108,7 @@ func TestProcessPermanentStoreErrorFailsAtOnce(t *testing.T) {
 // before anything is embedded or stored.
 func TestProcessChunkCap(t *testing.T) {
 	store := newFakeStore(strings.Repeat("A paragraph of several words that fills a small chunk nicely.\n\n", 200))
-	svc := New(store, nil, fakeEmbedder{}, &counterIDs{}, nil, Config{MaxChunks: 50}, nil, nil)
+	svc := New(store, nil, fakeEmbedder{}, &counterIDs{}, nil, Config{MaxChunks: 50})
 	if err := processOnce(t, svc); err != nil {
 		t.Fatal(err)
 	}
@@ -117,7 +117,7 @@ func TestProcessChunkCap(t *testing.T) {
 	}
 	// At the cap it is fine.
 	store = newFakeStore(strings.Repeat("A paragraph of several words that fills a small chunk nicely.\n\n", 20))
-	svc = New(store, nil, fakeEmbedder{}, &counterIDs{}, nil, Config{MaxChunks: 50}, nil, nil)
+	svc = New(store, nil, fakeEmbedder{}, &counterIDs{}, nil, Config{MaxChunks: 50})
 	if err := processOnce(t, svc); err != nil || len(store.failed) != 0 || store.replaced != 1 {
 		t.Fatalf("err %v, failed %q", err, store.failed)
 	}

@@ -43,8 +43,9 @@ type Config struct {
 	MinVectorScore float64
 	// MinRerankScore gates results by the reranker's score when one is set.
 	MinRerankScore float64
-	RerankTop      int // how many fused results to rerank; default 20
-	MaxTopK        int // default 50
+	RerankTop      int          // how many fused results to rerank; default 20
+	MaxTopK        int          // default 50
+	Logger         *slog.Logger // nil discards
 	// Fusion merges the two lists of a hybrid search; default FusionRRF.
 	Fusion Fusion
 }
@@ -91,12 +92,12 @@ type Searcher struct {
 // New returns a Searcher; access decides which knowledge bases a caller
 // searches, embedders embeds the query in each knowledge base's own
 // embedding space. reranker may be nil.
-func New(store Store, access *service.Access, embedders Embedders, reranker Reranker, cfg Config, log *slog.Logger) *Searcher {
+func New(store Store, access *service.Access, embedders Embedders, reranker Reranker, cfg Config) *Searcher {
 	cfg.defaults()
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	return &Searcher{store: store, access: access, embedders: embedders, reranker: reranker, cfg: cfg, log: log}
+	return &Searcher{store: store, access: access, embedders: embedders, reranker: reranker, cfg: cfg, log: cfg.Logger}
 }
 
 // Query is a search request.

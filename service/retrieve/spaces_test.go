@@ -74,7 +74,7 @@ func TestVectorSearchPerSpace(t *testing.T) {
 		}
 		return nil
 	}
-	s := New(store, service.NewAccess(store), embedders, nil, Config{}, nil)
+	s := New(store, service.NewAccess(store), embedders, nil, Config{})
 	res, err := s.Run(context.Background(), service.SystemPrincipal(), Query{Text: "vpn", Mode: service.SearchVector})
 	if err != nil {
 		t.Fatal(err)
