@@ -18,21 +18,23 @@ import (
 // so a key can never mint another). Service-level rules still apply after
 // it: the owner's role and the key's knowledge bases (service.Access).
 var keyScopes = map[string][]service.Scope{
-	"GET /api/v1/knowledge-bases":                {service.ScopeRead},
-	"GET /api/v1/knowledge-bases/:id":            {service.ScopeRead},
-	"GET /api/v1/knowledge-bases/:id/documents":  {service.ScopeRead},
-	"GET /api/v1/documents/:id":                  {service.ScopeRead},
-	"GET /api/v1/documents/:id/chunks":           {service.ScopeRead},
-	"GET /api/v1/conversations":                  {service.ScopeRead, service.ScopeChat},
-	"GET /api/v1/conversations/:id/messages":     {service.ScopeRead, service.ScopeChat},
-	"POST /api/v1/search":                        {service.ScopeSearch},
-	"POST /api/v1/chat":                          {service.ScopeChat},
-	"POST /api/v1/chat/tasks/:taskId/stop":       {service.ScopeChat},
-	"PATCH /api/v1/conversations/:id":            {service.ScopeChat},
-	"DELETE /api/v1/conversations/:id":           {service.ScopeChat},
-	"POST /api/v1/knowledge-bases/:id/documents": {service.ScopeIngest},
-	"POST /api/v1/documents/:id/reindex":         {service.ScopeIngest},
-	"DELETE /api/v1/documents/:id":               {service.ScopeIngest},
+	"GET /api/v1/knowledge-bases":                       {service.ScopeRead},
+	"GET /api/v1/knowledge-bases/:id":                   {service.ScopeRead},
+	"GET /api/v1/knowledge-bases/:id/documents":         {service.ScopeRead},
+	"GET /api/v1/documents/:id":                         {service.ScopeRead},
+	"GET /api/v1/documents/:id/chunks":                  {service.ScopeRead},
+	"GET /api/v1/conversations":                         {service.ScopeRead, service.ScopeChat},
+	"GET /api/v1/conversations/:id/messages":            {service.ScopeRead, service.ScopeChat},
+	"POST /api/v1/search":                               {service.ScopeSearch},
+	"POST /api/v1/chat":                                 {service.ScopeChat},
+	"POST /api/v1/chat/tasks/:taskId/stop":              {service.ScopeChat},
+	"PATCH /api/v1/conversations/:id":                   {service.ScopeChat},
+	"DELETE /api/v1/conversations/:id":                  {service.ScopeChat},
+	"POST /api/v1/knowledge-bases/:id/documents":        {service.ScopeIngest},
+	"POST /api/v1/documents/:id/reindex":                {service.ScopeIngest},
+	"DELETE /api/v1/documents/:id":                      {service.ScopeIngest},
+	"DELETE /api/v1/knowledge-bases/:id/documents":      {service.ScopeIngest},
+	"POST /api/v1/knowledge-bases/:id/documents:import": {service.ScopeIngest},
 }
 
 // KeyScopes returns the scopes that admit an API key to route ("METHOD

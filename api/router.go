@@ -205,6 +205,10 @@ func NewRouter(deps Deps) *Router {
 		upload = append([]gin.HandlerFunc{uploadGate(deps.UploadSemaphore, deps.UploadMaxWait)}, upload...)
 	}
 	user.POST("/knowledge-bases/:id/documents", append([]gin.HandlerFunc{s.checkUpload}, upload...)...)
+	// Pipelines (README "For pipelines"): lookup and status polling are
+	// the listing's filters; the import is fetched by a worker.
+	user.DELETE("/knowledge-bases/:id/documents", s.deleteDocumentByExternalID)
+	user.POST(`/knowledge-bases/:id/documents\:import`, s.idempotent, s.importDocument)
 	user.GET("/documents/:id", s.getDocument)
 	user.DELETE("/documents/:id", s.deleteDocument)
 	user.POST("/documents/:id/reindex", s.reindexDocument)

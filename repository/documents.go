@@ -16,7 +16,8 @@ type documentRow struct {
 	Name       string
 	Mime       string
 	Size       int64
-	Sha256     string
+	Sha256     *string // nil until an imported document's first fetch
+	ExternalID *string
 	Status     string
 	Error      string
 	ChunkCount int
@@ -34,9 +35,25 @@ func (documentRow) TableName() string { return "documents" }
 func (r documentRow) doc() *service.Document {
 	return &service.Document{
 		ID: service.ID(r.ID), KnowledgeBaseID: service.ID(r.KbID), Name: r.Name, Mime: r.Mime, Size: r.Size,
-		SHA256: r.Sha256, Status: service.DocumentStatus(r.Status), Error: r.Error, ChunkCount: r.ChunkCount,
-		Generation: r.Generation, Attempts: r.Attempts, CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt,
+		SHA256: deref(r.Sha256), Status: service.DocumentStatus(r.Status), Error: r.Error, ChunkCount: r.ChunkCount,
+		Generation: r.Generation, Attempts: r.Attempts, ExternalID: deref(r.ExternalID),
+		CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt,
 	}
+}
+
+func deref(s *string) string {
+	if s == nil {
+		return ""
+	}
+	return *s
+}
+
+// nullable stores "" as NULL.
+func nullable(s string) *string {
+	if s == "" {
+		return nil
+	}
+	return &s
 }
 
 // CreateUpload stores the blob, the document (pending unless d.Status says
@@ -55,7 +72,7 @@ func (s *Store) CreateUpload(ctx context.Context, d *service.Document, blob []by
 		}
 		row := documentRow{
 			ID: int64(d.ID), KbID: int64(d.KnowledgeBaseID), Name: d.Name, Mime: d.Mime, Size: d.Size,
-			Sha256: d.SHA256, Status: string(d.Status), Error: d.Error, Generation: 1,
+			Sha256: nullable(d.SHA256), ExternalID: nullable(d.ExternalID), Status: string(d.Status), Error: d.Error, Generation: 1,
 		}
 		if err := tx.db.Create(&row).Error; err != nil {
 			return translate(err)
@@ -88,19 +105,7 @@ func (s *Store) Document(ctx context.Context, id service.ID) (*service.Document,
 // Documents lists a knowledge base's live documents, newest first, before
 // the cursor (a document id; 0 = from the newest).
 func (s *Store) Documents(ctx context.Context, kbID, before service.ID, limit int) ([]*service.Document, error) {
-	var rows []documentRow
-	q := s.conn(ctx).Where("kb_id = ?", int64(kbID)).Order("id DESC").Limit(limit)
-	if before > 0 {
-		q = q.Where("id < ?", int64(before))
-	}
-	if err := q.Find(&rows).Error; err != nil {
-		return nil, translate(err)
-	}
-	out := make([]*service.Document, len(rows))
-	for i, r := range rows {
-		out[i] = r.doc()
-	}
-	return out, nil
+	return s.FindDocuments(ctx, kbID, service.DocumentQuery{Before: before, Limit: limit})
 }
 
 // DocumentBlob returns the original bytes of a document.
@@ -126,6 +131,10 @@ func (s *Store) DeleteDocument(ctx context.Context, id service.ID) error {
 		}
 		if err := tx.removeChunks(row.ID, row.KbID); err != nil {
 			return err
+		}
+		// A deleted import is fetched no more.
+		if err := tx.db.Exec("DELETE FROM document_sources WHERE document_id = ?", row.ID).Error; err != nil {
+			return translate(err)
 		}
 		return translate(tx.db.Delete(&documentRow{}, row.ID).Error)
 	})

@@ -70,6 +70,7 @@ const (
 	AuditDocumentUpload    = "document.upload"
 	AuditDocumentDelete    = "document.delete"
 	AuditDocumentReindex   = "document.reindex"
+	AuditDocumentImport    = "document.import"
 	AuditIntentCreate      = "intent.create"
 	AuditIntentUpdate      = "intent.update"
 	AuditIntentDelete      = "intent.delete"

@@ -135,6 +135,19 @@ func (f *accessFixture) freshDoc(t *testing.T) string {
 	return f.admin.forTest(t).uploadAccepted(f.kb, fmt.Sprintf("note-%d.txt", f.n), []byte(fmt.Sprintf("note number %d", f.n))).ID
 }
 
+// freshExternalDoc uploads a new document with an external id into the
+// shared knowledge base and returns the external id.
+func (f *accessFixture) freshExternalDoc(t *testing.T) string {
+	t.Helper()
+	f.n++
+	ext := fmt.Sprintf("ext-%d", f.n)
+	r := f.admin.forTest(t).uploadExternal(f.kb, ext, fmt.Sprintf("note-%d.txt", f.n), []byte(fmt.Sprintf("external note %d", f.n)))
+	if r.Status != http.StatusAccepted {
+		t.Fatalf("upload %s: %d %s", ext, r.Status, r.Body)
+	}
+	return ext
+}
+
 // listed answers 200 when a list response names id, else 404: how a list
 // route says "you can see it".
 func listed(r response, id string) int {
@@ -198,6 +211,15 @@ var isolationMatrix = map[string]isolationRow{
 	}},
 	"POST /api/v1/knowledge-bases/:id/documents": {[6]int{hidden, denied, accepted, accepted, accepted, accepted}, func(t *testing.T, f *accessFixture, who string, c *client) int {
 		return c.upload(f.kb, who+".txt", []byte("uploaded by "+who)).Status
+	}},
+	// Pipelines: delete by external id, and import from a URL (.invalid
+	// never resolves, so the fetch fails without leaving the machine).
+	"DELETE /api/v1/knowledge-bases/:id/documents": {[6]int{hidden, denied, gone, gone, gone, gone}, func(t *testing.T, f *accessFixture, _ string, c *client) int {
+		ext := f.freshExternalDoc(t)
+		return c.do("DELETE", "/api/v1/knowledge-bases/"+f.kb+"/documents?externalId="+ext, nil).Status
+	}},
+	"POST /api/v1/knowledge-bases/:id/documents:import": {[6]int{hidden, denied, accepted, accepted, accepted, accepted}, func(t *testing.T, f *accessFixture, who string, c *client) int {
+		return c.do("POST", "/api/v1/knowledge-bases/"+f.kb+"/documents:import", map[string]string{"url": "https://fetch.invalid/" + who + ".txt"}).Status
 	}},
 	"GET /api/v1/documents/:id": {[6]int{hidden, fine, fine, fine, fine, fine}, func(t *testing.T, f *accessFixture, _ string, c *client) int {
 		return c.do("GET", "/api/v1/documents/"+f.doc, nil).Status
@@ -266,6 +288,8 @@ var keyMatrix = map[string][3]int{
 	"GET /api/v1/knowledge-bases/:id/documents":            {fine, denied, hidden},
 	"POST /api/v1/knowledge-bases/:id/documents":           {accepted, denied, hidden},
 	"GET /api/v1/documents/:id":                            {fine, denied, hidden},
+	"DELETE /api/v1/knowledge-bases/:id/documents":         {gone, denied, hidden},
+	"POST /api/v1/knowledge-bases/:id/documents:import":    {accepted, denied, hidden},
 	"DELETE /api/v1/documents/:id":                         {gone, denied, hidden},
 	"POST /api/v1/documents/:id/reindex":                   {accepted, denied, hidden},
 	"GET /api/v1/documents/:id/chunks":                     {fine, denied, hidden},

@@ -159,6 +159,9 @@ func newApp(ctx context.Context, cfg Config, log *slog.Logger) (_ *App, err erro
 		MaxChunks:       cfg.IngestMaxChunks,
 		Parser:          parser,
 		OutboxRetention: cfg.OutboxRetention,
+		Net:             ingest.NetPolicy{Allow: cfg.FetchAllowNetworks},
+		FetchTimeout:    cfg.FetchTimeout,
+		MinRefresh:      cfg.FetchMinRefresh,
 	}, log, nil)
 	a.kbs, a.ingestSvc, a.searcher = kbs, ingestSvc, searcher
 
@@ -195,7 +198,7 @@ func newApp(ctx context.Context, cfg Config, log *slog.Logger) (_ *App, err erro
 		if err != nil {
 			return nil, err
 		}
-		a.runners = append(a.runners, consumer.Run)
+		a.runners = append(a.runners, consumer.Run, ingestSvc.RunFetcher)
 	}
 
 	// Chat: the fair queue in front of the model, the cross-instance stop.

@@ -60,6 +60,8 @@ var routeAccess = map[string]access{
 	"DELETE /api/v1/knowledge-bases/:id/members/:memberId": anyUser,
 	"POST /api/v1/knowledge-bases/:id/documents":           anyUser, // editors
 	"DELETE /api/v1/documents/:id":                         anyUser,
+	"DELETE /api/v1/knowledge-bases/:id/documents":         anyUser, // editors, by external id
+	"POST /api/v1/knowledge-bases/:id/documents:import":    anyUser, // editors
 	"POST /api/v1/documents/:id/reindex":                   anyUser,
 	"GET /api/v1/groups":                                   adminOnly,
 	"POST /api/v1/groups":                                  adminOnly,

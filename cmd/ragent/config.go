@@ -93,6 +93,13 @@ type Config struct {
 	// reaper deletes them.
 	OutboxRetention time.Duration
 
+	// URL imports (README "For pipelines"): networks a fetch may reach
+	// besides the public internet, one fetch's time limit, and the shortest
+	// refresh interval a pipeline may ask for.
+	FetchAllowNetworks []netip.Prefix
+	FetchTimeout       time.Duration
+	FetchMinRefresh    time.Duration
+
 	IngestParser       string // process | inprocess
 	IngestParseTimeout time.Duration
 	IngestParserMemory int64 // resident memory cap of a parser process, bytes
@@ -217,6 +224,7 @@ func (c Config) validate() []error {
 		"RAGENT_LLM_FIRST_TOKEN_TIMEOUT": c.LLMFirstTokenTimeout, "RAGENT_LLM_IDLE_TIMEOUT": c.LLMIdleTimeout,
 		"RAGENT_HTTP_BODY_TIMEOUT": c.HTTPBodyTimeout, "RAGENT_HTTP_UPLOAD_TIMEOUT": c.HTTPUploadTimeout,
 		"RAGENT_INGEST_PARSE_TIMEOUT": c.IngestParseTimeout,
+		"RAGENT_FETCH_TIMEOUT":        c.FetchTimeout, "RAGENT_FETCH_MIN_REFRESH": c.FetchMinRefresh,
 	} {
 		if d <= 0 {
 			bad("%s must be positive", name)
