@@ -93,13 +93,14 @@ func (s *Store) CreateUpload(ctx context.Context, d *service.Document, blob []by
 	return err
 }
 
-// Document returns a live document.
+// Document returns a live document, with its source when it is imported.
 func (s *Store) Document(ctx context.Context, id service.ID) (*service.Document, error) {
 	var row documentRow
 	if err := s.conn(ctx).Take(&row, int64(id)).Error; err != nil {
 		return nil, translate(err)
 	}
-	return row.doc(), nil
+	doc := row.doc()
+	return doc, s.withConn(ctx).attachSources([]*service.Document{doc})
 }
 
 // Documents lists a knowledge base's live documents, newest first, before

@@ -62,9 +62,15 @@ func (s *Service) FetchDue(ctx context.Context) (int, error) {
 	for _, d := range docs {
 		f := s.fetch(ctx, d)
 		doc, err := s.store.FinishFetch(context.WithoutCancel(ctx), d.ID, f, s.queue)
+		if errors.Is(err, service.ErrConflict) {
+			// Another document of the knowledge base has these bytes: say
+			// so on this one.
+			f = service.Fetched{Err: "fetch: " + err.Error()}
+			doc, err = s.store.FinishFetch(context.WithoutCancel(ctx), d.ID, f, s.queue)
+		}
 		if err != nil {
-			// Content another document already has, or the database: the
-			// lease runs out and the next claim tries again.
+			// The database: the lease runs out and the next claim tries
+			// again.
 			s.log.WarnContext(ctx, "recording a fetch failed", "document", d.ID, "err", err)
 			continue
 		}
