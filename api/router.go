@@ -209,6 +209,10 @@ func NewRouter(deps Deps) *Router {
 	// the listing's filters; the import is fetched by a worker.
 	user.DELETE("/knowledge-bases/:id/documents", s.deleteDocumentByExternalID)
 	user.POST(`/knowledge-bases/:id/documents\:import`, s.idempotent, s.importDocument)
+	// Webhooks are knowledge-base settings: managers, no API keys.
+	user.GET("/knowledge-bases/:id/webhooks", s.listWebhooks)
+	user.POST("/knowledge-bases/:id/webhooks", s.submitLock, s.createWebhook)
+	user.DELETE("/knowledge-bases/:id/webhooks/:webhookId", s.deleteWebhook)
 	user.GET("/documents/:id", s.getDocument)
 	user.DELETE("/documents/:id", s.deleteDocument)
 	user.POST("/documents/:id/reindex", s.reindexDocument)

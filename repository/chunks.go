@@ -50,8 +50,11 @@ func (s *Store) ReplaceChunks(ctx context.Context, docID service.ID, generation 
 			WHERE id = ?`, len(chunks), termTotal, row.KbID).Error; err != nil {
 			return translate(err)
 		}
-		return translate(tx.db.Exec(`UPDATE documents SET status = 'ready', error = '', chunk_count = ?,
-			updated_at = now() WHERE id = ?`, len(chunks), row.ID).Error)
+		if err := tx.db.Exec(`UPDATE documents SET status = 'ready', error = '', chunk_count = ?,
+			updated_at = now() WHERE id = ?`, len(chunks), row.ID).Error; err != nil {
+			return translate(err)
+		}
+		return tx.documentEvent(row.ID)
 	})
 }
 

@@ -78,6 +78,11 @@ func (s *Store) CreateUpload(ctx context.Context, d *service.Document, blob []by
 			return translate(err)
 		}
 		d.Generation, d.CreatedAt, d.UpdatedAt = 1, row.CreatedAt, row.UpdatedAt
+		if d.Status == service.DocumentFailed {
+			if err := tx.documentEvent(row.ID); err != nil {
+				return err
+			}
+		}
 		if msg.Topic == "" {
 			return nil
 		}
@@ -182,10 +187,17 @@ func (s *Store) ClaimDocument(ctx context.Context, id service.ID, generation int
 	return row.doc(), nil
 }
 
-// FailDocument records a permanent failure of a generation.
+// FailDocument records a permanent failure of a generation, with its
+// webhook events.
 func (s *Store) FailDocument(ctx context.Context, id service.ID, generation int, reason string) error {
-	return translate(s.conn(ctx).Exec(`UPDATE documents SET status = 'failed', error = ?, updated_at = now()
-		WHERE id = ? AND generation = ? AND deleted_at IS NULL`, reason, int64(id), generation).Error)
+	return s.WithinTx(ctx, func(tx *Store) error {
+		res := tx.db.Exec(`UPDATE documents SET status = 'failed', error = ?, updated_at = now()
+			WHERE id = ? AND generation = ? AND deleted_at IS NULL`, reason, int64(id), generation)
+		if res.Error != nil || res.RowsAffected == 0 {
+			return translate(res.Error)
+		}
+		return tx.documentEvent(int64(id))
+	})
 }
 
 // StuckDocuments returns documents running since before the cutoff: their

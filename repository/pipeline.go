@@ -112,7 +112,10 @@ func (s *Store) createDocument(d *service.Document, blob []byte, queue service.M
 		return translate(err)
 	}
 	d.Generation, d.CreatedAt, d.UpdatedAt = 1, row.CreatedAt, row.UpdatedAt
-	if d.Status != service.DocumentPending || d.SHA256 == "" {
+	if d.Status == service.DocumentFailed {
+		return s.documentEvent(row.ID)
+	}
+	if d.SHA256 == "" {
 		return nil
 	}
 	return s.queue(d, queue)
@@ -152,7 +155,7 @@ func (s *Store) newVersion(row *documentRow, v *service.Document, blob []byte, q
 	}
 	doc := row.doc()
 	if status != service.DocumentPending {
-		return doc, true, nil
+		return doc, true, s.documentEvent(row.ID)
 	}
 	return doc, true, s.queue(doc, queue)
 }
@@ -253,6 +256,9 @@ func (s *Store) FinishFetch(ctx context.Context, docID service.ID, f service.Fet
 				return translate(err)
 			}
 			doc.Status, doc.Error = service.DocumentFailed, f.Err
+			if err := tx.documentEvent(row.ID); err != nil {
+				return err
+			}
 		}
 		set := map[string]any{"lease_until": nil, "last_error": f.Err,
 			"next_fetch_at": gorm.Expr("CASE WHEN refresh_seconds > 0 THEN now() + refresh_seconds * interval '1 second' END")}

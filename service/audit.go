@@ -79,6 +79,8 @@ const (
 	AuditTermDelete        = "term.delete"
 	AuditAPIKeyCreate      = "api_key.create"
 	AuditAPIKeyRevoke      = "api_key.revoke"
+	AuditWebhookCreate     = "webhook.create"
+	AuditWebhookDelete     = "webhook.delete"
 )
 
 // The audited target types.
@@ -90,6 +92,7 @@ const (
 	TargetIntent        = "intent"
 	TargetTermMapping   = "term_mapping"
 	TargetAPIKey        = "api_key"
+	TargetWebhook       = "webhook"
 )
 
 // AuditEvent is one row of the append-only audit log. The actor is a user,

@@ -42,3 +42,27 @@ type Fetched struct {
 // MessageFor builds the ingest message of a document generation, for a
 // store to queue in the transaction that makes the generation.
 type MessageFor func(*Document) (OutboxMessage, error)
+
+// Webhook is a knowledge base's signed notification endpoint. Secret is
+// set only in the answer that creates it.
+type Webhook struct {
+	ID              ID        `json:"id"`
+	KnowledgeBaseID ID        `json:"knowledgeBaseId"`
+	URL             string    `json:"url"`
+	Secret          string    `json:"secret,omitempty"`
+	Pending         int       `json:"pendingDeliveries"`
+	Failed          int       `json:"failedDeliveries"` // dead-lettered
+	LastError       string    `json:"lastError,omitempty"`
+	CreatedAt       time.Time `json:"createdAt"`
+}
+
+// WebhookDelivery is one event on its way to one webhook.
+type WebhookDelivery struct {
+	ID        int64
+	WebhookID ID
+	URL       string
+	SecretEnc []byte // the webhook's sealed secret
+	Event     string // document.ready or document.failed
+	Payload   []byte
+	Attempts  int // before this one
+}

@@ -221,6 +221,20 @@ var isolationMatrix = map[string]isolationRow{
 	"POST /api/v1/knowledge-bases/:id/documents:import": {[6]int{hidden, denied, accepted, accepted, accepted, accepted}, func(t *testing.T, f *accessFixture, who string, c *client) int {
 		return c.do("POST", "/api/v1/knowledge-bases/"+f.kb+"/documents:import", map[string]string{"url": "https://fetch.invalid/" + who + ".txt"}).Status
 	}},
+	// Webhooks are knowledge-base settings (managers). .invalid never
+	// resolves: deliveries fail without leaving the machine.
+	"GET /api/v1/knowledge-bases/:id/webhooks": {[6]int{hidden, denied, denied, fine, denied, fine}, func(t *testing.T, f *accessFixture, _ string, c *client) int {
+		return c.do("GET", "/api/v1/knowledge-bases/"+f.kb+"/webhooks", nil).Status
+	}},
+	"POST /api/v1/knowledge-bases/:id/webhooks": {[6]int{hidden, denied, denied, created, denied, created}, func(t *testing.T, f *accessFixture, who string, c *client) int {
+		return c.do("POST", "/api/v1/knowledge-bases/"+f.kb+"/webhooks", map[string]string{"url": "https://hooks.invalid/" + who}).Status
+	}},
+	"DELETE /api/v1/knowledge-bases/:id/webhooks/:webhookId": {[6]int{hidden, denied, denied, gone, denied, gone}, func(t *testing.T, f *accessFixture, _ string, c *client) int {
+		r := f.admin.forTest(t).do("POST", "/api/v1/knowledge-bases/"+f.kb+"/webhooks", map[string]string{"url": "https://hooks.invalid/x"})
+		var w struct{ ID string }
+		r.json(t, &w)
+		return c.do("DELETE", "/api/v1/knowledge-bases/"+f.kb+"/webhooks/"+w.ID, nil).Status
+	}},
 	"GET /api/v1/documents/:id": {[6]int{hidden, fine, fine, fine, fine, fine}, func(t *testing.T, f *accessFixture, _ string, c *client) int {
 		return c.do("GET", "/api/v1/documents/"+f.doc, nil).Status
 	}},
@@ -277,31 +291,34 @@ var isolationMatrix = map[string]isolationRow{
 // scopes (never more than editor) and knowledge bases; routes outside the
 // scope table (settings, members, admin pages, API keys) are refused.
 var keyMatrix = map[string][3]int{
-	"GET /api/v1/knowledge-bases":                          {fine, denied, hidden},
-	"POST /api/v1/knowledge-bases":                         {denied, denied, denied},
-	"GET /api/v1/knowledge-bases/:id":                      {fine, denied, hidden},
-	"PATCH /api/v1/knowledge-bases/:id":                    {denied, denied, denied},
-	"DELETE /api/v1/knowledge-bases/:id":                   {denied, denied, denied},
-	"GET /api/v1/knowledge-bases/:id/members":              {denied, denied, denied},
-	"POST /api/v1/knowledge-bases/:id/members":             {denied, denied, denied},
-	"DELETE /api/v1/knowledge-bases/:id/members/:memberId": {denied, denied, denied},
-	"GET /api/v1/knowledge-bases/:id/documents":            {fine, denied, hidden},
-	"POST /api/v1/knowledge-bases/:id/documents":           {accepted, denied, hidden},
-	"GET /api/v1/documents/:id":                            {fine, denied, hidden},
-	"DELETE /api/v1/knowledge-bases/:id/documents":         {gone, denied, hidden},
-	"POST /api/v1/knowledge-bases/:id/documents:import":    {accepted, denied, hidden},
-	"DELETE /api/v1/documents/:id":                         {gone, denied, hidden},
-	"POST /api/v1/documents/:id/reindex":                   {accepted, denied, hidden},
-	"GET /api/v1/documents/:id/chunks":                     {fine, denied, hidden},
-	"POST /api/v1/search":                                  {fine, denied, hidden},
-	"POST /api/v1/chat":                                    {fine, denied, hidden},
-	"GET /api/v1/conversations":                            {hidden, denied, hidden}, // the viewer's conversation
-	"GET /api/v1/conversations/:id/messages":               {hidden, denied, hidden},
-	"PATCH /api/v1/conversations/:id":                      {hidden, denied, hidden},
-	"DELETE /api/v1/conversations/:id":                     {hidden, denied, hidden},
-	"GET /api/v1/admin/limiter":                            {denied, denied, denied},
-	"POST /api/v1/api-keys":                                {denied, denied, denied},
-	"GET /api/v1/admin/audit":                              {denied, denied, denied},
+	"GET /api/v1/knowledge-bases":                            {fine, denied, hidden},
+	"POST /api/v1/knowledge-bases":                           {denied, denied, denied},
+	"GET /api/v1/knowledge-bases/:id":                        {fine, denied, hidden},
+	"PATCH /api/v1/knowledge-bases/:id":                      {denied, denied, denied},
+	"DELETE /api/v1/knowledge-bases/:id":                     {denied, denied, denied},
+	"GET /api/v1/knowledge-bases/:id/members":                {denied, denied, denied},
+	"POST /api/v1/knowledge-bases/:id/members":               {denied, denied, denied},
+	"DELETE /api/v1/knowledge-bases/:id/members/:memberId":   {denied, denied, denied},
+	"GET /api/v1/knowledge-bases/:id/documents":              {fine, denied, hidden},
+	"POST /api/v1/knowledge-bases/:id/documents":             {accepted, denied, hidden},
+	"GET /api/v1/documents/:id":                              {fine, denied, hidden},
+	"DELETE /api/v1/knowledge-bases/:id/documents":           {gone, denied, hidden},
+	"POST /api/v1/knowledge-bases/:id/documents:import":      {accepted, denied, hidden},
+	"GET /api/v1/knowledge-bases/:id/webhooks":               {denied, denied, denied},
+	"POST /api/v1/knowledge-bases/:id/webhooks":              {denied, denied, denied},
+	"DELETE /api/v1/knowledge-bases/:id/webhooks/:webhookId": {denied, denied, denied},
+	"DELETE /api/v1/documents/:id":                           {gone, denied, hidden},
+	"POST /api/v1/documents/:id/reindex":                     {accepted, denied, hidden},
+	"GET /api/v1/documents/:id/chunks":                       {fine, denied, hidden},
+	"POST /api/v1/search":                                    {fine, denied, hidden},
+	"POST /api/v1/chat":                                      {fine, denied, hidden},
+	"GET /api/v1/conversations":                              {hidden, denied, hidden}, // the viewer's conversation
+	"GET /api/v1/conversations/:id/messages":                 {hidden, denied, hidden},
+	"PATCH /api/v1/conversations/:id":                        {hidden, denied, hidden},
+	"DELETE /api/v1/conversations/:id":                       {hidden, denied, hidden},
+	"GET /api/v1/admin/limiter":                              {denied, denied, denied},
+	"POST /api/v1/api-keys":                                  {denied, denied, denied},
+	"GET /api/v1/admin/audit":                                {denied, denied, denied},
 }
 
 // noKnowledgeBaseData are the routes that neither take nor return a

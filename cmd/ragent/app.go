@@ -107,12 +107,16 @@ func newApp(ctx context.Context, cfg Config, log *slog.Logger) (_ *App, err erro
 	// "Audit log").
 	audit := service.NewAuditor(a.store, a.store, ids, nil, log)
 
-	var authSvc *auth.Service
+	var (
+		authSvc *auth.Service
+		signing []byte // also seals the webhooks' secrets
+	)
 	err = a.store.WithStartupLock(ctx, func(ctx context.Context) error {
 		secret, err := a.signingSecret(ctx)
 		if err != nil {
 			return err
 		}
+		signing = secret
 		authState := cache.NewAuthState(a.rdb, cfg.RedisPrefix) // revocations and login attempt counters
 		authSvc, err = auth.New(a.store, authState, loginAttempts{authState}, ids, audit, authConfig(cfg, secret), log, nil)
 		if err != nil {
@@ -154,15 +158,18 @@ func newApp(ctx context.Context, cfg Config, log *slog.Logger) (_ *App, err erro
 	}
 	a.closers = append(a.closers, func(context.Context) error { return closeParser() })
 	ingestSvc := ingest.New(a.store, access, embedder, ids, audit, ingest.Config{
-		MaxBytes:        cfg.UploadMaxBytes,
-		Limits:          ingest.Limits{MaxTextBytes: cfg.IngestMaxTextBytes, Timeout: cfg.IngestParseTimeout},
-		MaxChunks:       cfg.IngestMaxChunks,
-		Parser:          parser,
-		OutboxRetention: cfg.OutboxRetention,
-		Net:             ingest.NetPolicy{Allow: cfg.FetchAllowNetworks},
-		FetchTimeout:    cfg.FetchTimeout,
-		MinRefresh:      cfg.FetchMinRefresh,
+		MaxBytes:           cfg.UploadMaxBytes,
+		Limits:             ingest.Limits{MaxTextBytes: cfg.IngestMaxTextBytes, Timeout: cfg.IngestParseTimeout},
+		MaxChunks:          cfg.IngestMaxChunks,
+		Parser:             parser,
+		OutboxRetention:    cfg.OutboxRetention,
+		Net:                ingest.NetPolicy{Allow: cfg.FetchAllowNetworks},
+		FetchTimeout:       cfg.FetchTimeout,
+		MinRefresh:         cfg.FetchMinRefresh,
+		WebhookMaxAttempts: cfg.WebhookMaxAttempts,
+		WebhookBackoff:     cfg.WebhookBackoff,
 	}, log, nil)
+	ingestSvc.EnableWebhooks(a.store, signing)
 	a.kbs, a.ingestSvc, a.searcher = kbs, ingestSvc, searcher
 
 	// Admin data: the intent tree and term mappings, read (by admins and the
@@ -198,7 +205,7 @@ func newApp(ctx context.Context, cfg Config, log *slog.Logger) (_ *App, err erro
 		if err != nil {
 			return nil, err
 		}
-		a.runners = append(a.runners, consumer.Run, ingestSvc.RunFetcher)
+		a.runners = append(a.runners, consumer.Run, ingestSvc.RunFetcher, ingestSvc.RunWebhooks)
 	}
 
 	// Chat: the fair queue in front of the model, the cross-instance stop.

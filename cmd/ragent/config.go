@@ -99,6 +99,10 @@ type Config struct {
 	FetchAllowNetworks []netip.Prefix
 	FetchTimeout       time.Duration
 	FetchMinRefresh    time.Duration
+	// Webhooks: attempts per event before it is dead-lettered, and the
+	// first retry's wait (doubled each time).
+	WebhookMaxAttempts int
+	WebhookBackoff     time.Duration
 
 	IngestParser       string // process | inprocess
 	IngestParseTimeout time.Duration
@@ -203,7 +207,7 @@ func (c Config) validate() []error {
 		"RAGENT_CHAT_MAX_CONCURRENT": c.ChatMaxConcurrent, "RAGENT_CHAT_MAX_QUEUE": c.ChatMaxQueue,
 		"RAGENT_CHAT_MAX_QUEUED_PER_USER": c.ChatMaxQueuedPerUser, "RAGENT_UPLOAD_MAX_CONCURRENT": c.UploadMaxConcurrent,
 		"RAGENT_LOGIN_MAX_FAILURES": c.LoginMaxFailures, "RAGENT_LOGIN_MAX_FAILURES_PER_USER": c.LoginMaxFailuresPerUser,
-		"RAGENT_INGEST_MAX_CHUNKS": c.IngestMaxChunks,
+		"RAGENT_INGEST_MAX_CHUNKS": c.IngestMaxChunks, "RAGENT_WEBHOOK_MAX_ATTEMPTS": c.WebhookMaxAttempts,
 	}
 	if c.ChatRatePerMinute < 0 {
 		bad("RAGENT_CHAT_RATE_PER_MINUTE must be 0 (no limit) or more")
@@ -225,6 +229,7 @@ func (c Config) validate() []error {
 		"RAGENT_HTTP_BODY_TIMEOUT": c.HTTPBodyTimeout, "RAGENT_HTTP_UPLOAD_TIMEOUT": c.HTTPUploadTimeout,
 		"RAGENT_INGEST_PARSE_TIMEOUT": c.IngestParseTimeout,
 		"RAGENT_FETCH_TIMEOUT":        c.FetchTimeout, "RAGENT_FETCH_MIN_REFRESH": c.FetchMinRefresh,
+		"RAGENT_WEBHOOK_BACKOFF": c.WebhookBackoff,
 	} {
 		if d <= 0 {
 			bad("%s must be positive", name)

@@ -3,6 +3,9 @@
 // on a worker parse → chunk → embed → index, and the document lifecycle
 // around it (list, delete, reindex, chunk preview, the outbox relay, and the
 // reaper of stuck documents and of sent outbox rows past their retention).
+// For pipelines (pipeline.go, fetch.go, webhooks.go): documents replaced by
+// external id, URL imports fetched by a fetcher under an SSRF policy
+// (netguard.go) and refreshed, and signed webhooks on ready and failed.
 package ingest
 
 import (
@@ -82,6 +85,10 @@ type Config struct {
 	FetchTimeout  time.Duration
 	MinRefresh    time.Duration
 	FetchInterval time.Duration
+	// Webhooks: attempts per event before it is dead-lettered (default 8)
+	// and the wait before the first retry, doubled each time (default 2s).
+	WebhookMaxAttempts int
+	WebhookBackoff     time.Duration
 }
 
 func (c *Config) defaults() {
@@ -121,6 +128,12 @@ func (c *Config) defaults() {
 	if c.MinRefresh <= 0 {
 		c.MinRefresh = time.Minute
 	}
+	if c.WebhookMaxAttempts <= 0 {
+		c.WebhookMaxAttempts = 8
+	}
+	if c.WebhookBackoff <= 0 {
+		c.WebhookBackoff = 2 * time.Second
+	}
 	if c.FetchInterval <= 0 {
 		// Often enough that the shortest refresh is kept.
 		c.FetchInterval = min(5*time.Second, c.MinRefresh)
@@ -140,6 +153,10 @@ type Service struct {
 	kick     chan struct{} // wakes the relay after an upload on this instance
 	fetchNow chan struct{} // wakes the fetcher after an import on this instance
 	client   *http.Client  // URL imports, under cfg.Net
+	// Webhooks (webhooks.go), off until EnableWebhooks.
+	hooks      WebhookStore
+	sealer     sealer
+	hookClient *http.Client
 }
 
 // New returns a Service. access decides who may read and change the
@@ -155,6 +172,16 @@ func New(store Store, access *service.Access, embedder service.Embedder, ids ser
 	}
 	return &Service{store: store, access: access, embedder: embedder, ids: ids, audit: audit, cfg: cfg, log: log, now: now, kick: make(chan struct{}, 1),
 		fetchNow: make(chan struct{}, 1), client: cfg.Net.Client(cfg.FetchTimeout)}
+}
+
+// EnableWebhooks turns on webhooks, kept in store, their secrets sealed
+// with a key derived from key (the auth signing secret). Call it before
+// the service is used.
+func (s *Service) EnableWebhooks(store WebhookStore, key []byte) {
+	s.hooks, s.sealer = store, newSealer(key)
+	s.hookClient = s.cfg.Net.Client(s.cfg.FetchTimeout)
+	// A receiver's redirect is a failed delivery, not a new destination.
+	s.hookClient.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
 }
 
 // Upload stores a file for ingestion and returns its pending document. The
@@ -569,6 +596,15 @@ func (s *Service) pruneOutbox(ctx context.Context) error {
 	}
 	if total > 0 {
 		s.log.InfoContext(ctx, "pruned the sent outbox", "rows", total, "sent_before", cutoff)
+	}
+	for s.hooks != nil && ctx.Err() == nil {
+		n, err := s.hooks.PruneDeliveries(ctx, cutoff, s.cfg.PruneBatch)
+		if err != nil {
+			return fmt.Errorf("prune webhook deliveries: %w", err)
+		}
+		if n < s.cfg.PruneBatch {
+			break
+		}
 	}
 	return nil
 }
