@@ -139,6 +139,28 @@ func TestPipelineImportRefusesLocalAddresses(t *testing.T) {
 		d = c.importURL(kb, map[string]string{"url": "http://127.0.0.2:" + hopByName.port + "/redirect?to=/doc.txt"})
 		failedWith(c.forTest(t), d.ID, "is loopback")
 	})
+	t.Run("webhook URLs follow the same rules", func(t *testing.T) {
+		r := c.do("POST", "/api/v1/knowledge-bases/"+kb+"/webhooks", map[string]string{"url": "http://127.0.0.1:" + local.port + "/hook"})
+		if r.Status != http.StatusBadRequest {
+			t.Fatalf("literal loopback webhook: %d %s", r.Status, r.Body)
+		}
+		// A name is checked where it is dialed: the delivery fails.
+		r = c.do("POST", "/api/v1/knowledge-bases/"+kb+"/webhooks", map[string]string{"url": "http://localhost:" + local.port + "/hook"})
+		if r.Status != http.StatusCreated {
+			t.Fatalf("webhook by name: %d %s", r.Status, r.Body)
+		}
+		c.forTest(t).uploadAccepted(kb, "hooked.txt", []byte("Some text for the hook."))
+		for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+			var l struct{ Items []struct{ LastError string } }
+			c.forTest(t).do("GET", "/api/v1/knowledge-bases/"+kb+"/webhooks", nil).json(t, &l)
+			if len(l.Items) == 1 && strings.Contains(l.Items[0].LastError, "is loopback") {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("delivery to loopback not refused: %+v", l.Items)
+			}
+		}
+	})
 	t.Run("the allowed network is fetched", func(t *testing.T) {
 		d := c.importURL(kb, map[string]string{"url": "http://127.0.0.2:" + hop.port + "/doc.txt"})
 		c.forTest(t).waitReady(d.ID)
