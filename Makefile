@@ -37,8 +37,8 @@ run: services build
 	RAGENT_MQ_DRIVER=$(MQ_DRIVER) ./$(BIN) serve
 
 # Everything the tests need: the three servers and, for the browser tests,
-# Chromium with CJK fonts.
-TEST_SERVICES := postgres redis rocketmq browser
+# Chromium with CJK fonts, and for the README's pipeline script curl and jq.
+TEST_SERVICES := postgres redis rocketmq browser tools
 
 .PHONY: test-services
 test-services:

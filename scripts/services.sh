@@ -26,7 +26,7 @@
 set -euo pipefail
 
 readonly ALL_SERVICES="postgres redis rocketmq"
-readonly KNOWN_SERVICES="$ALL_SERVICES browser"
+readonly KNOWN_SERVICES="$ALL_SERVICES browser tools"
 SCRIPT_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 readonly SCRIPT_DIR
 
@@ -586,6 +586,26 @@ status_browser() {
 	fi
 }
 
+# --- tools --------------------------------------------------------------------
+
+# The README's "For pipelines" script (run by TestPipelineREADMEScript) uses
+# curl and jq, as a pipeline would. Nothing runs: start only installs.
+start_tools() {
+	ensure_packages curl jq
+	log "tools: $(curl --version | head -n1 | cut -d' ' -f1-2), $(jq --version)"
+}
+
+stop_tools() { :; }
+
+status_tools() {
+	if command -v curl >/dev/null && command -v jq >/dev/null; then
+		echo "tools     up    curl, jq"
+	else
+		echo "tools     down  curl and jq"
+		return 1
+	fi
+}
+
 # --- main ---------------------------------------------------------------------
 
 print_settings() {
@@ -612,7 +632,7 @@ print_settings() {
 }
 
 usage() {
-	echo "usage: $0 start|stop|status [postgres|redis|rocketmq|browser ...]  (default: \$SERVICES or the three servers)" >&2
+	echo "usage: $0 start|stop|status [postgres|redis|rocketmq|browser|tools ...]  (default: \$SERVICES or the three servers)" >&2
 	exit 2
 }
 
