@@ -378,11 +378,15 @@ func (s *Service) Reindex(ctx context.Context, p service.Principal, id service.I
 }
 
 func (s *Service) reindex(ctx context.Context, p service.Principal, id service.ID) (*service.Document, error) {
-	if _, err := s.document(ctx, p, id, service.KBEditor); err != nil {
+	doc, err := s.document(ctx, p, id, service.KBEditor)
+	if err != nil {
 		return nil, err
 	}
+	if doc.SHA256 == "" {
+		return nil, service.Errorf(service.ErrInvalid, "document %s has no content yet: its URL has not been fetched", id)
+	}
 	var msgErr error
-	doc, err := s.store.Reindex(ctx, id, func(d *service.Document) service.OutboxMessage {
+	doc, err = s.store.Reindex(ctx, id, func(d *service.Document) service.OutboxMessage {
 		m, err := s.ingestMessage(d.ID, d.Generation)
 		msgErr = err
 		return m

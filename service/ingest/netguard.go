@@ -38,6 +38,7 @@ var blockedNets = []struct {
 	{netip.MustParsePrefix("240.0.0.0/4"), "reserved"},
 	{netip.MustParsePrefix("::/128"), "unspecified"},
 	{netip.MustParsePrefix("::1/128"), "loopback"},
+	{netip.MustParsePrefix("::/96"), "IPv4-compatible (deprecated; reaches IPv4)"},
 	{netip.MustParsePrefix("64:ff9b::/96"), "NAT64 (reaches IPv4 behind it)"},
 	{netip.MustParsePrefix("64:ff9b:1::/48"), "NAT64 (reaches IPv4 behind it)"},
 	{netip.MustParsePrefix("2001::/32"), "Teredo (reaches IPv4 behind it)"},

@@ -103,11 +103,14 @@ func contains[T comparable](xs []T, x T) bool {
 // (editors), as Delete does.
 func (s *Service) DeleteByExternalID(ctx context.Context, p service.Principal, kbID service.ID, externalID string) error {
 	docs, err := s.FindDocuments(ctx, p, kbID, service.DocumentQuery{ExternalID: externalID, Limit: 1})
-	if err != nil {
-		return err
+	if err == nil && len(docs) == 0 {
+		err = service.Errorf(service.ErrNotFound, "no document with externalId %q", externalID)
 	}
-	if len(docs) == 0 {
-		return service.Errorf(service.ErrNotFound, "no document with externalId %q", externalID)
+	if err != nil {
+		// Delete records its own event; a refused lookup is recorded here.
+		s.audit.Fail(ctx, service.AuditEvent{Action: service.AuditDocumentDelete, TargetType: service.TargetDocument,
+			Detail: fmt.Sprintf("kb=%s externalId=%q", kbID, externalID)}, err)
+		return err
 	}
 	return s.Delete(ctx, p, docs[0].ID)
 }

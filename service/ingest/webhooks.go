@@ -23,10 +23,10 @@ import (
 // webhook's secret, over "<timestamp>.<body>"; a receiver recomputes it and
 // refuses timestamps too far from its clock (replays).
 const (
-	HeaderTimestamp = "X-Ragent-Timestamp"
-	HeaderSignature = "X-Ragent-Signature"
-	HeaderEvent     = "X-Ragent-Event"
-	HeaderDelivery  = "X-Ragent-Delivery"
+	headerTimestamp = "X-Ragent-Timestamp"
+	headerSignature = "X-Ragent-Signature"
+	headerEvent     = "X-Ragent-Event"
+	headerDelivery  = "X-Ragent-Delivery"
 )
 
 // deliverBatch is how many due deliveries one claim takes.
@@ -42,8 +42,8 @@ type WebhookStore interface {
 	PruneDeliveries(ctx context.Context, sentBefore time.Time, limit int) (int, error)
 }
 
-// Sign returns the signature header value of body sent at ts.
-func Sign(secret string, ts int64, body []byte) string {
+// sign returns the signature header value of body sent at ts.
+func sign(secret string, ts int64, body []byte) string {
 	m := hmac.New(sha256.New, []byte(secret))
 	m.Write([]byte(strconv.FormatInt(ts, 10)))
 	m.Write([]byte("."))
@@ -222,10 +222,10 @@ func (s *Service) deliver(ctx context.Context, d service.WebhookDelivery) string
 	ts := s.now().Unix()
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("User-Agent", "ragent-webhooks")
-	req.Header.Set(HeaderTimestamp, strconv.FormatInt(ts, 10))
-	req.Header.Set(HeaderSignature, Sign(secret, ts, d.Payload))
-	req.Header.Set(HeaderEvent, d.Event)
-	req.Header.Set(HeaderDelivery, strconv.FormatInt(d.ID, 10))
+	req.Header.Set(headerTimestamp, strconv.FormatInt(ts, 10))
+	req.Header.Set(headerSignature, sign(secret, ts, d.Payload))
+	req.Header.Set(headerEvent, d.Event)
+	req.Header.Set(headerDelivery, strconv.FormatInt(d.ID, 10))
 	resp, err := s.hookClient.Do(req)
 	if err != nil {
 		return fetchError(err, s.cfg.FetchTimeout)
