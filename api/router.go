@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/netip"
+	"strings"
 	"time"
 
 	"github.com/gin-gonic/gin"
@@ -111,7 +112,9 @@ type Route struct{ Method, Path string }
 func (r *Router) Routes() []Route {
 	var out []Route
 	for _, ri := range r.Engine.Routes() {
-		out = append(out, Route{ri.Method, ri.Path})
+		// Gin keeps a literal colon escaped (documents\:import) until it
+		// serves its first request; requests see the plain path.
+		out = append(out, Route{ri.Method, strings.ReplaceAll(ri.Path, `\:`, ":")})
 	}
 	return out
 }
