@@ -2,7 +2,6 @@ package repository
 
 import (
 	"context"
-	"errors"
 	"time"
 
 	"gorm.io/gorm"
@@ -62,40 +61,12 @@ func nullable(s string) *string {
 // knowledge base is a service.ErrConflict carrying the existing document's
 // id in its details; the unique index decides, not a check-then-insert.
 func (s *Store) CreateUpload(ctx context.Context, d *service.Document, blob []byte, msg service.OutboxMessage) error {
-	err := s.WithinTx(ctx, func(tx *Store) error {
-		if err := tx.db.Exec(`INSERT INTO document_blobs (sha256, bytes, size) VALUES (?, ?, ?)
-			ON CONFLICT (sha256) DO NOTHING`, d.SHA256, blob, int64(len(blob))).Error; err != nil {
-			return translate(err)
-		}
-		if d.Status == "" {
-			d.Status = service.DocumentPending
-		}
-		row := documentRow{
-			ID: int64(d.ID), KbID: int64(d.KnowledgeBaseID), Name: d.Name, Mime: d.Mime, Size: d.Size,
-			Sha256: nullable(d.SHA256), ExternalID: nullable(d.ExternalID), Status: string(d.Status), Error: d.Error, Generation: 1,
-		}
-		if err := tx.db.Create(&row).Error; err != nil {
-			return translate(err)
-		}
-		d.Generation, d.CreatedAt, d.UpdatedAt = 1, row.CreatedAt, row.UpdatedAt
-		if d.Status == service.DocumentFailed {
-			if err := tx.documentEvent(row.ID); err != nil {
-				return err
-			}
-		}
-		if msg.Topic == "" {
-			return nil
-		}
-		return tx.enqueue(msg)
-	})
-	if errors.Is(err, service.ErrConflict) {
-		var existing documentRow
-		if e := s.conn(ctx).Where("kb_id = ? AND sha256 = ?", int64(d.KnowledgeBaseID), d.SHA256).Take(&existing).Error; e == nil {
-			return service.WithDetails(service.ErrConflict, "this file is already in the knowledge base",
-				map[string]string{"documentId": service.ID(existing.ID).String()})
-		}
+	var queue service.MessageFor
+	if msg.Topic != "" {
+		queue = func(*service.Document) (service.OutboxMessage, error) { return msg, nil }
 	}
-	return err
+	err := s.WithinTx(ctx, func(tx *Store) error { return tx.createDocument(d, blob, queue) })
+	return s.explainConflict(ctx, d, err)
 }
 
 // Document returns a live document, with its source when it is imported.

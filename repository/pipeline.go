@@ -94,6 +94,9 @@ func (s *Store) explainConflict(ctx context.Context, d *service.Document, err er
 	return err
 }
 
+// createDocument inserts a new document (generation 1) and its blob, with
+// the ingest message of a pending one (none when queue is nil or there is
+// no content yet) or the webhook events of a failed one.
 func (s *Store) createDocument(d *service.Document, blob []byte, queue service.MessageFor) error {
 	if d.SHA256 != "" {
 		if err := s.db.Exec(`INSERT INTO document_blobs (sha256, bytes, size) VALUES (?, ?, ?)
@@ -115,7 +118,7 @@ func (s *Store) createDocument(d *service.Document, blob []byte, queue service.M
 	if d.Status == service.DocumentFailed {
 		return s.documentEvent(row.ID)
 	}
-	if d.SHA256 == "" {
+	if queue == nil || d.SHA256 == "" {
 		return nil
 	}
 	return s.queue(d, queue)

@@ -11,12 +11,10 @@ import (
 	"github.com/ragent-go/ragent/service"
 )
 
-// Migration 0008 upgrades a database with documents: they keep their
-// content and status, have no external id, and an external id can be
-// given to new ones.
-func TestPipelinesMigrationKeepsDocuments(t *testing.T) {
-	s := openTest(t, testenv.FreshDatabase(t))
-	ctx := context.Background()
+// migrateBefore applies the migrations older than version, as a database
+// of an earlier release has them.
+func migrateBefore(t *testing.T, s *Store, version string) {
+	t.Helper()
 	names, err := fs.Glob(migrations.FS, "*.sql")
 	if err != nil {
 		t.Fatal(err)
@@ -25,7 +23,7 @@ func TestPipelinesMigrationKeepsDocuments(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, name := range names {
-		if name >= "0008" {
+		if name >= version {
 			break
 		}
 		body, _ := fs.ReadFile(migrations.FS, name)
@@ -34,6 +32,15 @@ func TestPipelinesMigrationKeepsDocuments(t *testing.T) {
 		}
 		s.db.Exec("INSERT INTO schema_migrations (version) VALUES (?)", strings.TrimSuffix(name, ".sql"))
 	}
+}
+
+// Migration 0008 upgrades a database with documents: they keep their
+// content and status, have no external id, and an external id can be
+// given to new ones.
+func TestPipelinesMigrationKeepsDocuments(t *testing.T) {
+	s := openTest(t, testenv.FreshDatabase(t))
+	ctx := context.Background()
+	migrateBefore(t, s, "0008")
 	for _, q := range []string{
 		`INSERT INTO knowledge_bases (id, name, embedding_model, embedding_dim) VALUES (1, 'old', 'm', 512)`,
 		`INSERT INTO document_blobs (sha256, bytes, size) VALUES ('abc', 'old bytes', 9)`,

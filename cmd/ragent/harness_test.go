@@ -240,13 +240,7 @@ func (c *client) uploadAccepted(kbID, name string, content []byte) docJSON {
 // document fetches one document.
 func (c *client) document(id string) docJSON {
 	c.t.Helper()
-	r := c.do("GET", "/api/v1/documents/"+id, nil)
-	if r.Status != http.StatusOK {
-		c.t.Fatalf("get document %s: %d %s", id, r.Status, r.Body)
-	}
-	var d docJSON
-	r.json(c.t, &d)
-	return d
+	return c.pipelineDocument(id).docJSON
 }
 
 // waitDone polls a document until it is ready or failed.

@@ -5,8 +5,20 @@ import (
 	"mime/multipart"
 	"net/http"
 	"net/url"
+	"testing"
 	"time"
 )
+
+// eventually polls cond until it holds, failing after timeout with what
+// and the state report returns.
+func eventually(t testing.TB, timeout time.Duration, what string, cond func() bool, report func() any) {
+	t.Helper()
+	for deadline := time.Now().Add(timeout); !cond(); time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not reached after %s: %+v", what, timeout, report())
+		}
+	}
+}
 
 // uploadExternal uploads a file under a pipeline's external id (as the
 // form field before the file part) and returns the response.
@@ -71,15 +83,8 @@ func (c *client) pipelineDocument(id string) pipelineDoc {
 // waitFor polls a document until cond holds, failing after timeout.
 func (c *client) waitFor(id string, timeout time.Duration, what string, cond func(pipelineDoc) bool) pipelineDoc {
 	c.t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		d := c.pipelineDocument(id)
-		if cond(d) {
-			return d
-		}
-		if time.Now().After(deadline) {
-			c.t.Fatalf("document %s: %s not reached after %s: %+v %+v", id, what, timeout, d, d.Source)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	var d pipelineDoc
+	eventually(c.t, timeout, "document "+id+": "+what, func() bool { d = c.pipelineDocument(id); return cond(d) },
+		func() any { return []any{d, d.Source} })
+	return d
 }

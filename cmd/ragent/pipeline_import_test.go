@@ -150,16 +150,11 @@ func TestPipelineImportRefusesLocalAddresses(t *testing.T) {
 			t.Fatalf("webhook by name: %d %s", r.Status, r.Body)
 		}
 		c.forTest(t).uploadAccepted(kb, "hooked.txt", []byte("Some text for the hook."))
-		for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
-			var l struct{ Items []struct{ LastError string } }
+		var l struct{ Items []struct{ LastError string } }
+		eventually(t, 30*time.Second, "delivery to loopback refused", func() bool {
 			c.forTest(t).do("GET", "/api/v1/knowledge-bases/"+kb+"/webhooks", nil).json(t, &l)
-			if len(l.Items) == 1 && strings.Contains(l.Items[0].LastError, "is loopback") {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("delivery to loopback not refused: %+v", l.Items)
-			}
-		}
+			return len(l.Items) == 1 && strings.Contains(l.Items[0].LastError, "is loopback")
+		}, func() any { return l.Items })
 	})
 	t.Run("the allowed network is fetched", func(t *testing.T) {
 		d := c.importURL(kb, map[string]string{"url": "http://127.0.0.2:" + hop.port + "/doc.txt"})
@@ -226,11 +221,8 @@ func TestPipelineImportFetches(t *testing.T) {
 		c := c.forTest(t)
 		d := c.importURL(kb, map[string]string{"url": base + "/versioned", "refreshInterval": "1s"})
 		c.waitReady(d.ID)
-		for deadline := time.Now().Add(30 * time.Second); o.notMod.Load() < 2; time.Sleep(20 * time.Millisecond) {
-			if time.Now().After(deadline) {
-				t.Fatalf("no conditional refetch answered 304 (%d)", o.notMod.Load())
-			}
-		}
+		eventually(t, 30*time.Second, "two refetches answered 304", func() bool { return o.notMod.Load() >= 2 },
+			func() any { return o.notMod.Load() })
 		if got := c.pipelineDocument(d.ID); got.Generation != 1 || got.Status != "ready" || got.Source.ETag == "" {
 			t.Fatalf("after 304s: %+v %+v", got, got.Source)
 		}
@@ -244,11 +236,8 @@ func TestPipelineImportFetches(t *testing.T) {
 		c := c.forTest(t)
 		d := c.importURL(kb, map[string]string{"url": base + "/noetag.txt", "refreshInterval": "1s"})
 		c.waitReady(d.ID)
-		for deadline := time.Now().Add(30 * time.Second); o.plain.Load() < 3; time.Sleep(20 * time.Millisecond) {
-			if time.Now().After(deadline) {
-				t.Fatalf("fetched %d times", o.plain.Load())
-			}
-		}
+		eventually(t, 30*time.Second, "three fetches", func() bool { return o.plain.Load() >= 3 },
+			func() any { return o.plain.Load() })
 		if got := c.pipelineDocument(d.ID); got.Generation != 1 || got.Status != "ready" || got.Source.FetchedAt == "" {
 			t.Fatalf("after unchanged refetches: %+v %+v", got, got.Source)
 		}
@@ -294,11 +283,8 @@ func TestPipelineRefreshOneFetcherAcrossInstances(t *testing.T) {
 	start(t, cfg)
 	d := c.importURL(kb, map[string]string{"url": "http://127.0.0.1:" + o.port + "/held.txt", "refreshInterval": "1s"})
 	c.waitReady(d.ID)
-	for deadline := time.Now().Add(60 * time.Second); o.plain.Load() < 5; time.Sleep(20 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("fetched %d times", o.plain.Load())
-		}
-	}
+	eventually(t, 60*time.Second, "five fetches", func() bool { return o.plain.Load() >= 5 },
+		func() any { return o.plain.Load() })
 	if m := o.maxIn.Load(); m != 1 {
 		t.Fatalf("%d fetches of one document ran at once, want 1", m)
 	}

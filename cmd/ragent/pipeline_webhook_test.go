@@ -195,26 +195,15 @@ func TestPipelineWebhooks(t *testing.T) {
 				LastError         string
 			}
 		}
-		deadline := time.Now().Add(30 * time.Second)
-		for {
+		eventually(t, 30*time.Second, "dead-lettered", func() bool {
 			c.do("GET", "/api/v1/knowledge-bases/"+kb+"/webhooks", nil).json(t, &l)
-			var down = l.Items[0]
 			for _, w := range l.Items {
 				if w.ID == downID {
-					down = w
+					return w.FailedDeliveries >= 2 && w.PendingDeliveries == 0 && strings.Contains(w.LastError, "500")
 				}
 			}
-			if down.FailedDeliveries >= 2 && down.PendingDeliveries == 0 {
-				if !strings.Contains(down.LastError, "500") {
-					t.Fatalf("last error %q", down.LastError)
-				}
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("not dead-lettered: %+v", down)
-			}
-			time.Sleep(50 * time.Millisecond)
-		}
+			return false
+		}, func() any { return l.Items })
 		// No fifth attempt after the dead letter.
 		rc.mu.Lock()
 		n := len(byEvent(rc.attempts["/down"], ready.ID, "document.ready"))
