@@ -97,7 +97,10 @@ func (s *Service) fetch(ctx context.Context, d *service.Document) service.Fetche
 		return service.Fetched{Err: "fetch: " + err.Error()}
 	}
 	req.Header.Set("User-Agent", "ragent-fetcher")
-	if d.SHA256 != "" && d.Status != service.DocumentFailed {
+	// Conditional once there is content: the same content again is never
+	// re-ingested, not even after its ingestion failed (it would fail the
+	// same way, and notify again, on every refresh).
+	if d.SHA256 != "" {
 		if d.Source.ETag != "" {
 			req.Header.Set("If-None-Match", d.Source.ETag)
 		}
@@ -129,7 +132,7 @@ func (s *Service) fetch(ctx context.Context, d *service.Document) service.Fetche
 		return tooLarge
 	}
 	v := newVersion(d.ID, d.KnowledgeBaseID, fetchedName(d.Name, resp.Header.Get("Content-Type")), blob)
-	if v.SHA256 == d.SHA256 && d.Status != service.DocumentFailed {
+	if v.SHA256 == d.SHA256 {
 		return f // the same bytes: nothing to ingest
 	}
 	f.Version, f.Blob = v, blob
