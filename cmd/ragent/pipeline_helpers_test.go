@@ -1,8 +1,6 @@
 package main
 
 import (
-	"bytes"
-	"mime/multipart"
 	"net/http"
 	"net/url"
 	"testing"
@@ -24,18 +22,7 @@ func eventually(t testing.TB, timeout time.Duration, what string, cond func() bo
 // form field before the file part) and returns the response.
 func (c *client) uploadExternal(kbID, externalID, name string, content []byte) response {
 	c.t.Helper()
-	var buf bytes.Buffer
-	mw := multipart.NewWriter(&buf)
-	if err := mw.WriteField("externalId", externalID); err != nil {
-		c.t.Fatal(err)
-	}
-	w, err := mw.CreateFormFile("file", name)
-	if err != nil {
-		c.t.Fatal(err)
-	}
-	w.Write(content)
-	mw.Close()
-	return c.do("POST", "/api/v1/knowledge-bases/"+kbID+"/documents", buf.Bytes(), "Content-Type", mw.FormDataContentType())
+	return c.uploadFields(kbID, name, content, "externalId", externalID)
 }
 
 // pipelineDoc is a document with the pipeline fields.
