@@ -61,9 +61,9 @@ run: services build
 
 # Everything the tests need: the three servers, Chromium with CJK fonts for
 # the browser tests, the official OpenAI SDKs (Python and Node) for the
-# OpenAI-compatible API's tests, and the local embedding model for the
-# semantic ones.
-TEST_SERVICES := postgres redis rocketmq browser clients embedder
+# OpenAI-compatible API's tests, the local embedding model for the semantic
+# ones, and curl and jq for the README's pipeline script.
+TEST_SERVICES := postgres redis rocketmq browser clients embedder tools
 
 .PHONY: test-services
 test-services:

@@ -6,6 +6,7 @@ import (
 	"io"
 	"math"
 	"mime"
+	"mime/multipart"
 	"net/http"
 	"strconv"
 
@@ -51,6 +52,10 @@ func (s *Server) uploadDocument(c *gin.Context) {
 		fail(c, service.Errorf(service.ErrInvalid, "malformed multipart body: %v", err))
 		return
 	}
+	// A pipeline names its document with ?externalId= or an `externalId`
+	// field before the file part (the file is streamed, so a field after
+	// it comes too late).
+	externalID := c.Query("externalId")
 	for {
 		part, err := mr.NextPart()
 		if errors.Is(err, io.EOF) {
@@ -61,6 +66,16 @@ func (s *Server) uploadDocument(c *gin.Context) {
 			s.uploadError(c, fmt.Errorf("%w: malformed multipart body: %w", service.ErrInvalid, err))
 			return
 		}
+		if part.FormName() == "externalId" && externalID == "" {
+			v, err := io.ReadAll(io.LimitReader(part, 4<<10))
+			part.Close()
+			if err != nil {
+				s.uploadError(c, fmt.Errorf("%w: malformed multipart body: %w", service.ErrInvalid, err))
+				return
+			}
+			externalID = string(v)
+			continue
+		}
 		if part.FormName() != "file" {
 			part.Close()
 			continue
@@ -68,6 +83,10 @@ func (s *Server) uploadDocument(c *gin.Context) {
 		if err := checkText("the file name", part.FileName()); err != nil {
 			part.Close()
 			fail(c, err)
+			return
+		}
+		if externalID != "" {
+			s.uploadVersion(c, kbID, externalID, part)
 			return
 		}
 		doc, err := s.deps.Ingest.Upload(c.Request.Context(), principal(c), kbID, part.FileName(), part)
@@ -79,6 +98,23 @@ func (s *Server) uploadDocument(c *gin.Context) {
 		c.JSON(http.StatusAccepted, doc)
 		return
 	}
+}
+
+// uploadVersion stores the file part as the next version of the document
+// with a pipeline's external id: 202 when there is something to ingest,
+// 200 when the content is the current version's.
+func (s *Server) uploadVersion(c *gin.Context, kbID service.ID, externalID string, part *multipart.Part) {
+	doc, changed, err := s.deps.Ingest.UploadVersion(c.Request.Context(), principal(c), kbID, externalID, part.FileName(), part)
+	part.Close()
+	if err != nil {
+		s.uploadError(c, err)
+		return
+	}
+	status := http.StatusAccepted
+	if !changed {
+		status = http.StatusOK
+	}
+	c.JSON(status, doc)
 }
 
 // uploadError answers a failed upload; a body past the size cap is 413
@@ -100,16 +136,16 @@ func (s *Server) listDocuments(c *gin.Context) {
 	if !ok {
 		return
 	}
-	before, limit, ok := pageParams(c)
+	q, ok := documentQuery(c)
 	if !ok {
 		return
 	}
-	docs, err := s.deps.Ingest.Documents(c.Request.Context(), principal(c), kbID, before, limit)
+	docs, err := s.deps.Ingest.FindDocuments(c.Request.Context(), principal(c), kbID, q)
 	if err != nil {
 		fail(c, err)
 		return
 	}
-	c.JSON(http.StatusOK, newList(docs, limit, func(d *service.Document) string { return d.ID.String() }))
+	c.JSON(http.StatusOK, newList(docs, q.Limit, func(d *service.Document) string { return d.ID.String() }))
 }
 
 func (s *Server) getDocument(c *gin.Context) {

@@ -115,7 +115,9 @@ type Route struct{ Method, Path string }
 func (r *Router) Routes() []Route {
 	var out []Route
 	for _, ri := range r.Engine.Routes() {
-		out = append(out, Route{ri.Method, ri.Path})
+		// Gin keeps a literal colon escaped (documents\:import) until it
+		// serves its first request; requests see the plain path.
+		out = append(out, Route{ri.Method, strings.ReplaceAll(ri.Path, `\:`, ":")})
 	}
 	return out
 }
@@ -218,6 +220,14 @@ func NewRouter(deps Deps) *Router {
 		upload = append([]gin.HandlerFunc{uploadGate(deps.UploadSemaphore, deps.UploadMaxWait)}, upload...)
 	}
 	user.POST("/knowledge-bases/:id/documents", append([]gin.HandlerFunc{s.checkUpload}, upload...)...)
+	// Pipelines (README "For pipelines"): lookup and status polling are
+	// the listing's filters; the import is fetched by a worker.
+	user.DELETE("/knowledge-bases/:id/documents", s.deleteDocumentByExternalID)
+	user.POST(`/knowledge-bases/:id/documents\:import`, s.idempotent, s.importDocument)
+	// Webhooks are knowledge-base settings: managers, no API keys.
+	user.GET("/knowledge-bases/:id/webhooks", s.listWebhooks)
+	user.POST("/knowledge-bases/:id/webhooks", s.submitLock, s.createWebhook)
+	user.DELETE("/knowledge-bases/:id/webhooks/:webhookId", s.deleteWebhook)
 	user.GET("/documents/:id", s.getDocument)
 	user.DELETE("/documents/:id", s.deleteDocument)
 	user.POST("/documents/:id/reindex", s.reindexDocument)

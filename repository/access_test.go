@@ -2,12 +2,9 @@ package repository
 
 import (
 	"context"
-	"io/fs"
-	"strings"
 	"testing"
 
 	"github.com/ragent-go/ragent/internal/testenv"
-	"github.com/ragent-go/ragent/migrations"
 	"github.com/ragent-go/ragent/service"
 )
 
@@ -17,23 +14,7 @@ import (
 func TestKnowledgeBaseAccessMigrationKeepsExistingInternal(t *testing.T) {
 	s := openTest(t, testenv.FreshDatabase(t))
 	ctx := context.Background()
-	names, err := fs.Glob(migrations.FS, "*.sql")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := s.db.Exec(`CREATE TABLE schema_migrations (version text PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now())`).Error; err != nil {
-		t.Fatal(err)
-	}
-	for _, name := range names {
-		if name >= "0004" {
-			break
-		}
-		body, _ := fs.ReadFile(migrations.FS, name)
-		if err := s.db.Exec(string(body)).Error; err != nil {
-			t.Fatalf("%s: %v", name, err)
-		}
-		s.db.Exec("INSERT INTO schema_migrations (version) VALUES (?)", strings.TrimSuffix(name, ".sql"))
-	}
+	migrateBefore(t, s, "0004")
 	if err := s.db.Exec(`INSERT INTO knowledge_bases (id, name, embedding_model, embedding_dim) VALUES (1, 'old', 'm', 512)`).Error; err != nil {
 		t.Fatal(err)
 	}

@@ -60,8 +60,11 @@ func (s *Store) ReplaceChunks(ctx context.Context, docID service.ID, generation 
 		if next {
 			reembedded = space
 		}
-		return translate(tx.db.Exec(`UPDATE documents SET status = 'ready', error = '', chunk_count = ?,
-			reembedded_space = ?, updated_at = now() WHERE id = ?`, len(chunks), reembedded, row.ID).Error)
+		if err := tx.db.Exec(`UPDATE documents SET status = 'ready', error = '', chunk_count = ?,
+			reembedded_space = ?, updated_at = now() WHERE id = ?`, len(chunks), reembedded, row.ID).Error; err != nil {
+			return translate(err)
+		}
+		return tx.documentEvent(row.ID)
 	})
 }
 

@@ -2,7 +2,6 @@ package repository
 
 import (
 	"context"
-	"errors"
 	"time"
 
 	"gorm.io/gorm"
@@ -16,7 +15,8 @@ type documentRow struct {
 	Name       string
 	Mime       string
 	Size       int64
-	Sha256     string
+	Sha256     *string // nil until an imported document's first fetch
+	ExternalID *string
 	Status     string
 	Error      string
 	ChunkCount int
@@ -34,9 +34,25 @@ func (documentRow) TableName() string { return "documents" }
 func (r documentRow) doc() *service.Document {
 	return &service.Document{
 		ID: service.ID(r.ID), KnowledgeBaseID: service.ID(r.KbID), Name: r.Name, Mime: r.Mime, Size: r.Size,
-		SHA256: r.Sha256, Status: service.DocumentStatus(r.Status), Error: r.Error, ChunkCount: r.ChunkCount,
-		Generation: r.Generation, Attempts: r.Attempts, CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt,
+		SHA256: deref(r.Sha256), Status: service.DocumentStatus(r.Status), Error: r.Error, ChunkCount: r.ChunkCount,
+		Generation: r.Generation, Attempts: r.Attempts, ExternalID: deref(r.ExternalID),
+		CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt,
 	}
+}
+
+func deref(s *string) string {
+	if s == nil {
+		return ""
+	}
+	return *s
+}
+
+// nullable stores "" as NULL.
+func nullable(s string) *string {
+	if s == "" {
+		return nil
+	}
+	return &s
 }
 
 // CreateUpload stores the blob, the document (pending unless d.Status says
@@ -45,62 +61,28 @@ func (r documentRow) doc() *service.Document {
 // knowledge base is a service.ErrConflict carrying the existing document's
 // id in its details; the unique index decides, not a check-then-insert.
 func (s *Store) CreateUpload(ctx context.Context, d *service.Document, blob []byte, msg service.OutboxMessage) error {
-	err := s.WithinTx(ctx, func(tx *Store) error {
-		if err := tx.db.Exec(`INSERT INTO document_blobs (sha256, bytes, size) VALUES (?, ?, ?)
-			ON CONFLICT (sha256) DO NOTHING`, d.SHA256, blob, int64(len(blob))).Error; err != nil {
-			return translate(err)
-		}
-		if d.Status == "" {
-			d.Status = service.DocumentPending
-		}
-		row := documentRow{
-			ID: int64(d.ID), KbID: int64(d.KnowledgeBaseID), Name: d.Name, Mime: d.Mime, Size: d.Size,
-			Sha256: d.SHA256, Status: string(d.Status), Error: d.Error, Generation: 1,
-		}
-		if err := tx.db.Create(&row).Error; err != nil {
-			return translate(err)
-		}
-		d.Generation, d.CreatedAt, d.UpdatedAt = 1, row.CreatedAt, row.UpdatedAt
-		if msg.Topic == "" {
-			return nil
-		}
-		return tx.enqueue(msg)
-	})
-	if errors.Is(err, service.ErrConflict) {
-		var existing documentRow
-		if e := s.conn(ctx).Where("kb_id = ? AND sha256 = ?", int64(d.KnowledgeBaseID), d.SHA256).Take(&existing).Error; e == nil {
-			return service.WithDetails(service.ErrConflict, "this file is already in the knowledge base",
-				map[string]string{"documentId": service.ID(existing.ID).String()})
-		}
+	var queue service.MessageFor
+	if msg.Topic != "" {
+		queue = func(*service.Document) (service.OutboxMessage, error) { return msg, nil }
 	}
-	return err
+	err := s.WithinTx(ctx, func(tx *Store) error { return tx.createDocument(d, blob, queue) })
+	return s.explainConflict(ctx, d, err)
 }
 
-// Document returns a live document.
+// Document returns a live document, with its source when it is imported.
 func (s *Store) Document(ctx context.Context, id service.ID) (*service.Document, error) {
 	var row documentRow
 	if err := s.conn(ctx).Take(&row, int64(id)).Error; err != nil {
 		return nil, translate(err)
 	}
-	return row.doc(), nil
+	doc := row.doc()
+	return doc, s.withConn(ctx).attachSources([]*service.Document{doc})
 }
 
 // Documents lists a knowledge base's live documents, newest first, before
 // the cursor (a document id; 0 = from the newest).
 func (s *Store) Documents(ctx context.Context, kbID, before service.ID, limit int) ([]*service.Document, error) {
-	var rows []documentRow
-	q := s.conn(ctx).Where("kb_id = ?", int64(kbID)).Order("id DESC").Limit(limit)
-	if before > 0 {
-		q = q.Where("id < ?", int64(before))
-	}
-	if err := q.Find(&rows).Error; err != nil {
-		return nil, translate(err)
-	}
-	out := make([]*service.Document, len(rows))
-	for i, r := range rows {
-		out[i] = r.doc()
-	}
-	return out, nil
+	return s.FindDocuments(ctx, kbID, service.DocumentQuery{Before: before, Limit: limit})
 }
 
 // DocumentBlob returns the original bytes of a document.
@@ -126,6 +108,10 @@ func (s *Store) DeleteDocument(ctx context.Context, id service.ID) error {
 		}
 		if err := tx.removeChunks(row.ID, row.KbID); err != nil {
 			return err
+		}
+		// A deleted import is fetched no more.
+		if err := tx.db.Exec("DELETE FROM document_sources WHERE document_id = ?", row.ID).Error; err != nil {
+			return translate(err)
 		}
 		return translate(tx.db.Delete(&documentRow{}, row.ID).Error)
 	})
@@ -188,10 +174,17 @@ func (s *Store) ClaimDocument(ctx context.Context, id service.ID, generation int
 	return row.doc(), nil
 }
 
-// FailDocument records a permanent failure of a generation.
+// FailDocument records a permanent failure of a generation, with its
+// webhook events.
 func (s *Store) FailDocument(ctx context.Context, id service.ID, generation int, reason string) error {
-	return translate(s.conn(ctx).Exec(`UPDATE documents SET status = 'failed', error = ?, updated_at = now()
-		WHERE id = ? AND generation = ? AND deleted_at IS NULL`, reason, int64(id), generation).Error)
+	return s.WithinTx(ctx, func(tx *Store) error {
+		res := tx.db.Exec(`UPDATE documents SET status = 'failed', error = ?, updated_at = now()
+			WHERE id = ? AND generation = ? AND deleted_at IS NULL`, reason, int64(id), generation)
+		if res.Error != nil || res.RowsAffected == 0 {
+			return translate(res.Error)
+		}
+		return tx.documentEvent(int64(id))
+	})
 }
 
 // StuckDocuments returns documents running since before the cutoff: their

@@ -56,13 +56,6 @@ func (r knowledgeBaseRow) kb() *service.KnowledgeBase {
 	return kb
 }
 
-func deref(s *string) string {
-	if s == nil {
-		return ""
-	}
-	return *s
-}
-
 // kbColumns selects a knowledge base with its live document count and,
 // while it is re-embedded, how many documents with chunks are done.
 const kbColumns = `knowledge_bases.*, (SELECT count(*) FROM documents d

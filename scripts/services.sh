@@ -4,9 +4,9 @@
 # NameServer + Broker; on request also the headless Chromium of the browser
 # tests and the local embedding model server.
 #
-#   scripts/services.sh start  [postgres|redis|rocketmq|browser|clients|embedder|tantivy ...]
-#   scripts/services.sh stop   [postgres|redis|rocketmq|browser|clients|embedder|tantivy ...]
-#   scripts/services.sh status [postgres|redis|rocketmq|browser|clients|embedder|tantivy ...]
+#   scripts/services.sh start  [postgres|redis|rocketmq|browser|clients|embedder|tantivy|tools ...]
+#   scripts/services.sh stop   [postgres|redis|rocketmq|browser|clients|embedder|tantivy|tools ...]
+#   scripts/services.sh status [postgres|redis|rocketmq|browser|clients|embedder|tantivy|tools ...]
 #
 # Without service names the list comes from $SERVICES, else the three
 # servers; `browser` (Chromium and CJK fonts, nothing to run), `clients`
@@ -34,7 +34,7 @@
 set -euo pipefail
 
 readonly ALL_SERVICES="postgres redis rocketmq"
-readonly KNOWN_SERVICES="$ALL_SERVICES browser clients embedder tantivy"
+readonly KNOWN_SERVICES="$ALL_SERVICES browser clients embedder tantivy tools"
 SCRIPT_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 readonly SCRIPT_DIR
 
@@ -809,6 +809,26 @@ status_tantivy() {
 	fi
 }
 
+# --- tools --------------------------------------------------------------------
+
+# The README's "For pipelines" script (run by TestPipelineREADMEScript) uses
+# curl and jq, as a pipeline would. Nothing runs: start only installs.
+start_tools() {
+	ensure_packages curl jq
+	log "tools: $(curl --version | head -n1 | cut -d' ' -f1-2), $(jq --version)"
+}
+
+stop_tools() { :; }
+
+status_tools() {
+	if command -v curl >/dev/null && command -v jq >/dev/null; then
+		echo "tools     up    curl, jq"
+	else
+		echo "tools     down  curl and jq"
+		return 1
+	fi
+}
+
 # --- main ---------------------------------------------------------------------
 
 print_settings() {
@@ -852,7 +872,7 @@ print_settings() {
 }
 
 usage() {
-	echo "usage: $0 start|stop|status [postgres|redis|rocketmq|browser|clients|embedder|tantivy ...]  (default: \$SERVICES or the three servers)" >&2
+	echo "usage: $0 start|stop|status [postgres|redis|rocketmq|browser|clients|embedder|tantivy|tools ...]  (default: \$SERVICES or the three servers)" >&2
 	exit 2
 }
 

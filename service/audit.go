@@ -70,6 +70,7 @@ const (
 	AuditDocumentUpload    = "document.upload"
 	AuditDocumentDelete    = "document.delete"
 	AuditDocumentReindex   = "document.reindex"
+	AuditDocumentImport    = "document.import"
 	AuditIntentCreate      = "intent.create"
 	AuditIntentUpdate      = "intent.update"
 	AuditIntentDelete      = "intent.delete"
@@ -78,6 +79,8 @@ const (
 	AuditTermDelete        = "term.delete"
 	AuditAPIKeyCreate      = "api_key.create"
 	AuditAPIKeyRevoke      = "api_key.revoke"
+	AuditWebhookCreate     = "webhook.create"
+	AuditWebhookDelete     = "webhook.delete"
 )
 
 // The audited target types.
@@ -89,6 +92,7 @@ const (
 	TargetIntent        = "intent"
 	TargetTermMapping   = "term_mapping"
 	TargetAPIKey        = "api_key"
+	TargetWebhook       = "webhook"
 )
 
 // AuditEvent is one row of the append-only audit log. The actor is a user,

@@ -57,8 +57,13 @@ type Document struct {
 	ChunkCount      int            `json:"chunkCount"`
 	Generation      int            `json:"generation"`
 	Attempts        int            `json:"attempts"`
-	CreatedAt       time.Time      `json:"createdAt"`
-	UpdatedAt       time.Time      `json:"updatedAt"`
+	// ExternalID is the pipeline's own name for the document (unique among
+	// a knowledge base's live documents); uploading it again replaces it.
+	ExternalID string `json:"externalId,omitempty"`
+	// Source is where an imported document is fetched from.
+	Source    *DocumentSource `json:"source,omitempty"`
+	CreatedAt time.Time       `json:"createdAt"`
+	UpdatedAt time.Time       `json:"updatedAt"`
 }
 
 // Chunk is a retrievable piece of a document.

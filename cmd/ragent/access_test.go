@@ -135,6 +135,19 @@ func (f *accessFixture) freshDoc(t *testing.T) string {
 	return f.admin.forTest(t).uploadAccepted(f.kb, fmt.Sprintf("note-%d.txt", f.n), []byte(fmt.Sprintf("note number %d", f.n))).ID
 }
 
+// freshExternalDoc uploads a new document with an external id into the
+// shared knowledge base and returns the external id.
+func (f *accessFixture) freshExternalDoc(t *testing.T) string {
+	t.Helper()
+	f.n++
+	ext := fmt.Sprintf("ext-%d", f.n)
+	r := f.admin.forTest(t).uploadExternal(f.kb, ext, fmt.Sprintf("note-%d.txt", f.n), []byte(fmt.Sprintf("external note %d", f.n)))
+	if r.Status != http.StatusAccepted {
+		t.Fatalf("upload %s: %d %s", ext, r.Status, r.Body)
+	}
+	return ext
+}
+
 // listed answers 200 when a list response names id, else 404: how a list
 // route says "you can see it".
 func listed(r response, id string) int {
@@ -198,6 +211,29 @@ var isolationMatrix = map[string]isolationRow{
 	}},
 	"POST /api/v1/knowledge-bases/:id/documents": {[6]int{hidden, denied, accepted, accepted, accepted, accepted}, func(t *testing.T, f *accessFixture, who string, c *client) int {
 		return c.upload(f.kb, who+".txt", []byte("uploaded by "+who)).Status
+	}},
+	// Pipelines: delete by external id, and import from a URL (.invalid
+	// never resolves, so the fetch fails without leaving the machine).
+	"DELETE /api/v1/knowledge-bases/:id/documents": {[6]int{hidden, denied, gone, gone, gone, gone}, func(t *testing.T, f *accessFixture, _ string, c *client) int {
+		ext := f.freshExternalDoc(t)
+		return c.do("DELETE", "/api/v1/knowledge-bases/"+f.kb+"/documents?externalId="+ext, nil).Status
+	}},
+	"POST /api/v1/knowledge-bases/:id/documents:import": {[6]int{hidden, denied, accepted, accepted, accepted, accepted}, func(t *testing.T, f *accessFixture, who string, c *client) int {
+		return c.do("POST", "/api/v1/knowledge-bases/"+f.kb+"/documents:import", map[string]string{"url": "https://fetch.invalid/" + who + ".txt"}).Status
+	}},
+	// Webhooks are knowledge-base settings (managers). .invalid never
+	// resolves: deliveries fail without leaving the machine.
+	"GET /api/v1/knowledge-bases/:id/webhooks": {[6]int{hidden, denied, denied, fine, denied, fine}, func(t *testing.T, f *accessFixture, _ string, c *client) int {
+		return c.do("GET", "/api/v1/knowledge-bases/"+f.kb+"/webhooks", nil).Status
+	}},
+	"POST /api/v1/knowledge-bases/:id/webhooks": {[6]int{hidden, denied, denied, created, denied, created}, func(t *testing.T, f *accessFixture, who string, c *client) int {
+		return c.do("POST", "/api/v1/knowledge-bases/"+f.kb+"/webhooks", map[string]string{"url": "https://hooks.invalid/" + who}).Status
+	}},
+	"DELETE /api/v1/knowledge-bases/:id/webhooks/:webhookId": {[6]int{hidden, denied, denied, gone, denied, gone}, func(t *testing.T, f *accessFixture, _ string, c *client) int {
+		r := f.admin.forTest(t).do("POST", "/api/v1/knowledge-bases/"+f.kb+"/webhooks", map[string]string{"url": "https://hooks.invalid/x"})
+		var w struct{ ID string }
+		r.json(t, &w)
+		return c.do("DELETE", "/api/v1/knowledge-bases/"+f.kb+"/webhooks/"+w.ID, nil).Status
 	}},
 	"GET /api/v1/documents/:id": {[6]int{hidden, fine, fine, fine, fine, fine}, func(t *testing.T, f *accessFixture, _ string, c *client) int {
 		return c.do("GET", "/api/v1/documents/"+f.doc, nil).Status
@@ -268,31 +304,36 @@ var isolationMatrix = map[string]isolationRow{
 // scopes (never more than editor) and knowledge bases; routes outside the
 // scope table (settings, members, admin pages, API keys) are refused.
 var keyMatrix = map[string][3]int{
-	"GET /api/v1/knowledge-bases":                          {fine, denied, hidden},
-	"POST /api/v1/knowledge-bases":                         {denied, denied, denied},
-	"GET /api/v1/knowledge-bases/:id":                      {fine, denied, hidden},
-	"PATCH /api/v1/knowledge-bases/:id":                    {denied, denied, denied},
-	"DELETE /api/v1/knowledge-bases/:id":                   {denied, denied, denied},
-	"GET /api/v1/knowledge-bases/:id/members":              {denied, denied, denied},
-	"POST /api/v1/knowledge-bases/:id/members":             {denied, denied, denied},
-	"DELETE /api/v1/knowledge-bases/:id/members/:memberId": {denied, denied, denied},
-	"GET /api/v1/knowledge-bases/:id/documents":            {fine, denied, hidden},
-	"POST /api/v1/knowledge-bases/:id/documents":           {accepted, denied, hidden},
-	"GET /api/v1/documents/:id":                            {fine, denied, hidden},
-	"DELETE /api/v1/documents/:id":                         {gone, denied, hidden},
-	"POST /api/v1/documents/:id/reindex":                   {accepted, denied, hidden},
-	"GET /api/v1/documents/:id/chunks":                     {fine, denied, hidden},
-	"POST /api/v1/search":                                  {fine, denied, hidden},
-	"POST /api/v1/chat":                                    {fine, denied, hidden},
-	"GET /api/v1/conversations":                            {hidden, denied, hidden}, // the viewer's conversation
-	"GET /api/v1/conversations/:id/messages":               {hidden, denied, hidden},
-	"PATCH /api/v1/conversations/:id":                      {hidden, denied, hidden},
-	"DELETE /api/v1/conversations/:id":                     {hidden, denied, hidden},
-	"GET /api/v1/admin/limiter":                            {denied, denied, denied},
-	"POST /api/v1/api-keys":                                {denied, denied, denied},
-	"GET /api/v1/admin/audit":                              {denied, denied, denied},
-	"GET /v1/models":                                       {fine, denied, hidden},
-	"POST /v1/chat/completions":                            {fine, denied, hidden},
+	"GET /api/v1/knowledge-bases":                            {fine, denied, hidden},
+	"POST /api/v1/knowledge-bases":                           {denied, denied, denied},
+	"GET /api/v1/knowledge-bases/:id":                        {fine, denied, hidden},
+	"PATCH /api/v1/knowledge-bases/:id":                      {denied, denied, denied},
+	"DELETE /api/v1/knowledge-bases/:id":                     {denied, denied, denied},
+	"GET /api/v1/knowledge-bases/:id/members":                {denied, denied, denied},
+	"POST /api/v1/knowledge-bases/:id/members":               {denied, denied, denied},
+	"DELETE /api/v1/knowledge-bases/:id/members/:memberId":   {denied, denied, denied},
+	"GET /api/v1/knowledge-bases/:id/documents":              {fine, denied, hidden},
+	"POST /api/v1/knowledge-bases/:id/documents":             {accepted, denied, hidden},
+	"GET /api/v1/documents/:id":                              {fine, denied, hidden},
+	"DELETE /api/v1/knowledge-bases/:id/documents":           {gone, denied, hidden},
+	"POST /api/v1/knowledge-bases/:id/documents:import":      {accepted, denied, hidden},
+	"GET /api/v1/knowledge-bases/:id/webhooks":               {denied, denied, denied},
+	"POST /api/v1/knowledge-bases/:id/webhooks":              {denied, denied, denied},
+	"DELETE /api/v1/knowledge-bases/:id/webhooks/:webhookId": {denied, denied, denied},
+	"DELETE /api/v1/documents/:id":                           {gone, denied, hidden},
+	"POST /api/v1/documents/:id/reindex":                     {accepted, denied, hidden},
+	"GET /api/v1/documents/:id/chunks":                       {fine, denied, hidden},
+	"POST /api/v1/search":                                    {fine, denied, hidden},
+	"POST /api/v1/chat":                                      {fine, denied, hidden},
+	"GET /api/v1/conversations":                              {hidden, denied, hidden}, // the viewer's conversation
+	"GET /api/v1/conversations/:id/messages":                 {hidden, denied, hidden},
+	"PATCH /api/v1/conversations/:id":                        {hidden, denied, hidden},
+	"DELETE /api/v1/conversations/:id":                       {hidden, denied, hidden},
+	"GET /api/v1/admin/limiter":                              {denied, denied, denied},
+	"POST /api/v1/api-keys":                                  {denied, denied, denied},
+	"GET /api/v1/admin/audit":                                {denied, denied, denied},
+	"GET /v1/models":                                         {fine, denied, hidden},
+	"POST /v1/chat/completions":                              {fine, denied, hidden},
 }
 
 // noKnowledgeBaseData are the routes that neither take nor return a

@@ -107,12 +107,16 @@ func newApp(ctx context.Context, cfg Config, log *slog.Logger) (_ *App, err erro
 	// "Audit log").
 	audit := service.NewAuditor(a.store, a.store, ids, service.AuditorConfig{Logger: log})
 
-	var authSvc *auth.Service
+	var (
+		authSvc *auth.Service
+		signing []byte // also seals the webhooks' secrets
+	)
 	err = a.store.WithStartupLock(ctx, func(ctx context.Context) error {
 		secret, err := a.signingSecret(ctx)
 		if err != nil {
 			return err
 		}
+		signing = secret
 		authState := cache.NewAuthState(a.rdb, cfg.RedisPrefix) // revocations and login attempt counters
 		authSvc, err = auth.New(a.store, authState, loginAttempts{authState}, ids, audit, authConfig(cfg, secret, log))
 		if err != nil {
@@ -162,14 +166,20 @@ func newApp(ctx context.Context, cfg Config, log *slog.Logger) (_ *App, err erro
 	}
 	a.closers = append(a.closers, func(context.Context) error { return closeParser() })
 	ingestSvc := ingest.New(a.store, access, embedder, ids, audit, ingest.Config{
-		MaxBytes:        cfg.UploadMaxBytes,
-		Limits:          ingest.Limits{MaxTextBytes: cfg.IngestMaxTextBytes, Timeout: cfg.IngestParseTimeout},
-		MaxChunks:       cfg.IngestMaxChunks,
-		Parser:          parser,
-		OutboxRetention: cfg.OutboxRetention,
-		Space:           space,
-		Logger:          log,
+		MaxBytes:           cfg.UploadMaxBytes,
+		Limits:             ingest.Limits{MaxTextBytes: cfg.IngestMaxTextBytes, Timeout: cfg.IngestParseTimeout},
+		MaxChunks:          cfg.IngestMaxChunks,
+		Parser:             parser,
+		OutboxRetention:    cfg.OutboxRetention,
+		Space:              space,
+		Net:                ingest.NetPolicy{Allow: cfg.FetchAllowNetworks},
+		FetchTimeout:       cfg.FetchTimeout,
+		MinRefresh:         cfg.FetchMinRefresh,
+		WebhookMaxAttempts: cfg.WebhookMaxAttempts,
+		WebhookBackoff:     cfg.WebhookBackoff,
+		Logger:             log,
 	})
+	ingestSvc.EnableWebhooks(a.store, signing)
 	a.kbs, a.ingestSvc, a.searcher = kbs, ingestSvc, searcher
 	// Knowledge bases recorded in another embedding space move to the
 	// configured one in the background; planned once for all instances.
@@ -216,7 +226,7 @@ func newApp(ctx context.Context, cfg Config, log *slog.Logger) (_ *App, err erro
 		if err != nil {
 			return nil, err
 		}
-		a.runners = append(a.runners, consumer.Run)
+		a.runners = append(a.runners, consumer.Run, ingestSvc.RunFetcher, ingestSvc.RunWebhooks)
 	}
 
 	// Chat: the models (the primary endpoint and its fallbacks, with

@@ -127,6 +127,17 @@ type Config struct {
 	// reaper deletes them.
 	OutboxRetention time.Duration
 
+	// URL imports (README "For pipelines"): networks a fetch may reach
+	// besides the public internet, one fetch's time limit, and the shortest
+	// refresh interval a pipeline may ask for.
+	FetchAllowNetworks []netip.Prefix
+	FetchTimeout       time.Duration
+	FetchMinRefresh    time.Duration
+	// Webhooks: attempts per event before it is dead-lettered, and the
+	// first retry's wait (doubled each time).
+	WebhookMaxAttempts int
+	WebhookBackoff     time.Duration
+
 	IngestParser       string // process | inprocess
 	IngestParseTimeout time.Duration
 	IngestParserMemory int64 // resident memory cap of a parser process, bytes
@@ -247,6 +258,7 @@ func (c Config) validate() []error {
 		"RAGENT_CHAT_MAX_QUEUED_PER_USER": c.ChatMaxQueuedPerUser, "RAGENT_UPLOAD_MAX_CONCURRENT": c.UploadMaxConcurrent,
 		"RAGENT_LOGIN_MAX_FAILURES": c.LoginMaxFailures, "RAGENT_LOGIN_MAX_FAILURES_PER_USER": c.LoginMaxFailuresPerUser,
 		"RAGENT_INGEST_MAX_CHUNKS": c.IngestMaxChunks, "RAGENT_EMBEDDING_CONCURRENCY": c.EmbedConcurrency,
+		"RAGENT_WEBHOOK_MAX_ATTEMPTS": c.WebhookMaxAttempts,
 	}
 	if c.ChatRatePerMinute < 0 {
 		bad("RAGENT_CHAT_RATE_PER_MINUTE must be 0 (no limit) or more")
@@ -269,6 +281,8 @@ func (c Config) validate() []error {
 		"RAGENT_HTTP_BODY_TIMEOUT": c.HTTPBodyTimeout, "RAGENT_HTTP_UPLOAD_TIMEOUT": c.HTTPUploadTimeout,
 		"RAGENT_INGEST_PARSE_TIMEOUT": c.IngestParseTimeout, "RAGENT_SSE_KEEPALIVE": c.SSEKeepAlive,
 		"RAGENT_EMBEDDING_QUERY_WAIT": c.EmbedQueryWait,
+		"RAGENT_FETCH_TIMEOUT":        c.FetchTimeout, "RAGENT_FETCH_MIN_REFRESH": c.FetchMinRefresh,
+		"RAGENT_WEBHOOK_BACKOFF": c.WebhookBackoff,
 	} {
 		if d <= 0 {
 			bad("%s must be positive", name)

@@ -214,8 +214,20 @@ type docJSON struct {
 // whatever its status.
 func (c *client) upload(kbID, name string, content []byte) response {
 	c.t.Helper()
+	return c.uploadFields(kbID, name, content)
+}
+
+// uploadFields is upload with form fields (name, value pairs) before the
+// file part.
+func (c *client) uploadFields(kbID, name string, content []byte, fields ...string) response {
+	c.t.Helper()
 	var buf bytes.Buffer
 	mw := multipart.NewWriter(&buf)
+	for i := 0; i+1 < len(fields); i += 2 {
+		if err := mw.WriteField(fields[i], fields[i+1]); err != nil {
+			c.t.Fatal(err)
+		}
+	}
 	w, err := mw.CreateFormFile("file", name)
 	if err != nil {
 		c.t.Fatal(err)
@@ -240,13 +252,7 @@ func (c *client) uploadAccepted(kbID, name string, content []byte) docJSON {
 // document fetches one document.
 func (c *client) document(id string) docJSON {
 	c.t.Helper()
-	r := c.do("GET", "/api/v1/documents/"+id, nil)
-	if r.Status != http.StatusOK {
-		c.t.Fatalf("get document %s: %d %s", id, r.Status, r.Body)
-	}
-	var d docJSON
-	r.json(c.t, &d)
-	return d
+	return c.pipelineDocument(id).docJSON
 }
 
 // waitDone polls a document until it is ready or failed.

@@ -3,8 +3,11 @@
 // on a worker parse → chunk → embed → index, and the document lifecycle
 // around it (list, delete, reindex, chunk preview, the outbox relay, and the
 // reaper of stuck documents and of sent outbox rows past their retention),
-// and the background re-embedding of knowledge bases whose embedding space
-// is not the configured one (reembed.go).
+// the background re-embedding of knowledge bases whose embedding space is
+// not the configured one (reembed.go), and, for pipelines (pipeline.go,
+// fetch.go, webhooks.go), documents replaced by external id, URL imports
+// fetched by a fetcher under an SSRF policy (netguard.go) and refreshed, and
+// signed webhooks on ready and failed.
 package ingest
 
 import (
@@ -17,6 +20,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/http"
 	"path"
 	"strings"
 	"time"
@@ -46,6 +50,12 @@ type Store interface {
 	Requeue(ctx context.Context, d *service.Document, msg service.OutboxMessage) (bool, error)
 	RelayOutbox(ctx context.Context, limit int, publish func(context.Context, service.OutboxMessage) error) (sent, failed int, err error)
 	PruneOutbox(ctx context.Context, sentBefore time.Time, limit int) (int, error)
+	// Pipelines (pipeline.go, fetch.go).
+	FindDocuments(ctx context.Context, kbID service.ID, q service.DocumentQuery) ([]*service.Document, error)
+	PutVersion(ctx context.Context, d *service.Document, blob []byte, queue service.MessageFor) (*service.Document, bool, error)
+	Import(ctx context.Context, d *service.Document, src service.DocumentSource) (*service.Document, error)
+	ClaimDueSources(ctx context.Context, lease time.Duration, limit int) ([]*service.Document, error)
+	FinishFetch(ctx context.Context, docID service.ID, f service.Fetched, queue service.MessageFor) (*service.Document, error)
 }
 
 // Publisher sends a message to the MQ.
@@ -75,9 +85,21 @@ type Config struct {
 	// OutboxRetention is how long sent outbox rows are kept (to trace what
 	// was published) before the reaper deletes them; default 7 days.
 	OutboxRetention time.Duration
-	PruneBatch      int              // outbox rows deleted per statement; default 1000
-	Logger          *slog.Logger     // nil discards
-	Now             func() time.Time // nil is time.Now
+	PruneBatch      int // outbox rows deleted per statement; default 1000
+	// URL imports: where fetches may go, how long one may take (default
+	// 30s), the shortest refresh interval (default 1m), and how often the
+	// fetcher looks for due documents written by other instances (default
+	// 5s, or MinRefresh when shorter). The size cap is MaxBytes.
+	Net           NetPolicy
+	FetchTimeout  time.Duration
+	MinRefresh    time.Duration
+	FetchInterval time.Duration
+	// Webhooks: attempts per event before it is dead-lettered (default 8)
+	// and the wait before the first retry, doubled each time (default 2s).
+	WebhookMaxAttempts int
+	WebhookBackoff     time.Duration
+	Logger             *slog.Logger     // nil discards
+	Now                func() time.Time // nil is time.Now
 }
 
 func (c *Config) defaults() {
@@ -117,6 +139,22 @@ func (c *Config) defaults() {
 	if c.Now == nil {
 		c.Now = time.Now
 	}
+	if c.FetchTimeout <= 0 {
+		c.FetchTimeout = 30 * time.Second
+	}
+	if c.MinRefresh <= 0 {
+		c.MinRefresh = time.Minute
+	}
+	if c.WebhookMaxAttempts <= 0 {
+		c.WebhookMaxAttempts = 8
+	}
+	if c.WebhookBackoff <= 0 {
+		c.WebhookBackoff = 2 * time.Second
+	}
+	if c.FetchInterval <= 0 {
+		// Often enough that the shortest refresh is kept.
+		c.FetchInterval = min(5*time.Second, c.MinRefresh)
+	}
 }
 
 // Service runs uploads and ingestion.
@@ -130,6 +168,12 @@ type Service struct {
 	log      *slog.Logger
 	now      func() time.Time
 	kick     chan struct{} // wakes the relay after an upload on this instance
+	fetchNow chan struct{} // wakes the fetcher after an import on this instance
+	client   *http.Client  // URL imports, under cfg.Net
+	// Webhooks (webhooks.go), off until EnableWebhooks.
+	hooks      WebhookStore
+	sealer     sealer
+	hookClient *http.Client
 }
 
 // New returns a Service. access decides who may read and change the
@@ -140,7 +184,18 @@ func New(store Store, access *service.Access, embedder service.Embedder, ids ser
 	if cfg.Space == (service.EmbeddingSpace{}) {
 		cfg.Space = service.EmbeddingSpace{Model: embedder.Model(), Dim: embedder.Dim()}
 	}
-	return &Service{store: store, access: access, embedder: embedder, ids: ids, audit: audit, cfg: cfg, log: cfg.Logger, now: cfg.Now, kick: make(chan struct{}, 1)}
+	return &Service{store: store, access: access, embedder: embedder, ids: ids, audit: audit, cfg: cfg, log: cfg.Logger, now: cfg.Now, kick: make(chan struct{}, 1),
+		fetchNow: make(chan struct{}, 1), client: cfg.Net.Client(cfg.FetchTimeout)}
+}
+
+// EnableWebhooks turns on webhooks, kept in store, their secrets sealed
+// with a key derived from key (the auth signing secret). Call it before
+// the service is used.
+func (s *Service) EnableWebhooks(store WebhookStore, key []byte) {
+	s.hooks, s.sealer = store, newSealer(key)
+	s.hookClient = s.cfg.Net.Client(s.cfg.FetchTimeout)
+	// A receiver's redirect is a failed delivery, not a new destination.
+	s.hookClient.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
 }
 
 // Upload stores a file for ingestion and returns its pending document. The
@@ -171,38 +226,57 @@ func (s *Service) Upload(ctx context.Context, p service.Principal, kbID service.
 
 func (s *Service) prepareUpload(ctx context.Context, p service.Principal, kbID service.ID, filename string, body io.Reader) (*service.Document, []byte, service.OutboxMessage, error) {
 	var msg service.OutboxMessage
-	if _, err := s.access.Require(ctx, p, kbID, service.KBEditor); err != nil {
-		return nil, nil, msg, err
-	}
-	name, err := cleanName(filename)
+	doc, blob, err := s.readUpload(ctx, p, kbID, filename, body)
 	if err != nil {
 		return nil, nil, msg, err
 	}
-	blob, err := io.ReadAll(io.LimitReader(body, s.cfg.MaxBytes+1))
-	if err != nil {
-		return nil, nil, msg, fmt.Errorf("%w: reading the upload failed: %w", service.ErrInvalid, err)
-	}
-	if int64(len(blob)) > s.cfg.MaxBytes {
-		return nil, nil, msg, service.Errorf(service.ErrTooLarge, "file exceeds the %d MiB upload limit", s.cfg.MaxBytes>>20)
-	}
-	sum := sha256.Sum256(blob)
-	id, err := s.ids.NextID()
-	if err != nil {
-		return nil, nil, msg, err
-	}
-	doc := &service.Document{ID: id, KnowledgeBaseID: kbID, Name: name, Size: int64(len(blob)), SHA256: hex.EncodeToString(sum[:])}
-	mime, sniffErr := SniffReaderAt(bytes.NewReader(blob), int64(len(blob)), name)
-	if sniffErr == nil {
-		doc.Mime = mime
+	if doc.Status == service.DocumentPending {
 		if msg, err = s.ingestMessage(doc.ID, 1); err != nil {
 			return nil, nil, msg, err
 		}
-	} else {
-		// Recorded as failed and never queued: a worker would fail it the
-		// same way.
-		doc.Mime, doc.Status, doc.Error = "application/octet-stream", service.DocumentFailed, sniffErr.Error()
 	}
 	return doc, blob, msg, nil
+}
+
+// readUpload checks that p may upload into the knowledge base and reads the
+// file into a new document: pending, or failed when its type cannot be
+// ingested.
+func (s *Service) readUpload(ctx context.Context, p service.Principal, kbID service.ID, filename string, body io.Reader) (*service.Document, []byte, error) {
+	if _, err := s.access.Require(ctx, p, kbID, service.KBEditor); err != nil {
+		return nil, nil, err
+	}
+	name, err := cleanName(filename)
+	if err != nil {
+		return nil, nil, err
+	}
+	blob, err := io.ReadAll(io.LimitReader(body, s.cfg.MaxBytes+1))
+	if err != nil {
+		return nil, nil, fmt.Errorf("%w: reading the upload failed: %w", service.ErrInvalid, err)
+	}
+	if int64(len(blob)) > s.cfg.MaxBytes {
+		return nil, nil, service.Errorf(service.ErrTooLarge, "file exceeds the %d MiB upload limit", s.cfg.MaxBytes>>20)
+	}
+	id, err := s.ids.NextID()
+	if err != nil {
+		return nil, nil, err
+	}
+	return newVersion(id, kbID, name, blob), blob, nil
+}
+
+// newVersion describes blob as a document: pending with its sniffed type,
+// or failed when its type cannot be ingested (recorded so the user sees
+// what happened, and never queued: a worker would fail it the same way).
+func newVersion(id, kbID service.ID, name string, blob []byte) *service.Document {
+	sum := sha256.Sum256(blob)
+	doc := &service.Document{ID: id, KnowledgeBaseID: kbID, Name: name, Size: int64(len(blob)),
+		SHA256: hex.EncodeToString(sum[:]), Status: service.DocumentPending}
+	mime, sniffErr := SniffReaderAt(bytes.NewReader(blob), int64(len(blob)), name)
+	if sniffErr == nil {
+		doc.Mime = mime
+	} else {
+		doc.Mime, doc.Status, doc.Error = "application/octet-stream", service.DocumentFailed, sniffErr.Error()
+	}
+	return doc
 }
 
 // CheckUpload tells early whether p may upload into a knowledge base, so
@@ -318,11 +392,15 @@ func (s *Service) Reindex(ctx context.Context, p service.Principal, id service.I
 }
 
 func (s *Service) reindex(ctx context.Context, p service.Principal, id service.ID) (*service.Document, error) {
-	if _, err := s.document(ctx, p, id, service.KBEditor); err != nil {
+	doc, err := s.document(ctx, p, id, service.KBEditor)
+	if err != nil {
 		return nil, err
 	}
+	if doc.SHA256 == "" {
+		return nil, service.Errorf(service.ErrInvalid, "document %s has no content yet: its URL has not been fetched", id)
+	}
 	var msgErr error
-	doc, err := s.store.Reindex(ctx, id, func(d *service.Document) service.OutboxMessage {
+	doc, err = s.store.Reindex(ctx, id, func(d *service.Document) service.OutboxMessage {
 		m, err := s.ingestMessage(d.ID, d.Generation)
 		msgErr = err
 		return m
@@ -529,6 +607,15 @@ func (s *Service) pruneOutbox(ctx context.Context) error {
 	}
 	if total > 0 {
 		s.log.InfoContext(ctx, "pruned the sent outbox", "rows", total, "sent_before", cutoff)
+	}
+	for s.hooks != nil && ctx.Err() == nil {
+		n, err := s.hooks.PruneDeliveries(ctx, cutoff, s.cfg.PruneBatch)
+		if err != nil {
+			return fmt.Errorf("prune webhook deliveries: %w", err)
+		}
+		if n < s.cfg.PruneBatch {
+			break
+		}
 	}
 	return nil
 }

@@ -11,7 +11,8 @@ const ACTIONS = [
   'user.create', 'user.update', 'user.delete',
   'group.create', 'group.update', 'group.delete', 'group.member_add', 'group.member_remove',
   'kb.create', 'kb.update', 'kb.delete', 'kb.member_put', 'kb.member_remove',
-  'document.upload', 'document.delete', 'document.reindex',
+  'document.upload', 'document.delete', 'document.reindex', 'document.import',
+  'webhook.create', 'webhook.delete',
   'intent.create', 'intent.update', 'intent.delete',
   'term.create', 'term.update', 'term.delete',
 ];
