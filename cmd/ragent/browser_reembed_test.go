@@ -24,7 +24,7 @@ func TestBrowserReembedProgress(t *testing.T) {
 	first.stop()
 
 	next := cfg
-	next.EmbedProvider, next.EmbedModel, next.EmbedBaseURL = "openai", "fake-e5", fake.URL()
+	next.EmbedProvider, next.EmbedModel, next.EmbedBaseURL = "openai", "fake-model", fake.URL()
 	fake.holdAfter(1)
 	in := start(t, next)
 	api = in.client(t, in.login(t, "admin", "admin-password"))
@@ -45,7 +45,7 @@ func TestBrowserReembedProgress(t *testing.T) {
 
 	fake.release()
 	tab.poll(t, "the badge to go after the switch", 60*time.Second, `document.querySelector('[data-testid=kb-reembedding]') === null`)
-	if p := api.kbProgress(kb); p.Reembedding != nil || p.EmbeddingModel != "fake-e5" {
+	if p := api.kbProgress(kb); p.Reembedding != nil || p.EmbeddingModel != "fake-model" {
 		t.Fatalf("after the switch: %+v", p)
 	}
 }

@@ -106,14 +106,14 @@ func TestReembedOnModelChange(t *testing.T) {
 	// Lifetime 2: another model of the same dimension. Three documents are
 	// re-embedded, then the model server holds every call.
 	next := cfg
-	next.EmbedProvider, next.EmbedModel, next.EmbedBaseURL, next.InstanceID = "openai", "fake-e5", fake.URL(), "second"
+	next.EmbedProvider, next.EmbedModel, next.EmbedBaseURL, next.InstanceID = "openai", "fake-model", fake.URL(), "second"
 	fake.holdAfter(3)
 	b := start(t, next)
 	cb := b.client(t, b.login(t, "admin", "admin-password"))
 	got := cb.waitKB(kb, 60*time.Second, "3 documents re-embedded", func(p kbProgress) bool {
 		return p.Reembedding != nil && p.Reembedding.Done == 3
 	})
-	if got.Reembedding.Total != docs || got.Reembedding.Target.Model != "fake-e5" || got.EmbeddingModel != llm.OfflineEmbeddingModel {
+	if got.Reembedding.Total != docs || got.Reembedding.Target.Model != "fake-model" || got.EmbeddingModel != llm.OfflineEmbeddingModel {
 		t.Fatalf("progress %+v", got)
 	}
 	// Search meanwhile: keyword, and vector in the recorded (offline) space.
@@ -139,7 +139,7 @@ func TestReembedOnModelChange(t *testing.T) {
 	}
 
 	// Both stop while calls are held (a crash mid-re-embedding).
-	space := service.EmbeddingSpace{Model: "fake-e5", Dim: dim}.Key()
+	space := service.EmbeddingSpace{Model: "fake-model", Dim: dim}.Key()
 	doneRows := queryDB[[]int64](t, cfg.DatabaseURL, `SELECT coalesce(array_agg(id), '{}') FROM documents WHERE reembedded_space = $1`, space)
 	b.stop()
 	b2.stop()
@@ -151,7 +151,7 @@ func TestReembedOnModelChange(t *testing.T) {
 	c := start(t, last)
 	cc := c.client(t, c.login(t, "admin", "admin-password"))
 	got = cc.waitKB(kb, 90*time.Second, "the switch", func(p kbProgress) bool { return p.Reembedding == nil })
-	if got.EmbeddingModel != "fake-e5" || got.EmbeddingDim != dim {
+	if got.EmbeddingModel != "fake-model" || got.EmbeddingDim != dim {
 		t.Fatalf("after the switch: %+v", got)
 	}
 	if n := queryDB[int64](t, cfg.DatabaseURL, `SELECT count(*) FROM chunks WHERE embedding_space <> $1 OR embedding IS NULL
@@ -163,8 +163,8 @@ func TestReembedOnModelChange(t *testing.T) {
 	}
 	for _, id := range doneRows {
 		for i, doc := range ids {
-			if doc == fmt.Sprint(id) && fake.embedded("fake-e5", texts[i]) != 1 {
-				t.Fatalf("document %s was done before the stop but embedded %d times", doc, fake.embedded("fake-e5", texts[i]))
+			if doc == fmt.Sprint(id) && fake.embedded("fake-model", texts[i]) != 1 {
+				t.Fatalf("document %s was done before the stop but embedded %d times", doc, fake.embedded("fake-model", texts[i]))
 			}
 		}
 	}
