@@ -181,7 +181,7 @@ type Service struct {
 // in audit.
 func New(store Store, access *service.Access, embedder service.Embedder, ids service.IDGenerator, audit *service.Auditor, cfg Config) *Service {
 	cfg.defaults()
-	if cfg.Space == (service.EmbeddingSpace{}) {
+	if cfg.Space == (service.EmbeddingSpace{}) && embedder != nil {
 		cfg.Space = service.EmbeddingSpace{Model: embedder.Model(), Dim: embedder.Dim()}
 	}
 	return &Service{store: store, access: access, embedder: embedder, ids: ids, audit: audit, cfg: cfg, log: cfg.Logger, now: cfg.Now, kick: make(chan struct{}, 1),
