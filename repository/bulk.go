@@ -2,8 +2,11 @@ package repository
 
 import (
 	"context"
+	"errors"
 	"strconv"
 	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/ragent-go/ragent/service"
 )
@@ -38,8 +41,18 @@ func (s *Store) BuildVectorIndex(ctx context.Context, dim, memMB int) error {
 // after a large load: fresh planner statistics, visibility maps for
 // index-only scans, and the space of rows the load deleted (the keyword
 // tail after compaction) returned.
+//
+// The keyword compactor may rebuild the tail's indexes (REINDEX
+// CONCURRENTLY) at the same time; the two can deadlock, and Postgres then
+// cancels one of them, here the VACUUM, which is simply run again.
 func (s *Store) Vacuum(ctx context.Context) error {
-	return translate(s.conn(ctx).Exec("VACUUM ANALYZE").Error)
+	for attempt := 1; ; attempt++ {
+		err := s.conn(ctx).Exec("VACUUM ANALYZE").Error
+		var pgErr *pgconn.PgError
+		if err == nil || attempt == 3 || !errors.As(err, &pgErr) || pgErr.Code != "40P01" { // deadlock_detected
+			return translate(err)
+		}
+	}
 }
 
 // StorageSizes returns the database's size in bytes and each table's total
