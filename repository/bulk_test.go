@@ -37,11 +37,17 @@ func TestKnowledgeBaseSettingsReadsNoDocuments(t *testing.T) {
 	if err != nil {
 		t.Fatalf("settings lookup while documents is locked: %v", err)
 	}
-	if len(kbs) != 2 || kbs[0].ID != a.ID || kbs[1].ID != b.ID {
+	// Test ids are random: the expected order is the ids' order.
+	first, second := a, b
+	if b.ID < a.ID {
+		first, second = b, a
+	}
+	if len(kbs) != 2 || kbs[0].ID != first.ID || kbs[1].ID != second.ID {
 		t.Fatalf("got %v, want the two live knowledge bases in id order", kbs)
 	}
-	if kbs[0].Name != a.Name || kbs[1].EmbeddingDim != 16 || kbs[0].ChunkSize != 512 || kbs[1].VectorWeight != 1 {
-		t.Errorf("settings not read: %+v %+v", kbs[0], kbs[1])
+	got := map[service.ID]*service.KnowledgeBase{kbs[0].ID: kbs[0], kbs[1].ID: kbs[1]}
+	if got[a.ID].Name != a.Name || got[b.ID].EmbeddingDim != 16 || got[a.ID].ChunkSize != 512 || got[b.ID].VectorWeight != 1 {
+		t.Errorf("settings not read: %+v %+v", got[a.ID], got[b.ID])
 	}
 	// The counting lookup does wait for the lock: it reads documents.
 	cctx, cancel2 := context.WithTimeout(ctx, 300*time.Millisecond)
