@@ -89,6 +89,22 @@ func start(t testing.TB, cfg Config) *instance {
 	return in
 }
 
+// authorize sets the client's bearer token, if it has one, and the extra
+// header name/value pairs on req.
+func (c *client) authorize(req *http.Request, headers []string) {
+	if c.token != "" {
+		req.Header.Set("Authorization", "Bearer "+c.token)
+	}
+	setHeaders(req, headers)
+}
+
+// setHeaders sets header name/value pairs on req.
+func setHeaders(req *http.Request, pairs []string) {
+	for i := 0; i+1 < len(pairs); i += 2 {
+		req.Header.Set(pairs[i], pairs[i+1])
+	}
+}
+
 // client calls one instance with an optional bearer token.
 type client struct {
 	t     testing.TB
@@ -145,12 +161,7 @@ func (c *client) do(method, path string, body any, headers ...string) response {
 	if body != nil {
 		req.Header.Set("Content-Type", "application/json")
 	}
-	if c.token != "" {
-		req.Header.Set("Authorization", "Bearer "+c.token)
-	}
-	for i := 0; i+1 < len(headers); i += 2 {
-		req.Header.Set(headers[i], headers[i+1])
-	}
+	c.authorize(req, headers)
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		c.t.Fatalf("%s %s: %v", method, path, err)

@@ -88,9 +88,7 @@ func (c cookieClient) do(method, path, contentType string, body []byte, headers 
 		req.Header.Set("Content-Type", contentType)
 	}
 	req.AddCookie(&http.Cookie{Name: "ragent_session", Value: c.cookie})
-	for i := 0; i+1 < len(headers); i += 2 {
-		req.Header.Set(headers[i], headers[i+1])
-	}
+	setHeaders(req, headers)
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		c.t.Fatalf("%s %s: %v", method, path, err)
