@@ -166,3 +166,44 @@ func TestDefaultEmbedKinds(t *testing.T) {
 		}
 	}
 }
+
+// The space an embedder makes names how it marks questions and passages, so
+// that a change of prefix or input_type is a change of space.
+func TestSpaceRecordsTheKinds(t *testing.T) {
+	embedder := func(t *testing.T, model string, kinds EmbedKinds) service.Embedder {
+		t.Helper()
+		e, err := NewEmbedder(Config{EmbeddingProvider: ProviderOpenAI, EmbeddingBaseURL: "http://127.0.0.1:1/v1",
+			EmbeddingModel: model, EmbeddingDim: 8, EmbeddingKinds: kinds})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return e
+	}
+	offline, err := NewEmbedder(Config{EmbeddingDim: 16})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name string
+		e    service.Embedder
+		want service.EmbeddingSpace
+	}{
+		{"offline", offline, service.EmbeddingSpace{Model: OfflineEmbeddingModel, Dim: 16}},
+		{"plain model", embedder(t, "text-embedding-3-small", EmbedKinds{}), service.EmbeddingSpace{Model: "text-embedding-3-small", Dim: 8}},
+		{"e5 prefixes", embedder(t, "intfloat/multilingual-e5-large", EmbedKinds{}),
+			service.EmbeddingSpace{Model: "intfloat/multilingual-e5-large", Dim: 8, QueryPrefix: "query:", DocumentPrefix: "passage:"}},
+		{"local model input_type", embedder(t, LocalEmbeddingModel, EmbedKinds{}),
+			service.EmbeddingSpace{Model: LocalEmbeddingModel, Dim: 8, QueryPrefix: "[input_type=query]", DocumentPrefix: "[input_type=passage]"}},
+		{"configured", embedder(t, "bge-m3", EmbedKinds{QueryPrefix: "Represent this question:", DocumentInputType: "doc"}),
+			service.EmbeddingSpace{Model: "bge-m3", Dim: 8, QueryPrefix: "Represent this question:", DocumentPrefix: "[input_type=doc]"}},
+	} {
+		if got := Space(tc.e); got != tc.want {
+			t.Errorf("%s: Space = %+v, want %+v", tc.name, got, tc.want)
+		}
+	}
+	a := Space(embedder(t, "m", EmbedKinds{QueryPrefix: "q:"}))
+	b := Space(embedder(t, "m", EmbedKinds{QueryInputType: "q"}))
+	if a.Key() == b.Key() {
+		t.Error("a prefix and an input_type made the same space")
+	}
+}
