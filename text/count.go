@@ -25,12 +25,7 @@ func CountTokens(s string) int {
 		}
 		wordLen = 0
 	}
-	for i := 0; i < len(s); {
-		r, size := rune(s[i]), 1
-		if r >= utf8.RuneSelf {
-			r, size = utf8.DecodeRuneInString(s[i:])
-		}
-		i += size
+	for _, r := range s {
 		r = foldWidth(r)
 		switch {
 		case r < utf8.RuneSelf && isASCIIAlnum(byte(r)):

@@ -68,40 +68,25 @@ func (p *porter) cons(i int) bool {
 // m measures the number of consonant sequences in b[0..j]: for
 // [C](VC)^m[V] it returns m.
 func (p *porter) m() int {
-	n, i := 0, 0
-	for {
-		if i > p.j {
-			return n
-		}
-		if !p.cons(i) {
+	n := 0
+	for i := p.next(0, false); i >= 0; i = p.next(i+1, false) {
+		if i = p.next(i+1, true); i < 0 {
 			break
 		}
-		i++
-	}
-	i++
-	for {
-		for {
-			if i > p.j {
-				return n
-			}
-			if p.cons(i) {
-				break
-			}
-			i++
-		}
-		i++
 		n++
-		for {
-			if i > p.j {
-				return n
-			}
-			if !p.cons(i) {
-				break
-			}
-			i++
-		}
-		i++
 	}
+	return n
+}
+
+// next returns the first index from i on, up to j, whose letter is a
+// consonant when cons is true and a vowel otherwise; -1 when there is none.
+func (p *porter) next(i int, cons bool) int {
+	for ; i <= p.j; i++ {
+		if p.cons(i) == cons {
+			return i
+		}
+	}
+	return -1
 }
 
 func (p *porter) vowelInStem() bool {
@@ -257,58 +242,38 @@ func (p *porter) apply(rules []string) {
 	}
 }
 
+// step4Suffixes lists, by the next-to-last letter of the word, the suffixes
+// step4 removes.
+var step4Suffixes = [256][]string{
+	'a': {"al"}, 'c': {"ance", "ence"}, 'e': {"er"}, 'i': {"ic"},
+	'l': {"able", "ible"}, 'n': {"ant", "ement", "ment", "ent"}, 'o': {"ou"},
+	's': {"ism"}, 't': {"ate", "iti"}, 'u': {"ous"}, 'v': {"ive"}, 'z': {"ize"},
+}
+
 // step4 removes -ant, -ence etc. in context <c>vcvc<v>.
 func (p *porter) step4() {
 	if p.k < 1 {
 		return
 	}
-	var suffixes []string
-	switch p.b[p.k-1] {
-	case 'a':
-		suffixes = []string{"al"}
-	case 'c':
-		suffixes = []string{"ance", "ence"}
-	case 'e':
-		suffixes = []string{"er"}
-	case 'i':
-		suffixes = []string{"ic"}
-	case 'l':
-		suffixes = []string{"able", "ible"}
-	case 'n':
-		suffixes = []string{"ant", "ement", "ment", "ent"}
-	case 'o':
-		if p.ends("ion") && p.j >= 0 && (p.b[p.j] == 's' || p.b[p.j] == 't') {
-			break
-		}
-		suffixes = []string{"ou"}
-	case 's':
-		suffixes = []string{"ism"}
-	case 't':
-		suffixes = []string{"ate", "iti"}
-	case 'u':
-		suffixes = []string{"ous"}
-	case 'v':
-		suffixes = []string{"ive"}
-	case 'z':
-		suffixes = []string{"ize"}
-	default:
+	// -ion goes only after s or t (adoption → adopt, but not onion → on).
+	ion := p.ends("ion") && p.j >= 0 && (p.b[p.j] == 's' || p.b[p.j] == 't')
+	if !ion && !p.endsAny(step4Suffixes[p.b[p.k-1]]) {
 		return
-	}
-	if suffixes != nil {
-		matched := false
-		for _, s := range suffixes {
-			if p.ends(s) {
-				matched = true
-				break
-			}
-		}
-		if !matched {
-			return
-		}
 	}
 	if p.m() > 1 {
 		p.k = p.j
 	}
+}
+
+// endsAny reports whether the word ends with one of suffixes, setting j as
+// ends does for the first that matches.
+func (p *porter) endsAny(suffixes []string) bool {
+	for _, s := range suffixes {
+		if p.ends(s) {
+			return true
+		}
+	}
+	return false
 }
 
 // step5 removes a final -e if m > 1 and changes -ll to -l if m > 1.
