@@ -74,51 +74,25 @@ func (s *Store) CreateGroup(ctx context.Context, g *service.Group) error {
 
 // Group returns one group.
 func (s *Store) Group(ctx context.Context, id service.ID) (*service.Group, error) {
-	var row groupRow
-	if err := s.conn(ctx).Select(groupColumns).Take(&row, int64(id)).Error; err != nil {
-		return nil, translate(err)
-	}
-	return row.group(), nil
+	return take(s.conn(ctx).Select(groupColumns), groupRow.group, int64(id))
 }
 
 // GroupByName returns a group by case-insensitive name.
 func (s *Store) GroupByName(ctx context.Context, name string) (*service.Group, error) {
-	var row groupRow
-	if err := s.conn(ctx).Select(groupColumns).Where("lower(name) = lower(?)", name).Take(&row).Error; err != nil {
-		return nil, translate(err)
-	}
-	return row.group(), nil
+	return take(s.conn(ctx).Select(groupColumns).Where("lower(name) = lower(?)", name), groupRow.group)
 }
 
 // Groups pages through groups in id order after the cursor.
 func (s *Store) Groups(ctx context.Context, after service.ID, limit int) ([]*service.Group, error) {
-	var rows []groupRow
 	q := s.conn(ctx).Select(groupColumns).Where("id > ?", int64(after)).Order("id")
-	if limit > 0 {
-		q = q.Limit(limit)
-	}
-	if err := q.Find(&rows).Error; err != nil {
-		return nil, translate(err)
-	}
-	out := make([]*service.Group, len(rows))
-	for i, r := range rows {
-		out[i] = r.group()
-	}
-	return out, nil
+	return find(limitTo(q, limit), groupRow.group)
 }
 
 // UpdateGroup stores a group's name and description.
 func (s *Store) UpdateGroup(ctx context.Context, g *service.Group) error {
-	res := s.conn(ctx).Model(&groupRow{ID: int64(g.ID)}).Updates(map[string]any{
+	return found(s.conn(ctx).Model(&groupRow{ID: int64(g.ID)}).Updates(map[string]any{
 		"name": g.Name, "description": g.Description, "updated_at": time.Now().UTC(),
-	})
-	if res.Error != nil {
-		return translate(res.Error)
-	}
-	if res.RowsAffected == 0 {
-		return service.ErrNotFound
-	}
-	return nil
+	}))
 }
 
 // DeleteGroup removes a group, its memberships and every grant it held, in
@@ -128,14 +102,7 @@ func (s *Store) DeleteGroup(ctx context.Context, id service.ID) error {
 		if err := tx.db.Exec("DELETE FROM kb_members WHERE member_kind = 'group' AND member_id = ?", int64(id)).Error; err != nil {
 			return translate(err)
 		}
-		res := tx.db.Exec("DELETE FROM groups WHERE id = ?", int64(id))
-		if res.Error != nil {
-			return translate(res.Error)
-		}
-		if res.RowsAffected == 0 {
-			return service.ErrNotFound
-		}
-		return nil
+		return found(tx.db.Exec("DELETE FROM groups WHERE id = ?", int64(id)))
 	})
 }
 
@@ -162,14 +129,7 @@ func (s *Store) AddGroupMember(ctx context.Context, groupID, userID service.ID) 
 
 // RemoveGroupMember takes a user out of a group.
 func (s *Store) RemoveGroupMember(ctx context.Context, groupID, userID service.ID) error {
-	res := s.conn(ctx).Exec("DELETE FROM group_members WHERE group_id = ? AND user_id = ?", int64(groupID), int64(userID))
-	if res.Error != nil {
-		return translate(res.Error)
-	}
-	if res.RowsAffected == 0 {
-		return service.ErrNotFound
-	}
-	return nil
+	return found(s.conn(ctx).Exec("DELETE FROM group_members WHERE group_id = ? AND user_id = ?", int64(groupID), int64(userID)))
 }
 
 type kbMemberRow struct {
@@ -205,11 +165,7 @@ func (s *Store) KnowledgeBaseMembers(ctx context.Context, kbID service.ID) ([]*s
 		int64(kbID)).Scan(&rows).Error; err != nil {
 		return nil, translate(err)
 	}
-	out := make([]*service.KBMember, len(rows))
-	for i, r := range rows {
-		out[i] = r.member()
-	}
-	return out, nil
+	return convert(rows, kbMemberRow.member), nil
 }
 
 // PutKnowledgeBaseMember grants m.Role to m's user or group, replacing the
@@ -235,14 +191,7 @@ func (s *Store) PutKnowledgeBaseMember(ctx context.Context, m *service.KBMember)
 
 // DeleteKnowledgeBaseMember removes one grant of a knowledge base.
 func (s *Store) DeleteKnowledgeBaseMember(ctx context.Context, kbID, id service.ID) error {
-	res := s.conn(ctx).Exec("DELETE FROM kb_members WHERE kb_id = ? AND id = ?", int64(kbID), int64(id))
-	if res.Error != nil {
-		return translate(res.Error)
-	}
-	if res.RowsAffected == 0 {
-		return service.ErrNotFound
-	}
-	return nil
+	return found(s.conn(ctx).Exec("DELETE FROM kb_members WHERE kb_id = ? AND id = ?", int64(kbID), int64(id)))
 }
 
 // DocumentKnowledgeBases maps document ids, deleted ones included, to their

@@ -12,15 +12,8 @@ import (
 // everyone ('internal'); knowledge bases created afterwards default to
 // 'private'.
 func TestKnowledgeBaseAccessMigrationKeepsExistingInternal(t *testing.T) {
-	s := openTest(t, testenv.FreshDatabase(t))
+	s := upgraded(t, "0004", `INSERT INTO knowledge_bases (id, name, embedding_model, embedding_dim) VALUES (1, 'old', 'm', 512)`)
 	ctx := context.Background()
-	migrateBefore(t, s, "0004")
-	if err := s.db.Exec(`INSERT INTO knowledge_bases (id, name, embedding_model, embedding_dim) VALUES (1, 'old', 'm', 512)`).Error; err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Migrate(ctx); err != nil {
-		t.Fatal(err)
-	}
 	if err := s.db.Exec(`INSERT INTO knowledge_bases (id, name, embedding_model, embedding_dim) VALUES (2, 'new', 'm', 512)`).Error; err != nil {
 		t.Fatal(err)
 	}

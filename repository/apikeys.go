@@ -104,11 +104,7 @@ func (s *Store) APIKeys(ctx context.Context, userID, after service.ID, limit int
 	if err := q.Order("k.id").Limit(limit).Scan(&rows).Error; err != nil {
 		return nil, translate(err)
 	}
-	out := make([]*service.APIKey, len(rows))
-	for i, r := range rows {
-		out[i] = r.key()
-	}
-	return out, nil
+	return convert(rows, apiKeyRow.key), nil
 }
 
 // APIKeyByID returns a live (unrevoked) key.
@@ -128,14 +124,7 @@ func (s *Store) APIKeyByID(ctx context.Context, id service.ID) (*service.APIKey,
 // RevokeAPIKey marks a live key revoked; an unknown or already revoked one
 // is service.ErrNotFound.
 func (s *Store) RevokeAPIKey(ctx context.Context, id service.ID) error {
-	res := s.conn(ctx).Exec(`UPDATE api_keys SET revoked_at = now() WHERE id = ? AND revoked_at IS NULL`, int64(id))
-	if res.Error != nil {
-		return translate(res.Error)
-	}
-	if res.RowsAffected == 0 {
-		return service.ErrNotFound
-	}
-	return nil
+	return found(s.conn(ctx).Exec(`UPDATE api_keys SET revoked_at = now() WHERE id = ? AND revoked_at IS NULL`, int64(id)))
 }
 
 // TouchAPIKey records a use of the key, unless one was recorded since

@@ -14,12 +14,7 @@ import (
 type textArray []string
 
 func (a textArray) Value() (driver.Value, error) {
-	var b strings.Builder
-	b.WriteByte('{')
-	for i, s := range a {
-		if i > 0 {
-			b.WriteByte(',')
-		}
+	return arrayLiteral(a, func(b *strings.Builder, s string) {
 		b.WriteByte('"')
 		for _, r := range s {
 			if r == '"' || r == '\\' {
@@ -28,24 +23,30 @@ func (a textArray) Value() (driver.Value, error) {
 			b.WriteRune(r)
 		}
 		b.WriteByte('"')
-	}
-	b.WriteByte('}')
-	return b.String(), nil
+	}), nil
 }
 
 type intArray []int64
 
 func (a intArray) Value() (driver.Value, error) {
+	return arrayLiteral(a, func(b *strings.Builder, n int64) {
+		b.WriteString(strconv.FormatInt(n, 10))
+	}), nil
+}
+
+// arrayLiteral writes a as a Postgres array literal, "{e1,e2}", each element
+// written by elem.
+func arrayLiteral[T any](a []T, elem func(*strings.Builder, T)) string {
 	var b strings.Builder
 	b.WriteByte('{')
-	for i, n := range a {
+	for i, e := range a {
 		if i > 0 {
 			b.WriteByte(',')
 		}
-		b.WriteString(strconv.FormatInt(n, 10))
+		elem(&b, e)
 	}
 	b.WriteByte('}')
-	return b.String(), nil
+	return b.String()
 }
 
 func idArray(ids []service.ID) intArray {

@@ -82,13 +82,5 @@ func (s *Store) AuditEvents(ctx context.Context, f service.AuditFilter) ([]*serv
 	if f.Before != 0 {
 		q = q.Where("id < ?", int64(f.Before))
 	}
-	var rows []auditRow
-	if err := q.Order("id DESC").Limit(f.Limit).Find(&rows).Error; err != nil {
-		return nil, translate(err)
-	}
-	out := make([]*service.AuditEvent, len(rows))
-	for i, r := range rows {
-		out[i] = r.event()
-	}
-	return out, nil
+	return find(q.Order("id DESC").Limit(f.Limit), auditRow.event)
 }

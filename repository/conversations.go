@@ -69,11 +69,7 @@ func (s *Store) CreateConversation(ctx context.Context, c *service.Conversation)
 
 // Conversation returns a live conversation.
 func (s *Store) Conversation(ctx context.Context, id service.ID) (*service.Conversation, error) {
-	var row conversationRow
-	if err := s.conn(ctx).Take(&row, int64(id)).Error; err != nil {
-		return nil, translate(err)
-	}
-	return row.conversation(), nil
+	return take(s.conn(ctx), conversationRow.conversation, int64(id))
 }
 
 // Conversations lists a user's live conversations, most recently active
@@ -101,54 +97,24 @@ func (s *Store) Conversations(ctx context.Context, userID, before service.ID, li
 		}
 		q = q.Where("(updated_at, id) < (?, ?)", cursor[0].UpdatedAt, cursor[0].ID)
 	}
-	var rows []conversationRow
-	if err := q.Find(&rows).Error; err != nil {
-		return nil, translate(err)
-	}
-	out := make([]*service.Conversation, len(rows))
-	for i, r := range rows {
-		out[i] = r.conversation()
-	}
-	return out, nil
+	return find(q, conversationRow.conversation)
 }
 
 // RenameConversation sets the title.
 func (s *Store) RenameConversation(ctx context.Context, id service.ID, title string) error {
-	res := s.conn(ctx).Model(&conversationRow{ID: int64(id)}).Update("title", title)
-	if res.Error != nil {
-		return translate(res.Error)
-	}
-	if res.RowsAffected == 0 {
-		return service.ErrNotFound
-	}
-	return nil
+	return found(s.conn(ctx).Model(&conversationRow{ID: int64(id)}).Update("title", title))
 }
 
 // DeleteConversation soft-deletes a conversation; its messages stay for the record.
 func (s *Store) DeleteConversation(ctx context.Context, id service.ID) error {
-	res := s.conn(ctx).Delete(&conversationRow{}, int64(id))
-	if res.Error != nil {
-		return translate(res.Error)
-	}
-	if res.RowsAffected == 0 {
-		return service.ErrNotFound
-	}
-	return nil
+	return found(s.conn(ctx).Delete(&conversationRow{}, int64(id)))
 }
 
 // Messages returns up to limit messages of a conversation, oldest first,
 // after the given message id.
 func (s *Store) Messages(ctx context.Context, conversationID, after service.ID, limit int) ([]service.Message, error) {
-	var rows []messageRow
-	if err := s.conn(ctx).Where("conversation_id = ? AND id > ?", int64(conversationID), int64(after)).
-		Order("id").Limit(limit).Find(&rows).Error; err != nil {
-		return nil, translate(err)
-	}
-	out := make([]service.Message, len(rows))
-	for i, r := range rows {
-		out[i] = r.message()
-	}
-	return out, nil
+	return find(s.conn(ctx).Where("conversation_id = ? AND id > ?", int64(conversationID), int64(after)).
+		Order("id").Limit(limit), messageRow.message)
 }
 
 // RecentMessages returns the last n messages of a conversation, oldest first.

@@ -156,17 +156,10 @@ func (s *Store) ClaimDocument(ctx context.Context, id service.ID, generation int
 		if err := tx.db.Exec("SET LOCAL synchronous_commit = off").Error; err != nil {
 			return translate(err)
 		}
-		res := tx.db.Raw(`UPDATE documents SET status = 'running', attempts = attempts + 1,
+		return found(tx.db.Raw(`UPDATE documents SET status = 'running', attempts = attempts + 1,
 			started_at = now(), updated_at = now(), error = ''
 			WHERE id = ? AND generation = ? AND status IN ('pending', 'running') AND deleted_at IS NULL
-			RETURNING *`, int64(id), generation).Scan(&row)
-		if res.Error != nil {
-			return translate(res.Error)
-		}
-		if res.RowsAffected == 0 {
-			return service.ErrNotFound
-		}
-		return nil
+			RETURNING *`, int64(id), generation).Scan(&row))
 	})
 	if err != nil {
 		return nil, err
@@ -190,16 +183,8 @@ func (s *Store) FailDocument(ctx context.Context, id service.ID, generation int,
 // StuckDocuments returns documents running since before the cutoff: their
 // worker died or lost its message.
 func (s *Store) StuckDocuments(ctx context.Context, cutoff time.Time, limit int) ([]*service.Document, error) {
-	var rows []documentRow
-	if err := s.conn(ctx).Where("status = 'running' AND started_at < ?", cutoff).Order("started_at").
-		Limit(limit).Find(&rows).Error; err != nil {
-		return nil, translate(err)
-	}
-	out := make([]*service.Document, len(rows))
-	for i, r := range rows {
-		out[i] = r.doc()
-	}
-	return out, nil
+	return find(s.conn(ctx).Where("status = 'running' AND started_at < ?", cutoff).Order("started_at").
+		Limit(limit), documentRow.doc)
 }
 
 // Requeue puts a stuck document back to pending with a fresh outbox row,

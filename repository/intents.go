@@ -95,15 +95,7 @@ func intentRow(n *service.IntentNode) intentNodeRow {
 // IntentNodes returns every node of the intent tree as a flat list, with
 // ParentID set and Children and Path empty.
 func (s *Store) IntentNodes(ctx context.Context) ([]*service.IntentNode, error) {
-	var rows []intentNodeRow
-	if err := s.conn(ctx).Order("sort, id").Find(&rows).Error; err != nil {
-		return nil, translate(err)
-	}
-	out := make([]*service.IntentNode, len(rows))
-	for i, r := range rows {
-		out[i] = r.node()
-	}
-	return out, nil
+	return find(s.conn(ctx).Order("sort, id"), intentNodeRow.node)
 }
 
 // IntentTree returns the whole intent tree: the roots, each with its
@@ -162,11 +154,8 @@ func (s *Store) UpdateIntent(ctx context.Context, n *service.IntentNode, check f
 			"examples": row.Examples, "kind": row.Kind, "knowledge_base_ids": row.KnowledgeBaseIDs,
 			"prompt_template": row.PromptTemplate, "enabled": row.Enabled, "sort": row.Sort, "updated_at": now,
 		})
-		if res.Error != nil {
-			return translate(res.Error)
-		}
-		if res.RowsAffected == 0 {
-			return service.ErrNotFound
+		if err := found(res); err != nil {
+			return err
 		}
 		n.UpdatedAt = now
 		return nil

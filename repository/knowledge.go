@@ -89,61 +89,28 @@ func (s *Store) CreateKnowledgeBase(ctx context.Context, kb *service.KnowledgeBa
 
 // KnowledgeBase returns a live knowledge base.
 func (s *Store) KnowledgeBase(ctx context.Context, id service.ID) (*service.KnowledgeBase, error) {
-	var row knowledgeBaseRow
-	if err := s.conn(ctx).Select(kbColumns).Take(&row, int64(id)).Error; err != nil {
-		return nil, translate(err)
-	}
-	return row.kb(), nil
+	return take(s.conn(ctx).Select(kbColumns), knowledgeBaseRow.kb, int64(id))
 }
 
 // KnowledgeBases returns live knowledge bases in id order after the cursor;
 // limit <= 0 returns all.
 func (s *Store) KnowledgeBases(ctx context.Context, after service.ID, limit int) ([]*service.KnowledgeBase, error) {
-	var rows []knowledgeBaseRow
 	q := s.conn(ctx).Select(kbColumns).Where("id > ?", int64(after)).Order("id")
-	if limit > 0 {
-		q = q.Limit(limit)
-	}
-	if err := q.Find(&rows).Error; err != nil {
-		return nil, translate(err)
-	}
-	out := make([]*service.KnowledgeBase, len(rows))
-	for i, r := range rows {
-		out[i] = r.kb()
-	}
-	return out, nil
+	return find(limitTo(q, limit), knowledgeBaseRow.kb)
 }
 
 // KnowledgeBasesIn is KnowledgeBases restricted to the given ids.
 func (s *Store) KnowledgeBasesIn(ctx context.Context, ids []service.ID, after service.ID, limit int) ([]*service.KnowledgeBase, error) {
-	var rows []knowledgeBaseRow
 	q := s.conn(ctx).Select(kbColumns).Where("id > ? AND id = ANY(?)", int64(after), idArray(ids)).Order("id")
-	if limit > 0 {
-		q = q.Limit(limit)
-	}
-	if err := q.Find(&rows).Error; err != nil {
-		return nil, translate(err)
-	}
-	out := make([]*service.KnowledgeBase, len(rows))
-	for i, r := range rows {
-		out[i] = r.kb()
-	}
-	return out, nil
+	return find(limitTo(q, limit), knowledgeBaseRow.kb)
 }
 
 // UpdateKnowledgeBase stores the editable fields of kb.
 func (s *Store) UpdateKnowledgeBase(ctx context.Context, kb *service.KnowledgeBase) error {
-	res := s.conn(ctx).Model(&knowledgeBaseRow{ID: int64(kb.ID)}).Updates(map[string]any{
+	return found(s.conn(ctx).Model(&knowledgeBaseRow{ID: int64(kb.ID)}).Updates(map[string]any{
 		"name": kb.Name, "description": kb.Description, "chunk_size": kb.ChunkSize,
 		"chunk_overlap": kb.ChunkOverlap, "vector_weight": kb.VectorWeight, "visibility": string(kb.Visibility), "updated_at": time.Now().UTC(),
-	})
-	if res.Error != nil {
-		return translate(res.Error)
-	}
-	if res.RowsAffected == 0 {
-		return service.ErrNotFound
-	}
-	return nil
+	}))
 }
 
 // DeleteKnowledgeBase soft-deletes a knowledge base with its documents and
@@ -151,12 +118,8 @@ func (s *Store) UpdateKnowledgeBase(ctx context.Context, kb *service.KnowledgeBa
 func (s *Store) DeleteKnowledgeBase(ctx context.Context, id service.ID) error {
 	return s.WithinTx(ctx, func(tx *Store) error {
 		db := tx.db
-		res := db.Delete(&knowledgeBaseRow{}, int64(id))
-		if res.Error != nil {
-			return translate(res.Error)
-		}
-		if res.RowsAffected == 0 {
-			return service.ErrNotFound
+		if err := found(db.Delete(&knowledgeBaseRow{}, int64(id))); err != nil {
+			return err
 		}
 		if err := db.Exec("UPDATE documents SET deleted_at = now() WHERE kb_id = ? AND deleted_at IS NULL", int64(id)).Error; err != nil {
 			return translate(err)

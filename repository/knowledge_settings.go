@@ -16,14 +16,5 @@ func (s *Store) KnowledgeBaseSettings(ctx context.Context, ids []service.ID) ([]
 	if len(ids) == 0 {
 		return nil, nil
 	}
-	var rows []knowledgeBaseRow
-	if err := s.conn(ctx).Select("knowledge_bases.*").Where("id = ANY(?)", idArray(ids)).Order("id").
-		Find(&rows).Error; err != nil {
-		return nil, translate(err)
-	}
-	out := make([]*service.KnowledgeBase, len(rows))
-	for i, r := range rows {
-		out[i] = r.kb()
-	}
-	return out, nil
+	return find(s.conn(ctx).Select("knowledge_bases.*").Where("id = ANY(?)", idArray(ids)).Order("id"), knowledgeBaseRow.kb)
 }

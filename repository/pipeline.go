@@ -223,13 +223,9 @@ func (s *Store) ClaimDueSources(ctx context.Context, lease time.Duration, limit 
 	if len(ids) == 0 {
 		return nil, nil
 	}
-	var rows []documentRow
-	if err := s.conn(ctx).Where("id IN ?", ids).Order("id").Find(&rows).Error; err != nil {
-		return nil, translate(err)
-	}
-	out := make([]*service.Document, len(rows))
-	for i, r := range rows {
-		out[i] = r.doc()
+	out, err := find(s.conn(ctx).Where("id IN ?", ids).Order("id"), documentRow.doc)
+	if err != nil {
+		return nil, err
 	}
 	return out, s.withConn(ctx).attachSources(out)
 }
@@ -308,7 +304,6 @@ func (s *Store) attachSources(docs []*service.Document) error {
 // FindDocuments lists a knowledge base's live documents matching q, newest
 // first, with their sources.
 func (s *Store) FindDocuments(ctx context.Context, kbID service.ID, q service.DocumentQuery) ([]*service.Document, error) {
-	var rows []documentRow
 	db := s.conn(ctx).Where("kb_id = ?", int64(kbID)).Order("id DESC").Limit(q.Limit)
 	if q.Before > 0 {
 		db = db.Where("id < ?", int64(q.Before))
@@ -322,12 +317,9 @@ func (s *Store) FindDocuments(ctx context.Context, kbID service.ID, q service.Do
 	if !q.UpdatedSince.IsZero() {
 		db = db.Where("updated_at >= ?", q.UpdatedSince)
 	}
-	if err := db.Find(&rows).Error; err != nil {
-		return nil, translate(err)
-	}
-	out := make([]*service.Document, len(rows))
-	for i, r := range rows {
-		out[i] = r.doc()
+	out, err := find(db, documentRow.doc)
+	if err != nil {
+		return nil, err
 	}
 	return out, s.withConn(ctx).attachSources(out)
 }

@@ -5,7 +5,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/ragent-go/ragent/internal/testenv"
 	"github.com/ragent-go/ragent/service"
 )
 
@@ -13,21 +12,11 @@ import (
 // content and status, have no external id, and an external id can be
 // given to new ones.
 func TestPipelinesMigrationKeepsDocuments(t *testing.T) {
-	s := openTest(t, testenv.FreshDatabase(t))
-	ctx := context.Background()
-	migrateBefore(t, s, "0008")
-	for _, q := range []string{
+	s := upgraded(t, "0008",
 		`INSERT INTO knowledge_bases (id, name, embedding_model, embedding_dim) VALUES (1, 'old', 'm', 512)`,
 		`INSERT INTO document_blobs (sha256, bytes, size) VALUES ('abc', 'old bytes', 9)`,
-		`INSERT INTO documents (id, kb_id, name, mime, size, sha256, status, chunk_count) VALUES (10, 1, 'old.txt', 'text/plain', 9, 'abc', 'ready', 1)`,
-	} {
-		if err := s.db.Exec(q).Error; err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := s.Migrate(ctx); err != nil {
-		t.Fatal(err)
-	}
+		`INSERT INTO documents (id, kb_id, name, mime, size, sha256, status, chunk_count) VALUES (10, 1, 'old.txt', 'text/plain', 9, 'abc', 'ready', 1)`)
+	ctx := context.Background()
 	old, err := s.Document(ctx, 10)
 	if err != nil {
 		t.Fatal(err)

@@ -40,29 +40,37 @@ func migrateBefore(t *testing.T, s *Store, version string) {
 	}
 }
 
+// upgraded returns a store whose database was at the schema before version
+// and held the rows seed writes, then migrated to the current schema: what
+// a release that adds migration version meets.
+func upgraded(t *testing.T, version string, seed ...string) *Store {
+	t.Helper()
+	s := openTest(t, testenv.FreshDatabase(t))
+	migrateBefore(t, s, version)
+	for _, sql := range seed {
+		if err := s.db.Exec(sql).Error; err != nil {
+			t.Fatalf("%s: %v", sql, err)
+		}
+	}
+	if err := s.Migrate(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
 // Migration 0009 upgrades a database with knowledge bases and chunks: each
 // gets the key of the space it was embedded in (the model and dimension,
 // no prefixes), which Go computes the same way, so the old vectors stay
 // searchable.
 func TestMigration0009KeepsVectorsSearchable(t *testing.T) {
-	s := openTest(t, testenv.FreshDatabase(t))
-	migrateBefore(t, s, "0009")
-	ctx := context.Background()
-	exec := func(sql string, args ...any) {
-		t.Helper()
-		if err := s.db.Exec(sql, args...).Error; err != nil {
-			t.Fatalf("%s: %v", sql, err)
-		}
-	}
-	exec(`INSERT INTO knowledge_bases (id, name, embedding_model, embedding_dim) VALUES (1, 'old', 'text-embed-v2', 4)`)
-	exec(`INSERT INTO document_blobs (sha256, bytes, size) VALUES ('aa', 'x', 1)`)
-	exec(`INSERT INTO documents (id, kb_id, name, mime, size, sha256, status, chunk_count) VALUES (2, 1, 'd', 'text/plain', 1, 'aa', 'ready', 1)`)
-	exec(`CREATE INDEX chunks_embedding_4 ON chunks USING hnsw ((embedding::halfvec(4)) halfvec_cosine_ops) WHERE embedding_dim = 4`)
-	exec(`INSERT INTO chunks (id, document_id, kb_id, generation, ordinal, content, token_count, term_count, embedding, embedding_dim)
+	s := upgraded(t, "0009",
+		`INSERT INTO knowledge_bases (id, name, embedding_model, embedding_dim) VALUES (1, 'old', 'text-embed-v2', 4)`,
+		`INSERT INTO document_blobs (sha256, bytes, size) VALUES ('aa', 'x', 1)`,
+		`INSERT INTO documents (id, kb_id, name, mime, size, sha256, status, chunk_count) VALUES (2, 1, 'd', 'text/plain', 1, 'aa', 'ready', 1)`,
+		`CREATE INDEX chunks_embedding_4 ON chunks USING hnsw ((embedding::halfvec(4)) halfvec_cosine_ops) WHERE embedding_dim = 4`,
+		`INSERT INTO chunks (id, document_id, kb_id, generation, ordinal, content, token_count, term_count, embedding, embedding_dim)
 		VALUES (3, 2, 1, 1, 0, 'old chunk', 2, 2, '[1,0,0,0]', 4)`)
-	if err := s.Migrate(ctx); err != nil {
-		t.Fatal(err)
-	}
+	ctx := context.Background()
 	kb, err := s.KnowledgeBase(ctx, 1)
 	if err != nil {
 		t.Fatal(err)

@@ -177,3 +177,52 @@ func isConnectionError(err error) bool {
 		errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, driver.ErrBadConn) ||
 		pgconn.SafeToRetry(err) || pgconn.Timeout(err)
 }
+
+// find reads the rows q selects and converts each to the service's value.
+func find[R, T any](q *gorm.DB, conv func(R) T) ([]T, error) {
+	var rows []R
+	if err := q.Find(&rows).Error; err != nil {
+		return nil, translate(err)
+	}
+	return convert(rows, conv), nil
+}
+
+// convert maps rows read from a table to the service's values.
+func convert[R, T any](rows []R, conv func(R) T) []T {
+	out := make([]T, len(rows))
+	for i, r := range rows {
+		out[i] = conv(r)
+	}
+	return out
+}
+
+// found is the error of a statement that must change a row: the translated
+// error, or service.ErrNotFound when no row matched.
+func found(res *gorm.DB) error {
+	if res.Error != nil {
+		return translate(res.Error)
+	}
+	if res.RowsAffected == 0 {
+		return service.ErrNotFound
+	}
+	return nil
+}
+
+// take reads the one row q selects (with Take's conditions, such as a
+// primary key) and converts it to the service's value.
+func take[R, T any](q *gorm.DB, conv func(R) T, conds ...any) (T, error) {
+	var row R
+	if err := q.Take(&row, conds...).Error; err != nil {
+		var zero T
+		return zero, translate(err)
+	}
+	return conv(row), nil
+}
+
+// limitTo limits q to limit rows; limit <= 0 reads them all.
+func limitTo(q *gorm.DB, limit int) *gorm.DB {
+	if limit > 0 {
+		return q.Limit(limit)
+	}
+	return q
+}

@@ -66,9 +66,5 @@ func (s *Store) VectorSearch(ctx context.Context, q service.VectorQuery) ([]serv
 	}
 	// relaxed_order may return rows slightly out of order.
 	sort.SliceStable(rows, func(i, j int) bool { return rows[i].Score > rows[j].Score })
-	out := make([]service.SearchResult, len(rows))
-	for i, r := range rows {
-		out[i] = r.result()
-	}
-	return out, nil
+	return convert(rows, searchRow.result), nil
 }

@@ -28,15 +28,7 @@ func (r termMappingRow) mapping() service.TermMapping {
 
 // TermMappings returns every mapping, enabled or not, highest priority first.
 func (s *Store) TermMappings(ctx context.Context) ([]service.TermMapping, error) {
-	var rows []termMappingRow
-	if err := s.conn(ctx).Order("priority DESC, source_term, id").Find(&rows).Error; err != nil {
-		return nil, translate(err)
-	}
-	out := make([]service.TermMapping, len(rows))
-	for i, r := range rows {
-		out[i] = r.mapping()
-	}
-	return out, nil
+	return find(s.conn(ctx).Order("priority DESC, source_term, id"), termMappingRow.mapping)
 }
 
 // TermMapping returns one mapping.
@@ -68,11 +60,8 @@ func (s *Store) UpdateTermMapping(ctx context.Context, m *service.TermMapping) e
 		"source_term": m.SourceTerm, "target_term": m.TargetTerm, "priority": m.Priority,
 		"enabled": m.Enabled, "updated_at": now,
 	})
-	if res.Error != nil {
-		return translate(res.Error)
-	}
-	if res.RowsAffected == 0 {
-		return service.ErrNotFound
+	if err := found(res); err != nil {
+		return err
 	}
 	m.UpdatedAt = now
 	return nil
@@ -80,12 +69,5 @@ func (s *Store) UpdateTermMapping(ctx context.Context, m *service.TermMapping) e
 
 // DeleteTermMapping removes a mapping.
 func (s *Store) DeleteTermMapping(ctx context.Context, id service.ID) error {
-	res := s.conn(ctx).Delete(&termMappingRow{}, int64(id))
-	if res.Error != nil {
-		return translate(res.Error)
-	}
-	if res.RowsAffected == 0 {
-		return service.ErrNotFound
-	}
-	return nil
+	return found(s.conn(ctx).Delete(&termMappingRow{}, int64(id)))
 }

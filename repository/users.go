@@ -45,33 +45,17 @@ func (s *Store) CreateUser(ctx context.Context, u *service.User) error {
 
 // UserByID returns a live user.
 func (s *Store) UserByID(ctx context.Context, id service.ID) (*service.User, error) {
-	var row userRow
-	if err := s.conn(ctx).Take(&row, int64(id)).Error; err != nil {
-		return nil, translate(err)
-	}
-	return row.user(), nil
+	return take(s.conn(ctx), userRow.user, int64(id))
 }
 
 // UserByUsername returns a live user by case-insensitive username.
 func (s *Store) UserByUsername(ctx context.Context, username string) (*service.User, error) {
-	var row userRow
-	if err := s.conn(ctx).Where("lower(username) = lower(?)", username).Take(&row).Error; err != nil {
-		return nil, translate(err)
-	}
-	return row.user(), nil
+	return take(s.conn(ctx).Where("lower(username) = lower(?)", username), userRow.user)
 }
 
 // ListUsers returns up to limit live users with ids greater than after, in id order.
 func (s *Store) ListUsers(ctx context.Context, after service.ID, limit int) ([]*service.User, error) {
-	var rows []userRow
-	if err := s.conn(ctx).Where("id > ?", int64(after)).Order("id").Limit(limit).Find(&rows).Error; err != nil {
-		return nil, translate(err)
-	}
-	out := make([]*service.User, len(rows))
-	for i, r := range rows {
-		out[i] = r.user()
-	}
-	return out, nil
+	return find(s.conn(ctx).Where("id > ?", int64(after)).Order("id").Limit(limit), userRow.user)
 }
 
 // CountUsers counts live users.
@@ -131,12 +115,5 @@ func (s *Store) bumpTokenVersion(ctx context.Context, sql string, args ...any) (
 
 // DeleteUser soft-deletes a user; their conversations stay for the record.
 func (s *Store) DeleteUser(ctx context.Context, id service.ID) error {
-	res := s.conn(ctx).Delete(&userRow{}, int64(id))
-	if res.Error != nil {
-		return translate(res.Error)
-	}
-	if res.RowsAffected == 0 {
-		return service.ErrNotFound
-	}
-	return nil
+	return found(s.conn(ctx).Delete(&userRow{}, int64(id)))
 }

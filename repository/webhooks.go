@@ -62,13 +62,9 @@ func (s *Store) Webhooks(ctx context.Context, kbID service.ID) ([]*service.Webho
 // end failed.
 func (s *Store) DeleteWebhook(ctx context.Context, kbID, id service.ID) error {
 	return s.WithinTx(ctx, func(tx *Store) error {
-		res := tx.db.Exec(`UPDATE webhooks SET deleted_at = now() WHERE id = ? AND kb_id = ? AND deleted_at IS NULL`,
-			int64(id), int64(kbID))
-		if res.Error != nil {
-			return translate(res.Error)
-		}
-		if res.RowsAffected == 0 {
-			return service.ErrNotFound
+		if err := found(tx.db.Exec(`UPDATE webhooks SET deleted_at = now() WHERE id = ? AND kb_id = ? AND deleted_at IS NULL`,
+			int64(id), int64(kbID))); err != nil {
+			return err
 		}
 		return translate(tx.db.Exec(`UPDATE webhook_deliveries SET status = 'failed', last_error = 'the webhook was deleted'
 			WHERE webhook_id = ? AND status = 'pending'`, int64(id)).Error)
