@@ -30,6 +30,7 @@
 package llm
 
 import (
+	"cmp"
 	"log/slog"
 	"net"
 	"net/http"
@@ -158,15 +159,9 @@ type Config struct {
 }
 
 func (c Config) withDefaults() Config {
-	if c.Provider == "" {
-		c.Provider = ProviderOffline
-	}
-	if c.EmbeddingProvider == "" {
-		c.EmbeddingProvider = ProviderOffline
-	}
-	if c.BaseURL == "" {
-		c.BaseURL = defaultBaseURL(c.Provider)
-	}
+	c.Provider = cmp.Or(c.Provider, ProviderOffline)
+	c.EmbeddingProvider = cmp.Or(c.EmbeddingProvider, ProviderOffline)
+	c.BaseURL = cmp.Or(c.BaseURL, defaultBaseURL(c.Provider))
 	if c.EmbeddingBaseURL == "" {
 		if c.EmbeddingProvider == c.Provider {
 			c.EmbeddingBaseURL = c.BaseURL
@@ -180,46 +175,36 @@ func (c Config) withDefaults() Config {
 	if c.EmbeddingDim == 0 && c.EmbeddingProvider == ProviderOffline {
 		c.EmbeddingDim = DefaultEmbeddingDim
 	}
-	if c.FirstTokenTimeout <= 0 {
-		c.FirstTokenTimeout = DefaultFirstTokenTimeout
-	}
-	if c.IdleTimeout <= 0 {
-		c.IdleTimeout = DefaultIdleTimeout
-	}
-	if c.RequestTimeout <= 0 {
-		c.RequestTimeout = DefaultRequestTimeout
-	}
+	positiveOr(&c.FirstTokenTimeout, DefaultFirstTokenTimeout)
+	positiveOr(&c.IdleTimeout, DefaultIdleTimeout)
+	positiveOr(&c.RequestTimeout, DefaultRequestTimeout)
 	switch {
 	case c.MaxRetries == 0:
 		c.MaxRetries = DefaultMaxRetries
 	case c.MaxRetries < 0:
 		c.MaxRetries = 0
 	}
-	if c.EmbeddingBatchSize <= 0 {
-		c.EmbeddingBatchSize = DefaultEmbeddingBatchSize
-	}
-	if c.EmbeddingConcurrency <= 0 {
-		c.EmbeddingConcurrency = DefaultEmbeddingConcurrency
-	}
-	if c.Cooldown <= 0 {
-		c.Cooldown = DefaultCooldown
-	}
-	if c.BackoffBase <= 0 {
-		c.BackoffBase = 500 * time.Millisecond
-	}
-	if c.BackoffMax <= 0 {
-		c.BackoffMax = 10 * time.Second
-	}
+	positiveOr(&c.EmbeddingBatchSize, DefaultEmbeddingBatchSize)
+	positiveOr(&c.EmbeddingConcurrency, DefaultEmbeddingConcurrency)
+	positiveOr(&c.Cooldown, DefaultCooldown)
+	positiveOr(&c.BackoffBase, 500*time.Millisecond)
+	positiveOr(&c.BackoffMax, 10*time.Second)
 	if c.HTTPClient == nil {
 		c.HTTPClient = newHTTPClient()
 	}
-	if c.Logger == nil {
-		c.Logger = slog.New(slog.DiscardHandler)
-	}
+	c.Logger = cmp.Or(c.Logger, slog.New(slog.DiscardHandler))
 	if c.Now == nil {
 		c.Now = time.Now
 	}
 	return c
+}
+
+// positiveOr sets *v to def unless *v is positive: zero and negative
+// settings take the default.
+func positiveOr[T int | time.Duration](v *T, def T) {
+	if *v <= 0 {
+		*v = def
+	}
 }
 
 func defaultBaseURL(provider string) string {
