@@ -16,11 +16,16 @@ import (
 
 const consumedTTL = time.Hour
 
+// newGuard returns a Guard with a 5 s lease on the test's Redis under a
+// prefix of its own, and the client and prefix to look at its keys.
+func newGuard(t *testing.T, cfg idempotent.Config) (*idempotent.Guard, *redis.Client, string) {
+	rdb, prefix := testenv.Redis(t), testenv.Prefix(t)
+	return idempotent.NewGuard(rdb, prefix, 5*time.Second, consumedTTL, cfg), rdb, prefix
+}
+
 func TestGuardRunsMessageOnce(t *testing.T) {
-	rdb := testenv.Redis(t)
 	reg := prometheus.NewRegistry()
-	prefix := testenv.Prefix(t)
-	guard := idempotent.NewGuard(rdb, prefix, 5*time.Second, consumedTTL, idempotent.Config{Registerer: reg})
+	guard, rdb, prefix := newGuard(t, idempotent.Config{Registerer: reg})
 	ctx := context.Background()
 	const msg = "101:1"
 
@@ -94,9 +99,7 @@ func TestGuardRunsMessageOnce(t *testing.T) {
 }
 
 func TestGuardFailureLetsRedeliveryRetry(t *testing.T) {
-	rdb := testenv.Redis(t)
-	prefix := testenv.Prefix(t)
-	guard := idempotent.NewGuard(rdb, prefix, 5*time.Second, consumedTTL, idempotent.Config{})
+	guard, rdb, prefix := newGuard(t, idempotent.Config{})
 	ctx := context.Background()
 	errParse := errors.New("embedding endpoint returned 503")
 
@@ -164,9 +167,7 @@ func TestGuardInFlightElsewhere(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			rdb := testenv.Redis(t)
-			prefix := testenv.Prefix(t)
-			guard := idempotent.NewGuard(rdb, prefix, 5*time.Second, consumedTTL, idempotent.Config{})
+			guard, rdb, prefix := newGuard(t, idempotent.Config{})
 			done := tt.occupy(t, rdb, prefix, "9:2")
 			defer done()
 			err := guard.Wrap("ingest", func(context.Context, string, []byte) error {
@@ -215,9 +216,7 @@ func TestGuardRenewsMarkWhileHandlerRuns(t *testing.T) {
 }
 
 func TestGuardCrashedConsumerMarkExpires(t *testing.T) {
-	rdb := testenv.Redis(t)
-	prefix := testenv.Prefix(t)
-	guard := idempotent.NewGuard(rdb, prefix, 5*time.Second, consumedTTL, idempotent.Config{})
+	guard, rdb, prefix := newGuard(t, idempotent.Config{})
 	ctx := context.Background()
 	key := prefix + "idem:consume:ingest:3:1"
 	// A consumer died mid-document: its mark outlives it by at most one TTL.

@@ -59,13 +59,7 @@ func TestLocksConcurrentAcquireOneWins(t *testing.T) {
 	if err := winners[0].Release(ctx); err != nil {
 		t.Fatalf("release: %v", err)
 	}
-	lock, err := locks.Acquire(ctx, key)
-	if err != nil {
-		t.Fatalf("acquire after release: %v", err)
-	}
-	if err := lock.Release(ctx); err != nil {
-		t.Fatalf("release: %v", err)
-	}
+	assertLockable(t, locks, key)
 }
 
 func TestLockWatchdogKeepsLockPastTTL(t *testing.T) {
@@ -102,13 +96,7 @@ func TestLockWatchdogKeepsLockPastTTL(t *testing.T) {
 	if n := rdb.Exists(ctx, key).Val(); n != 0 {
 		t.Fatalf("key reappeared after release")
 	}
-	again, err := locks.Acquire(ctx, key)
-	if err != nil {
-		t.Fatalf("acquire after release: %v", err)
-	}
-	if err := again.Release(ctx); err != nil {
-		t.Fatalf("release: %v", err)
-	}
+	assertLockable(t, locks, key)
 }
 
 func TestLockReleaseByFormerOwnerKeepsNewOwnersLock(t *testing.T) {
@@ -198,5 +186,17 @@ func TestLocksAcquireSubmitUsesTheirPrefix(t *testing.T) {
 	}
 	if err := lock.Release(ctx); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// assertLockable checks that key is free: it can be locked, and released.
+func assertLockable(t *testing.T, locks *idempotent.Locks, key string) {
+	t.Helper()
+	lock, err := locks.Acquire(context.Background(), key)
+	if err != nil {
+		t.Fatalf("acquire after release: %v", err)
+	}
+	if err := lock.Release(context.Background()); err != nil {
+		t.Fatalf("release: %v", err)
 	}
 }
