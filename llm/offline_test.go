@@ -122,15 +122,6 @@ func TestOfflineEmbedderCancelled(t *testing.T) {
 	}
 }
 
-func offlineChatFor(t *testing.T, cfg Config) service.ChatModel {
-	t.Helper()
-	m, err := NewChatModel(cfg, "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	return m
-}
-
 // collect streams req and returns the deltas.
 func collect(t *testing.T, ctx context.Context, m service.ChatModel, req service.ChatRequest) ([]service.Delta, service.Usage, error) {
 	t.Helper()
@@ -207,7 +198,7 @@ func TestOfflineChatAnswers(t *testing.T) {
 			contains: []string{"{}"},
 		},
 	}
-	m := offlineChatFor(t, Config{})
+	m := chatFor(t, Config{})
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			deltas, usage, err := collect(t, context.Background(), m, tt.req)
@@ -242,7 +233,7 @@ func TestOfflineChatCancellation(t *testing.T) {
 	t.Run("cancelled by the caller", func(t *testing.T) {
 		ctx, cancel := context.WithCancel(context.Background())
 		defer cancel()
-		m := offlineChatFor(t, Config{StreamDelay: time.Millisecond})
+		m := chatFor(t, Config{StreamDelay: time.Millisecond})
 		n := 0
 		_, err := m.Stream(ctx, req, func(service.Delta) error {
 			n++
@@ -258,7 +249,7 @@ func TestOfflineChatCancellation(t *testing.T) {
 	t.Run("stopped by onDelta", func(t *testing.T) {
 		stop := errors.New("client gone")
 		n := 0
-		_, err := offlineChatFor(t, Config{}).Stream(context.Background(), req, func(service.Delta) error {
+		_, err := chatFor(t, Config{}).Stream(context.Background(), req, func(service.Delta) error {
 			n++
 			return stop
 		})

@@ -103,6 +103,8 @@ func fastConfig(base string) Config {
 		BackoffBase: 10 * time.Millisecond, BackoffMax: 50 * time.Millisecond}
 }
 
+// chatFor returns cfg's chat model for "test-model" (the offline model has
+// no name).
 func chatFor(t *testing.T, cfg Config) service.ChatModel {
 	t.Helper()
 	m, err := NewChatModel(cfg, "test-model")
