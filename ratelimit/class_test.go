@@ -14,9 +14,7 @@ import (
 // and a class with a reserve leaves that many permits to lower classes.
 func TestClassesOrderAndReserve(t *testing.T) {
 	t.Parallel()
-	rdb := testenv.Redis(t)
-	prefix := testenv.Prefix(t)
-	cleanupKeys(t, rdb, prefix)
+	rdb, prefix := cleanRedis(t)
 	l := startLimiter(t, rdb, prefix, "embed", Config{MaxConcurrent: 2, MaxWait: 20 * time.Second, Lease: 5 * time.Second,
 		PollInterval: 20 * time.Millisecond})
 	ctx := t.Context()
@@ -89,9 +87,7 @@ func TestClassesOrderAndReserve(t *testing.T) {
 // early delete of its key ends it too.
 func TestPause(t *testing.T) {
 	t.Parallel()
-	rdb := testenv.Redis(t)
-	prefix := testenv.Prefix(t)
-	cleanupKeys(t, rdb, prefix)
+	rdb, prefix := cleanRedis(t)
 	p := NewPause(rdb, prefix, "embed")
 	ctx := t.Context()
 	if left, err := p.Left(ctx); err != nil || left != 0 {

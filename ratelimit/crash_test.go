@@ -61,9 +61,7 @@ func TestHelperProcess(t *testing.T) {
 // queued requests stop blocking the line within max wait + 5 s.
 func TestCrashedInstanceLeaksNothing(t *testing.T) {
 	t.Parallel()
-	rdb := testenv.Redis(t)
-	prefix := testenv.Prefix(t)
-	cleanupKeys(t, rdb, prefix)
+	rdb, prefix := cleanRedis(t)
 
 	cmd := exec.Command(os.Args[0], "-test.run=^TestHelperProcess$")
 	cmd.Env = append(os.Environ(), helperEnv+"="+prefix)

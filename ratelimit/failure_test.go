@@ -93,9 +93,7 @@ func TestRedisDownPolicy(t *testing.T) {
 // new acquires go through Redis again with nothing leaked.
 func TestRedisOutageAndRecovery(t *testing.T) {
 	t.Parallel()
-	prefix := testenv.Prefix(t)
-	rdb := testenv.Redis(t)
-	cleanupKeys(t, rdb, prefix)
+	rdb, prefix := cleanRedis(t)
 	c := newSwitchableClient(t)
 	var skew atomic.Int64 // lets the test skip the pause after a failure
 	now := func() time.Time { return time.Now().Add(time.Duration(skew.Load())) }

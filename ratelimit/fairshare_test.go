@@ -2,6 +2,7 @@ package ratelimit
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"sync"
@@ -20,9 +21,7 @@ import (
 func TestFairShareBetweenUsers(t *testing.T) {
 	t.Parallel()
 	const n = 4
-	rdb := testenv.Redis(t)
-	prefix := testenv.Prefix(t)
-	cleanupKeys(t, rdb, prefix)
+	rdb, prefix := cleanRedis(t)
 	cfg := Config{MaxConcurrent: n, MaxWait: 20 * time.Second, Lease: time.Second,
 		PollInterval: 50 * time.Millisecond}
 	var limiters []*Limiter
@@ -151,9 +150,7 @@ func TestFairShareBetweenUsers(t *testing.T) {
 // flight, and requests of the same level keep their arrival order.
 func TestFairShareLevels(t *testing.T) {
 	t.Parallel()
-	rdb := testenv.Redis(t)
-	prefix := testenv.Prefix(t)
-	cleanupKeys(t, rdb, prefix)
+	rdb, prefix := cleanRedis(t)
 	cfg := Config{MaxConcurrent: 1, MaxWait: 20 * time.Second, Lease: 5 * time.Second,
 		PollInterval: 50 * time.Millisecond}
 	l := startLimiter(t, rdb, prefix, "chat", cfg)
@@ -168,18 +165,9 @@ func TestFairShareLevels(t *testing.T) {
 	arrivals := []struct{ id, user string }{
 		{"a1", "a"}, {"a2", "a"}, {"b1", "b"}, {"b2", "b"}, {"c1", "c"}, {"a3", "a"},
 	}
-	var wg sync.WaitGroup
+	var queued []<-chan acquired
 	for _, a := range arrivals {
-		queued := make(chan struct{})
-		var once sync.Once
-		wg.Go(func() {
-			_, err := l.Acquire(ctx, a.id, a.user, func(int, int) { once.Do(func() { close(queued) }) })
-			once.Do(func() { close(queued) })
-			if err != nil && ctx.Err() == nil {
-				t.Errorf("%s: %v", a.id, err)
-			}
-		})
-		<-queued
+		queued = append(queued, acquireQueued(ctx, l, a.id, a.user))
 	}
 	got, err := rdb.ZRange(ctx, l.keys.queue, 0, -1).Result()
 	if err != nil {
@@ -189,7 +177,11 @@ func TestFairShareLevels(t *testing.T) {
 		t.Errorf("queue order %v, want %v", got, want)
 	}
 	cancel()
-	wg.Wait()
+	for i, q := range queued {
+		if r := <-q; !errors.Is(r.err, context.Canceled) {
+			t.Errorf("%s: %v", arrivals[i].id, r.err)
+		}
+	}
 	blocker.Release()
 	assertDrained(t, rdb, l.keys)
 }

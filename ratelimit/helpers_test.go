@@ -81,6 +81,15 @@ func cleanupKeys(t testing.TB, rdb *redis.Client, prefix string) {
 	})
 }
 
+// cleanRedis returns the test's Redis client and a key prefix of its own,
+// whose keys are deleted when the test ends.
+func cleanRedis(t testing.TB) (*redis.Client, string) {
+	t.Helper()
+	rdb, prefix := testenv.Redis(t), testenv.Prefix(t)
+	cleanupKeys(t, rdb, prefix)
+	return rdb, prefix
+}
+
 // assertDrained checks that no permit, queue entry, marker or user count is
 // left behind under k.
 func assertDrained(t testing.TB, rdb *redis.Client, k keys) {
@@ -183,4 +192,37 @@ func metricValue(t testing.TB, c prometheus.Metric) float64 {
 	}
 	t.Fatalf("unsupported metric %v", &m)
 	return 0
+}
+
+// acquired is the outcome of an Acquire run by acquireQueued.
+type acquired struct {
+	p   *Permit
+	err error
+}
+
+// acquireQueued runs l.Acquire(ctx, id, user) in the background and returns
+// once the request is queued (or Acquire returned without queueing), so the
+// caller knows the queue's state; the outcome arrives on the channel.
+func acquireQueued(ctx context.Context, l *Limiter, id, user string) <-chan acquired {
+	queued := make(chan struct{})
+	done := make(chan acquired, 1)
+	var once sync.Once
+	go func() {
+		p, err := l.Acquire(ctx, id, user, func(int, int) { once.Do(func() { close(queued) }) })
+		once.Do(func() { close(queued) })
+		done <- acquired{p, err}
+	}()
+	<-queued
+	return done
+}
+
+// mustAcquire takes a permit of l for id and user, failing the test when
+// Acquire does.
+func mustAcquire(t testing.TB, l *Limiter, id, user string) *Permit {
+	t.Helper()
+	p, err := l.Acquire(t.Context(), id, user, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
 }

@@ -16,8 +16,7 @@ import (
 func TestRateAcrossInstances(t *testing.T) {
 	t.Parallel()
 	const limit = 5
-	prefix := testenv.Prefix(t)
-	cleanupKeys(t, testenv.Redis(t), prefix)
+	_, prefix := cleanRedis(t)
 	var rates []*Rate
 	for range 3 {
 		rates = append(rates, NewRate(testenv.Redis(t), prefix, "chat", limit, time.Minute))
@@ -53,9 +52,8 @@ func TestRateAcrossInstances(t *testing.T) {
 // passed, and never more than the limit per window.
 func TestRateRefills(t *testing.T) {
 	t.Parallel()
-	prefix := testenv.Prefix(t)
-	cleanupKeys(t, testenv.Redis(t), prefix)
-	r := NewRate(testenv.Redis(t), prefix, "chat", 2, 400*time.Millisecond)
+	rdb, prefix := cleanRedis(t)
+	r := NewRate(rdb, prefix, "chat", 2, 400*time.Millisecond)
 	for i := range 2 {
 		if ok, _, _ := r.Allow(t.Context(), "u"); !ok {
 			t.Fatalf("request %d refused", i)

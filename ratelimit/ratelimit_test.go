@@ -44,9 +44,7 @@ func TestParsePolicy(t *testing.T) {
 }
 
 func TestUncontendedAcquireAndRelease(t *testing.T) {
-	rdb := testenv.Redis(t)
-	prefix := testenv.Prefix(t)
-	cleanupKeys(t, rdb, prefix)
+	rdb, prefix := cleanRedis(t)
 	reg := prometheus.NewRegistry()
 	l := startLimiter(t, rdb, prefix, "chat", Config{MaxConcurrent: 2, Lease: 3 * time.Second, Registerer: reg})
 	// A second limiter with the same name on the same registry shares its
@@ -101,8 +99,7 @@ func TestSafety(t *testing.T) {
 		perInst   = 100
 		n         = 5
 	)
-	prefix := testenv.Prefix(t)
-	cleanupKeys(t, testenv.Redis(t), prefix)
+	_, prefix := cleanRedis(t)
 	cfg := Config{MaxConcurrent: n, MaxWait: 30 * time.Second, Lease: 5 * time.Second,
 		PollInterval: 100 * time.Millisecond}
 	var limiters []*Limiter
@@ -154,8 +151,7 @@ func TestSafety(t *testing.T) {
 func TestFairness(t *testing.T) {
 	t.Parallel()
 	const waiters = 15
-	prefix := testenv.Prefix(t)
-	cleanupKeys(t, testenv.Redis(t), prefix)
+	_, prefix := cleanRedis(t)
 	cfg := Config{MaxConcurrent: 1, MaxWait: 20 * time.Second, Lease: 5 * time.Second,
 		PollInterval: 100 * time.Millisecond}
 	var limiters []*Limiter
@@ -217,19 +213,14 @@ func TestFairness(t *testing.T) {
 func TestTimeout(t *testing.T) {
 	t.Parallel()
 	const maxWait = time.Second
-	rdb := testenv.Redis(t)
-	prefix := testenv.Prefix(t)
-	cleanupKeys(t, rdb, prefix)
+	rdb, prefix := cleanRedis(t)
 	l := startLimiter(t, rdb, prefix, "chat", Config{MaxConcurrent: 1, MaxWait: maxWait, Lease: 5 * time.Second,
 		PollInterval: 50 * time.Millisecond})
-	holder, err := l.Acquire(t.Context(), "holder", "a", nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	holder := mustAcquire(t, l, "holder", "a")
 	defer holder.Release()
 
 	start := time.Now()
-	_, err = l.Acquire(t.Context(), "late", "b", nil)
+	_, err := l.Acquire(t.Context(), "late", "b", nil)
 	elapsed := time.Since(start)
 	if !errors.Is(err, ErrTimeout) {
 		t.Fatalf("err = %v, want ErrTimeout", err)
@@ -262,34 +253,20 @@ func TestQueueCaps(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			rdb := testenv.Redis(t)
-			prefix := testenv.Prefix(t)
-			cleanupKeys(t, rdb, prefix)
+			rdb, prefix := cleanRedis(t)
 			cfg := tc.cfg
 			cfg.MaxConcurrent, cfg.MaxWait, cfg.Lease = 1, 10*time.Second, 5*time.Second
 			l := startLimiter(t, rdb, prefix, "chat", cfg)
-			holder, err := l.Acquire(t.Context(), "holder", "h", nil)
-			if err != nil {
-				t.Fatal(err)
-			}
+			holder := mustAcquire(t, l, "holder", "h")
 			ctx, cancel := context.WithCancel(t.Context())
-			var wg sync.WaitGroup
+			var queued []<-chan acquired
 			for i, u := range tc.queued {
-				queued := make(chan struct{})
-				var once sync.Once
-				wg.Go(func() {
-					_, err := l.Acquire(ctx, fmt.Sprintf("q%d", i), u, func(int, int) { once.Do(func() { close(queued) }) })
-					if !errors.Is(err, context.Canceled) {
-						t.Errorf("queued request %d: %v", i, err)
-					}
-					once.Do(func() { close(queued) })
-				})
-				<-queued
+				queued = append(queued, acquireQueued(ctx, l, fmt.Sprintf("q%d", i), u))
 			}
 
 			start := time.Now()
 			actx, acancel := context.WithTimeout(t.Context(), 300*time.Millisecond)
-			_, err = l.Acquire(actx, "next", tc.user, nil)
+			_, err := l.Acquire(actx, "next", tc.user, nil)
 			acancel()
 			if tc.wantFull {
 				if !errors.Is(err, ErrQueueFull) {
@@ -302,7 +279,11 @@ func TestQueueCaps(t *testing.T) {
 				t.Errorf("err = %v, want to wait (deadline exceeded)", err)
 			}
 			cancel()
-			wg.Wait()
+			for i, q := range queued {
+				if r := <-q; !errors.Is(r.err, context.Canceled) {
+					t.Errorf("queued request %d: %v", i, r.err)
+				}
+			}
 			holder.Release()
 			assertDrained(t, rdb, l.keys)
 		})
@@ -311,31 +292,18 @@ func TestQueueCaps(t *testing.T) {
 
 func TestCancelWhileQueuedLeavesAtOnce(t *testing.T) {
 	t.Parallel()
-	rdb := testenv.Redis(t)
-	prefix := testenv.Prefix(t)
-	cleanupKeys(t, rdb, prefix)
+	rdb, prefix := cleanRedis(t)
 	l := startLimiter(t, rdb, prefix, "chat", Config{MaxConcurrent: 1, MaxWait: 10 * time.Second,
 		Lease: 5 * time.Second, MaxQueuedPerUser: 1})
-	holder, err := l.Acquire(t.Context(), "holder", "h", nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	holder := mustAcquire(t, l, "holder", "h")
 	defer holder.Release()
 
 	ctx, cancel := context.WithCancel(t.Context())
-	queued := make(chan struct{})
-	var once sync.Once
-	done := make(chan error, 1)
-	go func() {
-		_, err := l.Acquire(ctx, "gone", "u", func(int, int) { once.Do(func() { close(queued) }) })
-		once.Do(func() { close(queued) })
-		done <- err
-	}()
-	<-queued
+	done := acquireQueued(ctx, l, "gone", "u")
 	start := time.Now()
 	cancel()
-	if err := <-done; !errors.Is(err, context.Canceled) {
-		t.Fatalf("err = %v, want context.Canceled", err)
+	if r := <-done; !errors.Is(r.err, context.Canceled) {
+		t.Fatalf("err = %v, want context.Canceled", r.err)
 	}
 	if d := time.Since(start); d > 500*time.Millisecond {
 		t.Errorf("Acquire returned %v after cancel", d)
@@ -363,16 +331,12 @@ func TestCancelWhileQueuedLeavesAtOnce(t *testing.T) {
 func TestPollingOnly(t *testing.T) {
 	t.Parallel()
 	const poll = 50 * time.Millisecond
-	prefix := testenv.Prefix(t)
-	cleanupKeys(t, testenv.Redis(t), prefix)
+	_, prefix := cleanRedis(t)
 	cfg := Config{MaxConcurrent: 1, MaxWait: 10 * time.Second, Lease: 5 * time.Second, PollInterval: poll, NoPubSub: true}
 	a := startLimiter(t, testenv.Redis(t), prefix, "chat", cfg)
 	b := startLimiter(t, testenv.Redis(t), prefix, "chat", cfg)
 
-	holder, err := a.Acquire(t.Context(), "holder", "h", nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	holder := mustAcquire(t, a, "holder", "h")
 	got := make(chan time.Time, 1)
 	go func() {
 		p, err := b.Acquire(t.Context(), "waiter", "w", nil)
@@ -408,15 +372,10 @@ func TestRenewalKeepsPermitAndNeverRevivesALostOne(t *testing.T) {
 	// Renewed every 300 ms: a renewal stalled for 600 ms on a loaded
 	// machine (-race, parallel builds) still keeps the permit.
 	const lease = 900 * time.Millisecond
-	rdb := testenv.Redis(t)
-	prefix := testenv.Prefix(t)
-	cleanupKeys(t, rdb, prefix)
+	rdb, prefix := cleanRedis(t)
 	l := startLimiter(t, rdb, prefix, "chat", Config{MaxConcurrent: 1, MaxWait: 3 * lease, Lease: lease,
 		PollInterval: 50 * time.Millisecond})
-	p, err := l.Acquire(t.Context(), "long", "a", nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	p := mustAcquire(t, l, "long", "a")
 	// Held three leases long, the permit is still exclusive.
 	if _, err := l.Acquire(t.Context(), "other", "b", nil); !errors.Is(err, ErrTimeout) {
 		t.Fatalf("second acquire: %v, want ErrTimeout", err)
@@ -442,28 +401,15 @@ func TestRenewalKeepsPermitAndNeverRevivesALostOne(t *testing.T) {
 
 func TestStatsOldestWait(t *testing.T) {
 	t.Parallel()
-	rdb := testenv.Redis(t)
-	prefix := testenv.Prefix(t)
-	cleanupKeys(t, rdb, prefix)
+	rdb, prefix := cleanRedis(t)
 	l := startLimiter(t, rdb, prefix, "chat", Config{MaxConcurrent: 1, MaxWait: 10 * time.Second,
 		Lease: 5 * time.Second})
-	holder, err := l.Acquire(t.Context(), "holder", "h", nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	holder := mustAcquire(t, l, "holder", "h")
 	ctx, cancel := context.WithCancel(t.Context())
-	queued := make(chan struct{})
-	done := make(chan struct{})
 	// Before the waiter enqueues, so the wait Stats reports cannot exceed
 	// time.Since(start) however late this goroutine sees the queue event.
 	start := time.Now()
-	go func() {
-		defer close(done)
-		var once sync.Once
-		_, _ = l.Acquire(ctx, "w", "u", func(int, int) { once.Do(func() { close(queued) }) })
-		once.Do(func() { close(queued) })
-	}()
-	<-queued
+	done := acquireQueued(ctx, l, "w", "u")
 	time.Sleep(300 * time.Millisecond)
 	st, err := l.Stats(t.Context())
 	if err != nil {

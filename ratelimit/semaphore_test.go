@@ -22,9 +22,7 @@ func startSemaphore(t testing.TB, max int, lease, maxWait time.Duration, prefix 
 func TestSemaphoreCapAcrossInstances(t *testing.T) {
 	t.Parallel()
 	const max = 3
-	prefix := testenv.Prefix(t)
-	rdb := testenv.Redis(t)
-	cleanupKeys(t, rdb, prefix)
+	_, prefix := cleanRedis(t)
 	var sems []*Semaphore
 	for range 3 {
 		sems = append(sems, startSemaphore(t, max, 5*time.Second, 10*time.Second, prefix))
@@ -59,8 +57,7 @@ func TestSemaphoreCapAcrossInstances(t *testing.T) {
 func TestSemaphoreTimeoutAndUnavailable(t *testing.T) {
 	t.Parallel()
 	const maxWait = 500 * time.Millisecond
-	prefix := testenv.Prefix(t)
-	cleanupKeys(t, testenv.Redis(t), prefix)
+	_, prefix := cleanRedis(t)
 	s := startSemaphore(t, 1, 5*time.Second, maxWait, prefix)
 	p, err := s.Acquire(t.Context())
 	if err != nil {
