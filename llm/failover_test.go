@@ -111,9 +111,7 @@ func TestFailoverNeverAfterFirstToken(t *testing.T) {
 }
 
 func TestFailoverNotOnRefusal(t *testing.T) {
-	first := newVendor(t, func(_ int, w http.ResponseWriter, _ *http.Request) {
-		http.Error(w, `{"error":{"message":"messages: too long"}}`, http.StatusBadRequest)
-	})
+	first := newVendor(t, failWith(http.StatusBadRequest, `{"error":{"message":"messages: too long"}}`))
 	second := newVendor(t, func(_ int, w http.ResponseWriter, _ *http.Request) { streamAnswer(w, "Hello") })
 	m, _ := failoverModels(t, first.srv.URL, nil, backup(second.srv.URL))
 	if _, _, err := collect(t, context.Background(), m, question); err == nil || !strings.Contains(err.Error(), "400") {

@@ -97,6 +97,12 @@ func streamAnswer(w http.ResponseWriter, pieces ...string) {
 	sse(w, nil)
 }
 
+// failWith returns a handler that answers every request with status and
+// body.
+func failWith(status int, body string) func(int, http.ResponseWriter, *http.Request) {
+	return func(_ int, w http.ResponseWriter, _ *http.Request) { http.Error(w, body, status) }
+}
+
 // fastConfig keeps retries quick so tests measure only what they mean to.
 func fastConfig(base string) Config {
 	return Config{Provider: ProviderOpenAI, BaseURL: base, APIKey: "sk-test", FirstTokenTimeout: 5 * time.Second, IdleTimeout: 5 * time.Second,
@@ -243,10 +249,8 @@ func TestOpenAIFailures(t *testing.T) {
 		wantErr   string
 	}{
 		{
-			name: "500 until retries are exhausted",
-			handle: func(_ int, w http.ResponseWriter, _ *http.Request) {
-				http.Error(w, "boom", http.StatusInternalServerError)
-			},
+			name:      "500 until retries are exhausted",
+			handle:    failWith(http.StatusInternalServerError, "boom"),
 			retries:   2,
 			wantCalls: 3,
 			wantErr:   "upstream status 500",
@@ -265,10 +269,8 @@ func TestOpenAIFailures(t *testing.T) {
 			wantText:  "fine",
 		},
 		{
-			name: "400 is not retried",
-			handle: func(_ int, w http.ResponseWriter, _ *http.Request) {
-				http.Error(w, "no such model", http.StatusBadRequest)
-			},
+			name:      "400 is not retried",
+			handle:    failWith(http.StatusBadRequest, "no such model"),
 			retries:   3,
 			wantCalls: 1,
 			wantErr:   "upstream status 400: no such model",
