@@ -61,26 +61,16 @@ func (s *Store) AppendAudit(ctx context.Context, e *service.AuditEvent) error {
 // AuditEvents returns the events f selects, newest first.
 func (s *Store) AuditEvents(ctx context.Context, f service.AuditFilter) ([]*service.AuditEvent, error) {
 	q := s.conn(ctx).Model(&auditRow{})
-	if f.ActorUserID != 0 {
-		q = q.Where("actor_user_id = ?", int64(f.ActorUserID))
-	}
-	if f.Action != "" {
-		q = q.Where("action = ?", f.Action)
-	}
-	if f.TargetID != "" {
-		q = q.Where("target_id = ?", f.TargetID)
-	}
-	if f.Result != "" {
-		q = q.Where("result = ?", string(f.Result))
-	}
+	q = whereSet(q, "actor_user_id = ?", int64(f.ActorUserID))
+	q = whereSet(q, "action = ?", f.Action)
+	q = whereSet(q, "target_id = ?", f.TargetID)
+	q = whereSet(q, "result = ?", string(f.Result))
 	if !f.Since.IsZero() {
 		q = q.Where("at >= ?", f.Since)
 	}
 	if !f.Until.IsZero() {
 		q = q.Where("at < ?", f.Until)
 	}
-	if f.Before != 0 {
-		q = q.Where("id < ?", int64(f.Before))
-	}
+	q = whereSet(q, "id < ?", int64(f.Before))
 	return find(q.Order("id DESC").Limit(f.Limit), auditRow.event)
 }

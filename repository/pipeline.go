@@ -308,12 +308,8 @@ func (s *Store) FindDocuments(ctx context.Context, kbID service.ID, q service.Do
 	if q.Before > 0 {
 		db = db.Where("id < ?", int64(q.Before))
 	}
-	if q.ExternalID != "" {
-		db = db.Where("external_id = ?", q.ExternalID)
-	}
-	if q.Status != "" {
-		db = db.Where("status = ?", string(q.Status))
-	}
+	db = whereSet(db, "external_id = ?", q.ExternalID)
+	db = whereSet(db, "status = ?", string(q.Status))
 	if !q.UpdatedSince.IsZero() {
 		db = db.Where("updated_at >= ?", q.UpdatedSince)
 	}

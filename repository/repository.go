@@ -226,3 +226,13 @@ func limitTo(q *gorm.DB, limit int) *gorm.DB {
 	}
 	return q
 }
+
+// whereSet narrows q by cond when v is set (not its type's zero value): a
+// filter left empty selects everything.
+func whereSet[T comparable](q *gorm.DB, cond string, v T) *gorm.DB {
+	var zero T
+	if v == zero {
+		return q
+	}
+	return q.Where(cond, v)
+}
