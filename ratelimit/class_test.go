@@ -14,8 +14,7 @@ import (
 // and a class with a reserve leaves that many permits to lower classes.
 func TestClassesOrderAndReserve(t *testing.T) {
 	t.Parallel()
-	rdb, prefix := cleanRedis(t)
-	l := startLimiter(t, rdb, prefix, "embed", Config{MaxConcurrent: 2, MaxWait: 20 * time.Second, Lease: 5 * time.Second,
+	l, rdb := cleanLimiter(t, "embed", Config{MaxConcurrent: 2, MaxWait: 20 * time.Second, Lease: 5 * time.Second,
 		PollInterval: 20 * time.Millisecond})
 	ctx := t.Context()
 	low := Class{Level: 512, Reserve: 1}

@@ -60,6 +60,14 @@ func startLimiter(t testing.TB, rdb redis.UniversalClient, prefix, name string, 
 	return l
 }
 
+// cleanLimiter starts limiter name on a key prefix of the test's own (see
+// cleanRedis) and returns it with the test's client.
+func cleanLimiter(t testing.TB, name string, cfg Config) (*Limiter, *redis.Client) {
+	t.Helper()
+	rdb, prefix := cleanRedis(t)
+	return startLimiter(t, rdb, prefix, name, cfg), rdb
+}
+
 func waitReady(t testing.TB, n *notifier) {
 	t.Helper()
 	select {

@@ -213,8 +213,7 @@ func TestFairness(t *testing.T) {
 func TestTimeout(t *testing.T) {
 	t.Parallel()
 	const maxWait = time.Second
-	rdb, prefix := cleanRedis(t)
-	l := startLimiter(t, rdb, prefix, "chat", Config{MaxConcurrent: 1, MaxWait: maxWait, Lease: 5 * time.Second,
+	l, rdb := cleanLimiter(t, "chat", Config{MaxConcurrent: 1, MaxWait: maxWait, Lease: 5 * time.Second,
 		PollInterval: 50 * time.Millisecond})
 	holder := mustAcquire(t, l, "holder", "a")
 	defer holder.Release()
@@ -292,8 +291,7 @@ func TestQueueCaps(t *testing.T) {
 
 func TestCancelWhileQueuedLeavesAtOnce(t *testing.T) {
 	t.Parallel()
-	rdb, prefix := cleanRedis(t)
-	l := startLimiter(t, rdb, prefix, "chat", Config{MaxConcurrent: 1, MaxWait: 10 * time.Second,
+	l, rdb := cleanLimiter(t, "chat", Config{MaxConcurrent: 1, MaxWait: 10 * time.Second,
 		Lease: 5 * time.Second, MaxQueuedPerUser: 1})
 	holder := mustAcquire(t, l, "holder", "h")
 	defer holder.Release()
@@ -372,8 +370,7 @@ func TestRenewalKeepsPermitAndNeverRevivesALostOne(t *testing.T) {
 	// Renewed every 300 ms: a renewal stalled for 600 ms on a loaded
 	// machine (-race, parallel builds) still keeps the permit.
 	const lease = 900 * time.Millisecond
-	rdb, prefix := cleanRedis(t)
-	l := startLimiter(t, rdb, prefix, "chat", Config{MaxConcurrent: 1, MaxWait: 3 * lease, Lease: lease,
+	l, rdb := cleanLimiter(t, "chat", Config{MaxConcurrent: 1, MaxWait: 3 * lease, Lease: lease,
 		PollInterval: 50 * time.Millisecond})
 	p := mustAcquire(t, l, "long", "a")
 	// Held three leases long, the permit is still exclusive.
@@ -401,8 +398,7 @@ func TestRenewalKeepsPermitAndNeverRevivesALostOne(t *testing.T) {
 
 func TestStatsOldestWait(t *testing.T) {
 	t.Parallel()
-	rdb, prefix := cleanRedis(t)
-	l := startLimiter(t, rdb, prefix, "chat", Config{MaxConcurrent: 1, MaxWait: 10 * time.Second,
+	l, _ := cleanLimiter(t, "chat", Config{MaxConcurrent: 1, MaxWait: 10 * time.Second,
 		Lease: 5 * time.Second})
 	holder := mustAcquire(t, l, "holder", "h")
 	ctx, cancel := context.WithCancel(t.Context())
