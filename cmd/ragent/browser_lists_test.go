@@ -4,19 +4,16 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"strings"
 	"testing"
 )
 
-// An admin works the admin lists' row actions no other browser test
-// reaches: a user is created, promoted, disabled, given a new password and
-// deleted; a group renamed and deleted; a term mapping disabled and
-// deleted; a document reindexed and deleted. Each change is checked on the
-// server, not only on the page.
-func TestBrowserAdminListActions(t *testing.T) {
-	chromium := chromiumPath(t)
-	in := start(t, testConfig(t))
-	adminToken := in.login(t, "admin", "admin-password")
-	api := in.client(t, adminToken)
+// adminListActions works the admin lists' row actions no other step of
+// TestBrowserUI reaches, on the signed-in admin's tab: a user is created,
+// promoted, disabled, given a new password and deleted; a group renamed and
+// deleted; a term mapping disabled and deleted; a document reindexed and
+// deleted. Each change is checked on the server, not only on the page.
+func adminListActions(t *testing.T, tb *tab, in *instance, api *client) {
 	if r := api.do("POST", "/api/v1/groups", map[string]string{"name": "night-shift"}); r.Status != http.StatusCreated {
 		t.Fatalf("create group: %d %s", r.Status, r.Body)
 	}
@@ -27,15 +24,6 @@ func TestBrowserAdminListActions(t *testing.T) {
 	doc := api.uploadAccepted(kb, "restart.md", []byte("# Restart\n\nRestart the service with systemctl restart ragent.\n"))
 	api.waitReady(doc.ID)
 
-	b := newBrowser(t, chromium, in.url)
-	tb := b.tab(t, "admin", false)
-	tb.open(t, "/")
-	tb.login(t, "admin", "admin-password")
-	step := func(name string, f func(t *testing.T)) {
-		if !t.Run(name, f) {
-			t.FailNow()
-		}
-	}
 	// user answers lena's record on the server, or nil once she is gone.
 	user := func(t *testing.T) map[string]any {
 		r := api.do("GET", "/api/v1/users", nil)
@@ -55,7 +43,7 @@ func TestBrowserAdminListActions(t *testing.T) {
 	clearToasts := func(t *testing.T) { tb.eval(t, `document.getElementById('toasts').replaceChildren()`) }
 	saved := func(t *testing.T) { tb.visible(t, `[data-testid=toast][data-kind=info]`) }
 
-	step("users", func(t *testing.T) {
+	t.Run("users", func(t *testing.T) {
 		tb.open(t, "/#/admin/users")
 		tb.sendKeys(t, `#user-username`, "lena")
 		tb.sendKeys(t, `#user-password`, "lena-password")
@@ -93,7 +81,7 @@ func TestBrowserAdminListActions(t *testing.T) {
 		}
 	})
 
-	step("groups", func(t *testing.T) {
+	t.Run("groups", func(t *testing.T) {
 		tb.open(t, "/#/admin/groups")
 		tb.click(t, `[data-testid=group-row][data-name=night-shift] [data-testid=group-rename]`)
 		tb.fill(t, `[data-testid=prompt-input]`, "day-shift")
@@ -101,13 +89,13 @@ func TestBrowserAdminListActions(t *testing.T) {
 		tb.visible(t, `[data-testid=group-row][data-name=day-shift]`)
 		tb.click(t, `[data-testid=group-row][data-name=day-shift] [data-testid=group-delete]`)
 		tb.click(t, `[data-testid=confirm-ok]`)
-		tb.poll(t, "the row to go", stepTimeout, `!document.querySelector('[data-testid=group-row]')`)
-		if r := api.do("GET", "/api/v1/groups", nil); r.Status != http.StatusOK || string(r.Body) != `{"items":[],"nextCursor":null}` {
+		tb.poll(t, "the row to go", stepTimeout, `!document.querySelector('[data-testid=group-row][data-name=day-shift]')`)
+		if r := api.do("GET", "/api/v1/groups", nil); r.Status != http.StatusOK || strings.Contains(string(r.Body), "shift") {
 			t.Fatalf("groups after the delete: %d %s", r.Status, r.Body)
 		}
 	})
 
-	step("term mappings", func(t *testing.T) {
+	t.Run("term mappings", func(t *testing.T) {
 		tb.open(t, "/#/admin/terms")
 		row := `[data-testid=term-row][data-source=k8s]`
 		tb.click(t, row+` [data-testid=term-toggle]`)
@@ -115,28 +103,31 @@ func TestBrowserAdminListActions(t *testing.T) {
 		tb.click(t, row+` [data-testid=term-delete]`)
 		tb.click(t, `[data-testid=confirm-ok]`)
 		tb.poll(t, "the row to go", stepTimeout, fmt.Sprintf(`!document.querySelector(%s)`, quoteJS(row)))
-		if r := api.do("GET", "/api/v1/admin/term-mappings", nil); r.Status != http.StatusOK || string(r.Body) != `{"items":[],"nextCursor":null}` {
+		if r := api.do("GET", "/api/v1/admin/term-mappings", nil); r.Status != http.StatusOK || strings.Contains(string(r.Body), "k8s") {
 			t.Fatalf("term mappings after the delete: %d %s", r.Status, r.Body)
 		}
 	})
 
-	step("documents", func(t *testing.T) {
+	t.Run("documents", func(t *testing.T) {
 		tb.open(t, "/#/admin/docs/"+kb)
 		row := fmt.Sprintf(`[data-testid=doc-row][data-doc-id=%q]`, doc.ID)
+		// The list re-renders while it polls a document's status, which can
+		// swap a row between finding a button and clicking it: press the
+		// buttons in one step of the page instead.
+		press := func(t *testing.T, css string) {
+			tb.eval(t, fmt.Sprintf(`document.querySelector(%s).click()`, quoteJS(css)))
+		}
 		tb.visible(t, row+`[data-status=ready]`)
 		clearToasts(t)
-		tb.click(t, row+` [data-testid=doc-reindex]`)
+		press(t, row+` [data-testid=doc-reindex]`)
 		saved(t)
-		tb.visible(t, row+`[data-status=ready]`) // reindexed, and the list followed it
-		tb.click(t, row+` [data-testid=doc-delete]`)
+		api.waitReady(doc.ID)
+		tb.visible(t, row+`[data-status=ready]`) // the list followed the reindex
+		press(t, row+` [data-testid=doc-delete]`)
 		tb.click(t, `[data-testid=confirm-ok]`)
 		tb.poll(t, "the row to go", stepTimeout, fmt.Sprintf(`!document.querySelector(%s)`, quoteJS(row)))
 		if r := api.do("GET", "/api/v1/documents/"+doc.ID, nil); r.Status != http.StatusNotFound {
 			t.Fatalf("deleted document: %d %s", r.Status, r.Body)
 		}
 	})
-
-	for _, m := range tb.unexpectedConsole() {
-		t.Errorf("console: %s (%s:%d)", m.Text, m.URL, m.Line+1)
-	}
 }
