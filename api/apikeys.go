@@ -1,14 +1,12 @@
 package api
 
 import (
-	"net/http"
 	"slices"
 	"strings"
 
 	"github.com/gin-gonic/gin"
 
 	"github.com/ragent-go/ragent/service"
-	"github.com/ragent-go/ragent/service/auth"
 )
 
 // keyScopes is the one table of what an API key may call: route → the
@@ -88,44 +86,4 @@ func (s *Server) authenticateKey(c *gin.Context, key string) (service.Principal,
 		}
 	}
 	return p, nil
-}
-
-func (s *Server) listAPIKeys(c *gin.Context) {
-	after, limit, ok := pageParams(c)
-	if !ok {
-		return
-	}
-	keys, err := s.deps.APIKeys.List(c.Request.Context(), principal(c), after, limit)
-	if err != nil {
-		fail(c, err)
-		return
-	}
-	c.JSON(http.StatusOK, newList(keys, limit, func(k *service.APIKey) string { return k.ID.String() }))
-}
-
-func (s *Server) createAPIKey(c *gin.Context) {
-	var in auth.KeyInput
-	if !s.bindJSON(c, &in) {
-		return
-	}
-	k, err := s.deps.APIKeys.Create(c.Request.Context(), principal(c), in)
-	if err != nil {
-		fail(c, err)
-		return
-	}
-	// The key is in this response only: never cache or store it.
-	c.Header("Cache-Control", "no-store")
-	c.JSON(http.StatusCreated, k)
-}
-
-func (s *Server) revokeAPIKey(c *gin.Context) {
-	id, ok := pathID(c, "id")
-	if !ok {
-		return
-	}
-	if err := s.deps.APIKeys.Revoke(c.Request.Context(), principal(c), id); err != nil {
-		fail(c, err)
-		return
-	}
-	c.Status(http.StatusNoContent)
 }

@@ -1,8 +1,10 @@
 package api
 
 import (
+	"context"
 	"errors"
 	"net/http"
+	"strconv"
 	"time"
 
 	"github.com/gin-gonic/gin"
@@ -30,24 +32,17 @@ func (s *Server) login(c *gin.Context) {
 	c.JSON(http.StatusOK, sess)
 }
 
-func (s *Server) logout(c *gin.Context) {
-	if err := s.deps.Auth.Logout(c.Request.Context(), principal(c)); err != nil {
-		fail(c, err)
-		return
+// endSessions answers 204 once end has ended the caller's sessions (this
+// one, or every one on every instance), and clears the cookie.
+func (s *Server) endSessions(end func(context.Context, service.Principal) error) gin.HandlerFunc {
+	return func(c *gin.Context) {
+		if err := end(c.Request.Context(), principal(c)); err != nil {
+			fail(c, err)
+			return
+		}
+		s.setSessionCookie(c, "", -time.Second)
+		c.Status(http.StatusNoContent)
 	}
-	s.setSessionCookie(c, "", -time.Second)
-	c.Status(http.StatusNoContent)
-}
-
-// logoutAll ends every session of the caller on every instance, this one
-// included.
-func (s *Server) logoutAll(c *gin.Context) {
-	if err := s.deps.Auth.LogoutEverywhere(c.Request.Context(), principal(c)); err != nil {
-		fail(c, err)
-		return
-	}
-	s.setSessionCookie(c, "", -time.Second)
-	c.Status(http.StatusNoContent)
 }
 
 // changePassword changes the caller's own password. Every other session ends;
@@ -132,4 +127,12 @@ func pageParams(c *gin.Context) (after service.ID, limit int, ok bool) {
 		after = id
 	}
 	return after, limit, true
+}
+
+func parsePositiveInt(s string) (int, error) {
+	n, err := strconv.Atoi(s)
+	if err != nil || n < 1 {
+		return 0, strconv.ErrSyntax
+	}
+	return n, nil
 }

@@ -1,25 +1,13 @@
 package api
 
 import (
+	"context"
 	"net/http"
 
 	"github.com/gin-gonic/gin"
 
 	"github.com/ragent-go/ragent/service"
 )
-
-func (s *Server) listConversations(c *gin.Context) {
-	before, limit, ok := pageParams(c)
-	if !ok {
-		return
-	}
-	convs, err := s.deps.Chat.Conversations(c.Request.Context(), principal(c), before, limit)
-	if err != nil {
-		fail(c, err)
-		return
-	}
-	c.JSON(http.StatusOK, newList(convs, limit, func(cv *service.Conversation) string { return cv.ID.String() }))
-}
 
 // conversationMessages answers {"messages":[…]} oldest first; ?cursor= is
 // the last message id seen, ?limit= up to 200 (default 200).
@@ -50,31 +38,6 @@ type renameRequest struct {
 	Title string `json:"title"`
 }
 
-func (s *Server) renameConversation(c *gin.Context) {
-	id, ok := pathID(c, "id")
-	if !ok {
-		return
-	}
-	var req renameRequest
-	if !s.bindJSON(c, &req) {
-		return
-	}
-	conv, err := s.deps.Chat.Rename(c.Request.Context(), principal(c), id, req.Title)
-	if err != nil {
-		fail(c, err)
-		return
-	}
-	c.JSON(http.StatusOK, conv)
-}
-
-func (s *Server) deleteConversation(c *gin.Context) {
-	id, ok := pathID(c, "id")
-	if !ok {
-		return
-	}
-	if err := s.deps.Chat.Delete(c.Request.Context(), principal(c), id); err != nil {
-		fail(c, err)
-		return
-	}
-	c.Status(http.StatusNoContent)
+func (s *Server) renameConversation(ctx context.Context, p service.Principal, id service.ID, req renameRequest) (*service.Conversation, error) {
+	return s.deps.Chat.Rename(ctx, p, id, req.Title)
 }

@@ -148,44 +148,6 @@ func (s *Server) listDocuments(c *gin.Context) {
 	c.JSON(http.StatusOK, newList(docs, q.Limit, func(d *service.Document) string { return d.ID.String() }))
 }
 
-func (s *Server) getDocument(c *gin.Context) {
-	id, ok := pathID(c, "id")
-	if !ok {
-		return
-	}
-	doc, err := s.deps.Ingest.Document(c.Request.Context(), principal(c), id)
-	if err != nil {
-		fail(c, err)
-		return
-	}
-	c.JSON(http.StatusOK, doc)
-}
-
-func (s *Server) deleteDocument(c *gin.Context) {
-	id, ok := pathID(c, "id")
-	if !ok {
-		return
-	}
-	if err := s.deps.Ingest.Delete(c.Request.Context(), principal(c), id); err != nil {
-		fail(c, err)
-		return
-	}
-	c.Status(http.StatusNoContent)
-}
-
-func (s *Server) reindexDocument(c *gin.Context) {
-	id, ok := pathID(c, "id")
-	if !ok {
-		return
-	}
-	doc, err := s.deps.Ingest.Reindex(c.Request.Context(), principal(c), id)
-	if err != nil {
-		fail(c, err)
-		return
-	}
-	c.JSON(http.StatusAccepted, doc)
-}
-
 // documentChunks pages by ordinal: ?cursor= is the last ordinal seen.
 func (s *Server) documentChunks(c *gin.Context) {
 	id, ok := pathID(c, "id")

@@ -6,7 +6,6 @@ import (
 	"github.com/gin-gonic/gin"
 
 	"github.com/ragent-go/ragent/service"
-	"github.com/ragent-go/ragent/service/admin"
 )
 
 // listIntents answers the whole tree: {"items": roots with their children}.
@@ -20,36 +19,6 @@ func (s *Server) listIntents(c *gin.Context) {
 		tree = []*service.IntentNode{}
 	}
 	c.JSON(http.StatusOK, gin.H{"items": tree})
-}
-
-func (s *Server) createIntent(c *gin.Context) {
-	var in admin.IntentInput
-	if !s.bindJSON(c, &in) {
-		return
-	}
-	n, err := s.deps.Intents.Create(c.Request.Context(), in)
-	if err != nil {
-		fail(c, err)
-		return
-	}
-	c.JSON(http.StatusCreated, n)
-}
-
-func (s *Server) updateIntent(c *gin.Context) {
-	id, ok := pathID(c, "id")
-	if !ok {
-		return
-	}
-	var in admin.IntentInput
-	if !s.bindJSON(c, &in) {
-		return
-	}
-	n, err := s.deps.Intents.Update(c.Request.Context(), id, in)
-	if err != nil {
-		fail(c, err)
-		return
-	}
-	c.JSON(http.StatusOK, n)
 }
 
 // deleteIntent deletes a node; one with children needs ?cascade=true.

@@ -1,6 +1,7 @@
 package api
 
 import (
+	"context"
 	"net/http"
 	"time"
 
@@ -19,30 +20,16 @@ type importRequest struct {
 
 // importDocument records a URL for the fetcher; the fetch happens on a
 // worker, not in this request, so the answer is the pending document.
-func (s *Server) importDocument(c *gin.Context) {
-	kbID, ok := pathID(c, "id")
-	if !ok {
-		return
-	}
-	var in importRequest
-	if !s.bindJSON(c, &in) {
-		return
-	}
+func (s *Server) importDocument(ctx context.Context, p service.Principal, kbID service.ID, in importRequest) (*service.Document, error) {
 	var refresh time.Duration
 	if in.RefreshInterval != "" {
 		d, err := time.ParseDuration(in.RefreshInterval)
 		if err != nil {
-			fail(c, service.Errorf(service.ErrInvalid, "refreshInterval must be a duration such as 30m or 24h"))
-			return
+			return nil, service.Errorf(service.ErrInvalid, "refreshInterval must be a duration such as 30m or 24h")
 		}
 		refresh = d
 	}
-	doc, err := s.deps.Ingest.Import(c.Request.Context(), principal(c), kbID, in.URL, in.ExternalID, refresh)
-	if err != nil {
-		fail(c, err)
-		return
-	}
-	c.JSON(http.StatusAccepted, doc)
+	return s.deps.Ingest.Import(ctx, p, kbID, in.URL, in.ExternalID, refresh)
 }
 
 // deleteDocumentByExternalID is DELETE …/documents?externalId=.

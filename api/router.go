@@ -190,8 +190,8 @@ func NewRouter(deps Deps) *Router {
 	v1.POST("/auth/login", s.login)
 
 	user := v1.Group("", s.authenticate, s.csrfGuard(uploadRoute))
-	user.POST("/auth/logout", s.logout)
-	user.POST("/auth/logout-all", s.logoutAll)
+	user.POST("/auth/logout", s.endSessions(deps.Auth.Logout))
+	user.POST("/auth/logout-all", s.endSessions(deps.Auth.LogoutEverywhere))
 	user.GET("/me", s.me)
 	user.GET("/limits", s.limits)
 	user.POST("/me/password", s.changePassword)
@@ -199,21 +199,21 @@ func NewRouter(deps Deps) *Router {
 	// themselves are refused here (keyScopes). Creation takes the submit
 	// lock but never stores its response for Idempotency-Key replay: the
 	// response is the key, which is kept nowhere.
-	user.GET("/api-keys", s.listAPIKeys)
-	user.POST("/api-keys", s.submitLock, s.createAPIKey)
-	user.DELETE("/api-keys/:id", s.revokeAPIKey)
+	user.GET("/api-keys", page(deps.APIKeys.List, apiKeyCursor))
+	user.POST("/api-keys", s.submitLock, noStore, withBody(s, http.StatusCreated, deps.APIKeys.Create))
+	user.DELETE("/api-keys/:id", deleteByID(deps.APIKeys.Revoke))
 
 	// Knowledge bases and documents: every logged-in user reaches these;
 	// the service layer decides per knowledge base (service.Access):
 	// unreadable → 404, readable with too small a role → 403.
-	user.GET("/knowledge-bases", s.listKnowledgeBases)
-	user.POST("/knowledge-bases", s.idempotent, s.createKnowledgeBase) // admins only, in the service
-	user.GET("/knowledge-bases/:id", s.getKnowledgeBase)
-	user.PATCH("/knowledge-bases/:id", s.idempotent, s.updateKnowledgeBase)
-	user.DELETE("/knowledge-bases/:id", s.deleteKnowledgeBase)
-	user.GET("/knowledge-bases/:id/members", s.listMembers)
+	user.GET("/knowledge-bases", page(deps.KnowledgeBases.List, knowledgeBaseCursor))
+	user.POST("/knowledge-bases", s.idempotent, withBody(s, http.StatusCreated, deps.KnowledgeBases.Create)) // admins only, in the service
+	user.GET("/knowledge-bases/:id", byID(http.StatusOK, deps.KnowledgeBases.Get))
+	user.PATCH("/knowledge-bases/:id", s.idempotent, withIDBody(s, http.StatusOK, deps.KnowledgeBases.Update))
+	user.DELETE("/knowledge-bases/:id", deleteByID(deps.KnowledgeBases.Delete))
+	user.GET("/knowledge-bases/:id/members", all(deps.KnowledgeBases.Members))
 	user.POST("/knowledge-bases/:id/members", s.idempotent, s.putMember)
-	user.DELETE("/knowledge-bases/:id/members/:memberId", s.removeMember)
+	user.DELETE("/knowledge-bases/:id/members/:memberId", deleteChild("memberId", deps.KnowledgeBases.RemoveMember))
 	user.GET("/knowledge-bases/:id/documents", s.listDocuments)
 	upload := []gin.HandlerFunc{s.uploadDocument}
 	if deps.UploadSemaphore != nil {
@@ -223,47 +223,47 @@ func NewRouter(deps Deps) *Router {
 	// Pipelines (README "For pipelines"): lookup and status polling are
 	// the listing's filters; the import is fetched by a worker.
 	user.DELETE("/knowledge-bases/:id/documents", s.deleteDocumentByExternalID)
-	user.POST(`/knowledge-bases/:id/documents\:import`, s.idempotent, s.importDocument)
+	user.POST(`/knowledge-bases/:id/documents\:import`, s.idempotent, withIDBody(s, http.StatusAccepted, s.importDocument))
 	// Webhooks are knowledge-base settings: managers, no API keys.
-	user.GET("/knowledge-bases/:id/webhooks", s.listWebhooks)
-	user.POST("/knowledge-bases/:id/webhooks", s.submitLock, s.createWebhook)
-	user.DELETE("/knowledge-bases/:id/webhooks/:webhookId", s.deleteWebhook)
-	user.GET("/documents/:id", s.getDocument)
-	user.DELETE("/documents/:id", s.deleteDocument)
-	user.POST("/documents/:id/reindex", s.reindexDocument)
+	user.GET("/knowledge-bases/:id/webhooks", all(deps.Ingest.Webhooks))
+	user.POST("/knowledge-bases/:id/webhooks", s.submitLock, noStore, withIDBody(s, http.StatusCreated, s.createWebhook))
+	user.DELETE("/knowledge-bases/:id/webhooks/:webhookId", deleteChild("webhookId", deps.Ingest.DeleteWebhook))
+	user.GET("/documents/:id", byID(http.StatusOK, deps.Ingest.Document))
+	user.DELETE("/documents/:id", deleteByID(deps.Ingest.Delete))
+	user.POST("/documents/:id/reindex", byID(http.StatusAccepted, deps.Ingest.Reindex))
 	user.GET("/documents/:id/chunks", s.documentChunks)
-	user.POST("/search", s.search)
+	user.POST("/search", withBody(s, http.StatusOK, s.search))
 	user.POST("/chat", s.submitLock, s.chatStream)
 	user.POST("/chat/tasks/:taskId/stop", s.submitLock, s.stopChat)
-	user.GET("/conversations", s.listConversations)
+	user.GET("/conversations", page(deps.Chat.Conversations, conversationCursor))
 	user.GET("/conversations/:id/messages", s.conversationMessages)
-	user.PATCH("/conversations/:id", s.renameConversation)
-	user.DELETE("/conversations/:id", s.deleteConversation)
+	user.PATCH("/conversations/:id", withIDBody(s, http.StatusOK, s.renameConversation))
+	user.DELETE("/conversations/:id", deleteByID(deps.Chat.Delete))
 
 	adm := user.Group("", s.requireAdmin)
-	adm.GET("/users", s.listUsers)
-	adm.POST("/users", s.idempotent, s.createUser)
-	adm.PATCH("/users/:id", s.idempotent, s.updateUser)
-	adm.DELETE("/users/:id", s.deleteUser)
+	adm.GET("/users", page(deps.Auth.ListUsers, userCursor))
+	adm.POST("/users", s.idempotent, withBody(s, http.StatusCreated, deps.Auth.CreateUser))
+	adm.PATCH("/users/:id", s.idempotent, withIDBody(s, http.StatusOK, deps.Auth.UpdateUser))
+	adm.DELETE("/users/:id", deleteByID(deps.Auth.DeleteUser))
 
-	adm.GET("/groups", s.listGroups)
-	adm.POST("/groups", s.idempotent, s.createGroup)
-	adm.PATCH("/groups/:id", s.idempotent, s.updateGroup)
-	adm.DELETE("/groups/:id", s.deleteGroup)
-	adm.GET("/groups/:id/members", s.listGroupMembers)
-	adm.POST("/groups/:id/members", s.idempotent, s.addGroupMember)
-	adm.DELETE("/groups/:id/members/:userId", s.removeGroupMember)
+	adm.GET("/groups", page(deps.Groups.List, groupCursor))
+	adm.POST("/groups", s.idempotent, withBody(s, http.StatusCreated, deps.Groups.Create))
+	adm.PATCH("/groups/:id", s.idempotent, withIDBody(s, http.StatusOK, deps.Groups.Update))
+	adm.DELETE("/groups/:id", deleteByID(deps.Groups.Delete))
+	adm.GET("/groups/:id/members", all(deps.Groups.Members))
+	adm.POST("/groups/:id/members", s.idempotent, withIDBody(s, http.StatusCreated, deps.Groups.AddMember))
+	adm.DELETE("/groups/:id/members/:userId", deleteChild("userId", deps.Groups.RemoveMember))
 
 	adm.GET("/admin/limiter", s.limiterStats)
 
 	adm.GET("/admin/intents", s.listIntents)
-	adm.POST("/admin/intents", s.idempotent, s.createIntent)
-	adm.PUT("/admin/intents/:id", s.idempotent, s.updateIntent)
+	adm.POST("/admin/intents", s.idempotent, withBody(s, http.StatusCreated, anyCaller(deps.Intents.Create)))
+	adm.PUT("/admin/intents/:id", s.idempotent, withIDBody(s, http.StatusOK, anyCallerID(deps.Intents.Update)))
 	adm.DELETE("/admin/intents/:id", s.deleteIntent)
 	adm.GET("/admin/term-mappings", s.listTermMappings)
-	adm.POST("/admin/term-mappings", s.idempotent, s.createTermMapping)
-	adm.PUT("/admin/term-mappings/:id", s.idempotent, s.updateTermMapping)
-	adm.DELETE("/admin/term-mappings/:id", s.deleteTermMapping)
+	adm.POST("/admin/term-mappings", s.idempotent, withBody(s, http.StatusCreated, anyCaller(deps.Terms.Create)))
+	adm.PUT("/admin/term-mappings/:id", s.idempotent, withIDBody(s, http.StatusOK, anyCallerID(deps.Terms.Update)))
+	adm.DELETE("/admin/term-mappings/:id", deleteByID(anyCallerDelete(deps.Terms.Delete)))
 
 	adm.GET("/admin/audit", s.listAudit)
 

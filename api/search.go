@@ -1,7 +1,7 @@
 package api
 
 import (
-	"net/http"
+	"context"
 
 	"github.com/gin-gonic/gin"
 
@@ -9,15 +9,12 @@ import (
 	"github.com/ragent-go/ragent/service/retrieve"
 )
 
-func (s *Server) search(c *gin.Context) {
-	var q retrieve.Query
-	if !s.bindJSON(c, &q) {
-		return
-	}
-	res, err := s.deps.Search.Run(c.Request.Context(), principal(c), q)
+// search answers POST /search: {"results":[…]} and, where some knowledge
+// bases could be searched by keyword only, "keywordOnly".
+func (s *Server) search(ctx context.Context, p service.Principal, q retrieve.Query) (gin.H, error) {
+	res, err := s.deps.Search.Run(ctx, p, q)
 	if err != nil {
-		fail(c, err)
-		return
+		return nil, err
 	}
 	if res.Results == nil {
 		res.Results = []service.SearchResult{}
@@ -28,5 +25,5 @@ func (s *Server) search(c *gin.Context) {
 		// embed (README "Embedding model changes").
 		out["keywordOnly"] = res.KeywordOnly
 	}
-	c.JSON(http.StatusOK, out)
+	return out, nil
 }

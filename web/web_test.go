@@ -54,16 +54,8 @@ func TestIndexReferencesVersionedAssetsThatExist(t *testing.T) {
 func TestModuleImportsAreInImportMap(t *testing.T) {
 	index := string(Index())
 	importRe := regexp.MustCompile(`(?m)^\s*import\s[^'"]*['"]\./([A-Za-z0-9_-]+\.js)['"]`)
-	jsFiles, err := fs.Glob(Assets(), "*.js")
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, f := range jsFiles {
-		src, err := fs.ReadFile(Assets(), f)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, m := range importRe.FindAllStringSubmatch(string(src), -1) {
+	for f, src := range modules(t) {
+		for _, m := range importRe.FindAllStringSubmatch(src, -1) {
 			entry := `"/assets/` + m[1] + `": "/assets/` + m[1] + `?v=` + Version() + `"`
 			if !strings.Contains(index, entry) {
 				t.Errorf("%s imports ./%s, but the import map lacks %s", f, m[1], entry)
@@ -104,21 +96,31 @@ func TestTranslationKeys(t *testing.T) {
 	}
 
 	useRe := regexp.MustCompile(`\bt\(\s*'([A-Za-z0-9_.]+)'`)
-	jsFiles, err := fs.Glob(Assets(), "*.js")
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, f := range jsFiles {
-		b, err := fs.ReadFile(Assets(), f)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, m := range useRe.FindAllStringSubmatch(string(b), -1) {
+	for f, src := range modules(t) {
+		for _, m := range useRe.FindAllStringSubmatch(src, -1) {
 			if !zh[m[1]] {
 				t.Errorf("%s uses t(%q), which i18n.js does not define", f, m[1])
 			}
 		}
 	}
+}
+
+// modules reads every JavaScript module of the UI: file name → source.
+func modules(t *testing.T) map[string]string {
+	t.Helper()
+	files, err := fs.Glob(Assets(), "*.js")
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := make(map[string]string, len(files))
+	for _, f := range files {
+		b, err := fs.ReadFile(Assets(), f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out[f] = string(b)
+	}
+	return out
 }
 
 func TestHashFS(t *testing.T) {

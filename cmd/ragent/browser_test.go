@@ -286,6 +286,8 @@ func TestBrowserUI(t *testing.T) {
 		}
 	})
 
+	step("admin list row actions", func(t *testing.T) { adminListActions(t, admin, in, api) })
+
 	step("plain user has no admin pages", func(t *testing.T) {
 		bob := b.tab(t, "bob", true)
 		bob.open(t, "/")

@@ -19,8 +19,98 @@ export function showFormError(box, err) {
   box.hidden = false;
 }
 
+// adminForm builds the form the admin pages repeat: a card with a title, a
+// grid of fields, what goes below the grid, an error line and the actions
+// (cancel, when onCancel is given, then submit). On submit it runs save with
+// the button disabled and shows a failure in the error line. name prefixes
+// the test ids: <name>-form, <name>-submit, <name>-cancel.
+export function adminForm({ name, label, title, fields = [], below = [], submitText = t('common.create'), onCancel, save, formClass = 'card form-card' }) {
+  const heading = title ? h('h2', {}, title) : null;
+  const errBox = formError();
+  const submit = h('button', { type: 'submit', class: 'btn btn-primary', 'data-testid': `${name}-submit` }, submitText);
+  const cancel = onCancel ? h('button', { type: 'button', class: 'btn', 'data-testid': `${name}-cancel`, hidden: true, onClick: onCancel }, t('common.cancel')) : null;
+  const form = h('form', { class: formClass, 'data-testid': `${name}-form`, 'aria-label': label },
+    heading,
+    fields.length > 0 ? h('div', { class: 'form-grid' }, fields) : null,
+    below,
+    errBox,
+    h('div', { class: 'form-actions' }, cancel, submit));
+  form.addEventListener('submit', async (e) => {
+    e.preventDefault();
+    errBox.hidden = true;
+    submit.disabled = true;
+    try {
+      await save();
+    } catch (err) {
+      showFormError(errBox, err);
+    } finally {
+      submit.disabled = false;
+    }
+  });
+  return { form, heading, errBox, submit, cancel };
+}
+
+// dataTable is the table of a list: a header cell per column (a label, or a
+// cell such as numCol's), then tbody. On a page it sits in a card.
+export function dataTable(columns, tbody, { card = true, testid } = {}) {
+  return h('div', { class: card ? 'table-wrap card' : 'table-wrap' }, h('table', { class: 'table', 'data-testid': testid },
+    h('thead', {}, h('tr', {}, columns.map((c) => (c instanceof Node ? c : h('th', { scope: 'col' }, c))))),
+    tbody));
+}
+
+// rowAction is a button in a table row; its accessible name says which row
+// it acts on ("Delete: handbook"), since every row has the same buttons.
+export function rowAction(testid, label, rowName, onClick, { danger = false, disabled = false } = {}) {
+  return h('button', { type: 'button', class: danger ? 'btn btn-sm btn-danger-ghost' : 'btn btn-sm', 'data-testid': testid, disabled, 'aria-label': `${label}: ${rowName}`, onClick }, label);
+}
+
+// act sends a change made from a list, says how it went in a toast (okText
+// on success, where given) and reloads the list to show what the server has.
+export async function act(request, reload, okText) {
+  try {
+    await request();
+    if (okText) toast(okText, 'info');
+  } catch (err) {
+    toast(errorText(err));
+  }
+  await reload();
+}
+
+// confirmDelete asks to confirm message and, on OK, acts with DELETE path.
+export async function confirmDelete(message, path, reload) {
+  if (await confirmDialog(message, { okLabel: t('common.delete'), danger: true })) await act(() => del(path), reload);
+}
+
+// numCol is the header cell of a numeric (right-aligned) column.
+export function numCol(label) {
+  return h('th', { scope: 'col', class: 'num' }, label);
+}
+
 export function emptyRow(cols, text) {
   return h('tr', { class: 'empty-row' }, h('td', { colspan: cols, class: 'muted' }, text));
+}
+
+// listPage keeps the list of an admin page: load() fetches path and shows a
+// row(item) per item in tbody, or the empty text across cols columns. After
+// a failure (a toast) it shows what it had; a 403 calls onForbidden instead,
+// where given. Nothing is shown once destroy() has run.
+function listPage({ path, tbody, row, cols, empty, order, onForbidden }) {
+  let items = [];
+  let destroyed = false;
+  async function load() {
+    try {
+      const res = await get(path);
+      items = res?.items ?? [];
+      if (order) items = items.slice().sort(order);
+    } catch (err) {
+      if (onForbidden && err.status === 403) { onForbidden(); return; }
+      toast(errorText(err));
+    }
+    if (destroyed) return;
+    tbody.replaceChildren(...items.map(row));
+    if (items.length === 0) tbody.append(emptyRow(cols, empty));
+  }
+  return { load, destroy() { destroyed = true; } };
 }
 
 function optionalInt(input) {
@@ -31,9 +121,7 @@ function optionalInt(input) {
 // ---------------------------------------------------------------- knowledge bases
 
 export function mountKnowledgeBases(root, ctx) {
-  let items = [];
   let editing = null;
-  let destroyed = false;
   // Only admins create knowledge bases; a manager uses the form to edit.
   const isAdmin = ctx.user?.role === 'admin';
 
@@ -44,31 +132,21 @@ export function mountKnowledgeBases(root, ctx) {
   const visibility = h('select', { id: 'kb-visibility', 'data-testid': 'kb-visibility' },
     h('option', { value: 'private' }, t('kb.visibility.private')),
     h('option', { value: 'internal' }, t('kb.visibility.internal')));
-  const errBox = formError();
-  const submit = h('button', { type: 'submit', class: 'btn btn-primary', 'data-testid': 'kb-submit' }, t('common.create'));
-  const cancel = h('button', { type: 'button', class: 'btn', 'data-testid': 'kb-cancel', hidden: true, onClick: () => setEditing(null) }, t('common.cancel'));
-  const formTitle = h('h2', {}, t('kb.createTitle'));
-  const form = h('form', { class: 'card form-card', 'data-testid': 'kb-form', 'aria-label': t('kb.formLabel') },
-    formTitle,
-    h('div', { class: 'form-grid' },
+  const { form, heading: formTitle, errBox, submit, cancel } = adminForm({
+    name: 'kb',
+    label: t('kb.formLabel'),
+    title: t('kb.createTitle'),
+    fields: [
       field(t('kb.name'), name),
       field(t('kb.chunkSize'), chunkSize, t('kb.chunkSizeHint')),
       field(t('kb.chunkOverlap'), chunkOverlap, t('kb.chunkOverlapHint')),
-      field(t('kb.visibility'), visibility, t('kb.visibilityHint'))),
-    field(t('kb.description'), description),
-    errBox,
-    h('div', { class: 'form-actions' }, cancel, submit));
+      field(t('kb.visibility'), visibility, t('kb.visibilityHint'))],
+    below: [field(t('kb.description'), description)],
+    onCancel: () => setEditing(null),
+    save,
+  });
   const tbody = h('tbody');
-  const table = h('div', { class: 'table-wrap card' }, h('table', { class: 'table' },
-    h('thead', {}, h('tr', {},
-      h('th', { scope: 'col' }, t('kb.name')),
-      h('th', { scope: 'col' }, t('kb.description')),
-      h('th', { scope: 'col' }, t('kb.access')),
-      h('th', { scope: 'col', class: 'num' }, t('kb.documents')),
-      h('th', { scope: 'col' }, t('kb.chunking')),
-      h('th', { scope: 'col' }, t('kb.embedding')),
-      h('th', { scope: 'col' }, t('common.actions')))),
-    tbody));
+  const table = dataTable([t('kb.name'), t('kb.description'), t('kb.access'), numCol(t('kb.documents')), t('kb.chunking'), t('kb.embedding'), t('common.actions')], tbody);
   root.append(h('div', { class: 'page' }, pageHeader(t('kb.title'), t('kb.subtitle')), form, table));
 
   function setEditing(kb) {
@@ -87,31 +165,22 @@ export function mountKnowledgeBases(root, ctx) {
     if (kb) name.focus();
   }
 
-  form.addEventListener('submit', async (e) => {
-    e.preventDefault();
-    errBox.hidden = true;
+  async function save() {
     const body = { name: name.value.trim(), description: description.value.trim(), visibility: visibility.value };
     const cs = optionalInt(chunkSize);
     const co = optionalInt(chunkOverlap);
     if (cs !== undefined) body.chunkSize = cs;
     if (co !== undefined) body.chunkOverlap = co;
-    submit.disabled = true;
-    try {
-      if (editing) {
-        await patch(`/knowledge-bases/${enc(editing.id)}`, body);
-        toast(t('common.saved'), 'info');
-      } else {
-        await post('/knowledge-bases', body);
-        toast(t('common.created'), 'info');
-      }
-      setEditing(null);
-      await load();
-    } catch (err) {
-      showFormError(errBox, err);
-    } finally {
-      submit.disabled = false;
+    if (editing) {
+      await patch(`/knowledge-bases/${enc(editing.id)}`, body);
+      toast(t('common.saved'), 'info');
+    } else {
+      await post('/knowledge-bases', body);
+      toast(t('common.created'), 'info');
     }
-  });
+    setEditing(null);
+    await load();
+  }
 
   async function remove(kb) {
     if (!(await confirmDialog(t('kb.deleteConfirm', { name: kb.name }), { okLabel: t('common.delete'), danger: true }))) return;
@@ -124,8 +193,13 @@ export function mountKnowledgeBases(root, ctx) {
     }
   }
 
-  function render() {
-    tbody.replaceChildren(...items.map((kb) => h('tr', { 'data-testid': 'kb-row', 'data-kb-id': kb.id, 'data-name': kb.name },
+  const { load, destroy } = listPage({
+    path: '/knowledge-bases?limit=200',
+    tbody,
+    cols: 7,
+    empty: t('kb.empty'),
+    onForbidden: ctx.forbidden,
+    row: (kb) => h('tr', { 'data-testid': 'kb-row', 'data-kb-id': kb.id, 'data-name': kb.name },
       h('th', { scope: 'row' }, h('a', { href: `#/admin/docs/${enc(kb.id)}` }, kb.name)),
       h('td', { class: 'wrap' }, kb.description || '—'),
       h('td', {},
@@ -138,26 +212,14 @@ export function mountKnowledgeBases(root, ctx) {
       h('td', { class: 'actions' },
         h('a', { class: 'btn btn-sm', href: `#/admin/docs/${enc(kb.id)}`, 'data-testid': 'kb-docs-link' }, t('kb.docs')),
         kb.role === 'manager' ? [
-          h('button', { type: 'button', class: 'btn btn-sm', 'data-testid': 'kb-members', 'aria-label': `${t('kb.members')}: ${kb.name}`, onClick: () => openMembers(kb) }, t('kb.members')),
-          h('button', { type: 'button', class: 'btn btn-sm', 'data-testid': 'kb-edit', 'aria-label': `${t('common.edit')}: ${kb.name}`, onClick: () => setEditing(kb) }, t('common.edit')),
-          h('button', { type: 'button', class: 'btn btn-sm btn-danger-ghost', 'data-testid': 'kb-delete', 'aria-label': `${t('common.delete')}: ${kb.name}`, onClick: () => remove(kb) }, t('common.delete'))] : null))));
-    if (items.length === 0) tbody.append(emptyRow(7, t('kb.empty')));
-  }
-
-  async function load() {
-    try {
-      const res = await get('/knowledge-bases?limit=200');
-      items = res?.items ?? [];
-    } catch (err) {
-      if (err.status === 403) { ctx.forbidden(); return; }
-      toast(errorText(err));
-    }
-    if (!destroyed) render();
-  }
+          rowAction('kb-members', t('kb.members'), kb.name, () => openMembers(kb)),
+          rowAction('kb-edit', t('common.edit'), kb.name, () => setEditing(kb)),
+          rowAction('kb-delete', t('common.delete'), kb.name, () => remove(kb), { danger: true })] : null)),
+  });
 
   form.hidden = !isAdmin;
   load();
-  return { destroy() { destroyed = true; } };
+  return { destroy };
 }
 
 // reembedBadge shows a knowledge base's move to another embedding model
@@ -180,25 +242,25 @@ function openMembers(kb) {
   const name = h('input', { id: 'member-name', required: true, maxlength: 100, autocomplete: 'off', 'data-testid': 'member-name' });
   const role = h('select', { id: 'member-role', 'data-testid': 'member-role' },
     ...['viewer', 'editor', 'manager'].map((r) => h('option', { value: r }, t(`kb.role.${r}`))));
-  const errBox = formError();
-  errBox.dataset.testid = 'member-error';
-  const submit = h('button', { type: 'submit', class: 'btn btn-primary', 'data-testid': 'member-submit' }, t('members.add'));
-  const form = h('form', { class: 'member-form', 'data-testid': 'member-form', 'aria-label': t('members.add') },
-    h('div', { class: 'form-grid' },
+  const { form, errBox } = adminForm({
+    name: 'member',
+    label: t('members.add'),
+    fields: [
       field(t('members.kind'), kind),
       field(t('members.name'), name, t('members.nameHint')),
-      field(t('members.role'), role)),
-    errBox,
-    h('div', { class: 'form-actions' }, submit));
+      field(t('members.role'), role)],
+    submitText: t('members.add'),
+    formClass: 'member-form',
+    save: async () => {
+      await post(`/knowledge-bases/${enc(kb.id)}/members`, { kind: kind.value, name: name.value.trim(), role: role.value });
+      name.value = '';
+      await load();
+    },
+  });
+  errBox.dataset.testid = 'member-error';
   const content = h('div', {},
     h('p', { class: 'muted' }, t('members.explain')),
-    h('div', { class: 'table-wrap' }, h('table', { class: 'table' },
-      h('thead', {}, h('tr', {},
-        h('th', { scope: 'col' }, t('members.name')),
-        h('th', { scope: 'col' }, t('members.kind')),
-        h('th', { scope: 'col' }, t('members.role')),
-        h('th', { scope: 'col' }, t('common.actions')))),
-      list)),
+    dataTable([t('members.name'), t('members.kind'), t('members.role'), t('common.actions')], list, { card: false }),
     form);
   modal(t('members.title', { name: kb.name }), content, 'members-dialog');
 
@@ -211,7 +273,7 @@ function openMembers(kb) {
         h('td', {}, t(`members.kind.${m.kind}`, {}, m.kind)),
         h('td', {}, t(`kb.role.${m.role}`, {}, m.role)),
         h('td', { class: 'actions' },
-          h('button', { type: 'button', class: 'btn btn-sm btn-danger-ghost', 'data-testid': 'member-remove', 'aria-label': `${t('members.remove')}: ${m.name}`, onClick: () => remove(m) }, t('members.remove'))))));
+          rowAction('member-remove', t('members.remove'), m.name, () => remove(m), { danger: true })))));
       if (items.length === 0) list.append(emptyRow(4, t('members.empty')));
     } catch (err) {
       showFormError(errBox, err);
@@ -227,60 +289,41 @@ function openMembers(kb) {
     }
   }
 
-  form.addEventListener('submit', async (e) => {
-    e.preventDefault();
-    errBox.hidden = true;
-    submit.disabled = true;
-    try {
-      await post(`/knowledge-bases/${enc(kb.id)}/members`, { kind: kind.value, name: name.value.trim(), role: role.value });
-      name.value = '';
-      await load();
-    } catch (err) {
-      showFormError(errBox, err);
-    } finally {
-      submit.disabled = false;
-    }
-  });
   load();
 }
 
 // ---------------------------------------------------------------- term mappings
 
 export function mountTerms(root, ctx) {
-  let items = [];
   let editing = null;
-  let destroyed = false;
 
   const source = h('input', { id: 'term-source', required: true, maxlength: ctx.limits.sourceTermRunes, 'data-testid': 'term-source', autocomplete: 'off' });
   const target = h('input', { id: 'term-target', required: true, maxlength: ctx.limits.targetTermRunes, 'data-testid': 'term-target', autocomplete: 'off' });
   const priority = h('input', { id: 'term-priority', type: 'number', step: 1, value: '0', 'data-testid': 'term-priority' });
   const enabled = h('input', { id: 'term-enabled', type: 'checkbox', checked: true, 'data-testid': 'term-enabled' });
-  const errBox = formError();
-  const submit = h('button', { type: 'submit', class: 'btn btn-primary', 'data-testid': 'term-submit' }, t('common.create'));
-  const cancel = h('button', { type: 'button', class: 'btn', 'data-testid': 'term-cancel', hidden: true, onClick: () => setEditing(null) }, t('common.cancel'));
-  const formTitle = h('h2', {}, t('terms.createTitle'));
-  const form = h('form', { class: 'card form-card', 'data-testid': 'term-form', 'aria-label': t('terms.formLabel') },
-    formTitle,
-    h('div', { class: 'form-grid' },
+  const { form, heading: formTitle, errBox, submit, cancel } = adminForm({
+    name: 'term',
+    label: t('terms.formLabel'),
+    title: t('terms.createTitle'),
+    fields: [
       field(t('terms.source'), source, t('terms.sourceHint')),
       field(t('terms.target'), target),
       field(t('terms.priority'), priority, t('terms.priorityHint')),
-      h('div', { class: 'field field-check' }, h('label', { class: 'check', for: 'term-enabled' }, enabled, h('span', {}, t('common.enabled'))))),
-    errBox,
-    h('div', { class: 'form-actions' }, cancel, submit));
+      h('div', { class: 'field field-check' }, h('label', { class: 'check', for: 'term-enabled' }, enabled, h('span', {}, t('common.enabled'))))],
+    onCancel: () => setEditing(null),
+    save: async () => {
+      if (editing) await put(`/admin/term-mappings/${enc(editing.id)}`, bodyOf());
+      else await post('/admin/term-mappings', bodyOf());
+      toast(editing ? t('common.saved') : t('common.created'), 'info');
+      setEditing(null);
+      await load();
+    },
+  });
   const tbody = h('tbody');
   root.append(h('div', { class: 'page' },
     pageHeader(t('terms.title'), t('terms.subtitle')),
     form,
-    h('div', { class: 'table-wrap card' }, h('table', { class: 'table' },
-      h('thead', {}, h('tr', {},
-        h('th', { scope: 'col' }, t('terms.source')),
-        h('th', { scope: 'col' }, t('terms.target')),
-        h('th', { scope: 'col', class: 'num' }, t('terms.priority')),
-        h('th', { scope: 'col' }, t('common.status')),
-        h('th', { scope: 'col' }, t('common.updated')),
-        h('th', { scope: 'col' }, t('common.actions')))),
-      tbody))));
+    dataTable([t('terms.source'), t('terms.target'), numCol(t('terms.priority')), t('common.status'), t('common.updated'), t('common.actions')], tbody)));
 
   function setEditing(m) {
     editing = m;
@@ -304,23 +347,6 @@ export function mountTerms(root, ctx) {
     };
   }
 
-  form.addEventListener('submit', async (e) => {
-    e.preventDefault();
-    errBox.hidden = true;
-    submit.disabled = true;
-    try {
-      if (editing) await put(`/admin/term-mappings/${enc(editing.id)}`, bodyOf());
-      else await post('/admin/term-mappings', bodyOf());
-      toast(editing ? t('common.saved') : t('common.created'), 'info');
-      setEditing(null);
-      await load();
-    } catch (err) {
-      showFormError(errBox, err);
-    } finally {
-      submit.disabled = false;
-    }
-  });
-
   async function toggle(m) {
     try {
       await put(`/admin/term-mappings/${enc(m.id)}`, { sourceTerm: m.sourceTerm, targetTerm: m.targetTerm, priority: m.priority, enabled: !m.enabled });
@@ -341,93 +367,60 @@ export function mountTerms(root, ctx) {
     }
   }
 
-  function render() {
-    tbody.replaceChildren(...items.map((m) => h('tr', { 'data-testid': 'term-row', 'data-id': m.id, 'data-source': m.sourceTerm, class: m.enabled ? '' : 'row-disabled' },
+  const { load, destroy } = listPage({
+    path: '/admin/term-mappings',
+    tbody,
+    cols: 6,
+    empty: t('terms.empty'),
+    order: (a, b) => (b.priority ?? 0) - (a.priority ?? 0) || a.sourceTerm.localeCompare(b.sourceTerm),
+    onForbidden: ctx.forbidden,
+    row: (m) => h('tr', { 'data-testid': 'term-row', 'data-id': m.id, 'data-source': m.sourceTerm, class: m.enabled ? '' : 'row-disabled' },
       h('th', { scope: 'row' }, m.sourceTerm),
       h('td', {}, '→ ', m.targetTerm),
       h('td', { class: 'num' }, m.priority ?? 0),
       h('td', {}, h('span', { class: m.enabled ? 'badge badge-ok' : 'badge' }, m.enabled ? t('common.enabled') : t('common.disabled'))),
       h('td', { class: 'muted' }, formatTime(m.updatedAt)),
       h('td', { class: 'actions' },
-        h('button', { type: 'button', class: 'btn btn-sm', 'data-testid': 'term-edit', 'aria-label': `${t('common.edit')}: ${m.sourceTerm}`, onClick: () => setEditing(m) }, t('common.edit')),
-        h('button', { type: 'button', class: 'btn btn-sm', 'data-testid': 'term-toggle', 'aria-label': `${m.enabled ? t('common.disable') : t('common.enable')}: ${m.sourceTerm}`, onClick: () => toggle(m) }, m.enabled ? t('common.disable') : t('common.enable')),
-        h('button', { type: 'button', class: 'btn btn-sm btn-danger-ghost', 'data-testid': 'term-delete', 'aria-label': `${t('common.delete')}: ${m.sourceTerm}`, onClick: () => remove(m) }, t('common.delete'))))));
-    if (items.length === 0) tbody.append(emptyRow(6, t('terms.empty')));
-  }
-
-  async function load() {
-    try {
-      const res = await get('/admin/term-mappings');
-      items = (res?.items ?? []).slice().sort((a, b) => (b.priority ?? 0) - (a.priority ?? 0) || a.sourceTerm.localeCompare(b.sourceTerm));
-    } catch (err) {
-      if (err.status === 403) { ctx.forbidden(); return; }
-      toast(errorText(err));
-    }
-    if (!destroyed) render();
-  }
+        rowAction('term-edit', t('common.edit'), m.sourceTerm, () => setEditing(m)),
+        rowAction('term-toggle', m.enabled ? t('common.disable') : t('common.enable'), m.sourceTerm, () => toggle(m)),
+        rowAction('term-delete', t('common.delete'), m.sourceTerm, () => remove(m), { danger: true }))),
+  });
 
   load();
-  return { destroy() { destroyed = true; } };
+  return { destroy };
 }
 
 // ---------------------------------------------------------------- users
 
 export function mountUsers(root, ctx) {
-  let items = [];
-  let destroyed = false;
-
   const username = h('input', { id: 'user-username', required: true, maxlength: 64, autocomplete: 'off', 'data-testid': 'user-username' });
   const password = h('input', { id: 'user-password', type: 'password', required: true, autocomplete: 'new-password', 'data-testid': 'user-password' });
   const role = h('select', { id: 'user-role', 'data-testid': 'user-role' },
     h('option', { value: 'user' }, t('role.user')),
     h('option', { value: 'admin' }, t('role.admin')));
-  const errBox = formError();
-  const submit = h('button', { type: 'submit', class: 'btn btn-primary', 'data-testid': 'user-submit' }, t('common.create'));
-  const form = h('form', { class: 'card form-card', 'data-testid': 'user-form', 'aria-label': t('users.formLabel') },
-    h('h2', {}, t('users.createTitle')),
-    h('div', { class: 'form-grid' },
+  const { form } = adminForm({
+    name: 'user',
+    label: t('users.formLabel'),
+    title: t('users.createTitle'),
+    fields: [
       field(t('users.username'), username),
       field(t('users.password'), password),
-      field(t('users.role'), role)),
-    errBox,
-    h('div', { class: 'form-actions' }, submit));
-  const tbody = h('tbody');
-  root.append(h('div', { class: 'page' },
-    pageHeader(t('users.title'), t('users.subtitle')),
-    form,
-    h('div', { class: 'table-wrap card' }, h('table', { class: 'table' },
-      h('thead', {}, h('tr', {},
-        h('th', { scope: 'col' }, t('users.username')),
-        h('th', { scope: 'col' }, t('users.role')),
-        h('th', { scope: 'col' }, t('common.status')),
-        h('th', { scope: 'col' }, t('common.createdAt')),
-        h('th', { scope: 'col' }, t('common.actions')))),
-      tbody))));
-
-  form.addEventListener('submit', async (e) => {
-    e.preventDefault();
-    errBox.hidden = true;
-    submit.disabled = true;
-    try {
+      field(t('users.role'), role)],
+    save: async () => {
       await post('/users', { username: username.value.trim(), password: password.value, role: role.value });
       toast(t('common.created'), 'info');
       form.reset();
       await load();
-    } catch (err) {
-      showFormError(errBox, err);
-    } finally {
-      submit.disabled = false;
-    }
+    },
   });
+  const tbody = h('tbody');
+  root.append(h('div', { class: 'page' },
+    pageHeader(t('users.title'), t('users.subtitle')),
+    form,
+    dataTable([t('users.username'), t('users.role'), t('common.status'), t('common.createdAt'), t('common.actions')], tbody)));
 
-  async function update(u, body, okText = t('common.saved')) {
-    try {
-      await patch(`/users/${enc(u.id)}`, body);
-      toast(okText, 'info');
-    } catch (err) {
-      toast(errorText(err));
-    }
-    await load();
+  function update(u, body, okText = t('common.saved')) {
+    return act(() => patch(`/users/${enc(u.id)}`, body), load, okText);
   }
 
   async function resetPassword(u) {
@@ -435,18 +428,17 @@ export function mountUsers(root, ctx) {
     if (pw) await update(u, { password: pw }, t('users.passwordChanged'));
   }
 
-  async function remove(u) {
-    if (!(await confirmDialog(t('users.deleteConfirm', { name: u.username }), { okLabel: t('common.delete'), danger: true }))) return;
-    try {
-      await del(`/users/${enc(u.id)}`);
-    } catch (err) {
-      toast(errorText(err));
-    }
-    await load();
+  function remove(u) {
+    return confirmDelete(t('users.deleteConfirm', { name: u.username }), `/users/${enc(u.id)}`, load);
   }
 
-  function render() {
-    tbody.replaceChildren(...items.map((u) => {
+  const { load, destroy } = listPage({
+    path: '/users',
+    tbody,
+    cols: 5,
+    empty: t('users.empty'),
+    onForbidden: ctx.forbidden,
+    row: (u) => {
       const self = u.id === ctx.user.id;
       const roleSelect = h('select', { 'data-testid': 'user-role-select', 'aria-label': `${t('users.role')}: ${u.username}`, disabled: self },
         h('option', { value: 'user', selected: u.role === 'user' }, t('role.user')),
@@ -458,26 +450,14 @@ export function mountUsers(root, ctx) {
         h('td', {}, h('span', { class: u.disabled ? 'badge badge-bad' : 'badge badge-ok' }, u.disabled ? t('common.disabled') : t('common.enabled'))),
         h('td', { class: 'muted' }, formatTime(u.createdAt)),
         h('td', { class: 'actions' },
-          h('button', { type: 'button', class: 'btn btn-sm', 'data-testid': 'user-disable', disabled: self, 'aria-label': `${u.disabled ? t('common.enable') : t('common.disable')}: ${u.username}`, onClick: () => update(u, { disabled: !u.disabled }) }, u.disabled ? t('common.enable') : t('common.disable')),
-          h('button', { type: 'button', class: 'btn btn-sm', 'data-testid': 'user-password-reset', 'aria-label': `${t('users.resetPassword')}: ${u.username}`, onClick: () => resetPassword(u) }, t('users.resetPassword')),
-          h('button', { type: 'button', class: 'btn btn-sm btn-danger-ghost', 'data-testid': 'user-delete', disabled: self, 'aria-label': `${t('common.delete')}: ${u.username}`, onClick: () => remove(u) }, t('common.delete'))));
-    }));
-    if (items.length === 0) tbody.append(emptyRow(5, t('users.empty')));
-  }
-
-  async function load() {
-    try {
-      const res = await get('/users');
-      items = res?.items ?? [];
-    } catch (err) {
-      if (err.status === 403) { ctx.forbidden(); return; }
-      toast(errorText(err));
-    }
-    if (!destroyed) render();
-  }
+          rowAction('user-disable', u.disabled ? t('common.enable') : t('common.disable'), u.username, () => update(u, { disabled: !u.disabled }), { disabled: self }),
+          rowAction('user-password-reset', t('users.resetPassword'), u.username, () => resetPassword(u)),
+          rowAction('user-delete', t('common.delete'), u.username, () => remove(u), { danger: true, disabled: self })));
+    },
+  });
 
   load();
-  return { destroy() { destroyed = true; } };
+  return { destroy };
 }
 
 // ---------------------------------------------------------------- limiter
@@ -546,94 +526,55 @@ export function mountLimiter(root, ctx) {
 // mountGroups manages the groups knowledge bases are shared with: create,
 // rename, delete, and who is in each.
 export function mountGroups(root, ctx) {
-  let items = [];
-  let destroyed = false;
-
   const name = h('input', { id: 'group-name', required: true, maxlength: ctx.limits.nameRunes, autocomplete: 'off', 'data-testid': 'group-name' });
   const description = h('input', { id: 'group-description', maxlength: ctx.limits.descriptionRunes, autocomplete: 'off', 'data-testid': 'group-description' });
-  const errBox = formError();
-  const submit = h('button', { type: 'submit', class: 'btn btn-primary', 'data-testid': 'group-submit' }, t('common.create'));
-  const form = h('form', { class: 'card form-card', 'data-testid': 'group-form', 'aria-label': t('groups.createTitle') },
-    h('h2', {}, t('groups.createTitle')),
-    h('div', { class: 'form-grid' },
+  const { form } = adminForm({
+    name: 'group',
+    label: t('groups.createTitle'),
+    title: t('groups.createTitle'),
+    fields: [
       field(t('groups.name'), name),
-      field(t('groups.description'), description)),
-    errBox,
-    h('div', { class: 'form-actions' }, submit));
-  const tbody = h('tbody');
-  root.append(h('div', { class: 'page' },
-    pageHeader(t('groups.title'), t('groups.subtitle')),
-    form,
-    h('div', { class: 'table-wrap card' }, h('table', { class: 'table' },
-      h('thead', {}, h('tr', {},
-        h('th', { scope: 'col' }, t('groups.name')),
-        h('th', { scope: 'col' }, t('groups.description')),
-        h('th', { scope: 'col', class: 'num' }, t('groups.memberCount')),
-        h('th', { scope: 'col' }, t('common.actions')))),
-      tbody))));
-
-  form.addEventListener('submit', async (e) => {
-    e.preventDefault();
-    errBox.hidden = true;
-    submit.disabled = true;
-    try {
+      field(t('groups.description'), description)],
+    save: async () => {
       await post('/groups', { name: name.value.trim(), description: description.value.trim() });
       toast(t('common.created'), 'info');
       form.reset();
       await load();
-    } catch (err) {
-      showFormError(errBox, err);
-    } finally {
-      submit.disabled = false;
-    }
+    },
   });
+  const tbody = h('tbody');
+  root.append(h('div', { class: 'page' },
+    pageHeader(t('groups.title'), t('groups.subtitle')),
+    form,
+    dataTable([t('groups.name'), t('groups.description'), numCol(t('groups.memberCount')), t('common.actions')], tbody)));
 
   async function rename(g) {
     const v = await promptDialog(t('groups.rename', { name: g.name }), g.name);
     if (!v || v.trim() === g.name) return;
-    try {
-      await patch(`/groups/${enc(g.id)}`, { name: v.trim() });
-      toast(t('common.saved'), 'info');
-    } catch (err) {
-      toast(errorText(err));
-    }
-    await load();
+    await act(() => patch(`/groups/${enc(g.id)}`, { name: v.trim() }), load, t('common.saved'));
   }
 
-  async function remove(g) {
-    if (!(await confirmDialog(t('groups.deleteConfirm', { name: g.name }), { okLabel: t('common.delete'), danger: true }))) return;
-    try {
-      await del(`/groups/${enc(g.id)}`);
-    } catch (err) {
-      toast(errorText(err));
-    }
-    await load();
+  function remove(g) {
+    return confirmDelete(t('groups.deleteConfirm', { name: g.name }), `/groups/${enc(g.id)}`, load);
   }
 
-  function render() {
-    tbody.replaceChildren(...items.map((g) => h('tr', { 'data-testid': 'group-row', 'data-id': g.id, 'data-name': g.name },
+  const { load, destroy } = listPage({
+    path: '/groups?limit=200',
+    tbody,
+    cols: 4,
+    empty: t('groups.empty'),
+    row: (g) => h('tr', { 'data-testid': 'group-row', 'data-id': g.id, 'data-name': g.name },
       h('th', { scope: 'row' }, g.name),
       h('td', { class: 'wrap' }, g.description || '—'),
       h('td', { class: 'num' }, g.memberCount ?? 0),
       h('td', { class: 'actions' },
-        h('button', { type: 'button', class: 'btn btn-sm', 'data-testid': 'group-members', 'aria-label': `${t('kb.members')}: ${g.name}`, onClick: () => openGroupMembers(g, load) }, t('kb.members')),
-        h('button', { type: 'button', class: 'btn btn-sm', 'data-testid': 'group-rename', 'aria-label': `${t('common.edit')}: ${g.name}`, onClick: () => rename(g) }, t('common.edit')),
-        h('button', { type: 'button', class: 'btn btn-sm btn-danger-ghost', 'data-testid': 'group-delete', 'aria-label': `${t('common.delete')}: ${g.name}`, onClick: () => remove(g) }, t('common.delete'))))));
-    if (items.length === 0) tbody.append(emptyRow(4, t('groups.empty')));
-  }
-
-  async function load() {
-    try {
-      const res = await get('/groups?limit=200');
-      items = res?.items ?? [];
-    } catch (err) {
-      toast(errorText(err));
-    }
-    if (!destroyed) render();
-  }
+        rowAction('group-members', t('kb.members'), g.name, () => openGroupMembers(g, load)),
+        rowAction('group-rename', t('common.edit'), g.name, () => rename(g)),
+        rowAction('group-delete', t('common.delete'), g.name, () => remove(g), { danger: true }))),
+  });
 
   load();
-  return { destroy() { destroyed = true; } };
+  return { destroy };
 }
 
 // openGroupMembers lists a group's users and adds or removes one by
@@ -641,14 +582,21 @@ export function mountGroups(root, ctx) {
 function openGroupMembers(g, changed) {
   const list = h('tbody');
   const username = h('input', { id: 'group-member-username', required: true, maxlength: 64, autocomplete: 'off', 'data-testid': 'group-member-username' });
-  const errBox = formError();
-  const submit = h('button', { type: 'submit', class: 'btn btn-primary', 'data-testid': 'group-member-submit' }, t('groups.addMember'));
-  const form = h('form', { class: 'member-form', 'aria-label': t('groups.addMember') },
-    field(t('users.username'), username), errBox, h('div', { class: 'form-actions' }, submit));
+  const { form, errBox } = adminForm({
+    name: 'group-member',
+    label: t('groups.addMember'),
+    below: [field(t('users.username'), username)],
+    submitText: t('groups.addMember'),
+    formClass: 'member-form',
+    save: async () => {
+      await post(`/groups/${enc(g.id)}/members`, { username: username.value.trim() });
+      username.value = '';
+      await load();
+      changed();
+    },
+  });
   modal(t('groups.membersOf', { name: g.name }), h('div', {},
-    h('div', { class: 'table-wrap' }, h('table', { class: 'table' },
-      h('thead', {}, h('tr', {}, h('th', { scope: 'col' }, t('users.username')), h('th', { scope: 'col' }, t('common.actions')))),
-      list)),
+    dataTable([t('users.username'), t('common.actions')], list, { card: false }),
     form), 'group-members-dialog');
 
   async function load() {
@@ -658,7 +606,7 @@ function openGroupMembers(g, changed) {
       list.replaceChildren(...users.map((u) => h('tr', { 'data-testid': 'group-member-row', 'data-username': u.username },
         h('th', { scope: 'row' }, u.username),
         h('td', { class: 'actions' },
-          h('button', { type: 'button', class: 'btn btn-sm btn-danger-ghost', 'aria-label': `${t('members.remove')}: ${u.username}`, onClick: () => remove(u) }, t('members.remove'))))));
+          rowAction(null, t('members.remove'), u.username, () => remove(u), { danger: true })))));
       if (users.length === 0) list.append(emptyRow(2, t('members.empty')));
     } catch (err) {
       showFormError(errBox, err);
@@ -674,21 +622,5 @@ function openGroupMembers(g, changed) {
       showFormError(errBox, err);
     }
   }
-
-  form.addEventListener('submit', async (e) => {
-    e.preventDefault();
-    errBox.hidden = true;
-    submit.disabled = true;
-    try {
-      await post(`/groups/${enc(g.id)}/members`, { username: username.value.trim() });
-      username.value = '';
-      await load();
-      changed();
-    } catch (err) {
-      showFormError(errBox, err);
-    } finally {
-      submit.disabled = false;
-    }
-  });
   load();
 }

@@ -4,7 +4,7 @@
 import { t } from './i18n.js';
 import { h, toast, errorText, confirmDialog, formatTime, field } from './dom.js';
 import { get, post, del, enc } from './api.js';
-import { pageHeader, formError, showFormError, emptyRow } from './admin.js';
+import { pageHeader, adminForm, dataTable, emptyRow } from './admin.js';
 
 const SCOPES = ['read', 'search', 'chat', 'ingest'];
 
@@ -24,48 +24,34 @@ export function mountAPIKeys(root, ctx) {
     h('small', { class: 'hint' }, t('apikeys.knowledgeBasesHint')),
     kbList);
   const expires = h('input', { id: 'apikey-expires', type: 'date', 'data-testid': 'apikey-expires' });
-  const errBox = formError();
-  const submit = h('button', { type: 'submit', class: 'btn btn-primary', 'data-testid': 'apikey-submit' }, t('common.create'));
-  const form = h('form', { class: 'card form-card', 'data-testid': 'apikey-form', 'aria-label': t('apikeys.createTitle') },
-    h('h2', {}, t('apikeys.createTitle')),
-    h('div', { class: 'form-grid' },
+  const { form } = adminForm({
+    name: 'apikey',
+    label: t('apikeys.createTitle'),
+    title: t('apikeys.createTitle'),
+    fields: [
       field(t('apikeys.name'), name),
-      field(t('apikeys.expires'), expires, t('apikeys.expiresHint'))),
-    scopes,
-    kbs,
-    errBox,
-    h('div', { class: 'form-actions' }, submit));
-  const tbody = h('tbody');
-  const head = [t('apikeys.name'), t('apikeys.prefix')];
-  if (isAdmin) head.push(t('apikeys.owner'));
-  head.push(t('apikeys.scopes'), t('apikeys.knowledgeBases'), t('apikeys.lastUsed'), t('apikeys.expires'), t('common.actions'));
-  const table = h('div', { class: 'table-wrap card' }, h('table', { class: 'table', 'data-testid': 'apikey-table' },
-    h('thead', {}, h('tr', {}, head.map((c) => h('th', { scope: 'col' }, c)))),
-    tbody));
-  root.append(h('div', { class: 'page' },
-    pageHeader(t('apikeys.title'), t(isAdmin ? 'apikeys.subtitleAdmin' : 'apikeys.subtitle')),
-    form, table));
-
-  form.addEventListener('submit', async (e) => {
-    e.preventDefault();
-    errBox.hidden = true;
-    const body = { name: name.value.trim(), scopes: scopeBoxes.filter((b) => b.checked).map((b) => b.value) };
-    const picked = [...kbList.querySelectorAll('input:checked')].map((b) => b.value);
-    if (picked.length > 0) body.knowledgeBaseIds = picked;
-    if (expires.value) body.expiresAt = new Date(`${expires.value}T23:59:59`).toISOString();
-    submit.disabled = true;
-    try {
+      field(t('apikeys.expires'), expires, t('apikeys.expiresHint'))],
+    below: [scopes, kbs],
+    save: async () => {
+      const body = { name: name.value.trim(), scopes: scopeBoxes.filter((b) => b.checked).map((b) => b.value) };
+      const picked = [...kbList.querySelectorAll('input:checked')].map((b) => b.value);
+      if (picked.length > 0) body.knowledgeBaseIds = picked;
+      if (expires.value) body.expiresAt = new Date(`${expires.value}T23:59:59`).toISOString();
       const created = await post('/api-keys', body);
       form.reset();
       for (const b of scopeBoxes) b.checked = b.value === 'read' || b.value === 'search';
       showKeyOnce(created);
       await load();
-    } catch (err) {
-      showFormError(errBox, err);
-    } finally {
-      submit.disabled = false;
-    }
+    },
   });
+  const tbody = h('tbody');
+  const head = [t('apikeys.name'), t('apikeys.prefix')];
+  if (isAdmin) head.push(t('apikeys.owner'));
+  head.push(t('apikeys.scopes'), t('apikeys.knowledgeBases'), t('apikeys.lastUsed'), t('apikeys.expires'), t('common.actions'));
+  const table = dataTable(head, tbody, { testid: 'apikey-table' });
+  root.append(h('div', { class: 'page' },
+    pageHeader(t('apikeys.title'), t(isAdmin ? 'apikeys.subtitleAdmin' : 'apikeys.subtitle')),
+    form, table));
 
   async function revoke(k) {
     if (!(await confirmDialog(t('apikeys.revokeConfirm', { name: k.name, prefix: k.prefix }), { okLabel: t('apikeys.revoke'), danger: true }))) return;

@@ -3,7 +3,7 @@
 import { t } from './i18n.js';
 import { h, clear, formatTime, field } from './dom.js';
 import { get } from './api.js';
-import { pageHeader, formError, showFormError, emptyRow } from './admin.js';
+import { pageHeader, formError, showFormError, emptyRow, dataTable } from './admin.js';
 
 // The recorded actions (README "Audit log"); the filter offers these.
 const ACTIONS = [
@@ -60,16 +60,7 @@ export function mountAudit(root, ctx) {
   root.append(h('div', { class: 'page' },
     pageHeader(t('audit.title'), t('audit.subtitle')),
     form,
-    h('div', { class: 'table-wrap card' }, h('table', { class: 'table' },
-      h('thead', {}, h('tr', {},
-        h('th', { scope: 'col' }, t('audit.time')),
-        h('th', { scope: 'col' }, t('audit.actor')),
-        h('th', { scope: 'col' }, t('audit.action')),
-        h('th', { scope: 'col' }, t('audit.target')),
-        h('th', { scope: 'col' }, t('audit.result')),
-        h('th', { scope: 'col' }, t('audit.detail')),
-        h('th', { scope: 'col' }, t('audit.source')))),
-      tbody)),
+    dataTable([t('audit.time'), t('audit.actor'), t('audit.action'), t('audit.target'), t('audit.result'), t('audit.detail'), t('audit.source')], tbody),
     h('div', { class: 'form-actions' }, more)));
 
   function query() {

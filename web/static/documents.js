@@ -1,9 +1,9 @@
 // Documents of one knowledge base: drag-and-drop upload with per-file
 // progress, live ingestion status, chunk preview, reindex and delete.
 import { t } from './i18n.js';
-import { h, toast, errorText, confirmDialog, modal, formatTime, formatBytes } from './dom.js';
-import { get, post, del, enc, upload } from './api.js';
-import { pageHeader, emptyRow, reembedBadge } from './admin.js';
+import { h, toast, errorText, modal, formatTime, formatBytes } from './dom.js';
+import { get, post, enc, upload } from './api.js';
+import { pageHeader, emptyRow, reembedBadge, rowAction, act, confirmDelete } from './admin.js';
 
 const POLL_MS = 2000;
 const PARALLEL_UPLOADS = 3;
@@ -229,9 +229,9 @@ export function mountDocuments(root, ctx) {
       h('td', { class: 'num muted' }, formatBytes(d.size)),
       h('td', { class: 'muted' }, formatTime(d.updatedAt || d.createdAt)),
       h('td', { class: 'actions' },
-        h('button', { type: 'button', class: 'btn btn-sm', 'data-testid': 'doc-chunks', disabled: d.status !== 'ready', 'aria-label': `${t('docs.preview')}: ${d.name}`, onClick: () => previewChunks(d) }, t('docs.preview')),
-        !canEdit ? null : h('button', { type: 'button', class: 'btn btn-sm', 'data-testid': 'doc-reindex', disabled: d.status === 'pending' || d.status === 'running', 'aria-label': `${t('docs.reindex')}: ${d.name}`, onClick: () => reindex(d) }, t('docs.reindex')),
-        !canEdit ? null : h('button', { type: 'button', class: 'btn btn-sm btn-danger-ghost', 'data-testid': 'doc-delete', 'aria-label': `${t('common.delete')}: ${d.name}`, onClick: () => remove(d) }, t('common.delete'))))));
+        rowAction('doc-chunks', t('docs.preview'), d.name, () => previewChunks(d), { disabled: d.status !== 'ready' }),
+        !canEdit ? null : rowAction('doc-reindex', t('docs.reindex'), d.name, () => reindex(d), { disabled: d.status === 'pending' || d.status === 'running' }),
+        !canEdit ? null : rowAction('doc-delete', t('common.delete'), d.name, () => remove(d), { danger: true })))));
     if (docs.length === 0) tbody.append(emptyRow(6, t('docs.empty')));
     for (const item of [...following]) item.follow(docs.find((d) => d.id === item.docId));
     const busy = docs.some((d) => d.status === 'pending' || d.status === 'running');
@@ -314,24 +314,12 @@ export function mountDocuments(root, ctx) {
     }
   }
 
-  async function reindex(d) {
-    try {
-      await post(`/documents/${enc(d.id)}/reindex`);
-      toast(t('docs.reindexStarted', { name: d.name }), 'info');
-    } catch (err) {
-      toast(errorText(err));
-    }
-    await load();
+  function reindex(d) {
+    return act(() => post(`/documents/${enc(d.id)}/reindex`), load, t('docs.reindexStarted', { name: d.name }));
   }
 
-  async function remove(d) {
-    if (!(await confirmDialog(t('docs.deleteConfirm', { name: d.name }), { okLabel: t('common.delete'), danger: true }))) return;
-    try {
-      await del(`/documents/${enc(d.id)}`);
-    } catch (err) {
-      toast(errorText(err));
-    }
-    await load();
+  function remove(d) {
+    return confirmDelete(t('docs.deleteConfirm', { name: d.name }), `/documents/${enc(d.id)}`, load);
   }
 
   loadKb();

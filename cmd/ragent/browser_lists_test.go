@@ -1,0 +1,133 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strings"
+	"testing"
+)
+
+// adminListActions works the admin lists' row actions no other step of
+// TestBrowserUI reaches, on the signed-in admin's tab: a user is created,
+// promoted, disabled, given a new password and deleted; a group renamed and
+// deleted; a term mapping disabled and deleted; a document reindexed and
+// deleted. Each change is checked on the server, not only on the page.
+func adminListActions(t *testing.T, tb *tab, in *instance, api *client) {
+	if r := api.do("POST", "/api/v1/groups", map[string]string{"name": "night-shift"}); r.Status != http.StatusCreated {
+		t.Fatalf("create group: %d %s", r.Status, r.Body)
+	}
+	if r := api.do("POST", "/api/v1/admin/term-mappings", map[string]any{"sourceTerm": "k8s", "targetTerm": "kubernetes", "enabled": true}); r.Status != http.StatusCreated {
+		t.Fatalf("create term mapping: %d %s", r.Status, r.Body)
+	}
+	kb := api.createKB("runbooks")
+	doc := api.uploadAccepted(kb, "restart.md", []byte("# Restart\n\nRestart the service with systemctl restart ragent.\n"))
+	api.waitReady(doc.ID)
+
+	// user answers lena's record on the server, or nil once she is gone.
+	user := func(t *testing.T) map[string]any {
+		r := api.do("GET", "/api/v1/users", nil)
+		var page struct{ Items []map[string]any }
+		if err := json.Unmarshal(r.Body, &page); err != nil {
+			t.Fatalf("list users: %d %s", r.Status, r.Body)
+		}
+		for _, u := range page.Items {
+			if u["username"] == "lena" {
+				return u
+			}
+		}
+		return nil
+	}
+	lena := `[data-testid=user-row][data-username=lena]`
+	// saved waits for the info toast of a change made after clearToasts.
+	clearToasts := func(t *testing.T) { tb.eval(t, `document.getElementById('toasts').replaceChildren()`) }
+	saved := func(t *testing.T) { tb.visible(t, `[data-testid=toast][data-kind=info]`) }
+
+	t.Run("users", func(t *testing.T) {
+		tb.open(t, "/#/admin/users")
+		tb.sendKeys(t, `#user-username`, "lena")
+		tb.sendKeys(t, `#user-password`, "lena-password")
+		tb.click(t, `[data-testid=user-submit]`)
+		tb.visible(t, lena)
+
+		clearToasts(t)
+		tb.eval(t, fmt.Sprintf(`(() => { const s = document.querySelector(%s); s.value = 'admin'; s.dispatchEvent(new Event('change')); })()`,
+			quoteJS(lena+` [data-testid=user-role-select]`)))
+		saved(t)
+		if u := user(t); u["role"] != "admin" {
+			t.Fatalf("after the role change: %v", u)
+		}
+
+		tb.click(t, lena+` [data-testid=user-disable]`)
+		tb.visible(t, lena+`.row-disabled`)
+		if u := user(t); u["disabled"] != true {
+			t.Fatalf("after disabling: %v", u)
+		}
+		tb.click(t, lena+` [data-testid=user-disable]`)
+		tb.poll(t, "the row to be enabled", stepTimeout, fmt.Sprintf(`!document.querySelector(%s)`, quoteJS(lena+`.row-disabled`)))
+
+		clearToasts(t)
+		tb.click(t, lena+` [data-testid=user-password-reset]`)
+		tb.sendKeys(t, `[data-testid=prompt-input]`, "lena-new-password")
+		tb.click(t, `[data-testid=prompt-ok]`)
+		saved(t)
+		in.login(t, "lena", "lena-new-password")
+
+		tb.click(t, lena+` [data-testid=user-delete]`)
+		tb.click(t, `[data-testid=confirm-ok]`)
+		tb.poll(t, "the row to go", stepTimeout, fmt.Sprintf(`!document.querySelector(%s)`, quoteJS(lena)))
+		if u := user(t); u != nil {
+			t.Fatalf("deleted user still listed: %v", u)
+		}
+	})
+
+	t.Run("groups", func(t *testing.T) {
+		tb.open(t, "/#/admin/groups")
+		tb.click(t, `[data-testid=group-row][data-name=night-shift] [data-testid=group-rename]`)
+		tb.fill(t, `[data-testid=prompt-input]`, "day-shift")
+		tb.click(t, `[data-testid=prompt-ok]`)
+		tb.visible(t, `[data-testid=group-row][data-name=day-shift]`)
+		tb.click(t, `[data-testid=group-row][data-name=day-shift] [data-testid=group-delete]`)
+		tb.click(t, `[data-testid=confirm-ok]`)
+		tb.poll(t, "the row to go", stepTimeout, `!document.querySelector('[data-testid=group-row][data-name=day-shift]')`)
+		if r := api.do("GET", "/api/v1/groups", nil); r.Status != http.StatusOK || strings.Contains(string(r.Body), "shift") {
+			t.Fatalf("groups after the delete: %d %s", r.Status, r.Body)
+		}
+	})
+
+	t.Run("term mappings", func(t *testing.T) {
+		tb.open(t, "/#/admin/terms")
+		row := `[data-testid=term-row][data-source=k8s]`
+		tb.click(t, row+` [data-testid=term-toggle]`)
+		tb.visible(t, row+`.row-disabled`)
+		tb.click(t, row+` [data-testid=term-delete]`)
+		tb.click(t, `[data-testid=confirm-ok]`)
+		tb.poll(t, "the row to go", stepTimeout, fmt.Sprintf(`!document.querySelector(%s)`, quoteJS(row)))
+		if r := api.do("GET", "/api/v1/admin/term-mappings", nil); r.Status != http.StatusOK || strings.Contains(string(r.Body), "k8s") {
+			t.Fatalf("term mappings after the delete: %d %s", r.Status, r.Body)
+		}
+	})
+
+	t.Run("documents", func(t *testing.T) {
+		tb.open(t, "/#/admin/docs/"+kb)
+		row := fmt.Sprintf(`[data-testid=doc-row][data-doc-id=%q]`, doc.ID)
+		// The list re-renders while it polls a document's status, which can
+		// swap a row between finding a button and clicking it: press the
+		// buttons in one step of the page instead.
+		press := func(t *testing.T, css string) {
+			tb.eval(t, fmt.Sprintf(`document.querySelector(%s).click()`, quoteJS(css)))
+		}
+		tb.visible(t, row+`[data-status=ready]`)
+		clearToasts(t)
+		press(t, row+` [data-testid=doc-reindex]`)
+		saved(t)
+		api.waitReady(doc.ID)
+		tb.visible(t, row+`[data-status=ready]`) // the list followed the reindex
+		press(t, row+` [data-testid=doc-delete]`)
+		tb.click(t, `[data-testid=confirm-ok]`)
+		tb.poll(t, "the row to go", stepTimeout, fmt.Sprintf(`!document.querySelector(%s)`, quoteJS(row)))
+		if r := api.do("GET", "/api/v1/documents/"+doc.ID, nil); r.Status != http.StatusNotFound {
+			t.Fatalf("deleted document: %d %s", r.Status, r.Body)
+		}
+	})
+}
