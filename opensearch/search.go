@@ -1,0 +1,65 @@
+package opensearch
+
+import (
+	"context"
+	"net/http"
+	"sort"
+
+	"github.com/ragent-go/ragent/service"
+)
+
+// KeywordSearch ranks the chunks of q's knowledge bases by BM25 over q's
+// terms and returns the top q.Limit with ChunkID and Score set; the caller
+// reads the rest from Postgres (see repository.Store.ChunkResults).
+// The knowledge-base filter is part of the query, so other knowledge bases'
+// chunks are never candidates. q.K1 and q.B are the index's (set when it
+// was created). Ties keep chunk id order, as in Postgres.
+func (c *Client) KeywordSearch(ctx context.Context, q service.KeywordQuery) ([]service.SearchResult, error) {
+	if len(q.Terms) == 0 || len(q.KnowledgeBaseIDs) == 0 || q.Limit <= 0 {
+		return nil, nil
+	}
+	should := make([]any, len(q.Terms))
+	for i, t := range q.Terms {
+		boost := 1
+		if i < len(q.Counts) && q.Counts[i] > 0 {
+			boost = q.Counts[i]
+		}
+		should[i] = map[string]any{"term": map[string]any{fieldTerms: map[string]any{"value": t, "boost": boost}}}
+	}
+	body := map[string]any{
+		"size":             q.Limit,
+		"_source":          false,
+		"track_total_hits": false,
+		"query": map[string]any{"bool": map[string]any{
+			"filter":               []any{map[string]any{"terms": map[string]any{fieldKB: q.KnowledgeBaseIDs}}},
+			"should":               should,
+			"minimum_should_match": 1,
+		}},
+	}
+	var out struct {
+		Hits struct {
+			Hits []struct {
+				ID    string  `json:"_id"`
+				Score float64 `json:"_score"`
+			} `json:"hits"`
+		} `json:"hits"`
+	}
+	if err := c.do(ctx, http.MethodPost, "/"+c.Alias()+"/_search", body, &out); err != nil {
+		return nil, err
+	}
+	results := make([]service.SearchResult, 0, len(out.Hits.Hits))
+	for _, h := range out.Hits.Hits {
+		id, err := service.ParseID(h.ID)
+		if err != nil {
+			continue
+		}
+		results = append(results, service.SearchResult{ChunkID: id, Score: h.Score})
+	}
+	sort.SliceStable(results, func(i, j int) bool {
+		if results[i].Score != results[j].Score {
+			return results[i].Score > results[j].Score
+		}
+		return results[i].ChunkID < results[j].ChunkID
+	})
+	return results, nil
+}
