@@ -165,6 +165,12 @@ func (c *Client) bulk(ctx context.Context, aliases []string, docs []service.Sear
 			}
 		}
 	}
+	return c.bulkRequest(ctx, path, buf.Bytes())
+}
+
+// bulkRequest sends an NDJSON bulk body and fails unless every item
+// succeeded (a delete of a document already gone counts as success).
+func (c *Client) bulkRequest(ctx context.Context, path string, body []byte) error {
 	var out struct {
 		Errors bool `json:"errors"`
 		Items  []map[string]struct {
@@ -172,18 +178,18 @@ func (c *Client) bulk(ctx context.Context, aliases []string, docs []service.Sear
 			Error  json.RawMessage `json:"error"`
 		} `json:"items"`
 	}
-	if err := c.do(ctx, http.MethodPost, path, buf.Bytes(), &out); err != nil {
+	if err := c.do(ctx, http.MethodPost, path, body, &out); err != nil {
 		return err
 	}
 	if !out.Errors {
 		return nil
 	}
 	for _, item := range out.Items {
-		for _, r := range item {
-			if r.Status/100 != 2 {
+		for op, r := range item {
+			if r.Status/100 != 2 && (op != "delete" || r.Status != http.StatusNotFound) {
 				// Retrying the whole request is idempotent; a rejected item
 				// (a full queue, an alias swapped away) says retry.
-				return fmt.Errorf("%w: bulk item %d: %s", service.ErrSearchUnavailable, r.Status, r.Error)
+				return fmt.Errorf("%w: bulk %s %d: %s", service.ErrSearchUnavailable, op, r.Status, r.Error)
 			}
 		}
 	}
@@ -192,7 +198,8 @@ func (c *Client) bulk(ctx context.Context, aliases []string, docs []service.Sear
 
 // DeleteDocument removes document docID's chunks except those in keep
 // from the live and the next index: a deleted document (keep empty) or
-// the chunks of a replaced generation.
+// the chunks of a replaced generation. The removal is searchable when it
+// returns.
 func (c *Client) DeleteDocument(ctx context.Context, docID service.ID, keep []service.ID) error {
 	aliases, err := c.writeAliases(ctx)
 	if err != nil {
@@ -202,7 +209,7 @@ func (c *Client) DeleteDocument(ctx context.Context, docID service.ID, keep []se
 		"filter":   []any{map[string]any{"term": map[string]any{fieldDocument: docID}}},
 		"must_not": []any{map[string]any{"ids": map[string]any{"values": idStrings(keep)}}},
 	}}
-	return c.deleteByQuery(ctx, aliases, query)
+	return c.deleteMatching(ctx, strings.Join(aliases, ","), query)
 }
 
 // DeleteChunks removes chunks by id from one physical index.
@@ -210,21 +217,48 @@ func (c *Client) DeleteChunks(ctx context.Context, index string, ids []service.I
 	if len(ids) == 0 {
 		return nil
 	}
-	return c.deleteByQuery(ctx, []string{index}, map[string]any{"ids": map[string]any{"values": idStrings(ids)}})
+	return c.deleteMatching(ctx, index, map[string]any{"ids": map[string]any{"values": idStrings(ids)}})
 }
 
-func (c *Client) deleteByQuery(ctx context.Context, targets []string, query map[string]any) error {
-	path := "/" + strings.Join(targets, ",") + "/_delete_by_query?refresh=true&conflicts=proceed&ignore_unavailable=true"
-	var out struct {
-		Failures []json.RawMessage `json:"failures"`
+// deleteBatch is the documents found and deleted per round trip.
+const deleteBatch = 1000
+
+// deleteMatching deletes what query matches in targets: it finds the
+// documents (with their concrete index) and deletes them by bulk request.
+// Delete-by-query would do it in one call but lives in the reindex module,
+// which a minimal node (scripts/services.sh) does not load.
+func (c *Client) deleteMatching(ctx context.Context, targets string, query map[string]any) error {
+	for {
+		body := map[string]any{"size": deleteBatch, "_source": false, "track_total_hits": false, "query": query}
+		var out struct {
+			Hits struct {
+				Hits []struct {
+					Index string `json:"_index"`
+					ID    string `json:"_id"`
+				} `json:"hits"`
+			} `json:"hits"`
+		}
+		if err := c.do(ctx, http.MethodPost, "/"+targets+"/_search?ignore_unavailable=true", body, &out); err != nil {
+			return err
+		}
+		hits := out.Hits.Hits
+		if len(hits) == 0 {
+			return nil
+		}
+		var buf bytes.Buffer
+		enc := json.NewEncoder(&buf)
+		for _, h := range hits {
+			if err := enc.Encode(map[string]any{"delete": map[string]any{"_index": h.Index, "_id": h.ID}}); err != nil {
+				return err
+			}
+		}
+		if err := c.bulkRequest(ctx, "/_bulk?refresh=wait_for", buf.Bytes()); err != nil {
+			return err
+		}
+		if len(hits) < deleteBatch {
+			return nil
+		}
 	}
-	if err := c.do(ctx, http.MethodPost, path, map[string]any{"query": query}, &out); err != nil {
-		return err
-	}
-	if len(out.Failures) > 0 {
-		return fmt.Errorf("%w: delete by query: %s", service.ErrSearchUnavailable, out.Failures[0])
-	}
-	return nil
 }
 
 func idStrings(ids []service.ID) []string {
