@@ -72,8 +72,8 @@ func TestOpenSearchDownLosesNothing(t *testing.T) {
 }
 
 // TestSearchConsistencyUnderReindex re-uploads, reindexes and deletes
-// documents while ragent reindex-search rebuilds the index twice and
-// searches run: no search returns a document deleted before it started,
+// documents while ragent reindex-search rebuilds the index again and again
+// and searches run: no search returns a document deleted before it started,
 // every document ends ready, and the final index holds exactly Postgres's
 // chunks (nothing superseded or deleted left behind, nothing missing).
 func TestSearchConsistencyUnderReindex(t *testing.T) {
@@ -124,15 +124,24 @@ func TestSearchConsistencyUnderReindex(t *testing.T) {
 		}
 	}()
 
+	// Rebuilds run back to back while the documents change, at least two.
+	mutated := make(chan struct{})
 	rebuilt := make(chan error, 1)
 	go func() {
-		var err error
-		for range 2 {
-			if _, err = reindexSearch(ctx, in.app.store, osc, testLogger(t)); err != nil {
-				break
+		for i := 0; ; i++ {
+			select {
+			case <-mutated:
+				if i >= 2 {
+					rebuilt <- nil
+					return
+				}
+			default:
+			}
+			if _, err := reindexSearch(ctx, in.app.store, osc, testLogger(t)); err != nil {
+				rebuilt <- err
+				return
 			}
 		}
-		rebuilt <- err
 	}()
 	for i, d := range docs {
 		switch i % 3 {
@@ -150,6 +159,7 @@ func TestSearchConsistencyUnderReindex(t *testing.T) {
 				[]byte(fmt.Sprintf("Zebra late report %d: the herd rested by river %d.", i, i))))
 		}
 	}
+	close(mutated)
 	if err := <-rebuilt; err != nil {
 		t.Fatalf("reindex-search: %v", err)
 	}
