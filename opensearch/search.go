@@ -2,6 +2,7 @@ package opensearch
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"sort"
 
@@ -45,6 +46,11 @@ func (c *Client) KeywordSearch(ctx context.Context, q service.KeywordQuery) ([]s
 		} `json:"hits"`
 	}
 	if err := c.do(ctx, http.MethodPost, "/"+c.Alias()+"/_search", body, &out); err != nil {
+		if isStatus(err, http.StatusNotFound) {
+			// The cluster lost the index (or is a new one): an outage of
+			// search, not a bug; ragent reindex-search rebuilds it.
+			return nil, fmt.Errorf("%w: index %s is missing (run ragent reindex-search): %w", service.ErrSearchUnavailable, c.Alias(), err)
+		}
 		return nil, err
 	}
 	results := make([]service.SearchResult, 0, len(out.Hits.Hits))

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -176,5 +177,40 @@ func TestSearchConsistencyUnderReindex(t *testing.T) {
 	case err := <-searchErr:
 		t.Fatal(err)
 	default:
+	}
+}
+
+// TestReindexSearchCommand runs `ragent reindex-search` on a live index and
+// on an empty cluster: the documents stay searchable through the new index.
+func TestReindexSearchCommand(t *testing.T) {
+	cfg := openSearchConfig(t, "")
+	_, c, kb := ingestEnv(t, cfg)
+	d := c.uploadAccepted(kb, "walrus.txt", []byte("The walrus lives on Arctic ice floes and eats clams."))
+	c.waitReady(d.ID)
+	var out strings.Builder
+	if err := reindexSearchCommand(context.Background(), cfg, testLogger(t), &out); err != nil {
+		t.Fatal(err)
+	}
+	if want := "reindexed 1 chunks into " + cfg.OpenSearchIndex; !strings.Contains(out.String(), want) {
+		t.Fatalf("output %q lacks %q", out.String(), want)
+	}
+	if !hasDocument(c.search(kb, "walrus clams", "keyword"), d.ID) {
+		t.Fatal("not found after the rebuild")
+	}
+	// A cluster that lost its index (a new cluster): the command creates it.
+	req, _ := http.NewRequest(http.MethodDelete, testenv.OpenSearchURL(t)+"/"+cfg.OpenSearchIndex+"_v*", nil)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if r := c.do("POST", "/api/v1/search", map[string]any{"query": "walrus", "knowledgeBaseIds": []string{kb}}); r.Status != http.StatusServiceUnavailable {
+		t.Fatalf("search without an index: %d %s", r.Status, r.Body)
+	}
+	if err := reindexSearchCommand(context.Background(), cfg, testLogger(t), &out); err != nil {
+		t.Fatal(err)
+	}
+	if !hasDocument(c.search(kb, "walrus clams", "keyword"), d.ID) {
+		t.Fatal("not found after rebuilding a lost index")
 	}
 }
