@@ -47,6 +47,11 @@ func (s *Store) searchChanged(docID int64, generation int, set string, args ...a
 	if err := s.db.Exec(`UPDATE documents SET `+set+`search_pending_since = now(), updated_at = now() WHERE id = ?`, args...).Error; err != nil {
 		return translate(err)
 	}
+	return s.enqueueSearch(docID, generation)
+}
+
+// enqueueSearch queues the search-index message of a document.
+func (s *Store) enqueueSearch(docID int64, generation int) error {
 	id, err := s.search.nextID()
 	if err != nil {
 		return err
@@ -56,6 +61,26 @@ func (s *Store) searchChanged(docID int64, generation int, set string, args ...a
 		return err
 	}
 	return s.enqueue(m)
+}
+
+// searchDeleted marks the search-engine copies of a knowledge base's live
+// documents behind and queues their removal (the knowledge base is being
+// deleted in this transaction).
+func (s *Store) searchDeleted(kbID int64) error {
+	var rows []struct {
+		ID         int64
+		Generation int
+	}
+	if err := s.db.Raw(`UPDATE documents SET search_pending_since = now() WHERE kb_id = ? AND deleted_at IS NULL
+		RETURNING id, generation`, kbID).Scan(&rows).Error; err != nil {
+		return translate(err)
+	}
+	for _, r := range rows {
+		if err := s.enqueueSearch(r.ID, r.Generation); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // DocumentSearchState reads a document's current chunks in one snapshot.
@@ -157,15 +182,7 @@ func (s *Store) RequeueSearchIndex(ctx context.Context, cutoff time.Time, limit 
 			return translate(err)
 		}
 		for _, r := range rows {
-			id, err := tx.search.nextID()
-			if err != nil {
-				return err
-			}
-			m, err := SearchIndexMessage(id, service.ID(r.ID), r.Generation)
-			if err != nil {
-				return err
-			}
-			if err := tx.enqueue(m); err != nil {
+			if err := tx.enqueueSearch(r.ID, r.Generation); err != nil {
 				return err
 			}
 		}

@@ -150,6 +150,16 @@ func TestRetrievalSuite(t *testing.T) {
 				}
 			}
 		})
+		t.Run("deleting a knowledge base", func(t *testing.T) {
+			c := admin.forTest(t)
+			if r := c.do("DELETE", "/api/v1/knowledge-bases/"+other, nil); r.Status != http.StatusNoContent {
+				t.Fatalf("delete knowledge base: %d %s", r.Status, r.Body)
+			}
+			r := c.do("POST", "/api/v1/search", map[string]any{"query": "tardigrades", "knowledgeBaseIds": []string{other}})
+			if r.Status != http.StatusNotFound {
+				t.Fatalf("search in the deleted knowledge base: %d %s", r.Status, r.Body)
+			}
+		})
 		t.Run("readyz", func(t *testing.T) {
 			resp, err := http.Get(in.url + "/readyz")
 			if err != nil {
