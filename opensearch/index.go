@@ -31,6 +31,7 @@ func (c *Client) indexBody() map[string]any {
 			"index": map[string]any{
 				"number_of_shards":   c.cfg.Shards,
 				"number_of_replicas": c.cfg.Replicas,
+				"knn":                c.cfg.Vectors,
 				"similarity": map[string]any{
 					"ragent_bm25": map[string]any{"type": "BM25", "k1": c.cfg.K1, "b": c.cfg.B},
 				},
@@ -145,7 +146,35 @@ func (c *Client) Index(ctx context.Context, docs []service.SearchDoc) error {
 	if err != nil {
 		return err
 	}
+	if err := c.ensureVectorFields(ctx, aliases, docs); err != nil {
+		return err
+	}
 	return c.bulk(ctx, aliases, docs, "/_bulk?require_alias=true&refresh=wait_for")
+}
+
+// vectorField names the knn_vector field of an embedding space (its key
+// is 16 hex digits).
+func vectorField(space string) string { return "vec_" + space }
+
+// ensureVectorFields adds the knn_vector fields of docs' spaces to the
+// mappings of targets (a no-op for fields already there).
+func (c *Client) ensureVectorFields(ctx context.Context, targets []string, docs []service.SearchDoc) error {
+	if !c.cfg.Vectors {
+		return nil
+	}
+	fields := map[string]any{}
+	for _, d := range docs {
+		if d.Space == "" || len(d.Vector) == 0 {
+			continue
+		}
+		fields[vectorField(d.Space)] = map[string]any{"type": "knn_vector", "dimension": len(d.Vector),
+			"method": map[string]any{"name": "hnsw", "engine": "lucene", "space_type": "cosinesimil",
+				"parameters": map[string]any{"m": 16, "ef_construction": 64}}}
+	}
+	if len(fields) == 0 {
+		return nil
+	}
+	return c.do(ctx, http.MethodPut, "/"+strings.Join(targets, ",")+"/_mapping", map[string]any{"properties": fields}, nil)
 }
 
 // bulk indexes docs into every target by a request to path.
@@ -160,6 +189,9 @@ func (c *Client) bulk(ctx context.Context, aliases []string, docs []service.Sear
 			}
 			src := map[string]any{fieldChunk: d.ChunkID, fieldDocument: d.DocumentID, fieldKB: d.KnowledgeBaseID,
 				fieldGeneration: d.Generation, fieldTerms: strings.Join(d.Terms, " ")}
+			if c.cfg.Vectors && d.Space != "" && len(d.Vector) > 0 {
+				src[vectorField(d.Space)] = d.Vector
+			}
 			if err := enc.Encode(src); err != nil {
 				return err
 			}

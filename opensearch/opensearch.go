@@ -10,7 +10,10 @@
 // scores exactly the terms Postgres scores; the similarity is BM25 with
 // ragent's k1 and b, set per index. Queries are term queries, one per
 // distinct query term boosted by its count, with the knowledge-base ids as
-// a terms filter inside the query.
+// a terms filter inside the query. With Config.Vectors the vectors are
+// kept as well, one knn_vector field per embedding space ("vec_<space
+// key>", added to the mapping when a space first appears), searched by the
+// k-NN plugin's Lucene engine with the same filter.
 //
 // Reads go through the alias named by the index prefix; writes go through
 // the alias and, while ragent reindex-search rebuilds, the "<prefix>_next"
@@ -51,6 +54,9 @@ type Config struct {
 	// Shards and Replicas of a new index; 0 shards means 1. One shard keeps
 	// document frequencies exact (BM25 statistics are per shard).
 	Shards, Replicas int
+	// Vectors keeps the chunks' vectors too, one knn_vector field (k-NN
+	// plugin, Lucene engine, cosine) per embedding space, for VectorSearch.
+	Vectors bool
 	// Client sends the requests; nil uses one with a 30 s timeout.
 	Client *http.Client
 }
@@ -93,6 +99,9 @@ func New(cfg Config) (*Client, error) {
 	}
 	return c, nil
 }
+
+// Vectors reports whether the index holds the chunks' vectors.
+func (c *Client) Vectors() bool { return c.cfg.Vectors }
 
 // Alias is the name searches read.
 func (c *Client) Alias() string { return c.cfg.Index }

@@ -212,3 +212,56 @@ func TestRebuildSwapsAlias(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+func TestVectorSearch(t *testing.T) {
+	base := testenv.OpenSearchURL(t)
+	c, err := New(Config{URL: base, Index: "ragent_unit_" + testenv.RandomSuffix(), Vectors: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		req, _ := http.NewRequest(http.MethodDelete, base+"/"+c.Alias()+"_v*", nil)
+		if resp, err := http.DefaultClient.Do(req); err == nil {
+			resp.Body.Close()
+		}
+	})
+	ctx := context.Background()
+	if err := c.EnsureIndex(ctx); err != nil {
+		t.Fatal(err)
+	}
+	const space, other = "00000000000000aa", "00000000000000bb"
+	vec := func(id, kb int64, sp string, v ...float32) service.SearchDoc {
+		d := doc(id, id*10, kb, 1, "t")
+		d.Space, d.Vector = sp, v
+		return d
+	}
+	// Before any vector of the space exists, nothing matches.
+	if got, err := c.VectorSearch(ctx, service.VectorQuery{KnowledgeBaseIDs: []service.ID{1}, Space: space, Vector: []float32{1, 0, 0}, Limit: 5}); err != nil || len(got) != 0 {
+		t.Fatalf("unknown space: %v %v", got, err)
+	}
+	err = c.Index(ctx, []service.SearchDoc{
+		vec(1, 1, space, 1, 0, 0),
+		vec(2, 1, space, 0.6, 0.8, 0),
+		vec(3, 1, space, 0, 0, 1),
+		vec(4, 2, space, 1, 0, 0), // another knowledge base
+		vec(5, 1, other, 1, 0),    // another space, another dimension
+		doc(6, 60, 1, 1, "t"),     // no vector (written during a re-embedding)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := c.VectorSearch(ctx, service.VectorQuery{KnowledgeBaseIDs: []service.ID{1}, Space: space, Vector: []float32{1, 0, 0}, Limit: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 2 || got[0].ChunkID != 1 || got[1].ChunkID != 2 {
+		t.Fatalf("nearest in kb 1: %+v", got)
+	}
+	if d0, d1 := got[0].Score-1, got[1].Score-0.6; d0*d0 > 1e-6 || d1*d1 > 1e-6 {
+		t.Fatalf("scores %v %v, want the cosines 1 and 0.6", got[0].Score, got[1].Score)
+	}
+	got, err = c.VectorSearch(ctx, service.VectorQuery{KnowledgeBaseIDs: []service.ID{1}, Space: other, Vector: []float32{1, 0}, Limit: 5})
+	if err != nil || len(got) != 1 || got[0].ChunkID != 5 {
+		t.Fatalf("other space: %+v %v", got, err)
+	}
+}

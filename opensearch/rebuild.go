@@ -35,6 +35,9 @@ func (c *Client) Backfill(ctx context.Context, index string, docs []service.Sear
 	if len(docs) == 0 {
 		return nil
 	}
+	if err := c.ensureVectorFields(ctx, []string{index}, docs); err != nil {
+		return err
+	}
 	return c.bulk(ctx, []string{index}, docs, "/_bulk")
 }
 

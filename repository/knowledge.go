@@ -160,7 +160,7 @@ func (s *Store) DeleteKnowledgeBase(ctx context.Context, id service.ID) error {
 		}
 		if tx.search != nil {
 			// The search engine's copies of the documents go too.
-			if err := tx.searchDeleted(int64(id)); err != nil {
+			if err := tx.searchKnowledgeBase(int64(id)); err != nil {
 				return err
 			}
 		}

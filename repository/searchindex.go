@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/pgvector/pgvector-go"
+
 	"github.com/ragent-go/ragent/service"
 )
 
@@ -63,10 +65,11 @@ func (s *Store) enqueueSearch(docID int64, generation int) error {
 	return s.enqueue(m)
 }
 
-// searchDeleted marks the search-engine copies of a knowledge base's live
-// documents behind and queues their removal (the knowledge base is being
-// deleted in this transaction).
-func (s *Store) searchDeleted(kbID int64) error {
+// searchKnowledgeBase marks the search-engine copies of a knowledge base's
+// live documents behind and queues their messages: the knowledge base is
+// being deleted, or its vectors moved to another space, in this
+// transaction.
+func (s *Store) searchKnowledgeBase(kbID int64) error {
 	var rows []struct {
 		ID         int64
 		Generation int
@@ -120,8 +123,10 @@ func (s *Store) searchChunks(where, limit string, args ...any) ([]service.Chunk,
 		ID, DocumentID, KbID int64
 		Generation           int
 		Content, Section     string
+		EmbeddingSpace       string
+		Embedding            *pgvector.HalfVector
 	}
-	if err := s.db.Raw(`SELECT c.id, c.document_id, c.kb_id, c.generation, c.content, c.section FROM chunks c
+	if err := s.db.Raw(`SELECT c.id, c.document_id, c.kb_id, c.generation, c.content, c.section, c.embedding_space, c.embedding FROM chunks c
 		JOIN knowledge_bases kb ON kb.id = c.kb_id AND kb.deleted_at IS NULL
 		WHERE `+where+` ORDER BY c.id `+limit, args...).Scan(&rows).Error; err != nil {
 		return nil, translate(err)
@@ -130,6 +135,9 @@ func (s *Store) searchChunks(where, limit string, args ...any) ([]service.Chunk,
 	for i, r := range rows {
 		out[i] = service.Chunk{ID: service.ID(r.ID), DocumentID: service.ID(r.DocumentID), KnowledgeBaseID: service.ID(r.KbID),
 			Generation: r.Generation, Content: r.Content, Section: r.Section}
+		if r.Embedding != nil && r.EmbeddingSpace != "" {
+			out[i].Embedding, out[i].EmbeddingSpace = r.Embedding.Slice(), r.EmbeddingSpace
+		}
 	}
 	return out, nil
 }

@@ -27,6 +27,10 @@ type SearchDoc struct {
 	KnowledgeBaseID ID
 	Generation      int
 	Terms           []string
+	// Space is the key of Vector's embedding space; both are empty for a
+	// chunk without a vector (one written during a re-embedding).
+	Space  string
+	Vector []float32
 }
 
 // SearchState is what an external search engine should hold of one

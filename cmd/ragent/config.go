@@ -98,6 +98,9 @@ type Config struct {
 	SearchBackend   string
 	OpenSearchURL   string
 	OpenSearchIndex string
+	// OpenSearchVectors moves vector search to OpenSearch's k-NN (Lucene
+	// engine) as well; otherwise it stays in pgvector.
+	OpenSearchVectors bool
 	// EmbedConcurrency caps embedding calls at once across all instances;
 	// EmbedQueryWait is how long a query's embedding waits for a slot.
 	EmbedConcurrency int

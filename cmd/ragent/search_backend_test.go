@@ -17,10 +17,16 @@ import (
 // the backend's configuration from forEachBackend, so Postgres and
 // OpenSearch answer the same questions the same way.
 
-// forEachBackend runs f as one subtest per search backend.
+// forEachBackend runs f as one subtest per search backend: Postgres,
+// OpenSearch for keyword search, and OpenSearch for both searches.
 func forEachBackend(t *testing.T, f func(t *testing.T, cfg Config)) {
 	t.Run("postgres", func(t *testing.T) { f(t, testConfig(t)) })
 	t.Run("opensearch", func(t *testing.T) { f(t, openSearchConfig(t, "")) })
+	t.Run("opensearch-vectors", func(t *testing.T) {
+		cfg := openSearchConfig(t, "")
+		cfg.OpenSearchVectors = true
+		f(t, cfg)
+	})
 }
 
 // openSearchConfig is testConfig on the OpenSearch backend with an index of

@@ -17,9 +17,13 @@ import (
 // both backends the same keyword queries: they must find the same chunks
 // in nearly the same order. What may differ is documented in the README
 // (Lucene stores chunk lengths in one byte), so near-ties can swap; the
-// test holds the lists to nDCG@10 ≥ 0.99 against Postgres's order.
+// test holds the lists to nDCG@10 ≥ 0.99 against Postgres's order. Vector
+// search (RAGENT_OPENSEARCH_VECTORS) is compared too: pgvector stores
+// half-precision vectors and both indexes are approximate (HNSW), so its
+// bar is 0.95.
 func TestBackendsRankAlike(t *testing.T) {
 	cfg := openSearchConfig(t, "")
+	cfg.OpenSearchVectors = true
 	in, c, kb := ingestEnv(t, cfg)
 	rng := rand.New(rand.NewPCG(16, 1))
 	english := strings.Fields("walrus glacier harbor lantern copper orchard thunder meadow falcon quartz " +
@@ -76,9 +80,37 @@ func TestBackendsRankAlike(t *testing.T) {
 		sum += ndcgAgainst(want, got)
 	}
 	if mean := sum / queries; mean < 0.99 {
-		t.Fatalf("OpenSearch's lists score nDCG@10 %.4f against Postgres's", mean)
+		t.Fatalf("OpenSearch's keyword lists score nDCG@10 %.4f against Postgres's", mean)
 	} else {
-		t.Logf("OpenSearch's lists score nDCG@10 %.4f against Postgres's (%d queries)", mean, queries)
+		t.Logf("OpenSearch's keyword lists score nDCG@10 %.4f against Postgres's (%d queries)", mean, queries)
+	}
+
+	// Vector search: each document's first chunk vector as the query.
+	sum = 0
+	for _, d := range docs {
+		id, _ := service.ParseID(d.ID)
+		st, err := in.app.store.DocumentSearchState(ctx, id)
+		if err != nil || len(st.Chunks) == 0 || st.Chunks[0].EmbeddingSpace == "" {
+			t.Fatalf("state of %s: %+v %v", d.ID, st, err)
+		}
+		q := service.VectorQuery{KnowledgeBaseIDs: []service.ID{kbID}, Space: st.Chunks[0].EmbeddingSpace, Vector: st.Chunks[0].Embedding, Limit: 10}
+		want, err := pg.VectorSearch(ctx, q)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := os.VectorSearch(ctx, q)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(got) == 0 || got[0].ChunkID != st.Chunks[0].ID {
+			t.Fatalf("a chunk's own vector does not find it first: %+v", got)
+		}
+		sum += ndcgAgainst(want, got)
+	}
+	if mean := sum / float64(len(docs)); mean < 0.95 {
+		t.Fatalf("OpenSearch's vector lists score nDCG@10 %.4f against Postgres's", mean)
+	} else {
+		t.Logf("OpenSearch's vector lists score nDCG@10 %.4f against Postgres's (%d queries)", mean, len(docs))
 	}
 }
 

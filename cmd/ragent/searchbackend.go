@@ -24,7 +24,7 @@ const searchIndexGroup = "ragent-search-indexer"
 // BM25 parameters for the indexes it creates.
 func newOpenSearch(cfg Config) (*opensearch.Client, error) {
 	c, err := opensearch.New(opensearch.Config{URL: cfg.OpenSearchURL, Index: cfg.OpenSearchIndex,
-		K1: retrieve.DefaultK1, B: retrieve.DefaultB})
+		K1: retrieve.DefaultK1, B: retrieve.DefaultB, Vectors: cfg.OpenSearchVectors})
 	if err != nil {
 		return nil, fmt.Errorf("RAGENT_OPENSEARCH_URL / RAGENT_OPENSEARCH_INDEX: %w", err)
 	}
@@ -35,7 +35,7 @@ func newOpenSearch(cfg Config) (*opensearch.Client, error) {
 // keyword search ranks in OpenSearch, and the hits' rows come from Postgres,
 // which drops any chunk it no longer has (a deleted or superseded one whose
 // removal from OpenSearch is still on its way). Knowledge bases and vector
-// search stay in Postgres.
+// search stay in Postgres, vector search too unless RAGENT_OPENSEARCH_VECTORS.
 type openSearchStore struct {
 	*repository.Store
 	os *opensearch.Client
@@ -43,6 +43,19 @@ type openSearchStore struct {
 
 func (s openSearchStore) KeywordSearch(ctx context.Context, q service.KeywordQuery) ([]service.SearchResult, error) {
 	hits, err := s.os.KeywordSearch(ctx, q)
+	if err != nil {
+		return nil, err
+	}
+	return s.ChunkResults(ctx, hits)
+}
+
+// VectorSearch runs in OpenSearch with RAGENT_OPENSEARCH_VECTORS, in
+// pgvector otherwise.
+func (s openSearchStore) VectorSearch(ctx context.Context, q service.VectorQuery) ([]service.SearchResult, error) {
+	if !s.os.Vectors() {
+		return s.Store.VectorSearch(ctx, q)
+	}
+	hits, err := s.os.VectorSearch(ctx, q)
 	if err != nil {
 		return nil, err
 	}

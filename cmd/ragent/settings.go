@@ -75,6 +75,7 @@ func (c *Config) settings() []setting {
 		{"RAGENT_SEARCH_BACKEND", "postgres", (*strValue)(&c.SearchBackend), maskNone},
 		{"RAGENT_OPENSEARCH_URL", "http://127.0.0.1:9200", (*strValue)(&c.OpenSearchURL), maskURL},
 		{"RAGENT_OPENSEARCH_INDEX", "ragent", (*strValue)(&c.OpenSearchIndex), maskNone},
+		{"RAGENT_OPENSEARCH_VECTORS", "false", (*boolValue)(&c.OpenSearchVectors), maskNone},
 		{"RAGENT_RERANK_MODEL", "", (*strValue)(&c.RerankModel), maskNone},
 		{"RAGENT_RERANK_BASE_URL", "", (*strValue)(&c.RerankBaseURL), maskURL},
 		{"RAGENT_EMBEDDING_PROVIDER", "offline", (*strValue)(&c.EmbedProvider), maskNone},

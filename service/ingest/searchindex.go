@@ -88,12 +88,14 @@ func (s *Service) ProcessSearchIndex(ctx context.Context, body []byte) error {
 
 // SearchDocs turns chunks read from Postgres into the engine's documents:
 // their terms are what the Postgres keyword index holds (IndexTerms's),
-// in order with duplicates, for the engine's whitespace analyzer.
+// in order with duplicates, for the engine's whitespace analyzer, and
+// their vector with its space.
 func SearchDocs(chunks []service.Chunk) []service.SearchDoc {
 	docs := make([]service.SearchDoc, len(chunks))
 	for i, c := range chunks {
 		docs[i] = service.SearchDoc{ChunkID: c.ID, DocumentID: c.DocumentID, KnowledgeBaseID: c.KnowledgeBaseID,
-			Generation: c.Generation, Terms: text.Tokenize(indexText(Chunk{Content: c.Content, Section: c.Section}))}
+			Generation: c.Generation, Terms: text.Tokenize(indexText(Chunk{Content: c.Content, Section: c.Section})),
+			Space: c.EmbeddingSpace, Vector: c.Embedding}
 	}
 	return docs
 }
