@@ -214,3 +214,59 @@ func TestReindexSearchCommand(t *testing.T) {
 		t.Fatal("not found after rebuilding a lost index")
 	}
 }
+
+// TestReembedReachesOpenSearchVectors changes the embedding model with
+// vectors in OpenSearch: after the knowledge base switches spaces, vector
+// search (in OpenSearch, in the new space) finds its documents.
+func TestReembedReachesOpenSearchVectors(t *testing.T) {
+	const dim, docs = 64, 4
+	fake := newFakeEmbedServer(t, dim)
+	cfg := openSearchConfig(t, "")
+	cfg.OpenSearchVectors, cfg.EmbedDim = true, dim
+	a := start(t, cfg)
+	ca := a.client(t, a.login(t, "admin", "admin-password"))
+	kb := ca.createKB("reembedded")
+	ids := make([]string, docs)
+	for i := range docs {
+		ids[i] = ca.uploadAccepted(kb, fmt.Sprintf("d%d.txt", i),
+			[]byte(fmt.Sprintf("Notebook %d covers topic%d: the migration of the %d-th flock.", i, i, i))).ID
+	}
+	for _, id := range ids {
+		ca.waitReady(id)
+	}
+	if !hasDocument(ca.search(kb, "query topic2", "vector"), ids[2]) {
+		t.Fatal("offline vector search does not find the document")
+	}
+	a.stop()
+
+	next := cfg
+	next.EmbedProvider, next.EmbedModel, next.EmbedBaseURL = "openai", "fake-model", fake.URL()
+	b := start(t, next)
+	cb := b.client(t, b.login(t, "admin", "admin-password"))
+	cb.waitKB(kb, 90*time.Second, "the switch", func(p kbProgress) bool { return p.Reembedding == nil && p.EmbeddingModel == "fake-model" })
+	space := service.EmbeddingSpace{Model: "fake-model", Dim: dim}.Key()
+	kbID, _ := service.ParseID(kb)
+	osc := openSearchClient(t, next)
+	testenv.Eventually(t, 60*time.Second, "every chunk's vector in the new space in OpenSearch", func() bool {
+		st, err := b.app.store.DocumentSearchState(context.Background(), mustID(t, ids[docs-1]))
+		if err != nil || len(st.Chunks) == 0 || st.Chunks[0].EmbeddingSpace != space {
+			return false
+		}
+		found, err := osc.VectorSearch(context.Background(), service.VectorQuery{KnowledgeBaseIDs: []service.ID{kbID}, Space: space,
+			Vector: st.Chunks[0].Embedding, Limit: 10})
+		return err == nil && len(found) == docs
+	})
+	if !hasDocument(cb.search(kb, "query topic2", "vector"), ids[2]) {
+		t.Fatal("vector search in the new space does not find the document")
+	}
+	waitIndexMatches(t, b, osc)
+}
+
+func mustID(t *testing.T, s string) service.ID {
+	t.Helper()
+	id, err := service.ParseID(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return id
+}
