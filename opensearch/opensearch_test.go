@@ -74,12 +74,13 @@ func TestErrorsAndAuth(t *testing.T) {
 	}
 }
 
-// client returns a client on a fresh index of the test node, deleted when
-// the test ends.
-func client(t *testing.T) *Client {
+// client returns a client of cfg on a fresh index of the test node,
+// deleted when the test ends.
+func client(t *testing.T, cfg Config) *Client {
 	t.Helper()
 	base := testenv.OpenSearchURL(t)
-	c, err := New(Config{URL: base, Index: "ragent_unit_" + testenv.RandomSuffix(), K1: 1.2, B: 0.75})
+	cfg.URL, cfg.Index = base, "ragent_unit_"+testenv.RandomSuffix()
+	c, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -109,7 +110,7 @@ func ids(rs []service.SearchResult) []int64 {
 }
 
 func TestIndexSearchDelete(t *testing.T) {
-	c := client(t)
+	c := client(t, Config{K1: 1.2, B: 0.75})
 	ctx := context.Background()
 	if err := c.EnsureIndex(ctx); err != nil { // idempotent
 		t.Fatal(err)
@@ -167,7 +168,7 @@ func TestIndexSearchDelete(t *testing.T) {
 }
 
 func TestRebuildSwapsAlias(t *testing.T) {
-	c := client(t)
+	c := client(t, Config{K1: 1.2, B: 0.75})
 	ctx := context.Background()
 	if err := c.Index(ctx, []service.SearchDoc{doc(1, 10, 100, 1, "old")}); err != nil {
 		t.Fatal(err)
@@ -214,21 +215,8 @@ func TestRebuildSwapsAlias(t *testing.T) {
 }
 
 func TestVectorSearch(t *testing.T) {
-	base := testenv.OpenSearchURL(t)
-	c, err := New(Config{URL: base, Index: "ragent_unit_" + testenv.RandomSuffix(), Vectors: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		req, _ := http.NewRequest(http.MethodDelete, base+"/"+c.Alias()+"_v*", nil)
-		if resp, err := http.DefaultClient.Do(req); err == nil {
-			resp.Body.Close()
-		}
-	})
+	c := client(t, Config{Vectors: true})
 	ctx := context.Background()
-	if err := c.EnsureIndex(ctx); err != nil {
-		t.Fatal(err)
-	}
 	const space, other = "00000000000000aa", "00000000000000bb"
 	vec := func(id, kb int64, sp string, v ...float32) service.SearchDoc {
 		d := doc(id, id*10, kb, 1, "t")
@@ -239,7 +227,7 @@ func TestVectorSearch(t *testing.T) {
 	if got, err := c.VectorSearch(ctx, service.VectorQuery{KnowledgeBaseIDs: []service.ID{1}, Space: space, Vector: []float32{1, 0, 0}, Limit: 5}); err != nil || len(got) != 0 {
 		t.Fatalf("unknown space: %v %v", got, err)
 	}
-	err = c.Index(ctx, []service.SearchDoc{
+	err := c.Index(ctx, []service.SearchDoc{
 		vec(1, 1, space, 1, 0, 0),
 		vec(2, 1, space, 0.6, 0.8, 0),
 		vec(3, 1, space, 0, 0, 1),

@@ -38,29 +38,9 @@ func (c *Client) KeywordSearch(ctx context.Context, q service.KeywordQuery) ([]s
 			"minimum_should_match": 1,
 		}},
 	}
-	var out struct {
-		Hits struct {
-			Hits []struct {
-				ID    string  `json:"_id"`
-				Score float64 `json:"_score"`
-			} `json:"hits"`
-		} `json:"hits"`
-	}
-	if err := c.do(ctx, http.MethodPost, "/"+c.Alias()+"/_search", body, &out); err != nil {
-		if isStatus(err, http.StatusNotFound) {
-			// The cluster lost the index (or is a new one): an outage of
-			// search, not a bug; ragent reindex-search rebuilds it.
-			return nil, fmt.Errorf("%w: index %s is missing (run ragent reindex-search): %w", service.ErrSearchUnavailable, c.Alias(), err)
-		}
+	results, err := c.search(ctx, body)
+	if err != nil {
 		return nil, err
-	}
-	results := make([]service.SearchResult, 0, len(out.Hits.Hits))
-	for _, h := range out.Hits.Hits {
-		id, err := service.ParseID(h.ID)
-		if err != nil {
-			continue
-		}
-		results = append(results, service.SearchResult{ChunkID: id, Score: h.Score})
 	}
 	sort.SliceStable(results, func(i, j int) bool {
 		if results[i].Score != results[j].Score {
@@ -90,6 +70,27 @@ func (c *Client) VectorSearch(ctx context.Context, q service.VectorQuery) ([]ser
 			"filter": map[string]any{"terms": map[string]any{fieldKB: q.KnowledgeBaseIDs}},
 		}}},
 	}
+	results, err := c.search(ctx, body)
+	if isStatus(err, http.StatusBadRequest) && strings.Contains(err.Error(), vectorField(q.Space)) {
+		// No chunk of this space was written yet: its field does not
+		// exist, and nothing can match.
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	for i := range results {
+		results[i].Score = 2*results[i].Score - 1
+	}
+	if len(results) > q.Limit {
+		results = results[:q.Limit]
+	}
+	return results, nil
+}
+
+// search runs a query on the alias and returns its hits' chunk ids and
+// scores.
+func (c *Client) search(ctx context.Context, body map[string]any) ([]service.SearchResult, error) {
 	var out struct {
 		Hits struct {
 			Hits []struct {
@@ -100,12 +101,9 @@ func (c *Client) VectorSearch(ctx context.Context, q service.VectorQuery) ([]ser
 	}
 	if err := c.do(ctx, http.MethodPost, "/"+c.Alias()+"/_search", body, &out); err != nil {
 		if isStatus(err, http.StatusNotFound) {
+			// The cluster lost the index (or is a new one): an outage of
+			// search, not a bug; ragent reindex-search rebuilds it.
 			return nil, fmt.Errorf("%w: index %s is missing (run ragent reindex-search): %w", service.ErrSearchUnavailable, c.Alias(), err)
-		}
-		if isStatus(err, http.StatusBadRequest) && strings.Contains(err.Error(), vectorField(q.Space)) {
-			// No chunk of this space was written yet: its field does not
-			// exist, and nothing can match.
-			return nil, nil
 		}
 		return nil, err
 	}
@@ -115,10 +113,7 @@ func (c *Client) VectorSearch(ctx context.Context, q service.VectorQuery) ([]ser
 		if err != nil {
 			continue
 		}
-		results = append(results, service.SearchResult{ChunkID: id, Score: 2*h.Score - 1})
-	}
-	if len(results) > q.Limit {
-		results = results[:q.Limit]
+		results = append(results, service.SearchResult{ChunkID: id, Score: h.Score})
 	}
 	return results, nil
 }

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/ragent-go/ragent/service"
+	"github.com/ragent-go/ragent/service/retrieve"
 	"github.com/ragent-go/ragent/text"
 )
 
@@ -67,7 +68,7 @@ func TestBackendsRankAlike(t *testing.T) {
 		for range 1 + rng.IntN(3) {
 			parts = append(parts, word())
 		}
-		terms, counts := distinctTerms(text.Tokenize(strings.Join(parts, " ")))
+		terms, counts := retrieve.TermCounts(text.Tokenize(strings.Join(parts, " ")))
 		q := service.KeywordQuery{KnowledgeBaseIDs: []service.ID{kbID}, Terms: terms, Counts: counts, K1: 0.9, B: 0.4, Limit: 10}
 		want, err := pg.KeywordSearch(ctx, q)
 		if err != nil {
@@ -135,20 +136,4 @@ func ndcgAgainst(want, got []service.SearchResult) float64 {
 		return s
 	}
 	return dcg(got) / dcg(want)
-}
-
-func distinctTerms(tokens []string) ([]string, []int) {
-	idx := map[string]int{}
-	var terms []string
-	var counts []int
-	for _, t := range tokens {
-		if i, ok := idx[t]; ok {
-			counts[i]++
-			continue
-		}
-		idx[t] = len(terms)
-		terms = append(terms, t)
-		counts = append(counts, 1)
-	}
-	return terms, counts
 }

@@ -2,8 +2,6 @@ package testenv
 
 import (
 	"context"
-	"fmt"
-	"io"
 	"net/http"
 	"strings"
 	"testing"
@@ -26,15 +24,6 @@ func OpenSearchURL(t testing.TB) string {
 	if err != nil {
 		t.Fatalf("RAGENT_TEST_OPENSEARCH_URL: %v", err)
 	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		unavailable(t, "opensearch", err)
-		return ""
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
-		unavailable(t, "opensearch", fmt.Errorf("GET %s/: %s: %s", base, resp.Status, msg))
-	}
+	requireOK(t, "opensearch", req)
 	return base
 }

@@ -256,7 +256,7 @@ func (s *Searcher) knowledgeBases(ctx context.Context, p service.Principal, ids 
 }
 
 func (s *Searcher) keyword(ctx context.Context, query string, kbs []*service.KnowledgeBase) ([]service.SearchResult, error) {
-	terms, counts := termCounts(text.Tokenize(query))
+	terms, counts := TermCounts(text.Tokenize(query))
 	if len(terms) == 0 {
 		return nil, nil
 	}
@@ -382,8 +382,9 @@ func vectorWeight(kbs []*service.KnowledgeBase) float64 {
 	return sum / float64(len(kbs))
 }
 
-// termCounts returns the distinct terms in first-seen order with their counts.
-func termCounts(tokens []string) ([]string, []int) {
+// TermCounts returns the distinct terms in first-seen order with their
+// counts: the terms of a KeywordQuery.
+func TermCounts(tokens []string) ([]string, []int) {
 	idx := make(map[string]int, len(tokens))
 	var terms []string
 	var counts []int
