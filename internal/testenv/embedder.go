@@ -34,15 +34,22 @@ func EmbedderURL(t testing.TB) string {
 		t.Fatalf("RAGENT_TEST_EMBEDDER_URL: %v", err)
 	}
 	req.Header.Set("Content-Type", "application/json")
+	requireOK(t, "embedder", req)
+	return base
+}
+
+// requireOK sends req and fails or skips t (as unavailable does) unless
+// the answer is 200.
+func requireOK(t testing.TB, service string, req *http.Request) {
+	t.Helper()
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
-		unavailable(t, "embedder", err)
-		return ""
+		unavailable(t, service, err)
+		return
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
 		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
-		unavailable(t, "embedder", fmt.Errorf("%s/embeddings: %s: %s", base, resp.Status, msg))
+		unavailable(t, service, fmt.Errorf("%s %s: %s: %s", req.Method, req.URL, resp.Status, msg))
 	}
-	return base
 }

@@ -50,12 +50,19 @@ type Config struct {
 	Fusion Fusion
 }
 
+// DefaultK1 and DefaultB are BM25's parameters when Config leaves them 0
+// (Lucene's defaults); an OpenSearch index is created with the same.
+const (
+	DefaultK1 = 0.9
+	DefaultB  = 0.4
+)
+
 func (c *Config) defaults() {
 	if c.K1 == 0 {
-		c.K1 = 0.9
+		c.K1 = DefaultK1
 	}
 	if c.B == 0 {
-		c.B = 0.4
+		c.B = DefaultB
 	}
 	if c.Candidates == 0 {
 		c.Candidates = 50
@@ -249,7 +256,7 @@ func (s *Searcher) knowledgeBases(ctx context.Context, p service.Principal, ids 
 }
 
 func (s *Searcher) keyword(ctx context.Context, query string, kbs []*service.KnowledgeBase) ([]service.SearchResult, error) {
-	terms, counts := termCounts(text.Tokenize(query))
+	terms, counts := TermCounts(text.Tokenize(query))
 	if len(terms) == 0 {
 		return nil, nil
 	}
@@ -375,8 +382,9 @@ func vectorWeight(kbs []*service.KnowledgeBase) float64 {
 	return sum / float64(len(kbs))
 }
 
-// termCounts returns the distinct terms in first-seen order with their counts.
-func termCounts(tokens []string) ([]string, []int) {
+// TermCounts returns the distinct terms in first-seen order with their
+// counts: the terms of a KeywordQuery.
+func TermCounts(tokens []string) ([]string, []int) {
 	idx := make(map[string]int, len(tokens))
 	var terms []string
 	var counts []int

@@ -51,7 +51,7 @@ func TestFuse(t *testing.T) {
 }
 
 func TestTermCounts(t *testing.T) {
-	terms, counts := termCounts([]string{"vpn", "setup", "vpn"})
+	terms, counts := TermCounts([]string{"vpn", "setup", "vpn"})
 	if len(terms) != 2 || terms[0] != "vpn" || counts[0] != 2 || counts[1] != 1 {
 		t.Fatalf("got %v %v", terms, counts)
 	}
