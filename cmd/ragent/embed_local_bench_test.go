@@ -1,7 +1,6 @@
 package main
 
 import (
-	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httputil"
@@ -66,24 +65,9 @@ func BenchmarkLocalQueryUnderBulkIngest(b *testing.B) {
 			}
 			in := start(b, cfg)
 			c := in.client(b, in.login(b, "admin", "admin-password"))
-			r := c.do("POST", "/api/v1/knowledge-bases", map[string]any{"name": "bench", "chunkSize": 64, "chunkOverlap": 0})
-			if r.Status != http.StatusCreated {
-				b.Fatalf("create: %d %s", r.Status, r.Body)
-			}
-			var kb struct{ ID string }
-			r.json(b, &kb)
-			for i := range 5 {
-				c.waitReady(c.uploadAccepted(kb.ID, fmt.Sprintf("small%d.txt", i), fmt.Appendf(nil, "Policy %d: VPN access needs token%d.", i, i)).ID)
-			}
+			kb := benchKB(b, c)
 			questions := []string{"how do I get VPN access from home?", "远程办公如何申请 VPN 令牌？", "which token opens the VPN", "VPN 访问需要什么？"}
-			search := func(i int) time.Duration {
-				t0 := time.Now()
-				r := c.do("POST", "/api/v1/search", map[string]any{"query": questions[i%len(questions)], "knowledgeBaseIds": []string{kb.ID}, "mode": "hybrid"})
-				if r.Status != http.StatusOK {
-					b.Fatalf("search: %d %s", r.Status, r.Body)
-				}
-				return time.Since(t0)
-			}
+			search := func(i int) time.Duration { return timedSearch(b, c, kb, questions[i%len(questions)]) }
 			const n = 60
 			measure := func() []time.Duration {
 				out := make([]time.Duration, n)
@@ -97,16 +81,7 @@ func BenchmarkLocalQueryUnderBulkIngest(b *testing.B) {
 
 			// The bulk ingest: 20 documents of 16 chunks each, ~60 tokens a
 			// chunk.
-			var bulk []string
-			for i := range 20 {
-				var sb strings.Builder
-				for p := range 16 {
-					fmt.Fprintf(&sb, "Section %d.%d of the warehouse manual explains pallet%d rotation, the forklift%d checks and the dock%d schedule for shift %d. ",
-						i, p, p, i, p, p%3)
-					sb.WriteString("Inventory counts are reconciled weekly against the ledger, and 仓库每周盘点一次库存。\n\n")
-				}
-				bulk = append(bulk, c.uploadAccepted(kb.ID, fmt.Sprintf("bulk%d.txt", i), []byte(sb.String())).ID)
-			}
+			bulk := uploadBulk(c, kb, 20, 16, " ", "Inventory counts are reconciled weekly against the ledger, and 仓库每周盘点一次库存。\n\n")
 			waitFor(b, 120*time.Second, "a document batch in the model", func() bool { return docInFlight.Load() >= 1 })
 			// Only searches that start while a document call is open count:
 			// where questions queue behind batches the ingest may end first.
