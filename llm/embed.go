@@ -22,6 +22,7 @@ import (
 type remoteEmbedder struct {
 	provider    string
 	url         string
+	queryURL    string // where questions go: url unless EmbeddingQueryBaseURL
 	apiKey      string
 	model       string
 	kinds       EmbedKinds
@@ -36,14 +37,15 @@ type remoteEmbedder struct {
 }
 
 func newRemoteEmbedder(cfg Config, o options) *remoteEmbedder {
-	base := strings.TrimRight(cfg.EmbeddingBaseURL, "/")
-	url := base + "/embeddings"
-	if cfg.EmbeddingProvider == ProviderOllama {
-		url = ollamaNativeBase(base) + "/api/embed"
+	url := embedURL(cfg.EmbeddingProvider, cfg.EmbeddingBaseURL)
+	queryURL := url
+	if cfg.EmbeddingQueryBaseURL != "" {
+		queryURL = embedURL(cfg.EmbeddingProvider, cfg.EmbeddingQueryBaseURL)
 	}
 	e := &remoteEmbedder{
 		provider:    cfg.EmbeddingProvider,
 		url:         url,
+		queryURL:    queryURL,
 		apiKey:      cfg.EmbeddingAPIKey,
 		model:       cfg.EmbeddingModel,
 		kinds:       cfg.EmbeddingKinds,
@@ -60,6 +62,15 @@ func newRemoteEmbedder(cfg Config, o options) *remoteEmbedder {
 	}
 	e.dim.Store(int64(cfg.EmbeddingDim))
 	return e
+}
+
+// embedURL is the embeddings endpoint under base for provider.
+func embedURL(provider, base string) string {
+	base = strings.TrimRight(base, "/")
+	if provider == ProviderOllama {
+		return ollamaNativeBase(base) + "/api/embed"
+	}
+	return base + "/embeddings"
 }
 
 // Model implements service.Embedder.
@@ -143,7 +154,7 @@ func (e *remoteEmbedder) embedBatch(ctx context.Context, kind service.EmbedKind,
 		if err != nil {
 			return false, err
 		}
-		vecs, err = e.call(ctx, body, len(texts))
+		vecs, err = e.call(ctx, e.endpoint(kind), body, len(texts))
 		// A Retry-After is reported while the permit is held, so no other
 		// call takes the permit before the gate knows to hold it back.
 		e.throttled(ctx, kind, err)
@@ -161,11 +172,21 @@ func (e *remoteEmbedder) embedBatch(ctx context.Context, kind service.EmbedKind,
 	return vecs, nil
 }
 
-// call makes one HTTP call and decodes n vectors in input order.
-func (e *remoteEmbedder) call(ctx context.Context, body []byte, n int) ([][]float32, error) {
+// endpoint is the URL that embeds texts of kind: a server of its own for
+// questions keeps them from queueing behind a bulk ingest's batches on a
+// model server that computes one call at a time.
+func (e *remoteEmbedder) endpoint(kind service.EmbedKind) string {
+	if kind == service.EmbedQuery {
+		return e.queryURL
+	}
+	return e.url
+}
+
+// call makes one HTTP call to url and decodes n vectors in input order.
+func (e *remoteEmbedder) call(ctx context.Context, url string, body []byte, n int) ([][]float32, error) {
 	cctx, cancel := context.WithTimeout(ctx, e.timeout)
 	defer cancel()
-	resp, err := postJSON(cctx, e.http, e.url, e.apiKey, body)
+	resp, err := postJSON(cctx, e.http, url, e.apiKey, body)
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil, ctx.Err()

@@ -121,6 +121,11 @@ type Config struct {
 	EmbeddingModel    string
 	EmbeddingBaseURL  string
 	EmbeddingAPIKey   string
+	// EmbeddingQueryBaseURL, when set, embeds questions (service.EmbedQuery)
+	// there instead of at EmbeddingBaseURL: the same model served by a
+	// second process, so that a search's embedding does not wait behind
+	// document batches (openai and ollama providers).
+	EmbeddingQueryBaseURL string
 	// EmbeddingDim is the vector dimension. The offline embedder produces
 	// it (default 512). A remote embedder checks every answer against it
 	// and fails on a mismatch, since vectors of another dimension cannot
@@ -139,7 +144,7 @@ type Config struct {
 	// is not retried: the next one is tried instead.
 	MaxRetries int
 
-	EmbeddingBatchSize   int // texts per /embeddings call
+	EmbeddingBatchSize   int // texts per /embeddings call (default 32)
 	EmbeddingConcurrency int // embedding calls in flight per Embed (a Gate bounds them across calls and instances)
 	// EmbeddingGate, when set, admits every embedding HTTP call (cmd/ragent
 	// backs it with the cluster-wide embedding limit).

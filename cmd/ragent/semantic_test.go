@@ -21,18 +21,19 @@ func localEmbedderConfig(t testing.TB) Config {
 	t.Helper()
 	base := testConfig(t)
 	env := map[string]string{
-		"RAGENT_DATABASE_URL":         base.DatabaseURL,
-		"RAGENT_REDIS_URL":            base.RedisURL,
-		"RAGENT_REDIS_PREFIX":         base.RedisPrefix,
-		"RAGENT_ADMIN_PASSWORD":       "admin-password",
-		"RAGENT_DEMO":                 "true",
-		"RAGENT_HTTP_ADDR":            "127.0.0.1:0",
-		"RAGENT_LOG_LEVEL":            "warn",
-		"RAGENT_CHAT_RATE_PER_MINUTE": "0",
-		"RAGENT_EMBEDDING_PROVIDER":   "openai",
-		"RAGENT_EMBEDDING_BASE_URL":   testenv.EmbedderURL(t),
-		"RAGENT_EMBEDDING_MODEL":      testenv.EmbedderModel,
-		"RAGENT_EMBEDDING_DIM":        "384",
+		"RAGENT_DATABASE_URL":             base.DatabaseURL,
+		"RAGENT_REDIS_URL":                base.RedisURL,
+		"RAGENT_REDIS_PREFIX":             base.RedisPrefix,
+		"RAGENT_ADMIN_PASSWORD":           "admin-password",
+		"RAGENT_DEMO":                     "true",
+		"RAGENT_HTTP_ADDR":                "127.0.0.1:0",
+		"RAGENT_LOG_LEVEL":                "warn",
+		"RAGENT_CHAT_RATE_PER_MINUTE":     "0",
+		"RAGENT_EMBEDDING_PROVIDER":       "openai",
+		"RAGENT_EMBEDDING_BASE_URL":       testenv.EmbedderURL(t),
+		"RAGENT_EMBEDDING_QUERY_BASE_URL": testenv.EmbedderQueryURL(t),
+		"RAGENT_EMBEDDING_MODEL":          testenv.EmbedderModel,
+		"RAGENT_EMBEDDING_DIM":            "384",
 	}
 	cfg, err := loadConfig(func(k string) string { return env[k] })
 	if err != nil {

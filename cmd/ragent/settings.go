@@ -83,6 +83,8 @@ func (c *Config) settings() []setting {
 		{"RAGENT_EMBEDDING_DIM", "512", (*intValue)(&c.EmbedDim), maskNone},
 		{"RAGENT_EMBEDDING_BASE_URL", "", (*strValue)(&c.EmbedBaseURL), maskURL},
 		{"RAGENT_EMBEDDING_API_KEY", "", (*strValue)(&c.EmbedAPIKey), maskSecret},
+		{"RAGENT_EMBEDDING_QUERY_BASE_URL", "", (*strValue)(&c.EmbedQueryBaseURL), maskURL},
+		{"RAGENT_EMBEDDING_BATCH_SIZE", "32", (*intValue)(&c.EmbedBatchSize), maskNone},
 		{"RAGENT_EMBEDDING_QUERY_PREFIX", "", (*strValue)(&c.EmbedQueryPrefix), maskNone},
 		{"RAGENT_EMBEDDING_DOCUMENT_PREFIX", "", (*strValue)(&c.EmbedDocumentPrefix), maskNone},
 		{"RAGENT_EMBEDDING_QUERY_INPUT_TYPE", "", (*strValue)(&c.EmbedQueryInputType), maskNone},

@@ -93,6 +93,7 @@ func llmConfig(cfg Config, log *slog.Logger) llm.Config {
 		Fallbacks: cfg.LLMFallbacks, Cooldown: cfg.LLMCooldown,
 		EmbeddingProvider: cfg.EmbedProvider, EmbeddingModel: cfg.EmbedModel,
 		EmbeddingBaseURL: cfg.EmbedBaseURL, EmbeddingAPIKey: cfg.EmbedAPIKey, EmbeddingDim: cfg.EmbedDim,
+		EmbeddingQueryBaseURL: cfg.EmbedQueryBaseURL, EmbeddingBatchSize: cfg.EmbedBatchSize,
 		EmbeddingKinds: llm.EmbedKinds{
 			QueryPrefix: cfg.EmbedQueryPrefix, DocumentPrefix: cfg.EmbedDocumentPrefix,
 			QueryInputType: cfg.EmbedQueryInputType, DocumentInputType: cfg.EmbedDocumentInputType,

@@ -13,7 +13,8 @@ import (
 
 // Local embedding model, as scripts/services.sh start embedder runs it.
 const (
-	defaultEmbedderURL = "http://127.0.0.1:8765/v1"
+	defaultEmbedderURL      = "http://127.0.0.1:8765/v1"
+	defaultEmbedderQueryURL = "http://127.0.0.1:8766/v1"
 	// EmbedderModel and EmbedderDim are what that server embeds with.
 	EmbedderModel = "multilingual-e5-small-q4"
 	EmbedderDim   = 384
@@ -24,7 +25,19 @@ const (
 // embed: one real request must answer 200.
 func EmbedderURL(t testing.TB) string {
 	t.Helper()
-	base := strings.TrimRight(env("RAGENT_TEST_EMBEDDER_URL", defaultEmbedderURL), "/")
+	return embedderAt(t, env("RAGENT_TEST_EMBEDDER_URL", defaultEmbedderURL))
+}
+
+// EmbedderQueryURL is EmbedderURL for the same model's process that embeds
+// search questions only (RAGENT_TEST_EMBEDDER_QUERY_URL).
+func EmbedderQueryURL(t testing.TB) string {
+	t.Helper()
+	return embedderAt(t, env("RAGENT_TEST_EMBEDDER_QUERY_URL", defaultEmbedderQueryURL))
+}
+
+func embedderAt(t testing.TB, url string) string {
+	t.Helper()
+	base := strings.TrimRight(url, "/")
 	// A loaded machine may take seconds for the first embedding.
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
