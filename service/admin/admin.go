@@ -10,6 +10,9 @@ import (
 	"cmp"
 	"context"
 	"log/slog"
+	"unicode/utf8"
+
+	"github.com/ragent-go/ragent/service"
 )
 
 // Config is what Intents and Terms take besides their stores.
@@ -38,4 +41,29 @@ func (c cached) invalidate(ctx context.Context) {
 		c.log.ErrorContext(ctx, c.what+" changed but the cache could not be invalidated; readers may see the old copy until it expires",
 			"err", err)
 	}
+}
+
+// requireText refuses an empty s or one longer than max runes, naming field.
+func requireText(field, s string, max int) error {
+	if s == "" {
+		return service.Errorf(service.ErrInvalid, "%s is required", field)
+	}
+	return limitText(field, s, max)
+}
+
+// limitText refuses s when it is longer than max runes, naming field.
+func limitText(field, s string, max int) error {
+	if utf8.RuneCountInString(s) > max {
+		return service.Errorf(service.ErrInvalid, "%s must be at most %d characters", field, max)
+	}
+	return nil
+}
+
+// checkNamed checks the name and description that groups and knowledge
+// bases carry.
+func checkNamed(name, description string) error {
+	if err := requireText("name", name, service.MaxNameRunes); err != nil {
+		return err
+	}
+	return limitText("description", description, service.MaxDescriptionRunes)
 }
