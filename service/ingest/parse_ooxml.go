@@ -333,11 +333,7 @@ func (p *docxParser) endRow() {
 		t.header = row
 		return
 	}
-	if t.header != nil {
-		p.doc.add(TableRow, 0, tableRow(t.header, row))
-	} else {
-		p.doc.add(TableRow, 0, joinCells(row))
-	}
+	p.doc.add(TableRow, 0, tableRow(t.header, row))
 }
 
 var builtinHeading = regexp.MustCompile(`(?i)^(?:heading\s*)?([1-9])$`)
@@ -490,10 +486,8 @@ func (s *pptxSlide) token(tok xml.Token) error {
 			row := slices.Clone(s.row)
 			if s.rows == 1 && looksLikeHeader(row) {
 				s.header = row
-			} else if s.header != nil {
-				s.blocks.add(TableRow, 0, tableRow(s.header, row))
 			} else {
-				s.blocks.add(TableRow, 0, joinCells(row))
+				s.blocks.add(TableRow, 0, tableRow(s.header, row))
 			}
 		}
 	}

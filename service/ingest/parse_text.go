@@ -78,12 +78,17 @@ func cleanText(s string) string {
 	}, s)
 }
 
-func parseTextFile(r io.ReaderAt, size int64, limits Limits, parse func(*Document, string)) (*Document, error) {
+// readText reads a whole text file within limits and decodes it to UTF-8.
+func readText(r io.ReaderAt, size int64, limits Limits) (string, error) {
 	b, err := readAllLimited(r, size, limits.MaxDecompressedBytes)
 	if err != nil {
-		return nil, err
+		return "", err
 	}
-	s, err := decodeText(b)
+	return decodeText(b)
+}
+
+func parseTextFile(r io.ReaderAt, size int64, limits Limits, parse func(*Document, string)) (*Document, error) {
+	s, err := readText(r, size, limits)
 	if err != nil {
 		return nil, err
 	}
@@ -225,8 +230,12 @@ func mdCells(line string) []string {
 
 // tableRow renders a row so that it stands alone in a chunk: each value is
 // labelled with its column header ("name: Alice; age: 30"), which is what
-// lets a search for "Alice's age" find a row far below the header.
+// lets a search for "Alice's age" find a row far below the header. A table
+// without a header row (nil header) has its values joined by joinCells.
 func tableRow(header, cells []string) string {
+	if header == nil {
+		return joinCells(cells)
+	}
 	var b strings.Builder
 	for i, c := range cells {
 		c = strings.TrimSpace(c)
@@ -279,11 +288,7 @@ func isNumber(s string) bool {
 // parseCSV reads comma-, semicolon- or tab-separated values in any of the
 // text encodings decodeText knows (Excel in China saves CSV as GBK).
 func parseCSV(ctx context.Context, r io.ReaderAt, size int64, limits Limits) (*Document, error) {
-	b, err := readAllLimited(r, size, limits.MaxDecompressedBytes)
-	if err != nil {
-		return nil, err
-	}
-	s, err := decodeText(b)
+	s, err := readText(r, size, limits)
 	if err != nil {
 		return nil, err
 	}
@@ -313,11 +318,7 @@ func parseCSV(ctx context.Context, r io.ReaderAt, size int64, limits Limits) (*D
 			header = rec
 			continue
 		}
-		if header == nil {
-			doc.add(TableRow, 0, joinCells(rec))
-		} else {
-			doc.add(TableRow, 0, tableRow(header, rec))
-		}
+		doc.add(TableRow, 0, tableRow(header, rec))
 		if err := doc.textErr(); err != nil {
 			return nil, err
 		}

@@ -60,10 +60,8 @@ func parseXLSX(ctx context.Context, r io.ReaderAt, size int64, limits Limits) (*
 			switch {
 			case n == 1 && looksLikeHeader(cells):
 				header = cells
-			case header != nil:
-				doc.add(TableRow, 0, tableRow(header, cells))
 			default:
-				doc.add(TableRow, 0, joinCells(cells))
+				doc.add(TableRow, 0, tableRow(header, cells))
 			}
 			if err := doc.textErr(); err != nil {
 				rows.Close()
