@@ -9,6 +9,7 @@ package admin
 import (
 	"cmp"
 	"context"
+	"errors"
 	"log/slog"
 	"unicode/utf8"
 
@@ -66,4 +67,23 @@ func checkNamed(name, description string) error {
 		return err
 	}
 	return limitText("description", description, service.MaxDescriptionRunes)
+}
+
+// byIDOrName finds what a member input names: by id when it has one, else
+// by name (which the caller has checked is not empty). An unknown one is
+// invalid input (naming what), not a missing resource: the route exists.
+func byIDOrName[T any](ctx context.Context, id service.ID, name, what string,
+	byID func(context.Context, service.ID) (T, error), byName func(context.Context, string) (T, error)) (T, error) {
+	var v T
+	var err error
+	if id != 0 {
+		v, err = byID(ctx, id)
+	} else {
+		v, err = byName(ctx, name)
+	}
+	if errors.Is(err, service.ErrNotFound) {
+		var zero T
+		return zero, service.Errorf(service.ErrInvalid, "no such %s", what)
+	}
+	return v, err
 }

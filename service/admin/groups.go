@@ -191,19 +191,11 @@ func (s *Groups) addMember(ctx context.Context, p service.Principal, id service.
 	if _, err := s.store.Group(ctx, id); err != nil {
 		return nil, groupNotFound(err, id)
 	}
-	var u *service.User
-	var err error
-	switch name := strings.TrimSpace(in.Username); {
-	case in.UserID != 0:
-		u, err = s.store.UserByID(ctx, in.UserID)
-	case name != "":
-		u, err = s.store.UserByUsername(ctx, name)
-	default:
+	name := strings.TrimSpace(in.Username)
+	if in.UserID == 0 && name == "" {
 		return nil, service.Errorf(service.ErrInvalid, "userId or username is required")
 	}
-	if errors.Is(err, service.ErrNotFound) {
-		return nil, service.Errorf(service.ErrInvalid, "no such user")
-	}
+	u, err := byIDOrName(ctx, in.UserID, name, "user", s.store.UserByID, s.store.UserByUsername)
 	if err != nil {
 		return nil, err
 	}

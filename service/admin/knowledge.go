@@ -303,31 +303,13 @@ func (k *KnowledgeBases) putMember(ctx context.Context, p service.Principal, kbI
 	}
 	switch in.Kind {
 	case service.MemberUser:
-		var u *service.User
-		var err error
-		if in.PrincipalID != 0 {
-			u, err = k.store.UserByID(ctx, in.PrincipalID)
-		} else {
-			u, err = k.store.UserByUsername(ctx, name)
-		}
-		if errors.Is(err, service.ErrNotFound) {
-			return nil, false, service.Errorf(service.ErrInvalid, "no such user")
-		}
+		u, err := byIDOrName(ctx, in.PrincipalID, name, "user", k.store.UserByID, k.store.UserByUsername)
 		if err != nil {
 			return nil, false, err
 		}
 		m.PrincipalID, m.Name = u.ID, u.Username
 	case service.MemberGroup:
-		var g *service.Group
-		var err error
-		if in.PrincipalID != 0 {
-			g, err = k.store.Group(ctx, in.PrincipalID)
-		} else {
-			g, err = k.store.GroupByName(ctx, name)
-		}
-		if errors.Is(err, service.ErrNotFound) {
-			return nil, false, service.Errorf(service.ErrInvalid, "no such group")
-		}
+		g, err := byIDOrName(ctx, in.PrincipalID, name, "group", k.store.Group, k.store.GroupByName)
 		if err != nil {
 			return nil, false, err
 		}
