@@ -57,10 +57,9 @@ func parseXLSX(ctx context.Context, r io.ReaderAt, size int64, limits Limits) (*
 				continue
 			}
 			n++
-			switch {
-			case n == 1 && looksLikeHeader(cells):
+			if n == 1 && looksLikeHeader(cells) {
 				header = cells
-			default:
+			} else {
 				doc.add(TableRow, 0, tableRow(header, cells))
 			}
 			if err := doc.textErr(); err != nil {
