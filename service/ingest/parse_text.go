@@ -87,14 +87,18 @@ func readText(r io.ReaderAt, size int64, limits Limits) (string, error) {
 	return decodeText(b)
 }
 
-func parseTextFile(r io.ReaderAt, size int64, limits Limits, parse func(*Document, string)) (*Document, error) {
-	s, err := readText(r, size, limits)
-	if err != nil {
-		return nil, err
+// textParser is the parser of a text format: the whole file, decoded, is
+// handed to parse.
+func textParser(parse func(*Document, string)) parser {
+	return func(_ context.Context, r io.ReaderAt, size int64, limits Limits) (*Document, error) {
+		s, err := readText(r, size, limits)
+		if err != nil {
+			return nil, err
+		}
+		doc := newDocument(limits)
+		parse(doc, s)
+		return doc, nil
 	}
-	doc := newDocument(limits)
-	parse(doc, s)
-	return doc, nil
 }
 
 // parsePlain makes one paragraph of each run of non-blank lines.
@@ -327,6 +331,30 @@ func parseCSV(ctx context.Context, r io.ReaderAt, size int64, limits Limits) (*D
 		doc.add(TableRow, 0, joinCells(header))
 	}
 	return doc, nil
+}
+
+// tableRows turns the rows of one table into blocks: a first row that looks
+// like a header is kept to label the values of the rows after it.
+type tableRows struct {
+	header []string
+	n      int // rows seen
+}
+
+// add adds row to doc, or keeps it as the header.
+func (t *tableRows) add(doc *Document, row []string) {
+	t.n++
+	if t.n == 1 && looksLikeHeader(row) {
+		t.header = row
+		return
+	}
+	doc.add(TableRow, 0, tableRow(t.header, row))
+}
+
+// end adds the header as a row of its own when it was the table's only row.
+func (t *tableRows) end(doc *Document) {
+	if t.n == 1 && t.header != nil {
+		doc.add(TableRow, 0, joinCells(t.header)) // a table that is only a header
+	}
 }
 
 func joinCells(cells []string) string {
