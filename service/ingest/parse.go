@@ -180,25 +180,21 @@ func DefaultLimits() Limits {
 
 func (l Limits) withDefaults() Limits {
 	d := DefaultLimits()
-	if l.MaxTextBytes <= 0 {
-		l.MaxTextBytes = d.MaxTextBytes
-	}
-	if l.MaxDecompressedBytes <= 0 {
-		l.MaxDecompressedBytes = d.MaxDecompressedBytes
-	}
-	if l.MaxZipEntries <= 0 {
-		l.MaxZipEntries = d.MaxZipEntries
-	}
-	if l.MaxPages <= 0 {
-		l.MaxPages = d.MaxPages
-	}
-	if l.MaxRows <= 0 {
-		l.MaxRows = d.MaxRows
-	}
-	if l.Timeout <= 0 {
-		l.Timeout = d.Timeout
-	}
+	l.MaxTextBytes = positiveOr(l.MaxTextBytes, d.MaxTextBytes)
+	l.MaxDecompressedBytes = positiveOr(l.MaxDecompressedBytes, d.MaxDecompressedBytes)
+	l.MaxZipEntries = positiveOr(l.MaxZipEntries, d.MaxZipEntries)
+	l.MaxPages = positiveOr(l.MaxPages, d.MaxPages)
+	l.MaxRows = positiveOr(l.MaxRows, d.MaxRows)
+	l.Timeout = positiveOr(l.Timeout, d.Timeout)
 	return l
+}
+
+// positiveOr is v, or def where v is zero or negative (unset).
+func positiveOr[T ~int | ~int64](v, def T) T {
+	if v <= 0 {
+		return def
+	}
+	return v
 }
 
 // oleMagic starts every Compound File Binary: legacy .doc/.xls/.ppt and,
