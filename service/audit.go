@@ -191,6 +191,23 @@ func (a *Auditor) Do(ctx context.Context, ev AuditEvent, change func(ctx context
 	return err
 }
 
+// AuditDo is Auditor.Do for a change that returns what it made: the value
+// on success, the zero value with the error otherwise (also when the change
+// succeeded but its event or the commit failed, so nothing was stored).
+func AuditDo[T any](ctx context.Context, a *Auditor, ev AuditEvent, change func(ctx context.Context, ev *AuditEvent) (T, error)) (T, error) {
+	var out T
+	err := a.Do(ctx, ev, func(ctx context.Context, ev *AuditEvent) error {
+		var err error
+		out, err = change(ctx, ev)
+		return err
+	})
+	if err != nil {
+		var zero T
+		return zero, err
+	}
+	return out, nil
+}
+
 // Fail records ev as failed with err: a change refused before it began to
 // write (Do records the refusals inside change itself).
 func (a *Auditor) Fail(ctx context.Context, ev AuditEvent, err error) {

@@ -2,44 +2,50 @@ package service
 
 import "context"
 
-type requestIDKey struct{}
+// ctxKey is a context key that reads back the type it was stored with; the
+// name keeps two keys of one type apart.
+type ctxKey[T any] struct{ name string }
+
+func (k ctxKey[T]) with(ctx context.Context, v T) context.Context {
+	return context.WithValue(ctx, k, v)
+}
+
+func (k ctxKey[T]) from(ctx context.Context) (T, bool) {
+	v, ok := ctx.Value(k).(T)
+	return v, ok
+}
+
+var (
+	requestIDKey = ctxKey[string]{"request id"}
+	clientIPKey  = ctxKey[string]{"client ip"}
+	principalKey = ctxKey[Principal]{"principal"}
+)
 
 // WithRequestID returns ctx carrying the request id, which loggers add to
 // every line logged with that context.
-func WithRequestID(ctx context.Context, id string) context.Context {
-	return context.WithValue(ctx, requestIDKey{}, id)
-}
+func WithRequestID(ctx context.Context, id string) context.Context { return requestIDKey.with(ctx, id) }
 
 // RequestID returns the request id carried by ctx, or "".
 func RequestID(ctx context.Context) string {
-	id, _ := ctx.Value(requestIDKey{}).(string)
+	id, _ := requestIDKey.from(ctx)
 	return id
 }
 
-type clientIPKey struct{}
-
 // WithClientIP returns ctx carrying the caller's address as the HTTP layer
 // trusts it (the TCP peer, or what a trusted proxy reports).
-func WithClientIP(ctx context.Context, ip string) context.Context {
-	return context.WithValue(ctx, clientIPKey{}, ip)
-}
+func WithClientIP(ctx context.Context, ip string) context.Context { return clientIPKey.with(ctx, ip) }
 
 // ClientIP returns the client address carried by ctx, or "".
 func ClientIP(ctx context.Context) string {
-	ip, _ := ctx.Value(clientIPKey{}).(string)
+	ip, _ := clientIPKey.from(ctx)
 	return ip
 }
-
-type principalKey struct{}
 
 // WithPrincipal returns ctx carrying the authenticated caller, which the
 // audit log records as the actor of what the request changes.
 func WithPrincipal(ctx context.Context, p Principal) context.Context {
-	return context.WithValue(ctx, principalKey{}, p)
+	return principalKey.with(ctx, p)
 }
 
 // PrincipalFrom returns the caller carried by ctx.
-func PrincipalFrom(ctx context.Context) (Principal, bool) {
-	p, ok := ctx.Value(principalKey{}).(Principal)
-	return p, ok
-}
+func PrincipalFrom(ctx context.Context) (Principal, bool) { return principalKey.from(ctx) }

@@ -430,9 +430,7 @@ func TestChatAndSearchSkipUnreadableKnowledgeBases(t *testing.T) {
 	adminToken := in.login(t, "admin", "admin-password")
 	admin := in.client(t, adminToken)
 	public := admin.createKB("public-faq")
-	if r := admin.do("PATCH", "/api/v1/knowledge-bases/"+public, map[string]any{"visibility": "internal"}); r.Status != http.StatusOK {
-		t.Fatalf("make internal: %d %s", r.Status, r.Body)
-	}
+	admin.makeInternal(public)
 	hr := admin.createKB("hr-handbook")
 	admin.waitReady(admin.uploadAccepted(public, "leave-faq.md", []byte("# Leave\n\nAsk your manager about leave; the zebrafish handbook is kept by HR.\n")).ID)
 	admin.waitReady(admin.uploadAccepted(hr, "zebrafish-policy.md", []byte("# Zebrafish policy\n\nThe zebrafish policy grants fifteen days of annual leave, secret bonus codeword walrus.\n")).ID)
@@ -541,9 +539,7 @@ func TestHistorySourcesFollowAccess(t *testing.T) {
 	if n := sources(f.admin); n == 0 {
 		t.Fatal("admin sees no sources")
 	}
-	if r := f.admin.do("PATCH", "/api/v1/knowledge-bases/"+f.kb, map[string]any{"visibility": "internal"}); r.Status != http.StatusOK {
-		t.Fatalf("make internal: %d %s", r.Status, r.Body)
-	}
+	f.admin.makeInternal(f.kb)
 	if n := sources(viewer); n == 0 {
 		t.Fatal("sources hidden although the knowledge base is internal now")
 	}

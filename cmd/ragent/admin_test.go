@@ -9,8 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/ragent-go/ragent/idempotent"
 	"github.com/ragent-go/ragent/internal/testenv"
 )
@@ -40,7 +38,7 @@ type termJSON struct {
 func adminSetup(t *testing.T, cfg Config) (in *instance, c *client, kb1, kb2 string) {
 	t.Helper()
 	in = start(t, cfg)
-	c = in.client(t, in.login(t, "admin", "admin-password"))
+	c = in.adminClient(t)
 	return in, c, c.createKB("it-docs"), c.createKB("hr-docs")
 }
 
@@ -447,11 +445,7 @@ func TestIdempotentAdminSubmits(t *testing.T) {
 	// luck decides whether the lock or the unique key answers.
 	t.Run("duplicate of a request in flight", func(t *testing.T) {
 		ctx := context.Background()
-		db, err := pgx.Connect(ctx, cfg.DatabaseURL)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer db.Close(ctx)
+		db := connectDB(t, cfg.DatabaseURL)
 		tx, err := db.Begin(ctx)
 		if err != nil {
 			t.Fatal(err)

@@ -57,11 +57,7 @@ func listKeys(t *testing.T, c *client) (keys []apiKeyJSON, body string) {
 func textAnywhere(t *testing.T, dbURL, s string) []string {
 	t.Helper()
 	ctx := context.Background()
-	conn, err := pgx.Connect(ctx, dbURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(ctx)
+	conn := connectDB(t, dbURL)
 	rows, err := conn.Query(ctx, `SELECT table_name, column_name FROM information_schema.columns
 		WHERE table_schema = 'public' ORDER BY table_name, column_name`)
 	if err != nil {
@@ -316,7 +312,7 @@ func TestAPIKeys(t *testing.T) {
 // owner reads B.
 func TestAPIKeyKnowledgeBases(t *testing.T) {
 	in := start(t, testConfig(t))
-	admin := in.client(t, in.login(t, "admin", "admin-password"))
+	admin := in.adminClient(t)
 	a, b := admin.createKB("kb-a"), admin.createKB("kb-b")
 	admin.waitReady(admin.uploadAccepted(a, "a.md", []byte("# A\n\nThe walrus lives in knowledge base A.\n")).ID)
 	docB := admin.uploadAccepted(b, "b.md", []byte("# B\n\nThe walrus also lives in knowledge base B.\n")).ID
@@ -423,7 +419,7 @@ func TestAPIKeyLimits(t *testing.T) {
 // keys, never open.
 func TestAPIKeyRefusedOutsideScopes(t *testing.T) {
 	in := start(t, testConfig(t))
-	admin := in.client(t, in.login(t, "admin", "admin-password"))
+	admin := in.adminClient(t)
 	k := createKey(t, admin, map[string]any{"name": "all", "scopes": []string{"read", "search", "chat", "ingest"}})
 	c := in.client(t, k.Key)
 	refused := 0

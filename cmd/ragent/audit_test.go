@@ -10,8 +10,6 @@ import (
 	"net/url"
 	"strings"
 	"testing"
-
-	"github.com/jackc/pgx/v5"
 )
 
 // auditEventJSON is an audit event as GET /api/v1/admin/audit returns it.
@@ -418,13 +416,9 @@ func TestAuditLogRecordsEachAction(t *testing.T) {
 // either; and the stored log refuses updates and deletes.
 func TestAuditEventCommitsWithItsChange(t *testing.T) {
 	in, cfg := auditStart(t)
-	admin := in.client(t, in.login(t, "admin", "admin-password"))
+	admin := in.adminClient(t)
 	ctx := context.Background()
-	conn, err := pgx.Connect(ctx, cfg.DatabaseURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(ctx)
+	conn := connectDB(t, cfg.DatabaseURL)
 	mustExec := func(sql string) {
 		t.Helper()
 		if _, err := conn.Exec(ctx, sql); err != nil {

@@ -359,7 +359,7 @@ func TestRedisDownTokensStillVerify(t *testing.T) {
 func TestBadRequests(t *testing.T) {
 	cfg := testConfig(t)
 	in := start(t, cfg)
-	admin := in.client(t, in.login(t, "admin", "admin-password"))
+	admin := in.adminClient(t)
 
 	tests := []struct {
 		name   string

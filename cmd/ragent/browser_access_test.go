@@ -16,9 +16,7 @@ func TestBrowserKnowledgeBaseSharing(t *testing.T) {
 	adminToken := in.login(t, "admin", "admin-password")
 	api := in.client(t, adminToken)
 	public := api.createKB("public-faq")
-	if r := api.do("PATCH", "/api/v1/knowledge-bases/"+public, map[string]any{"visibility": "internal"}); r.Status != http.StatusOK {
-		t.Fatalf("make internal: %d %s", r.Status, r.Body)
-	}
+	api.makeInternal(public)
 	private := api.createKB("team-handbook")
 	in.createUser(t, adminToken, "mia", "mia-password", "user")
 	in.createUser(t, adminToken, "gus", "gus-password", "user")

@@ -12,7 +12,7 @@ import (
 func TestBrowserAuditLog(t *testing.T) {
 	chromium := chromiumPath(t)
 	in := start(t, testConfig(t))
-	api := in.client(t, in.login(t, "admin", "admin-password"))
+	api := in.adminClient(t)
 	// More group changes than one page holds (50), and one refused login.
 	for i := 0; i < 55; i++ {
 		if r := api.do("POST", "/api/v1/groups", map[string]string{"name": fmt.Sprintf("group-%02d", i)}); r.Status != http.StatusCreated {

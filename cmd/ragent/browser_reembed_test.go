@@ -16,7 +16,7 @@ func TestBrowserReembedProgress(t *testing.T) {
 	cfg := testConfig(t)
 	cfg.EmbedDim = dim
 	first := start(t, cfg)
-	api := first.client(t, first.login(t, "admin", "admin-password"))
+	api := first.adminClient(t)
 	kb := api.createKB("moving-kb")
 	for i := range 3 {
 		api.waitReady(api.uploadAccepted(kb, fmt.Sprintf("m%d.txt", i), fmt.Appendf(nil, "Manual %d on boiler%d valves.", i, i)).ID)
@@ -27,7 +27,7 @@ func TestBrowserReembedProgress(t *testing.T) {
 	next.EmbedProvider, next.EmbedModel, next.EmbedBaseURL = "openai", "fake-model", fake.URL()
 	fake.holdAfter(1)
 	in := start(t, next)
-	api = in.client(t, in.login(t, "admin", "admin-password"))
+	api = in.adminClient(t)
 	api.waitKB(kb, 60*time.Second, "one document re-embedded", func(p kbProgress) bool {
 		return p.Reembedding != nil && p.Reembedding.Done == 1
 	})

@@ -78,7 +78,7 @@ func TestChatCompletedStream(t *testing.T) {
 func TestChatRetriesAfter429AndFailsCleanly(t *testing.T) {
 	llm := newFakeLLM(t)
 	in := start(t, chatConfig(t, llm))
-	c := in.client(t, in.login(t, "admin", "admin-password"))
+	c := in.adminClient(t)
 
 	start := time.Now()
 	_, events := c.chatStream(context.Background(), map[string]any{"question": "rate limited #429"}, nil)
@@ -101,7 +101,7 @@ func TestChatRetriesAfter429AndFailsCleanly(t *testing.T) {
 func TestChatDisconnectCancelsUpstream(t *testing.T) {
 	llm := newFakeLLM(t)
 	in := start(t, chatConfig(t, llm))
-	c := in.client(t, in.login(t, "admin", "admin-password"))
+	c := in.adminClient(t)
 	q := "long answer #slow disconnect"
 
 	ctx, cancel := context.WithCancel(context.Background())
@@ -307,7 +307,7 @@ func TestChatRejectedWhenQueueWaitExceeded(t *testing.T) {
 	cfg := chatConfig(t, llm)
 	cfg.ChatMaxConcurrent, cfg.ChatMaxWait = 1, 500*time.Millisecond
 	in := start(t, cfg)
-	c := in.client(t, in.login(t, "admin", "admin-password"))
+	c := in.adminClient(t)
 
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -348,7 +348,7 @@ func TestChatRejectedWhenQueueWaitExceeded(t *testing.T) {
 func TestChatValidation(t *testing.T) {
 	llm := newFakeLLM(t)
 	in := start(t, chatConfig(t, llm))
-	c := in.client(t, in.login(t, "admin", "admin-password"))
+	c := in.adminClient(t)
 	tests := []struct {
 		name   string
 		body   any
@@ -374,7 +374,7 @@ func TestChatValidation(t *testing.T) {
 func TestChatShutdownCancelsStreams(t *testing.T) {
 	llm := newFakeLLM(t)
 	in := start(t, chatConfig(t, llm))
-	c := in.client(t, in.login(t, "admin", "admin-password"))
+	c := in.adminClient(t)
 	stopped := make(chan struct{})
 	_, events := c.chatStream(context.Background(), map[string]any{"question": "long answer #slow shutdown"}, func(e sseEvent) bool {
 		if e.Name == "message" {
@@ -400,7 +400,7 @@ func TestChatShutdownCancelsStreams(t *testing.T) {
 func TestChatDuplicateSubmitRefused(t *testing.T) {
 	llm := newFakeLLM(t)
 	in := start(t, chatConfig(t, llm))
-	c := in.client(t, in.login(t, "admin", "admin-password"))
+	c := in.adminClient(t)
 	body := map[string]any{"question": "same question #slow"}
 	streaming := make(chan struct{})
 	done := make(chan struct{})
@@ -455,7 +455,7 @@ func TestChatEmptyRetrieval(t *testing.T) {
 func TestChatDeepThinking(t *testing.T) {
 	llm := newFakeLLM(t)
 	in := start(t, chatConfig(t, llm))
-	c := in.client(t, in.login(t, "admin", "admin-password"))
+	c := in.adminClient(t)
 	for _, deep := range []bool{true, false} {
 		t.Run(fmt.Sprint("deepThinking=", deep), func(t *testing.T) {
 			_, events := c.chatStream(context.Background(), map[string]any{"question": "why #think", "deepThinking": deep}, nil)

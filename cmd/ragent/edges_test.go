@@ -70,7 +70,7 @@ func TestNULInJSONStringsIsInvalid(t *testing.T) {
 // RFC 2231-encoded) is refused before anything is stored.
 func TestNULInUploadFilenameIsInvalid(t *testing.T) {
 	in := start(t, testConfig(t))
-	c := in.client(t, in.login(t, "admin", "admin-password"))
+	c := in.adminClient(t)
 	kb := c.createKB("edges")
 	tests := []struct {
 		name, disposition string
@@ -107,7 +107,7 @@ func TestNULInUploadFilenameIsInvalid(t *testing.T) {
 // Chunk ordinals are int4 in Postgres: a cursor above int32 used to be a 500.
 func TestChunkCursorOutOfRangeIsInvalid(t *testing.T) {
 	in := start(t, testConfig(t))
-	c := in.client(t, in.login(t, "admin", "admin-password"))
+	c := in.adminClient(t)
 	kb := c.createKB("edges")
 	doc := c.uploadAccepted(kb, "a.md", []byte("# A\n\nSome text about cursors.\n"))
 	c.waitReady(doc.ID)

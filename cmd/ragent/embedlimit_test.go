@@ -38,7 +38,7 @@ func embedInstances(t *testing.T, cfg Config) (*client, *client) {
 		c := cfg
 		c.InstanceID = name
 		in := start(t, c)
-		out = append(out, in.client(t, in.login(t, "admin", "admin-password")))
+		out = append(out, in.adminClient(t))
 	}
 	return out[0], out[1]
 }

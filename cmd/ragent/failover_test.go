@@ -95,7 +95,7 @@ func TestChatDeepThinkingAsksTheModel(t *testing.T) {
 	cfg := chatConfig(t, model)
 	cfg.LLMThinking = "enable_thinking"
 	in := start(t, cfg)
-	c := in.client(t, in.login(t, "admin", "admin-password"))
+	c := in.adminClient(t)
 
 	_, events := c.chatStream(context.Background(), map[string]any{"question": "why #think", "deepThinking": true}, nil)
 	if got := collapse(events); !strings.HasPrefix(got, "meta sources message") || !strings.HasSuffix(got, "finish done") {

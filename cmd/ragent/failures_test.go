@@ -19,7 +19,7 @@ func TestChatFirstTokenTimeout(t *testing.T) {
 	cfg := chatConfig(t, llm)
 	cfg.LLMFirstTokenTimeout = 500 * time.Millisecond
 	in := start(t, cfg)
-	c := in.client(t, in.login(t, "admin", "admin-password"))
+	c := in.adminClient(t)
 	start := time.Now()
 	_, events := c.chatStream(context.Background(), map[string]any{"question": "silent model #silent"}, nil)
 	if got := collapse(events); got != "meta sources error finish done" {
@@ -62,7 +62,7 @@ func TestChatLimiterRedisDown(t *testing.T) {
 			// chat through, and the queue's policy decides.
 			cfg.ChatRatePerMinute = 100
 			in, proxy := redisDownInstance(t, cfg)
-			c := in.client(t, in.login(t, "admin", "admin-password"))
+			c := in.adminClient(t)
 			proxy.Down()
 			_, events := c.chatStream(context.Background(), map[string]any{"question": "is redis there?"}, nil)
 			if got := collapse(events); got != tt.want {
@@ -128,7 +128,7 @@ func TestPostgresDown(t *testing.T) {
 	proxy, url := testenv.PostgresProxyURL(t)
 	cfg.DatabaseURL = url
 	in := start(t, cfg)
-	c := in.client(t, in.login(t, "admin", "admin-password"))
+	c := in.adminClient(t)
 
 	proxy.Down()
 	if r := in.client(t, "").do("GET", "/readyz", nil); r.Status != http.StatusServiceUnavailable {

@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/ragent-go/ragent/internal/testenv"
 )
 
@@ -162,13 +164,32 @@ func (c *client) do(method, path string, body any, headers ...string) response {
 		req.Header.Set("Content-Type", "application/json")
 	}
 	c.authorize(req, headers)
+	return roundTrip(c.t, req)
+}
+
+// roundTrip sends req and reads the whole answer; a transport error fails t.
+func roundTrip(t testing.TB, req *http.Request) response {
+	t.Helper()
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
-		c.t.Fatalf("%s %s: %v", method, path, err)
+		t.Fatalf("%s %s: %v", req.Method, req.URL.RequestURI(), err)
 	}
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
 	return response{Status: resp.StatusCode, Header: resp.Header, Body: b}
+}
+
+// connectDB opens a connection of its own to the test database, closed when
+// t ends, for what the API does not show.
+func connectDB(t testing.TB, url string) *pgx.Conn {
+	t.Helper()
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close(ctx) })
+	return conn
 }
 
 // login returns a token for the user.
@@ -181,6 +202,13 @@ func (in *instance) login(t testing.TB, username, password string) string {
 	var s struct{ Token string }
 	r.json(t, &s)
 	return s.Token
+}
+
+// adminClient logs in as the bootstrap admin and returns a client with that
+// session.
+func (in *instance) adminClient(t testing.TB) *client {
+	t.Helper()
+	return in.client(t, in.login(t, "admin", "admin-password"))
 }
 
 // createUser makes a plain user through the admin API and returns its id.
@@ -210,6 +238,14 @@ func (c *client) createKB(name string) string {
 	var kb struct{ ID string }
 	r.json(c.t, &kb)
 	return kb.ID
+}
+
+// makeInternal opens a knowledge base to every logged-in user.
+func (c *client) makeInternal(kb string) {
+	c.t.Helper()
+	if r := c.do("PATCH", "/api/v1/knowledge-bases/"+kb, map[string]any{"visibility": "internal"}); r.Status != http.StatusOK {
+		c.t.Fatalf("make internal: %d %s", r.Status, r.Body)
+	}
 }
 
 // docJSON is a document as the API returns it.

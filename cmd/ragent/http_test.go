@@ -89,13 +89,7 @@ func (c cookieClient) do(method, path, contentType string, body []byte, headers 
 	}
 	req.AddCookie(&http.Cookie{Name: "ragent_session", Value: c.cookie})
 	setHeaders(req, headers)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		c.t.Fatalf("%s %s: %v", method, path, err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	return response{Status: resp.StatusCode, Header: resp.Header, Body: b}
+	return roundTrip(c.t, req)
 }
 
 func multipartFile(t *testing.T, name string, content []byte) (string, []byte) {
@@ -241,6 +235,19 @@ func TestCSRFAllowedOrigins(t *testing.T) {
 	}
 }
 
+// trickleCut trickles head (see trickle) and fails unless the server cut the
+// request with a 408 or a closed connection, and no sooner than deadline.
+func trickleCut(t *testing.T, baseURL, head string, deadline time.Duration) {
+	t.Helper()
+	line, took := trickle(t, baseURL, head, 20*time.Second)
+	if line != "" && !strings.Contains(line, " 408 ") {
+		t.Fatalf("answered %q, want 408 or a closed connection", line)
+	}
+	if took < deadline {
+		t.Fatalf("cut after %s, before the %s deadline", took, deadline)
+	}
+}
+
 // trickle opens a raw connection, sends the request head and then one byte
 // of the body (a space) every 100 ms, and reports how the server ended it: the status
 // line it answered (if any) and how long that took. It fails the test if the
@@ -296,13 +303,7 @@ func TestSlowBodyIsCut(t *testing.T) {
 
 	t.Run("json", func(t *testing.T) {
 		head := "POST /api/v1/auth/login HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n"
-		line, took := trickle(t, in.url, head, 20*time.Second)
-		if line != "" && !strings.Contains(line, " 408 ") {
-			t.Fatalf("answered %q, want 408 or a closed connection", line)
-		}
-		if took < cfg.HTTPBodyTimeout {
-			t.Fatalf("cut after %s, before the %s deadline", took, cfg.HTTPBodyTimeout)
-		}
+		trickleCut(t, in.url, head, cfg.HTTPBodyTimeout)
 	})
 	t.Run("unauthenticated", func(t *testing.T) {
 		head := "POST /api/v1/users HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n"
@@ -311,13 +312,7 @@ func TestSlowBodyIsCut(t *testing.T) {
 	t.Run("upload", func(t *testing.T) {
 		head := "POST /api/v1/knowledge-bases/" + kb + "/documents HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + token +
 			"\r\nContent-Type: multipart/form-data; boundary=b\r\nContent-Length: 100000\r\n\r\n--b\r\nContent-Disposition: form-data; name=\"file\"; filename=\"a.txt\"\r\n\r\n"
-		line, took := trickle(t, in.url, head, 20*time.Second)
-		if line != "" && !strings.Contains(line, " 408 ") {
-			t.Fatalf("answered %q, want 408 or a closed connection", line)
-		}
-		if took < cfg.HTTPUploadTimeout {
-			t.Fatalf("upload cut after %s, before its %s deadline", took, cfg.HTTPUploadTimeout)
-		}
+		trickleCut(t, in.url, head, cfg.HTTPUploadTimeout)
 	})
 	t.Run("legit upload of a few MB", func(t *testing.T) {
 		content := make([]byte, 4<<20) // random bytes: recorded as an unsupported file, nothing to ingest

@@ -80,7 +80,7 @@ func TestIngestRocketMQUnreachableAtUpload(t *testing.T) {
 	up := cfg
 	up.Role = "all"
 	in = start(t, up)
-	c = in.client(t, in.login(t, "admin", "admin-password"))
+	c = in.adminClient(t)
 	got := c.waitDone(d.ID, 90*time.Second)
 	if got.Status != "ready" {
 		t.Fatalf("document: %+v", got)

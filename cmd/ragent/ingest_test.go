@@ -91,7 +91,7 @@ func checkOneChunkSet(t *testing.T, c *client, d docJSON) {
 func ingestEnv(t *testing.T, cfg Config) (*instance, *client, string) {
 	t.Helper()
 	in := start(t, cfg)
-	c := in.client(t, in.login(t, "admin", "admin-password"))
+	c := in.adminClient(t)
 	return in, c, c.createKB("kb-" + strings.ToLower(t.Name()[len(t.Name())-min(20, len(t.Name())):]))
 }
 

@@ -13,7 +13,7 @@ import (
 // past it refused.
 func TestLimitsServed(t *testing.T) {
 	in := start(t, testConfig(t))
-	c := in.client(t, in.login(t, "admin", "admin-password"))
+	c := in.adminClient(t)
 
 	var got service.Limits
 	r := c.do("GET", "/api/v1/limits", nil)

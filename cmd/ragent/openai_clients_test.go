@@ -67,7 +67,7 @@ func TestOpenAIOfficialClients(t *testing.T) {
 	cfg := chatConfig(t, llm)
 	cfg.ChatMaxConcurrent, cfg.ChatMaxQueuedPerUser, cfg.ChatMaxWait = 1, 1, 60*time.Second
 	in := start(t, cfg)
-	admin := in.client(t, in.login(t, "admin", "admin-password"))
+	admin := in.adminClient(t)
 	kb := seedKnowledge(t, in, admin.token)
 	var kbJSON struct{ Name string }
 	admin.do("GET", "/api/v1/knowledge-bases/"+kb, nil).json(t, &kbJSON)

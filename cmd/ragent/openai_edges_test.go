@@ -18,7 +18,7 @@ import (
 func TestOpenAIErrorsAndValidation(t *testing.T) {
 	llm := newFakeLLM(t)
 	in := start(t, chatConfig(t, llm))
-	admin := in.client(t, in.login(t, "admin", "admin-password"))
+	admin := in.adminClient(t)
 	key := in.client(t, chatKey(t, admin, "bot"))
 	searchOnly := in.client(t, createKey(t, admin, map[string]any{"name": "search", "scopes": []string{"search"}}).Key)
 	in.createUser(t, admin.token, "bob", "bob-password", "user")
@@ -119,7 +119,7 @@ func TestOpenAIQueue(t *testing.T) {
 	cfg.ChatMaxConcurrent, cfg.ChatMaxQueuedPerUser, cfg.ChatMaxWait = 1, 1, 60*time.Second
 	cfg.SSEKeepAlive = 100 * time.Millisecond
 	in := start(t, cfg)
-	admin := in.client(t, in.login(t, "admin", "admin-password"))
+	admin := in.adminClient(t)
 	key := in.client(t, chatKey(t, admin, "bot"))
 
 	var wg sync.WaitGroup
@@ -198,7 +198,7 @@ func TestOpenAIChatRate(t *testing.T) {
 	cfg := chatConfig(t, llm)
 	cfg.ChatRatePerMinute = 1
 	in := start(t, cfg)
-	admin := in.client(t, in.login(t, "admin", "admin-password"))
+	admin := in.adminClient(t)
 	key := in.client(t, chatKey(t, admin, "bot"))
 	if r := key.do("POST", "/v1/chat/completions", map[string]any{"model": "ragent", "messages": userMsg("first")}); r.Status != http.StatusOK {
 		t.Fatalf("first: %d %s", r.Status, r.Body)
@@ -221,7 +221,7 @@ func TestOpenAIChatRate(t *testing.T) {
 func TestOpenAIDisconnectCancelsUpstream(t *testing.T) {
 	llm := newFakeLLM(t)
 	in := start(t, chatConfig(t, llm))
-	admin := in.client(t, in.login(t, "admin", "admin-password"))
+	admin := in.adminClient(t)
 	key := in.client(t, chatKey(t, admin, "bot"))
 
 	waitAbandoned := func(t *testing.T, q string, since time.Time) {
@@ -285,7 +285,7 @@ func TestOpenAIFailuresInStream(t *testing.T) {
 	cfg := chatConfig(t, llm)
 	cfg.ChatMaxConcurrent, cfg.ChatMaxWait = 1, 500*time.Millisecond
 	in := start(t, cfg)
-	admin := in.client(t, in.login(t, "admin", "admin-password"))
+	admin := in.adminClient(t)
 	key := in.client(t, chatKey(t, admin, "bot"))
 
 	streamError := func(t *testing.T, s oaiStream) *oaiErr {
@@ -337,7 +337,7 @@ func TestOpenAIFailuresInStream(t *testing.T) {
 func TestOpenAIStopByTask(t *testing.T) {
 	llm := newFakeLLM(t)
 	in := start(t, chatConfig(t, llm))
-	admin := in.client(t, in.login(t, "admin", "admin-password"))
+	admin := in.adminClient(t)
 	key := in.client(t, chatKey(t, admin, "bot"))
 
 	b, _ := json.Marshal(map[string]any{"model": "ragent", "stream": true, "messages": userMsg("stop me #slow")})

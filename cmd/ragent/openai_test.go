@@ -161,7 +161,7 @@ func userMsg(q string) []map[string]any { return []map[string]any{{"role": "user
 func TestOpenAIChatCompletions(t *testing.T) {
 	llm := newFakeLLM(t)
 	in := start(t, chatConfig(t, llm))
-	admin := in.client(t, in.login(t, "admin", "admin-password"))
+	admin := in.adminClient(t)
 	kb := seedKnowledge(t, in, admin.token)
 	var kbJSON struct{ Name string }
 	admin.do("GET", "/api/v1/knowledge-bases/"+kb, nil).json(t, &kbJSON)
@@ -318,14 +318,12 @@ func TestOpenAIChatCompletions(t *testing.T) {
 func TestOpenAIModelsFollowAccess(t *testing.T) {
 	llm := newFakeLLM(t)
 	in := start(t, chatConfig(t, llm))
-	admin := in.client(t, in.login(t, "admin", "admin-password"))
+	admin := in.adminClient(t)
 	in.createUser(t, admin.token, "bob", "bob-password", "user")
 	bob := in.client(t, in.login(t, "bob", "bob-password"))
 	private := admin.createKB("secret-kb")
 	open := admin.createKB("open-kb")
-	if r := admin.do("PATCH", "/api/v1/knowledge-bases/"+open, map[string]any{"visibility": "internal"}); r.Status != http.StatusOK {
-		t.Fatalf("make internal: %d %s", r.Status, r.Body)
-	}
+	admin.makeInternal(open)
 	ids := func(c *client) string {
 		var m struct{ Data []struct{ ID string } }
 		c.do("GET", "/v1/models", nil).json(t, &m)

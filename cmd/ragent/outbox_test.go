@@ -6,8 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/ragent-go/ragent/idgen"
 	"github.com/ragent-go/ragent/internal/testenv"
 	"github.com/ragent-go/ragent/repository"
@@ -26,11 +24,7 @@ func TestReaperPrunesSentOutbox(t *testing.T) {
 		admin.waitReady(d.ID)
 	}
 	ctx := context.Background()
-	db, err := pgx.Connect(ctx, cfg.DatabaseURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close(ctx)
+	db := connectDB(t, cfg.DatabaseURL)
 	count := func(where string) int {
 		t.Helper()
 		var n int

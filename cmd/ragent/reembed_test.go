@@ -7,8 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/ragent-go/ragent/llm"
 	"github.com/ragent-go/ragent/service"
 )
@@ -57,11 +55,7 @@ func (c *client) waitKB(kbID string, timeout time.Duration, what string, ok func
 func queryDB[T any](t *testing.T, dbURL, sql string, args ...any) T {
 	t.Helper()
 	ctx := context.Background()
-	conn, err := pgx.Connect(ctx, dbURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(ctx)
+	conn := connectDB(t, dbURL)
 	var v T
 	if err := conn.QueryRow(ctx, sql, args...).Scan(&v); err != nil {
 		t.Fatalf("%s: %v", sql, err)
@@ -87,7 +81,7 @@ func TestReembedOnModelChange(t *testing.T) {
 
 	// Lifetime 1: the offline embedder.
 	a := start(t, cfg)
-	ca := a.client(t, a.login(t, "admin", "admin-password"))
+	ca := a.adminClient(t)
 	kb := ca.createKB("reembedded")
 	ids := make([]string, docs)
 	texts := make([]string, docs)
@@ -109,7 +103,7 @@ func TestReembedOnModelChange(t *testing.T) {
 	next.EmbedProvider, next.EmbedModel, next.EmbedBaseURL, next.InstanceID = "openai", "fake-model", fake.URL(), "second"
 	fake.holdAfter(3)
 	b := start(t, next)
-	cb := b.client(t, b.login(t, "admin", "admin-password"))
+	cb := b.adminClient(t)
 	got := cb.waitKB(kb, 60*time.Second, "3 documents re-embedded", func(p kbProgress) bool {
 		return p.Reembedding != nil && p.Reembedding.Done == 3
 	})
@@ -149,7 +143,7 @@ func TestReembedOnModelChange(t *testing.T) {
 	last := next
 	last.InstanceID = "third"
 	c := start(t, last)
-	cc := c.client(t, c.login(t, "admin", "admin-password"))
+	cc := c.adminClient(t)
 	got = cc.waitKB(kb, 90*time.Second, "the switch", func(p kbProgress) bool { return p.Reembedding == nil })
 	if got.EmbeddingModel != "fake-model" || got.EmbeddingDim != dim {
 		t.Fatalf("after the switch: %+v", got)

@@ -48,7 +48,7 @@ func localEmbedderConfig(t testing.TB) Config {
 func demoKB(t testing.TB) (*instance, *client, string) {
 	t.Helper()
 	a := start(t, localEmbedderConfig(t))
-	c := a.client(t, a.login(t, "admin", "admin-password"))
+	c := a.adminClient(t)
 	var kbs struct {
 		Items []struct{ ID, Visibility string }
 	}

@@ -9,7 +9,11 @@ package admin
 import (
 	"cmp"
 	"context"
+	"errors"
 	"log/slog"
+	"unicode/utf8"
+
+	"github.com/ragent-go/ragent/service"
 )
 
 // Config is what Intents and Terms take besides their stores.
@@ -38,4 +42,48 @@ func (c cached) invalidate(ctx context.Context) {
 		c.log.ErrorContext(ctx, c.what+" changed but the cache could not be invalidated; readers may see the old copy until it expires",
 			"err", err)
 	}
+}
+
+// requireText refuses an empty s or one longer than max runes, naming field.
+func requireText(field, s string, max int) error {
+	if s == "" {
+		return service.Errorf(service.ErrInvalid, "%s is required", field)
+	}
+	return limitText(field, s, max)
+}
+
+// limitText refuses s when it is longer than max runes, naming field.
+func limitText(field, s string, max int) error {
+	if utf8.RuneCountInString(s) > max {
+		return service.Errorf(service.ErrInvalid, "%s must be at most %d characters", field, max)
+	}
+	return nil
+}
+
+// checkNamed checks the name and description that groups and knowledge
+// bases carry.
+func checkNamed(name, description string) error {
+	if err := requireText("name", name, service.MaxNameRunes); err != nil {
+		return err
+	}
+	return limitText("description", description, service.MaxDescriptionRunes)
+}
+
+// byIDOrName finds what a member input names: by id when it has one, else
+// by name (which the caller has checked is not empty). An unknown one is
+// invalid input (naming what), not a missing resource: the route exists.
+func byIDOrName[T any](ctx context.Context, id service.ID, name, what string,
+	byID func(context.Context, service.ID) (T, error), byName func(context.Context, string) (T, error)) (T, error) {
+	var v T
+	var err error
+	if id != 0 {
+		v, err = byID(ctx, id)
+	} else {
+		v, err = byName(ctx, name)
+	}
+	if errors.Is(err, service.ErrNotFound) {
+		var zero T
+		return zero, service.Errorf(service.ErrInvalid, "no such %s", what)
+	}
+	return v, err
 }

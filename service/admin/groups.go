@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"unicode/utf8"
 
 	"github.com/ragent-go/ragent/service"
 )
@@ -50,14 +49,8 @@ func (in GroupInput) apply(g *service.Group) error {
 	if in.Description != nil {
 		g.Description = strings.TrimSpace(*in.Description)
 	}
-	switch n := utf8.RuneCountInString(g.Name); {
-	case n == 0:
-		return service.Errorf(service.ErrInvalid, "name is required")
-	case n > service.MaxNameRunes:
-		return service.Errorf(service.ErrInvalid, "name must be at most %d characters", service.MaxNameRunes)
-	}
-	if utf8.RuneCountInString(g.Description) > service.MaxDescriptionRunes {
-		return service.Errorf(service.ErrInvalid, "description must be at most %d characters", service.MaxDescriptionRunes)
+	if err := checkNamed(g.Name, g.Description); err != nil {
+		return err
 	}
 	return nil
 }
@@ -78,19 +71,14 @@ func groupNotFound(err error, id service.ID) error {
 
 // Create adds a group.
 func (s *Groups) Create(ctx context.Context, p service.Principal, in GroupInput) (*service.Group, error) {
-	var g *service.Group
-	err := s.audit.Do(ctx, service.AuditEvent{Action: service.AuditGroupCreate, TargetType: service.TargetGroup},
-		func(ctx context.Context, ev *service.AuditEvent) error {
-			var err error
-			if g, err = s.create(ctx, p, in); err == nil {
+	return service.AuditDo(ctx, s.audit, service.AuditEvent{Action: service.AuditGroupCreate, TargetType: service.TargetGroup},
+		func(ctx context.Context, ev *service.AuditEvent) (*service.Group, error) {
+			g, err := s.create(ctx, p, in)
+			if err == nil {
 				ev.TargetID, ev.Detail = g.ID.String(), "name="+g.Name
 			}
-			return err
+			return g, err
 		})
-	if err != nil {
-		return nil, err
-	}
-	return g, nil
 }
 
 func (s *Groups) create(ctx context.Context, p service.Principal, in GroupInput) (*service.Group, error) {
@@ -125,19 +113,14 @@ func (s *Groups) List(ctx context.Context, p service.Principal, after service.ID
 
 // Update renames or describes a group.
 func (s *Groups) Update(ctx context.Context, p service.Principal, id service.ID, in GroupInput) (*service.Group, error) {
-	var g *service.Group
-	err := s.audit.Do(ctx, service.AuditEvent{Action: service.AuditGroupUpdate, TargetType: service.TargetGroup, TargetID: id.String()},
-		func(ctx context.Context, ev *service.AuditEvent) error {
-			var err error
-			if g, err = s.update(ctx, p, id, in); err == nil {
+	return service.AuditDo(ctx, s.audit, service.AuditEvent{Action: service.AuditGroupUpdate, TargetType: service.TargetGroup, TargetID: id.String()},
+		func(ctx context.Context, ev *service.AuditEvent) (*service.Group, error) {
+			g, err := s.update(ctx, p, id, in)
+			if err == nil {
 				ev.Detail = "name=" + g.Name
 			}
-			return err
+			return g, err
 		})
-	if err != nil {
-		return nil, err
-	}
-	return g, nil
 }
 
 func (s *Groups) update(ctx context.Context, p service.Principal, id service.ID, in GroupInput) (*service.Group, error) {
@@ -191,19 +174,14 @@ type GroupMemberInput struct {
 // AddMember puts a user in a group (adding a member twice is fine) and
 // returns the user.
 func (s *Groups) AddMember(ctx context.Context, p service.Principal, id service.ID, in GroupMemberInput) (*service.User, error) {
-	var u *service.User
 	ev := service.AuditEvent{Action: service.AuditGroupMemberAdd, TargetType: service.TargetGroup, TargetID: id.String()}
-	err := s.audit.Do(ctx, ev, func(ctx context.Context, ev *service.AuditEvent) error {
-		var err error
-		if u, err = s.addMember(ctx, p, id, in); err == nil {
+	return service.AuditDo(ctx, s.audit, ev, func(ctx context.Context, ev *service.AuditEvent) (*service.User, error) {
+		u, err := s.addMember(ctx, p, id, in)
+		if err == nil {
 			ev.Detail = fmt.Sprintf("user=%s (%s)", u.ID, u.Username)
 		}
-		return err
+		return u, err
 	})
-	if err != nil {
-		return nil, err
-	}
-	return u, nil
 }
 
 func (s *Groups) addMember(ctx context.Context, p service.Principal, id service.ID, in GroupMemberInput) (*service.User, error) {
@@ -213,19 +191,11 @@ func (s *Groups) addMember(ctx context.Context, p service.Principal, id service.
 	if _, err := s.store.Group(ctx, id); err != nil {
 		return nil, groupNotFound(err, id)
 	}
-	var u *service.User
-	var err error
-	switch name := strings.TrimSpace(in.Username); {
-	case in.UserID != 0:
-		u, err = s.store.UserByID(ctx, in.UserID)
-	case name != "":
-		u, err = s.store.UserByUsername(ctx, name)
-	default:
+	name := strings.TrimSpace(in.Username)
+	if in.UserID == 0 && name == "" {
 		return nil, service.Errorf(service.ErrInvalid, "userId or username is required")
 	}
-	if errors.Is(err, service.ErrNotFound) {
-		return nil, service.Errorf(service.ErrInvalid, "no such user")
-	}
+	u, err := byIDOrName(ctx, in.UserID, name, "user", s.store.UserByID, s.store.UserByUsername)
 	if err != nil {
 		return nil, err
 	}

@@ -82,19 +82,17 @@ func (in IntentInput) node(id service.ID) (*service.IntentNode, error) {
 		return nil, service.Errorf(service.ErrInvalid,
 			"code must be 1 to 64 letters, digits, '.', '_' or '-', starting with a letter or digit")
 	}
-	switch l := utf8.RuneCountInString(n.Name); {
-	case l == 0:
-		return nil, service.Errorf(service.ErrInvalid, "name is required")
-	case l > service.MaxNameRunes:
-		return nil, service.Errorf(service.ErrInvalid, "name must be at most %d characters", service.MaxNameRunes)
-	case strings.Contains(n.Name, service.IntentPathSeparator):
+	if err := requireText("name", n.Name, service.MaxNameRunes); err != nil {
+		return nil, err
+	}
+	if strings.Contains(n.Name, service.IntentPathSeparator) {
 		return nil, service.Errorf(service.ErrInvalid, "name must not contain %q, which separates path levels", service.IntentPathSeparator)
 	}
-	if utf8.RuneCountInString(n.Description) > service.MaxDescriptionRunes {
-		return nil, service.Errorf(service.ErrInvalid, "description must be at most %d characters", service.MaxDescriptionRunes)
+	if err := limitText("description", n.Description, service.MaxDescriptionRunes); err != nil {
+		return nil, err
 	}
-	if utf8.RuneCountInString(n.PromptTemplate) > 8000 {
-		return nil, service.Errorf(service.ErrInvalid, "promptTemplate must be at most 8000 characters")
+	if err := limitText("promptTemplate", n.PromptTemplate, 8000); err != nil {
+		return nil, err
 	}
 	if n.Sort < -1_000_000 || n.Sort > 1_000_000 {
 		return nil, service.Errorf(service.ErrInvalid, "sort must be between -1000000 and 1000000")
@@ -220,14 +218,13 @@ func (s *Intents) Tree(ctx context.Context) ([]*service.IntentNode, error) {
 
 // Create adds a node.
 func (s *Intents) Create(ctx context.Context, in IntentInput) (*service.IntentNode, error) {
-	var n *service.IntentNode
-	err := s.audit.Do(ctx, service.AuditEvent{Action: service.AuditIntentCreate, TargetType: service.TargetIntent, Detail: "code=" + in.Code},
-		func(ctx context.Context, ev *service.AuditEvent) error {
-			var err error
-			if n, err = s.create(ctx, in); err == nil {
+	n, err := service.AuditDo(ctx, s.audit, service.AuditEvent{Action: service.AuditIntentCreate, TargetType: service.TargetIntent, Detail: "code=" + in.Code},
+		func(ctx context.Context, ev *service.AuditEvent) (*service.IntentNode, error) {
+			n, err := s.create(ctx, in)
+			if err == nil {
 				ev.TargetID, ev.Detail = n.ID.String(), "code="+n.Code
 			}
-			return err
+			return n, err
 		})
 	if err != nil {
 		return nil, err
@@ -258,12 +255,9 @@ func (s *Intents) create(ctx context.Context, in IntentInput) (*service.IntentNo
 // Update replaces a node; changing ParentID moves it (with its subtree) and
 // Enabled enables or disables it.
 func (s *Intents) Update(ctx context.Context, id service.ID, in IntentInput) (*service.IntentNode, error) {
-	var n *service.IntentNode
 	ev := service.AuditEvent{Action: service.AuditIntentUpdate, TargetType: service.TargetIntent, TargetID: id.String(), Detail: "code=" + in.Code}
-	err := s.audit.Do(ctx, ev, func(ctx context.Context, _ *service.AuditEvent) error {
-		var err error
-		n, err = s.update(ctx, id, in)
-		return err
+	n, err := service.AuditDo(ctx, s.audit, ev, func(ctx context.Context, _ *service.AuditEvent) (*service.IntentNode, error) {
+		return s.update(ctx, id, in)
 	})
 	if err != nil {
 		return nil, err

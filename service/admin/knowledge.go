@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"unicode/utf8"
 
 	"github.com/ragent-go/ragent/service"
 )
@@ -85,14 +84,8 @@ func (in KnowledgeBaseInput) apply(kb *service.KnowledgeBase) error {
 	if !kb.Visibility.Valid() {
 		return service.Errorf(service.ErrInvalid, "visibility must be %q or %q", service.VisibilityPrivate, service.VisibilityInternal)
 	}
-	switch n := utf8.RuneCountInString(kb.Name); {
-	case n == 0:
-		return service.Errorf(service.ErrInvalid, "name is required")
-	case n > service.MaxNameRunes:
-		return service.Errorf(service.ErrInvalid, "name must be at most %d characters", service.MaxNameRunes)
-	}
-	if utf8.RuneCountInString(kb.Description) > service.MaxDescriptionRunes {
-		return service.Errorf(service.ErrInvalid, "description must be at most %d characters", service.MaxDescriptionRunes)
+	if err := checkNamed(kb.Name, kb.Description); err != nil {
+		return err
 	}
 	if kb.ChunkSize < service.MinChunkSize || kb.ChunkSize > service.MaxChunkSize {
 		return service.Errorf(service.ErrInvalid, "chunkSize must be between %d and %d tokens", service.MinChunkSize, service.MaxChunkSize)
@@ -110,19 +103,14 @@ func (in KnowledgeBaseInput) apply(kb *service.KnowledgeBase) error {
 // admins create knowledge bases (and then grant managers): a knowledge base
 // costs storage and embedding work, so creating one is an operator's call.
 func (k *KnowledgeBases) Create(ctx context.Context, p service.Principal, in KnowledgeBaseInput) (*service.KnowledgeBase, error) {
-	var kb *service.KnowledgeBase
-	err := k.audit.Do(ctx, service.AuditEvent{Action: service.AuditKBCreate, TargetType: service.TargetKnowledgeBase},
-		func(ctx context.Context, ev *service.AuditEvent) error {
-			var err error
-			if kb, err = k.create(ctx, p, in); err == nil {
+	return service.AuditDo(ctx, k.audit, service.AuditEvent{Action: service.AuditKBCreate, TargetType: service.TargetKnowledgeBase},
+		func(ctx context.Context, ev *service.AuditEvent) (*service.KnowledgeBase, error) {
+			kb, err := k.create(ctx, p, in)
+			if err == nil {
 				ev.TargetID, ev.Detail = kb.ID.String(), fmt.Sprintf("name=%s visibility=%s", kb.Name, kb.Visibility)
 			}
-			return err
+			return kb, err
 		})
-	if err != nil {
-		return nil, err
-	}
-	return kb, nil
 }
 
 func (k *KnowledgeBases) create(ctx context.Context, p service.Principal, in KnowledgeBaseInput) (*service.KnowledgeBase, error) {
@@ -189,17 +177,10 @@ func (k *KnowledgeBases) List(ctx context.Context, p service.Principal, after se
 // Update changes a knowledge base (managers). Chunk settings apply to
 // documents ingested or reindexed afterwards.
 func (k *KnowledgeBases) Update(ctx context.Context, p service.Principal, id service.ID, in KnowledgeBaseInput) (*service.KnowledgeBase, error) {
-	var kb *service.KnowledgeBase
 	ev := service.AuditEvent{Action: service.AuditKBUpdate, TargetType: service.TargetKnowledgeBase, TargetID: id.String(), Detail: in.changes()}
-	err := k.audit.Do(ctx, ev, func(ctx context.Context, _ *service.AuditEvent) error {
-		var err error
-		kb, err = k.update(ctx, p, id, in)
-		return err
+	return service.AuditDo(ctx, k.audit, ev, func(ctx context.Context, _ *service.AuditEvent) (*service.KnowledgeBase, error) {
+		return k.update(ctx, p, id, in)
 	})
-	if err != nil {
-		return nil, err
-	}
-	return kb, nil
 }
 
 // changes names the fields in changes, with the new visibility, for the
@@ -322,31 +303,13 @@ func (k *KnowledgeBases) putMember(ctx context.Context, p service.Principal, kbI
 	}
 	switch in.Kind {
 	case service.MemberUser:
-		var u *service.User
-		var err error
-		if in.PrincipalID != 0 {
-			u, err = k.store.UserByID(ctx, in.PrincipalID)
-		} else {
-			u, err = k.store.UserByUsername(ctx, name)
-		}
-		if errors.Is(err, service.ErrNotFound) {
-			return nil, false, service.Errorf(service.ErrInvalid, "no such user")
-		}
+		u, err := byIDOrName(ctx, in.PrincipalID, name, "user", k.store.UserByID, k.store.UserByUsername)
 		if err != nil {
 			return nil, false, err
 		}
 		m.PrincipalID, m.Name = u.ID, u.Username
 	case service.MemberGroup:
-		var g *service.Group
-		var err error
-		if in.PrincipalID != 0 {
-			g, err = k.store.Group(ctx, in.PrincipalID)
-		} else {
-			g, err = k.store.GroupByName(ctx, name)
-		}
-		if errors.Is(err, service.ErrNotFound) {
-			return nil, false, service.Errorf(service.ErrInvalid, "no such group")
-		}
+		g, err := byIDOrName(ctx, in.PrincipalID, name, "group", k.store.Group, k.store.GroupByName)
 		if err != nil {
 			return nil, false, err
 		}

@@ -55,21 +55,16 @@ func (in TermInput) mapping(id service.ID) (*service.TermMapping, error) {
 		ID: id, SourceTerm: strings.TrimSpace(in.SourceTerm), TargetTerm: strings.TrimSpace(in.TargetTerm),
 		Priority: in.Priority, Enabled: in.Enabled == nil || *in.Enabled,
 	}
-	switch n := utf8.RuneCountInString(m.SourceTerm); {
-	case n == 0:
-		return nil, service.Errorf(service.ErrInvalid, "sourceTerm is required")
-	case n > service.MaxSourceTermRunes:
-		return nil, service.Errorf(service.ErrInvalid, "sourceTerm must be at most %d characters", service.MaxSourceTermRunes)
-	case !utf8.ValidString(m.SourceTerm):
-		return nil, service.Errorf(service.ErrInvalid, "sourceTerm must be valid UTF-8")
-	}
-	switch n := utf8.RuneCountInString(m.TargetTerm); {
-	case n == 0:
-		return nil, service.Errorf(service.ErrInvalid, "targetTerm is required")
-	case n > service.MaxTargetTermRunes:
-		return nil, service.Errorf(service.ErrInvalid, "targetTerm must be at most %d characters", service.MaxTargetTermRunes)
-	case !utf8.ValidString(m.TargetTerm):
-		return nil, service.Errorf(service.ErrInvalid, "targetTerm must be valid UTF-8")
+	for _, f := range []struct {
+		field, value string
+		max          int
+	}{{"sourceTerm", m.SourceTerm, service.MaxSourceTermRunes}, {"targetTerm", m.TargetTerm, service.MaxTargetTermRunes}} {
+		if err := requireText(f.field, f.value, f.max); err != nil {
+			return nil, err
+		}
+		if !utf8.ValidString(f.value) {
+			return nil, service.Errorf(service.ErrInvalid, "%s must be valid UTF-8", f.field)
+		}
 	}
 	if m.SourceTerm == m.TargetTerm {
 		return nil, service.Errorf(service.ErrInvalid, "targetTerm must differ from sourceTerm")

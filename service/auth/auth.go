@@ -358,17 +358,10 @@ var errWrongPassword = service.WithDetails(service.ErrInvalid, "the current pass
 // way around them. Every other session of the caller ends; the returned
 // session replaces the caller's.
 func (s *Service) ChangePassword(ctx context.Context, p service.Principal, in PasswordChange, ip string) (*Session, error) {
-	var sess *Session
 	ev := service.AuditEvent{Action: service.AuditPasswordChange, TargetType: service.TargetUser, TargetID: p.UserID.String()}
-	err := s.audit.Do(ctx, ev, func(ctx context.Context, _ *service.AuditEvent) error {
-		var err error
-		sess, err = s.changePassword(ctx, p, in, ip)
-		return err
+	return service.AuditDo(ctx, s.audit, ev, func(ctx context.Context, _ *service.AuditEvent) (*Session, error) {
+		return s.changePassword(ctx, p, in, ip)
 	})
-	if err != nil {
-		return nil, err
-	}
-	return sess, nil
 }
 
 func (s *Service) changePassword(ctx context.Context, p service.Principal, in PasswordChange, ip string) (*Session, error) {
@@ -424,22 +417,17 @@ func (s *Service) Me(ctx context.Context, p service.Principal) (*service.User, e
 
 // CreateUser adds a user (admins only).
 func (s *Service) CreateUser(ctx context.Context, p service.Principal, in UserInput) (*service.User, error) {
-	var u *service.User
 	ev := service.AuditEvent{Action: service.AuditUserCreate, TargetType: service.TargetUser}
 	if in.Username != nil {
 		ev.Detail = "username=" + strings.TrimSpace(*in.Username)
 	}
-	err := s.audit.Do(ctx, ev, func(ctx context.Context, ev *service.AuditEvent) error {
-		var err error
-		if u, err = s.createUser(ctx, p, in); err == nil {
+	return service.AuditDo(ctx, s.audit, ev, func(ctx context.Context, ev *service.AuditEvent) (*service.User, error) {
+		u, err := s.createUser(ctx, p, in)
+		if err == nil {
 			ev.TargetID, ev.Detail = u.ID.String(), fmt.Sprintf("username=%s role=%s disabled=%t", u.Username, u.Role, u.Disabled)
 		}
-		return err
+		return u, err
 	})
-	if err != nil {
-		return nil, err
-	}
-	return u, nil
 }
 
 func (s *Service) createUser(ctx context.Context, p service.Principal, in UserInput) (*service.User, error) {
@@ -530,17 +518,10 @@ func (s *Service) ListUsers(ctx context.Context, p service.Principal, after serv
 // cannot demote or disable themself, so there is always one admin left.
 // A new password, a disable and a role change end the user's sessions.
 func (s *Service) UpdateUser(ctx context.Context, p service.Principal, id service.ID, in UserInput) (*service.User, error) {
-	var u *service.User
 	ev := service.AuditEvent{Action: service.AuditUserUpdate, TargetType: service.TargetUser, TargetID: id.String(), Detail: in.changes()}
-	err := s.audit.Do(ctx, ev, func(ctx context.Context, _ *service.AuditEvent) error {
-		var err error
-		u, err = s.updateUser(ctx, p, id, in)
-		return err
+	return service.AuditDo(ctx, s.audit, ev, func(ctx context.Context, _ *service.AuditEvent) (*service.User, error) {
+		return s.updateUser(ctx, p, id, in)
 	})
-	if err != nil {
-		return nil, err
-	}
-	return u, nil
 }
 
 // changes names what in changes, for the audit log (never the password).

@@ -29,15 +29,23 @@ func (s *Service) wakeFetcher() {
 // every FetchInterval for the rest. Every instance may run it: documents
 // are claimed with a lease, one fetcher each.
 func (s *Service) RunFetcher(ctx context.Context) error {
-	t := time.NewTicker(s.cfg.FetchInterval)
+	return s.drainEvery(ctx, s.cfg.FetchInterval, s.fetchNow, fetchBatch, "fetcher failed", s.FetchDue)
+}
+
+// drainEvery runs claim until it takes less than a full batch (or fails,
+// logged as failed), then waits for the next tick or wake (nil: ticks
+// only), until ctx ends.
+func (s *Service) drainEvery(ctx context.Context, every time.Duration, wake <-chan struct{}, batch int, failed string,
+	claim func(context.Context) (int, error)) error {
+	t := time.NewTicker(every)
 	defer t.Stop()
 	for {
 		for {
-			n, err := s.FetchDue(ctx)
+			n, err := claim(ctx)
 			if err != nil && ctx.Err() == nil {
-				s.log.WarnContext(ctx, "fetcher failed", "err", err)
+				s.log.WarnContext(ctx, failed, "err", err)
 			}
-			if err != nil || n < fetchBatch {
+			if err != nil || n < batch {
 				break
 			}
 		}
@@ -45,7 +53,7 @@ func (s *Service) RunFetcher(ctx context.Context) error {
 		case <-ctx.Done():
 			return nil
 		case <-t.C:
-		case <-s.fetchNow:
+		case <-wake:
 		}
 	}
 }

@@ -378,14 +378,13 @@ func (s *Service) Delete(ctx context.Context, p service.Principal, id service.ID
 // stay searchable until the new ones replace them in one transaction
 // (editors).
 func (s *Service) Reindex(ctx context.Context, p service.Principal, id service.ID) (*service.Document, error) {
-	var doc *service.Document
 	ev := service.AuditEvent{Action: service.AuditDocumentReindex, TargetType: service.TargetDocument, TargetID: id.String()}
-	err := s.audit.Do(ctx, ev, func(ctx context.Context, ev *service.AuditEvent) error {
-		var err error
-		if doc, err = s.reindex(ctx, p, id); err == nil {
+	doc, err := service.AuditDo(ctx, s.audit, ev, func(ctx context.Context, ev *service.AuditEvent) (*service.Document, error) {
+		doc, err := s.reindex(ctx, p, id)
+		if err == nil {
 			ev.Detail = fmt.Sprintf("kb=%s name=%s generation=%d", doc.KnowledgeBaseID, doc.Name, doc.Generation)
 		}
-		return err
+		return doc, err
 	})
 	if err != nil {
 		return nil, err

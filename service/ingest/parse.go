@@ -180,30 +180,35 @@ func DefaultLimits() Limits {
 
 func (l Limits) withDefaults() Limits {
 	d := DefaultLimits()
-	if l.MaxTextBytes <= 0 {
-		l.MaxTextBytes = d.MaxTextBytes
-	}
-	if l.MaxDecompressedBytes <= 0 {
-		l.MaxDecompressedBytes = d.MaxDecompressedBytes
-	}
-	if l.MaxZipEntries <= 0 {
-		l.MaxZipEntries = d.MaxZipEntries
-	}
-	if l.MaxPages <= 0 {
-		l.MaxPages = d.MaxPages
-	}
-	if l.MaxRows <= 0 {
-		l.MaxRows = d.MaxRows
-	}
-	if l.Timeout <= 0 {
-		l.Timeout = d.Timeout
-	}
+	l.MaxTextBytes = positiveOr(l.MaxTextBytes, d.MaxTextBytes)
+	l.MaxDecompressedBytes = positiveOr(l.MaxDecompressedBytes, d.MaxDecompressedBytes)
+	l.MaxZipEntries = positiveOr(l.MaxZipEntries, d.MaxZipEntries)
+	l.MaxPages = positiveOr(l.MaxPages, d.MaxPages)
+	l.MaxRows = positiveOr(l.MaxRows, d.MaxRows)
+	l.Timeout = positiveOr(l.Timeout, d.Timeout)
 	return l
+}
+
+// positiveOr is v, or def where v is zero or negative (unset).
+func positiveOr[T ~int | ~int64](v, def T) T {
+	if v <= 0 {
+		return def
+	}
+	return v
 }
 
 // oleMagic starts every Compound File Binary: legacy .doc/.xls/.ppt and,
 // importantly, password-protected OOXML, which Office wraps in CFB.
 var oleMagic = []byte{0xD0, 0xCF, 0x11, 0xE0, 0xA1, 0xB1, 0x1A, 0xE1}
+
+// parser reads one media type.
+type parser func(ctx context.Context, r io.ReaderAt, size int64, limits Limits) (*Document, error)
+
+// parsers are the media types Parse reads, each with its parser.
+var parsers = map[string]parser{
+	MimeText: textParser(parsePlain), MimeMarkdown: textParser(parseMarkdown), MimeHTML: textParser(parseHTML),
+	MimeCSV: parseCSV, MimePDF: parsePDF, MimeDOCX: parseDOCX, MimePPTX: parsePPTX, MimeXLSX: parseXLSX,
+}
 
 // Parse reads the file r of the given size as the media type mime (one of
 // the Mime constants, as returned by Sniff) and returns its blocks.
@@ -225,28 +230,11 @@ func Parse(ctx context.Context, r io.ReaderAt, size int64, mime string, limits L
 	if n, _ := r.ReadAt(head[:], 0); n == len(head) && bytes.Equal(head[:], oleMagic) {
 		return nil, fmt.Errorf("%w: encrypted or legacy Office format (.doc, .xls, .ppt or a password-protected file); save it as an unprotected .docx, .xlsx or .pptx", ErrEncrypted)
 	}
-	var parse func(ctx context.Context) (*Document, error)
-	switch mime {
-	case MimeText:
-		parse = func(ctx context.Context) (*Document, error) { return parseTextFile(r, size, limits, parsePlain) }
-	case MimeMarkdown:
-		parse = func(ctx context.Context) (*Document, error) { return parseTextFile(r, size, limits, parseMarkdown) }
-	case MimeHTML:
-		parse = func(ctx context.Context) (*Document, error) { return parseTextFile(r, size, limits, parseHTML) }
-	case MimeCSV:
-		parse = func(ctx context.Context) (*Document, error) { return parseCSV(ctx, r, size, limits) }
-	case MimePDF:
-		parse = func(ctx context.Context) (*Document, error) { return parsePDF(ctx, r, size, limits) }
-	case MimeDOCX:
-		parse = func(ctx context.Context) (*Document, error) { return parseDOCX(ctx, r, size, limits) }
-	case MimePPTX:
-		parse = func(ctx context.Context) (*Document, error) { return parsePPTX(ctx, r, size, limits) }
-	case MimeXLSX:
-		parse = func(ctx context.Context) (*Document, error) { return parseXLSX(ctx, r, size, limits) }
-	default:
+	parse, ok := parsers[mime]
+	if !ok {
 		return nil, fmt.Errorf("%w: %q", ErrUnsupported, mime)
 	}
-	doc, err := guard(ctx, limits.Timeout, parse)
+	doc, err := guard(ctx, limits.Timeout, func(ctx context.Context) (*Document, error) { return parse(ctx, r, size, limits) })
 	if err != nil {
 		return nil, err
 	}

@@ -126,11 +126,7 @@ func (w *htmlWalker) row(tr *html.Node) {
 		w.header = cells
 		return
 	}
-	if w.header != nil {
-		w.doc.add(TableRow, 0, tableRow(w.header, cells))
-	} else {
-		w.doc.add(TableRow, 0, joinCells(cells))
-	}
+	w.doc.add(TableRow, 0, tableRow(w.header, cells))
 }
 
 // textContent is the text of n's subtree without non-content elements; <br>

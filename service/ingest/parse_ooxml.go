@@ -201,10 +201,9 @@ type docxParser struct {
 }
 
 type docxTable struct {
-	header []string
-	row    []string
-	cell   strings.Builder
-	rows   int
+	tableRows
+	row  []string
+	cell strings.Builder
 }
 
 func (p *docxParser) token(tok xml.Token) error {
@@ -273,8 +272,8 @@ func (p *docxParser) token(tok xml.Token) error {
 			p.endRow()
 		case "tbl":
 			if t := p.table(); t != nil {
-				if t.rows == 1 && t.header != nil && len(p.tables) == 1 {
-					p.doc.add(TableRow, 0, joinCells(t.header)) // a table that is only a header
+				if len(p.tables) == 1 {
+					t.end(p.doc)
 				}
 				p.tables = p.tables[:len(p.tables)-1]
 			}
@@ -328,16 +327,7 @@ func (p *docxParser) endRow() {
 		outer.cell.WriteString(joinCells(row))
 		return
 	}
-	t.rows++
-	if t.rows == 1 && looksLikeHeader(row) {
-		t.header = row
-		return
-	}
-	if t.header != nil {
-		p.doc.add(TableRow, 0, tableRow(t.header, row))
-	} else {
-		p.doc.add(TableRow, 0, joinCells(row))
-	}
+	t.add(p.doc, row)
 }
 
 var builtinHeading = regexp.MustCompile(`(?i)^(?:heading\s*)?([1-9])$`)
@@ -424,8 +414,7 @@ type pptxSlide struct {
 	inCell  bool
 	cell    strings.Builder
 	row     []string
-	header  []string
-	rows    int
+	table   tableRows
 }
 
 func (s *pptxSlide) token(tok xml.Token) error {
@@ -444,7 +433,7 @@ func (s *pptxSlide) token(tok xml.Token) error {
 		case "br":
 			s.para.WriteByte('\n')
 		case "tbl":
-			s.header, s.rows = nil, 0
+			s.table = tableRows{}
 		case "tr":
 			s.row = s.row[:0]
 		case "tc":
@@ -482,19 +471,9 @@ func (s *pptxSlide) token(tok xml.Token) error {
 			s.inCell = false
 			s.row = append(s.row, s.cell.String())
 		case "tbl":
-			if s.rows == 1 && s.header != nil {
-				s.blocks.add(TableRow, 0, joinCells(s.header)) // a table that is only a header
-			}
+			s.table.end(&s.blocks)
 		case "tr":
-			s.rows++
-			row := slices.Clone(s.row)
-			if s.rows == 1 && looksLikeHeader(row) {
-				s.header = row
-			} else if s.header != nil {
-				s.blocks.add(TableRow, 0, tableRow(s.header, row))
-			} else {
-				s.blocks.add(TableRow, 0, joinCells(row))
-			}
+			s.table.add(&s.blocks, slices.Clone(s.row))
 		}
 	}
 	return s.blocks.textErr()

@@ -78,18 +78,27 @@ func cleanText(s string) string {
 	}, s)
 }
 
-func parseTextFile(r io.ReaderAt, size int64, limits Limits, parse func(*Document, string)) (*Document, error) {
+// readText reads a whole text file within limits and decodes it to UTF-8.
+func readText(r io.ReaderAt, size int64, limits Limits) (string, error) {
 	b, err := readAllLimited(r, size, limits.MaxDecompressedBytes)
 	if err != nil {
-		return nil, err
+		return "", err
 	}
-	s, err := decodeText(b)
-	if err != nil {
-		return nil, err
+	return decodeText(b)
+}
+
+// textParser is the parser of a text format: the whole file, decoded, is
+// handed to parse.
+func textParser(parse func(*Document, string)) parser {
+	return func(_ context.Context, r io.ReaderAt, size int64, limits Limits) (*Document, error) {
+		s, err := readText(r, size, limits)
+		if err != nil {
+			return nil, err
+		}
+		doc := newDocument(limits)
+		parse(doc, s)
+		return doc, nil
 	}
-	doc := newDocument(limits)
-	parse(doc, s)
-	return doc, nil
 }
 
 // parsePlain makes one paragraph of each run of non-blank lines.
@@ -225,8 +234,12 @@ func mdCells(line string) []string {
 
 // tableRow renders a row so that it stands alone in a chunk: each value is
 // labelled with its column header ("name: Alice; age: 30"), which is what
-// lets a search for "Alice's age" find a row far below the header.
+// lets a search for "Alice's age" find a row far below the header. A table
+// without a header row (nil header) has its values joined by joinCells.
 func tableRow(header, cells []string) string {
+	if header == nil {
+		return joinCells(cells)
+	}
 	var b strings.Builder
 	for i, c := range cells {
 		c = strings.TrimSpace(c)
@@ -279,11 +292,7 @@ func isNumber(s string) bool {
 // parseCSV reads comma-, semicolon- or tab-separated values in any of the
 // text encodings decodeText knows (Excel in China saves CSV as GBK).
 func parseCSV(ctx context.Context, r io.ReaderAt, size int64, limits Limits) (*Document, error) {
-	b, err := readAllLimited(r, size, limits.MaxDecompressedBytes)
-	if err != nil {
-		return nil, err
-	}
-	s, err := decodeText(b)
+	s, err := readText(r, size, limits)
 	if err != nil {
 		return nil, err
 	}
@@ -313,11 +322,7 @@ func parseCSV(ctx context.Context, r io.ReaderAt, size int64, limits Limits) (*D
 			header = rec
 			continue
 		}
-		if header == nil {
-			doc.add(TableRow, 0, joinCells(rec))
-		} else {
-			doc.add(TableRow, 0, tableRow(header, rec))
-		}
+		doc.add(TableRow, 0, tableRow(header, rec))
 		if err := doc.textErr(); err != nil {
 			return nil, err
 		}
@@ -326,6 +331,30 @@ func parseCSV(ctx context.Context, r io.ReaderAt, size int64, limits Limits) (*D
 		doc.add(TableRow, 0, joinCells(header))
 	}
 	return doc, nil
+}
+
+// tableRows turns the rows of one table into blocks: a first row that looks
+// like a header is kept to label the values of the rows after it.
+type tableRows struct {
+	header []string
+	n      int // rows seen
+}
+
+// add adds row to doc, or keeps it as the header.
+func (t *tableRows) add(doc *Document, row []string) {
+	t.n++
+	if t.n == 1 && looksLikeHeader(row) {
+		t.header = row
+		return
+	}
+	doc.add(TableRow, 0, tableRow(t.header, row))
+}
+
+// end adds the header as a row of its own when it was the table's only row.
+func (t *tableRows) end(doc *Document) {
+	if t.n == 1 && t.header != nil {
+		doc.add(TableRow, 0, joinCells(t.header)) // a table that is only a header
+	}
 }
 
 func joinCells(cells []string) string {

@@ -37,8 +37,7 @@ func parseXLSX(ctx context.Context, r io.ReaderAt, size int64, limits Limits) (*
 		if err != nil {
 			return nil, fmt.Errorf("%w: xlsx sheet %q: %v", ErrCorrupt, sheet, err)
 		}
-		var header []string
-		n := 0
+		var table tableRows
 		for rows.Next() {
 			if err := ctx.Err(); err != nil {
 				rows.Close()
@@ -56,15 +55,7 @@ func parseXLSX(ctx context.Context, r io.ReaderAt, size int64, limits Limits) (*
 			if joinCells(cells) == "" {
 				continue
 			}
-			n++
-			switch {
-			case n == 1 && looksLikeHeader(cells):
-				header = cells
-			case header != nil:
-				doc.add(TableRow, 0, tableRow(header, cells))
-			default:
-				doc.add(TableRow, 0, joinCells(cells))
-			}
+			table.add(doc, cells)
 			if err := doc.textErr(); err != nil {
 				rows.Close()
 				return nil, err
@@ -75,9 +66,7 @@ func parseXLSX(ctx context.Context, r io.ReaderAt, size int64, limits Limits) (*
 		if err != nil {
 			return nil, fmt.Errorf("%w: xlsx sheet %q: %v", ErrCorrupt, sheet, err)
 		}
-		if n == 1 && header != nil {
-			doc.add(TableRow, 0, joinCells(header))
-		}
+		table.end(doc)
 	}
 	if !hasContent(doc) {
 		return &Document{}, nil

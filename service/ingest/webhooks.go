@@ -162,24 +162,7 @@ func (s *Service) DeleteWebhook(ctx context.Context, p service.Principal, kbID, 
 // RunWebhooks delivers due webhook events until ctx ends, polling every
 // WebhookBackoff (at most a second). Every instance may run it.
 func (s *Service) RunWebhooks(ctx context.Context) error {
-	t := time.NewTicker(min(time.Second, s.cfg.WebhookBackoff))
-	defer t.Stop()
-	for {
-		for {
-			n, err := s.DeliverDue(ctx)
-			if err != nil && ctx.Err() == nil {
-				s.log.WarnContext(ctx, "webhook delivery failed", "err", err)
-			}
-			if err != nil || n < deliverBatch {
-				break
-			}
-		}
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-t.C:
-		}
-	}
+	return s.drainEvery(ctx, min(time.Second, s.cfg.WebhookBackoff), nil, deliverBatch, "webhook delivery failed", s.DeliverDue)
 }
 
 // DeliverDue claims one batch of due deliveries and attempts each; it

@@ -17,13 +17,28 @@ func scored(pairs ...float64) []service.SearchResult {
 	return out
 }
 
+// fusionCase is the two lists of a hybrid search, the vector weight and the
+// chunk order the fusion must return.
+type fusionCase struct {
+	name            string
+	keyword, vector []service.SearchResult
+	w               float64
+	want            []int
+}
+
+func testFusionOrder(t *testing.T, fuse func(keyword, vector []service.SearchResult, w float64) []service.SearchResult, tests []fusionCase) {
+	t.Helper()
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := order(fuse(tt.keyword, tt.vector, tt.w)); !slices.Equal(got, tt.want) {
+				t.Fatalf("got %v, want %v", got, tt.want)
+			}
+		})
+	}
+}
+
 func TestFuseScores(t *testing.T) {
-	tests := []struct {
-		name            string
-		keyword, vector []service.SearchResult
-		w               float64
-		want            []int
-	}{
+	testFusionOrder(t, FuseScores, []fusionCase{
 		// RRF would tie 1 and 2 (each first in one list); the scores say
 		// chunk 2 is far ahead in the vector list and barely behind 1 in
 		// the keyword list.
@@ -33,14 +48,7 @@ func TestFuseScores(t *testing.T) {
 		{"vector only", nil, scored(7, 0.8, 8, 0.7), 1, []int{7, 8}},
 		{"a list of one normalizes to 1", scored(9, 0.3), scored(10, 0.8, 9, 0.75, 11, 0.7), 1, []int{9, 10, 11}},
 		{"heavy vector weight follows vector", scored(1, 2, 2, 1), scored(2, 0.9, 1, 0.8), 3, []int{2, 1}},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			if got := order(FuseScores(tt.keyword, tt.vector, tt.w)); !slices.Equal(got, tt.want) {
-				t.Fatalf("got %v, want %v", got, tt.want)
-			}
-		})
-	}
+	})
 }
 
 func TestFuseScoresValues(t *testing.T) {

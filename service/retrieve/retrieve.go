@@ -7,6 +7,7 @@
 package retrieve
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"log/slog"
@@ -58,27 +59,13 @@ const (
 )
 
 func (c *Config) defaults() {
-	if c.K1 == 0 {
-		c.K1 = DefaultK1
-	}
-	if c.B == 0 {
-		c.B = DefaultB
-	}
-	if c.Candidates == 0 {
-		c.Candidates = 50
-	}
-	if c.RRFK == 0 {
-		c.RRFK = 60
-	}
-	if c.RerankTop == 0 {
-		c.RerankTop = 20
-	}
-	if c.MaxTopK == 0 {
-		c.MaxTopK = 50
-	}
-	if c.Fusion == "" {
-		c.Fusion = FusionRRF
-	}
+	c.K1 = cmp.Or(c.K1, DefaultK1)
+	c.B = cmp.Or(c.B, DefaultB)
+	c.Candidates = cmp.Or(c.Candidates, 50)
+	c.RRFK = cmp.Or(c.RRFK, 60)
+	c.RerankTop = cmp.Or(c.RerankTop, 20)
+	c.MaxTopK = cmp.Or(c.MaxTopK, 50)
+	c.Fusion = cmp.Or(c.Fusion, FusionRRF)
 }
 
 // Embedders returns the embedder of queries in an embedding space, or nil

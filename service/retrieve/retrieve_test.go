@@ -23,31 +23,16 @@ func order(rs []service.SearchResult) []int {
 }
 
 func TestFuse(t *testing.T) {
-	tests := []struct {
-		name            string
-		keyword, vector []service.SearchResult
-		w               float64
-		want            []int
-	}{
+	rrf := func(keyword, vector []service.SearchResult, w float64) []service.SearchResult {
+		return Fuse(keyword, vector, w, 60)
+	}
+	testFusionOrder(t, rrf, []fusionCase{
 		{"equal weights: agreement wins", res(1, 2, 3), res(3, 2, 4), 1, []int{3, 2, 1, 4}},
 		{"zero vector weight is keyword order", res(1, 2, 3), res(3, 2, 4), 0, []int{1, 2, 3}},
 		{"keyword only", res(5, 6), nil, 1, []int{5, 6}},
 		{"vector only", nil, res(7, 8), 1, []int{7, 8}},
 		{"heavy vector weight follows vector", res(1, 2), res(2, 1), 3, []int{2, 1}},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			got := order(Fuse(tt.keyword, tt.vector, tt.w, 60))
-			if len(got) != len(tt.want) {
-				t.Fatalf("got %v, want %v", got, tt.want)
-			}
-			for i := range got {
-				if got[i] != tt.want[i] {
-					t.Fatalf("got %v, want %v", got, tt.want)
-				}
-			}
-		})
-	}
+	})
 }
 
 func TestTermCounts(t *testing.T) {
