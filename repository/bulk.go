@@ -92,9 +92,10 @@ func (s *Store) ActiveWaits(ctx context.Context) ([]string, error) {
 }
 
 // SettleKeywords compacts every knowledge base's keyword tail into blocks
-// until none is left, as the background compactor does given time, so a
-// bulk load is measured on the index's steady state. While another
-// instance's compactor holds the lock it waits for it.
+// until none is left and rebuilds the emptied tail's indexes, as the
+// background compactor does given time, so a bulk load is measured on the
+// index's steady state. While another instance's compactor holds the lock
+// it waits for it.
 func (s *Store) SettleKeywords(ctx context.Context) error {
 	tick := time.NewTicker(100 * time.Millisecond)
 	defer tick.Stop()
@@ -112,7 +113,7 @@ func (s *Store) SettleKeywords(ctx context.Context) error {
 			return translate(err)
 		}
 		if !left {
-			return nil
+			return s.ShrinkKeywordTail(ctx, tailShrinkBytes)
 		}
 		select {
 		case <-ctx.Done():

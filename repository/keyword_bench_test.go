@@ -59,7 +59,7 @@ func BenchmarkKeywordSearch(b *testing.B) {
 		kbID = buildBenchCorpus(b, s, rng, n)
 	}
 	var sample []struct{ Terms string }
-	if err := s.db.Raw("SELECT array_to_string(terms, ' ') AS terms FROM keyword_docs WHERE chunk_id % 97 = 0").
+	if err := s.db.Raw("SELECT terms FROM keyword_docs WHERE chunk_id % 97 = 0").
 		Scan(&sample).Error; err != nil {
 		b.Fatal(err)
 	}

@@ -48,7 +48,7 @@ func (s *Store) RunKeywordCompactor(ctx context.Context, tick, flushEvery time.D
 			}
 		}
 		if threshold == 1 {
-			if err := s.ShrinkKeywordTail(ctx, 64<<20); err != nil && ctx.Err() == nil {
+			if err := s.ShrinkKeywordTail(ctx, tailShrinkBytes); err != nil && ctx.Err() == nil {
 				s.log.Warn("keyword tail shrink", "err", err)
 			}
 		}
@@ -59,6 +59,12 @@ func (s *Store) RunKeywordCompactor(ctx context.Context, tick, flushEvery time.D
 		}
 	}
 }
+
+// tailShrinkBytes is the size of the tail's indexes above which an almost
+// empty tail has them rebuilt. Under 10k rows they need under 1 MiB, so
+// 8 MiB is bloat of at least eight times (a 10k-chunk bulk load leaves
+// about 40 MiB), and a rebuild of so small a table takes milliseconds.
+const tailShrinkBytes = 8 << 20
 
 // keywordShrinkLock keeps two instances from rebuilding the tail's indexes
 // at once ("kwsh").

@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand"
+	"strings"
 	"testing"
 
 	"github.com/pgvector/pgvector-go"
@@ -191,6 +192,7 @@ func TestMigrateKeywordIndexInPlace(t *testing.T) {
 	if full := checkBlocks(t, s); full == 0 {
 		t.Fatal("no full block: the corpus is too small to test blocking")
 	}
+	checkDocTerms(t, s, ref)
 
 	// The migrated index keeps working: removals of migrated chunks, new
 	// chunks, compaction.
@@ -257,4 +259,34 @@ func checkBlocks(t *testing.T, s *Store) (full int) {
 		}
 	}
 	return full
+}
+
+// checkDocTerms checks that keyword_docs lists, for every chunk of ref, its
+// distinct terms as one space-separated string (migration 0011).
+func checkDocTerms(t *testing.T, s *Store, ref *refIndex) {
+	t.Helper()
+	var rows []struct {
+		ChunkID int64
+		Terms   string
+	}
+	if err := s.db.Raw("SELECT chunk_id, terms FROM keyword_docs").Scan(&rows).Error; err != nil {
+		t.Fatal(err)
+	}
+	if len(rows) != len(ref.chunks) {
+		t.Fatalf("keyword_docs has %d chunks, the reference %d", len(rows), len(ref.chunks))
+	}
+	for _, r := range rows {
+		c, ok := ref.chunks[service.ID(r.ChunkID)]
+		if !ok {
+			t.Fatalf("keyword_docs lists chunk %d, which the reference does not have", r.ChunkID)
+		}
+		var want []string
+		for term := range c.tf {
+			want = append(want, term)
+		}
+		got := sortedCopy(strings.Fields(r.Terms))
+		if strings.Join(got, " ") != strings.Join(sortedCopy(want), " ") || len(got) != len(want) {
+			t.Fatalf("chunk %d: keyword_docs terms %q, want %q", r.ChunkID, r.Terms, sortedCopy(want))
+		}
+	}
 }

@@ -2,6 +2,7 @@ package repository
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"math/rand"
@@ -299,4 +300,24 @@ func sortedCopy(ss []string) []string {
 	out := append([]string(nil), ss...)
 	sort.Strings(out)
 	return out
+}
+
+// keyword_docs keeps a chunk's terms space-separated (migration 0011), so
+// a term with a space is refused before anything is written.
+func TestKeywordTermWithSpaceRefused(t *testing.T) {
+	s := migrated(t)
+	ctx := context.Background()
+	kb := seedKB(t, s, 4)
+	d := seedDoc(t, s, kb, "x")
+	c := chunk(0, "c", unit(4, 0), "fine")
+	c.Terms["two words"] = 1
+	err := s.ReplaceChunks(ctx, d.ID, 1, docSpace(t, s, d.ID), []service.Chunk{c})
+	if !errors.Is(err, service.ErrInvalid) {
+		t.Fatalf("a term with a space: %v, want ErrInvalid", err)
+	}
+	var n int64
+	if err := s.db.Raw("SELECT (SELECT count(*) FROM keyword_docs) + (SELECT count(*) FROM chunks WHERE document_id = ?)", int64(d.ID)).
+		Scan(&n).Error; err != nil || n != 0 {
+		t.Fatalf("%d rows written for the refused chunk (%v)", n, err)
+	}
 }

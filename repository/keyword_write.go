@@ -1,6 +1,11 @@
 package repository
 
-import "github.com/ragent-go/ragent/service"
+import (
+	"fmt"
+	"strings"
+
+	"github.com/ragent-go/ragent/service"
+)
 
 // Writes to the keyword index. New postings go to keyword_tail in one
 // statement per document; the compactor (keyword_compact.go) moves them
@@ -26,8 +31,9 @@ func (s *Store) lockKeywords(kbID int64, exclusive bool) error {
 }
 
 // indexChunks adds the chunks' postings to the tail, their term lists to
-// keyword_docs and their share to the statistics, in two statements
-// whatever the number of chunks. A chunk id may come back after its removal
+// keyword_docs (one string, the terms separated by spaces: migration 0011)
+// and their share to the statistics, in two statements whatever the number
+// of chunks. A chunk id may come back after its removal
 // (its stale block postings stay listed in keyword_dead, which applies to
 // block postings only), so nothing here assumes ids are fresh.
 func (s *Store) indexChunks(kbID int64, chunks []service.Chunk) error {
@@ -42,6 +48,9 @@ func (s *Store) indexChunks(kbID int64, chunks []service.Chunk) error {
 	for _, c := range chunks {
 		termTotal += int64(c.TermCount)
 		for term, tf := range c.Terms {
+			if strings.ContainsRune(term, ' ') {
+				return fmt.Errorf("%w: keyword term %q holds a space", service.ErrInvalid, term)
+			}
 			ids, terms = append(ids, int64(c.ID)), append(terms, term)
 			tfs, dls = append(tfs, int64(tf)), append(dls, int64(c.TermCount))
 		}
@@ -52,7 +61,7 @@ func (s *Store) indexChunks(kbID int64, chunks []service.Chunk) error {
 			), t AS (
 				INSERT INTO keyword_tail (kb_id, term, chunk_id, tf, dl) SELECT ?, term, chunk_id, tf, dl FROM p
 			)
-			INSERT INTO keyword_docs (chunk_id, kb_id, terms) SELECT chunk_id, ?, array_agg(term) FROM p GROUP BY chunk_id`,
+			INSERT INTO keyword_docs (chunk_id, kb_id, terms) SELECT chunk_id, ?, string_agg(term, ' ') FROM p GROUP BY chunk_id`,
 			ids, terms, tfs, dls, kbID, kbID).Error; err != nil {
 			return translate(err)
 		}
@@ -76,7 +85,7 @@ func (s *Store) unindexChunks(kbID int64, ids intArray, chunks, terms int64) err
 			DELETE FROM keyword_tail WHERE chunk_id = ANY(?::int8[]) RETURNING chunk_id, term
 		)
 		INSERT INTO keyword_dead (kb_id, chunk_id, terms)
-		SELECT g.kb_id, g.chunk_id, array_agg(u.term) FROM gone g CROSS JOIN LATERAL unnest(g.terms) AS u(term)
+		SELECT g.kb_id, g.chunk_id, array_agg(u.term) FROM gone g CROSS JOIN LATERAL unnest(string_to_array(g.terms, ' ')) AS u(term)
 		LEFT JOIN tail ON tail.chunk_id = g.chunk_id AND tail.term = u.term
 		WHERE tail.term IS NULL GROUP BY g.kb_id, g.chunk_id
 		ON CONFLICT (kb_id, chunk_id) DO UPDATE

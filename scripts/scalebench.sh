@@ -11,9 +11,12 @@
 # documents through the pipeline after each size (1000), DIM of the offline
 # embedder (64: HNSW builds at 512 dimensions do not fit a 2-core machine at
 # 1M chunks), SEED (1), KEEP_DB=1 to keep the database, PROFILE=1 to record
-# a Go CPU profile and the database's wait events during each pipeline run. Work files (corpora,
-# per-size queries, raw JSON results) go under the cache dir:
-# ${XDG_CACHE_HOME:-$HOME/.cache}/ragent/scalebench. The database
+# a Go CPU profile and the database's wait events during each pipeline run,
+# SCALEBENCH_DATABASE_URL to run on another Postgres server than the one
+# scripts/services.sh starts (any database of it: the run makes its own).
+# Work files (corpora, per-size queries, raw JSON results) go under
+# SCALEBENCH_DIR, by default ${XDG_CACHE_HOME:-$HOME/.cache}/ragent/scalebench:
+# give two runs at once different ones. The database
 # ragent_scale_<pid> is dropped at the end. Run one at a time: a large load
 # uses both cores for many minutes.
 set -euo pipefail
@@ -29,7 +32,14 @@ CACHE_ROOT=${RAGENT_SERVICES_CACHE:-${XDG_CACHE_HOME:-${HOME:-/root}/.cache}/rag
 WORK=${SCALEBENCH_DIR:-$CACHE_ROOT/scalebench}
 mkdir -p "$WORK"
 
-eval "$(bash scripts/services.sh start postgres redis tantivy)"
+if [[ -n ${SCALEBENCH_DATABASE_URL:-} ]]; then
+	# Another Postgres server (say, one with other settings): its ragent
+	# role may create databases and template1 has pgvector.
+	eval "$(bash scripts/services.sh start redis tantivy)"
+	RAGENT_DATABASE_URL=$SCALEBENCH_DATABASE_URL
+else
+	eval "$(bash scripts/services.sh start postgres redis tantivy)"
+fi
 go build -o bin/ragent ./cmd/ragent
 
 max_size=0

@@ -204,10 +204,65 @@ ensure_pg_cluster() {
 		die "cluster $PG_MAJOR/$PG_CLUSTER is configured for port $port, expected $PG_PORT"
 }
 
+# pg_settings prints the server settings ragent's Postgres runs with
+# (README "Postgres settings"), sized from the machine's memory: a quarter
+# of it for shared_buffers (capped at 4 GB: the vector index, the chunks
+# and the keyword blocks a knowledge base of a million chunks reads),
+# half for the planner's view of the page cache. WAL: lz4 compression of
+# the full-page images written after each checkpoint, and checkpoints
+# spaced out so a bulk load writes fewer of them.
+pg_settings() {
+	local mem_mb buffers_mb
+	mem_mb=$(awk '/MemTotal/ {print int($2 / 1024)}' /proc/meminfo)
+	buffers_mb=$((mem_mb / 4))
+	((buffers_mb > 4096)) && buffers_mb=4096
+	((buffers_mb < 128)) && buffers_mb=128
+	cat <<CONF
+# Written by scripts/services.sh (README "Postgres settings"); it rewrites
+# this file when the settings change, so edit them there.
+shared_buffers = ${buffers_mb}MB
+effective_cache_size = $((mem_mb / 2))MB
+maintenance_work_mem = 256MB
+wal_compression = lz4
+max_wal_size = 4GB
+min_wal_size = 256MB
+checkpoint_timeout = 15min
+checkpoint_completion_target = 0.9
+CONF
+}
+
+# configure_postgres writes pg_settings into the cluster's conf.d. A
+# running server reloads it; shared_buffers only takes effect at a restart,
+# which this never does to a server others may be using: it says so.
+configure_postgres() {
+	local conf
+	conf=/etc/postgresql/$PG_MAJOR/$PG_CLUSTER/conf.d/ragent.conf
+	if [[ -f $conf ]] && cmp -s "$conf" <(pg_settings); then
+		return 0
+	fi
+	need_root "writing $conf"
+	mkdir -p "$(dirname "$conf")"
+	pg_settings >"$conf"
+	chmod 644 "$conf"
+	log "postgres: wrote $conf"
+	if pg_ctlcluster "$PG_MAJOR" "$PG_CLUSTER" status >/dev/null 2>&1; then
+		pg_ctlcluster "$PG_MAJOR" "$PG_CLUSTER" reload >&2
+	fi
+}
+
+# pg_restart_note logs the settings a running server has not applied yet.
+pg_restart_note() {
+	local pending
+	pending=$(pg_admin postgres -tA -c "SELECT string_agg(name, ', ') FROM pg_settings WHERE pending_restart")
+	[[ -z $pending ]] ||
+		log "postgres: $pending change at the next restart (scripts/services.sh stop postgres, then start postgres)"
+}
+
 start_postgres() {
 	ensure_packages "postgresql-$PG_MAJOR" "postgresql-server-dev-$PG_MAJOR" build-essential
 	ensure_pgvector
 	ensure_pg_cluster
+	configure_postgres
 	if pg_ctlcluster "$PG_MAJOR" "$PG_CLUSTER" status >/dev/null 2>&1; then
 		log "postgres: cluster $PG_MAJOR/$PG_CLUSTER already running"
 	else
@@ -277,6 +332,7 @@ SQL
 	local super
 	super=$(pg_admin postgres -tA -c "SELECT rolsuper FROM pg_roles WHERE rolname = 'ragent'")
 	[[ $super == f ]] || die "the ragent role is still a superuser"
+	pg_restart_note
 	log "postgres: up on 127.0.0.1:$PG_PORT (pgvector $version)"
 }
 
