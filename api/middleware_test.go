@@ -65,6 +65,7 @@ func TestClassify(t *testing.T) {
 		{service.ErrBusy, 429, "busy"},
 		{service.ErrUnavailable, 503, "unavailable"},
 		{fmt.Errorf("%w: %w", service.ErrModelUnavailable, service.ErrUnavailable), 503, "llm_unavailable"},
+		{fmt.Errorf("%w: connection refused", service.ErrSearchUnavailable), 503, "search_unavailable"},
 		{errSecret, 500, "internal"},
 	}
 	for _, tt := range tests {

@@ -60,6 +60,11 @@ func (s *Store) ReplaceChunks(ctx context.Context, docID service.ID, generation 
 		if next {
 			reembedded = space
 		}
+		if tx.search != nil {
+			// The document stays running until the search engine holds
+			// the new chunks (SearchIndexed).
+			return tx.searchChanged(row.ID, generation, `chunk_count = ?, error = '', reembedded_space = ?`, len(chunks), reembedded)
+		}
 		if err := tx.db.Exec(`UPDATE documents SET status = 'ready', error = '', chunk_count = ?,
 			reembedded_space = ?, updated_at = now() WHERE id = ?`, len(chunks), reembedded, row.ID).Error; err != nil {
 			return translate(err)

@@ -109,6 +109,11 @@ func (s *Store) DeleteDocument(ctx context.Context, id service.ID) error {
 		if err := tx.removeChunks(row.ID, row.KbID); err != nil {
 			return err
 		}
+		if tx.search != nil {
+			if err := tx.searchChanged(row.ID, row.Generation, ""); err != nil {
+				return err
+			}
+		}
 		// A deleted import is fetched no more.
 		if err := tx.db.Exec("DELETE FROM document_sources WHERE document_id = ?", row.ID).Error; err != nil {
 			return translate(err)
@@ -191,7 +196,9 @@ func (s *Store) FailDocument(ctx context.Context, id service.ID, generation int,
 // worker died or lost its message.
 func (s *Store) StuckDocuments(ctx context.Context, cutoff time.Time, limit int) ([]*service.Document, error) {
 	var rows []documentRow
-	if err := s.conn(ctx).Where("status = 'running' AND started_at < ?", cutoff).Order("started_at").
+	if err := s.conn(ctx).Where("status = 'running' AND started_at < ?", cutoff).
+		// Chunks committed, waiting for the search engine: RequeueSearchIndex's.
+		Where("search_pending_since IS NULL OR search_pending_since < started_at").Order("started_at").
 		Limit(limit).Find(&rows).Error; err != nil {
 		return nil, translate(err)
 	}

@@ -158,6 +158,12 @@ func (s *Store) DeleteKnowledgeBase(ctx context.Context, id service.ID) error {
 		if res.RowsAffected == 0 {
 			return service.ErrNotFound
 		}
+		if tx.search != nil {
+			// The search engine's copies of the documents go too.
+			if err := tx.searchKnowledgeBase(int64(id)); err != nil {
+				return err
+			}
+		}
 		if err := db.Exec("UPDATE documents SET deleted_at = now() WHERE kb_id = ? AND deleted_at IS NULL", int64(id)).Error; err != nil {
 			return translate(err)
 		}

@@ -31,7 +31,9 @@ func (r sourceRow) source() *service.DocumentSource {
 }
 
 // withConn is s on the connection of ctx (see conn).
-func (s *Store) withConn(ctx context.Context) *Store { return &Store{db: s.conn(ctx), log: s.log} }
+func (s *Store) withConn(ctx context.Context) *Store {
+	return &Store{db: s.conn(ctx), log: s.log, search: s.search}
+}
 
 // lockExternalID serializes the writers of one external id in a knowledge
 // base for the rest of the transaction, so two first uploads of the same id

@@ -188,6 +188,12 @@ func (s *Store) FinishReembed(ctx context.Context, kbID service.ID, space string
 			reembed_document_prefix = NULL, reembed_space = NULL, updated_at = now() WHERE id = ?`, kb.ID).Error; err != nil {
 			return translate(err)
 		}
+		if tx.search != nil {
+			// The search engine's vectors move too.
+			if err := tx.searchKnowledgeBase(kb.ID); err != nil {
+				return err
+			}
+		}
 		switched = true
 		return nil
 	})

@@ -32,6 +32,9 @@ import (
 type Store struct {
 	db  *gorm.DB
 	log *slog.Logger
+	// search, when set, mirrors chunk changes to an external search engine
+	// through the search-index outbox message (see UseSearchIndex).
+	search *searchIndex
 }
 
 // Config tunes the connection pool; zero values take the defaults.
@@ -98,7 +101,7 @@ func (s *Store) Ping(ctx context.Context) error {
 // (carried by ctx) it is a savepoint of that transaction.
 func (s *Store) WithinTx(ctx context.Context, fn func(tx *Store) error) error {
 	err := s.conn(ctx).Transaction(func(tx *gorm.DB) error {
-		return fn(&Store{db: tx, log: s.log})
+		return fn(&Store{db: tx, log: s.log, search: s.search})
 	})
 	return translate(err)
 }

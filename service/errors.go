@@ -33,6 +33,11 @@ var ErrPermanent = errors.New("permanent failure")
 // the chat stream names it "llm_unavailable" rather than "unavailable".
 var ErrModelUnavailable = fmt.Errorf("model %w", ErrUnavailable)
 
+// ErrSearchUnavailable wraps the ErrUnavailable of an external search
+// engine (OpenSearch) that did not answer, so a search fails with
+// "search_unavailable" instead of returning an empty list.
+var ErrSearchUnavailable = fmt.Errorf("search engine %w", ErrUnavailable)
+
 // ErrStopped is the cause of a generation stopped by a user (the task
 // registry's stop wraps it), told apart from a disconnect and ErrShutdown.
 var ErrStopped = errors.New("stopped by the user")
@@ -90,6 +95,7 @@ var codes = []struct {
 	{ErrKeyReused, "idempotency_key_reused"},
 	{ErrBusy, "busy"},
 	{ErrModelUnavailable, "llm_unavailable"},
+	{ErrSearchUnavailable, "search_unavailable"},
 	{ErrUnavailable, "unavailable"},
 }
 

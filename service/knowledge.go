@@ -77,6 +77,9 @@ type Chunk struct {
 	Section         string    `json:"section"`
 	TokenCount      int       `json:"tokenCount"`
 	Embedding       []float32 `json:"-"`
+	// EmbeddingSpace is the key of Embedding's space, where a reader needs
+	// it (an external search engine's copy); empty otherwise.
+	EmbeddingSpace string `json:"-"`
 	// Terms are the chunk's keyword-index terms with their frequencies, and
 	// TermCount their total: what BM25 needs.
 	Terms     map[string]int `json:"-"`

@@ -26,6 +26,7 @@ import (
 	"github.com/ragent-go/ragent/idgen"
 	"github.com/ragent-go/ragent/internal/demo"
 	"github.com/ragent-go/ragent/llm"
+	"github.com/ragent-go/ragent/opensearch"
 	"github.com/ragent-go/ragent/ratelimit"
 	"github.com/ragent-go/ragent/repository"
 	"github.com/ragent-go/ragent/service"
@@ -157,7 +158,17 @@ func newApp(ctx context.Context, cfg Config, log *slog.Logger) (_ *App, err erro
 	kbs := admin.NewKnowledgeBases(a.store, access, ids, admin.EmbeddingDefaults{
 		Space: space, VectorWeight: vectorWeight(cfg),
 	}, audit)
-	searcher := retrieve.New(a.store, access, queryEmbedders(embedder, space), reranker, retrieve.Config{
+	// Keyword search runs in Postgres or, with RAGENT_SEARCH_BACKEND=opensearch,
+	// in OpenSearch, which the store then keeps in line through the outbox.
+	var searchStore retrieve.Store = a.store
+	var osc *opensearch.Client
+	if cfg.SearchBackend == "opensearch" {
+		if osc, err = a.openSearch(ctx, ids); err != nil {
+			return nil, err
+		}
+		searchStore = openSearchStore{Store: a.store, os: osc}
+	}
+	searcher := retrieve.New(searchStore, access, queryEmbedders(embedder, space), reranker, retrieve.Config{
 		MinVectorScore: cfg.SearchMinVectorScore, Fusion: retrieve.Fusion(cfg.SearchFusion), Logger: log,
 	})
 	parser, closeParser, err := newParser(cfg, log)
@@ -180,6 +191,9 @@ func newApp(ctx context.Context, cfg Config, log *slog.Logger) (_ *App, err erro
 		Logger:             log,
 	})
 	ingestSvc.EnableWebhooks(a.store, signing)
+	if osc != nil {
+		ingestSvc.EnableSearchIndex(a.store, osc)
+	}
 	a.kbs, a.ingestSvc, a.searcher = kbs, ingestSvc, searcher
 	// Knowledge bases recorded in another embedding space move to the
 	// configured one in the background; planned once for all instances.
@@ -227,6 +241,13 @@ func newApp(ctx context.Context, cfg Config, log *slog.Logger) (_ *App, err erro
 			return nil, err
 		}
 		a.runners = append(a.runners, consumer.Run, ingestSvc.RunFetcher, ingestSvc.RunWebhooks)
+		if osc != nil {
+			consumer, err := q.consumer(searchIndexGroup, service.SearchIndexTopic, searchIndexHandler(ingestSvc))
+			if err != nil {
+				return nil, err
+			}
+			a.runners = append(a.runners, consumer.Run)
+		}
 	}
 
 	// Chat: the models (the primary endpoint and its fallbacks, with
@@ -322,11 +343,7 @@ func newApp(ctx context.Context, cfg Config, log *slog.Logger) (_ *App, err erro
 		PingInterval:      cfg.SSEKeepAlive,
 		UploadBodyTimeout: cfg.HTTPUploadTimeout,
 		MetricsElsewhere:  cfg.MetricsAddr != "",
-		Pingers: map[string]api.Pinger{
-			"postgres": a.store,
-			"redis":    api.PingFunc(func(ctx context.Context) error { return a.rdb.Ping(ctx).Err() }),
-			"mq":       q.producer,
-		},
+		Pingers:           a.pingers(q, osc),
 	})
 
 	// Metrics on their own address, bound now so a bad address fails the

@@ -92,6 +92,15 @@ type Config struct {
 	// SearchFusion merges hybrid search's two lists (rrf | convex); empty
 	// picks the embedder's default.
 	SearchFusion string
+	// SearchBackend runs keyword search in Postgres or OpenSearch
+	// (postgres | opensearch); OpenSearchURL and OpenSearchIndex (the alias,
+	// and the prefix of its physical indexes) locate the latter.
+	SearchBackend   string
+	OpenSearchURL   string
+	OpenSearchIndex string
+	// OpenSearchVectors moves vector search to OpenSearch's k-NN (Lucene
+	// engine) as well; otherwise it stays in pgvector.
+	OpenSearchVectors bool
 	// EmbedConcurrency caps embedding calls at once across all instances;
 	// EmbedQueryWait is how long a query's embedding waits for a slot.
 	EmbedConcurrency int
@@ -226,6 +235,7 @@ func (c Config) validate() []error {
 	oneOf("RAGENT_LLM_THINKING", c.LLMThinking, "auto", "enable_thinking", "off")
 	oneOf("RAGENT_EMBEDDING_PROVIDER", c.EmbedProvider, "offline", "openai", "mistral", "ollama", "googleai", "bedrock")
 	oneOf("RAGENT_SEARCH_FUSION", c.SearchFusion, "rrf", "convex")
+	oneOf("RAGENT_SEARCH_BACKEND", c.SearchBackend, "postgres", "opensearch")
 	oneOf("RAGENT_CHAT_LIMITER_ON_REDIS_ERROR", c.ChatOnRedisError, "reject", "local")
 	oneOf("RAGENT_CHAT_EMPTY_RETRIEVAL", c.ChatEmptyRetrieval, "chat", "refuse")
 	oneOf("RAGENT_ROLE", c.Role, "all", "api", "worker")

@@ -13,8 +13,12 @@ import (
 // TestEvalCommand runs `ragent eval` end to end on a three-document BEIR
 // folder whose queries each name one document's unique word: the corpus goes
 // through the real ingestion pipeline and keyword search finds every
-// judged document first.
+// judged document first, on each search backend.
 func TestEvalCommand(t *testing.T) {
+	forEachBackend(t, testEvalCommand)
+}
+
+func testEvalCommand(t *testing.T, cfg Config) {
 	dir := t.TempDir()
 	files := map[string]string{
 		"corpus.jsonl": `{"_id":"d1","title":"Walruses","text":"The walrus lives on Arctic ice floes and eats clams."}
@@ -37,7 +41,7 @@ func TestEvalCommand(t *testing.T) {
 		}
 	}
 	var out bytes.Buffer
-	err := evalCommand(context.Background(), testConfig(t), testLogger(t),
+	err := evalCommand(context.Background(), cfg, testLogger(t),
 		[]string{"--dataset", dir, "--mode", "keyword"}, &out, io.Discard)
 	if err != nil {
 		t.Fatalf("eval: %v\n%s", err, out.String())

@@ -42,6 +42,7 @@ commands:
   eval     --dataset DIR [--mode all|hybrid|keyword|vector] [--limit-queries N] [--keep]
                                      ingest a BEIR folder through the pipeline, print nDCG@10 and recall@10
   scalebench gen|run [flags]         synthetic corpora and the retrieval-at-scale benchmark (scripts/scalebench.sh)
+  reindex-search                     rebuild the OpenSearch index from Postgres into a new index and swap the alias
   version                            print the version
   parse                              (internal) parse one file from stdin for the ingestion worker
 
@@ -90,6 +91,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return evalCommand(ctx, cfg, log, args, stdout, stderr)
 	case "scalebench":
 		return scalebenchCommand(ctx, cfg, log, args, stdout, stderr)
+	case "reindex-search":
+		return reindexSearchCommand(ctx, cfg, log, stdout)
 	default:
 		fmt.Fprintln(stderr, usage)
 		return fmt.Errorf("unknown command %q", cmd)

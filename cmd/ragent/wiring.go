@@ -128,6 +128,11 @@ func newQueue(ctx context.Context, cfg Config, rdb *redis.Client, a *App) (*queu
 		if err := rocketmq.CreateTopic(ctx, cfg.RocketMQNamesrv, cfg.RocketMQBroker, service.IngestTopic, ingestGroup); err != nil {
 			a.log.Warn("could not create the ingest topic; uploads queue in the outbox until RocketMQ is reachable", "err", err)
 		}
+		if cfg.SearchBackend == "opensearch" {
+			if err := rocketmq.CreateTopic(ctx, cfg.RocketMQNamesrv, cfg.RocketMQBroker, service.SearchIndexTopic, searchIndexGroup); err != nil {
+				a.log.Warn("could not create the search-index topic; changes queue in the outbox until RocketMQ is reachable", "err", err)
+			}
+		}
 		p, err := rocketmq.NewProducer(cfg.RocketMQNamesrv, rocketmq.ProducerConfig{Instance: cfg.InstanceID})
 		if err != nil {
 			return nil, fmt.Errorf("rocketmq producer: %w", err)

@@ -26,6 +26,8 @@ func TestViolations(t *testing.T) {
 		{"adapter imports service root", Package{"repository", []string{m + "service", "gorm.io/gorm"}}, 0},
 		{"adapter imports feature", Package{"cache", []string{m + "service/admin"}}, 1},
 		{"adapter imports adapter", Package{"cache", []string{m + "repository"}}, 1},
+		{"opensearch imports repository", Package{"opensearch", []string{m + "service", m + "repository"}}, 1},
+		{"opensearch imports a feature", Package{"opensearch", []string{m + "service/retrieve"}}, 1},
 		{"driver subpackage imports its root", Package{"mq/rocketmq", []string{m + "mq"}}, 0},
 		{"mechanism imports redis and prometheus", Package{"ratelimit", []string{"github.com/redis/go-redis/v9", "github.com/prometheus/client_golang/prometheus"}}, 0},
 		{"mechanism imports service", Package{"idempotent", []string{m + "service"}}, 1},

@@ -1,5 +1,6 @@
 // Package testenv connects tests to the real services that scripts/services.sh
-// starts (Postgres+pgvector, Redis, RocketMQ, the local embedding model).
+// starts (Postgres+pgvector, Redis, RocketMQ, the local embedding model,
+// OpenSearch).
 //
 // A test that needs a service calls the matching helper. When the service is
 // unreachable the test is skipped on a developer machine, but fails when

@@ -174,6 +174,9 @@ type Service struct {
 	hooks      WebhookStore
 	sealer     sealer
 	hookClient *http.Client
+	// The external search engine (searchindex.go), off until
+	// EnableSearchIndex.
+	search *searchIndex
 }
 
 // New returns a Service. access decides who may read and change the
@@ -586,7 +589,7 @@ func (s *Service) RunReaper(ctx context.Context) error {
 // re-embedded knowledge bases whose remaining documents were deleted.
 func (s *Service) ReapOnce(ctx context.Context) error {
 	// A failure of one does not hold back the other.
-	return errors.Join(s.requeueStuck(ctx), s.pruneOutbox(ctx), s.finishReembeds(ctx))
+	return errors.Join(s.requeueStuck(ctx), s.requeueSearch(ctx), s.pruneOutbox(ctx), s.finishReembeds(ctx))
 }
 
 // pruneOutbox deletes sent outbox rows older than the retention, one batch

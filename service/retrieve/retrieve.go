@@ -50,12 +50,19 @@ type Config struct {
 	Fusion Fusion
 }
 
+// DefaultK1 and DefaultB are BM25's parameters when Config leaves them 0
+// (Lucene's defaults); an OpenSearch index is created with the same.
+const (
+	DefaultK1 = 0.9
+	DefaultB  = 0.4
+)
+
 func (c *Config) defaults() {
 	if c.K1 == 0 {
-		c.K1 = 0.9
+		c.K1 = DefaultK1
 	}
 	if c.B == 0 {
-		c.B = 0.4
+		c.B = DefaultB
 	}
 	if c.Candidates == 0 {
 		c.Candidates = 50

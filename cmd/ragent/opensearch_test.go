@@ -1,0 +1,216 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"net/url"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/ragent-go/ragent/internal/testenv"
+	"github.com/ragent-go/ragent/mq/redisstream"
+	"github.com/ragent-go/ragent/service"
+)
+
+// TestOpenSearchDownLosesNothing cuts OpenSearch away (a proxy in front of
+// the shared node) while a document is ingested: its chunks reach Postgres,
+// it stays running, search answers 503 rather than nothing, and the
+// search-index message is dead-lettered after its retries. Once OpenSearch
+// is back the reaper's re-queue makes the document ready and searchable.
+func TestOpenSearchDownLosesNothing(t *testing.T) {
+	u, err := url.Parse(testenv.OpenSearchURL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxy := testenv.NewProxy(t, u.Host)
+	cfg := openSearchConfig(t, proxy.Addr())
+	cfg.MQVisibilityTimeout = time.Second // quick redeliveries, so the message is dead-lettered soon
+	in, c, kb := ingestEnv(t, cfg)
+	ctx := context.Background()
+
+	proxy.Down()
+	d := c.uploadAccepted(kb, "walrus.txt", []byte("The walrus lives on Arctic ice floes and eats clams."))
+	testenv.Eventually(t, 60*time.Second, "chunks in Postgres", func() bool {
+		got := c.document(d.ID)
+		if got.Status == "ready" || got.Status == "failed" {
+			t.Fatalf("document %s while OpenSearch is down", got.Status)
+		}
+		return got.ChunkCount > 0
+	})
+	r := c.do("POST", "/api/v1/search", map[string]any{"query": "walrus", "knowledgeBaseIds": []string{kb}, "mode": "keyword"})
+	if r.Status != http.StatusServiceUnavailable || r.errorCode(t) != "search_unavailable" {
+		t.Fatalf("search while OpenSearch is down: %d %s", r.Status, r.Body)
+	}
+	if resp, err := http.Get(in.url + "/readyz"); err != nil || resp.StatusCode != http.StatusServiceUnavailable {
+		t.Fatalf("readyz while OpenSearch is down: %v %v", resp, err)
+	} else {
+		resp.Body.Close()
+	}
+	rdb := testenv.Redis(t)
+	dead := redisstream.DeadKey(cfg.RedisPrefix, service.SearchIndexTopic)
+	testenv.Eventually(t, 120*time.Second, "the search-index message dead-lettered", func() bool {
+		n, err := rdb.XLen(ctx, dead).Result()
+		return err == nil && n > 0
+	})
+	if got := c.document(d.ID); got.Status != "running" {
+		t.Fatalf("document %s after the message was dead-lettered", got.Status)
+	}
+
+	proxy.Up()
+	// The reaper re-queues a copy behind for RunningTimeout (15 min); the
+	// test moves the cutoff instead of waiting.
+	n, err := in.app.store.RequeueSearchIndex(ctx, time.Now().Add(time.Minute), 100)
+	if err != nil || n != 1 {
+		t.Fatalf("requeue: %d %v", n, err)
+	}
+	c.waitReady(d.ID)
+	if !hasDocument(c.search(kb, "walrus clams", "keyword"), d.ID) {
+		t.Fatal("document not searchable after OpenSearch came back")
+	}
+}
+
+// TestSearchConsistencyUnderReindex re-uploads, reindexes and deletes
+// documents while ragent reindex-search rebuilds the index again and again
+// and searches run: no search returns a document deleted before it started,
+// every document ends ready, and the final index holds exactly Postgres's
+// chunks (nothing superseded or deleted left behind, nothing missing).
+func TestSearchConsistencyUnderReindex(t *testing.T) {
+	cfg := openSearchConfig(t, "")
+	in, c, kb := ingestEnv(t, cfg)
+	osc := openSearchClient(t, cfg)
+	ctx := context.Background()
+
+	const n = 12
+	docs := make([]docJSON, n)
+	for i := range docs {
+		docs[i] = c.uploadAccepted(kb, fmt.Sprintf("doc%d.txt", i),
+			[]byte(fmt.Sprintf("Zebra report %d: the herd crossed river number %d at dawn.", i, i)))
+	}
+	for _, d := range docs {
+		c.waitReady(d.ID)
+	}
+
+	var deleted sync.Map // document id → deleted before a search started
+	stopSearch := make(chan struct{})
+	var wg sync.WaitGroup
+	searchErr := make(chan error, 1)
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		sc := &client{t: t, base: c.base, token: c.token}
+		for {
+			select {
+			case <-stopSearch:
+				return
+			default:
+			}
+			var gone []string
+			deleted.Range(func(k, _ any) bool { gone = append(gone, k.(string)); return true })
+			r := sc.do("POST", "/api/v1/search", map[string]any{"query": "zebra herd river", "knowledgeBaseIds": []string{kb}, "mode": "keyword", "topK": 50})
+			if r.Status != http.StatusOK {
+				searchErr <- fmt.Errorf("search: %d %s", r.Status, r.Body)
+				return
+			}
+			var out struct{ Results []searchHit }
+			r.json(t, &out)
+			for _, id := range gone {
+				if hasDocument(out.Results, id) {
+					searchErr <- fmt.Errorf("search found deleted document %s", id)
+					return
+				}
+			}
+		}
+	}()
+
+	// Rebuilds run back to back while the documents change, at least two.
+	mutated := make(chan struct{})
+	rebuilt := make(chan error, 1)
+	go func() {
+		for i := 0; ; i++ {
+			select {
+			case <-mutated:
+				if i >= 2 {
+					rebuilt <- nil
+					return
+				}
+			default:
+			}
+			if _, err := reindexSearch(ctx, in.app.store, osc, testLogger(t)); err != nil {
+				rebuilt <- err
+				return
+			}
+		}
+	}()
+	for i, d := range docs {
+		switch i % 3 {
+		case 0: // a new generation
+			if r := c.do("POST", "/api/v1/documents/"+d.ID+"/reindex", nil); r.Status != http.StatusAccepted {
+				t.Fatalf("reindex: %d %s", r.Status, r.Body)
+			}
+		case 1: // deleted
+			if r := c.do("DELETE", "/api/v1/documents/"+d.ID, nil); r.Status != http.StatusNoContent {
+				t.Fatalf("delete: %d %s", r.Status, r.Body)
+			}
+			deleted.Store(d.ID, true)
+		case 2: // another document arrives
+			docs = append(docs, c.uploadAccepted(kb, fmt.Sprintf("late%d.txt", i),
+				[]byte(fmt.Sprintf("Zebra late report %d: the herd rested by river %d.", i, i))))
+		}
+	}
+	close(mutated)
+	if err := <-rebuilt; err != nil {
+		t.Fatalf("reindex-search: %v", err)
+	}
+	for i, d := range docs {
+		if i < n && i%3 == 1 {
+			continue
+		}
+		c.waitReady(d.ID)
+	}
+	waitIndexMatches(t, in, osc)
+	close(stopSearch)
+	wg.Wait()
+	select {
+	case err := <-searchErr:
+		t.Fatal(err)
+	default:
+	}
+}
+
+// TestReindexSearchCommand runs `ragent reindex-search` on a live index and
+// on an empty cluster: the documents stay searchable through the new index.
+func TestReindexSearchCommand(t *testing.T) {
+	cfg := openSearchConfig(t, "")
+	_, c, kb := ingestEnv(t, cfg)
+	d := c.uploadAccepted(kb, "walrus.txt", []byte("The walrus lives on Arctic ice floes and eats clams."))
+	c.waitReady(d.ID)
+	var out strings.Builder
+	if err := reindexSearchCommand(context.Background(), cfg, testLogger(t), &out); err != nil {
+		t.Fatal(err)
+	}
+	if want := "reindexed 1 chunks into " + cfg.OpenSearchIndex; !strings.Contains(out.String(), want) {
+		t.Fatalf("output %q lacks %q", out.String(), want)
+	}
+	if !hasDocument(c.search(kb, "walrus clams", "keyword"), d.ID) {
+		t.Fatal("not found after the rebuild")
+	}
+	// A cluster that lost its index (a new cluster): the command creates it.
+	req, _ := http.NewRequest(http.MethodDelete, testenv.OpenSearchURL(t)+"/"+cfg.OpenSearchIndex+"_v*", nil)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if r := c.do("POST", "/api/v1/search", map[string]any{"query": "walrus", "knowledgeBaseIds": []string{kb}}); r.Status != http.StatusServiceUnavailable {
+		t.Fatalf("search without an index: %d %s", r.Status, r.Body)
+	}
+	if err := reindexSearchCommand(context.Background(), cfg, testLogger(t), &out); err != nil {
+		t.Fatal(err)
+	}
+	if !hasDocument(c.search(kb, "walrus clams", "keyword"), d.ID) {
+		t.Fatal("not found after rebuilding a lost index")
+	}
+}

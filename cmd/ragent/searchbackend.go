@@ -1,0 +1,218 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"time"
+
+	"github.com/ragent-go/ragent/api"
+	"github.com/ragent-go/ragent/mq"
+	"github.com/ragent-go/ragent/opensearch"
+	"github.com/ragent-go/ragent/repository"
+	"github.com/ragent-go/ragent/service"
+	"github.com/ragent-go/ragent/service/ingest"
+	"github.com/ragent-go/ragent/service/retrieve"
+)
+
+// searchIndexGroup is the consumer group that mirrors chunks to OpenSearch.
+const searchIndexGroup = "ragent-search-indexer"
+
+// newOpenSearch is the OpenSearch client of the configuration, with ragent's
+// BM25 parameters for the indexes it creates.
+func newOpenSearch(cfg Config) (*opensearch.Client, error) {
+	c, err := opensearch.New(opensearch.Config{URL: cfg.OpenSearchURL, Index: cfg.OpenSearchIndex,
+		K1: retrieve.DefaultK1, B: retrieve.DefaultB, Vectors: cfg.OpenSearchVectors})
+	if err != nil {
+		return nil, fmt.Errorf("RAGENT_OPENSEARCH_URL / RAGENT_OPENSEARCH_INDEX: %w", err)
+	}
+	return c, nil
+}
+
+// openSearchStore is the retrieval store of RAGENT_SEARCH_BACKEND=opensearch:
+// keyword search ranks in OpenSearch, and the hits' rows come from Postgres,
+// which drops any chunk it no longer has (a deleted or superseded one whose
+// removal from OpenSearch is still on its way). Knowledge bases and vector
+// search stay in Postgres, vector search too unless RAGENT_OPENSEARCH_VECTORS.
+type openSearchStore struct {
+	*repository.Store
+	os *opensearch.Client
+}
+
+func (s openSearchStore) KeywordSearch(ctx context.Context, q service.KeywordQuery) ([]service.SearchResult, error) {
+	hits, err := s.os.KeywordSearch(ctx, q)
+	if err != nil {
+		return nil, err
+	}
+	return s.ChunkResults(ctx, hits)
+}
+
+// VectorSearch runs in OpenSearch with RAGENT_OPENSEARCH_VECTORS, in
+// pgvector otherwise.
+func (s openSearchStore) VectorSearch(ctx context.Context, q service.VectorQuery) ([]service.SearchResult, error) {
+	if !s.os.Vectors() {
+		return s.Store.VectorSearch(ctx, q)
+	}
+	hits, err := s.os.VectorSearch(ctx, q)
+	if err != nil {
+		return nil, err
+	}
+	return s.ChunkResults(ctx, hits)
+}
+
+// searchIndexHandler mirrors one document to OpenSearch. It needs no
+// consume guard: the handler reads the document's state from Postgres and
+// is idempotent, and a guard would drop the reaper's re-queued message
+// (it has the same key).
+func searchIndexHandler(svc *ingest.Service) mq.Handler {
+	return func(ctx context.Context, m mq.Message) error {
+		err := svc.ProcessSearchIndex(ctx, m.Body)
+		if errors.Is(err, ingest.ErrGaveUp) {
+			return mq.Permanent(err)
+		}
+		return err
+	}
+}
+
+// reindexSearchCommand rebuilds the OpenSearch index from Postgres with no
+// downtime: a new physical index takes every change from the moment it
+// exists (the next alias), is backfilled with every chunk, swept of the
+// chunks deleted while it was backfilled, and replaces the live index in
+// one alias swap.
+func reindexSearchCommand(ctx context.Context, cfg Config, log *slog.Logger, stdout io.Writer) error {
+	store, err := repository.Open(ctx, cfg.DatabaseURL, repository.Config{Logger: log, MaxOpenConns: 4})
+	if err != nil {
+		return err
+	}
+	defer store.Close()
+	if err := store.Migrate(ctx); err != nil {
+		return err
+	}
+	osc, err := newOpenSearch(cfg)
+	if err != nil {
+		return err
+	}
+	n, err := reindexSearch(ctx, store, osc, log)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "reindexed %d chunks into %s\n", n, osc.Alias())
+	return nil
+}
+
+// reindexBatch is the chunks per backfill bulk request.
+const reindexBatch = 500
+
+// reindexSearch is ragent reindex-search's work; it returns the number of
+// chunks backfilled.
+func reindexSearch(ctx context.Context, store *repository.Store, osc *opensearch.Client, log *slog.Logger) (int, error) {
+	if err := osc.EnsureIndex(ctx); err != nil {
+		return 0, err
+	}
+	index, err := osc.BeginRebuild(ctx)
+	if err != nil {
+		return 0, err
+	}
+	// Every change committed from now on reaches the new index through its
+	// consumer; everything committed before is read below, from Postgres.
+	total := 0
+	var after service.ID
+	for {
+		chunks, err := store.ChunksAfter(ctx, after, reindexBatch)
+		if err != nil {
+			return total, err
+		}
+		if len(chunks) == 0 {
+			break
+		}
+		if err := osc.Backfill(ctx, index, ingest.SearchDocs(chunks)); err != nil {
+			return total, err
+		}
+		total += len(chunks)
+		after = chunks[len(chunks)-1].ID
+	}
+	// A chunk read above may have been deleted before its batch was
+	// written, after its consumer removed it from this index: sweep the
+	// new index for chunks Postgres no longer has.
+	if err := osc.Refresh(ctx, index); err != nil {
+		return total, err
+	}
+	swept := 0
+	after = 0
+	for {
+		ids, err := osc.ChunkIDs(ctx, index, after, reindexBatch)
+		if err != nil {
+			return total, err
+		}
+		if len(ids) == 0 {
+			break
+		}
+		live, err := store.ExistingChunks(ctx, ids)
+		if err != nil {
+			return total, err
+		}
+		var gone []service.ID
+		for _, id := range ids {
+			if !live[id] {
+				gone = append(gone, id)
+			}
+		}
+		if err := osc.DeleteChunks(ctx, index, gone); err != nil {
+			return total, err
+		}
+		swept += len(gone)
+		after = ids[len(ids)-1]
+	}
+	if err := osc.FinishRebuild(ctx, index); err != nil {
+		return total, err
+	}
+	log.InfoContext(ctx, "rebuilt the search index", "index", index, "alias", osc.Alias(), "chunks", total, "swept", swept)
+	return total, nil
+}
+
+// openSearch connects the OpenSearch backend: the store queues the
+// search-index messages, and the index behind the alias is created at start
+// (or by a runner once the cluster answers, so a start during an OpenSearch
+// outage still serves everything but search).
+func (a *App) openSearch(ctx context.Context, ids service.IDGenerator) (*opensearch.Client, error) {
+	osc, err := newOpenSearch(a.cfg)
+	if err != nil {
+		return nil, err
+	}
+	a.store.UseSearchIndex(ids.NextID)
+	if err := osc.EnsureIndex(ctx); err != nil {
+		a.log.Warn("OpenSearch is not ready; search answers 503 until it is", "err", err)
+		a.runners = append(a.runners, func(ctx context.Context) error {
+			t := time.NewTicker(5 * time.Second)
+			defer t.Stop()
+			for {
+				select {
+				case <-ctx.Done():
+					return nil
+				case <-t.C:
+				}
+				if err := osc.EnsureIndex(ctx); err == nil {
+					a.log.Info("OpenSearch index ready", "alias", osc.Alias())
+					return nil
+				}
+			}
+		})
+	}
+	return osc, nil
+}
+
+// pingers are /readyz's checks: OpenSearch among them when it is the
+// search backend.
+func (a *App) pingers(q *queue, osc *opensearch.Client) map[string]api.Pinger {
+	p := map[string]api.Pinger{
+		"postgres": a.store,
+		"redis":    api.PingFunc(func(ctx context.Context) error { return a.rdb.Ping(ctx).Err() }),
+		"mq":       q.producer,
+	}
+	if osc != nil {
+		p["opensearch"] = osc
+	}
+	return p
+}

@@ -1,0 +1,267 @@
+package opensearch
+
+import (
+	"context"
+	"errors"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/ragent-go/ragent/internal/testenv"
+	"github.com/ragent-go/ragent/service"
+)
+
+func TestNewRejectsBadConfig(t *testing.T) {
+	for _, cfg := range []Config{
+		{URL: "127.0.0.1:9200", Index: "ragent"},
+		{URL: "ftp://127.0.0.1", Index: "ragent"},
+		{URL: "http://127.0.0.1:9200", Index: ""},
+		{URL: "http://127.0.0.1:9200", Index: "Ragent"},
+		{URL: "http://127.0.0.1:9200", Index: "rag*"},
+	} {
+		if _, err := New(cfg); err == nil {
+			t.Errorf("%+v accepted", cfg)
+		}
+	}
+}
+
+// A cluster that does not answer, or answers 5xx, is ErrSearchUnavailable
+// (503); a 4xx is a plain error (a bug, not an outage). Basic auth comes
+// from the URL.
+func TestErrorsAndAuth(t *testing.T) {
+	var gotUser, gotPass string
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		gotUser, gotPass, _ = r.BasicAuth()
+		switch {
+		case strings.HasSuffix(r.URL.Path, "/_search") && strings.HasPrefix(r.URL.Path, "/busy"):
+			http.Error(w, `{"error":"circuit_breaking_exception"}`, http.StatusTooManyRequests)
+		case strings.HasSuffix(r.URL.Path, "/_search") && strings.HasPrefix(r.URL.Path, "/broken"):
+			http.Error(w, `{"error":"all shards failed"}`, http.StatusServiceUnavailable)
+		default:
+			http.Error(w, `{"error":"parsing_exception"}`, http.StatusBadRequest)
+		}
+	}))
+	defer srv.Close()
+	q := service.KeywordQuery{KnowledgeBaseIDs: []service.ID{1}, Terms: []string{"x"}, Counts: []int{1}, Limit: 5}
+	for index, unavailable := range map[string]bool{"busy": true, "broken": true, "bad": false} {
+		c, err := New(Config{URL: strings.Replace(srv.URL, "http://", "http://u:p%40ss@", 1), Index: index})
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = c.KeywordSearch(context.Background(), q)
+		if err == nil || errors.Is(err, service.ErrSearchUnavailable) != unavailable {
+			t.Errorf("%s: %v, unavailable %v", index, err, unavailable)
+		}
+		if gotUser != "u" || gotPass != "p@ss" {
+			t.Errorf("basic auth %q %q", gotUser, gotPass)
+		}
+	}
+
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	c, _ := New(Config{URL: "http://" + addr, Index: "ragent"})
+	if _, err := c.KeywordSearch(context.Background(), q); !errors.Is(err, service.ErrSearchUnavailable) {
+		t.Errorf("nothing listening: %v", err)
+	}
+	if err := c.Ping(context.Background()); !errors.Is(err, service.ErrSearchUnavailable) {
+		t.Errorf("ping, nothing listening: %v", err)
+	}
+}
+
+// client returns a client on a fresh index of the test node, deleted when
+// the test ends.
+func client(t *testing.T) *Client {
+	t.Helper()
+	base := testenv.OpenSearchURL(t)
+	c, err := New(Config{URL: base, Index: "ragent_unit_" + testenv.RandomSuffix(), K1: 1.2, B: 0.75})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		req, _ := http.NewRequest(http.MethodDelete, base+"/"+c.Alias()+"_v*", nil)
+		if resp, err := http.DefaultClient.Do(req); err == nil {
+			resp.Body.Close()
+		}
+	})
+	if err := c.EnsureIndex(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+func doc(id, docID, kb int64, gen int, terms ...string) service.SearchDoc {
+	return service.SearchDoc{ChunkID: service.ID(id), DocumentID: service.ID(docID), KnowledgeBaseID: service.ID(kb),
+		Generation: gen, Terms: terms}
+}
+
+func ids(rs []service.SearchResult) []int64 {
+	out := make([]int64, len(rs))
+	for i, r := range rs {
+		out[i] = int64(r.ChunkID)
+	}
+	return out
+}
+
+func TestIndexSearchDelete(t *testing.T) {
+	c := client(t)
+	ctx := context.Background()
+	if err := c.EnsureIndex(ctx); err != nil { // idempotent
+		t.Fatal(err)
+	}
+	if err := c.Ping(ctx); err != nil {
+		t.Fatal(err)
+	}
+	err := c.Index(ctx, []service.SearchDoc{
+		doc(1, 10, 100, 1, "walrus", "ice", "walrus"),
+		doc(2, 10, 100, 1, "walrus", "clam", "clam", "clam", "sea", "sea"),
+		doc(3, 11, 100, 1, "ice", "floe"),
+		doc(4, 12, 200, 1, "walrus", "walrus", "walrus"),
+		doc(5, 13, 100, 1, "缓存", "存策", "策略"),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	search := func(kbs []service.ID, terms ...string) []int64 {
+		t.Helper()
+		counts := make([]int, len(terms))
+		for i := range counts {
+			counts[i] = 1
+		}
+		rs, err := c.KeywordSearch(ctx, service.KeywordQuery{KnowledgeBaseIDs: kbs, Terms: terms, Counts: counts, Limit: 10})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ids(rs)
+	}
+	if got := search([]service.ID{100}, "walrus"); len(got) != 2 || got[0] != 1 || got[1] != 2 {
+		t.Fatalf("walrus in kb 100: %v (higher tf and shorter chunk first; kb 200 filtered out)", got)
+	}
+	if got := search([]service.ID{100, 200}, "walrus"); len(got) != 3 || got[0] != 4 {
+		t.Fatalf("walrus in both: %v", got)
+	}
+	if got := search([]service.ID{100}, "缓存", "策略"); len(got) != 1 || got[0] != 5 {
+		t.Fatalf("bigrams: %v", got)
+	}
+	if got := search([]service.ID{300}, "walrus"); len(got) != 0 {
+		t.Fatalf("unknown kb: %v", got)
+	}
+	// Keep chunk 2 of document 10, drop the rest of it.
+	if err := c.DeleteDocument(ctx, 10, []service.ID{2}); err != nil {
+		t.Fatal(err)
+	}
+	if got := search([]service.ID{100}, "walrus"); len(got) != 1 || got[0] != 2 {
+		t.Fatalf("after deleting chunk 1: %v", got)
+	}
+	if err := c.DeleteDocument(ctx, 10, nil); err != nil {
+		t.Fatal(err)
+	}
+	if got := search([]service.ID{100}, "walrus", "clam"); len(got) != 0 {
+		t.Fatalf("after deleting document 10: %v", got)
+	}
+}
+
+func TestRebuildSwapsAlias(t *testing.T) {
+	c := client(t)
+	ctx := context.Background()
+	if err := c.Index(ctx, []service.SearchDoc{doc(1, 10, 100, 1, "old")}); err != nil {
+		t.Fatal(err)
+	}
+	index, err := c.BeginRebuild(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A change during the rebuild reaches both indexes.
+	if err := c.Index(ctx, []service.SearchDoc{doc(2, 11, 100, 1, "during")}); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Backfill(ctx, index, []service.SearchDoc{doc(1, 10, 100, 1, "old"), doc(3, 12, 100, 1, "gone")}); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Refresh(ctx, index); err != nil {
+		t.Fatal(err)
+	}
+	got, err := c.ChunkIDs(ctx, index, 0, 10)
+	if err != nil || len(got) != 3 {
+		t.Fatalf("rebuilt index: %v %v", got, err)
+	}
+	if err := c.DeleteChunks(ctx, index, []service.ID{3}); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.FinishRebuild(ctx, index); err != nil {
+		t.Fatal(err)
+	}
+	live, err := c.aliasIndexes(ctx, c.Alias())
+	if err != nil || len(live) != 1 || live[0] != index {
+		t.Fatalf("alias now on %v (%v), want %s", live, err, index)
+	}
+	if next, _ := c.aliasIndexes(ctx, c.nextAlias()); len(next) != 0 {
+		t.Fatalf("next alias left on %v", next)
+	}
+	got, err = c.ChunkIDs(ctx, c.Alias(), 0, 10)
+	if err != nil || len(got) != 2 || got[0] != 1 || got[1] != 2 {
+		t.Fatalf("live after the swap: %v %v", got, err)
+	}
+	// Writes go to the new index only now.
+	if err := c.Index(ctx, []service.SearchDoc{doc(4, 13, 100, 1, "after")}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestVectorSearch(t *testing.T) {
+	base := testenv.OpenSearchURL(t)
+	c, err := New(Config{URL: base, Index: "ragent_unit_" + testenv.RandomSuffix(), Vectors: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		req, _ := http.NewRequest(http.MethodDelete, base+"/"+c.Alias()+"_v*", nil)
+		if resp, err := http.DefaultClient.Do(req); err == nil {
+			resp.Body.Close()
+		}
+	})
+	ctx := context.Background()
+	if err := c.EnsureIndex(ctx); err != nil {
+		t.Fatal(err)
+	}
+	const space, other = "00000000000000aa", "00000000000000bb"
+	vec := func(id, kb int64, sp string, v ...float32) service.SearchDoc {
+		d := doc(id, id*10, kb, 1, "t")
+		d.Space, d.Vector = sp, v
+		return d
+	}
+	// Before any vector of the space exists, nothing matches.
+	if got, err := c.VectorSearch(ctx, service.VectorQuery{KnowledgeBaseIDs: []service.ID{1}, Space: space, Vector: []float32{1, 0, 0}, Limit: 5}); err != nil || len(got) != 0 {
+		t.Fatalf("unknown space: %v %v", got, err)
+	}
+	err = c.Index(ctx, []service.SearchDoc{
+		vec(1, 1, space, 1, 0, 0),
+		vec(2, 1, space, 0.6, 0.8, 0),
+		vec(3, 1, space, 0, 0, 1),
+		vec(4, 2, space, 1, 0, 0), // another knowledge base
+		vec(5, 1, other, 1, 0),    // another space, another dimension
+		doc(6, 60, 1, 1, "t"),     // no vector (written during a re-embedding)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := c.VectorSearch(ctx, service.VectorQuery{KnowledgeBaseIDs: []service.ID{1}, Space: space, Vector: []float32{1, 0, 0}, Limit: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 2 || got[0].ChunkID != 1 || got[1].ChunkID != 2 {
+		t.Fatalf("nearest in kb 1: %+v", got)
+	}
+	if d0, d1 := got[0].Score-1, got[1].Score-0.6; d0*d0 > 1e-6 || d1*d1 > 1e-6 {
+		t.Fatalf("scores %v %v, want the cosines 1 and 0.6", got[0].Score, got[1].Score)
+	}
+	got, err = c.VectorSearch(ctx, service.VectorQuery{KnowledgeBaseIDs: []service.ID{1}, Space: other, Vector: []float32{1, 0}, Limit: 5})
+	if err != nil || len(got) != 1 || got[0].ChunkID != 5 {
+		t.Fatalf("other space: %+v %v", got, err)
+	}
+}

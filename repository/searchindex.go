@@ -1,0 +1,256 @@
+package repository
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/pgvector/pgvector-go"
+
+	"github.com/ragent-go/ragent/service"
+)
+
+// searchIndex is the configuration of an external search engine's mirror.
+type searchIndex struct {
+	nextID func() (service.ID, error) // ids of outbox rows
+}
+
+// UseSearchIndex makes the store mirror chunk changes to an external search
+// engine (RAGENT_SEARCH_BACKEND=opensearch): ReplaceChunks and
+// DeleteDocument then queue a service.SearchIndexMessage in their
+// transaction and mark the document's copy behind (search_pending_since),
+// and ReplaceChunks leaves the document running until SearchIndexed says
+// the engine holds its chunks. nextID numbers the outbox rows. Call it
+// before the store is shared.
+func (s *Store) UseSearchIndex(nextID func() (service.ID, error)) {
+	s.search = &searchIndex{nextID: nextID}
+}
+
+// SearchIndexMessage is the outbox row of a change to document docID's
+// chunks at generation.
+func SearchIndexMessage(id, docID service.ID, generation int) (service.OutboxMessage, error) {
+	body, err := json.Marshal(service.SearchIndexMessage{DocumentID: docID, Generation: generation})
+	if err != nil {
+		return service.OutboxMessage{}, err
+	}
+	return service.OutboxMessage{ID: id, Topic: service.SearchIndexTopic,
+		Key: fmt.Sprintf("%d:%d:search", docID, generation), Payload: body}, nil
+}
+
+// searchChanged marks document docID's search-engine copy behind, with
+// set (extra "column = ?" assignments) and args applied in the same
+// statement, and queues the message that brings the copy up to date.
+func (s *Store) searchChanged(docID int64, generation int, set string, args ...any) error {
+	if set != "" {
+		set += ", "
+	}
+	args = append(args, docID)
+	if err := s.db.Exec(`UPDATE documents SET `+set+`search_pending_since = now(), updated_at = now() WHERE id = ?`, args...).Error; err != nil {
+		return translate(err)
+	}
+	return s.enqueueSearch(docID, generation)
+}
+
+// enqueueSearch queues the search-index message of a document.
+func (s *Store) enqueueSearch(docID int64, generation int) error {
+	id, err := s.search.nextID()
+	if err != nil {
+		return err
+	}
+	m, err := SearchIndexMessage(id, service.ID(docID), generation)
+	if err != nil {
+		return err
+	}
+	return s.enqueue(m)
+}
+
+// searchKnowledgeBase marks the search-engine copies of a knowledge base's
+// live documents behind and queues their messages: the knowledge base is
+// being deleted, or its vectors moved to another space, in this
+// transaction.
+func (s *Store) searchKnowledgeBase(kbID int64) error {
+	var rows []struct {
+		ID         int64
+		Generation int
+	}
+	if err := s.db.Raw(`UPDATE documents SET search_pending_since = now() WHERE kb_id = ? AND deleted_at IS NULL
+		RETURNING id, generation`, kbID).Scan(&rows).Error; err != nil {
+		return translate(err)
+	}
+	for _, r := range rows {
+		if err := s.enqueueSearch(r.ID, r.Generation); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// DocumentSearchState reads a document's current chunks in one snapshot.
+func (s *Store) DocumentSearchState(ctx context.Context, docID service.ID) (service.SearchState, error) {
+	var st service.SearchState
+	err := s.WithinTx(ctx, func(tx *Store) error {
+		if err := tx.db.Exec("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY").Error; err != nil {
+			return translate(err)
+		}
+		var rows []struct {
+			Generation         int
+			SearchPendingSince *time.Time
+			Deleted            bool
+		}
+		if err := tx.db.Raw(`SELECT generation, search_pending_since, deleted_at IS NOT NULL AS deleted
+			FROM documents WHERE id = ?`, int64(docID)).Scan(&rows).Error; err != nil {
+			return translate(err)
+		}
+		if len(rows) == 0 {
+			return nil
+		}
+		st.Generation, st.PendingSince, st.Live = rows[0].Generation, rows[0].SearchPendingSince, !rows[0].Deleted
+		if !st.Live {
+			return nil
+		}
+		var err error
+		st.Chunks, err = tx.searchChunks("c.document_id = ?", "", int64(docID))
+		return err
+	})
+	return st, err
+}
+
+// searchChunks reads the chunks matching where, with their knowledge base
+// alive, in id order, then applies limit (a LIMIT clause or "").
+func (s *Store) searchChunks(where, limit string, args ...any) ([]service.Chunk, error) {
+	var rows []struct {
+		ID, DocumentID, KbID int64
+		Generation           int
+		Content, Section     string
+		EmbeddingSpace       string
+		Embedding            *pgvector.HalfVector
+	}
+	if err := s.db.Raw(`SELECT c.id, c.document_id, c.kb_id, c.generation, c.content, c.section, c.embedding_space, c.embedding FROM chunks c
+		JOIN knowledge_bases kb ON kb.id = c.kb_id AND kb.deleted_at IS NULL
+		WHERE `+where+` ORDER BY c.id `+limit, args...).Scan(&rows).Error; err != nil {
+		return nil, translate(err)
+	}
+	out := make([]service.Chunk, len(rows))
+	for i, r := range rows {
+		out[i] = service.Chunk{ID: service.ID(r.ID), DocumentID: service.ID(r.DocumentID), KnowledgeBaseID: service.ID(r.KbID),
+			Generation: r.Generation, Content: r.Content, Section: r.Section}
+		if r.Embedding != nil && r.EmbeddingSpace != "" {
+			out[i].Embedding, out[i].EmbeddingSpace = r.Embedding.Slice(), r.EmbeddingSpace
+		}
+	}
+	return out, nil
+}
+
+// ChunksAfter returns up to limit chunks with ids above after, in id
+// order: ragent reindex-search's backfill.
+func (s *Store) ChunksAfter(ctx context.Context, after service.ID, limit int) ([]service.Chunk, error) {
+	return s.withConn(ctx).searchChunks("c.id > ?", "LIMIT ?", int64(after), limit)
+}
+
+// SearchIndexed records that the search engine holds the state
+// DocumentSearchState returned with pendingSince: the copy is current
+// unless a later change came since, and a running document whose chunks
+// that state carried turns ready (with its webhook events).
+func (s *Store) SearchIndexed(ctx context.Context, docID service.ID, generation int, pendingSince time.Time) error {
+	return s.WithinTx(ctx, func(tx *Store) error {
+		res := tx.db.Exec(`UPDATE documents SET search_pending_since = NULL,
+			status = CASE WHEN status = 'running' AND generation = ? AND started_at <= search_pending_since THEN 'ready' ELSE status END,
+			updated_at = now()
+			WHERE id = ? AND search_pending_since = ?`, generation, int64(docID), pendingSince)
+		if res.Error != nil {
+			return translate(res.Error)
+		}
+		if res.RowsAffected == 0 {
+			return nil
+		}
+		return tx.documentEvent(int64(docID))
+	})
+}
+
+// RequeueSearchIndex queues the search-index message again for up to limit
+// documents whose search-engine copy has been behind since before cutoff
+// (the engine was down until their message was dead-lettered, or a
+// consumer died), and returns how many. Rows another instance is
+// requeueing are skipped.
+func (s *Store) RequeueSearchIndex(ctx context.Context, cutoff time.Time, limit int) (int, error) {
+	if s.search == nil {
+		return 0, nil
+	}
+	n := 0
+	err := s.WithinTx(ctx, func(tx *Store) error {
+		var rows []struct {
+			ID         int64
+			Generation int
+		}
+		if err := tx.db.Raw(`UPDATE documents SET search_pending_since = now() WHERE id IN (
+				SELECT id FROM documents WHERE search_pending_since < ? ORDER BY search_pending_since LIMIT ?
+				FOR UPDATE SKIP LOCKED)
+			RETURNING id, generation`, cutoff, limit).Scan(&rows).Error; err != nil {
+			return translate(err)
+		}
+		for _, r := range rows {
+			if err := tx.enqueueSearch(r.ID, r.Generation); err != nil {
+				return err
+			}
+		}
+		n = len(rows)
+		return nil
+	})
+	return n, err
+}
+
+// ChunkResults fills in the rows of search hits found by an external
+// engine (only ChunkID and Score set), in their order, and drops the
+// chunks Postgres no longer has: a deleted document's, or a generation's
+// that a newer one replaced, whose removal from the engine is still on its
+// way. Postgres is the source of truth, so a search never returns them.
+func (s *Store) ChunkResults(ctx context.Context, hits []service.SearchResult) ([]service.SearchResult, error) {
+	if len(hits) == 0 {
+		return nil, nil
+	}
+	ids := make(intArray, len(hits))
+	for i, h := range hits {
+		ids[i] = int64(h.ChunkID)
+	}
+	var rows []struct {
+		ID, DocumentID, KbID   int64
+		Name, Content, Section string
+	}
+	if err := s.conn(ctx).Raw(`SELECT c.id, c.document_id, d.name, c.kb_id, c.content, c.section
+		FROM chunks c JOIN documents d ON d.id = c.document_id WHERE c.id = ANY(?)`, ids).Scan(&rows).Error; err != nil {
+		return nil, translate(err)
+	}
+	byID := make(map[int64]int, len(rows))
+	for i, r := range rows {
+		byID[r.ID] = i
+	}
+	out := make([]service.SearchResult, 0, len(rows))
+	for _, h := range hits {
+		i, ok := byID[int64(h.ChunkID)]
+		if !ok {
+			continue
+		}
+		r := rows[i]
+		out = append(out, service.SearchResult{ChunkID: h.ChunkID, DocumentID: service.ID(r.DocumentID), DocumentName: r.Name,
+			KnowledgeBaseID: service.ID(r.KbID), Content: r.Content, Section: r.Section, Score: h.Score})
+	}
+	return out, nil
+}
+
+// ExistingChunks reports which of ids Postgres still has.
+func (s *Store) ExistingChunks(ctx context.Context, ids []service.ID) (map[service.ID]bool, error) {
+	arr := make(intArray, len(ids))
+	for i, id := range ids {
+		arr[i] = int64(id)
+	}
+	var found []int64
+	if err := s.conn(ctx).Raw("SELECT id FROM chunks WHERE id = ANY(?)", arr).Scan(&found).Error; err != nil {
+		return nil, translate(err)
+	}
+	out := make(map[service.ID]bool, len(found))
+	for _, id := range found {
+		out[service.ID(id)] = true
+	}
+	return out, nil
+}
