@@ -877,7 +877,7 @@ ensure_opensearch_install() {
 		die "unzip opensearch-knn-$OS_KNN_VERSION.zip failed"
 	sed -i "s/^opensearch\.version=.*/opensearch.version=$OS_VERSION/" \
 		"$home/plugins/opensearch-knn/plugin-descriptor.properties"
-	rm -rf "$OS_DIR/home"
+	rm -rf "${OS_DIR:?}/home"
 	mv "$home" "$OS_DIR/home"
 	rm -rf "$tmp"
 	chmod -R a+rX "$OS_DIR"
@@ -969,6 +969,7 @@ start_opensearch() {
 	need_root "starting opensearch as $OS_USER"
 	write_opensearch_config
 	local home=$OS_DIR/home
+	# shellcheck disable=SC2054 # SPI,COMPAT is one value.
 	local java_opts=(
 		"-Xms$OS_HEAP" "-Xmx$OS_HEAP"
 		-XX:+UseG1GC -XX:-OmitStackTraceInFastThrow -XX:+ExitOnOutOfMemoryError
