@@ -39,7 +39,10 @@ CACHE_ROOT=${RAGENT_SERVICES_CACHE:-${XDG_CACHE_HOME:-${HOME:-/root}/.cache}/rag
 WORK=${SCALEBENCH_DIR:-$CACHE_ROOT/scalebench}
 mkdir -p "$WORK"
 
-eval "$(bash scripts/services.sh start postgres redis tantivy $([[ " $BACKEND " == *" opensearch "* ]] && echo opensearch))"
+services="postgres redis tantivy"
+[[ " $BACKEND " != *" opensearch "* ]] || services+=" opensearch"
+# shellcheck disable=SC2086 # a list of names
+eval "$(bash scripts/services.sh start $services)"
 go build -o bin/ragent ./cmd/ragent
 
 max_size=0
