@@ -8,9 +8,13 @@ BIN       ?= bin/ragent
 VERSION   ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
 LDFLAGS   := -s -w -X main.version=$(VERSION)
 MQ_DRIVER ?= $(or $(RAGENT_MQ_DRIVER),redis)
+SEARCH_BACKEND ?= $(or $(RAGENT_SEARCH_BACKEND),postgres)
 
-# Services `make run` needs: RocketMQ only when it is the configured driver.
-RUN_SERVICES := postgres redis $(if $(filter rocketmq,$(MQ_DRIVER)),rocketmq,)
+# Services `make run` needs: RocketMQ only when it is the configured driver,
+# OpenSearch only when it is the configured search backend (it then listens on
+# 127.0.0.1:9200, RAGENT_OPENSEARCH_URL's default).
+RUN_SERVICES := postgres redis $(if $(filter rocketmq,$(MQ_DRIVER)),rocketmq,) \
+	$(if $(filter opensearch,$(SEARCH_BACKEND)),opensearch,)
 
 # Packages whose tests run under the race detector: all but the RocketMQ
 # driver, whose client library reports races inside itself.
@@ -18,7 +22,7 @@ RACE_PKGS = $(shell $(GO) list ./... | grep -v '/mq/rocketmq')
 
 .PHONY: help
 help:
-	@echo "make run    start Postgres+pgvector, Redis (RocketMQ with RAGENT_MQ_DRIVER=rocketmq), the local embedding model, build, serve on :8080"
+	@echo "make run    start Postgres+pgvector, Redis (RocketMQ with RAGENT_MQ_DRIVER=rocketmq, OpenSearch with RAGENT_SEARCH_BACKEND=opensearch), the local embedding model, build, serve on :8080"
 	@echo "make test   start every service, then gofmt, go vet, staticcheck, the dependency check and all tests"
 	@echo "make build  build $(BIN)"
 
@@ -57,13 +61,14 @@ run: services build
 	fi
 	@echo "ragent: serving on http://localhost$${RAGENT_HTTP_ADDR:-:8080} (offline LLM unless RAGENT_LLM_PROVIDER is set)"
 	@echo "ragent: the first start prints the admin username and password below; later starts reuse them"
-	if [[ -f $(EMBEDDER_ENV) ]]; then source $(EMBEDDER_ENV); fi; RAGENT_MQ_DRIVER=$(MQ_DRIVER) exec ./$(BIN) serve
+	if [[ -f $(EMBEDDER_ENV) ]]; then source $(EMBEDDER_ENV); fi; RAGENT_MQ_DRIVER=$(MQ_DRIVER) RAGENT_SEARCH_BACKEND=$(SEARCH_BACKEND) exec ./$(BIN) serve
 
 # Everything the tests need: the three servers, Chromium with CJK fonts for
 # the browser tests, the official OpenAI SDKs (Python and Node) for the
 # OpenAI-compatible API's tests, the local embedding model for the semantic
-# ones, and curl and jq for the README's pipeline script.
-TEST_SERVICES := postgres redis rocketmq browser clients embedder tools
+# ones, an OpenSearch node for the opensearch search backend's, and curl and
+# jq for the README's pipeline script.
+TEST_SERVICES := postgres redis rocketmq browser clients embedder opensearch tools
 
 .PHONY: test-services
 test-services:

@@ -15,11 +15,14 @@ import (
 	"github.com/ragent-go/ragent/text"
 )
 
-// Store is what the bulk loader needs: the upload row and the chunk-writing
-// method ingestion itself uses, so bulk-loaded chunks land in exactly the
-// index format of the code under test.
+// Store is what the bulk loader needs: the upload row, the claim and the
+// chunk-writing method ingestion itself uses, so bulk-loaded chunks land in
+// exactly the index format, and the documents go through exactly the states,
+// of the code under test (a search backend that indexes after the commit
+// turns a claimed document ready once the engine holds its chunks).
 type Store interface {
 	CreateUpload(ctx context.Context, d *service.Document, blob []byte, msg service.OutboxMessage) error
+	ClaimDocument(ctx context.Context, id service.ID, generation int) (*service.Document, error)
 	ReplaceChunks(ctx context.Context, docID service.ID, generation int, space string, chunks []service.Chunk) error
 }
 
@@ -140,9 +143,13 @@ func (l *Loader) loadBatch(ctx context.Context, from, to int) (int64, error) {
 	blob := []byte(strings.Join(texts, "\n\n"))
 	sum := sha256.Sum256(blob)
 	doc := &service.Document{ID: docID, KnowledgeBaseID: l.KB, Name: fmt.Sprintf("scalebench-%09d.txt", from),
-		Mime: "text/plain", Size: int64(len(blob)), SHA256: hex.EncodeToString(sum[:]), Status: service.DocumentRunning}
+		Mime: "text/plain", Size: int64(len(blob)), SHA256: hex.EncodeToString(sum[:]), Status: service.DocumentPending}
 	if err := l.Store.CreateUpload(ctx, doc, blob, service.OutboxMessage{}); err != nil {
 		return 0, fmt.Errorf("scalebench: document for %s..%s: %w", DocID(from), DocID(to-1), err)
+	}
+	// No message was queued: the loader is its own worker and claims it.
+	if doc, err = l.Store.ClaimDocument(ctx, docID, doc.Generation); err != nil {
+		return 0, fmt.Errorf("scalebench: claim the document for %s..%s: %w", DocID(from), DocID(to-1), err)
 	}
 	if err := l.Store.ReplaceChunks(ctx, docID, doc.Generation, l.Space, chunks); err != nil {
 		return 0, fmt.Errorf("scalebench: chunks of %s..%s: %w", DocID(from), DocID(to-1), err)

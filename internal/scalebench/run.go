@@ -62,10 +62,16 @@ type Result struct {
 	LoadChunksPerS float64 `json:"load_chunks_per_s"`
 	HNSWSeconds    float64 `json:"hnsw_seconds"`
 	SettleSeconds  float64 `json:"settle_seconds"` // keyword index compaction after the load
-	Postings       int64   `json:"postings"`
-	DBBytes        int64   `json:"db_bytes"`      // growth of the database since the empty knowledge base
-	KeywordBytes   int64   `json:"keyword_bytes"` // growth of every table but chunks, documents and blobs
-	ChunksBytes    int64   `json:"chunks_bytes"`
+	// SyncSeconds is the time from the end of the load until every loaded
+	// document is ready, that is searchable: with RAGENT_SEARCH_BACKEND=
+	// opensearch the search-index consumer's mirror of the chunks into
+	// OpenSearch; about 0 with the Postgres backend, where ReplaceChunks
+	// makes them ready in its own transaction.
+	SyncSeconds  float64 `json:"sync_seconds"`
+	Postings     int64   `json:"postings"`
+	DBBytes      int64   `json:"db_bytes"`      // growth of the database since the empty knowledge base
+	KeywordBytes int64   `json:"keyword_bytes"` // growth of every table but chunks, documents and blobs
+	ChunksBytes  int64   `json:"chunks_bytes"`
 	// KeywordTables is KeywordBytes by table: a bulk load can leave a
 	// table's high-water mark behind (an emptied write buffer keeps its
 	// pages until VACUUM FULL), which this shows apart.
@@ -119,8 +125,14 @@ func Run(ctx context.Context, env Env, gen *Generator, opt Options, out io.Write
 		}
 		loaded, postings = size, postings+st.Postings
 		r.LoadSeconds, r.LoadChunksPerS = st.Elapsed.Seconds(), float64(st.Chunks)/st.Elapsed.Seconds()
-		fmt.Fprintf(opt.Log, "scalebench: loaded %d chunks in %.0fs; building the HNSW index\n", st.Chunks, r.LoadSeconds)
+		fmt.Fprintf(opt.Log, "scalebench: loaded %d chunks in %.0fs; waiting until they are searchable\n", st.Chunks, r.LoadSeconds)
 		t := time.Now()
+		if err := WaitSearchable(ctx, env.Ingester, env.KB); err != nil {
+			return err
+		}
+		r.SyncSeconds = time.Since(t).Seconds()
+		fmt.Fprintf(opt.Log, "scalebench: searchable after %.0fs more; building the HNSW index\n", r.SyncSeconds)
+		t = time.Now()
 		if err := env.Store.BuildVectorIndex(ctx, dim, opt.IndexMemMB); err != nil {
 			return err
 		}
@@ -205,6 +217,55 @@ func Run(ctx context.Context, env Env, gen *Generator, opt Options, out io.Write
 		}
 	}
 	return nil
+}
+
+// WaitSearchable waits until no document of kb is pending or running: a
+// search backend that indexes after the commit (OpenSearch) leaves the
+// documents running until the engine holds their chunks. A failed document
+// is an error: the corpus it carries would be missing from the timings.
+func WaitSearchable(ctx context.Context, svc eval.Ingester, kb service.ID) error {
+	tick := time.NewTicker(200 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		waiting, failed, err := unsettled(ctx, svc, kb)
+		if err != nil {
+			return err
+		}
+		if failed > 0 {
+			return fmt.Errorf("scalebench: %d documents failed while waiting for them to be searchable", failed)
+		}
+		if waiting == 0 {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-tick.C:
+		}
+	}
+}
+
+// unsettled counts kb's documents that are not ready yet, and the failed.
+func unsettled(ctx context.Context, svc eval.Ingester, kb service.ID) (waiting, failed int, err error) {
+	var before service.ID
+	for {
+		page, err := svc.Documents(ctx, service.SystemPrincipal(), kb, before, 1000)
+		if err != nil {
+			return 0, 0, err
+		}
+		for _, d := range page {
+			switch d.Status {
+			case service.DocumentPending, service.DocumentRunning:
+				waiting++
+			case service.DocumentFailed:
+				failed++
+			}
+		}
+		if len(page) < 1000 {
+			return waiting, failed, nil
+		}
+		before = page[len(page)-1].ID
+	}
 }
 
 func writeQueries(path string, queries []BenchQuery) error {
