@@ -26,17 +26,11 @@ func TestBrowserKnowledgeBaseSharing(t *testing.T) {
 	}
 
 	b := newBrowser(t, chromium, in.url)
-	step := func(name string, f func(t *testing.T)) {
-		if !t.Run(name, f) {
-			t.FailNow()
-		}
-	}
+	step := steps(t)
 	option := func(kb string) string { return fmt.Sprintf(`[data-testid=kb-filter-option][data-kb-id=%q]`, kb) }
 
 	step("admin creates a group with gus in it", func(t *testing.T) {
-		adm := b.tab(t, "admin", false)
-		adm.open(t, "/")
-		adm.login(t, "admin", "admin-password")
+		adm := b.signedIn(t, "admin", false)
 		adm.click(t, `[data-testid=nav-groups]`)
 		adm.sendKeys(t, `#group-name`, "support")
 		adm.click(t, `[data-testid=group-submit]`)
@@ -53,9 +47,7 @@ func TestBrowserKnowledgeBaseSharing(t *testing.T) {
 	})
 
 	step("manager adds the group as viewers", func(t *testing.T) {
-		mia := b.tab(t, "mia", true)
-		mia.open(t, "/")
-		mia.login(t, "mia", "mia-password")
+		mia := b.signedIn(t, "mia", true)
 		mia.click(t, `[data-testid=nav-kb]`)
 		row := fmt.Sprintf(`[data-testid=kb-row][data-kb-id=%q]`, private)
 		mia.visible(t, row+` [data-testid=kb-members]`)
@@ -73,9 +65,7 @@ func TestBrowserKnowledgeBaseSharing(t *testing.T) {
 	})
 
 	step("group member sees it in chat", func(t *testing.T) {
-		gus := b.tab(t, "gus", true)
-		gus.open(t, "/")
-		gus.login(t, "gus", "gus-password")
+		gus := b.signedIn(t, "gus", true)
 		gus.click(t, `[data-testid=kb-filter] summary`)
 		gus.visible(t, option(private))
 		gus.visible(t, option(public))
@@ -86,9 +76,7 @@ func TestBrowserKnowledgeBaseSharing(t *testing.T) {
 	})
 
 	step("non-member does not", func(t *testing.T) {
-		nat := b.tab(t, "nat", true)
-		nat.open(t, "/")
-		nat.login(t, "nat", "nat-password")
+		nat := b.signedIn(t, "nat", true)
 		nat.click(t, `[data-testid=kb-filter] summary`)
 		nat.visible(t, option(public)) // the list has loaded
 		if n := nat.count(t, option(private)); n != 0 {

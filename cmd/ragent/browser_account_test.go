@@ -29,11 +29,7 @@ func TestBrowserAccount(t *testing.T) {
 		resp.Body.Close()
 		return resp.StatusCode
 	}
-	step := func(name string, f func(t *testing.T)) {
-		if !t.Run(name, f) {
-			t.FailNow()
-		}
-	}
+	step := steps(t)
 
 	step("login", func(t *testing.T) {
 		tb.open(t, "/")

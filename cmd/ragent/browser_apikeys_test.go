@@ -22,11 +22,7 @@ func TestBrowserAPIKeys(t *testing.T) {
 
 	b := newBrowser(t, chromium, in.url)
 	tb := b.tab(t, "hana", false)
-	step := func(name string, f func(t *testing.T)) {
-		if !t.Run(name, f) {
-			t.FailNow()
-		}
-	}
+	step := steps(t)
 	var key string
 	step("create and copy once", func(t *testing.T) {
 		tb.open(t, "/")
@@ -59,9 +55,7 @@ func TestBrowserAPIKeys(t *testing.T) {
 	})
 
 	step("admin sees it with its owner", func(t *testing.T) {
-		ta := b.tab(t, "admin", true)
-		ta.open(t, "/")
-		ta.login(t, "admin", "admin-password")
+		ta := b.signedIn(t, "admin", true)
 		ta.open(t, "/#/api-keys")
 		ta.visible(t, `[data-testid=apikey-row][data-name="ingest bot"]`)
 		if row := ta.text(t, `[data-testid=apikey-row]`); !strings.Contains(row, "hana") {

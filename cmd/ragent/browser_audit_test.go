@@ -24,9 +24,7 @@ func TestBrowserAuditLog(t *testing.T) {
 	}
 
 	b := newBrowser(t, chromium, in.url)
-	tb := b.tab(t, "admin", false)
-	tb.open(t, "/")
-	tb.login(t, "admin", "admin-password")
+	tb := b.signedIn(t, "admin", false)
 	tb.click(t, `[data-testid=nav-audit]`)
 	// Newest first: the browser's own login heads the list.
 	tb.visible(t, `[data-testid=audit-row][data-action="auth.login"][data-result=success]`)

@@ -33,9 +33,7 @@ func TestBrowserReembedProgress(t *testing.T) {
 	})
 
 	b := newBrowser(t, chromium, in.url)
-	tab := b.tab(t, "admin", false)
-	tab.open(t, "/")
-	tab.login(t, "admin", "admin-password")
+	tab := b.signedIn(t, "admin", false)
 	tab.click(t, `[data-testid=nav-kb]`)
 	row := fmt.Sprintf(`[data-testid=kb-row][data-kb-id=%q]`, kb)
 	tab.waitText(t, row+` [data-testid=kb-reembedding]`, "1/3")

@@ -60,12 +60,7 @@ func TestBrowserUI(t *testing.T) {
 	b := newBrowser(t, chromium, in.url)
 	admin := b.tab(t, "admin", false)
 
-	// Later steps need what earlier ones built: stop at the first failure.
-	step := func(name string, f func(t *testing.T)) {
-		if !t.Run(name, f) {
-			t.FailNow()
-		}
-	}
+	step := steps(t)
 
 	step("login", func(t *testing.T) {
 		admin.open(t, "/")
@@ -189,9 +184,7 @@ func TestBrowserUI(t *testing.T) {
 	})
 
 	step("second user waits in the queue", func(t *testing.T) {
-		alice := b.tab(t, "alice", true)
-		alice.open(t, "/")
-		alice.login(t, "alice", "alice-password")
+		alice := b.signedIn(t, "alice", true)
 		alice.visible(t, `[data-testid=composer]`)
 
 		// The admin's answer holds the only slot for about 5 s (3 s to the
@@ -289,9 +282,7 @@ func TestBrowserUI(t *testing.T) {
 	step("admin list row actions", func(t *testing.T) { adminListActions(t, admin, in, api) })
 
 	step("plain user has no admin pages", func(t *testing.T) {
-		bob := b.tab(t, "bob", true)
-		bob.open(t, "/")
-		bob.login(t, "bob", "bob-password")
+		bob := b.signedIn(t, "bob", true)
 		bob.visible(t, `[data-testid=composer]`)
 		bob.visible(t, `[data-testid=nav-chat]`)
 		for _, nav := range []string{"nav-kb", "nav-intents", "nav-terms", "nav-users", "nav-limiter"} {
@@ -403,6 +394,26 @@ func newBrowser(t *testing.T, chromium, base string) *browser {
 		cancelAlloc()
 	})
 	return &browser{ctx: ctx, base: base, dir: artifactDir(t)}
+}
+
+// steps returns a runner of t's subtests that stops the test at the first
+// failure: a browser test's later steps need what earlier ones built.
+func steps(t *testing.T) func(name string, f func(t *testing.T)) {
+	return func(name string, f func(t *testing.T)) {
+		if !t.Run(name, f) {
+			t.FailNow()
+		}
+	}
+}
+
+// signedIn opens a tab on the home page and logs user in with the password
+// every test gives its users ("<name>-password").
+func (b *browser) signedIn(t *testing.T, user string, isolated bool) *tab {
+	t.Helper()
+	tb := b.tab(t, user, isolated)
+	tb.open(t, "/")
+	tb.login(t, user, user+"-password")
+	return tb
 }
 
 // tab opens a tab; isolated puts it in a fresh browser context.

@@ -224,7 +224,7 @@ func TestReembedReachesOpenSearchVectors(t *testing.T) {
 	cfg := openSearchConfig(t, "")
 	cfg.OpenSearchVectors, cfg.EmbedDim = true, dim
 	a := start(t, cfg)
-	ca := a.client(t, a.login(t, "admin", "admin-password"))
+	ca := a.adminClient(t)
 	kb := ca.createKB("reembedded")
 	ids := make([]string, docs)
 	for i := range docs {
@@ -242,7 +242,7 @@ func TestReembedReachesOpenSearchVectors(t *testing.T) {
 	next := cfg
 	next.EmbedProvider, next.EmbedModel, next.EmbedBaseURL = "openai", "fake-model", fake.URL()
 	b := start(t, next)
-	cb := b.client(t, b.login(t, "admin", "admin-password"))
+	cb := b.adminClient(t)
 	cb.waitKB(kb, 90*time.Second, "the switch", func(p kbProgress) bool { return p.Reembedding == nil && p.EmbeddingModel == "fake-model" })
 	space := service.EmbeddingSpace{Model: "fake-model", Dim: dim}.Key()
 	kbID, _ := service.ParseID(kb)

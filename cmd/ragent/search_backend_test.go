@@ -80,24 +80,23 @@ func TestRetrievalSuite(t *testing.T) {
 			admin.waitReady(d.ID)
 		}
 
-		t.Run("English is stemmed, stop words dropped", func(t *testing.T) {
-			c := admin.forTest(t)
-			for _, mode := range []string{"keyword", "hybrid"} {
-				hits := c.search(kb, "the tardigrade dehydrated", mode)
-				if len(hits) == 0 || hits[0].DocumentID != english.ID {
-					t.Fatalf("%s: %+v", mode, hits)
+		for _, tc := range []struct {
+			name, question string
+			want           docJSON
+		}{
+			{"English is stemmed, stop words dropped", "the tardigrade dehydrated", english},
+			{"Chinese by bigrams", "热点数据的过期时间", chinese},
+		} {
+			t.Run(tc.name, func(t *testing.T) {
+				c := admin.forTest(t)
+				for _, mode := range []string{"keyword", "hybrid"} {
+					hits := c.search(kb, tc.question, mode)
+					if len(hits) == 0 || hits[0].DocumentID != tc.want.ID {
+						t.Fatalf("%s: %+v", mode, hits)
+					}
 				}
-			}
-		})
-		t.Run("Chinese by bigrams", func(t *testing.T) {
-			c := admin.forTest(t)
-			for _, mode := range []string{"keyword", "hybrid"} {
-				hits := c.search(kb, "热点数据的过期时间", mode)
-				if len(hits) == 0 || hits[0].DocumentID != chinese.ID {
-					t.Fatalf("%s: %+v", mode, hits)
-				}
-			}
-		})
+			})
+		}
 		t.Run("knowledge-base filter", func(t *testing.T) {
 			c := admin.forTest(t)
 			if hits := c.search(kb, "tardigrades water bears", "keyword"); hasDocument(hits, hidden.ID) {
