@@ -11,21 +11,14 @@ import (
 // then finds it in the chat's knowledge-base filter, and a non-member does
 // not (they see only the internal one).
 func TestBrowserKnowledgeBaseSharing(t *testing.T) {
-	chromium := chromiumPath(t)
-	in := start(t, testConfig(t))
-	adminToken := in.login(t, "admin", "admin-password")
-	api := in.client(t, adminToken)
+	_, api, b := startBrowser(t, testConfig(t), "mia", "gus", "nat")
 	public := api.createKB("public-faq")
 	api.makeInternal(public)
 	private := api.createKB("team-handbook")
-	in.createUser(t, adminToken, "mia", "mia-password", "user")
-	in.createUser(t, adminToken, "gus", "gus-password", "user")
-	in.createUser(t, adminToken, "nat", "nat-password", "user")
 	if r := api.do("POST", "/api/v1/knowledge-bases/"+private+"/members", map[string]string{"kind": "user", "name": "mia", "role": "manager"}); r.Status != http.StatusCreated {
 		t.Fatalf("make mia manager: %d %s", r.Status, r.Body)
 	}
 
-	b := newBrowser(t, chromium, in.url)
 	step := steps(t)
 	option := func(kb string) string { return fmt.Sprintf(`[data-testid=kb-filter-option][data-kb-id=%q]`, kb) }
 

@@ -9,14 +9,9 @@ import (
 // The account dialog changes the signed-in user's password (ending their
 // other sessions, keeping this one) and signs them out everywhere.
 func TestBrowserAccount(t *testing.T) {
-	chromium := chromiumPath(t)
-	cfg := testConfig(t)
-	in := start(t, cfg)
-	admin := in.login(t, "admin", "admin-password")
-	in.createUser(t, admin, "gina", "gina-password", "user")
+	in, _, b := startBrowser(t, testConfig(t), "gina")
 	otherDevice := in.login(t, "gina", "gina-password")
 
-	b := newBrowser(t, chromium, in.url)
 	tb := b.tab(t, "gina", false)
 	me := func(t *testing.T, cookie *http.Cookie) int {
 		t.Helper()

@@ -13,14 +13,10 @@ import (
 // works; the list then shows only its prefix) and revokes it after a
 // confirmation; an admin's page lists other users' keys with the owner.
 func TestBrowserAPIKeys(t *testing.T) {
-	chromium := chromiumPath(t)
-	in := start(t, testConfig(t))
-	adminToken := in.login(t, "admin", "admin-password")
-	in.createUser(t, adminToken, "hana", "hana-password", "user")
-	kb := in.client(t, adminToken).createKB("hana-kb")
-	in.client(t, adminToken).do("POST", "/api/v1/knowledge-bases/"+kb+"/members", map[string]string{"kind": "user", "name": "hana", "role": "viewer"})
+	in, api, b := startBrowser(t, testConfig(t), "hana")
+	kb := api.createKB("hana-kb")
+	api.do("POST", "/api/v1/knowledge-bases/"+kb+"/members", map[string]string{"kind": "user", "name": "hana", "role": "viewer"})
 
-	b := newBrowser(t, chromium, in.url)
 	tb := b.tab(t, "hana", false)
 	step := steps(t)
 	var key string

@@ -10,9 +10,7 @@ import (
 // An admin opens the audit page, sees the newest events, narrows them with
 // the filters and pages back with "load more".
 func TestBrowserAuditLog(t *testing.T) {
-	chromium := chromiumPath(t)
-	in := start(t, testConfig(t))
-	api := in.adminClient(t)
+	in, api, b := startBrowser(t, testConfig(t))
 	// More group changes than one page holds (50), and one refused login.
 	for i := 0; i < 55; i++ {
 		if r := api.do("POST", "/api/v1/groups", map[string]string{"name": fmt.Sprintf("group-%02d", i)}); r.Status != http.StatusCreated {
@@ -23,7 +21,6 @@ func TestBrowserAuditLog(t *testing.T) {
 		t.Fatalf("wrong login: %d", r.Status)
 	}
 
-	b := newBrowser(t, chromium, in.url)
 	tb := b.signedIn(t, "admin", false)
 	tb.click(t, `[data-testid=nav-audit]`)
 	// Newest first: the browser's own login heads the list.

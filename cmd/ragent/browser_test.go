@@ -45,19 +45,11 @@ const defaultChromium = "/usr/bin/chromium"
 const stepTimeout = 20 * time.Second
 
 func TestBrowserUI(t *testing.T) {
-	chromium := chromiumPath(t)
-
 	llm := newFakeLLM(t)
 	cfg := chatConfig(t, llm)
 	// One answer at a time, so a second user's question visibly queues.
 	cfg.ChatMaxConcurrent = 1
-	in := start(t, cfg)
-	adminToken := in.login(t, "admin", "admin-password")
-	in.createUser(t, adminToken, "alice", "alice-password", "user")
-	in.createUser(t, adminToken, "bob", "bob-password", "user")
-	api := in.client(t, adminToken)
-
-	b := newBrowser(t, chromium, in.url)
+	in, api, b := startBrowser(t, cfg, "alice", "bob")
 	admin := b.tab(t, "admin", false)
 
 	step := steps(t)
@@ -354,6 +346,20 @@ func chromiumPath(t *testing.T) string {
 		t.Skipf("chromium unavailable: %v; run scripts/services.sh start browser to run the browser tests", err)
 	}
 	return p
+}
+
+// startBrowser finds Chromium, starts an instance on cfg with the given
+// plain users (each with the password signedIn expects) and a browser on
+// it; it returns the admin's API client too, which seeds each test's data.
+func startBrowser(t *testing.T, cfg Config, users ...string) (*instance, *client, *browser) {
+	t.Helper()
+	chromium := chromiumPath(t)
+	in := start(t, cfg)
+	adminToken := in.login(t, "admin", "admin-password")
+	for _, u := range users {
+		in.createUser(t, adminToken, u, u+"-password", "user")
+	}
+	return in, in.client(t, adminToken), newBrowser(t, chromium, in.url)
 }
 
 // browser is one Chromium process. The first tab uses the default browser
