@@ -29,38 +29,31 @@ type metrics struct {
 }
 
 func newMetrics(name string) *metrics {
+	// Every metric carries the limiter's name, so several limiters share
+	// one registry.
 	labels := prometheus.Labels{"limiter": name}
+	gauge := func(name, help string) prometheus.Gauge {
+		return prometheus.NewGauge(prometheus.GaugeOpts{Name: name, ConstLabels: labels, Help: help})
+	}
+	counter := func(name, help string) prometheus.Counter {
+		return prometheus.NewCounter(prometheus.CounterOpts{Name: name, ConstLabels: labels, Help: help})
+	}
+	histogram := func(name, help string, buckets []float64) prometheus.Histogram {
+		return prometheus.NewHistogram(prometheus.HistogramOpts{Name: name, ConstLabels: labels, Help: help, Buckets: buckets})
+	}
 	m := &metrics{
-		permitsInUse: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "ratelimit_permits_in_use", ConstLabels: labels,
-			Help: "Permits held across all instances, as last seen by this instance.",
-		}),
-		queueLength: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "ratelimit_queue_length", ConstLabels: labels,
-			Help: "Requests waiting in the shared queue, as last seen by this instance.",
-		}),
-		waitSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name: "ratelimit_wait_seconds", ConstLabels: labels,
-			Help:    "Time from Acquire to a granted permit.",
-			Buckets: prometheus.ExponentialBuckets(0.001, 2, 15),
-		}),
-		handoff: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name: "ratelimit_handoff_seconds", ConstLabels: labels,
-			Help:    "Time from a release notification to the woken waiter's grant (Redis clock).",
-			Buckets: prometheus.ExponentialBuckets(0.0001, 2, 14),
-		}),
+		permitsInUse: gauge("ratelimit_permits_in_use", "Permits held across all instances, as last seen by this instance."),
+		queueLength:  gauge("ratelimit_queue_length", "Requests waiting in the shared queue, as last seen by this instance."),
+		waitSeconds: histogram("ratelimit_wait_seconds", "Time from Acquire to a granted permit.",
+			prometheus.ExponentialBuckets(0.001, 2, 15)),
+		handoff: histogram("ratelimit_handoff_seconds", "Time from a release notification to the woken waiter's grant (Redis clock).",
+			prometheus.ExponentialBuckets(0.0001, 2, 14)),
 		rejections: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "ratelimit_rejections_total", ConstLabels: labels,
 			Help: "Acquires refused, by reason (timeout, queue_full, user_queue_full, unavailable).",
 		}, []string{"reason"}),
-		redisErrors: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "ratelimit_redis_errors_total", ConstLabels: labels,
-			Help: "Redis calls that failed.",
-		}),
-		fallbacks: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "ratelimit_redis_fallback_total", ConstLabels: labels,
-			Help: "Acquires served by the in-process semaphore because Redis failed.",
-		}),
+		redisErrors: counter("ratelimit_redis_errors_total", "Redis calls that failed."),
+		fallbacks:   counter("ratelimit_redis_fallback_total", "Acquires served by the in-process semaphore because Redis failed."),
 	}
 	for _, r := range []string{reasonTimeout, reasonQueueFull, reasonUserQueueFull, reasonUnavailable} {
 		m.rejections.WithLabelValues(r)
