@@ -437,6 +437,17 @@ func TestTokenVersion(t *testing.T) {
 	yes, no := true, false
 	admin, user := service.RoleAdmin, service.RoleUser
 	newPassword := "new-password"
+	// update has the admin apply each change to bob in turn.
+	update := func(changes ...UserInput) func(e *env, _ service.Principal) error {
+		return func(e *env, _ service.Principal) error {
+			for _, in := range changes {
+				if _, err := e.svc.UpdateUser(ctx, e.admin, e.userID, in); err != nil {
+					return err
+				}
+			}
+			return nil
+		}
+	}
 	tests := []struct {
 		name string
 		// act changes something; the old token's fate is want.
@@ -448,25 +459,10 @@ func TestTokenVersion(t *testing.T) {
 			_, err := e.svc.ChangePassword(ctx, p, PasswordChange{OldPassword: "bob-password", NewPassword: newPassword}, "198.51.100.1")
 			return err
 		}, "unauthenticated"},
-		{"admin sets password", func(e *env, _ service.Principal) error {
-			_, err := e.svc.UpdateUser(ctx, e.admin, e.userID, UserInput{Password: &newPassword})
-			return err
-		}, "unauthenticated"},
-		{"disable then enable", func(e *env, _ service.Principal) error {
-			if _, err := e.svc.UpdateUser(ctx, e.admin, e.userID, UserInput{Disabled: &yes}); err != nil {
-				return err
-			}
-			_, err := e.svc.UpdateUser(ctx, e.admin, e.userID, UserInput{Disabled: &no})
-			return err
-		}, "unauthenticated"},
-		{"role change", func(e *env, _ service.Principal) error {
-			_, err := e.svc.UpdateUser(ctx, e.admin, e.userID, UserInput{Role: &admin})
-			return err
-		}, "unauthenticated"},
-		{"same role and enabled again", func(e *env, _ service.Principal) error {
-			_, err := e.svc.UpdateUser(ctx, e.admin, e.userID, UserInput{Role: &user, Disabled: &no})
-			return err
-		}, "ok"},
+		{"admin sets password", update(UserInput{Password: &newPassword}), "unauthenticated"},
+		{"disable then enable", update(UserInput{Disabled: &yes}, UserInput{Disabled: &no}), "unauthenticated"},
+		{"role change", update(UserInput{Role: &admin}), "unauthenticated"},
+		{"same role and enabled again", update(UserInput{Role: &user, Disabled: &no}), "ok"},
 		{"log out everywhere", func(e *env, p service.Principal) error { return e.svc.LogoutEverywhere(ctx, p) }, "unauthenticated"},
 		{"another user logs out everywhere", func(e *env, _ service.Principal) error { return e.svc.LogoutEverywhere(ctx, e.admin) }, "ok"},
 	}
