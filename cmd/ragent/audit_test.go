@@ -85,10 +85,10 @@ func TestAuditLogRecordsEachAction(t *testing.T) {
 	kb := admin.createKB("audited")
 	doc := admin.uploadAccepted(kb, "policy.md", []byte("# Policy\n\nAudited content.\n"))
 	admin.waitReady(doc.ID)
-	const missing = "999999999"
+	missing := "999999999"
 
 	// ids made by earlier steps, filled in as the table runs.
-	var groupID, memberID, intentID, termID, newKB, newDoc, keyID string
+	var userID, groupID, memberID, intentID, termID, newKB, newDoc, keyID string
 
 	type step struct {
 		name   string
@@ -99,13 +99,35 @@ func TestAuditLogRecordsEachAction(t *testing.T) {
 		actor  string // user id; "" for none
 		result string
 	}
-	jsonStep := func(method, path string, body any) func(c *client, h []string) response {
-		return func(c *client, h []string) response { return c.do(method, path, body, h...) }
-	}
 	idOf := func(t *testing.T, r response) string {
 		var v struct{ ID string }
 		r.json(t, &v)
 		return v.ID
+	}
+	var tt *testing.T // the running subtest, for the closures below
+	// send sends one JSON request. The ids fill the verbs of path when the
+	// step runs, as earlier steps make some of them; the first one names
+	// the step's target.
+	send := func(method, path string, body any, ids ...*string) func(c *client, h []string) (response, string) {
+		return func(c *client, h []string) (response, string) {
+			args, target := make([]any, len(ids)), ""
+			for i, id := range ids {
+				args[i] = *id
+			}
+			if len(ids) > 0 {
+				target = *ids[0]
+			}
+			return c.do(method, fmt.Sprintf(path, args...), body, h...), target
+		}
+	}
+	// create posts body to path and keeps the new resource's id, the
+	// step's target, in *id for the steps after it.
+	create := func(id *string, path string, body any) func(c *client, h []string) (response, string) {
+		return func(c *client, h []string) (response, string) {
+			r := c.do("POST", path, body, h...)
+			*id = idOf(tt, r)
+			return r, *id
+		}
 	}
 	upload := func(c *client, h []string, kbID string) response {
 		var buf bytes.Buffer
@@ -115,7 +137,6 @@ func TestAuditLogRecordsEachAction(t *testing.T) {
 		mw.Close()
 		return c.do("POST", "/api/v1/knowledge-bases/"+kbID+"/documents", buf.Bytes(), append(h, "Content-Type", mw.FormDataContentType())...)
 	}
-	var tt *testing.T // the running subtest, for the closures below
 	steps := []step{
 		{"login", nil, func(c *client, h []string) (response, string) {
 			return c.do("POST", "/api/v1/auth/login", map[string]string{"username": "admin", "password": "admin-password"}, h...), "admin"
@@ -144,103 +165,70 @@ func TestAuditLogRecordsEachAction(t *testing.T) {
 			return r, ursulaID
 		}, 200, "auth.password_change", ursulaID, "success"},
 
-		{"create user", admin, func(c *client, h []string) (response, string) {
-			r := jsonStep("POST", "/api/v1/users", map[string]string{"username": "walter", "password": "walter-password"})(c, h)
-			return r, idOf(tt, r)
-		}, 201, "user.create", me.ID, "success"},
-		{"create user taken", admin, func(c *client, h []string) (response, string) {
-			return jsonStep("POST", "/api/v1/users", map[string]string{"username": "walter", "password": "walter-password"})(c, h), ""
-		}, 409, "user.create", me.ID, "conflict"},
-		{"change role", admin, func(c *client, h []string) (response, string) {
-			return jsonStep("PATCH", "/api/v1/users/"+victimID, map[string]any{"role": "admin"})(c, h), victimID
-		}, 200, "user.update", me.ID, "success"},
-		{"change role of nobody", admin, func(c *client, h []string) (response, string) {
-			return jsonStep("PATCH", "/api/v1/users/"+missing, map[string]any{"role": "admin"})(c, h), missing
-		}, 404, "user.update", me.ID, "not_found"},
-		{"reset password", admin, func(c *client, h []string) (response, string) {
-			return jsonStep("PATCH", "/api/v1/users/"+victimID, map[string]any{"password": "new-victim-password"})(c, h), victimID
-		}, 200, "user.update", me.ID, "success"},
-		{"reset password too short", admin, func(c *client, h []string) (response, string) {
-			return jsonStep("PATCH", "/api/v1/users/"+victimID, map[string]any{"password": "short"})(c, h), victimID
-		}, 400, "user.update", me.ID, "invalid"},
-		{"delete self", admin, func(c *client, h []string) (response, string) {
-			return jsonStep("DELETE", "/api/v1/users/"+me.ID, nil)(c, h), me.ID
-		}, 409, "user.delete", me.ID, "conflict"},
+		{"create user", admin, create(&userID, "/api/v1/users", map[string]string{"username": "walter", "password": "walter-password"}),
+			201, "user.create", me.ID, "success"},
+		{"create user taken", admin, send("POST", "/api/v1/users", map[string]string{"username": "walter", "password": "walter-password"}),
+			409, "user.create", me.ID, "conflict"},
+		{"change role", admin, send("PATCH", "/api/v1/users/%s", map[string]any{"role": "admin"}, &victimID),
+			200, "user.update", me.ID, "success"},
+		{"change role of nobody", admin, send("PATCH", "/api/v1/users/%s", map[string]any{"role": "admin"}, &missing),
+			404, "user.update", me.ID, "not_found"},
+		{"reset password", admin, send("PATCH", "/api/v1/users/%s", map[string]any{"password": "new-victim-password"}, &victimID),
+			200, "user.update", me.ID, "success"},
+		{"reset password too short", admin, send("PATCH", "/api/v1/users/%s", map[string]any{"password": "short"}, &victimID),
+			400, "user.update", me.ID, "invalid"},
+		{"delete self", admin, send("DELETE", "/api/v1/users/%s", nil, &me.ID),
+			409, "user.delete", me.ID, "conflict"},
 		// Refused by the router (admins only) before any use case runs.
-		{"create user as a user", nil, func(_ *client, h []string) (response, string) {
-			return ursula.do("POST", "/api/v1/users", map[string]string{"username": "sneaky", "password": "sneaky-password"}, h...), ""
-		}, 403, "user.create", ursulaID, "denied"},
-		{"delete user as a user", nil, func(_ *client, h []string) (response, string) {
-			return ursula.do("DELETE", "/api/v1/users/"+victimID, nil, h...), victimID
-		}, 403, "user.delete", ursulaID, "denied"},
-		{"create term mapping as a user", nil, func(_ *client, h []string) (response, string) {
-			return ursula.do("POST", "/api/v1/admin/term-mappings", map[string]any{"sourceTerm": "a", "targetTerm": "b"}, h...), ""
-		}, 403, "term.create", ursulaID, "denied"},
+		{"create user as a user", ursula, send("POST", "/api/v1/users", map[string]string{"username": "sneaky", "password": "sneaky-password"}),
+			403, "user.create", ursulaID, "denied"},
+		{"delete user as a user", ursula, send("DELETE", "/api/v1/users/%s", nil, &victimID),
+			403, "user.delete", ursulaID, "denied"},
+		{"create term mapping as a user", ursula, send("POST", "/api/v1/admin/term-mappings", map[string]any{"sourceTerm": "a", "targetTerm": "b"}),
+			403, "term.create", ursulaID, "denied"},
 
-		{"create group", admin, func(c *client, h []string) (response, string) {
-			r := jsonStep("POST", "/api/v1/groups", map[string]string{"name": "auditors"})(c, h)
-			groupID = idOf(tt, r)
-			return r, groupID
-		}, 201, "group.create", me.ID, "success"},
-		{"create group without name", admin, func(c *client, h []string) (response, string) {
-			return jsonStep("POST", "/api/v1/groups", map[string]string{"name": " "})(c, h), ""
-		}, 400, "group.create", me.ID, "invalid"},
-		{"rename group", admin, func(c *client, h []string) (response, string) {
-			return jsonStep("PATCH", "/api/v1/groups/"+groupID, map[string]string{"name": "auditors-2"})(c, h), groupID
-		}, 200, "group.update", me.ID, "success"},
-		{"rename missing group", admin, func(c *client, h []string) (response, string) {
-			return jsonStep("PATCH", "/api/v1/groups/"+missing, map[string]string{"name": "x"})(c, h), missing
-		}, 404, "group.update", me.ID, "not_found"},
-		{"add group member", admin, func(c *client, h []string) (response, string) {
-			return jsonStep("POST", "/api/v1/groups/"+groupID+"/members", map[string]string{"username": "ursula"})(c, h), groupID
-		}, 201, "group.member_add", me.ID, "success"},
-		{"add unknown group member", admin, func(c *client, h []string) (response, string) {
-			return jsonStep("POST", "/api/v1/groups/"+groupID+"/members", map[string]string{"username": "nobody"})(c, h), groupID
-		}, 400, "group.member_add", me.ID, "invalid"},
-		{"remove group member", admin, func(c *client, h []string) (response, string) {
-			return jsonStep("DELETE", "/api/v1/groups/"+groupID+"/members/"+ursulaID, nil)(c, h), groupID
-		}, 204, "group.member_remove", me.ID, "success"},
-		{"remove group non-member", admin, func(c *client, h []string) (response, string) {
-			return jsonStep("DELETE", "/api/v1/groups/"+groupID+"/members/"+ursulaID, nil)(c, h), groupID
-		}, 404, "group.member_remove", me.ID, "not_found"},
-		{"delete group", admin, func(c *client, h []string) (response, string) {
-			return jsonStep("DELETE", "/api/v1/groups/"+groupID, nil)(c, h), groupID
-		}, 204, "group.delete", me.ID, "success"},
-		{"delete missing group", admin, func(c *client, h []string) (response, string) {
-			return jsonStep("DELETE", "/api/v1/groups/"+groupID, nil)(c, h), groupID
-		}, 404, "group.delete", me.ID, "not_found"},
+		{"create group", admin, create(&groupID, "/api/v1/groups", map[string]string{"name": "auditors"}),
+			201, "group.create", me.ID, "success"},
+		{"create group without name", admin, send("POST", "/api/v1/groups", map[string]string{"name": " "}),
+			400, "group.create", me.ID, "invalid"},
+		{"rename group", admin, send("PATCH", "/api/v1/groups/%s", map[string]string{"name": "auditors-2"}, &groupID),
+			200, "group.update", me.ID, "success"},
+		{"rename missing group", admin, send("PATCH", "/api/v1/groups/%s", map[string]string{"name": "x"}, &missing),
+			404, "group.update", me.ID, "not_found"},
+		{"add group member", admin, send("POST", "/api/v1/groups/%s/members", map[string]string{"username": "ursula"}, &groupID),
+			201, "group.member_add", me.ID, "success"},
+		{"add unknown group member", admin, send("POST", "/api/v1/groups/%s/members", map[string]string{"username": "nobody"}, &groupID),
+			400, "group.member_add", me.ID, "invalid"},
+		{"remove group member", admin, send("DELETE", "/api/v1/groups/%s/members/%s", nil, &groupID, &ursulaID),
+			204, "group.member_remove", me.ID, "success"},
+		{"remove group non-member", admin, send("DELETE", "/api/v1/groups/%s/members/%s", nil, &groupID, &ursulaID),
+			404, "group.member_remove", me.ID, "not_found"},
+		{"delete group", admin, send("DELETE", "/api/v1/groups/%s", nil, &groupID),
+			204, "group.delete", me.ID, "success"},
+		{"delete missing group", admin, send("DELETE", "/api/v1/groups/%s", nil, &groupID),
+			404, "group.delete", me.ID, "not_found"},
 
-		{"create knowledge base", admin, func(c *client, h []string) (response, string) {
-			r := jsonStep("POST", "/api/v1/knowledge-bases", map[string]string{"name": "second"})(c, h)
-			newKB = idOf(tt, r)
-			return r, newKB
-		}, 201, "kb.create", me.ID, "success"},
-		{"create knowledge base as a user", nil, func(_ *client, h []string) (response, string) {
-			return ursula.do("POST", "/api/v1/knowledge-bases", map[string]string{"name": "mine"}, h...), ""
-		}, 403, "kb.create", ursulaID, "denied"},
-		{"change visibility", admin, func(c *client, h []string) (response, string) {
-			return jsonStep("PATCH", "/api/v1/knowledge-bases/"+newKB, map[string]string{"visibility": "internal"})(c, h), newKB
-		}, 200, "kb.update", me.ID, "success"},
-		{"change visibility to nonsense", admin, func(c *client, h []string) (response, string) {
-			return jsonStep("PATCH", "/api/v1/knowledge-bases/"+newKB, map[string]string{"visibility": "public"})(c, h), newKB
-		}, 400, "kb.update", me.ID, "invalid"},
+		{"create knowledge base", admin, create(&newKB, "/api/v1/knowledge-bases", map[string]string{"name": "second"}),
+			201, "kb.create", me.ID, "success"},
+		{"create knowledge base as a user", ursula, send("POST", "/api/v1/knowledge-bases", map[string]string{"name": "mine"}),
+			403, "kb.create", ursulaID, "denied"},
+		{"change visibility", admin, send("PATCH", "/api/v1/knowledge-bases/%s", map[string]string{"visibility": "internal"}, &newKB),
+			200, "kb.update", me.ID, "success"},
+		{"change visibility to nonsense", admin, send("PATCH", "/api/v1/knowledge-bases/%s", map[string]string{"visibility": "public"}, &newKB),
+			400, "kb.update", me.ID, "invalid"},
 		{"grant member", admin, func(c *client, h []string) (response, string) {
-			r := jsonStep("POST", "/api/v1/knowledge-bases/"+newKB+"/members", map[string]string{"kind": "user", "name": "ursula", "role": "viewer"})(c, h)
+			r := c.do("POST", "/api/v1/knowledge-bases/"+newKB+"/members", map[string]string{"kind": "user", "name": "ursula", "role": "viewer"}, h...)
 			memberID = idOf(tt, r)
 			return r, newKB
 		}, 201, "kb.member_put", me.ID, "success"},
-		{"grant unknown role", admin, func(c *client, h []string) (response, string) {
-			return jsonStep("POST", "/api/v1/knowledge-bases/"+newKB+"/members", map[string]string{"kind": "user", "name": "ursula", "role": "owner"})(c, h), newKB
-		}, 400, "kb.member_put", me.ID, "invalid"},
-		{"revoke member", admin, func(c *client, h []string) (response, string) {
-			return jsonStep("DELETE", "/api/v1/knowledge-bases/"+newKB+"/members/"+memberID, nil)(c, h), newKB
-		}, 204, "kb.member_remove", me.ID, "success"},
-		{"revoke missing member", admin, func(c *client, h []string) (response, string) {
-			return jsonStep("DELETE", "/api/v1/knowledge-bases/"+newKB+"/members/"+memberID, nil)(c, h), newKB
-		}, 404, "kb.member_remove", me.ID, "not_found"},
-		{"change unreadable knowledge base", nil, func(_ *client, h []string) (response, string) {
-			return ursula.do("PATCH", "/api/v1/knowledge-bases/"+kb, map[string]string{"name": "mine now"}, h...), kb
-		}, 404, "kb.update", ursulaID, "not_found"},
+		{"grant unknown role", admin, send("POST", "/api/v1/knowledge-bases/%s/members", map[string]string{"kind": "user", "name": "ursula", "role": "owner"}, &newKB),
+			400, "kb.member_put", me.ID, "invalid"},
+		{"revoke member", admin, send("DELETE", "/api/v1/knowledge-bases/%s/members/%s", nil, &newKB, &memberID),
+			204, "kb.member_remove", me.ID, "success"},
+		{"revoke missing member", admin, send("DELETE", "/api/v1/knowledge-bases/%s/members/%s", nil, &newKB, &memberID),
+			404, "kb.member_remove", me.ID, "not_found"},
+		{"change unreadable knowledge base", ursula, send("PATCH", "/api/v1/knowledge-bases/%s", map[string]string{"name": "mine now"}, &kb),
+			404, "kb.update", ursulaID, "not_found"},
 
 		{"upload", admin, func(c *client, h []string) (response, string) {
 			r := upload(c, h, kb)
@@ -253,81 +241,53 @@ func TestAuditLogRecordsEachAction(t *testing.T) {
 		{"upload as a non-member", nil, func(_ *client, h []string) (response, string) {
 			return upload(ursula, h, kb), ""
 		}, 404, "document.upload", ursulaID, "not_found"},
-		{"reindex", admin, func(c *client, h []string) (response, string) {
-			return jsonStep("POST", "/api/v1/documents/"+doc.ID+"/reindex", nil)(c, h), doc.ID
-		}, 202, "document.reindex", me.ID, "success"},
-		{"reindex missing", admin, func(c *client, h []string) (response, string) {
-			return jsonStep("POST", "/api/v1/documents/"+missing+"/reindex", nil)(c, h), missing
-		}, 404, "document.reindex", me.ID, "not_found"},
-		{"delete document", admin, func(c *client, h []string) (response, string) {
-			return jsonStep("DELETE", "/api/v1/documents/"+newDoc, nil)(c, h), newDoc
-		}, 204, "document.delete", me.ID, "success"},
-		{"delete missing document", admin, func(c *client, h []string) (response, string) {
-			return jsonStep("DELETE", "/api/v1/documents/"+newDoc, nil)(c, h), newDoc
-		}, 404, "document.delete", me.ID, "not_found"},
-		{"delete knowledge base", admin, func(c *client, h []string) (response, string) {
-			return jsonStep("DELETE", "/api/v1/knowledge-bases/"+newKB, nil)(c, h), newKB
-		}, 204, "kb.delete", me.ID, "success"},
-		{"delete missing knowledge base", admin, func(c *client, h []string) (response, string) {
-			return jsonStep("DELETE", "/api/v1/knowledge-bases/"+newKB, nil)(c, h), newKB
-		}, 404, "kb.delete", me.ID, "not_found"},
+		{"reindex", admin, send("POST", "/api/v1/documents/%s/reindex", nil, &doc.ID),
+			202, "document.reindex", me.ID, "success"},
+		{"reindex missing", admin, send("POST", "/api/v1/documents/%s/reindex", nil, &missing),
+			404, "document.reindex", me.ID, "not_found"},
+		{"delete document", admin, send("DELETE", "/api/v1/documents/%s", nil, &newDoc),
+			204, "document.delete", me.ID, "success"},
+		{"delete missing document", admin, send("DELETE", "/api/v1/documents/%s", nil, &newDoc),
+			404, "document.delete", me.ID, "not_found"},
+		{"delete knowledge base", admin, send("DELETE", "/api/v1/knowledge-bases/%s", nil, &newKB),
+			204, "kb.delete", me.ID, "success"},
+		{"delete missing knowledge base", admin, send("DELETE", "/api/v1/knowledge-bases/%s", nil, &newKB),
+			404, "kb.delete", me.ID, "not_found"},
 
-		{"create intent", admin, func(c *client, h []string) (response, string) {
-			r := jsonStep("POST", "/api/v1/admin/intents", map[string]any{"code": "greet", "name": "Greeting", "kind": "system"})(c, h)
-			intentID = idOf(tt, r)
-			return r, intentID
-		}, 201, "intent.create", me.ID, "success"},
-		{"create intent without code", admin, func(c *client, h []string) (response, string) {
-			return jsonStep("POST", "/api/v1/admin/intents", map[string]any{"code": "", "name": "Nothing", "kind": "system"})(c, h), ""
-		}, 400, "intent.create", me.ID, "invalid"},
-		{"update intent", admin, func(c *client, h []string) (response, string) {
-			return jsonStep("PUT", "/api/v1/admin/intents/"+intentID, map[string]any{"code": "greet", "name": "Greetings", "kind": "system"})(c, h), intentID
-		}, 200, "intent.update", me.ID, "success"},
-		{"update missing intent", admin, func(c *client, h []string) (response, string) {
-			return jsonStep("PUT", "/api/v1/admin/intents/"+missing, map[string]any{"code": "other", "name": "Other", "kind": "system"})(c, h), missing
-		}, 404, "intent.update", me.ID, "not_found"},
-		{"delete intent", admin, func(c *client, h []string) (response, string) {
-			return jsonStep("DELETE", "/api/v1/admin/intents/"+intentID, nil)(c, h), intentID
-		}, 204, "intent.delete", me.ID, "success"},
-		{"delete missing intent", admin, func(c *client, h []string) (response, string) {
-			return jsonStep("DELETE", "/api/v1/admin/intents/"+intentID, nil)(c, h), intentID
-		}, 404, "intent.delete", me.ID, "not_found"},
+		{"create intent", admin, create(&intentID, "/api/v1/admin/intents", map[string]any{"code": "greet", "name": "Greeting", "kind": "system"}),
+			201, "intent.create", me.ID, "success"},
+		{"create intent without code", admin, send("POST", "/api/v1/admin/intents", map[string]any{"code": "", "name": "Nothing", "kind": "system"}),
+			400, "intent.create", me.ID, "invalid"},
+		{"update intent", admin, send("PUT", "/api/v1/admin/intents/%s", map[string]any{"code": "greet", "name": "Greetings", "kind": "system"}, &intentID),
+			200, "intent.update", me.ID, "success"},
+		{"update missing intent", admin, send("PUT", "/api/v1/admin/intents/%s", map[string]any{"code": "other", "name": "Other", "kind": "system"}, &missing),
+			404, "intent.update", me.ID, "not_found"},
+		{"delete intent", admin, send("DELETE", "/api/v1/admin/intents/%s", nil, &intentID),
+			204, "intent.delete", me.ID, "success"},
+		{"delete missing intent", admin, send("DELETE", "/api/v1/admin/intents/%s", nil, &intentID),
+			404, "intent.delete", me.ID, "not_found"},
 
-		{"create term mapping", admin, func(c *client, h []string) (response, string) {
-			r := jsonStep("POST", "/api/v1/admin/term-mappings", map[string]any{"sourceTerm": "k8s", "targetTerm": "Kubernetes"})(c, h)
-			termID = idOf(tt, r)
-			return r, termID
-		}, 201, "term.create", me.ID, "success"},
-		{"create duplicate term mapping", admin, func(c *client, h []string) (response, string) {
-			return jsonStep("POST", "/api/v1/admin/term-mappings", map[string]any{"sourceTerm": "K8S", "targetTerm": "Kubernetes!"})(c, h), ""
-		}, 409, "term.create", me.ID, "conflict"},
-		{"update term mapping", admin, func(c *client, h []string) (response, string) {
-			return jsonStep("PUT", "/api/v1/admin/term-mappings/"+termID, map[string]any{"sourceTerm": "k8s", "targetTerm": "Kubernetes", "enabled": false})(c, h), termID
-		}, 200, "term.update", me.ID, "success"},
-		{"update term mapping to itself", admin, func(c *client, h []string) (response, string) {
-			return jsonStep("PUT", "/api/v1/admin/term-mappings/"+termID, map[string]any{"sourceTerm": "k8s", "targetTerm": "k8s"})(c, h), termID
-		}, 400, "term.update", me.ID, "invalid"},
-		{"delete term mapping", admin, func(c *client, h []string) (response, string) {
-			return jsonStep("DELETE", "/api/v1/admin/term-mappings/"+termID, nil)(c, h), termID
-		}, 204, "term.delete", me.ID, "success"},
-		{"delete missing term mapping", admin, func(c *client, h []string) (response, string) {
-			return jsonStep("DELETE", "/api/v1/admin/term-mappings/"+termID, nil)(c, h), termID
-		}, 404, "term.delete", me.ID, "not_found"},
+		{"create term mapping", admin, create(&termID, "/api/v1/admin/term-mappings", map[string]any{"sourceTerm": "k8s", "targetTerm": "Kubernetes"}),
+			201, "term.create", me.ID, "success"},
+		{"create duplicate term mapping", admin, send("POST", "/api/v1/admin/term-mappings", map[string]any{"sourceTerm": "K8S", "targetTerm": "Kubernetes!"}),
+			409, "term.create", me.ID, "conflict"},
+		{"update term mapping", admin, send("PUT", "/api/v1/admin/term-mappings/%s", map[string]any{"sourceTerm": "k8s", "targetTerm": "Kubernetes", "enabled": false}, &termID),
+			200, "term.update", me.ID, "success"},
+		{"update term mapping to itself", admin, send("PUT", "/api/v1/admin/term-mappings/%s", map[string]any{"sourceTerm": "k8s", "targetTerm": "k8s"}, &termID),
+			400, "term.update", me.ID, "invalid"},
+		{"delete term mapping", admin, send("DELETE", "/api/v1/admin/term-mappings/%s", nil, &termID),
+			204, "term.delete", me.ID, "success"},
+		{"delete missing term mapping", admin, send("DELETE", "/api/v1/admin/term-mappings/%s", nil, &termID),
+			404, "term.delete", me.ID, "not_found"},
 
-		{"create API key", ursula, func(c *client, h []string) (response, string) {
-			r := jsonStep("POST", "/api/v1/api-keys", map[string]any{"name": "pipeline", "scopes": []string{"search"}})(c, h)
-			keyID = idOf(tt, r)
-			return r, keyID
-		}, 201, "api_key.create", ursulaID, "success"},
-		{"create API key without scopes", ursula, func(c *client, h []string) (response, string) {
-			return jsonStep("POST", "/api/v1/api-keys", map[string]any{"name": "nothing", "scopes": []string{}})(c, h), ""
-		}, 400, "api_key.create", ursulaID, "invalid"},
-		{"revoke API key", ursula, func(c *client, h []string) (response, string) {
-			return jsonStep("DELETE", "/api/v1/api-keys/"+keyID, nil)(c, h), keyID
-		}, 204, "api_key.revoke", ursulaID, "success"},
-		{"revoke missing API key", ursula, func(c *client, h []string) (response, string) {
-			return jsonStep("DELETE", "/api/v1/api-keys/"+missing, nil)(c, h), missing
-		}, 404, "api_key.revoke", ursulaID, "not_found"},
+		{"create API key", ursula, create(&keyID, "/api/v1/api-keys", map[string]any{"name": "pipeline", "scopes": []string{"search"}}),
+			201, "api_key.create", ursulaID, "success"},
+		{"create API key without scopes", ursula, send("POST", "/api/v1/api-keys", map[string]any{"name": "nothing", "scopes": []string{}}),
+			400, "api_key.create", ursulaID, "invalid"},
+		{"revoke API key", ursula, send("DELETE", "/api/v1/api-keys/%s", nil, &keyID),
+			204, "api_key.revoke", ursulaID, "success"},
+		{"revoke missing API key", ursula, send("DELETE", "/api/v1/api-keys/%s", nil, &missing),
+			404, "api_key.revoke", ursulaID, "not_found"},
 	}
 
 	type expect struct {
