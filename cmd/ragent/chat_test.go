@@ -304,13 +304,20 @@ func TestChatFairQueueAcrossInstances(t *testing.T) {
 	}
 }
 
-// A queue wait beyond the limit is rejected without calling the model.
-func TestChatRejectedWhenQueueWaitExceeded(t *testing.T) {
+// oneSlotChat starts an instance that answers one chat at a time and
+// refuses one that would wait over half a second for the slot; it returns
+// the model, the instance and the admin's client.
+func oneSlotChat(t *testing.T) (*fakeLLM, *instance, *client) {
 	llm := newFakeLLM(t)
 	cfg := chatConfig(t, llm)
 	cfg.ChatMaxConcurrent, cfg.ChatMaxWait = 1, 500*time.Millisecond
 	in := start(t, cfg)
-	c := in.adminClient(t)
+	return llm, in, in.adminClient(t)
+}
+
+// A queue wait beyond the limit is rejected without calling the model.
+func TestChatRejectedWhenQueueWaitExceeded(t *testing.T) {
+	llm, _, c := oneSlotChat(t)
 
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()

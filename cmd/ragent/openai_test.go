@@ -641,11 +641,7 @@ func TestOpenAIDisconnectCancelsUpstream(t *testing.T) {
 // waiting in the queue and a model failure arrive as OpenAI's in-stream
 // error followed by [DONE]; a non-stream request gets them as HTTP errors.
 func TestOpenAIFailuresInStream(t *testing.T) {
-	llm := newFakeLLM(t)
-	cfg := chatConfig(t, llm)
-	cfg.ChatMaxConcurrent, cfg.ChatMaxWait = 1, 500*time.Millisecond
-	in := start(t, cfg)
-	admin := in.adminClient(t)
+	llm, in, admin := oneSlotChat(t)
 	key := in.client(t, chatKey(t, admin, "bot"))
 
 	streamError := func(t *testing.T, s oaiStream) *oaiErr {
