@@ -61,6 +61,28 @@ func TestBackendsRankAlike(t *testing.T) {
 	}
 	pg, os := in.app.store, openSearchStore{Store: in.app.store, os: openSearchClient(t, cfg)}
 	ctx := context.Background()
+	// both asks Postgres (want) and OpenSearch (got) the same search.
+	both := func(search func(s searcher) ([]service.SearchResult, error)) (want, got []service.SearchResult) {
+		t.Helper()
+		want, err := search(pg)
+		if err == nil {
+			got, err = search(os)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		return want, got
+	}
+	// holds fails the test unless OpenSearch's n lists of kind score a
+	// mean nDCG@10 of at least bar.
+	holds := func(kind string, sum float64, n int, bar float64) {
+		t.Helper()
+		if mean := sum / float64(n); mean < bar {
+			t.Fatalf("OpenSearch's %s lists score nDCG@10 %.4f against Postgres's", kind, mean)
+		} else {
+			t.Logf("OpenSearch's %s lists score nDCG@10 %.4f against Postgres's (%d queries)", kind, mean, n)
+		}
+	}
 	var sum float64
 	const queries = 60
 	for range queries {
@@ -70,21 +92,9 @@ func TestBackendsRankAlike(t *testing.T) {
 		}
 		terms, counts := retrieve.TermCounts(text.Tokenize(strings.Join(parts, " ")))
 		q := service.KeywordQuery{KnowledgeBaseIDs: []service.ID{kbID}, Terms: terms, Counts: counts, K1: 0.9, B: 0.4, Limit: 10}
-		want, err := pg.KeywordSearch(ctx, q)
-		if err != nil {
-			t.Fatal(err)
-		}
-		got, err := os.KeywordSearch(ctx, q)
-		if err != nil {
-			t.Fatal(err)
-		}
-		sum += ndcgAgainst(want, got)
+		sum += ndcgAgainst(both(func(s searcher) ([]service.SearchResult, error) { return s.KeywordSearch(ctx, q) }))
 	}
-	if mean := sum / queries; mean < 0.99 {
-		t.Fatalf("OpenSearch's keyword lists score nDCG@10 %.4f against Postgres's", mean)
-	} else {
-		t.Logf("OpenSearch's keyword lists score nDCG@10 %.4f against Postgres's (%d queries)", mean, queries)
-	}
+	holds("keyword", sum, queries, 0.99)
 
 	// Vector search: each document's first chunk vector as the query.
 	sum = 0
@@ -95,24 +105,19 @@ func TestBackendsRankAlike(t *testing.T) {
 			t.Fatalf("state of %s: %+v %v", d.ID, st, err)
 		}
 		q := service.VectorQuery{KnowledgeBaseIDs: []service.ID{kbID}, Space: st.Chunks[0].EmbeddingSpace, Vector: st.Chunks[0].Embedding, Limit: 10}
-		want, err := pg.VectorSearch(ctx, q)
-		if err != nil {
-			t.Fatal(err)
-		}
-		got, err := os.VectorSearch(ctx, q)
-		if err != nil {
-			t.Fatal(err)
-		}
+		want, got := both(func(s searcher) ([]service.SearchResult, error) { return s.VectorSearch(ctx, q) })
 		if len(got) == 0 || got[0].ChunkID != st.Chunks[0].ID {
 			t.Fatalf("a chunk's own vector does not find it first: %+v", got)
 		}
 		sum += ndcgAgainst(want, got)
 	}
-	if mean := sum / float64(len(docs)); mean < 0.95 {
-		t.Fatalf("OpenSearch's vector lists score nDCG@10 %.4f against Postgres's", mean)
-	} else {
-		t.Logf("OpenSearch's vector lists score nDCG@10 %.4f against Postgres's (%d queries)", mean, len(docs))
-	}
+	holds("vector", sum, len(docs), 0.95)
+}
+
+// searcher is what the parity test asks both backends.
+type searcher interface {
+	KeywordSearch(ctx context.Context, q service.KeywordQuery) ([]service.SearchResult, error)
+	VectorSearch(ctx context.Context, q service.VectorQuery) ([]service.SearchResult, error)
 }
 
 // ndcgAgainst scores got with the chunks of want as relevant, graded by
