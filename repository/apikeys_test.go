@@ -1,7 +1,6 @@
 package repository
 
 import (
-	"context"
 	"errors"
 	"testing"
 	"time"
@@ -13,8 +12,7 @@ import (
 // the owner's current role; lists leave revoked keys out; last-used is
 // written only when older than the caller's bound.
 func TestAPIKeyStore(t *testing.T) {
-	s := migrated(t)
-	ctx := context.Background()
+	s, ctx := migrated(t)
 	owner := &service.User{ID: newID(), Username: "keyowner", PasswordHash: "x", Role: service.RoleUser}
 	if err := s.CreateUser(ctx, owner); err != nil {
 		t.Fatal(err)

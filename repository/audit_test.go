@@ -13,8 +13,7 @@ import (
 // InTx joins every store call made with its context, nested WithinTx
 // transactions included (as savepoints), and rolls them back together.
 func TestInTxJoinsStoreCalls(t *testing.T) {
-	s := migrated(t)
-	ctx := context.Background()
+	s, ctx := migrated(t)
 	boom := errors.New("boom")
 	var kbID service.ID
 	err := s.InTx(ctx, func(ctx context.Context) error {
@@ -46,8 +45,7 @@ func TestInTxJoinsStoreCalls(t *testing.T) {
 }
 
 func TestAuditEventsFilters(t *testing.T) {
-	s := migrated(t)
-	ctx := context.Background()
+	s, ctx := migrated(t)
 	base := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
 	events := []*service.AuditEvent{
 		{ActorUserID: 7, ActorName: "ann", Action: service.AuditKBCreate, TargetID: "100", Result: service.AuditSuccess},

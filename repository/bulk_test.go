@@ -17,8 +17,7 @@ import (
 // document count (what search and ingestion called before) waits for that
 // lock; this one does not.
 func TestKnowledgeBaseSettingsReadsNoDocuments(t *testing.T) {
-	s := migrated(t)
-	ctx := context.Background()
+	s, ctx := migrated(t)
 	a, b, gone := seedKB(t, s, 8), seedKB(t, s, 16), seedKB(t, s, 8)
 	seedDoc(t, s, a, "one")
 	if err := s.DeleteKnowledgeBase(ctx, gone.ID); err != nil {
@@ -64,8 +63,7 @@ func TestKnowledgeBaseSettingsReadsNoDocuments(t *testing.T) {
 // ReplaceChunks: dropping and rebuilding a dimension's HNSW index, the
 // storage sizes, and the wait-event sampler.
 func TestBulkHelpers(t *testing.T) {
-	s := migrated(t)
-	ctx := context.Background()
+	s, ctx := migrated(t)
 	kb := seedKB(t, s, 8)
 	indexExists := func() bool {
 		var n int
@@ -146,8 +144,7 @@ func TestBulkHelpers(t *testing.T) {
 // TestClaimDocument: the claim (now committed without waiting for its WAL
 // flush) still claims once per attempt and drops stale messages.
 func TestClaimDocument(t *testing.T) {
-	s := migrated(t)
-	ctx := context.Background()
+	s, ctx := migrated(t)
 	kb := seedKB(t, s, 8)
 	d := seedDoc(t, s, kb, "text")
 	got, err := s.ClaimDocument(ctx, d.ID, 1)

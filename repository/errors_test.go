@@ -1,7 +1,6 @@
 package repository
 
 import (
-	"context"
 	"errors"
 	"testing"
 
@@ -13,8 +12,7 @@ import (
 // NUL byte in text) is a permanent, invalid-input failure: retrying the same
 // chunks fails the same way, so ingestion must not retry it.
 func TestDataErrorsArePermanent(t *testing.T) {
-	s := migrated(t)
-	ctx := context.Background()
+	s, ctx := migrated(t)
 	kb := seedKB(t, s, 4)
 	cases := []struct {
 		name  string

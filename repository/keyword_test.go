@@ -1,7 +1,6 @@
 package repository
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"math"
@@ -122,8 +121,7 @@ func checkSame(t *testing.T, label string, ref *refIndex, q service.KeywordQuery
 // knowledge bases, tail only, blocks only and mixes, removed and reindexed
 // documents before and after compaction.
 func TestKeywordSearchExact(t *testing.T) {
-	s := migrated(t)
-	ctx := context.Background()
+	s, ctx := migrated(t)
 	rng := rand.New(rand.NewSource(12))
 	kbs := []*service.KnowledgeBase{seedKB(t, s, 4), seedKB(t, s, 4), seedKB(t, s, 4)}
 	ref := &refIndex{chunks: map[service.ID]refChunk{}}
@@ -305,8 +303,7 @@ func sortedCopy(ss []string) []string {
 // keyword_docs keeps a chunk's terms space-separated (migration 0011), so
 // a term with a space is refused before anything is written.
 func TestKeywordTermWithSpaceRefused(t *testing.T) {
-	s := migrated(t)
-	ctx := context.Background()
+	s, ctx := migrated(t)
 	kb := seedKB(t, s, 4)
 	d := seedDoc(t, s, kb, "x")
 	c := chunk(0, "c", unit(4, 0), "fine")

@@ -102,8 +102,7 @@ func TestMigration0009KeepsVectorsSearchable(t *testing.T) {
 // chunk keeps a vector of the old space (one whose document never got new
 // ones loses its vector rather than keep an old one).
 func TestReembedStorage(t *testing.T) {
-	s := migrated(t)
-	ctx := context.Background()
+	s, ctx := migrated(t)
 	kb := seedKB(t, s, 4)
 	a, b, c := seedDoc(t, s, kb, "a"), seedDoc(t, s, kb, "b"), seedDoc(t, s, kb, "c")
 	old := docSpace(t, s, a.ID)

@@ -24,9 +24,8 @@ func outboxTopics(t *testing.T, s *Store, topic string) int {
 // alone; SearchIndexed makes it ready only for the state it mirrored; a
 // delete queues the removal.
 func TestSearchIndexLifecycle(t *testing.T) {
-	s := migrated(t)
+	s, ctx := migrated(t)
 	s.UseSearchIndex(func() (service.ID, error) { return newID(), nil })
-	ctx := context.Background()
 	kb := seedKB(t, s, 4)
 	d := seedDoc(t, s, kb, "alpha beta")
 	if _, err := s.ClaimDocument(ctx, d.ID, 1); err != nil {
@@ -104,8 +103,7 @@ func TestSearchIndexLifecycle(t *testing.T) {
 // Without a search engine nothing changes: ReplaceChunks makes the
 // document ready and queues no search-index message.
 func TestNoSearchIndexByDefault(t *testing.T) {
-	s := migrated(t)
-	ctx := context.Background()
+	s, ctx := migrated(t)
 	kb := seedKB(t, s, 4)
 	d := seedDoc(t, s, kb, "alpha")
 	if err := s.ReplaceChunks(ctx, d.ID, 1, docSpace(t, s, d.ID), []service.Chunk{chunk(0, "alpha", unit(4, 0), "alpha")}); err != nil {

@@ -14,14 +14,15 @@ import (
 	"github.com/ragent-go/ragent/service"
 )
 
-// migrated returns a Store on a fresh, migrated database.
-func migrated(t *testing.T) *Store {
+// migrated returns a Store on a fresh, migrated database, and the test's
+// context for calling it.
+func migrated(t *testing.T) (*Store, context.Context) {
 	t.Helper()
 	s := openTest(t, testenv.FreshDatabase(t))
-	if err := s.Migrate(context.Background()); err != nil {
+	if err := s.Migrate(t.Context()); err != nil {
 		t.Fatal(err)
 	}
-	return s
+	return s, t.Context()
 }
 
 // newID returns a random id: every test has its own database, and random ids
@@ -68,11 +69,11 @@ func chunk(ordinal int, content string, vec []float32, terms ...string) service.
 }
 
 func TestUploadDuplicateIsConflictWithDocumentID(t *testing.T) {
-	s := migrated(t)
+	s, ctx := migrated(t)
 	kb := seedKB(t, s, 4)
 	d := seedDoc(t, s, kb, "hello")
 	dup := &service.Document{ID: newID(), KnowledgeBaseID: kb.ID, Name: "again.txt", Mime: "text/plain", Size: 5, SHA256: d.SHA256}
-	err := s.CreateUpload(context.Background(), dup, []byte("hello"), service.OutboxMessage{ID: newID(), Topic: "t", Key: "k", Payload: []byte("{}")})
+	err := s.CreateUpload(ctx, dup, []byte("hello"), service.OutboxMessage{ID: newID(), Topic: "t", Key: "k", Payload: []byte("{}")})
 	var de *service.Error
 	if !errors.Is(err, service.ErrConflict) || !errors.As(err, &de) || de.Details["documentId"] != d.ID.String() {
 		t.Fatalf("duplicate upload: %v, want conflict with documentId %s", err, d.ID)
@@ -86,8 +87,7 @@ func TestUploadDuplicateIsConflictWithDocumentID(t *testing.T) {
 }
 
 func TestReplaceChunksAndSearch(t *testing.T) {
-	s := migrated(t)
-	ctx := context.Background()
+	s, ctx := migrated(t)
 	kb := seedKB(t, s, 4)
 	other := seedKB(t, s, 4)
 	d := seedDoc(t, s, kb, "x")
@@ -157,8 +157,7 @@ func TestReplaceChunksAndSearch(t *testing.T) {
 // compacted see the old chunks or the new ones, never a mix and never
 // nothing.
 func TestReindexIsAtomicForReaders(t *testing.T) {
-	s := migrated(t)
-	ctx := context.Background()
+	s, ctx := migrated(t)
 	kb := seedKB(t, s, 4)
 	d := seedDoc(t, s, kb, "x")
 	gen := func(g, n int) []service.Chunk {
@@ -244,8 +243,7 @@ func TestReindexIsAtomicForReaders(t *testing.T) {
 }
 
 func TestRelayOutbox(t *testing.T) {
-	s := migrated(t)
-	ctx := context.Background()
+	s, ctx := migrated(t)
 	kb := seedKB(t, s, 4)
 	seedDoc(t, s, kb, "a")
 	seedDoc(t, s, kb, "b")
@@ -269,8 +267,7 @@ func TestRelayOutbox(t *testing.T) {
 }
 
 func TestPruneOutbox(t *testing.T) {
-	s := migrated(t)
-	ctx := context.Background()
+	s, ctx := migrated(t)
 	kb := seedKB(t, s, 4)
 	for _, c := range []string{"a", "b", "c", "d", "e"} {
 		seedDoc(t, s, kb, c)
