@@ -18,9 +18,7 @@ func TestBrowserReembedProgress(t *testing.T) {
 	first := start(t, cfg)
 	api := first.adminClient(t)
 	kb := api.createKB("moving-kb")
-	for i := range 3 {
-		api.waitReady(api.uploadAccepted(kb, fmt.Sprintf("m%d.txt", i), fmt.Appendf(nil, "Manual %d on boiler%d valves.", i, i)).ID)
-	}
+	api.uploadReady(kb, "m", 3, func(i int) string { return fmt.Sprintf("Manual %d on boiler%d valves.", i, i) })
 	first.stop()
 
 	next := cfg

@@ -226,14 +226,9 @@ func TestReembedReachesOpenSearchVectors(t *testing.T) {
 	a := start(t, cfg)
 	ca := a.adminClient(t)
 	kb := ca.createKB("reembedded")
-	ids := make([]string, docs)
-	for i := range docs {
-		ids[i] = ca.uploadAccepted(kb, fmt.Sprintf("d%d.txt", i),
-			[]byte(fmt.Sprintf("Notebook %d covers topic%d: the migration of the %d-th flock.", i, i, i))).ID
-	}
-	for _, id := range ids {
-		ca.waitReady(id)
-	}
+	ids := ca.uploadReady(kb, "d", docs, func(i int) string {
+		return fmt.Sprintf("Notebook %d covers topic%d: the migration of the %d-th flock.", i, i, i)
+	})
 	if !hasDocument(ca.search(kb, "query topic2", "vector"), ids[2]) {
 		t.Fatal("offline vector search does not find the document")
 	}

@@ -63,6 +63,21 @@ func queryDB[T any](t *testing.T, dbURL, sql string, args ...any) T {
 	return v
 }
 
+// uploadReady uploads n documents, prefix0.txt … with text(i) as the i-th
+// one's content, and returns their ids once all are ready. Every upload
+// goes in before the first wait, so they are ingested side by side.
+func (c *client) uploadReady(kb, prefix string, n int, text func(i int) string) []string {
+	c.t.Helper()
+	ids := make([]string, n)
+	for i := range ids {
+		ids[i] = c.uploadAccepted(kb, fmt.Sprintf("%s%d.txt", prefix, i), []byte(text(i))).ID
+	}
+	for _, id := range ids {
+		c.waitReady(id)
+	}
+	return ids
+}
+
 // TestReembedOnModelChange changes the embedding model between two
 // lifetimes of the app (offline hashing → an OpenAI-compatible model of the
 // same dimension, so only the space key keeps them apart): the knowledge
@@ -83,15 +98,10 @@ func TestReembedOnModelChange(t *testing.T) {
 	a := start(t, cfg)
 	ca := a.adminClient(t)
 	kb := ca.createKB("reembedded")
-	ids := make([]string, docs)
-	texts := make([]string, docs)
-	for i := range docs {
-		texts[i] = fmt.Sprintf("Notebook %d covers topic%d: the migration of the %d-th flock over the northern lakes.", i, i, i)
-		ids[i] = ca.uploadAccepted(kb, fmt.Sprintf("d%d.txt", i), []byte(texts[i])).ID
+	text := func(i int) string {
+		return fmt.Sprintf("Notebook %d covers topic%d: the migration of the %d-th flock over the northern lakes.", i, i, i)
 	}
-	for _, id := range ids {
-		ca.waitReady(id)
-	}
+	ids := ca.uploadReady(kb, "d", docs, text)
 	if !hasDocument(ca.search(kb, "query topic5", "vector"), ids[5]) {
 		t.Fatal("offline vector search does not find the document")
 	}
@@ -157,8 +167,8 @@ func TestReembedOnModelChange(t *testing.T) {
 	}
 	for _, id := range doneRows {
 		for i, doc := range ids {
-			if doc == fmt.Sprint(id) && fake.embedded("fake-model", texts[i]) != 1 {
-				t.Fatalf("document %s was done before the stop but embedded %d times", doc, fake.embedded("fake-model", texts[i]))
+			if doc == fmt.Sprint(id) && fake.embedded("fake-model", text(i)) != 1 {
+				t.Fatalf("document %s was done before the stop but embedded %d times", doc, fake.embedded("fake-model", text(i)))
 			}
 		}
 	}
