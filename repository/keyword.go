@@ -60,6 +60,13 @@ const keywordRowsSQL = `SELECT c.id, c.document_id, d.name, c.kb_id, c.content, 
 // fetches alone, the chunks' rows with COMMIT. It reads committed data only,
 // even when ctx carries an InTx transaction.
 func (s *Store) KeywordSearch(ctx context.Context, q service.KeywordQuery) ([]service.SearchResult, error) {
+	return s.keywordSearchWith(ctx, q, defaultFetch, nil)
+}
+
+// keywordSearchWith is KeywordSearch with a given fetch policy, recording
+// its work in st when st is not nil: the tests and the benchmark compare
+// policies with it.
+func (s *Store) keywordSearchWith(ctx context.Context, q service.KeywordQuery, policy fetchPolicy, st *kwStats) ([]service.SearchResult, error) {
 	if len(q.Terms) == 0 || len(q.KnowledgeBaseIDs) == 0 || q.Limit <= 0 {
 		return nil, nil
 	}
@@ -75,7 +82,7 @@ func (s *Store) KeywordSearch(ctx context.Context, q service.KeywordQuery) ([]se
 	var out []service.SearchResult
 	err = conn.Raw(func(dc any) error {
 		pc := dc.(*stdlib.Conn).Conn()
-		out, err = keywordSearch(ctx, pc, q)
+		out, err = keywordSearch(ctx, pc, q, policy, st)
 		if err != nil && !pc.PgConn().IsClosed() {
 			// Never hand the pool a connection inside a transaction.
 			if _, rbErr := pc.Exec(context.WithoutCancel(ctx), "ROLLBACK"); rbErr != nil {
@@ -87,7 +94,7 @@ func (s *Store) KeywordSearch(ctx context.Context, q service.KeywordQuery) ([]se
 	return out, translate(err)
 }
 
-func keywordSearch(ctx context.Context, pc *pgx.Conn, q service.KeywordQuery) ([]service.SearchResult, error) {
+func keywordSearch(ctx context.Context, pc *pgx.Conn, q service.KeywordQuery, policy fetchPolicy, st *kwStats) ([]service.SearchResult, error) {
 	b := &pgx.Batch{}
 	b.Queue("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
 	kbs := make([]int64, len(q.KnowledgeBaseIDs))
@@ -114,13 +121,15 @@ func keywordSearch(ctx context.Context, pc *pgx.Conn, q service.KeywordQuery) ([
 		return nil, err
 	}
 	for round := 0; ; round++ {
-		want := ks.neededBlocks(64 << (3 * min(round, 7)))
+		want := ks.neededBlocks(policy.budget(round))
 		if len(want) == 0 {
 			break
 		}
-		if err := ks.fetch(ctx, pc, want); err != nil {
+		decoded, err := ks.fetch(ctx, pc, want)
+		if err != nil {
 			return nil, err
 		}
+		st.addRound(len(want), decoded)
 	}
 	return ks.results(ctx, pc)
 }
@@ -240,15 +249,18 @@ func (ks *kwSearch) add(kb int64, term int, p posting, inBlock bool) {
 	ks.scores[i] += ks.m.termScore(ks.weights[term], p.tf, p.dl)
 }
 
-func (ks *kwSearch) fetch(ctx context.Context, pc *pgx.Conn, want []*kwBlock) error {
+// fetch reads want's payloads and scores their postings; it returns the
+// number of postings decoded.
+func (ks *kwSearch) fetch(ctx context.Context, pc *pgx.Conn, want []*kwBlock) (int, error) {
 	kbs, terms, lasts := make([]int64, len(want)), make([]string, len(want)), make([]int64, len(want))
 	for i, b := range want {
 		kbs[i], terms[i], lasts[i] = b.kb, ks.q.Terms[b.term], b.head.last
 	}
 	rows, err := pc.Query(ctx, keywordBlocksSQL, kbs, terms, lasts)
 	if err != nil {
-		return err
+		return 0, err
 	}
+	decoded := 0
 	defer rows.Close()
 	for rows.Next() {
 		var (
@@ -257,11 +269,12 @@ func (ks *kwSearch) fetch(ctx context.Context, pc *pgx.Conn, want []*kwBlock) er
 			payload  []byte
 		)
 		if err := rows.Scan(&kb, &term, &last, &payload); err != nil {
-			return err
+			return 0, err
 		}
 		if len(payload)%postingBytes != 0 {
-			return fmt.Errorf("keyword block payload: %d bytes", len(payload))
+			return 0, fmt.Errorf("keyword block payload: %d bytes", len(payload))
 		}
+		decoded += len(payload) / postingBytes
 		ti := ks.terms[term]
 		for b := payload; len(b) > 0; b = b[postingBytes:] {
 			ks.add(kb, ti, posting{
@@ -275,7 +288,7 @@ func (ks *kwSearch) fetch(ctx context.Context, pc *pgx.Conn, want []*kwBlock) er
 	for _, b := range want {
 		b.fetched = true
 	}
-	return rows.Err()
+	return decoded, rows.Err()
 }
 
 type blockKey struct {
