@@ -9,10 +9,15 @@ package repository
 type fetchPolicy struct {
 	first int
 	shift int
+	// essentialOnly fetches, of a segment's blocks, only those that a
+	// chunk needs to reach θ (highest bound first, until the rest's bounds
+	// sum below θ), deferring the others to a later round; otherwise every
+	// unfetched block of the segment is fetched at once.
+	essentialOnly bool
 }
 
 // defaultFetch is the policy KeywordSearch uses.
-var defaultFetch = fetchPolicy{first: 64, shift: 3}
+var defaultFetch = fetchPolicy{first: 64, shift: 1, essentialOnly: true}
 
 // budget is the number of blocks round (from 0) may fetch; it saturates
 // at 2^24 blocks, far beyond any term list.

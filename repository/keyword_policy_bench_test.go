@@ -62,8 +62,15 @@ func BenchmarkKeywordFetchPolicy(b *testing.B) {
 	policies := []struct {
 		name string
 		p    fetchPolicy
-	}{{"64×8", fetchPolicy{64, 3}}, {"64×2", fetchPolicy{64, 1}}, {"32×2", fetchPolicy{32, 1}}, {"16×2", fetchPolicy{16, 1}},
-		{"default", defaultFetch}}
+	}{
+		{"64×8 all", fetchPolicy{first: 64, shift: 3}}, // main's policy before this benchmark
+		{"64×2 all", fetchPolicy{first: 64, shift: 1}},
+		{"64×8 ess", fetchPolicy{first: 64, shift: 3, essentialOnly: true}},
+		{"64×2 ess", fetchPolicy{first: 64, shift: 1, essentialOnly: true}},
+		{"32×2 ess", fetchPolicy{first: 32, shift: 1, essentialOnly: true}},
+		{"16×2 ess", fetchPolicy{first: 16, shift: 1, essentialOnly: true}},
+		{"default", defaultFetch},
+	}
 	type record struct {
 		lat   []time.Duration
 		stats []kwStats
@@ -105,7 +112,7 @@ func BenchmarkKeywordFetchPolicy(b *testing.B) {
 	for i, r := range recs {
 		p50, p99 := scalebench.Percentiles(r.lat)
 		blocks := meanOf(r.stats, func(s kwStats) int { return s.blocks })
-		fmt.Printf("%-8s %6.2f / %6.2f ms (%.2f / %.2f)  blocks %6.1f / %4d / %4d / %4d (%.2f)  rounds %.2f / %d  postings %.0f\n",
+		fmt.Printf("%-9s %6.2f / %6.2f ms (%.2f / %.2f)  blocks %6.1f / %4d / %4d / %4d (%.2f)  rounds %.2f / %d  postings %.0f\n",
 			policies[i].name, ms(p50), ms(p99), ms(p50)/ms(bp50), ms(p99)/ms(bp99),
 			blocks, pct(r.stats, 50, func(s kwStats) int { return s.blocks }), pct(r.stats, 99, func(s kwStats) int { return s.blocks }),
 			pct(r.stats, 100, func(s kwStats) int { return s.blocks }), blocks/bBlocks,
@@ -174,7 +181,9 @@ func policyBenchCorpus(b *testing.B, s *Store, gen *scalebench.Generator, n int)
 // ascend as the ingestion pipeline's snowflake ids do.
 type counterIDs struct{ next int64 }
 
-func (c *counterIDs) NextID() (service.ID, error) { return service.ID(atomic.AddInt64(&c.next, 1)), nil }
+func (c *counterIDs) NextID() (service.ID, error) {
+	return service.ID(atomic.AddInt64(&c.next, 1)), nil
+}
 
 // fixedEmbedder gives every text the same vector: the benchmark times
 // keyword search only.
