@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/ragent-go/ragent/internal/scalebench"
-	"github.com/ragent-go/ragent/internal/testenv"
 	"github.com/ragent-go/ragent/service"
 	"github.com/ragent-go/ragent/service/retrieve"
 	"github.com/ragent-go/ragent/text"
@@ -33,18 +32,7 @@ import (
 func BenchmarkKeywordFetchPolicy(b *testing.B) {
 	n, nq := benchEnvInt(b, "RAGENT_BENCH_CHUNKS", 50000), benchEnvInt(b, "RAGENT_BENCH_QUERIES", 1000)
 	ctx := context.Background()
-	url := os.Getenv("RAGENT_BENCH_DATABASE_URL")
-	if url == "" {
-		url = testenv.FreshDatabase(b)
-	}
-	s, err := Open(ctx, url, Config{MaxOpenConns: 4})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer s.Close()
-	if err := s.Migrate(ctx); err != nil {
-		b.Fatal(err)
-	}
+	s := benchStore(b)
 	gen, err := scalebench.NewGenerator(scalebench.Spec{Lang: "en", Docs: n, Queries: nq, Seed: 1})
 	if err != nil {
 		b.Fatal(err)
