@@ -1,7 +1,6 @@
 package repository
 
 import (
-	"cmp"
 	"container/heap"
 	"context"
 	"database/sql/driver"
@@ -12,6 +11,7 @@ import (
 	"sort"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/stdlib"
 
 	"github.com/ragent-go/ragent/service"
@@ -60,6 +60,13 @@ const keywordRowsSQL = `SELECT c.id, c.document_id, d.name, c.kb_id, c.content, 
 // fetches alone, the chunks' rows with COMMIT. It reads committed data only,
 // even when ctx carries an InTx transaction.
 func (s *Store) KeywordSearch(ctx context.Context, q service.KeywordQuery) ([]service.SearchResult, error) {
+	return s.keywordSearchWith(ctx, q, defaultFetch, nil)
+}
+
+// keywordSearchWith is KeywordSearch with a given fetch policy, recording
+// its work in st when st is not nil: the tests and the benchmark compare
+// policies with it.
+func (s *Store) keywordSearchWith(ctx context.Context, q service.KeywordQuery, policy fetchPolicy, st *kwStats) ([]service.SearchResult, error) {
 	if len(q.Terms) == 0 || len(q.KnowledgeBaseIDs) == 0 || q.Limit <= 0 {
 		return nil, nil
 	}
@@ -75,7 +82,7 @@ func (s *Store) KeywordSearch(ctx context.Context, q service.KeywordQuery) ([]se
 	var out []service.SearchResult
 	err = conn.Raw(func(dc any) error {
 		pc := dc.(*stdlib.Conn).Conn()
-		out, err = keywordSearch(ctx, pc, q)
+		out, err = keywordSearch(ctx, pc, q, policy, st)
 		if err != nil && !pc.PgConn().IsClosed() {
 			// Never hand the pool a connection inside a transaction.
 			if _, rbErr := pc.Exec(context.WithoutCancel(ctx), "ROLLBACK"); rbErr != nil {
@@ -87,7 +94,7 @@ func (s *Store) KeywordSearch(ctx context.Context, q service.KeywordQuery) ([]se
 	return out, translate(err)
 }
 
-func keywordSearch(ctx context.Context, pc *pgx.Conn, q service.KeywordQuery) ([]service.SearchResult, error) {
+func keywordSearch(ctx context.Context, pc *pgx.Conn, q service.KeywordQuery, policy fetchPolicy, st *kwStats) ([]service.SearchResult, error) {
 	b := &pgx.Batch{}
 	b.Queue("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
 	kbs := make([]int64, len(q.KnowledgeBaseIDs))
@@ -110,17 +117,22 @@ func keywordSearch(ctx context.Context, pc *pgx.Conn, q service.KeywordQuery) ([
 	if cerr := br.Close(); err == nil {
 		err = cerr
 	}
+	if ks != nil {
+		defer ks.release()
+	}
 	if err != nil {
 		return nil, err
 	}
 	for round := 0; ; round++ {
-		want := ks.neededBlocks(64 << (3 * min(round, 7)))
+		want := ks.neededBlocks(policy, round)
 		if len(want) == 0 {
 			break
 		}
-		if err := ks.fetch(ctx, pc, want); err != nil {
+		decoded, err := ks.fetch(ctx, pc, want)
+		if err != nil {
 			return nil, err
 		}
+		st.addRound(len(want), decoded)
 	}
 	return ks.results(ctx, pc)
 }
@@ -135,11 +147,13 @@ type kwSearch struct {
 	terms   map[string]int
 	blocks  map[int64][]*kwBlock // by knowledge base
 	dead    map[deadKey]bool     // removed chunks' postings still in blocks
-	docs    map[int64]int32      // chunk id → index in ids, kbOf and scores
+	docs    *idTable             // chunk id → index in ids, kbOf and scores
 	ids     []int64
 	kbOf    []int64
 	scores  []float64 // the sum of the term scores known so far
-	top     *topK     // the exactly scored top k, as of the last neededBlocks
+	pending []int32   // chunks that unfetched blocks may still add to
+	final   *topK     // the top k of the chunks whose scores are final
+	scratch *kwScratch
 }
 
 type kwBlock struct {
@@ -152,7 +166,7 @@ type kwBlock struct {
 
 func startKeywordSearch(rows pgx.Rows, q service.KeywordQuery) (*kwSearch, error) {
 	ks := &kwSearch{q: q, terms: make(map[string]int, len(q.Terms)), blocks: map[int64][]*kwBlock{},
-		dead: map[deadKey]bool{}}
+		dead: map[deadKey]bool{}, final: newTopK(q.Limit)}
 	for i, t := range q.Terms {
 		ks.terms[t] = i
 	}
@@ -208,7 +222,7 @@ func startKeywordSearch(rows pgx.Rows, q service.KeywordQuery) (*kwSearch, error
 		ks.weights[i] = count * ks.m.idf(n, df[i])
 	}
 	// Sized for the tail and a first round of fetches, to spare rehashing.
-	ks.docs = make(map[int64]int32, len(tail)+64*blockSize)
+	ks.useScratch(len(tail) + 64*blockSize)
 	for i, p := range tail {
 		ks.add(tailKB[i], int(tailTerm[i]), p, false)
 	}
@@ -231,37 +245,47 @@ func (ks *kwSearch) add(kb int64, term int, p posting, inBlock bool) {
 	if inBlock && ks.dead[deadKey{term, p.id}] {
 		return
 	}
-	i, ok := ks.docs[p.id]
-	if !ok {
-		i = int32(len(ks.ids))
-		ks.docs[p.id] = i
+	i, added := ks.docs.index(p.id, int32(len(ks.ids)))
+	if added {
 		ks.ids, ks.kbOf, ks.scores = append(ks.ids, p.id), append(ks.kbOf, kb), append(ks.scores, 0)
+		ks.pending = append(ks.pending, i)
 	}
 	ks.scores[i] += ks.m.termScore(ks.weights[term], p.tf, p.dl)
 }
 
-func (ks *kwSearch) fetch(ctx context.Context, pc *pgx.Conn, want []*kwBlock) error {
+// fetch reads want's payloads and scores their postings; it returns the
+// number of postings decoded.
+func (ks *kwSearch) fetch(ctx context.Context, pc *pgx.Conn, want []*kwBlock) (int, error) {
 	kbs, terms, lasts := make([]int64, len(want)), make([]string, len(want)), make([]int64, len(want))
+	incoming := 0
 	for i, b := range want {
 		kbs[i], terms[i], lasts[i] = b.kb, ks.q.Terms[b.term], b.head.last
+		incoming += b.head.n
 	}
+	// Room for every posting to be a new chunk, so nothing grows while
+	// they are scored.
+	ks.docs.reserve(incoming)
+	ks.ids, ks.kbOf = slices.Grow(ks.ids, incoming), slices.Grow(ks.kbOf, incoming)
+	ks.scores, ks.pending = slices.Grow(ks.scores, incoming), slices.Grow(ks.pending, incoming)
 	rows, err := pc.Query(ctx, keywordBlocksSQL, kbs, terms, lasts)
 	if err != nil {
-		return err
+		return 0, err
 	}
+	decoded := 0
 	defer rows.Close()
 	for rows.Next() {
 		var (
 			kb, last int64
 			term     string
-			payload  []byte
+			payload  pgtype.DriverBytes // the driver's buffer, not a copy: ~1 MB per slow query
 		)
 		if err := rows.Scan(&kb, &term, &last, &payload); err != nil {
-			return err
+			return 0, err
 		}
 		if len(payload)%postingBytes != 0 {
-			return fmt.Errorf("keyword block payload: %d bytes", len(payload))
+			return 0, fmt.Errorf("keyword block payload: %d bytes", len(payload))
 		}
+		decoded += len(payload) / postingBytes
 		ti := ks.terms[term]
 		for b := payload; len(b) > 0; b = b[postingBytes:] {
 			ks.add(kb, ti, posting{
@@ -275,7 +299,7 @@ func (ks *kwSearch) fetch(ctx context.Context, pc *pgx.Conn, want []*kwBlock) er
 	for _, b := range want {
 		b.fetched = true
 	}
-	return rows.Err()
+	return decoded, rows.Err()
 }
 
 type blockKey struct {
@@ -298,37 +322,31 @@ type segment struct {
 // neededBlocks returns the unfetched blocks that may still hold a top-k
 // chunk, the most promising first, at most budget of them (more when the
 // last segment taken straddles the budget). None means the top k is exact.
-func (ks *kwSearch) neededBlocks(budget int) []*kwBlock {
+func (ks *kwSearch) neededBlocks(policy fetchPolicy, round int) []*kwBlock {
+	budget := policy.budget(round)
 	var segs []*segment
-	theta := newTopK(ks.q.Limit)
-	byKB := make(map[int64][]int32, len(ks.blocks))
-	for kb := range ks.blocks {
-		byKB[kb] = nil
-	}
-	for i, kb := range ks.kbOf {
-		byKB[kb] = append(byKB[kb], int32(i))
-	}
-	for kb, docs := range byKB {
-		kbSegs := segments(ks.blocks[kb])
-		if len(kbSegs) > 0 {
-			slices.SortFunc(docs, func(a, b int32) int { return cmp.Compare(ks.ids[a], ks.ids[b]) })
-		}
-		si := 0
-		for _, d := range docs {
-			id, exact := ks.ids[d], ks.scores[d]
-			for si < len(kbSegs) && kbSegs[si].hi < id {
-				si++
-			}
-			if si < len(kbSegs) && kbSegs[si].lo <= id {
-				kbSegs[si].maxKnown = max(kbSegs[si].maxKnown, exact)
-				continue
-			}
-			theta.offer(exact, id)
-		}
+	byKB := make(map[int64][]*segment, len(ks.blocks))
+	for kb, bs := range ks.blocks {
+		kbSegs := segments(bs)
+		byKB[kb] = kbSegs
 		segs = append(segs, kbSegs...)
 	}
-	ks.top = theta
-	th := theta.threshold()
+	// A chunk outside every segment has no unfetched block left that could
+	// add to it: its score is final, and it leaves the pending list for
+	// good, so each round revisits only the chunks still in play.
+	kept := ks.pending[:0]
+	for _, d := range ks.pending {
+		kbSegs, id := byKB[ks.kbOf[d]], ks.ids[d]
+		i := sort.Search(len(kbSegs), func(i int) bool { return kbSegs[i].hi >= id })
+		if i < len(kbSegs) && kbSegs[i].lo <= id {
+			kbSegs[i].maxKnown = max(kbSegs[i].maxKnown, ks.scores[d])
+			kept = append(kept, d)
+			continue
+		}
+		ks.final.offer(ks.scores[d], id)
+	}
+	ks.pending = kept
+	th := ks.final.threshold()
 	var live []*segment
 	for _, sg := range segs {
 		if (sg.ub+sg.maxKnown)*(1+boundSlack) >= th {
@@ -342,10 +360,24 @@ func (ks *kwSearch) neededBlocks(budget int) []*kwBlock {
 		if len(want) >= budget {
 			break
 		}
+		if policy.essentialOnly {
+			// Highest bound first: a term whose block bounds it high is
+			// the likeliest to lift a chunk over θ.
+			sort.Slice(sg.blocks, func(i, j int) bool { return sg.blocks[i].ub > sg.blocks[j].ub })
+		}
+		rest := sg.ub
 		for _, b := range sg.blocks {
 			if !seen[b] {
 				seen[b] = true
 				want = append(want, b)
+			}
+			rest -= b.ub
+			// The blocks left can lift no chunk of the segment over θ by
+			// themselves: they are fetched in a later round only if the
+			// scores these blocks reveal keep the segment above θ
+			// (MaxScore's non-essential lists, per segment).
+			if policy.essentialOnly && (rest+sg.maxKnown)*(1+boundSlack) < th {
+				break
 			}
 		}
 	}
@@ -400,7 +432,7 @@ func segments(bs []*kwBlock) []*segment {
 // results returns the top k with their rows. It runs after neededBlocks
 // found nothing left to fetch, so its exactly scored top k is the answer.
 func (ks *kwSearch) results(ctx context.Context, pc *pgx.Conn) ([]service.SearchResult, error) {
-	ranked := ks.top.sorted()
+	ranked := ks.final.sorted()
 	ids := make([]int64, len(ranked))
 	for i, r := range ranked {
 		ids[i] = r.id

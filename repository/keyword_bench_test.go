@@ -34,18 +34,7 @@ func BenchmarkKeywordSearch(b *testing.B) {
 		}
 	}
 	ctx := context.Background()
-	url := os.Getenv("RAGENT_BENCH_DATABASE_URL") // an existing database to build once and reuse
-	if url == "" {
-		url = testenv.FreshDatabase(b)
-	}
-	s, err := Open(ctx, url, Config{MaxOpenConns: 4})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer s.Close()
-	if err := s.Migrate(ctx); err != nil {
-		b.Fatal(err)
-	}
+	s := benchStore(b)
 	rng := rand.New(rand.NewSource(1))
 	var built []int64
 	if err := s.db.Raw("SELECT id FROM knowledge_bases WHERE name = 'bench' AND to_regclass('chunk_terms') IS NOT NULL").
@@ -179,4 +168,23 @@ func buildBenchCorpus(b *testing.B, s *Store, rng *rand.Rand, n int) service.ID 
 	fmt.Println()
 
 	return kb.ID
+}
+
+// benchStore opens the benchmarks' database, migrated: the one of
+// RAGENT_BENCH_DATABASE_URL (built once and reused) or a fresh one. It is
+// closed when b ends.
+func benchStore(b *testing.B) *Store {
+	url := os.Getenv("RAGENT_BENCH_DATABASE_URL")
+	if url == "" {
+		url = testenv.FreshDatabase(b)
+	}
+	s, err := Open(context.Background(), url, Config{MaxOpenConns: 4})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { s.Close() })
+	if err := s.Migrate(context.Background()); err != nil {
+		b.Fatal(err)
+	}
+	return s
 }

@@ -175,6 +175,7 @@ func TestKeywordSearchExact(t *testing.T) {
 			}
 		}
 	}
+	multiRound := 0
 	check := func(phase string) {
 		t.Helper()
 		for i := 0; i < 60; i++ {
@@ -207,6 +208,20 @@ func TestKeywordSearchExact(t *testing.T) {
 				t.Fatal(err)
 			}
 			checkSame(t, fmt.Sprintf("%s, query %d %v", phase, i, q.Terms), ref, q, got)
+			// The smallest budgets: one block (or one segment's blocks) per
+			// round trip, θ rising between any two fetches.
+			for _, p := range []fetchPolicy{{first: 1}, {first: 1, shift: 1}, {first: 1, essentialOnly: true},
+				{first: 2, shift: 1, essentialOnly: true}} {
+				var st kwStats
+				got, err := s.keywordSearchWith(ctx, q, p, &st)
+				if err != nil {
+					t.Fatal(err)
+				}
+				checkSame(t, fmt.Sprintf("%s, query %d %v, policy %+v", phase, i, q.Terms, p), ref, q, got)
+				if p.shift == 0 && st.rounds > 1 {
+					multiRound++
+				}
+			}
 		}
 	}
 
@@ -216,7 +231,11 @@ func TestKeywordSearchExact(t *testing.T) {
 	if full := checkBlocks(t, s); full < 6 {
 		t.Fatalf("%d full blocks: too few to test skipping", full)
 	}
+	multiRound = 0
 	check("blocks only")
+	if multiRound < 10 {
+		t.Fatalf("%d queries took more than one round trip at one block per round: the multi-round path is not tested", multiRound)
+	}
 	ingest(200)
 	check("blocks and tail")
 
