@@ -3,6 +3,7 @@ package opensearch
 import (
 	"context"
 	"errors"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -251,5 +252,45 @@ func TestVectorSearch(t *testing.T) {
 	got, err = c.VectorSearch(ctx, service.VectorQuery{KnowledgeBaseIDs: []service.ID{1}, Space: other, Vector: []float32{1, 0}, Limit: 5})
 	if err != nil || len(got) != 1 || got[0].ChunkID != 5 {
 		t.Fatalf("other space: %+v %v", got, err)
+	}
+}
+
+// TestVectorSearchDefaultCandidates searches one merged segment of random
+// vectors (the hardest case for HNSW: all distances alike) with Limit 1
+// and no EfSearch: the engine must search DefaultEfSearch candidates, as
+// Postgres does, so every vector finds itself. With a candidate list of
+// Limit, the Lucene graph walk misses some.
+func TestVectorSearchDefaultCandidates(t *testing.T) {
+	c := client(t, Config{Vectors: true})
+	ctx := context.Background()
+	const space, n, dim = "00000000000000aa", 2000, 48
+	rng := rand.New(rand.NewPCG(7, 7))
+	docs := make([]service.SearchDoc, n)
+	for i := range docs {
+		d := doc(int64(i+1), int64(i+1), 1, 1, "t")
+		d.Space, d.Vector = space, make([]float32, dim)
+		for j := range d.Vector {
+			d.Vector[j] = float32(rng.NormFloat64())
+		}
+		docs[i] = d
+	}
+	if err := c.Index(ctx, docs); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.do(ctx, http.MethodPost, "/"+c.Alias()+"/_forcemerge?max_num_segments=1", nil, nil); err != nil {
+		t.Fatal(err)
+	}
+	var missed []int
+	for i, d := range docs[:300] {
+		got, err := c.VectorSearch(ctx, service.VectorQuery{KnowledgeBaseIDs: []service.ID{1}, Space: space, Vector: d.Vector, Limit: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(got) != 1 || got[0].ChunkID != d.ChunkID {
+			missed = append(missed, i)
+		}
+	}
+	if len(missed) > 0 {
+		t.Fatalf("%d of 300 vectors do not find themselves first: %v", len(missed), missed)
 	}
 }

@@ -66,7 +66,7 @@ func (c *Client) VectorSearch(ctx context.Context, q service.VectorQuery) ([]ser
 		"track_total_hits": false,
 		"query": map[string]any{"knn": map[string]any{vectorField(q.Space): map[string]any{
 			"vector": q.Vector,
-			"k":      max(q.Limit, q.EfSearch),
+			"k":      q.Candidates(),
 			"filter": map[string]any{"terms": map[string]any{fieldKB: q.KnowledgeBaseIDs}},
 		}}},
 	}

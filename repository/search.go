@@ -37,11 +37,7 @@ func (s *Store) VectorSearch(ctx context.Context, q service.VectorQuery) ([]serv
 	if len(q.Vector) == 0 || len(q.KnowledgeBaseIDs) == 0 {
 		return nil, nil
 	}
-	ef := q.EfSearch
-	if ef <= 0 {
-		ef = 100
-	}
-	ef = max(ef, q.Limit)
+	ef := q.Candidates()
 	dim := strconv.Itoa(len(q.Vector))
 	// The dimension is an integer we format ourselves; the expression must
 	// match the partial index's exactly for the planner to use it.

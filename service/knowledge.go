@@ -149,5 +149,19 @@ type VectorQuery struct {
 	Space            string // EmbeddingSpace.Key of Vector: only chunks of that space match
 	Vector           []float32
 	Limit            int
-	EfSearch         int // HNSW candidate list; default 100
+	EfSearch         int // HNSW candidate list; 0 means DefaultEfSearch
+}
+
+// DefaultEfSearch is the HNSW candidate list of a VectorQuery that sets
+// none: both backends search this wide, so they rank alike.
+const DefaultEfSearch = 100
+
+// Candidates is the HNSW candidate list q searches with: EfSearch or its
+// default, and never fewer than Limit.
+func (q VectorQuery) Candidates() int {
+	ef := q.EfSearch
+	if ef <= 0 {
+		ef = DefaultEfSearch
+	}
+	return max(ef, q.Limit)
 }
