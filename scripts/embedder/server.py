@@ -160,6 +160,17 @@ class Handler(BaseHTTPRequestHandler):
                          "usage": {"prompt_tokens": total, "total_tokens": total}})
 
 
+class Server(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def handle_error(self, request, client_address):
+        # A client that drops a kept-alive connection (a test ending, a
+        # timeout) is routine, not a traceback for the log.
+        if isinstance(sys.exc_info()[1], ConnectionError):
+            return
+        super().handle_error(request, client_address)
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(prog="server.py", description=__doc__.split("\n\n")[0])
     ap.add_argument("--model-dir", required=True, help="where build.py wrote the model")
@@ -180,7 +191,7 @@ def main(argv=None):
     Handler.default_query = a.default_type == "query"
     Handler.max_body = a.max_body_bytes
     Handler.max_inputs = a.max_inputs
-    httpd = ThreadingHTTPServer((a.host, a.port), Handler)
+    httpd = Server((a.host, a.port), Handler)
     print("embedder: %s on http://%s:%d (onnxruntime, %d threads, default %s)" % (
         a.model_name, a.host, a.port, a.threads, a.default_type), flush=True)
     httpd.serve_forever()
