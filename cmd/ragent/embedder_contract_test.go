@@ -83,7 +83,7 @@ func TestLocalEmbedderContract(t *testing.T) {
 		}
 	}
 
-	// Bounds: a body over 8 MiB is refused unread (413), more than 2048
+	// Bounds: a body over 8 MiB is refused before parsing (413), more than 2048
 	// texts with 400; both as OpenAI-style errors.
 	huge, _ := json.Marshal(map[string]any{"model": testenv.EmbedderModel, "input": strings.Repeat("a", 9<<20)})
 	many, _ := json.Marshal(map[string]any{"model": testenv.EmbedderModel, "input": make([]string, 2049)})
@@ -118,6 +118,7 @@ func postEmbeddings(t *testing.T, base string, body []byte) (int, string) {
 	return resp.StatusCode, e.Error.Message
 }
 
+// cosine of two unit vectors: their dot product.
 func cosine(a, b []float32) float64 {
 	var dot float64
 	for i := range a {
