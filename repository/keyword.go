@@ -1,10 +1,12 @@
 package repository
 
 import (
+	"cmp"
 	"container/heap"
 	"context"
 	"database/sql/driver"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"math"
 	"slices"
@@ -112,7 +114,7 @@ func keywordSearch(ctx context.Context, pc *pgx.Conn, q service.KeywordQuery, po
 		br.Close()
 		return nil, err
 	}
-	ks, err := startKeywordSearch(rows, q)
+	ks, err := startKeywordSearch(rows, q, policy)
 	rows.Close()
 	if cerr := br.Close(); err == nil {
 		err = cerr
@@ -145,9 +147,9 @@ type kwSearch struct {
 	m       bm25
 	weights []float64 // per query term: count × idf
 	terms   map[string]int
-	blocks  map[int64][]*kwBlock // by knowledge base
-	dead    map[deadKey]bool     // removed chunks' postings still in blocks
-	docs    *idTable             // chunk id → index in ids, kbOf and scores
+	blocks  map[int64][][]*kwBlock // by knowledge base, then term: each term's blocks in id order
+	dead    map[deadKey]bool       // removed chunks' postings still in blocks
+	docs    *idTable               // chunk id → index in ids, kbOf and scores
 	ids     []int64
 	kbOf    []int64
 	scores  []float64 // the sum of the term scores known so far
@@ -162,10 +164,16 @@ type kwBlock struct {
 	head    blockHead
 	ub      float64
 	fetched bool
+	// pruned: no chunk of the block can reach θ any more. θ only rises and
+	// a chunk's bound (known scores plus unfetched bounds) only falls, so
+	// a block found in no live segment is never needed again, and later
+	// rounds leave it out of their segments.
+	pruned bool
+	liveIn int // the last round (from 1) that found it in a live segment
 }
 
-func startKeywordSearch(rows pgx.Rows, q service.KeywordQuery) (*kwSearch, error) {
-	ks := &kwSearch{q: q, terms: make(map[string]int, len(q.Terms)), blocks: map[int64][]*kwBlock{},
+func startKeywordSearch(rows pgx.Rows, q service.KeywordQuery, policy fetchPolicy) (*kwSearch, error) {
+	ks := &kwSearch{q: q, terms: make(map[string]int, len(q.Terms)), blocks: map[int64][][]*kwBlock{},
 		dead: map[deadKey]bool{}, final: newTopK(q.Limit)}
 	for i, t := range q.Terms {
 		ks.terms[t] = i
@@ -194,9 +202,16 @@ func startKeywordSearch(rows pgx.Rows, q service.KeywordQuery) (*kwSearch, error
 			if err != nil {
 				return nil, err
 			}
-			for _, h := range heads {
+			byTerm := ks.blocks[kb]
+			if byTerm == nil {
+				byTerm = make([][]*kwBlock, len(q.Terms))
+				ks.blocks[kb] = byTerm
+			}
+			bs := make([]kwBlock, len(heads))
+			for i, h := range heads {
 				df[ti] += float64(h.n)
-				ks.blocks[kb] = append(ks.blocks[kb], &kwBlock{kb: kb, term: ti, head: h})
+				bs[i] = kwBlock{kb: kb, term: ti, head: h}
+				byTerm[ti] = append(byTerm[ti], &bs[i])
 			}
 		case 1:
 			df[ti]++
@@ -221,14 +236,22 @@ func startKeywordSearch(rows pgx.Rows, q service.KeywordQuery) (*kwSearch, error
 		}
 		ks.weights[i] = count * ks.m.idf(n, df[i])
 	}
-	// Sized for the tail and a first round of fetches, to spare rehashing.
-	ks.useScratch(len(tail) + 64*blockSize)
+	// Sized for the tail and a first round of fetches, to spare rehashing
+	// (the tests' one-block rounds make it grow, and forget, every round).
+	ks.useScratch(len(tail) + policy.budget(0)*blockSize)
 	for i, p := range tail {
 		ks.add(tailKB[i], int(tailTerm[i]), p, false)
 	}
-	for _, bs := range ks.blocks {
-		for _, b := range bs {
-			b.ub = ks.m.bound(ks.weights[b.term], b.head.impacts)
+	for _, byTerm := range ks.blocks {
+		for _, bs := range byTerm {
+			// segments sweeps each term's blocks in id order; the start
+			// query sends them so, but an unsorted list would lose bounds.
+			if !slices.IsSortedFunc(bs, func(a, b *kwBlock) int { return cmp.Compare(a.head.first, b.head.first) }) {
+				return nil, errors.New("keyword search: a term's block heads are out of order")
+			}
+			for _, b := range bs {
+				b.ub = ks.m.bound(ks.weights[b.term], b.head.impacts)
+			}
 		}
 	}
 	return ks, nil
@@ -264,6 +287,7 @@ func (ks *kwSearch) fetch(ctx context.Context, pc *pgx.Conn, want []*kwBlock) (i
 	}
 	// Room for every posting to be a new chunk, so nothing grows while
 	// they are scored.
+	ks.forgetFinal(incoming)
 	ks.docs.reserve(incoming)
 	ks.ids, ks.kbOf = slices.Grow(ks.ids, incoming), slices.Grow(ks.kbOf, incoming)
 	ks.scores, ks.pending = slices.Grow(ks.scores, incoming), slices.Grow(ks.pending, incoming)
@@ -302,6 +326,27 @@ func (ks *kwSearch) fetch(ctx context.Context, pc *pgx.Conn, want []*kwBlock) (i
 	return decoded, rows.Err()
 }
 
+// forgetFinal drops the chunks whose scores are final (offered to the top
+// k already, never met again: no unfetched block covers them) from the
+// per-chunk state, when the id table would otherwise have to grow to take
+// incoming more: the table then holds only the chunks still in play, and
+// stays small enough to stay in cache when most of what a query has seen is
+// final.
+func (ks *kwSearch) forgetFinal(incoming int) {
+	if !ks.docs.mustGrow(incoming) || 2*len(ks.pending) > len(ks.ids) {
+		return
+	}
+	ks.docs.alloc(len(ks.pending) + incoming)
+	// pending is in index order, so each chunk moves down or stays.
+	for j, d := range ks.pending {
+		ks.ids[j], ks.kbOf[j], ks.scores[j] = ks.ids[d], ks.kbOf[d], ks.scores[d]
+		ks.pending[j] = int32(j)
+		ks.docs.index(ks.ids[j], int32(j))
+	}
+	n := len(ks.pending)
+	ks.ids, ks.kbOf, ks.scores = ks.ids[:n], ks.kbOf[:n], ks.scores[:n]
+}
+
 type blockKey struct {
 	kb   int64
 	term int
@@ -324,12 +369,9 @@ type segment struct {
 // last segment taken straddles the budget). None means the top k is exact.
 func (ks *kwSearch) neededBlocks(policy fetchPolicy, round int) []*kwBlock {
 	budget := policy.budget(round)
-	var segs []*segment
-	byKB := make(map[int64][]*segment, len(ks.blocks))
-	for kb, bs := range ks.blocks {
-		kbSegs := segments(bs)
-		byKB[kb] = kbSegs
-		segs = append(segs, kbSegs...)
+	byKB := make(map[int64][]segment, len(ks.blocks))
+	for kb, byTerm := range ks.blocks {
+		byKB[kb] = segments(byTerm)
 	}
 	// A chunk outside every segment has no unfetched block left that could
 	// add to it: its score is final, and it leaves the pending list for
@@ -347,23 +389,35 @@ func (ks *kwSearch) neededBlocks(policy fetchPolicy, round int) []*kwBlock {
 	}
 	ks.pending = kept
 	th := ks.final.threshold()
-	var live []*segment
-	for _, sg := range segs {
-		if (sg.ub+sg.maxKnown)*(1+boundSlack) >= th {
-			live = append(live, sg)
+	var live segmentHeap
+	for _, kbSegs := range byKB {
+		for i := range kbSegs {
+			if sg := &kbSegs[i]; (sg.ub+sg.maxKnown)*(1+boundSlack) >= th {
+				live = append(live, sg)
+				for _, b := range sg.blocks {
+					b.liveIn = round + 1
+				}
+			}
 		}
 	}
-	sort.Slice(live, func(i, j int) bool { return live[i].ub+live[i].maxKnown > live[j].ub+live[j].maxKnown })
+	for _, byTerm := range ks.blocks {
+		for _, bs := range byTerm {
+			for _, b := range bs {
+				b.pruned = b.pruned || b.liveIn != round+1
+			}
+		}
+	}
+	// Highest bound first; only as many segments as the budget takes are
+	// ever ordered, out of tens of thousands at a million chunks.
+	heap.Init(&live)
 	var want []*kwBlock
 	seen := map[*kwBlock]bool{}
-	for _, sg := range live {
-		if len(want) >= budget {
-			break
-		}
+	for len(live) > 0 && len(want) < budget {
+		sg := heap.Pop(&live).(*segment)
 		if policy.essentialOnly {
 			// Highest bound first: a term whose block bounds it high is
 			// the likeliest to lift a chunk over θ.
-			sort.Slice(sg.blocks, func(i, j int) bool { return sg.blocks[i].ub > sg.blocks[j].ub })
+			slices.SortFunc(sg.blocks, func(a, b *kwBlock) int { return cmp.Compare(b.ub, a.ub) })
 		}
 		rest := sg.ub
 		for _, b := range sg.blocks {
@@ -384,49 +438,80 @@ func (ks *kwSearch) neededBlocks(policy fetchPolicy, round int) []*kwBlock {
 	return want
 }
 
+// segmentHeap orders segments by the most a chunk in them can score,
+// highest first.
+type segmentHeap []*segment
+
+func (h segmentHeap) Len() int { return len(h) }
+func (h segmentHeap) Less(i, j int) bool {
+	return h[i].ub+h[i].maxKnown > h[j].ub+h[j].maxKnown
+}
+func (h segmentHeap) Swap(i, j int) { h[i], h[j] = h[j], h[i] }
+func (h *segmentHeap) Push(x any)   { *h = append(*h, x.(*segment)) }
+func (h *segmentHeap) Pop() any {
+	old := *h
+	x := old[len(old)-1]
+	*h = old[:len(old)-1]
+	return x
+}
+
 // segments splits the id ranges of a knowledge base's unfetched blocks into
-// segments, in id order.
-func segments(bs []*kwBlock) []*segment {
-	type event struct {
-		at  int64
-		add bool
-		b   *kwBlock
-	}
-	var evs []event
-	for _, b := range bs {
-		if !b.fetched {
-			evs = append(evs, event{b.head.first, true, b}, event{b.head.last + 1, false, b})
+// segments, in id order. byTerm holds each term's blocks in id order, and a
+// term's blocks never overlap, so one sweep over the terms' lists finds
+// every boundary: the work is the number of blocks times the number of
+// terms, with no sorting, and a segment holds at most one block per term.
+func segments(byTerm [][]*kwBlock) []segment {
+	next := make([]int, len(byTerm)) // per term: its first unfetched block not passed yet
+	skip := func(t int, at int64) {
+		bs := byTerm[t]
+		for next[t] < len(bs) && (bs[next[t]].fetched || bs[next[t]].pruned || bs[next[t]].head.last < at) {
+			next[t]++
 		}
 	}
-	sort.Slice(evs, func(i, j int) bool { return evs[i].at < evs[j].at })
-	var (
-		out    []*segment
-		active []*kwBlock
-	)
-	for i := 0; i < len(evs); {
-		at := evs[i].at
-		for ; i < len(evs) && evs[i].at == at; i++ {
-			if evs[i].add {
-				active = append(active, evs[i].b)
+	n := 0
+	for t, bs := range byTerm {
+		skip(t, math.MinInt64)
+		n += len(bs)
+	}
+	// A block starts one segment and ends another at most: 2n of them.
+	out := make([]segment, 0, 2*n)
+	backing := make([]*kwBlock, 0, 2*n) // the segments' block lists, end to end
+	at := int64(math.MinInt64)
+	for {
+		// The next boundary: the end of an active block, or the start of
+		// a term's next block.
+		end, active, more := int64(math.MaxInt64), false, false
+		for t, bs := range byTerm {
+			if next[t] == len(bs) {
 				continue
 			}
-			for j, b := range active {
-				if b == evs[i].b {
-					active = append(active[:j], active[j+1:]...)
-					break
-				}
+			more = true
+			if b := bs[next[t]]; b.head.first <= at {
+				active, end = true, min(end, b.head.last+1)
+			} else {
+				end = min(end, b.head.first)
 			}
 		}
-		if len(active) == 0 || i == len(evs) {
-			continue
+		if !more {
+			return out
 		}
-		sg := &segment{lo: at, hi: evs[i].at - 1, blocks: append([]*kwBlock(nil), active...)}
-		for _, b := range active {
-			sg.ub += b.ub
+		if active {
+			from := len(backing)
+			sg := segment{lo: at, hi: end - 1}
+			for t, bs := range byTerm {
+				if next[t] < len(bs) && bs[next[t]].head.first <= at {
+					backing = append(backing, bs[next[t]])
+					sg.ub += bs[next[t]].ub
+				}
+			}
+			sg.blocks = backing[from:len(backing):len(backing)]
+			out = append(out, sg)
 		}
-		out = append(out, sg)
+		at = end
+		for t := range byTerm {
+			skip(t, at)
+		}
 	}
-	return out
 }
 
 // results returns the top k with their rows. It runs after neededBlocks

@@ -16,6 +16,10 @@ type idTable struct {
 	slots []idSlot
 	shift uint // 64 - log2(len(slots))
 	n     int
+	// spare is the array slots last grew out of, reused by the next
+	// growth: tables grow round after round, and a fresh array of
+	// megabytes costs its page faults on every query.
+	spare []idSlot
 }
 
 type idSlot struct {
@@ -56,13 +60,16 @@ func (t *idTable) index(id int64, next int32) (i int32, added bool) {
 	}
 }
 
+// mustGrow reports whether more new ids would make t grow.
+func (t *idTable) mustGrow(more int) bool { return 2*(t.n+more) > len(t.slots) }
+
 // reserve makes room for more new ids without growing in between.
 func (t *idTable) reserve(more int) {
-	if 2*(t.n+more) <= len(t.slots) {
+	if !t.mustGrow(more) {
 		return
 	}
 	old, n := t.slots, t.n
-	t.slots = nil // a new array: old is read below
+	t.slots, t.spare = t.spare, old // not old's array: it is read below
 	t.alloc(n + more)
 	mask := uint64(len(t.slots) - 1)
 	for _, s := range old {
@@ -90,7 +97,7 @@ type kwScratch struct {
 
 var kwScratchPool = sync.Pool{New: func() any { return new(kwScratch) }}
 
-// maxPooledIDs bounds what an idle pooled scratch holds (16 MiB of table):
+// maxPooledIDs bounds what an idle pooled scratch holds (16 MiB of tables):
 // one query over a huge term list should not pin its memory for good.
 const maxPooledIDs = 1 << 20
 
@@ -106,7 +113,7 @@ func (ks *kwSearch) useScratch(ids int) {
 // release returns ks's scratch to the pool; ks must not be used after.
 func (ks *kwSearch) release() {
 	sc := ks.scratch
-	if sc == nil || len(sc.docs.slots) > maxPooledIDs {
+	if sc == nil || cap(sc.docs.slots)+cap(sc.docs.spare) > maxPooledIDs {
 		return
 	}
 	sc.ids, sc.kbOf, sc.scores, sc.pending = ks.ids[:0], ks.kbOf[:0], ks.scores[:0], ks.pending[:0]

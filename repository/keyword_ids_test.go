@@ -37,9 +37,17 @@ func TestIDTable(t *testing.T) {
 	if len(tab.slots) != 32 || tab.n != 0 {
 		t.Fatalf("reused table: %d slots, %d ids; want 32 and 0", len(tab.slots), tab.n)
 	}
-	for i, id := range ids[:100] {
+	// It grows again through the arrays it grew through before (the
+	// spare and the current one, in turn): nothing of the first query
+	// may show through.
+	for i, id := range ids {
 		if got, added := tab.index(id, int32(i)); got != int32(i) || !added {
 			t.Fatalf("reused table: id %d has index %d (added %v), want %d", id, got, added, i)
+		}
+	}
+	for i, id := range ids {
+		if got, added := tab.index(id, -1); got != int32(i) || added {
+			t.Fatalf("reused table, second pass: id %d has index %d (added %v), want %d", id, got, added, i)
 		}
 	}
 }
