@@ -149,12 +149,14 @@ type kwSearch struct {
 	terms   map[string]int
 	blocks  map[int64][][]*kwBlock // by knowledge base, then term: each term's blocks in id order
 	dead    map[deadKey]bool       // removed chunks' postings still in blocks
-	docs    *idTable               // chunk id → index in ids, kbOf and scores
-	ids     []int64
-	kbOf    []int64
-	scores  []float64 // the sum of the term scores known so far
-	pending []int32   // chunks that unfetched blocks may still add to
-	final   *topK     // the top k of the chunks whose scores are final
+	// cands are the chunks that unfetched blocks may still add to, in
+	// (kb, id) order, with the sum of the term scores known so far. Each
+	// round's postings arrive as sorted runs (a term's blocks are id
+	// ranges that never overlap) and are merged in: every pass is
+	// sequential, where a hash table keyed by chunk id missed the cache on
+	// nearly every posting of a large query.
+	cands   []cand
+	final   *topK // the top k of the chunks whose scores are final
 	scratch *kwScratch
 }
 
@@ -236,12 +238,14 @@ func startKeywordSearch(rows pgx.Rows, q service.KeywordQuery, policy fetchPolic
 		}
 		ks.weights[i] = count * ks.m.idf(n, df[i])
 	}
-	// Sized for the tail and a first round of fetches, to spare rehashing
-	// (the tests' one-block rounds make it grow, and forget, every round).
-	ks.useScratch(len(tail) + policy.budget(0)*blockSize)
+	ks.useScratch()
+	inc := ks.scratch.inc[:0]
 	for i, p := range tail {
-		ks.add(tailKB[i], int(tailTerm[i]), p, false)
+		inc = append(inc, cand{kb: tailKB[i], id: p.id, score: ks.m.termScore(ks.weights[tailTerm[i]], p.tf, p.dl)})
 	}
+	slices.SortFunc(inc, compareCands)
+	ks.scratch.inc = inc
+	ks.merge([][]cand{inc})
 	for _, byTerm := range ks.blocks {
 		for _, bs := range byTerm {
 			// segments sweeps each term's blocks in id order; the start
@@ -262,20 +266,6 @@ type deadKey struct {
 	id   int64
 }
 
-// add records a posting's exact term score, unless it is a removed chunk's
-// posting left in a block.
-func (ks *kwSearch) add(kb int64, term int, p posting, inBlock bool) {
-	if inBlock && ks.dead[deadKey{term, p.id}] {
-		return
-	}
-	i, added := ks.docs.index(p.id, int32(len(ks.ids)))
-	if added {
-		ks.ids, ks.kbOf, ks.scores = append(ks.ids, p.id), append(ks.kbOf, kb), append(ks.scores, 0)
-		ks.pending = append(ks.pending, i)
-	}
-	ks.scores[i] += ks.m.termScore(ks.weights[term], p.tf, p.dl)
-}
-
 // fetch reads want's payloads and scores their postings; it returns the
 // number of postings decoded.
 func (ks *kwSearch) fetch(ctx context.Context, pc *pgx.Conn, want []*kwBlock) (int, error) {
@@ -285,12 +275,15 @@ func (ks *kwSearch) fetch(ctx context.Context, pc *pgx.Conn, want []*kwBlock) (i
 		kbs[i], terms[i], lasts[i] = b.kb, ks.q.Terms[b.term], b.head.last
 		incoming += b.head.n
 	}
-	// Room for every posting to be a new chunk, so nothing grows while
-	// they are scored.
-	ks.forgetFinal(incoming)
-	ks.docs.reserve(incoming)
-	ks.ids, ks.kbOf = slices.Grow(ks.ids, incoming), slices.Grow(ks.kbOf, incoming)
-	ks.scores, ks.pending = slices.Grow(ks.scores, incoming), slices.Grow(ks.pending, incoming)
+	// The postings as they arrive, block after block in any order, then
+	// grouped into one sorted run per knowledge base and term.
+	inc := slices.Grow(ks.scratch.inc[:0], incoming)
+	type extent struct {
+		kb      int64
+		term    int
+		from, n int
+	}
+	extents := make([]extent, 0, len(want))
 	rows, err := pc.Query(ctx, keywordBlocksSQL, kbs, terms, lasts)
 	if err != nil {
 		return 0, err
@@ -311,40 +304,48 @@ func (ks *kwSearch) fetch(ctx context.Context, pc *pgx.Conn, want []*kwBlock) (i
 		}
 		decoded += len(payload) / postingBytes
 		ti := ks.terms[term]
+		w, from := ks.weights[ti], len(inc)
 		for b := payload; len(b) > 0; b = b[postingBytes:] {
-			ks.add(kb, ti, posting{
-				id: int64(binary.BigEndian.Uint64(b)),
-				tf: int32(binary.BigEndian.Uint32(b[8:])),
-				dl: int32(binary.BigEndian.Uint32(b[12:])),
-			}, true)
+			id := int64(binary.BigEndian.Uint64(b))
+			if len(ks.dead) > 0 && ks.dead[deadKey{ti, id}] {
+				continue // a removed chunk's posting, left in the block
+			}
+			inc = append(inc, cand{kb: kb, id: id,
+				score: ks.m.termScore(w, int32(binary.BigEndian.Uint32(b[8:])), int32(binary.BigEndian.Uint32(b[12:])))})
 		}
+		if len(inc) > from {
+			extents = append(extents, extent{kb: kb, term: ti, from: from, n: len(inc) - from})
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return 0, err
 	}
 	// Marked even if a row were missing, so the search always progresses.
 	for _, b := range want {
 		b.fetched = true
 	}
-	return decoded, rows.Err()
-}
-
-// forgetFinal drops the chunks whose scores are final (offered to the top
-// k already, never met again: no unfetched block covers them) from the
-// per-chunk state, when the id table would otherwise have to grow to take
-// incoming more: the table then holds only the chunks still in play, and
-// stays small enough to stay in cache when most of what a query has seen is
-// final.
-func (ks *kwSearch) forgetFinal(incoming int) {
-	if !ks.docs.mustGrow(incoming) || 2*len(ks.pending) > len(ks.ids) {
-		return
+	slices.SortFunc(extents, func(a, b extent) int {
+		if c := cmp.Compare(a.kb, b.kb); c != 0 {
+			return c
+		}
+		if c := cmp.Compare(a.term, b.term); c != 0 {
+			return c
+		}
+		return cmp.Compare(inc[a.from].id, inc[b.from].id)
+	})
+	sorted := slices.Grow(ks.scratch.sorted[:0], len(inc))
+	var runs [][]cand
+	runFrom := 0
+	for i, e := range extents {
+		sorted = append(sorted, inc[e.from:e.from+e.n]...)
+		if i+1 == len(extents) || extents[i+1].kb != e.kb || extents[i+1].term != e.term {
+			runs = append(runs, sorted[runFrom:])
+			runFrom = len(sorted)
+		}
 	}
-	ks.docs.alloc(len(ks.pending) + incoming)
-	// pending is in index order, so each chunk moves down or stays.
-	for j, d := range ks.pending {
-		ks.ids[j], ks.kbOf[j], ks.scores[j] = ks.ids[d], ks.kbOf[d], ks.scores[d]
-		ks.pending[j] = int32(j)
-		ks.docs.index(ks.ids[j], int32(j))
-	}
-	n := len(ks.pending)
-	ks.ids, ks.kbOf, ks.scores = ks.ids[:n], ks.kbOf[:n], ks.scores[:n]
+	ks.scratch.inc, ks.scratch.sorted = inc, sorted
+	ks.merge(runs)
+	return decoded, nil
 }
 
 type blockKey struct {
@@ -376,18 +377,29 @@ func (ks *kwSearch) neededBlocks(policy fetchPolicy, round int) []*kwBlock {
 	// A chunk outside every segment has no unfetched block left that could
 	// add to it: its score is final, and it leaves the pending list for
 	// good, so each round revisits only the chunks still in play.
-	kept := ks.pending[:0]
-	for _, d := range ks.pending {
-		kbSegs, id := byKB[ks.kbOf[d]], ks.ids[d]
-		i := sort.Search(len(kbSegs), func(i int) bool { return kbSegs[i].hi >= id })
-		if i < len(kbSegs) && kbSegs[i].lo <= id {
-			kbSegs[i].maxKnown = max(kbSegs[i].maxKnown, ks.scores[d])
-			kept = append(kept, d)
+	// cands and each knowledge base's segments are both in id order: one
+	// walk over both.
+	kept := ks.cands[:0]
+	var (
+		kbSegs []segment
+		si     int
+		kb     int64
+	)
+	for i, c := range ks.cands {
+		if i == 0 || c.kb != kb {
+			kb, kbSegs, si = c.kb, byKB[c.kb], 0
+		}
+		for si < len(kbSegs) && kbSegs[si].hi < c.id {
+			si++
+		}
+		if si < len(kbSegs) && kbSegs[si].lo <= c.id {
+			kbSegs[si].maxKnown = max(kbSegs[si].maxKnown, c.score)
+			kept = append(kept, c)
 			continue
 		}
-		ks.final.offer(ks.scores[d], id)
+		ks.final.offer(c.score, c.id)
 	}
-	ks.pending = kept
+	ks.cands = kept
 	th := ks.final.threshold()
 	var live segmentHeap
 	for _, kbSegs := range byKB {
