@@ -375,10 +375,9 @@ func (ks *kwSearch) neededBlocks(policy fetchPolicy, round int) []*kwBlock {
 		byKB[kb] = segments(byTerm)
 	}
 	// A chunk outside every segment has no unfetched block left that could
-	// add to it: its score is final, and it leaves the pending list for
-	// good, so each round revisits only the chunks still in play.
-	// cands and each knowledge base's segments are both in id order: one
-	// walk over both.
+	// add to it: its score is final, and it leaves cands for good, so each
+	// round revisits only the chunks still in play. cands and each
+	// knowledge base's segments are both in id order: one walk over both.
 	kept := ks.cands[:0]
 	var (
 		kbSegs []segment
