@@ -114,7 +114,7 @@ func keywordSearch(ctx context.Context, pc *pgx.Conn, q service.KeywordQuery, po
 		br.Close()
 		return nil, err
 	}
-	ks, err := startKeywordSearch(rows, q, policy)
+	ks, err := startKeywordSearch(rows, q)
 	rows.Close()
 	if cerr := br.Close(); err == nil {
 		err = cerr
@@ -166,15 +166,19 @@ type kwBlock struct {
 	head    blockHead
 	ub      float64
 	fetched bool
-	// pruned: no chunk of the block can reach θ any more. θ only rises and
-	// a chunk's bound (known scores plus unfetched bounds) only falls, so
-	// a block found in no live segment is never needed again, and later
-	// rounds leave it out of their segments.
-	pruned bool
-	liveIn int // the last round (from 1) that found it in a live segment
+	// liveIn is the last round (from 1) that found the block in a live
+	// segment. θ only rises and a chunk's bound (known scores plus
+	// unfetched bounds) only falls, so a block the previous round found in
+	// no live segment is never needed again: later rounds leave it out of
+	// their segments (pruned).
+	liveIn int
 }
 
-func startKeywordSearch(rows pgx.Rows, q service.KeywordQuery, policy fetchPolicy) (*kwSearch, error) {
+// pruned reports whether b is out of play in round: fetched, or left in no
+// live segment by the round before.
+func (b *kwBlock) pruned(round int) bool { return b.fetched || round > 0 && b.liveIn != round }
+
+func startKeywordSearch(rows pgx.Rows, q service.KeywordQuery) (*kwSearch, error) {
 	ks := &kwSearch{q: q, terms: make(map[string]int, len(q.Terms)), blocks: map[int64][][]*kwBlock{},
 		dead: map[deadKey]bool{}, final: newTopK(q.Limit)}
 	for i, t := range q.Terms {
@@ -372,7 +376,7 @@ func (ks *kwSearch) neededBlocks(policy fetchPolicy, round int) []*kwBlock {
 	budget := policy.budget(round)
 	byKB := make(map[int64][]segment, len(ks.blocks))
 	for kb, byTerm := range ks.blocks {
-		byKB[kb] = segments(byTerm)
+		byKB[kb] = segments(byTerm, round)
 	}
 	// A chunk outside every segment has no unfetched block left that could
 	// add to it: its score is final, and it leaves cands for good, so each
@@ -408,13 +412,6 @@ func (ks *kwSearch) neededBlocks(policy fetchPolicy, round int) []*kwBlock {
 				for _, b := range sg.blocks {
 					b.liveIn = round + 1
 				}
-			}
-		}
-	}
-	for _, byTerm := range ks.blocks {
-		for _, bs := range byTerm {
-			for _, b := range bs {
-				b.pruned = b.pruned || b.liveIn != round+1
 			}
 		}
 	}
@@ -466,23 +463,28 @@ func (h *segmentHeap) Pop() any {
 	return x
 }
 
-// segments splits the id ranges of a knowledge base's unfetched blocks into
-// segments, in id order. byTerm holds each term's blocks in id order, and a
-// term's blocks never overlap, so one sweep over the terms' lists finds
-// every boundary: the work is the number of blocks times the number of
-// terms, with no sorting, and a segment holds at most one block per term.
-func segments(byTerm [][]*kwBlock) []segment {
-	next := make([]int, len(byTerm)) // per term: its first unfetched block not passed yet
+// segments splits the id ranges of a knowledge base's blocks still in play
+// in round into segments, in id order. byTerm holds each term's blocks in
+// id order, and a term's blocks never overlap, so one sweep over the terms'
+// lists finds every boundary: the work is the number of blocks times the
+// number of terms, with no sorting, and a segment holds at most one block
+// per term.
+func segments(byTerm [][]*kwBlock, round int) []segment {
+	next := make([]int, len(byTerm)) // per term: its first block in play not passed yet
 	skip := func(t int, at int64) {
 		bs := byTerm[t]
-		for next[t] < len(bs) && (bs[next[t]].fetched || bs[next[t]].pruned || bs[next[t]].head.last < at) {
+		for next[t] < len(bs) && (bs[next[t]].pruned(round) || bs[next[t]].head.last < at) {
 			next[t]++
 		}
 	}
 	n := 0
 	for t, bs := range byTerm {
 		skip(t, math.MinInt64)
-		n += len(bs)
+		for _, b := range bs[next[t]:] {
+			if !b.pruned(round) {
+				n++
+			}
+		}
 	}
 	// A block starts one segment and ends another at most: 2n of them.
 	out := make([]segment, 0, 2*n)

@@ -19,8 +19,9 @@ func compareCands(a, b cand) int {
 	return cmp.Compare(a.id, b.id)
 }
 
-// merge adds runs, each sorted by (kb, id) with one term's score per chunk,
-// into ks.cands: a chunk already there gains the scores, a new one joins.
+// merge adds runs, each sorted by (kb, id), into ks.cands: a chunk already
+// there gains the scores, a new one joins, and a chunk met more than once
+// (in several runs, or several times in the tail's run) gets their sum.
 // Runs are few (a knowledge base and term each), so the next entry is found
 // by a scan of their heads.
 func (ks *kwSearch) merge(runs [][]cand) {

@@ -48,7 +48,7 @@ func TestSegmentsMatchAnIDByIDSweep(t *testing.T) {
 				wants = append(wants, want{id, id, cover})
 			}
 		}
-		got := segments(byTerm)
+		got := segments(byTerm, 0)
 		if len(got) != len(wants) {
 			t.Fatalf("trial %d: %d segments, want %d", trial, len(got), len(wants))
 		}

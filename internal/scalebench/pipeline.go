@@ -37,6 +37,7 @@ func Ingest(ctx context.Context, svc eval.Ingester, gen *Generator, kb service.I
 	var (
 		mu       sync.Mutex
 		uploaded = make(map[service.ID]bool, n)
+		oldest   = service.ID(math.MaxInt64)
 	)
 	start := time.Now()
 	err := fanOut(ctx, uploaders, from, from+n, 1, func(ctx context.Context, i int) error {
@@ -46,7 +47,7 @@ func Ingest(ctx context.Context, svc eval.Ingester, gen *Generator, kb service.I
 			return fmt.Errorf("scalebench: upload %s: %w", d.ID, err)
 		}
 		mu.Lock()
-		uploaded[doc.ID] = true
+		uploaded[doc.ID], oldest = true, min(oldest, doc.ID)
 		mu.Unlock()
 		return nil
 	})
@@ -56,7 +57,7 @@ func Ingest(ctx context.Context, svc eval.Ingester, gen *Generator, kb service.I
 	tick := time.NewTicker(250 * time.Millisecond)
 	defer tick.Stop()
 	for {
-		st, err := settled(ctx, svc, kb, uploaded)
+		st, err := settled(ctx, svc, kb, uploaded, oldest)
 		if err != nil {
 			return IngestStats{}, err
 		}
@@ -73,12 +74,9 @@ func Ingest(ctx context.Context, svc eval.Ingester, gen *Generator, kb service.I
 }
 
 // settled counts the documents of ids that are ready (and their chunks) or
-// failed, reading kb's documents newest first only down to the oldest of ids.
-func settled(ctx context.Context, svc eval.Ingester, kb service.ID, ids map[service.ID]bool) (IngestStats, error) {
-	oldest := service.ID(math.MaxInt64)
-	for id := range ids {
-		oldest = min(oldest, id)
-	}
+// failed, reading kb's documents newest first only down to oldest, the
+// smallest of ids.
+func settled(ctx context.Context, svc eval.Ingester, kb service.ID, ids map[service.ID]bool, oldest service.ID) (IngestStats, error) {
 	var st IngestStats
 	var before service.ID
 	for {

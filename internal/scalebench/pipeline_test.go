@@ -3,6 +3,7 @@ package scalebench
 import (
 	"context"
 	"io"
+	"runtime"
 	"slices"
 	"sync"
 	"testing"
@@ -97,6 +98,7 @@ func TestIngestCountsOnlyItsDocumentsAndReadsOnlyThem(t *testing.T) {
 		case <-done:
 			t.Fatalf("Ingest returned before its documents settled: %+v, %v", st, err)
 		default:
+			runtime.Gosched()
 		}
 	}
 	m.settle()
