@@ -78,29 +78,35 @@ func encodeBlock(ps []posting) (head, payload []byte) {
 	return head, payload
 }
 
-// decodeHeads parses concatenated block heads.
+// decodeHeads parses concatenated block heads. A common term has thousands
+// of blocks at a million chunks, so it checks the lengths in a first pass
+// and then fills two arrays: the heads, and every head's impacts end to end.
 func decodeHeads(b []byte) ([]blockHead, error) {
-	var out []blockHead
-	for len(b) > 0 {
-		if len(b) < 24 {
-			return nil, fmt.Errorf("keyword block head: %d trailing bytes", len(b))
+	heads, imps := 0, 0
+	for rest := b; len(rest) > 0; heads++ {
+		if len(rest) < 24 {
+			return nil, fmt.Errorf("keyword block head: %d trailing bytes", len(rest))
 		}
-		h := blockHead{
-			last:  int64(binary.BigEndian.Uint64(b)),
-			first: int64(binary.BigEndian.Uint64(b[8:])),
-			n:     int(binary.BigEndian.Uint32(b[16:])),
+		m := int(binary.BigEndian.Uint32(rest[20:]))
+		if rest = rest[24:]; len(rest) < 8*m {
+			return nil, fmt.Errorf("keyword block head: %d impacts in %d bytes", m, len(rest))
 		}
+		rest, imps = rest[8*m:], imps+m
+	}
+	out, backing := make([]blockHead, heads), make([]impact, imps)
+	for i := range out {
 		m := int(binary.BigEndian.Uint32(b[20:]))
-		b = b[24:]
-		if len(b) < 8*m {
-			return nil, fmt.Errorf("keyword block head: %d impacts in %d bytes", m, len(b))
+		out[i] = blockHead{
+			last:    int64(binary.BigEndian.Uint64(b)),
+			first:   int64(binary.BigEndian.Uint64(b[8:])),
+			n:       int(binary.BigEndian.Uint32(b[16:])),
+			impacts: backing[:m:m],
 		}
-		h.impacts = make([]impact, m)
-		for i := range h.impacts {
-			h.impacts[i] = impact{int32(binary.BigEndian.Uint32(b)), int32(binary.BigEndian.Uint32(b[4:]))}
+		backing, b = backing[m:], b[24:]
+		for j := range out[i].impacts {
+			out[i].impacts[j] = impact{int32(binary.BigEndian.Uint32(b)), int32(binary.BigEndian.Uint32(b[4:]))}
 			b = b[8:]
 		}
-		out = append(out, h)
 	}
 	return out, nil
 }
