@@ -172,6 +172,7 @@ type kwBlock struct {
 	// no live segment is never needed again: later rounds leave it out of
 	// their segments (pruned).
 	liveIn int
+	wantIn int // the last round (from 1) that asked for the block
 }
 
 // pruned reports whether b is out of play in round: fetched, or left in no
@@ -185,10 +186,14 @@ func startKeywordSearch(rows pgx.Rows, q service.KeywordQuery) (*kwSearch, error
 		ks.terms[t] = i
 	}
 	df := make([]float64, len(q.Terms))
+	type tailPosting struct {
+		kb   int64
+		term int
+		posting
+	}
 	var (
-		tail             []posting
-		tailKB, tailTerm []int64
-		n, termTotal     float64
+		tail         []tailPosting
+		n, termTotal float64
 	)
 	for rows.Next() {
 		var (
@@ -221,8 +226,7 @@ func startKeywordSearch(rows pgx.Rows, q service.KeywordQuery) (*kwSearch, error
 			}
 		case 1:
 			df[ti]++
-			tail = append(tail, posting{id: id, tf: int32(a), dl: int32(b)})
-			tailKB, tailTerm = append(tailKB, kb), append(tailTerm, int64(ti))
+			tail = append(tail, tailPosting{kb, ti, posting{id: id, tf: int32(a), dl: int32(b)}})
 		case 2:
 			df[ti]--
 			ks.dead[deadKey{ti, id}] = true
@@ -243,13 +247,21 @@ func startKeywordSearch(rows pgx.Rows, q service.KeywordQuery) (*kwSearch, error
 		ks.weights[i] = count * ks.m.idf(n, df[i])
 	}
 	ks.useScratch()
-	inc := ks.scratch.inc[:0]
+	// The tail as one run per knowledge base and term, as merge takes it.
+	slices.SortFunc(tail, func(a, b tailPosting) int {
+		return cmp.Or(cmp.Compare(a.kb, b.kb), cmp.Compare(a.term, b.term), cmp.Compare(a.id, b.id))
+	})
+	inc := slices.Grow(ks.scratch.inc[:0], len(tail))
+	var runs [][]cand
+	from := 0
 	for i, p := range tail {
-		inc = append(inc, cand{kb: tailKB[i], id: p.id, score: ks.m.termScore(ks.weights[tailTerm[i]], p.tf, p.dl)})
+		inc = append(inc, cand{kb: p.kb, id: p.id, score: ks.m.termScore(ks.weights[p.term], p.tf, p.dl)})
+		if i+1 == len(tail) || tail[i+1].kb != p.kb || tail[i+1].term != p.term {
+			runs, from = append(runs, inc[from:]), len(inc)
+		}
 	}
-	slices.SortFunc(inc, compareCands)
 	ks.scratch.inc = inc
-	ks.merge([][]cand{inc})
+	ks.merge(runs)
 	for _, byTerm := range ks.blocks {
 		for _, bs := range byTerm {
 			// segments sweeps each term's blocks in id order; the start
@@ -382,6 +394,10 @@ func (ks *kwSearch) neededBlocks(policy fetchPolicy, round int) []*kwBlock {
 	// add to it: its score is final, and it leaves cands for good, so each
 	// round revisits only the chunks still in play. cands and each
 	// knowledge base's segments are both in id order: one walk over both.
+	// A chunk that cannot reach θ even with every block left in its
+	// segment leaves too: θ only rises, so it never could (should a later
+	// block bring it back, its partial score falls short all the more).
+	th := ks.final.threshold()
 	kept := ks.cands[:0]
 	var (
 		kbSegs []segment
@@ -396,14 +412,16 @@ func (ks *kwSearch) neededBlocks(policy fetchPolicy, round int) []*kwBlock {
 			si++
 		}
 		if si < len(kbSegs) && kbSegs[si].lo <= c.id {
-			kbSegs[si].maxKnown = max(kbSegs[si].maxKnown, c.score)
-			kept = append(kept, c)
+			if sg := &kbSegs[si]; (c.score+sg.ub)*(1+boundSlack) >= th {
+				sg.maxKnown = max(sg.maxKnown, c.score)
+				kept = append(kept, c)
+			}
 			continue
 		}
 		ks.final.offer(c.score, c.id)
 	}
 	ks.cands = kept
-	th := ks.final.threshold()
+	th = ks.final.threshold()
 	var live segmentHeap
 	for _, kbSegs := range byKB {
 		for i := range kbSegs {
@@ -419,7 +437,6 @@ func (ks *kwSearch) neededBlocks(policy fetchPolicy, round int) []*kwBlock {
 	// ever ordered, out of tens of thousands at a million chunks.
 	heap.Init(&live)
 	var want []*kwBlock
-	seen := map[*kwBlock]bool{}
 	for len(live) > 0 && len(want) < budget {
 		sg := heap.Pop(&live).(*segment)
 		if policy.essentialOnly {
@@ -429,8 +446,8 @@ func (ks *kwSearch) neededBlocks(policy fetchPolicy, round int) []*kwBlock {
 		}
 		rest := sg.ub
 		for _, b := range sg.blocks {
-			if !seen[b] {
-				seen[b] = true
+			if b.wantIn != round+1 {
+				b.wantIn = round + 1
 				want = append(want, b)
 			}
 			rest -= b.ub
@@ -464,26 +481,23 @@ func (h *segmentHeap) Pop() any {
 }
 
 // segments splits the id ranges of a knowledge base's blocks still in play
-// in round into segments, in id order. byTerm holds each term's blocks in
-// id order, and a term's blocks never overlap, so one sweep over the terms'
-// lists finds every boundary: the work is the number of blocks times the
-// number of terms, with no sorting, and a segment holds at most one block
-// per term.
+// in round into segments, in id order, and first drops the blocks out of
+// play from byTerm for good, so each round sweeps only the blocks the
+// previous one left live. byTerm holds each term's blocks in id order, and
+// a term's blocks never overlap, so one sweep over the terms' lists finds
+// every boundary: the work is the number of blocks times the number of
+// terms, with no sorting, and a segment holds at most one block per term.
 func segments(byTerm [][]*kwBlock, round int) []segment {
-	next := make([]int, len(byTerm)) // per term: its first block in play not passed yet
-	skip := func(t int, at int64) {
-		bs := byTerm[t]
-		for next[t] < len(bs) && (bs[next[t]].pruned(round) || bs[next[t]].head.last < at) {
-			next[t]++
-		}
-	}
 	n := 0
 	for t, bs := range byTerm {
-		skip(t, math.MinInt64)
-		for _, b := range bs[next[t]:] {
-			if !b.pruned(round) {
-				n++
-			}
+		byTerm[t] = slices.DeleteFunc(bs, func(b *kwBlock) bool { return b.pruned(round) })
+		n += len(byTerm[t])
+	}
+	next := make([]int, len(byTerm)) // per term: its first block not passed yet
+	skip := func(t int, at int64) {
+		bs := byTerm[t]
+		for next[t] < len(bs) && bs[next[t]].head.last < at {
+			next[t]++
 		}
 	}
 	// A block starts one segment and ends another at most: 2n of them.

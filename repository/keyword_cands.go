@@ -1,9 +1,6 @@
 package repository
 
-import (
-	"cmp"
-	"sync"
-)
+import "sync"
 
 // cand is a chunk in play in a keyword query: the sum of its term scores
 // known so far.
@@ -12,50 +9,86 @@ type cand struct {
 	score  float64
 }
 
-func compareCands(a, b cand) int {
-	if c := cmp.Compare(a.kb, b.kb); c != 0 {
-		return c
-	}
-	return cmp.Compare(a.id, b.id)
-}
+// before orders chunks by (kb, id); it is small enough to inline in merge's
+// loops.
+func before(a, b *cand) bool { return a.kb < b.kb || a.kb == b.kb && a.id < b.id }
 
-// merge adds runs, each sorted by (kb, id), into ks.cands: a chunk already
-// there gains the scores, a new one joins, and a chunk met more than once
-// (in several runs, or several times in the tail's run) gets their sum.
-// Runs are few (a knowledge base and term each), so the next entry is found
-// by a scan of their heads.
+func same(a, b *cand) bool { return a.kb == b.kb && a.id == b.id }
+
+// merge adds runs into ks.cands. Each run is sorted by (kb, id) and holds a
+// chunk at most once (a knowledge base and term each); a chunk already in
+// cands gains the runs' scores for it, a new one joins with their sum.
+// Runs are few, so while several are left the next entry is found by a scan
+// of their heads; the last run left is merged with the old list two-way,
+// and what remains of either is copied whole.
 func (ks *kwSearch) merge(runs [][]cand) {
-	heads := make([][]cand, 0, len(runs)+1)
-	for _, r := range append(runs, ks.cands) {
+	old, n := ks.cands, len(ks.cands)
+	heads := make([][]cand, 0, len(runs))
+	for _, r := range runs {
 		if len(r) > 0 {
-			heads = append(heads, r)
+			heads, n = append(heads, r), n+len(r)
 		}
-	}
-	n := 0
-	for _, h := range heads {
-		n += len(h)
 	}
 	out := ks.scratch.spare[:0]
 	if cap(out) < n {
 		out = make([]cand, 0, n)
 	}
-	for len(heads) > 0 {
+	// Two lists' chunks meet in out's last entry.
+	add := func(c *cand) {
+		if last := len(out) - 1; last >= 0 && same(&out[last], c) {
+			out[last].score += c.score
+		} else {
+			out = append(out, *c)
+		}
+	}
+	for len(heads) > 1 {
 		mi := 0
 		for i := 1; i < len(heads); i++ {
-			if compareCands(heads[i][0], heads[mi][0]) < 0 {
+			if before(&heads[i][0], &heads[mi][0]) {
 				mi = i
 			}
 		}
-		c := heads[mi][0]
-		if last := len(out) - 1; last >= 0 && out[last].kb == c.kb && out[last].id == c.id {
-			out[last].score += c.score
-		} else {
-			out = append(out, c)
+		if len(old) > 0 && before(&old[0], &heads[mi][0]) {
+			add(&old[0])
+			old = old[1:]
+			continue
 		}
+		add(&heads[mi][0])
 		if heads[mi] = heads[mi][1:]; len(heads[mi]) == 0 {
 			heads = append(heads[:mi], heads[mi+1:]...)
 		}
 	}
+	var run []cand
+	if len(heads) == 1 {
+		run = heads[0]
+	}
+	// Everything left comes after out's last entry, except that the first
+	// of run and the first of old may be that very chunk.
+	if last := len(out) - 1; last >= 0 {
+		if len(run) > 0 && same(&run[0], &out[last]) {
+			out[last].score += run[0].score
+			run = run[1:]
+		}
+		if len(old) > 0 && same(&old[0], &out[last]) {
+			out[last].score += old[0].score
+			old = old[1:]
+		}
+	}
+	i, j := 0, 0
+	for i < len(run) && j < len(old) {
+		switch r, o := &run[i], &old[j]; {
+		case before(r, o):
+			out = append(out, *r)
+			i++
+		case before(o, r):
+			out = append(out, *o)
+			j++
+		default:
+			out = append(out, cand{kb: r.kb, id: r.id, score: o.score + r.score})
+			i, j = i+1, j+1
+		}
+	}
+	out = append(append(out, run[i:]...), old[j:]...)
 	// The old list's array is the next merge's output.
 	ks.scratch.spare, ks.cands = ks.cands[:0], out
 }

@@ -1,6 +1,7 @@
 package repository
 
 import (
+	"cmp"
 	"math/rand/v2"
 	"slices"
 	"testing"
@@ -42,4 +43,8 @@ func TestMergeCands(t *testing.T) {
 			}
 		}
 	}
+}
+
+func compareCands(a, b cand) int {
+	return cmp.Or(cmp.Compare(a.kb, b.kb), cmp.Compare(a.id, b.id))
 }
