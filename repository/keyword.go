@@ -6,7 +6,6 @@ import (
 	"context"
 	"database/sql/driver"
 	"encoding/binary"
-	"errors"
 	"fmt"
 	"math"
 	"slices"
@@ -24,10 +23,21 @@ import (
 // concatenated bytea per knowledge base and term), their tail postings,
 // the removed chunks still in their blocks, and the collection statistics.
 // Every key leads with kb_id, so other knowledge bases' rows are never read.
+//
+// The heads come from an index-only scan per knowledge base and term, in
+// the primary key's order, concatenated as they come: a GROUP BY over all
+// the terms, or an ordered aggregate, sorted them instead (thousands of
+// heads for a common word at a million chunks: 6.8 ms against 1.5 ms for
+// three such words). Aggregating a sorted subquery keeps its order in
+// practice but not by guarantee, so startKeywordSearch sorts a term's
+// heads should they ever arrive out of order.
 const keywordStartSQL = `
 WITH kb AS (SELECT id FROM knowledge_bases WHERE id = ANY($1) AND deleted_at IS NULL)
-SELECT 0 AS kind, b.kb_id, b.term, 0::int8 AS id, 0::int8 AS a, 0::int8 AS b, string_agg(b.head, ''::bytea ORDER BY b.last_id) AS data
-	FROM keyword_blocks b WHERE b.kb_id IN (SELECT id FROM kb) AND b.term = ANY($2) GROUP BY b.kb_id, b.term
+SELECT 0 AS kind, kb.id, q.term, 0::int8 AS id, 0::int8 AS a, 0::int8 AS b, h.data
+	FROM kb CROSS JOIN unnest($2::text[]) AS q(term)
+	CROSS JOIN LATERAL (SELECT string_agg(s.head, ''::bytea) AS data FROM
+		(SELECT b.head FROM keyword_blocks b WHERE b.kb_id = kb.id AND b.term = q.term ORDER BY b.last_id) s) h
+	WHERE h.data IS NOT NULL
 UNION ALL
 SELECT 1, t.kb_id, t.term, t.chunk_id, t.tf, t.dl, NULL FROM keyword_tail t
 	WHERE t.kb_id IN (SELECT id FROM kb) AND t.term = ANY($2)
@@ -265,9 +275,11 @@ func startKeywordSearch(rows pgx.Rows, q service.KeywordQuery) (*kwSearch, error
 	for _, byTerm := range ks.blocks {
 		for _, bs := range byTerm {
 			// segments sweeps each term's blocks in id order; the start
-			// query sends them so, but an unsorted list would lose bounds.
-			if !slices.IsSortedFunc(bs, func(a, b *kwBlock) int { return cmp.Compare(a.head.first, b.head.first) }) {
-				return nil, errors.New("keyword search: a term's block heads are out of order")
+			// query sends them so (see keywordStartSQL), and an unsorted
+			// list would lose bounds.
+			byFirst := func(a, b *kwBlock) int { return cmp.Compare(a.head.first, b.head.first) }
+			if !slices.IsSortedFunc(bs, byFirst) {
+				slices.SortFunc(bs, byFirst)
 			}
 			for _, b := range bs {
 				b.ub = ks.m.bound(ks.weights[b.term], b.head.impacts)
