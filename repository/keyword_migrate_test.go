@@ -193,6 +193,7 @@ func TestMigrateKeywordIndexInPlace(t *testing.T) {
 		t.Fatal("no full block: the corpus is too small to test blocking")
 	}
 	checkDocTerms(t, s, ref)
+	checkBlocksInline(t, s, "migrated")
 
 	// The migrated index keeps working: removals of migrated chunks, new
 	// chunks, compaction.
@@ -231,6 +232,25 @@ func TestMigrateKeywordIndexInPlace(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
+	}
+	checkBlocksInline(t, s, "compacted after the migration")
+}
+
+// checkBlocksInline fails unless keyword_blocks keeps every value in its
+// own pages (migration 0012): after a VACUUM, which frees the old row
+// versions' TOAST values and truncates the emptied TOAST table, nothing is
+// left there.
+func checkBlocksInline(t *testing.T, s *Store, when string) {
+	t.Helper()
+	if err := s.db.Exec("VACUUM keyword_blocks").Error; err != nil {
+		t.Fatal(err)
+	}
+	var toast int64
+	if err := s.db.Raw("SELECT pg_relation_size(reltoastrelid) FROM pg_class WHERE oid = 'keyword_blocks'::regclass").Scan(&toast).Error; err != nil {
+		t.Fatal(err)
+	}
+	if toast != 0 {
+		t.Fatalf("%s: keyword_blocks' TOAST table holds %d bytes", when, toast)
 	}
 }
 
