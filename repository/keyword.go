@@ -82,6 +82,7 @@ func (s *Store) keywordSearchWith(ctx context.Context, q service.KeywordQuery, p
 	if len(q.Terms) == 0 || len(q.KnowledgeBaseIDs) == 0 || q.Limit <= 0 {
 		return nil, nil
 	}
+	q = foldTerms(q)
 	sqlDB, err := s.db.DB()
 	if err != nil {
 		return nil, err
@@ -104,6 +105,28 @@ func (s *Store) keywordSearchWith(ctx context.Context, q service.KeywordQuery, p
 		return err
 	})
 	return out, translate(err)
+}
+
+// foldTerms returns q with each term once, its count the sum of its
+// occurrences' (1 each where Counts is short): the search keeps one block
+// list per term, and a term listed twice would give it two that overlap.
+func foldTerms(q service.KeywordQuery) service.KeywordQuery {
+	seen := make(map[string]int, len(q.Terms))
+	terms, counts := make([]string, 0, len(q.Terms)), make([]int, 0, len(q.Terms))
+	for i, t := range q.Terms {
+		c := 1
+		if i < len(q.Counts) {
+			c = q.Counts[i]
+		}
+		if j, ok := seen[t]; ok {
+			counts[j] += c
+			continue
+		}
+		seen[t] = len(terms)
+		terms, counts = append(terms, t), append(counts, c)
+	}
+	q.Terms, q.Counts = terms, counts
+	return q
 }
 
 func keywordSearch(ctx context.Context, pc *pgx.Conn, q service.KeywordQuery, policy fetchPolicy, st *kwStats) ([]service.SearchResult, error) {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand"
+	"slices"
 	"sort"
 	"testing"
 
@@ -335,5 +336,54 @@ func TestKeywordTermWithSpaceRefused(t *testing.T) {
 	if err := s.db.Raw("SELECT (SELECT count(*) FROM keyword_docs) + (SELECT count(*) FROM chunks WHERE document_id = ?)", int64(d.ID)).
 		Scan(&n).Error; err != nil || n != 0 {
 		t.Fatalf("%d rows written for the refused chunk (%v)", n, err)
+	}
+}
+
+// A term listed more than once counts as often as it is listed, as if its
+// count said so: the search keeps one block list per term.
+func TestKeywordRepeatedTermsFold(t *testing.T) {
+	s, ctx := migrated(t)
+	kb := seedKB(t, s, 4)
+	for i := range blockSize + 40 { // blocks and a tail for "a"
+		d := seedDoc(t, s, kb, fmt.Sprint("d", i))
+		terms := []string{"a", "x"}
+		if i%3 == 0 {
+			terms = append(terms, "b", "a")
+		}
+		if err := s.ReplaceChunks(ctx, d.ID, 1, docSpace(t, s, d.ID), []service.Chunk{chunk(0, "c", unit(4, 0), terms...)}); err != nil {
+			t.Fatal(err)
+		}
+		if i == blockSize {
+			for more := true; more; {
+				var err error
+				if more, err = s.CompactKeywords(ctx, 1); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+	}
+	search := func(terms []string, counts []int) []service.SearchResult {
+		got, err := s.KeywordSearch(ctx, service.KeywordQuery{KnowledgeBaseIDs: []service.ID{kb.ID}, Terms: terms,
+			Counts: counts, K1: 1.2, B: 0.75, Limit: 20})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return got
+	}
+	want := search([]string{"a", "b"}, []int{3, 1})
+	if len(want) != 20 {
+		t.Fatalf("%d results, want 20", len(want))
+	}
+	for _, q := range []struct {
+		terms  []string
+		counts []int
+	}{
+		{[]string{"a", "b", "a"}, []int{1, 1, 2}},
+		{[]string{"a", "a", "b", "a"}, []int{1, 1, 1}}, // the missing count is 1
+	} {
+		got := search(q.terms, q.counts)
+		if !slices.EqualFunc(got, want, func(a, b service.SearchResult) bool { return a.ChunkID == b.ChunkID && a.Score == b.Score }) {
+			t.Fatalf("%v %v: results differ from a ×3, b ×1", q.terms, q.counts)
+		}
 	}
 }
