@@ -3,7 +3,8 @@
 -- TOAST table: fetching a block then costs one index probe and one heap page,
 -- not a second index probe and page in the TOAST table too. At a million
 -- chunks a query's 150 block fetches went from 2.5 to 1.7 ms, and the
--- table from 954 to 625 MB (BENCHMARKS.md, "Keyword blocks in line").
+-- table from 954 to 625 MB (BENCHMARKS.md, "Where a 1M query's time goes,
+-- and three changes").
 -- The head is MAIN too: with toast_tuple_target at 256 bytes, an EXTENDED
 -- head would be the column moved out of line once the payload may not be.
 -- MAIN still moves a value out of line when a row would not fit in a page,
