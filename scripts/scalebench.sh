@@ -17,6 +17,9 @@
 # embedder (64: HNSW builds at 512 dimensions do not fit a 2-core machine at
 # 1M chunks), SEED (1), KEEP_DB=1 to keep the database, PROFILE=1 to record
 # a Go CPU profile and the database's wait events during each pipeline run,
+# GROWTH passes (5; 0 for none) of the smallest and the largest size's keyword
+# queries alternating, after the largest size, over a second knowledge base
+# holding the smallest size's corpus (the growth ratio in one window),
 # SCALEBENCH_DATABASE_URL to run on another Postgres server than the one
 # scripts/services.sh starts (any database of it: the run makes its own).
 # Work files (corpora, per-size queries, raw JSON results) go under
@@ -34,6 +37,7 @@ QUERIES=${QUERIES:-200}
 INGEST=${INGEST:-1000}
 DIM=${DIM:-64}
 SEED=${SEED:-1}
+GROWTH=${GROWTH:-5}
 BACKEND=${BACKEND:-postgres}
 for b in $BACKEND; do
 	[[ $b == postgres || $b == opensearch ]] || { echo "scalebench: BACKEND $b: postgres or opensearch" >&2; exit 2; }
@@ -91,7 +95,7 @@ for lang in $LANGS; do
 			RAGENT_SEARCH_BACKEND=$backend RAGENT_OPENSEARCH_INDEX="${os_prefix}_$lang" \
 			RAGENT_EMBEDDING_PROVIDER=offline RAGENT_EMBEDDING_DIM=$DIM RAGENT_ADMIN_PASSWORD="scale-$$-$RANDOM$RANDOM" \
 			./bin/ragent scalebench run --lang "$lang" --seed "$SEED" --sizes "$sizes_csv" --queries "$QUERIES" \
-			--ingest "$INGEST" --queries-dir "$qdir" ${PROFILE:+--profile-dir "$WORK"} >"$WORK/ragent-$lang-$backend.jsonl"
+			--ingest "$INGEST" --growth-passes "$GROWTH" --queries-dir "$qdir" ${PROFILE:+--profile-dir "$WORK"} >"$WORK/ragent-$lang-$backend.jsonl"
 		load "ragent $lang $backend done"
 		if [[ $backend == opensearch ]]; then
 			# What the engine holds for the largest size: primary store bytes and documents.
@@ -128,6 +132,19 @@ for lang in langs:
                   f'{t.get("p50_ms", float("nan")):.2f} / {t.get("p99_ms", float("nan")):.2f} ms | {ratio:.0f}× | {ingest} | '
                   f'{r["db_bytes_per_chunk"]:,.0f} | {r["keyword_bytes_per_posting"]:.0f} | '
                   f'{r["load_chunks_per_s"]:,.0f}, {r.get("sync_seconds", 0):.0f} s, {r["hnsw_seconds"]:.0f} s, {r.get("settle_seconds", 0):.0f} s |')
+growth = [(lang, backend, rows(f"{work}/ragent-{lang}-{backend}.jsonl")) for lang in langs for backend in backends]
+growth = [(lang, backend, rs) for lang, backend, rs in growth if rs[max(rs)].get("growth")]
+if growth:
+    print()
+    print("| corpus | backend | keyword p50, each size in its turn | growth | keyword p50 / p99, side by side | growth, side by side |")
+    print("|---|---|---|---|---|---|")
+    for lang, backend, rs in growth:
+        lo, hi = rs[min(rs)], rs[max(rs)]
+        g = hi["growth"]
+        a, b = lo["latency"]["keyword"]["store"]["p50_ms"], hi["latency"]["keyword"]["store"]["p50_ms"]
+        print(f'| {lang} {lo["size"]:,} → {hi["size"]:,} | {backend} | {a:.2f} → {b:.2f} ms | {b / a:.1f}× | '
+              f'{g["baseline"]["p50_ms"]:.2f} / {g["baseline"]["p99_ms"]:.1f} → {g["largest"]["p50_ms"]:.2f} / {g["largest"]["p99_ms"]:.1f} ms '
+              f'({g["passes"]} passes) | {g["ratio"]:.1f}× |')
 if "postgres" in backends and "opensearch" in backends:
     print()
     print("| corpus | opensearch / postgres keyword /search p50 | p99 | hit@10 postgres / opensearch |")

@@ -40,6 +40,7 @@ func scalebenchCommand(ctx context.Context, cfg Config, log *slog.Logger, args [
 	indexMem := fs.Int("index-mem-mb", 1024, "run: maintenance_work_mem for the HNSW builds")
 	queriesDir := fs.String("queries-dir", "", "run: write each size's queries here (queries-SIZE.jsonl)")
 	profileDir := fs.String("profile-dir", "", "run: CPU profile and database wait events of each pipeline run")
+	growth := fs.Int("growth-passes", 0, "run: time keyword search at the largest size against the smallest side by side, this many passes (0: not)")
 	if err := fs.Parse(args[1:]); err != nil {
 		return err
 	}
@@ -55,7 +56,7 @@ func scalebenchCommand(ctx context.Context, cfg Config, log *slog.Logger, args [
 	}
 
 	opt := scalebench.Options{Queries: spec.Queries, Ingest: *ingestN, Uploaders: *uploaders, IndexMemMB: *indexMem,
-		QueriesDir: *queriesDir, ProfileDir: *profileDir, Log: stderr}
+		QueriesDir: *queriesDir, ProfileDir: *profileDir, GrowthPasses: *growth, Log: stderr}
 	for _, s := range strings.Split(*sizes, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(s))
 		if err != nil || n < 1 || (len(opt.Sizes) > 0 && n <= opt.Sizes[len(opt.Sizes)-1]) {
@@ -97,8 +98,13 @@ func scalebenchCommand(ctx context.Context, cfg Config, log *slog.Logger, args [
 	if err != nil {
 		return fmt.Errorf("scalebench: create knowledge base: %w", err)
 	}
+	name += "-baseline"
+	baseline, err := a.kbs.Create(ctx, service.SystemPrincipal(), admin.KnowledgeBaseInput{Name: &name, ChunkSize: &size})
+	if err != nil {
+		return fmt.Errorf("scalebench: create knowledge base: %w", err)
+	}
 	env := scalebench.Env{Store: a.store, IDs: idSource{a.ids}, Embedder: embedder, Searcher: a.searcher, Ingester: a.ingestSvc,
-		KB: kb.ID, Space: kb.Space().Key(), HTTP: scalebench.OverHTTP(&http.Client{}, base, token, kb.ID)}
+		KB: kb.ID, Baseline: baseline.ID, Space: kb.Space().Key(), HTTP: scalebench.OverHTTP(&http.Client{}, base, token, kb.ID)}
 	return scalebench.Run(ctx, env, gen, opt, stdout)
 }
 

@@ -17,7 +17,9 @@ import (
 // TestScalebenchCommand runs `ragent scalebench gen` and `run` end to end
 // at two tiny sizes: the bulk loader writes through ReplaceChunks, the HNSW
 // index is dropped and built again, every mode answers on the store and over
-// HTTP, and the pipeline ingests on top of the loaded corpus.
+// HTTP, the pipeline ingests on top of the loaded corpus, and the growth
+// comparison loads the smallest size into a knowledge base of its own and
+// times both sizes' keyword queries.
 func TestScalebenchCommand(t *testing.T) {
 	ctx := context.Background()
 	cfg := testConfig(t)
@@ -31,7 +33,7 @@ func TestScalebenchCommand(t *testing.T) {
 	qdir := t.TempDir()
 	var out bytes.Buffer
 	err := scalebenchCommand(ctx, cfg, testLogger(t), []string{"run", "--sizes", "300,700", "--queries", "20",
-		"--ingest", "15", "--queries-dir", qdir, "--profile-dir", qdir}, &out, io.Discard)
+		"--ingest", "15", "--queries-dir", qdir, "--profile-dir", qdir, "--growth-passes", "2"}, &out, io.Discard)
 	if err != nil {
 		t.Fatalf("run: %v", err)
 	}
@@ -69,5 +71,21 @@ func TestScalebenchCommand(t *testing.T) {
 		if len(r.IngestWaits) == 0 {
 			t.Errorf("size %d: no database wait events sampled during ingestion", size)
 		}
+		if g := r.Growth; (i == 0) != (g == nil) {
+			t.Errorf("size %d: growth %+v; want it on the largest size only", size, g)
+		} else if g != nil {
+			if g.BaselineSize != 300 || g.Passes != 2 || g.Baseline.P50 <= 0 || g.Largest.P50 <= 0 ||
+				g.Baseline.Hit10 < 0.6 || g.Largest.Hit10 < 0.6 || g.Ratio != g.Largest.P50/g.Baseline.P50 {
+				t.Errorf("growth %+v", g)
+			}
+		}
+	}
+	// The baseline is a knowledge base of its own holding the smallest size.
+	var baseline, largest int
+	err = connectDB(t, cfg.DatabaseURL).QueryRow(ctx, `SELECT
+		count(*) FILTER (WHERE k.name = 'scalebench-en-baseline'), count(*) FILTER (WHERE k.name = 'scalebench-en')
+		FROM chunks c JOIN knowledge_bases k ON k.id = c.kb_id`).Scan(&baseline, &largest)
+	if err != nil || baseline != 300 || largest != 730 {
+		t.Errorf("chunks: baseline %d, largest %d (%v); want 300 and 730 (700 loaded, 2×15 ingested)", baseline, largest, err)
 	}
 }

@@ -35,6 +35,9 @@ type Env struct {
 	Searcher Searcher
 	Ingester eval.Ingester
 	KB       service.ID // an empty knowledge base embedded by Embedder
+	// Baseline is a second empty knowledge base like KB, for the
+	// smallest size's corpus in Options.GrowthPasses's comparison.
+	Baseline service.ID
 	Space    string     // the key of KB's embedding space (service.EmbeddingSpace)
 	HTTP     SearchFunc // POST /api/v1/search on the same instance
 }
@@ -51,7 +54,11 @@ type Options struct {
 	// (ingest-SIZE.pprof), and the result lists the database's wait events
 	// sampled during it.
 	ProfileDir string
-	Log        io.Writer
+	// GrowthPasses, when above 0 and with two sizes or more, times keyword
+	// search at the largest size against the smallest in one window after
+	// the last size (Growth), over this many passes of each size's queries.
+	GrowthPasses int
+	Log          io.Writer
 }
 
 // Result is one size's measurements; the script turns them into a table.
@@ -87,6 +94,8 @@ type Result struct {
 	// IngestWaits are the most frequent database wait events (with their
 	// statements) sampled during the pipeline run, with ProfileDir.
 	IngestWaits []string `json:"ingest_waits,omitempty"`
+	// Growth is on the largest size's result, with Options.GrowthPasses.
+	Growth *Growth `json:"growth,omitempty"`
 }
 
 // LatencyMS is a Latency in milliseconds, for JSON.
@@ -113,7 +122,7 @@ func Run(ctx context.Context, env Env, gen *Generator, opt Options, out io.Write
 	// Pipeline documents come after every corpus document, so they never
 	// collide with a query's source.
 	nextFresh := opt.Sizes[len(opt.Sizes)-1]
-	for _, size := range opt.Sizes {
+	for i, size := range opt.Sizes {
 		r := Result{Size: size, Queries: opt.Queries}
 		fmt.Fprintf(opt.Log, "scalebench: loading chunks %d..%d\n", loaded, size)
 		if err := env.Store.DropVectorIndex(ctx, dim); err != nil {
@@ -206,6 +215,11 @@ func Run(ctx context.Context, env Env, gen *Generator, opt Options, out io.Write
 			r.IngestDocs, r.IngestChunks, r.IngestSeconds, r.IngestChunksPS = is.Documents, is.Chunks, is.Elapsed.Seconds(), is.ChunksPerSecond()
 			if is.Failed > 0 {
 				return fmt.Errorf("scalebench: %d pipeline documents failed", is.Failed)
+			}
+		}
+		if i == len(opt.Sizes)-1 && i > 0 && opt.GrowthPasses > 0 {
+			if r.Growth, err = timeGrowth(ctx, env, gen, opt); err != nil {
+				return err
 			}
 		}
 		line, err := json.Marshal(r)
