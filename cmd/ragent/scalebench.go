@@ -98,13 +98,16 @@ func scalebenchCommand(ctx context.Context, cfg Config, log *slog.Logger, args [
 	if err != nil {
 		return fmt.Errorf("scalebench: create knowledge base: %w", err)
 	}
-	name += "-baseline"
-	baseline, err := a.kbs.Create(ctx, service.SystemPrincipal(), admin.KnowledgeBaseInput{Name: &name, ChunkSize: &size})
-	if err != nil {
-		return fmt.Errorf("scalebench: create knowledge base: %w", err)
-	}
 	env := scalebench.Env{Store: a.store, IDs: idSource{a.ids}, Embedder: embedder, Searcher: a.searcher, Ingester: a.ingestSvc,
-		KB: kb.ID, Baseline: baseline.ID, Space: kb.Space().Key(), HTTP: scalebench.OverHTTP(&http.Client{}, base, token, kb.ID)}
+		KB: kb.ID, Space: kb.Space().Key(), HTTP: scalebench.OverHTTP(&http.Client{}, base, token, kb.ID)}
+	if opt.GrowthPasses > 0 {
+		name += "-baseline"
+		baseline, err := a.kbs.Create(ctx, service.SystemPrincipal(), admin.KnowledgeBaseInput{Name: &name, ChunkSize: &size})
+		if err != nil {
+			return fmt.Errorf("scalebench: create knowledge base: %w", err)
+		}
+		env.Baseline = baseline.ID
+	}
 	return scalebench.Run(ctx, env, gen, opt, stdout)
 }
 

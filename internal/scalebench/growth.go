@@ -2,6 +2,7 @@ package scalebench
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"time"
@@ -15,10 +16,11 @@ import (
 // drifts by a third over such spans, more than the ratio's margin; here a
 // knowledge base holding the smallest size's corpus sits beside the
 // largest, and passes over the two sizes' queries alternate, so both see
-// the same machine. Whole passes alternate rather than single queries: a
-// largest-size query reads tens of megabytes of blocks, which would push
-// the small knowledge base's pages out of shared_buffers before each of
-// its queries (its own measurement had them to itself).
+// the same machine. Whole passes alternate, as each size is timed alone;
+// alternating query by query measured the same (BENCHMARKS.md, runs
+// 14–15). The small knowledge base is somewhat slower beside a large one
+// than in a database of its own (its rows sit in larger tables), which
+// flatters Ratio a little: the script prints each size's own p50 too.
 type Growth struct {
 	BaselineSize int       `json:"baseline_size"` // chunks in the baseline knowledge base
 	Passes       int       `json:"passes"`        // timed passes over each size's queries
@@ -32,6 +34,9 @@ type Growth struct {
 // pass over each size's queries, then opt.GrowthPasses timed ones each,
 // the sizes alternating pass by pass (which goes first alternating too).
 func timeGrowth(ctx context.Context, env Env, gen *Generator, opt Options) (*Growth, error) {
+	if env.Baseline == 0 {
+		return nil, errors.New("scalebench: growth passes need a baseline knowledge base (Env.Baseline)")
+	}
 	small, large := opt.Sizes[0], opt.Sizes[len(opt.Sizes)-1]
 	fmt.Fprintf(opt.Log, "scalebench: loading %d chunks into the baseline knowledge base\n", small)
 	loader := &Loader{Store: env.Store, IDs: env.IDs, Embedder: env.Embedder, Gen: gen, KB: env.Baseline, Space: env.Space}

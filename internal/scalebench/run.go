@@ -36,7 +36,8 @@ type Env struct {
 	Ingester eval.Ingester
 	KB       service.ID // an empty knowledge base embedded by Embedder
 	// Baseline is a second empty knowledge base like KB, for the
-	// smallest size's corpus in Options.GrowthPasses's comparison.
+	// smallest size's corpus in Options.GrowthPasses's comparison
+	// (needed only then).
 	Baseline service.ID
 	Space    string     // the key of KB's embedding space (service.EmbeddingSpace)
 	HTTP     SearchFunc // POST /api/v1/search on the same instance
