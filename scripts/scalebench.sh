@@ -17,9 +17,10 @@
 # embedder (64: HNSW builds at 512 dimensions do not fit a 2-core machine at
 # 1M chunks), SEED (1), KEEP_DB=1 to keep the database, PROFILE=1 to record
 # a Go CPU profile and the database's wait events during each pipeline run,
-# GROWTH passes (5; 0 for none) of the smallest and the largest size's keyword
-# queries alternating pass by pass, after the largest size, over a second knowledge base
-# holding the smallest size's corpus (the growth ratio in one window),
+# GROWTH passes (5; 0 for none) of the smallest and the largest size's
+# keyword queries, alternating pass by pass after the largest size, over a
+# second knowledge base holding the smallest size's corpus (the growth ratio
+# in one window),
 # SCALEBENCH_DATABASE_URL to run on another Postgres server than the one
 # scripts/services.sh starts (any database of it: the run makes its own).
 # Work files (corpora, per-size queries, raw JSON results) go under

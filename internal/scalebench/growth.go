@@ -96,7 +96,4 @@ func (s *growthSide) run(ctx context.Context, i int, timed bool) error {
 	return nil
 }
 
-func (s *growthSide) latency() LatencyMS {
-	p50, p99 := Percentiles(s.lat)
-	return LatencyMS{P50: ms(p50), P99: ms(p99), Hit10: float64(s.hits) / float64(max(1, len(s.lat)))}
-}
+func (s *growthSide) latency() LatencyMS { return summarize(s.lat, s.hits).inMS() }

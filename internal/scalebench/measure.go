@@ -136,12 +136,21 @@ func Time(ctx context.Context, queries []BenchQuery, modes []service.SearchMode,
 		}
 		out[mode] = map[string]Latency{}
 		for _, name := range names {
-			p50, p99 := Percentiles(lat[name])
-			out[mode][name] = Latency{P50: p50, P99: p99, Hit10: float64(hits[name]) / float64(max(1, len(queries)))}
+			out[mode][name] = summarize(lat[name], hits[name])
 		}
 	}
 	return out, nil
 }
+
+// summarize returns the latency of timed queries, hits of which found
+// their source.
+func summarize(lat []time.Duration, hits int) Latency {
+	p50, p99 := Percentiles(lat)
+	return Latency{P50: p50, P99: p99, Hit10: float64(hits) / float64(max(1, len(lat)))}
+}
+
+// inMS is l in milliseconds, for JSON.
+func (l Latency) inMS() LatencyMS { return LatencyMS{P50: ms(l.P50), P99: ms(l.P99), Hit10: l.Hit10} }
 
 // Percentiles returns the nearest-rank 50th and 99th percentiles.
 func Percentiles(d []time.Duration) (p50, p99 time.Duration) {

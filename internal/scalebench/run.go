@@ -176,7 +176,7 @@ func Run(ctx context.Context, env Env, gen *Generator, opt Options, out io.Write
 		for mode, paths := range timing {
 			r.Latency[string(mode)] = map[string]LatencyMS{}
 			for path, l := range paths {
-				r.Latency[string(mode)][path] = LatencyMS{P50: ms(l.P50), P99: ms(l.P99), Hit10: l.Hit10}
+				r.Latency[string(mode)][path] = l.inMS()
 			}
 		}
 
