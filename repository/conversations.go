@@ -38,6 +38,9 @@ type messageRow struct {
 	PromptTokens     int
 	CompletionTokens int
 	LatencyMs        int64
+	// KnowledgeBaseIds are the knowledge bases the message's turn searched;
+	// NULL on rows older than the column (unknown).
+	KnowledgeBaseIds *jsonList[int64]
 	CreatedAt        time.Time
 }
 
@@ -54,7 +57,29 @@ func (r messageRow) message() service.Message {
 	if r.ReplyTo != nil {
 		m.ReplyTo = service.ID(*r.ReplyTo)
 	}
+	if r.KnowledgeBaseIds != nil {
+		m.KnowledgeBaseIDs = make([]service.ID, len(*r.KnowledgeBaseIds))
+		for i, id := range *r.KnowledgeBaseIds {
+			m.KnowledgeBaseIDs[i] = service.ID(id)
+		}
+	}
 	return m
+}
+
+// withinKnowledgeBases is the condition that no message of the conversation
+// (the query's "conversations" row) searched a knowledge base outside the
+// bound JSON array, or an unknown set (NULL): jsonb's <@ on arrays is
+// "every element is in".
+const withinKnowledgeBases = `NOT EXISTS (SELECT 1 FROM messages m WHERE m.conversation_id = conversations.id
+	AND (m.knowledge_base_ids IS NULL OR NOT m.knowledge_base_ids <@ ?::jsonb))`
+
+// idList binds ids as a JSON array.
+func idList(ids []service.ID) jsonList[int64] {
+	out := make(jsonList[int64], len(ids))
+	for i, id := range ids {
+		out[i] = int64(id)
+	}
+	return out
 }
 
 // CreateConversation inserts c.
@@ -74,19 +99,27 @@ func (s *Store) Conversation(ctx context.Context, id service.ID) (*service.Conve
 
 // Conversations lists a user's live conversations, most recently active
 // first; the cursor is the id of the last conversation of the previous
-// page. userID 0 lists everyone's (for admins). The cursor must be one of
-// the listed user's conversations (service.ErrInvalid otherwise): another
-// user's would position the page by a stranger's activity time. It may have
-// been deleted since the previous page was read.
-func (s *Store) Conversations(ctx context.Context, userID, before service.ID, limit int) ([]*service.Conversation, error) {
+// page. userID 0 lists everyone's (for admins). within, when not nil, keeps
+// only the conversations whose every message searched knowledge bases among
+// it (an API key limited to them). The cursor must be one of the listed
+// conversations (service.ErrInvalid otherwise): another user's would
+// position the page by a stranger's activity time. It may have been deleted
+// since the previous page was read.
+func (s *Store) Conversations(ctx context.Context, userID, before service.ID, limit int, within []service.ID) ([]*service.Conversation, error) {
 	q := s.conn(ctx).Order("updated_at DESC, id DESC").Limit(limit)
 	if userID != 0 {
 		q = q.Where("user_id = ?", int64(userID))
+	}
+	if within != nil {
+		q = q.Where(withinKnowledgeBases, idList(within))
 	}
 	if before != 0 {
 		cq := s.conn(ctx).Unscoped().Where("id = ?", int64(before))
 		if userID != 0 {
 			cq = cq.Where("user_id = ?", int64(userID))
+		}
+		if within != nil {
+			cq = cq.Where(withinKnowledgeBases, idList(within))
 		}
 		var cursor []conversationRow
 		if err := cq.Limit(1).Find(&cursor).Error; err != nil {
@@ -98,6 +131,15 @@ func (s *Store) Conversations(ctx context.Context, userID, before service.ID, li
 		q = q.Where("(updated_at, id) < (?, ?)", cursor[0].UpdatedAt, cursor[0].ID)
 	}
 	return find(q, conversationRow.conversation)
+}
+
+// ConversationWithin reports whether every message of a conversation
+// searched knowledge bases among within (none searched an unknown set).
+func (s *Store) ConversationWithin(ctx context.Context, id service.ID, within []service.ID) (bool, error) {
+	var n int64
+	err := s.conn(ctx).Model(&conversationRow{}).Unscoped().
+		Where("id = ?", int64(id)).Where(withinKnowledgeBases, idList(within)).Count(&n).Error
+	return n > 0, translate(err)
 }
 
 // RenameConversation sets the title.
@@ -143,6 +185,10 @@ func (s *Store) SaveMessage(ctx context.Context, m *service.Message, title strin
 		Thinking: m.Thinking, Status: string(m.Status), Sources: sources,
 		PromptTokens: m.Usage.PromptTokens, CompletionTokens: m.Usage.CompletionTokens, LatencyMs: m.LatencyMS,
 	}
+	// A message of a turn is always written with what the turn searched
+	// ([] for nothing); only rows older than the column have NULL.
+	kbs := idList(m.KnowledgeBaseIDs)
+	row.KnowledgeBaseIds = &kbs
 	if m.ReplyTo != 0 {
 		r := int64(m.ReplyTo)
 		row.ReplyTo = &r

@@ -62,3 +62,33 @@ func (g *KeyGrant) HasScope(s Scope) bool { return g != nil && slices.Contains(g
 func (g *KeyGrant) allows(id ID) bool {
 	return g == nil || g.KnowledgeBaseIDs == nil || slices.Contains(g.KnowledgeBaseIDs, id)
 }
+
+// Within reports whether a chat turn that searched kbIDs stays within the
+// grant, so the grant may read or continue its conversation: always for an
+// unlimited grant (it sees what its owner sees); for one limited to
+// knowledge bases, when every one of kbIDs is among them. Unknown
+// knowledge bases (nil: a turn stored before they were recorded) are never
+// within a limit.
+func (g *KeyGrant) Within(kbIDs []ID) bool {
+	if g == nil || g.KnowledgeBaseIDs == nil {
+		return true
+	}
+	if kbIDs == nil {
+		return false
+	}
+	for _, id := range kbIDs {
+		if !slices.Contains(g.KnowledgeBaseIDs, id) {
+			return false
+		}
+	}
+	return true
+}
+
+// HistoryLimit returns the knowledge bases the grant confines history to:
+// nil for an unlimited grant (or none), else its list.
+func (g *KeyGrant) HistoryLimit() []ID {
+	if g == nil {
+		return nil
+	}
+	return g.KnowledgeBaseIDs
+}

@@ -46,6 +46,11 @@ type Message struct {
 	Usage          Usage           `json:"usage"`
 	LatencyMS      int64           `json:"latencyMs"`
 	CreatedAt      time.Time       `json:"createdAt"`
+	// KnowledgeBaseIDs are the knowledge bases the message's turn searched
+	// (those it named, when it searched none); nil when unknown (messages
+	// stored before ragent recorded them). They decide what a limited API
+	// key sees of history (KeyGrant.Within).
+	KnowledgeBaseIDs []ID `json:"-"`
 }
 
 // Source is a numbered piece of evidence an answer cites as [Index].

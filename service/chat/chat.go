@@ -37,7 +37,12 @@ import (
 type Store interface {
 	CreateConversation(ctx context.Context, c *service.Conversation) error
 	Conversation(ctx context.Context, id service.ID) (*service.Conversation, error)
-	Conversations(ctx context.Context, userID, before service.ID, limit int) ([]*service.Conversation, error)
+	// Conversations lists userID's conversations; within, when not nil,
+	// keeps those whose every message searched knowledge bases among it.
+	Conversations(ctx context.Context, userID, before service.ID, limit int, within []service.ID) ([]*service.Conversation, error)
+	// ConversationWithin reports whether every message of a conversation
+	// searched knowledge bases among within (and none an unknown set).
+	ConversationWithin(ctx context.Context, id service.ID, within []service.ID) (bool, error)
 	RenameConversation(ctx context.Context, id service.ID, title string) error
 	DeleteConversation(ctx context.Context, id service.ID) error
 	Messages(ctx context.Context, conversationID, after service.ID, limit int) ([]service.Message, error)
@@ -79,9 +84,10 @@ type Tasks interface {
 	Cancel(ctx context.Context, taskID string) (local bool, err error)
 }
 
-// Retriever finds relevant chunks among the knowledge bases p may read.
+// Retriever finds relevant chunks among the knowledge bases p may read,
+// saying which knowledge bases it searched.
 type Retriever interface {
-	Search(ctx context.Context, p service.Principal, q retrieve.Query) ([]service.SearchResult, error)
+	Run(ctx context.Context, p service.Principal, q retrieve.Query) (retrieve.Result, error)
 }
 
 // Intents returns the intent tree (roots with children, disabled included).
@@ -206,17 +212,29 @@ func (s *Service) Validate(ctx context.Context, p service.Principal, req *Reques
 // ownConversation returns the conversation when p may use it. Another
 // user's conversation is reported as not found, so ids reveal nothing;
 // admins (signed in as people, not through an API key) may read (readOnly)
-// any conversation.
+// any conversation. An API key limited to knowledge bases reaches only the
+// conversations whose every turn searched within its list
+// (KeyGrant.Within); the others do not exist for it.
 func (s *Service) ownConversation(ctx context.Context, p service.Principal, id service.ID, readOnly bool) (*service.Conversation, error) {
+	notFound := service.Errorf(service.ErrNotFound, "conversation %s not found", id)
 	c, err := s.d.Store.Conversation(ctx, id)
 	if err != nil {
 		if errors.Is(err, service.ErrNotFound) {
-			return nil, service.Errorf(service.ErrNotFound, "conversation %s not found", id)
+			return nil, notFound
 		}
 		return nil, err
 	}
 	if c.UserID != p.UserID && !(readOnly && p.OverridesOwnership()) {
-		return nil, service.Errorf(service.ErrNotFound, "conversation %s not found", id)
+		return nil, notFound
+	}
+	if within := p.Key.HistoryLimit(); within != nil {
+		ok, err := s.d.Store.ConversationWithin(ctx, id, within)
+		if err != nil {
+			return nil, err
+		}
+		if !ok {
+			return nil, notFound
+		}
 	}
 	return c, nil
 }
@@ -235,7 +253,10 @@ type turn struct {
 	thinking strings.Builder
 	content  strings.Builder
 	sources  []service.Source
-	usage    service.Usage
+	// kbIDs are the knowledge bases the turn searched, recorded on its
+	// messages: those it names until retrieval says what it searched.
+	kbIDs []service.ID
+	usage service.Usage
 	// newTitle is a new conversation's title, made while the permit is
 	// still held (it may be a model call).
 	newTitle string
@@ -318,7 +339,9 @@ func (t *turn) begin(ctx context.Context) error {
 		ids[i] = id
 	}
 	t.taskID = ids[0]
-	t.question = service.Message{ID: ids[1], ConversationID: t.conv.ID, Role: "user", Content: t.req.Question, Status: service.MessageCompleted}
+	t.kbIDs = append([]service.ID{}, t.req.KnowledgeBaseIDs...)
+	t.question = service.Message{ID: ids[1], ConversationID: t.conv.ID, Role: "user", Content: t.req.Question,
+		Status: service.MessageCompleted, KnowledgeBaseIDs: t.kbIDs}
 	t.answer = service.Message{ID: ids[2], ConversationID: t.conv.ID, Role: "assistant", ReplyTo: t.question.ID}
 	return nil
 }
@@ -364,6 +387,7 @@ func (t *turn) run(ctx context.Context) {
 	t.answer.Thinking = t.thinking.String()
 	t.answer.Usage = t.usage
 	t.answer.LatencyMS = s.cfg.Now().Sub(t.started).Milliseconds()
+	t.answer.KnowledgeBaseIDs = t.kbIDs
 	if len(t.sources) > 0 {
 		t.answer.Sources, _ = json.Marshal(t.sources)
 	}

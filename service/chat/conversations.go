@@ -8,9 +8,11 @@ import (
 	"github.com/ragent-go/ragent/service"
 )
 
-// Conversations lists the caller's conversations, most recent first.
+// Conversations lists the caller's conversations, most recent first; an
+// API key limited to knowledge bases lists only those whose every turn
+// searched within its list (KeyGrant.Within).
 func (s *Service) Conversations(ctx context.Context, p service.Principal, before service.ID, limit int) ([]*service.Conversation, error) {
-	return s.d.Store.Conversations(ctx, p.UserID, before, limit)
+	return s.d.Store.Conversations(ctx, p.UserID, before, limit, p.Key.HistoryLimit())
 }
 
 // Messages returns a conversation's messages, oldest first. Admins may

@@ -25,6 +25,14 @@ func (t *turn) history(ctx context.Context) ([]service.Message, error) {
 	if err != nil {
 		return nil, err
 	}
+	// The conversation was within a limited key's knowledge bases when the
+	// turn began; a turn its owner added since may not be, and then none of
+	// it reaches the model.
+	for _, m := range msgs {
+		if m.ID != t.question.ID && !t.p.Key.Within(m.KnowledgeBaseIDs) {
+			return nil, service.Errorf(service.ErrNotFound, "conversation %s not found", t.conv.ID)
+		}
+	}
 	return usableHistory(msgs, t.question.ID, n), nil
 }
 

@@ -58,17 +58,21 @@ func (t *turn) prepare(ctx context.Context) (*service.ChatRequest, error) {
 	}
 
 	q := retrieve.Query{Text: question, KnowledgeBaseIDs: kbIDs, TopK: s.cfg.TopK, Mode: service.SearchHybrid}
-	results, err := s.d.Retriever.Search(ctx, t.p, q)
+	found, err := s.d.Retriever.Run(ctx, t.p, q)
 	if errors.Is(err, service.ErrNotFound) && len(t.req.KnowledgeBaseIDs) == 0 && len(kbIDs) > 0 {
 		// An intent's knowledge base was deleted (or unshared) since the
 		// routing read access: search every one the user may read.
 		t.log.WarnContext(ctx, "an intent routes to a missing knowledge base; searching all", "err", err)
 		q.KnowledgeBaseIDs = nil
-		results, err = s.d.Retriever.Search(ctx, t.p, q)
+		found, err = s.d.Retriever.Run(ctx, t.p, q)
+	}
+	if found.Searched != nil {
+		t.kbIDs = found.Searched
 	}
 	if err != nil {
 		return nil, fmt.Errorf("retrieve: %w", err)
 	}
+	results := found.Results
 	t.sources = make([]service.Source, len(results))
 	for i, r := range results {
 		t.sources[i] = service.Source{

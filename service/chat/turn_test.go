@@ -83,8 +83,9 @@ func (l limiterFunc) Acquire(ctx context.Context, _, _ string, onPosition func(i
 
 type retrieverFunc func() ([]service.SearchResult, error)
 
-func (r retrieverFunc) Search(context.Context, service.Principal, retrieve.Query) ([]service.SearchResult, error) {
-	return r()
+func (r retrieverFunc) Run(context.Context, service.Principal, retrieve.Query) (retrieve.Result, error) {
+	results, err := r()
+	return retrieve.Result{Results: results}, err
 }
 
 type modelFunc func(ctx context.Context, onDelta func(service.Delta) error) error

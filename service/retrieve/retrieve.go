@@ -107,6 +107,10 @@ type Query struct {
 type Result struct {
 	Results     []service.SearchResult
 	KeywordOnly []KeywordOnly
+	// Searched are the knowledge bases the query ran over (the named ones,
+	// or every one p may read), set once they are resolved, failures after
+	// that included: chat records them per turn.
+	Searched []service.ID
 }
 
 // KeywordOnly names a knowledge base whose vectors could not be searched
@@ -125,48 +129,56 @@ func (s *Searcher) Search(ctx context.Context, p service.Principal, q Query) ([]
 	return r.Results, err
 }
 
-// Run is Search, also saying which knowledge bases were searched by keyword
-// only.
+// Run is Search, also saying which knowledge bases it searched, and which
+// of them by keyword only.
 func (s *Searcher) Run(ctx context.Context, p service.Principal, q Query) (Result, error) {
-	results, keywordOnly, err := s.search(ctx, p, q)
-	return Result{Results: results, KeywordOnly: keywordOnly}, err
+	var r Result
+	err := s.search(ctx, p, q, &r)
+	return r, err
 }
 
-func (s *Searcher) search(ctx context.Context, p service.Principal, q Query) ([]service.SearchResult, []KeywordOnly, error) {
+func (s *Searcher) search(ctx context.Context, p service.Principal, q Query, r *Result) error {
 	q.Text = strings.TrimSpace(q.Text)
 	if q.Text == "" {
-		return nil, nil, service.Errorf(service.ErrInvalid, "query must not be empty")
+		return service.Errorf(service.ErrInvalid, "query must not be empty")
 	}
 	if utf8.RuneCountInString(q.Text) > service.MaxQuestionRunes {
-		return nil, nil, service.Errorf(service.ErrInvalid, "query must be at most %d characters", service.MaxQuestionRunes)
+		return service.Errorf(service.ErrInvalid, "query must be at most %d characters", service.MaxQuestionRunes)
 	}
 	if q.Mode == "" {
 		q.Mode = service.SearchHybrid
 	}
 	if !q.Mode.Valid() {
-		return nil, nil, service.Errorf(service.ErrInvalid, "mode must be hybrid, keyword or vector")
+		return service.Errorf(service.ErrInvalid, "mode must be hybrid, keyword or vector")
 	}
 	if q.TopK == 0 {
 		q.TopK = 5
 	}
 	if q.TopK < 1 || q.TopK > s.cfg.MaxTopK {
-		return nil, nil, service.Errorf(service.ErrInvalid, "topK must be between 1 and %d", s.cfg.MaxTopK)
+		return service.Errorf(service.ErrInvalid, "topK must be between 1 and %d", s.cfg.MaxTopK)
 	}
 	kbs, err := s.knowledgeBases(ctx, p, q.KnowledgeBaseIDs)
-	if err != nil || len(kbs) == 0 {
-		return nil, nil, err
+	if err != nil {
+		return err
+	}
+	r.Searched = make([]service.ID, len(kbs))
+	for i, kb := range kbs {
+		r.Searched[i] = kb.ID
+	}
+	if len(kbs) == 0 {
+		return nil
 	}
 
 	var keyword, vector []service.SearchResult
 	if q.Mode != service.SearchVector {
 		if keyword, err = s.keyword(ctx, q.Text, kbs); err != nil {
-			return nil, nil, err
+			return err
 		}
 	}
 	var keywordOnly []KeywordOnly
 	if q.Mode != service.SearchKeyword {
 		if vector, keywordOnly, err = s.vector(ctx, q.Text, kbs); err != nil {
-			return nil, nil, err
+			return err
 		}
 	}
 
@@ -186,13 +198,14 @@ func (s *Searcher) search(ctx context.Context, p service.Principal, q Query) ([]
 	}
 	if s.reranker != nil && len(results) > 0 {
 		if results, err = s.rerank(ctx, q.Text, results); err != nil {
-			return nil, nil, err
+			return err
 		}
 	}
 	if len(results) > q.TopK {
 		results = results[:q.TopK]
 	}
-	return results, keywordOnly, nil
+	r.Results, r.KeywordOnly = results, keywordOnly
+	return nil
 }
 
 // knowledgeBases resolves the ids p may read (all of them when ids is
