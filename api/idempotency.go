@@ -53,8 +53,40 @@ func (s *Server) submitLock(c *gin.Context) {
 // completed response for a key is stored and replayed with
 // Idempotent-Replayed: true; the key with another payload is 422; the key
 // while its first request still runs is 409. For JSON endpoints whose
-// responses are small; authenticate must run before it.
-func (s *Server) idempotent(c *gin.Context) {
+// responses are small, behind a guard that checks the caller's right to the
+// route before it (requireAdmin); authenticate must run before it.
+func (s *Server) idempotent(c *gin.Context) { s.serveIdempotent(c, nil) }
+
+// idempotentAfter is idempotent for a route whose use case checks access
+// itself: allowed runs before a stored response is replayed, so a caller who
+// lost the right since (a manager removed from the knowledge base) gets the
+// refusal the route would give now, never the stored answer. Requests that
+// are not replays are checked by the use case, once.
+func (s *Server) idempotentAfter(allowed func(c *gin.Context) error) gin.HandlerFunc {
+	return func(c *gin.Context) { s.serveIdempotent(c, allowed) }
+}
+
+// kbRole is an idempotentAfter check: the caller holds at least need on the
+// path's knowledge base (404 when they cannot read it, 403 below need).
+func (s *Server) kbRole(need service.KBRole) func(c *gin.Context) error {
+	return func(c *gin.Context) error {
+		id, err := service.ParseID(c.Param("id"))
+		if err != nil {
+			return err
+		}
+		return s.deps.KnowledgeBases.Require(c.Request.Context(), principal(c), id, need)
+	}
+}
+
+// adminOnly is an idempotentAfter check for what only admins do.
+func adminOnly(c *gin.Context) error {
+	if !principal(c).IsAdmin() {
+		return service.Errorf(service.ErrForbidden, "admin role required")
+	}
+	return nil
+}
+
+func (s *Server) serveIdempotent(c *gin.Context, allowed func(c *gin.Context) error) {
 	if s.deps.Locks == nil && s.deps.Responses == nil {
 		c.Next()
 		return
@@ -63,7 +95,7 @@ func (s *Server) idempotent(c *gin.Context) {
 	if !ok {
 		return
 	}
-	claim, ok := s.claimKey(c, body)
+	claim, ok := s.claimKey(c, body, allowed)
 	if !ok {
 		return
 	}
@@ -84,9 +116,10 @@ func (s *Server) idempotent(c *gin.Context) {
 type keyClaim struct{ user, key, hash string }
 
 // claimKey begins the request's Idempotency-Key, if it has one. It answers
-// a replay, a reused key or a key in flight itself (ok false); a nil claim
-// with ok means serve without replay (no key, or Redis unreachable).
-func (s *Server) claimKey(c *gin.Context, body []byte) (claim *keyClaim, ok bool) {
+// a replay (once allowed passes), a reused key or a key in flight itself
+// (ok false); a nil claim with ok means serve without replay (no key, or
+// Redis unreachable).
+func (s *Server) claimKey(c *gin.Context, body []byte, allowed func(c *gin.Context) error) (claim *keyClaim, ok bool) {
 	key := c.GetHeader(IdempotencyKeyHeader)
 	if key == "" || s.deps.Responses == nil {
 		return nil, true
@@ -103,6 +136,12 @@ func (s *Server) claimKey(c *gin.Context, body []byte) (claim *keyClaim, ok bool
 		// the request without replay; the database's unique keys remain.
 		logger(c).WarnContext(ctx, "idempotency keys unavailable; serving without replay", "err", err)
 		return nil, true
+	case outcome == idempotent.Replay && allowed != nil:
+		if err := allowed(c); err != nil {
+			fail(c, err)
+			return nil, false
+		}
+		writeStored(c, stored)
 	case outcome == idempotent.Replay:
 		writeStored(c, stored)
 	case outcome == idempotent.Mismatch:

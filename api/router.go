@@ -207,12 +207,12 @@ func NewRouter(deps Deps) *Router {
 	// the service layer decides per knowledge base (service.Access):
 	// unreadable → 404, readable with too small a role → 403.
 	user.GET("/knowledge-bases", page(deps.KnowledgeBases.List, knowledgeBaseCursor))
-	user.POST("/knowledge-bases", s.idempotent, withBody(s, http.StatusCreated, deps.KnowledgeBases.Create)) // admins only, in the service
+	user.POST("/knowledge-bases", s.idempotentAfter(adminOnly), withBody(s, http.StatusCreated, deps.KnowledgeBases.Create)) // admins only, in the service
 	user.GET("/knowledge-bases/:id", byID(http.StatusOK, deps.KnowledgeBases.Get))
-	user.PATCH("/knowledge-bases/:id", s.idempotent, withIDBody(s, http.StatusOK, deps.KnowledgeBases.Update))
+	user.PATCH("/knowledge-bases/:id", s.idempotentAfter(s.kbRole(service.KBManager)), withIDBody(s, http.StatusOK, deps.KnowledgeBases.Update))
 	user.DELETE("/knowledge-bases/:id", deleteByID(deps.KnowledgeBases.Delete))
 	user.GET("/knowledge-bases/:id/members", all(deps.KnowledgeBases.Members))
-	user.POST("/knowledge-bases/:id/members", s.idempotent, s.putMember)
+	user.POST("/knowledge-bases/:id/members", s.idempotentAfter(s.kbRole(service.KBManager)), s.putMember)
 	user.DELETE("/knowledge-bases/:id/members/:memberId", deleteChild("memberId", deps.KnowledgeBases.RemoveMember))
 	user.GET("/knowledge-bases/:id/documents", s.listDocuments)
 	upload := []gin.HandlerFunc{s.uploadDocument}
@@ -223,7 +223,7 @@ func NewRouter(deps Deps) *Router {
 	// Pipelines (README "For pipelines"): lookup and status polling are
 	// the listing's filters; the import is fetched by a worker.
 	user.DELETE("/knowledge-bases/:id/documents", s.deleteDocumentByExternalID)
-	user.POST(`/knowledge-bases/:id/documents\:import`, s.idempotent, withIDBody(s, http.StatusAccepted, s.importDocument))
+	user.POST(`/knowledge-bases/:id/documents\:import`, s.idempotentAfter(s.kbRole(service.KBEditor)), withIDBody(s, http.StatusAccepted, s.importDocument))
 	// Webhooks are knowledge-base settings: managers, no API keys.
 	user.GET("/knowledge-bases/:id/webhooks", all(deps.Ingest.Webhooks))
 	user.POST("/knowledge-bases/:id/webhooks", s.submitLock, noStore, withIDBody(s, http.StatusCreated, s.createWebhook))

@@ -154,6 +154,14 @@ func (k *KnowledgeBases) Get(ctx context.Context, p service.Principal, id servic
 	return kb, nil
 }
 
+// Require checks that p holds at least need on a knowledge base
+// (service.Access.Require): for the HTTP layer, before it replays a stored
+// answer of a change.
+func (k *KnowledgeBases) Require(ctx context.Context, p service.Principal, id service.ID, need service.KBRole) error {
+	_, err := k.access.Require(ctx, p, id, need)
+	return err
+}
+
 // List pages through the knowledge bases the caller may read.
 func (k *KnowledgeBases) List(ctx context.Context, p service.Principal, after service.ID, limit int) ([]*service.KnowledgeBase, error) {
 	roles, err := k.access.Roles(ctx, p, nil)

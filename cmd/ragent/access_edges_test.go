@@ -1,0 +1,101 @@
+package main
+
+import (
+	"net/http"
+	"testing"
+)
+
+// memberID returns the id of username's direct grant on kb.
+func memberID(t *testing.T, admin *client, kb, username string) string {
+	t.Helper()
+	var members struct{ Items []struct{ ID, Name string } }
+	admin.forTest(t).do("GET", "/api/v1/knowledge-bases/"+kb+"/members", nil).json(t, &members)
+	for _, m := range members.Items {
+		if m.Name == username {
+			return m.ID
+		}
+	}
+	t.Fatalf("%s is no member of %s: %+v", username, kb, members.Items)
+	return ""
+}
+
+// TestIdempotentReplayChecksAccessFirst: a stored answer is replayed only to
+// a caller who may still make the change: a manager removed from the
+// knowledge base gets 404, one demoted to viewer 403, a limited API key of
+// the same user 404 for a knowledge base outside its list — never the stored
+// 200. The same key replays again once the right is back.
+func TestIdempotentReplayChecksAccessFirst(t *testing.T) {
+	in := start(t, testConfig(t))
+	admin := in.adminClient(t)
+	adminToken := in.login(t, "admin", "admin-password")
+	mgrID := in.createUser(t, adminToken, "mgr", "mgr-password", "user")
+	mgr := in.client(t, in.login(t, "mgr", "mgr-password"))
+	kb, other := admin.createKB("replayed"), admin.createKB("other")
+	grant := func(kb, role string) {
+		t.Helper()
+		r := admin.do("POST", "/api/v1/knowledge-bases/"+kb+"/members", map[string]string{"kind": "user", "principalId": mgrID, "role": role})
+		if r.Status != http.StatusCreated && r.Status != http.StatusOK {
+			t.Fatalf("grant %s: %d %s", role, r.Status, r.Body)
+		}
+	}
+	grant(kb, "manager")
+	grant(other, "manager")
+
+	patch := func(c *client, idemKey string) response {
+		t.Helper()
+		return c.do("PATCH", "/api/v1/knowledge-bases/"+kb, map[string]any{"description": "set by mgr"}, "Idempotency-Key", idemKey)
+	}
+	member := func(c *client, idemKey string) response {
+		t.Helper()
+		return c.do("POST", "/api/v1/knowledge-bases/"+kb+"/members", map[string]string{"kind": "user", "principalId": mgrID, "role": "manager"},
+			"Idempotency-Key", idemKey)
+	}
+	if r := patch(mgr, "p1"); r.Status != http.StatusOK {
+		t.Fatalf("first PATCH: %d %s", r.Status, r.Body)
+	}
+	if r := member(mgr, "m1"); r.Status != http.StatusOK {
+		t.Fatalf("first member PUT: %d %s", r.Status, r.Body)
+	}
+	if r := patch(mgr, "p1"); r.Status != http.StatusOK || r.Header.Get("Idempotent-Replayed") != "true" {
+		t.Fatalf("replay while manager: %d %v", r.Status, r.Header)
+	}
+
+	grant(kb, "viewer")
+	for name, r := range map[string]response{"PATCH": patch(mgr, "p1"), "members": member(mgr, "m1")} {
+		if r.Status != http.StatusForbidden || r.Header.Get("Idempotent-Replayed") != "" {
+			t.Errorf("%s replay by a viewer: %d %s, want 403", name, r.Status, r.Body)
+		}
+	}
+	if r := admin.do("DELETE", "/api/v1/knowledge-bases/"+kb+"/members/"+memberID(t, admin, kb, "mgr"), nil); r.Status != http.StatusNoContent {
+		t.Fatalf("remove: %d %s", r.Status, r.Body)
+	}
+	for name, r := range map[string]response{"PATCH": patch(mgr, "p1"), "members": member(mgr, "m1")} {
+		if r.Status != http.StatusNotFound || r.Header.Get("Idempotent-Replayed") != "" {
+			t.Errorf("%s replay after removal: %d %s, want 404", name, r.Status, r.Body)
+		}
+	}
+
+	// A key of the same user shares the user's Idempotency-Keys; a key
+	// limited to another knowledge base does not see this one.
+	grant(kb, "editor")
+	imp := func(c *client) response {
+		t.Helper()
+		return c.do("POST", "/api/v1/knowledge-bases/"+kb+"/documents:import", map[string]any{"url": "http://127.0.0.1:1/doc.md"},
+			"Idempotency-Key", "i1")
+	}
+	first := imp(mgr)
+	if first.Status >= 500 {
+		t.Fatalf("first import: %d %s", first.Status, first.Body)
+	}
+	limited := in.client(t, createKey(t, mgr, map[string]any{"name": "other only", "scopes": []string{"ingest"}, "knowledgeBaseIds": []string{other}}).Key)
+	if r := imp(limited); r.Status != http.StatusNotFound || r.Header.Get("Idempotent-Replayed") != "" {
+		t.Errorf("import replay by a key limited to another knowledge base: %d %s, want 404", r.Status, r.Body)
+	}
+	if r := imp(mgr); r.Status != first.Status || r.Header.Get("Idempotent-Replayed") != "true" {
+		t.Errorf("import replay by the editor: %d %v, want %d replayed", r.Status, r.Header, first.Status)
+	}
+	grant(kb, "manager")
+	if r := patch(mgr, "p1"); r.Status != http.StatusOK || r.Header.Get("Idempotent-Replayed") != "true" {
+		t.Errorf("replay with the role back: %d %v", r.Status, r.Header)
+	}
+}
