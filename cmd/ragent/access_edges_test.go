@@ -2,7 +2,9 @@ package main
 
 import (
 	"net/http"
+	"strings"
 	"testing"
+	"time"
 )
 
 // memberID returns the id of username's direct grant on kb.
@@ -97,5 +99,37 @@ func TestIdempotentReplayChecksAccessFirst(t *testing.T) {
 	grant(kb, "manager")
 	if r := patch(mgr, "p1"); r.Status != http.StatusOK || r.Header.Get("Idempotent-Replayed") != "true" {
 		t.Errorf("replay with the role back: %d %v", r.Status, r.Header)
+	}
+}
+
+// TestAPIKeyMaxTTLSetting: RAGENT_API_KEY_MAX_TTL bounds a new key's
+// expiry: beyond it (the year 9999) is 400 on expiresAt, none given is the
+// longest life.
+func TestAPIKeyMaxTTLSetting(t *testing.T) {
+	cfg := testConfig(t)
+	cfg.APIKeyMaxTTL = 48 * time.Hour
+	in := start(t, cfg)
+	admin := in.adminClient(t)
+	r := admin.do("POST", "/api/v1/api-keys", map[string]any{"name": "forever", "scopes": []string{"read"}, "expiresAt": "9999-12-31T00:00:00Z"})
+	var e struct {
+		Error struct {
+			Code, Message string
+			Details       map[string]string
+		}
+	}
+	r.json(t, &e)
+	if r.Status != http.StatusBadRequest || e.Error.Code != "invalid" || e.Error.Details["field"] != "expiresAt" || !strings.Contains(e.Error.Message, "2 days") {
+		t.Fatalf("year 9999: %d %s, want 400 on expiresAt", r.Status, r.Body)
+	}
+	before := time.Now()
+	k := createKey(t, admin, map[string]any{"name": "default", "scopes": []string{"read"}})
+	keys, _ := listKeys(t, admin)
+	for _, l := range keys {
+		if l.ID == k.ID && (l.ExpiresAt == nil || l.ExpiresAt.Before(before.Add(48*time.Hour-time.Minute)) || l.ExpiresAt.After(time.Now().Add(48*time.Hour))) {
+			t.Fatalf("key without an expiry expires %v, want in 48h", l.ExpiresAt)
+		}
+	}
+	if r := in.client(t, k.Key).do("GET", "/api/v1/knowledge-bases", nil); r.Status != http.StatusOK {
+		t.Fatalf("new key: %d %s", r.Status, r.Body)
 	}
 }

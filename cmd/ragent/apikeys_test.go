@@ -23,6 +23,7 @@ type apiKeyJSON struct {
 	Scopes                          []string
 	KnowledgeBaseIDs                []string
 	LastUsedAt                      *time.Time
+	ExpiresAt                       *time.Time
 }
 
 // createKey creates an API key as c and returns it.

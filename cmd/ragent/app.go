@@ -317,7 +317,7 @@ func newApp(ctx context.Context, cfg Config, log *slog.Logger) (_ *App, err erro
 	a.router = api.NewRouter(api.Deps{
 		Log:               log,
 		Auth:              authSvc,
-		APIKeys:           auth.NewAPIKeys(a.store, access, ids, audit, auth.Config{Logger: log}),
+		APIKeys:           auth.NewAPIKeys(a.store, access, ids, audit, auth.Config{Logger: log, KeyMaxTTL: cfg.APIKeyMaxTTL}),
 		KeyRate:           keyRate,
 		KnowledgeBases:    kbs,
 		Groups:            admin.NewGroups(a.store, ids, audit),

@@ -135,6 +135,8 @@ type Config struct {
 	APIKeyRatePerMinute  int    // requests one API key may make per minute; 0 = no limit
 	ChatEmptyRetrieval   string // chat | refuse
 
+	APIKeyMaxTTL time.Duration // longest life of an API key, from its creation
+
 	UploadMaxConcurrent int
 	UploadMaxWait       time.Duration
 	UploadMaxBytes      int64
@@ -304,7 +306,7 @@ func (c Config) validate() []error {
 		"RAGENT_INGEST_PARSE_TIMEOUT": c.IngestParseTimeout, "RAGENT_SSE_KEEPALIVE": c.SSEKeepAlive,
 		"RAGENT_EMBEDDING_QUERY_WAIT": c.EmbedQueryWait,
 		"RAGENT_FETCH_TIMEOUT":        c.FetchTimeout, "RAGENT_FETCH_MIN_REFRESH": c.FetchMinRefresh,
-		"RAGENT_WEBHOOK_BACKOFF": c.WebhookBackoff,
+		"RAGENT_WEBHOOK_BACKOFF": c.WebhookBackoff, "RAGENT_API_KEY_MAX_TTL": c.APIKeyMaxTTL,
 	} {
 		if d <= 0 {
 			bad("%s must be positive", name)

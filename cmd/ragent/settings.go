@@ -111,6 +111,7 @@ func (c *Config) settings() []setting {
 		{"RAGENT_CHAT_MAX_QUEUED_PER_USER", "3", intValue(&c.ChatMaxQueuedPerUser), maskNone},
 		{"RAGENT_CHAT_RATE_PER_MINUTE", "30", intValue(&c.ChatRatePerMinute), maskNone},
 		{"RAGENT_API_KEY_RATE_PER_MINUTE", "600", intValue(&c.APIKeyRatePerMinute), maskNone},
+		{"RAGENT_API_KEY_MAX_TTL", "8760h", durationValue(&c.APIKeyMaxTTL), maskNone},
 		{"RAGENT_CHAT_EMPTY_RETRIEVAL", "chat", strValue(&c.ChatEmptyRetrieval), maskNone},
 
 		{"RAGENT_UPLOAD_MAX_CONCURRENT", "10", intValue(&c.UploadMaxConcurrent), maskNone},

@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"crypto/sha256"
 	"errors"
+	"fmt"
 	"log/slog"
 	"math/big"
 	"slices"
@@ -45,6 +46,10 @@ const (
 	touchEvery = time.Minute
 )
 
+// DefaultKeyMaxTTL is the longest life of an API key when Config.KeyMaxTTL
+// is not set (RAGENT_API_KEY_MAX_TTL): a year.
+const DefaultKeyMaxTTL = 365 * 24 * time.Hour
+
 // APIKeys is the use case of API keys: machines act as a user with a key
 // instead of a password. A key is checked against Postgres on every request
 // (one indexed lookup joined with its owner, the same read a session does
@@ -55,16 +60,41 @@ type APIKeys struct {
 	access KeyAccess
 	ids    service.IDGenerator
 	audit  *service.Auditor // records every create and revoke, refused ones too
+	maxTTL time.Duration
 	now    func() time.Time
 	log    *slog.Logger
 }
 
 // NewAPIKeys returns the API-key use case; every create and revoke is
-// recorded in audit. Of cfg it reads Logger and Now, so it shares the
-// sessions' Config.
+// recorded in audit. Of cfg it reads KeyMaxTTL, Logger and Now, so it
+// shares the sessions' Config.
 func NewAPIKeys(store KeyStore, access KeyAccess, ids service.IDGenerator, audit *service.Auditor, cfg Config) *APIKeys {
 	cfg = cfg.withClock()
-	return &APIKeys{store: store, access: access, ids: ids, audit: audit, now: cfg.Now, log: cfg.Logger}
+	maxTTL := cfg.KeyMaxTTL
+	if maxTTL <= 0 {
+		maxTTL = DefaultKeyMaxTTL
+	}
+	return &APIKeys{store: store, access: access, ids: ids, audit: audit, maxTTL: maxTTL, now: cfg.Now, log: cfg.Logger}
+}
+
+// expiry is when k stops working: its own expiry, but never later than
+// the longest life from its creation, so keys stored before the cap (or
+// under a longer one) end too.
+func (a *APIKeys) expiry(k *service.APIKey) time.Time {
+	limit := k.CreatedAt.Add(a.maxTTL)
+	if k.ExpiresAt != nil && k.ExpiresAt.Before(limit) {
+		return *k.ExpiresAt
+	}
+	return limit
+}
+
+// capExpiry shows keys with the expiry they have in force.
+func (a *APIKeys) capExpiry(keys []*service.APIKey) []*service.APIKey {
+	for _, k := range keys {
+		at := a.expiry(k)
+		k.ExpiresAt = &at
+	}
+	return keys
 }
 
 // KeyInput creates an API key.
@@ -74,7 +104,9 @@ type KeyInput struct {
 	// KnowledgeBaseIDs limits the key; omitted (null) means every knowledge
 	// base the owner may read, now and later.
 	KnowledgeBaseIDs []service.ID `json:"knowledgeBaseIds"`
-	ExpiresAt        *time.Time   `json:"expiresAt"`
+	// ExpiresAt is at most the longest life (Config.KeyMaxTTL) away;
+	// omitted means that longest life.
+	ExpiresAt *time.Time `json:"expiresAt"`
 }
 
 // CreatedKey is a new key with its secret, which is returned only here.
@@ -113,6 +145,7 @@ func (a *APIKeys) Create(ctx context.Context, p service.Principal, in KeyInput) 
 		}
 		sum := sha256.Sum256([]byte(secret))
 		k.Hash, k.Prefix = sum[:], secret[:keyPrefixLen]
+		k.CreatedAt = a.now() // the store may keep its own clock's
 		if err := a.store.CreateAPIKey(ctx, k); err != nil {
 			return err
 		}
@@ -175,12 +208,21 @@ func (a *APIKeys) validate(ctx context.Context, p service.Principal, in KeyInput
 			}
 		}
 	}
-	if in.ExpiresAt != nil && !in.ExpiresAt.After(a.now()) {
+	now := a.now()
+	expires := now.Add(a.maxTTL)
+	switch {
+	case in.ExpiresAt == nil:
+	case !in.ExpiresAt.After(now):
 		return nil, service.WithDetails(service.ErrInvalid, "expiresAt must be in the future", map[string]string{"field": "expiresAt"})
+	case in.ExpiresAt.After(expires):
+		return nil, service.WithDetails(service.ErrInvalid, fmt.Sprintf("expiresAt must be at most %s from now (%s); leave it out for that",
+			durationText(a.maxTTL), expires.UTC().Format(time.RFC3339)), map[string]string{"field": "expiresAt"})
+	default:
+		expires = *in.ExpiresAt
 	}
 	return &service.APIKey{
 		UserID: p.UserID, Username: p.Username, Name: name, Scopes: scopes,
-		KnowledgeBaseIDs: kbs, ExpiresAt: in.ExpiresAt,
+		KnowledgeBaseIDs: kbs, ExpiresAt: &expires,
 	}, nil
 }
 
@@ -228,7 +270,8 @@ func (a *APIKeys) Authenticate(ctx context.Context, key string) (service.Princip
 		return service.Principal{}, err
 	}
 	now := a.now()
-	if owner.Disabled || (k.ExpiresAt != nil && !now.Before(*k.ExpiresAt)) {
+	expires := a.expiry(k)
+	if owner.Disabled || !now.Before(expires) {
 		return service.Principal{}, errBadKey
 	}
 	if k.LastUsedAt == nil || now.Sub(*k.LastUsedAt) >= touchEvery {
@@ -241,9 +284,7 @@ func (a *APIKeys) Authenticate(ctx context.Context, key string) (service.Princip
 		UserID: owner.ID, Username: owner.Username, Role: owner.Role, TokenID: "key:" + k.ID.String(),
 		Key: &service.KeyGrant{KeyID: k.ID, Scopes: k.Scopes, KnowledgeBaseIDs: k.KnowledgeBaseIDs},
 	}
-	if k.ExpiresAt != nil {
-		p.Expires = *k.ExpiresAt
-	}
+	p.Expires = expires
 	return p, nil
 }
 
@@ -256,7 +297,16 @@ func (a *APIKeys) List(ctx context.Context, p service.Principal, after service.I
 	if p.IsAdmin() {
 		owner = 0
 	}
-	return a.store.APIKeys(ctx, owner, after, limit)
+	keys, err := a.store.APIKeys(ctx, owner, after, limit)
+	return a.capExpiry(keys), err
+}
+
+// durationText writes whole days as days ("365 days"), else as Go does.
+func durationText(d time.Duration) string {
+	if d%(24*time.Hour) == 0 {
+		return fmt.Sprintf("%d days", d/(24*time.Hour))
+	}
+	return d.String()
 }
 
 // Revoke ends a key at once on every instance. Users revoke their own

@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"errors"
 	"regexp"
+	"strings"
 	"testing"
 	"time"
 
@@ -205,5 +206,58 @@ func TestNewKeyFormat(t *testing.T) {
 			t.Fatalf("key %q (%d), %v", k, len(k), err)
 		}
 		seen[k] = true
+	}
+}
+
+// TestAPIKeyMaxTTL: no key lives longer than Config.KeyMaxTTL from its
+// creation: a longer expiry is refused, a missing one gets that longest
+// life, and a key stored without an expiry (before the cap) ends there too.
+func TestAPIKeyMaxTTL(t *testing.T) {
+	a, st, clk := newKeys(t)
+	ctx := context.Background()
+	year9999 := time.Date(9999, 12, 31, 0, 0, 0, 0, time.UTC)
+	over := clk.Now().Add(DefaultKeyMaxTTL + time.Second)
+	for _, exp := range []time.Time{year9999, over} {
+		_, err := a.Create(ctx, bob, KeyInput{Name: "forever", Scopes: []service.Scope{"read"}, ExpiresAt: &exp})
+		var se *service.Error
+		if !errors.Is(err, service.ErrInvalid) || !errors.As(err, &se) || se.Details["field"] != "expiresAt" ||
+			!strings.Contains(err.Error(), "365 days") {
+			t.Fatalf("expiresAt %s: %v, want invalid expiresAt naming the cap", exp, err)
+		}
+	}
+	exact := clk.Now().Add(DefaultKeyMaxTTL)
+	if _, err := a.Create(ctx, bob, KeyInput{Name: "a year", Scopes: []service.Scope{"read"}, ExpiresAt: &exact}); err != nil {
+		t.Fatalf("expiry at the cap: %v", err)
+	}
+	k, err := a.Create(ctx, bob, KeyInput{Name: "default", Scopes: []service.Scope{"read"}})
+	if err != nil || k.ExpiresAt == nil || !k.ExpiresAt.Equal(exact) {
+		t.Fatalf("no expiry given: %+v, %v; want %s", k, err, exact)
+	}
+	// A key from before the cap, without an expiry.
+	old, err := a.Create(ctx, bob, KeyInput{Name: "old", Scopes: []service.Scope{"read"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st.keys[old.ID].ExpiresAt = &year9999
+	keys, err := a.List(ctx, bob, 0, 50)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range keys {
+		if l.ExpiresAt == nil || l.ExpiresAt.After(exact) {
+			t.Fatalf("listed %s expires %v, after the cap %s", l.Name, l.ExpiresAt, exact)
+		}
+	}
+	clk.Add(DefaultKeyMaxTTL - time.Second)
+	for _, key := range []string{k.Key, old.Key} {
+		if p, err := a.Authenticate(ctx, key); err != nil || !p.Expires.Equal(exact) {
+			t.Fatalf("a second before the cap: %+v, %v", p, err)
+		}
+	}
+	clk.Add(time.Second)
+	for _, key := range []string{k.Key, old.Key} {
+		if _, err := a.Authenticate(ctx, key); !errors.Is(err, service.ErrUnauthenticated) {
+			t.Fatalf("at the cap: %v, want unauthenticated", err)
+		}
 	}
 }

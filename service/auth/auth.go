@@ -96,6 +96,7 @@ type Config struct {
 	FailWindow      time.Duration    // default 15m
 	BcryptCost      int              // default bcrypt.DefaultCost
 	MinPassword     int              // default 8
+	KeyMaxTTL       time.Duration    // an API key's longest life from its creation; default DefaultKeyMaxTTL
 	Logger          *slog.Logger     // nil discards
 	Now             func() time.Time // nil is time.Now
 }
