@@ -45,8 +45,11 @@ func (r apiKeyRow) key() *service.APIKey {
 	return k
 }
 
-// CreateAPIKey inserts k (its hash, never the key).
-func (s *Store) CreateAPIKey(ctx context.Context, k *service.APIKey) error {
+// CreateAPIKey inserts k (its hash, never the key) unless its owner already
+// has max live (unrevoked) keys: then service.ErrConflict. The owner's user
+// row is locked while the keys are counted, so parallel creates are counted
+// one after the other and cannot pass the cap together.
+func (s *Store) CreateAPIKey(ctx context.Context, k *service.APIKey, max int) error {
 	row := apiKeyRow{
 		ID: int64(k.ID), UserID: int64(k.UserID), Name: k.Name, Prefix: k.Prefix, KeyHash: k.Hash,
 		Scopes: make(jsonList[string], len(k.Scopes)), ExpiresAt: k.ExpiresAt,
@@ -61,8 +64,21 @@ func (s *Store) CreateAPIKey(ctx context.Context, k *service.APIKey) error {
 		}
 		row.KbIDs = &ids
 	}
-	if err := s.conn(ctx).Omit("Username", "OwnerRole", "OwnerDisabled").Create(&row).Error; err != nil {
-		return translate(err)
+	err := s.WithinTx(ctx, func(tx *Store) error {
+		if err := found(tx.db.Exec(`SELECT 1 FROM users WHERE id = ? FOR UPDATE`, row.UserID)); err != nil {
+			return err
+		}
+		var live int64
+		if err := tx.db.Table("api_keys").Where("user_id = ? AND revoked_at IS NULL", row.UserID).Count(&live).Error; err != nil {
+			return translate(err)
+		}
+		if live >= int64(max) {
+			return service.Errorf(service.ErrConflict, "at most %d API keys per user; revoke one first", max)
+		}
+		return translate(tx.db.Omit("Username", "OwnerRole", "OwnerDisabled").Create(&row).Error)
+	})
+	if err != nil {
+		return err
 	}
 	k.CreatedAt = row.CreatedAt
 	return nil

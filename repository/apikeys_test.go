@@ -23,7 +23,7 @@ func TestAPIKeyStore(t *testing.T) {
 	some := &service.APIKey{ID: newID(), UserID: owner.ID, Name: "some", Prefix: "rk_bbbbbbb", Hash: []byte("hash-some"),
 		Scopes: []service.Scope{service.ScopeSearch}, KnowledgeBaseIDs: []service.ID{7, 8}}
 	for _, k := range []*service.APIKey{all, some} {
-		if err := s.CreateAPIKey(ctx, k); err != nil {
+		if err := s.CreateAPIKey(ctx, k, 50); err != nil {
 			t.Fatal(err)
 		}
 	}

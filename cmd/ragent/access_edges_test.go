@@ -1,8 +1,10 @@
 package main
 
 import (
+	"fmt"
 	"net/http"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -131,5 +133,51 @@ func TestAPIKeyMaxTTLSetting(t *testing.T) {
 	}
 	if r := in.client(t, k.Key).do("GET", "/api/v1/knowledge-bases", nil); r.Status != http.StatusOK {
 		t.Fatalf("new key: %d %s", r.Status, r.Body)
+	}
+}
+
+// TestAPIKeyCapUnderParallelCreates: 80 creates at once, across two
+// instances, leave exactly 50 live keys (the per-user cap); the others are
+// 409, and after a revocation exactly one more fits.
+func TestAPIKeyCapUnderParallelCreates(t *testing.T) {
+	cfg := testConfig(t)
+	ins := []*instance{start(t, cfg), start(t, cfg)}
+	adminToken := ins[0].login(t, "admin", "admin-password")
+	ins[0].createUser(t, adminToken, "many", "many-password", "user")
+	token := ins[0].login(t, "many", "many-password")
+	const n = 80
+	statuses := make([]int, n)
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			statuses[i] = ins[i%2].client(t, token).do("POST", "/api/v1/api-keys", map[string]any{"name": fmt.Sprintf("key %d", i), "scopes": []string{"read"}}).Status
+		}()
+	}
+	close(start)
+	wg.Wait()
+	count := map[int]int{}
+	for _, s := range statuses {
+		count[s]++
+	}
+	if count[http.StatusCreated] != 50 || count[http.StatusConflict] != n-50 {
+		t.Fatalf("statuses %v, want 50 created and %d conflicts", count, n-50)
+	}
+	c := ins[0].client(t, token)
+	var l struct{ Items []apiKeyJSON }
+	c.do("GET", "/api/v1/api-keys?limit=200", nil).json(t, &l)
+	if len(l.Items) != 50 {
+		t.Fatalf("%d live keys, want 50", len(l.Items))
+	}
+	if r := c.do("DELETE", "/api/v1/api-keys/"+l.Items[0].ID, nil); r.Status != http.StatusNoContent {
+		t.Fatalf("revoke: %d %s", r.Status, r.Body)
+	}
+	for i, want := range []int{http.StatusCreated, http.StatusConflict} {
+		if r := c.do("POST", "/api/v1/api-keys", map[string]any{"name": fmt.Sprintf("after %d", i), "scopes": []string{"read"}}); r.Status != want {
+			t.Fatalf("create %d after a revocation: %d %s, want %d", i, r.Status, r.Body, want)
+		}
 	}
 }

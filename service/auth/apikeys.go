@@ -18,7 +18,9 @@ import (
 
 // KeyStore keeps API keys (their hashes, never the keys).
 type KeyStore interface {
-	CreateAPIKey(ctx context.Context, k *service.APIKey) error
+	// CreateAPIKey stores k unless its owner has max live keys already
+	// (service.ErrConflict), race-free.
+	CreateAPIKey(ctx context.Context, k *service.APIKey, max int) error
 	// APIKeyByHash returns the unrevoked key with this hash and its live
 	// owner (service.ErrNotFound otherwise) in one lookup.
 	APIKeyByHash(ctx context.Context, hash []byte) (*service.APIKey, *service.User, error)
@@ -129,13 +131,6 @@ func (a *APIKeys) Create(ctx context.Context, p service.Principal, in KeyInput) 
 		if err != nil {
 			return err
 		}
-		existing, err := a.store.APIKeys(ctx, p.UserID, 0, maxKeysPerUser)
-		if err != nil {
-			return err
-		}
-		if len(existing) >= maxKeysPerUser {
-			return service.Errorf(service.ErrConflict, "at most %d API keys per user; revoke one first", maxKeysPerUser)
-		}
 		secret, err := newKey()
 		if err != nil {
 			return err
@@ -146,7 +141,7 @@ func (a *APIKeys) Create(ctx context.Context, p service.Principal, in KeyInput) 
 		sum := sha256.Sum256([]byte(secret))
 		k.Hash, k.Prefix = sum[:], secret[:keyPrefixLen]
 		k.CreatedAt = a.now() // the store may keep its own clock's
-		if err := a.store.CreateAPIKey(ctx, k); err != nil {
+		if err := a.store.CreateAPIKey(ctx, k, maxKeysPerUser); err != nil {
 			return err
 		}
 		// The prefix identifies the key in the log; the secret never leaves

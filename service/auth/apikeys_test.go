@@ -20,7 +20,16 @@ type keyStore struct {
 	touches int
 }
 
-func (s *keyStore) CreateAPIKey(_ context.Context, k *service.APIKey) error {
+func (s *keyStore) CreateAPIKey(_ context.Context, k *service.APIKey, max int) error {
+	live := 0
+	for id := range s.keys {
+		if !s.revoked[id] {
+			live++
+		}
+	}
+	if live >= max {
+		return service.ErrConflict
+	}
 	c := *k
 	s.keys[k.ID] = &c
 	return nil
