@@ -79,6 +79,18 @@ func (s *Store) Document(ctx context.Context, id service.ID) (*service.Document,
 	return doc, s.withConn(ctx).attachSources([]*service.Document{doc})
 }
 
+// DocumentIn is Document restricted to the knowledge bases kbIDs: a
+// document elsewhere is service.ErrNotFound, from the same one indexed
+// query as an unknown id.
+func (s *Store) DocumentIn(ctx context.Context, id service.ID, kbIDs []service.ID) (*service.Document, error) {
+	var row documentRow
+	if err := s.conn(ctx).Where("kb_id = ANY(?)", idArray(kbIDs)).Take(&row, int64(id)).Error; err != nil {
+		return nil, translate(err)
+	}
+	doc := row.doc()
+	return doc, s.withConn(ctx).attachSources([]*service.Document{doc})
+}
+
 // Documents lists a knowledge base's live documents, newest first, before
 // the cursor (a document id; 0 = from the newest).
 func (s *Store) Documents(ctx context.Context, kbID, before service.ID, limit int) ([]*service.Document, error) {

@@ -181,3 +181,33 @@ func TestAPIKeyCapUnderParallelCreates(t *testing.T) {
 		}
 	}
 }
+
+// TestDocumentIDsRevealNothing: on every document route, a document of a
+// knowledge base the caller cannot read answers exactly as an id that does
+// not exist (the service reads access first, so the work is the same too:
+// TestDocumentReadAccessFirst in service/ingest).
+func TestDocumentIDsRevealNothing(t *testing.T) {
+	in := start(t, testConfig(t))
+	admin := in.adminClient(t)
+	kb := admin.createKB("private")
+	doc := admin.uploadAccepted(kb, "p.md", []byte("# P\n\nPrivate text.\n")).ID
+	admin.waitReady(doc)
+	adminToken := in.login(t, "admin", "admin-password")
+	in.createUser(t, adminToken, "outsider", "outsider-password", "user")
+	outsider := in.client(t, in.login(t, "outsider", "outsider-password"))
+	missing := "386270546460467299"
+	for _, route := range []struct{ method, path string }{
+		{"GET", "/api/v1/documents/%s"}, {"GET", "/api/v1/documents/%s/chunks"},
+		{"POST", "/api/v1/documents/%s/reindex"}, {"DELETE", "/api/v1/documents/%s"},
+	} {
+		got := outsider.do(route.method, fmt.Sprintf(route.path, doc), nil)
+		want := outsider.do(route.method, fmt.Sprintf(route.path, missing), nil)
+		if got.Status != http.StatusNotFound || got.Status != want.Status ||
+			strings.ReplaceAll(string(got.Body), doc, missing) != string(want.Body) {
+			t.Errorf("%s %s: %d %s for a private document, %d %s for a missing one", route.method, route.path, got.Status, got.Body, want.Status, want.Body)
+		}
+	}
+	if d := admin.document(doc); d.Status != "ready" {
+		t.Fatalf("the private document after the refused calls: %+v", d)
+	}
+}

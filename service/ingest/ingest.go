@@ -37,6 +37,9 @@ type Store interface {
 	KnowledgeBaseSettings(ctx context.Context, ids []service.ID) ([]*service.KnowledgeBase, error)
 	CreateUpload(ctx context.Context, d *service.Document, blob []byte, msg service.OutboxMessage) error
 	Document(ctx context.Context, id service.ID) (*service.Document, error)
+	// DocumentIn is Document when the document is in one of kbIDs, else
+	// service.ErrNotFound, in one query either way.
+	DocumentIn(ctx context.Context, id service.ID, kbIDs []service.ID) (*service.Document, error)
 	Documents(ctx context.Context, kbID, before service.ID, limit int) ([]*service.Document, error)
 	DocumentBlob(ctx context.Context, sha256 string) ([]byte, error)
 	DocumentChunks(ctx context.Context, docID service.ID, afterOrdinal, limit int) ([]service.Chunk, error)
@@ -324,18 +327,27 @@ func (s *Service) ingestMessage(docID service.ID, generation int) (service.Outbo
 // base. A document p cannot read is reported as not found, like one that
 // does not exist.
 func (s *Service) document(ctx context.Context, p service.Principal, id service.ID, need service.KBRole) (*service.Document, error) {
-	doc, err := s.store.Document(ctx, id)
+	// Read access first, then the document among what p reads: a document
+	// of a knowledge base p cannot read costs the same two queries and
+	// answers the same 404 as an id that does not exist, so neither the
+	// answer nor its timing tells them apart.
+	roles, err := s.access.Roles(ctx, p, nil)
+	if err != nil {
+		return nil, err
+	}
+	readable := make([]service.ID, 0, len(roles))
+	for kb := range roles {
+		readable = append(readable, kb)
+	}
+	doc, err := s.store.DocumentIn(ctx, id, readable)
 	if errors.Is(err, service.ErrNotFound) {
 		return nil, service.Errorf(service.ErrNotFound, "document %s not found", id)
 	}
 	if err != nil {
 		return nil, err
 	}
-	if _, err := s.access.Require(ctx, p, doc.KnowledgeBaseID, need); err != nil {
-		if errors.Is(err, service.ErrNotFound) {
-			return nil, service.Errorf(service.ErrNotFound, "document %s not found", id)
-		}
-		return nil, err
+	if r := roles[doc.KnowledgeBaseID]; !r.AtLeast(need) {
+		return nil, service.Errorf(service.ErrForbidden, "this needs the %s role on knowledge base %s (you are %s)", need, doc.KnowledgeBaseID, r)
 	}
 	return doc, nil
 }
