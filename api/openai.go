@@ -254,12 +254,21 @@ func (s *Server) resolveModel(c *gin.Context, model string) ([]service.ID, error
 			}
 		}
 	}
+	var named []service.ID
 	for _, kb := range kbs {
 		if kb.Name == want {
-			return []service.ID{kb.ID}, nil
+			named = append(named, kb.ID)
 		}
 	}
-	return nil, errModelNotFound(model)
+	switch len(named) {
+	case 0:
+		return nil, errModelNotFound(model)
+	case 1:
+		return named, nil
+	}
+	// Names are unique only among what their namer reads (README
+	// "Knowledge-base isolation"), so a reader may see two.
+	return nil, service.Errorf(service.ErrInvalid, "several knowledge bases you read are named %q; name one by id: %s<id> (GET /v1/models lists them)", want, modelPrefix)
 }
 
 // readableKnowledgeBases lists every knowledge base the caller may read.
@@ -298,8 +307,17 @@ func (s *Server) listModels(c *gin.Context) {
 		return
 	}
 	models := []oaiModel{{ID: modelRagent, Object: "model", Created: s.started.Unix(), OwnedBy: "ragent"}}
+	names := map[string]int{}
 	for _, kb := range kbs {
-		models = append(models, oaiModel{ID: modelPrefix + kb.Name, Object: "model", Created: kb.CreatedAt.Unix(), OwnedBy: "ragent", KnowledgeBaseID: kb.ID})
+		names[kb.Name]++
+	}
+	for _, kb := range kbs {
+		// A name two readable knowledge bases share names neither: the id does.
+		id := modelPrefix + kb.Name
+		if names[kb.Name] > 1 {
+			id = modelPrefix + kb.ID.String()
+		}
+		models = append(models, oaiModel{ID: id, Object: "model", Created: kb.CreatedAt.Unix(), OwnedBy: "ragent", KnowledgeBaseID: kb.ID})
 	}
 	c.JSON(http.StatusOK, gin.H{"object": "list", "data": models})
 }

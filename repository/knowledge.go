@@ -66,7 +66,30 @@ const kbColumns = `knowledge_bases.*, (SELECT count(*) FROM documents d
 	CASE WHEN knowledge_bases.reembed_space IS NULL THEN 0 ELSE (SELECT count(*) FROM documents d
 	WHERE d.kb_id = knowledge_bases.id AND d.deleted_at IS NULL AND d.chunk_count > 0) END AS reembed_total`
 
-// CreateKnowledgeBase inserts kb; a taken name is service.ErrConflict.
+// kbNamesLockKey is the advisory lock that serialises knowledge-base name
+// checks with the writes they guard.
+const kbNamesLockKey = 0x6b626e6d // "kbnm"
+
+// nameTaken locks the knowledge-base names for the rest of s's
+// transaction and reports whether a live knowledge base other than except
+// is named name; among, when not nil, limits the check to those.
+func (s *Store) nameTaken(name string, except service.ID, among []service.ID) (bool, error) {
+	if err := s.db.Exec("SELECT pg_advisory_xact_lock(?)", kbNamesLockKey).Error; err != nil {
+		return false, translate(err)
+	}
+	q := s.db.Model(&knowledgeBaseRow{}).Where("name = ? AND id <> ?", name, int64(except))
+	if among != nil {
+		q = q.Where("id = ANY(?)", idArray(among))
+	}
+	var n int64
+	if err := q.Count(&n).Error; err != nil {
+		return false, translate(err)
+	}
+	return n > 0, nil
+}
+
+// CreateKnowledgeBase inserts kb; a name any live knowledge base has is
+// service.ErrConflict (only admins create, and they read every one).
 func (s *Store) CreateKnowledgeBase(ctx context.Context, kb *service.KnowledgeBase) error {
 	row := knowledgeBaseRow{
 		ID: int64(kb.ID), Name: kb.Name, Description: kb.Description,
@@ -80,8 +103,18 @@ func (s *Store) CreateKnowledgeBase(ctx context.Context, kb *service.KnowledgeBa
 		row.Visibility = string(service.VisibilityPrivate)
 		kb.Visibility = service.VisibilityPrivate
 	}
-	if err := s.conn(ctx).Omit("DocumentCount", "ReembedDone", "ReembedTotal").Create(&row).Error; err != nil {
-		return translate(err)
+	err := s.WithinTx(ctx, func(tx *Store) error {
+		taken, err := tx.nameTaken(row.Name, kb.ID, nil)
+		if err != nil {
+			return err
+		}
+		if taken {
+			return service.ErrConflict
+		}
+		return translate(tx.db.Omit("DocumentCount", "ReembedDone", "ReembedTotal").Create(&row).Error)
+	})
+	if err != nil {
+		return err
 	}
 	kb.CreatedAt, kb.UpdatedAt = row.CreatedAt, row.UpdatedAt
 	return s.EnsureVectorIndex(ctx, kb.EmbeddingDim)
@@ -105,12 +138,23 @@ func (s *Store) KnowledgeBasesIn(ctx context.Context, ids []service.ID, after se
 	return find(limitTo(q, limit), knowledgeBaseRow.kb)
 }
 
-// UpdateKnowledgeBase stores the editable fields of kb.
-func (s *Store) UpdateKnowledgeBase(ctx context.Context, kb *service.KnowledgeBase) error {
-	return found(s.conn(ctx).Model(&knowledgeBaseRow{ID: int64(kb.ID)}).Updates(map[string]any{
-		"name": kb.Name, "description": kb.Description, "chunk_size": kb.ChunkSize,
-		"chunk_overlap": kb.ChunkOverlap, "vector_weight": kb.VectorWeight, "visibility": string(kb.Visibility), "updated_at": time.Now().UTC(),
-	}))
+// UpdateKnowledgeBase stores the editable fields of kb. Its name must not
+// be another live knowledge base's among nameAmong (every live one when
+// nil): service.ErrConflict.
+func (s *Store) UpdateKnowledgeBase(ctx context.Context, kb *service.KnowledgeBase, nameAmong []service.ID) error {
+	return s.WithinTx(ctx, func(tx *Store) error {
+		taken, err := tx.nameTaken(kb.Name, kb.ID, nameAmong)
+		if err != nil {
+			return err
+		}
+		if taken {
+			return service.ErrConflict
+		}
+		return found(tx.db.Model(&knowledgeBaseRow{ID: int64(kb.ID)}).Updates(map[string]any{
+			"name": kb.Name, "description": kb.Description, "chunk_size": kb.ChunkSize,
+			"chunk_overlap": kb.ChunkOverlap, "vector_weight": kb.VectorWeight, "visibility": string(kb.Visibility), "updated_at": time.Now().UTC(),
+		}))
+	})
 }
 
 // DeleteKnowledgeBase soft-deletes a knowledge base with its documents and

@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -209,5 +210,71 @@ func TestDocumentIDsRevealNothing(t *testing.T) {
 	}
 	if d := admin.document(doc); d.Status != "ready" {
 		t.Fatalf("the private document after the refused calls: %+v", d)
+	}
+}
+
+// TestRenameRevealsNoPrivateNames: a manager may rename a knowledge base to
+// the name of one they cannot read (a conflict would tell them it exists);
+// a name they can see is 409, and admins, who see every knowledge base,
+// keep names unique everywhere. A reader of two knowledge bases of one name
+// names each by id on the OpenAI-compatible API.
+func TestRenameRevealsNoPrivateNames(t *testing.T) {
+	in := start(t, testConfig(t))
+	admin := in.adminClient(t)
+	adminToken := in.login(t, "admin", "admin-password")
+	mgrID := in.createUser(t, adminToken, "mgr", "mgr-password", "user")
+	bothID := in.createUser(t, adminToken, "both", "both-password", "user")
+	mgr := in.client(t, in.login(t, "mgr", "mgr-password"))
+	secret, mine, public := admin.createKB("secret-hr"), admin.createKB("mine"), admin.createKB("public-faq")
+	admin.makeInternal(public)
+	grant := func(kb, user, role string) {
+		t.Helper()
+		if r := admin.do("POST", "/api/v1/knowledge-bases/"+kb+"/members", map[string]string{"kind": "user", "principalId": user, "role": role}); r.Status != http.StatusCreated {
+			t.Fatalf("grant: %d %s", r.Status, r.Body)
+		}
+	}
+	grant(mine, mgrID, "manager")
+	rename := func(c *client, kb, name string) response {
+		t.Helper()
+		return c.do("PATCH", "/api/v1/knowledge-bases/"+kb, map[string]string{"name": name})
+	}
+	if r := rename(mgr, mine, "public-faq"); r.Status != http.StatusConflict || r.errorCode(t) != "conflict" {
+		t.Fatalf("to a name the manager reads: %d %s, want 409", r.Status, r.Body)
+	}
+	if r := rename(mgr, mine, "secret-hr"); r.Status != http.StatusOK || strings.Contains(string(r.Body), secret) {
+		t.Fatalf("to a private name the manager cannot read: %d %s, want 200 like any free name", r.Status, r.Body)
+	}
+	if r := rename(mgr, mine, "secret-hr"); r.Status != http.StatusOK {
+		t.Fatalf("keeping its own name: %d %s", r.Status, r.Body)
+	}
+	for name, r := range map[string]response{
+		"admin rename": rename(admin, public, "secret-hr"),
+		"admin create": admin.do("POST", "/api/v1/knowledge-bases", map[string]string{"name": "secret-hr"}),
+	} {
+		if r.Status != http.StatusConflict {
+			t.Errorf("%s to a taken name: %d %s, want 409", name, r.Status, r.Body)
+		}
+	}
+
+	grant(secret, bothID, "viewer")
+	grant(mine, bothID, "viewer")
+	both := in.client(t, createKey(t, in.client(t, in.login(t, "both", "both-password")), map[string]any{"name": "bot", "scopes": []string{"chat"}}).Key)
+	r := both.do("POST", "/v1/chat/completions", map[string]any{"model": "ragent/secret-hr", "messages": userMsg("hello")})
+	if r.Status != http.StatusBadRequest || !strings.Contains(oaiError(t, r).Message, "by id") {
+		t.Fatalf("an ambiguous model name: %d %s, want 400 naming ids", r.Status, r.Body)
+	}
+	var models struct{ Data []struct{ ID string } }
+	both.do("GET", "/v1/models", nil).json(t, &models)
+	var ids []string
+	for _, m := range models.Data {
+		ids = append(ids, m.ID)
+	}
+	for _, kb := range []string{secret, mine} {
+		if !slices.Contains(ids, "ragent/"+kb) || slices.Contains(ids, "ragent/secret-hr") {
+			t.Fatalf("models %v: want both shared-name knowledge bases by id", ids)
+		}
+	}
+	if r := both.do("POST", "/v1/chat/completions", map[string]any{"model": "ragent/" + mine, "messages": userMsg("hello")}); r.Status != http.StatusOK {
+		t.Fatalf("by id: %d %s", r.Status, r.Body)
 	}
 }

@@ -15,7 +15,9 @@ type KnowledgeBaseStore interface {
 	KnowledgeBase(ctx context.Context, id service.ID) (*service.KnowledgeBase, error)
 	KnowledgeBases(ctx context.Context, after service.ID, limit int) ([]*service.KnowledgeBase, error)
 	KnowledgeBasesIn(ctx context.Context, ids []service.ID, after service.ID, limit int) ([]*service.KnowledgeBase, error)
-	UpdateKnowledgeBase(ctx context.Context, kb *service.KnowledgeBase) error
+	// UpdateKnowledgeBase stores kb; its name must not be another live
+	// knowledge base's among nameAmong (all when nil): service.ErrConflict.
+	UpdateKnowledgeBase(ctx context.Context, kb *service.KnowledgeBase, nameAmong []service.ID) error
 	DeleteKnowledgeBase(ctx context.Context, id service.ID) error
 
 	KnowledgeBaseMembers(ctx context.Context, kbID service.ID) ([]*service.KBMember, error)
@@ -222,7 +224,17 @@ func (k *KnowledgeBases) update(ctx context.Context, p service.Principal, id ser
 	if err := in.apply(kb); err != nil {
 		return nil, err
 	}
-	if err := k.store.UpdateKnowledgeBase(ctx, kb); err != nil {
+	// A name is unique among what the caller reads: a conflict with a
+	// knowledge base they cannot see would tell them it exists.
+	var among []service.ID
+	if !p.IsAdmin() {
+		readable, err := k.access.Readable(ctx, p)
+		if err != nil {
+			return nil, err
+		}
+		among = readable
+	}
+	if err := k.store.UpdateKnowledgeBase(ctx, kb, among); err != nil {
 		if errors.Is(err, service.ErrConflict) {
 			return nil, service.Errorf(service.ErrConflict, "a knowledge base named %q exists", kb.Name)
 		}
