@@ -315,3 +315,73 @@ func TestTurnOutcomes(t *testing.T) {
 		})
 	}
 }
+
+// historyStore is a conversation that a limited key could read when its
+// turn began, and whose owner has since added a turn over another
+// knowledge base.
+type historyStore struct {
+	*fakeStore
+	recent []service.Message
+}
+
+func (h *historyStore) ConversationWithin(context.Context, service.ID, []service.ID) (bool, error) {
+	return true, nil
+}
+
+func (h *historyStore) RecentMessages(context.Context, service.ID, int) ([]service.Message, error) {
+	return h.recent, nil
+}
+
+// TestLimitedKeyTurnRechecksHistory: the history a limited key's turn hands
+// the model is checked message by message, so a turn its owner added over
+// another knowledge base while the key's turn began fails it (not_found)
+// without reaching the model; within the list, the turn runs.
+func TestLimitedKeyTurnRechecksHistory(t *testing.T) {
+	const conv = service.ID(1000)
+	key := service.Principal{UserID: 7, Role: service.RoleUser,
+		Key: &service.KeyGrant{KeyID: 3, Scopes: []service.Scope{service.ScopeChat}, KnowledgeBaseIDs: []service.ID{1}}}
+	for _, tt := range []struct {
+		name    string
+		kbs     []service.ID // the owner's earlier turn searched these
+		status  service.MessageStatus
+		prompts int
+	}{
+		{"outside the list", []service.ID{1, 2}, service.MessageFailed, 0},
+		{"unknown", nil, service.MessageFailed, 0},
+		{"within the list", []service.ID{1}, service.MessageCompleted, 1},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			store := &historyStore{fakeStore: &fakeStore{conv: &service.Conversation{ID: conv, UserID: 7}}, recent: []service.Message{
+				{ID: 1, ConversationID: conv, Role: "user", Content: "What is the merger?", Status: service.MessageCompleted, KnowledgeBaseIDs: tt.kbs},
+				{ID: 2, ConversationID: conv, Role: "assistant", Content: "The okapi merger.", Status: service.MessageCompleted, KnowledgeBaseIDs: tt.kbs},
+			}}
+			prompts := 0
+			model := modelFunc(func(_ context.Context, onDelta func(service.Delta) error) error {
+				prompts++
+				return onDelta(service.Delta{Kind: service.DeltaResponse, Text: "ok"})
+			})
+			s := New(Deps{Store: store, Tasks: &fakeTasks{}, Retriever: retrieverFunc(func() ([]service.SearchResult, error) { return nil, nil }),
+				Model: model, IDs: &seqIDs{n: 2000}}, Config{})
+			var finish Finish
+			var errEvent any
+			err := s.Chat(context.Background(), key, Request{Question: "And then?", ConversationID: conv}, func(e Event) error {
+				switch e.Name {
+				case EventFinish:
+					finish = e.Data.(Finish)
+				case EventError:
+					errEvent = e.Data
+				}
+				return nil
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if finish.Status != tt.status || prompts != tt.prompts {
+				t.Fatalf("finish %q after %d model calls (error %+v), want %q after %d", finish.Status, prompts, errEvent, tt.status, tt.prompts)
+			}
+			if tt.status == service.MessageFailed && fmt.Sprint(errEvent) != fmt.Sprint(&Error{Code: "not_found", Message: "conversation 1000 not found"}) {
+				t.Fatalf("error event %+v", errEvent)
+			}
+		})
+	}
+}
