@@ -88,3 +88,23 @@ func TestAccessDecisions(t *testing.T) {
 		t.Fatalf("Roles of no ids = %v, %v; want none (not all)", roles, err)
 	}
 }
+
+// KeyGrant.Within: an unlimited grant reads every turn; a limited one only
+// turns that searched within its list — never one whose knowledge bases
+// are unknown (nil); a turn that searched none ([]) is within any list.
+func TestKeyGrantWithin(t *testing.T) {
+	limited := &KeyGrant{KnowledgeBaseIDs: []ID{1, 2}}
+	for _, tt := range []struct {
+		g    *KeyGrant
+		kbs  []ID
+		want bool
+	}{
+		{nil, nil, true}, {&KeyGrant{}, []ID{9}, true}, {&KeyGrant{}, nil, true},
+		{limited, []ID{1}, true}, {limited, []ID{2, 1}, true}, {limited, []ID{}, true},
+		{limited, []ID{1, 3}, false}, {limited, nil, false},
+	} {
+		if got := tt.g.Within(tt.kbs); got != tt.want {
+			t.Errorf("%+v.Within(%v) = %v, want %v", tt.g, tt.kbs, got, tt.want)
+		}
+	}
+}
