@@ -148,10 +148,16 @@ type Config struct {
 	FetchAllowNetworks []netip.Prefix
 	FetchTimeout       time.Duration
 	FetchMinRefresh    time.Duration
-	// Webhooks: attempts per event before it is dead-lettered, and the
-	// first retry's wait (doubled each time).
-	WebhookMaxAttempts int
-	WebhookBackoff     time.Duration
+	// Fetches at once per instance, and at most per knowledge base.
+	FetchConcurrency int
+	FetchPerKB       int
+	// Webhooks: attempts per event before it is dead-lettered, the first
+	// retry's wait (doubled each time), webhooks delivered to at once, and
+	// how long failed and skipped deliveries are kept.
+	WebhookMaxAttempts       int
+	WebhookBackoff           time.Duration
+	WebhookConcurrency       int
+	WebhookDeliveryRetention time.Duration
 
 	IngestParser       string // process | inprocess
 	IngestParseTimeout time.Duration
@@ -280,7 +286,8 @@ func (c Config) validate() []error {
 		"RAGENT_CHAT_MAX_QUEUED_PER_USER": c.ChatMaxQueuedPerUser, "RAGENT_UPLOAD_MAX_CONCURRENT": c.UploadMaxConcurrent,
 		"RAGENT_LOGIN_MAX_FAILURES": c.LoginMaxFailures, "RAGENT_LOGIN_MAX_FAILURES_PER_USER": c.LoginMaxFailuresPerUser,
 		"RAGENT_INGEST_MAX_CHUNKS": c.IngestMaxChunks, "RAGENT_EMBEDDING_CONCURRENCY": c.EmbedConcurrency,
-		"RAGENT_WEBHOOK_MAX_ATTEMPTS": c.WebhookMaxAttempts,
+		"RAGENT_WEBHOOK_MAX_ATTEMPTS": c.WebhookMaxAttempts, "RAGENT_WEBHOOK_CONCURRENCY": c.WebhookConcurrency,
+		"RAGENT_FETCH_CONCURRENCY": c.FetchConcurrency, "RAGENT_FETCH_PER_KB": c.FetchPerKB,
 	}
 	if c.ChatRatePerMinute < 0 {
 		bad("RAGENT_CHAT_RATE_PER_MINUTE must be 0 (no limit) or more")
@@ -304,7 +311,7 @@ func (c Config) validate() []error {
 		"RAGENT_INGEST_PARSE_TIMEOUT": c.IngestParseTimeout, "RAGENT_SSE_KEEPALIVE": c.SSEKeepAlive,
 		"RAGENT_EMBEDDING_QUERY_WAIT": c.EmbedQueryWait,
 		"RAGENT_FETCH_TIMEOUT":        c.FetchTimeout, "RAGENT_FETCH_MIN_REFRESH": c.FetchMinRefresh,
-		"RAGENT_WEBHOOK_BACKOFF": c.WebhookBackoff,
+		"RAGENT_WEBHOOK_BACKOFF": c.WebhookBackoff, "RAGENT_WEBHOOK_DELIVERY_RETENTION": c.WebhookDeliveryRetention,
 	} {
 		if d <= 0 {
 			bad("%s must be positive", name)

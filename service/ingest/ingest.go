@@ -54,7 +54,7 @@ type Store interface {
 	FindDocuments(ctx context.Context, kbID service.ID, q service.DocumentQuery) ([]*service.Document, error)
 	PutVersion(ctx context.Context, d *service.Document, blob []byte, queue service.MessageFor) (*service.Document, bool, error)
 	Import(ctx context.Context, d *service.Document, src service.DocumentSource) (*service.Document, error)
-	ClaimDueSources(ctx context.Context, lease time.Duration, limit int) ([]*service.Document, error)
+	ClaimDueSources(ctx context.Context, lease time.Duration, limit, perKB int) ([]*service.Document, error)
 	FinishFetch(ctx context.Context, docID service.ID, f service.Fetched, queue service.MessageFor) (*service.Document, error)
 }
 
@@ -89,17 +89,25 @@ type Config struct {
 	// URL imports: where fetches may go, how long one may take (default
 	// 30s), the shortest refresh interval (default 1m), and how often the
 	// fetcher looks for due documents written by other instances (default
-	// 5s, or MinRefresh when shorter). The size cap is MaxBytes.
-	Net           NetPolicy
-	FetchTimeout  time.Duration
-	MinRefresh    time.Duration
-	FetchInterval time.Duration
-	// Webhooks: attempts per event before it is dead-lettered (default 8)
-	// and the wait before the first retry, doubled each time (default 2s).
-	WebhookMaxAttempts int
-	WebhookBackoff     time.Duration
-	Logger             *slog.Logger     // nil discards
-	Now                func() time.Time // nil is time.Now
+	// 5s, or MinRefresh when shorter). The size cap is MaxBytes. Fetches
+	// run FetchConcurrency at once per instance (default 8), at most
+	// FetchPerKB of one knowledge base across instances (default 2).
+	Net              NetPolicy
+	FetchTimeout     time.Duration
+	MinRefresh       time.Duration
+	FetchInterval    time.Duration
+	FetchConcurrency int
+	FetchPerKB       int
+	// Webhooks: attempts per event before it is dead-lettered (default 8),
+	// the wait before the first retry, doubled each time (default 2s), how
+	// many webhooks are delivered to at once per instance (default 8), and
+	// how long failed and skipped deliveries are kept (default 30 days).
+	WebhookMaxAttempts       int
+	WebhookBackoff           time.Duration
+	WebhookConcurrency       int
+	WebhookDeliveryRetention time.Duration
+	Logger                   *slog.Logger     // nil discards
+	Now                      func() time.Time // nil is time.Now
 }
 
 func (c *Config) defaults() {
@@ -150,6 +158,18 @@ func (c *Config) defaults() {
 	}
 	if c.WebhookBackoff <= 0 {
 		c.WebhookBackoff = 2 * time.Second
+	}
+	if c.FetchConcurrency <= 0 {
+		c.FetchConcurrency = 8
+	}
+	if c.FetchPerKB <= 0 {
+		c.FetchPerKB = 2
+	}
+	if c.WebhookConcurrency <= 0 {
+		c.WebhookConcurrency = 8
+	}
+	if c.WebhookDeliveryRetention <= 0 {
+		c.WebhookDeliveryRetention = 30 * 24 * time.Hour
 	}
 	if c.FetchInterval <= 0 {
 		// Often enough that the shortest refresh is kept.
@@ -610,8 +630,11 @@ func (s *Service) pruneOutbox(ctx context.Context) error {
 	if total > 0 {
 		s.log.InfoContext(ctx, "pruned the sent outbox", "rows", total, "sent_before", cutoff)
 	}
+	// Failed and skipped deliveries are the webhooks' dead letters, kept
+	// for their own retention.
+	doneCutoff := s.now().Add(-s.cfg.WebhookDeliveryRetention)
 	for s.hooks != nil && ctx.Err() == nil {
-		n, err := s.hooks.PruneDeliveries(ctx, cutoff, s.cfg.PruneBatch)
+		n, err := s.hooks.PruneDeliveries(ctx, cutoff, doneCutoff, s.cfg.PruneBatch)
 		if err != nil {
 			return fmt.Errorf("prune webhook deliveries: %w", err)
 		}
