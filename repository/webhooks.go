@@ -151,10 +151,9 @@ func (s *Store) SkipDelivery(ctx context.Context, id int64, why string) error {
 // PruneDeliveries deletes up to limit deliveries: sent ones sent before
 // sentBefore, failed and skipped ones made before doneBefore.
 func (s *Store) PruneDeliveries(ctx context.Context, sentBefore, doneBefore time.Time, limit int) (int, error) {
-	res := s.conn(ctx).Exec(`DELETE FROM webhook_deliveries WHERE id IN (
-		(SELECT id FROM webhook_deliveries WHERE status = 'sent' AND sent_at < ? LIMIT ? FOR UPDATE SKIP LOCKED)
-		UNION ALL
-		(SELECT id FROM webhook_deliveries WHERE status IN ('failed', 'skipped') AND created_at < ? LIMIT ? FOR UPDATE SKIP LOCKED))`,
+	res := s.conn(ctx).Exec(`DELETE FROM webhook_deliveries WHERE
+		id IN (SELECT id FROM webhook_deliveries WHERE status = 'sent' AND sent_at < ? LIMIT ? FOR UPDATE SKIP LOCKED) OR
+		id IN (SELECT id FROM webhook_deliveries WHERE status IN ('failed', 'skipped') AND created_at < ? LIMIT ? FOR UPDATE SKIP LOCKED)`,
 		sentBefore, limit, doneBefore, limit)
 	return int(res.RowsAffected), translate(res.Error)
 }
