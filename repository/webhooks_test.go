@@ -60,13 +60,11 @@ func TestPruneDeliveries(t *testing.T) {
 func TestClaimDeliveriesOnePerWebhook(t *testing.T) {
 	s, ctx := migrated(t)
 	kb := seedKB(t, s, 4)
-	var hooks []service.ID
 	for range 2 {
 		w := &service.Webhook{ID: newID(), KnowledgeBaseID: kb.ID, URL: "https://example.com/hook"}
 		if err := s.CreateWebhook(ctx, w, []byte("sealed"), 0); err != nil {
 			t.Fatal(err)
 		}
-		hooks = append(hooks, w.ID)
 		for range 3 {
 			if err := s.db.Exec(`INSERT INTO webhook_deliveries (webhook_id, event, payload) VALUES (?, 'document.ready', '{}')`,
 				int64(w.ID)).Error; err != nil {

@@ -148,14 +148,15 @@ type Config struct {
 	FetchAllowNetworks []netip.Prefix
 	FetchTimeout       time.Duration
 	FetchMinRefresh    time.Duration
-	// Fetches at once per instance, and at most per knowledge base.
-	FetchConcurrency int
-	FetchPerKB       int
-	// Webhooks: attempts per event before it is dead-lettered, the first
-	// retry's wait (doubled each time), webhooks delivered to at once, and
-	// how long failed and skipped deliveries are kept.
-	WebhookMaxAttempts       int
-	WebhookBackoff           time.Duration
+	// Webhooks: attempts per event before it is dead-lettered, and the
+	// first retry's wait (doubled each time).
+	WebhookMaxAttempts int
+	WebhookBackoff     time.Duration
+	// Fetches at once per instance, and at most per knowledge base;
+	// webhooks delivered to at once, and how long failed and skipped
+	// deliveries are kept.
+	FetchConcurrency         int
+	FetchPerKB               int
 	WebhookConcurrency       int
 	WebhookDeliveryRetention time.Duration
 

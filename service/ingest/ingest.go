@@ -89,25 +89,26 @@ type Config struct {
 	// URL imports: where fetches may go, how long one may take (default
 	// 30s), the shortest refresh interval (default 1m), and how often the
 	// fetcher looks for due documents written by other instances (default
-	// 5s, or MinRefresh when shorter). The size cap is MaxBytes. Fetches
-	// run FetchConcurrency at once per instance (default 8), at most
-	// FetchPerKB of one knowledge base across instances (default 2).
-	Net              NetPolicy
-	FetchTimeout     time.Duration
-	MinRefresh       time.Duration
-	FetchInterval    time.Duration
+	// 5s, or MinRefresh when shorter). The size cap is MaxBytes.
+	Net           NetPolicy
+	FetchTimeout  time.Duration
+	MinRefresh    time.Duration
+	FetchInterval time.Duration
+	// Webhooks: attempts per event before it is dead-lettered (default 8)
+	// and the wait before the first retry, doubled each time (default 2s).
+	WebhookMaxAttempts int
+	WebhookBackoff     time.Duration
+	Logger             *slog.Logger     // nil discards
+	Now                func() time.Time // nil is time.Now
+
+	// Fetches run FetchConcurrency at once per instance (default 8), at
+	// most FetchPerKB of one knowledge base across instances (default 2).
 	FetchConcurrency int
 	FetchPerKB       int
-	// Webhooks: attempts per event before it is dead-lettered (default 8),
-	// the wait before the first retry, doubled each time (default 2s), how
-	// many webhooks are delivered to at once per instance (default 8), and
-	// how long failed and skipped deliveries are kept (default 30 days).
-	WebhookMaxAttempts       int
-	WebhookBackoff           time.Duration
+	// Webhooks delivered to at once per instance (default 8), and how long
+	// failed and skipped deliveries are kept (default 30 days).
 	WebhookConcurrency       int
 	WebhookDeliveryRetention time.Duration
-	Logger                   *slog.Logger     // nil discards
-	Now                      func() time.Time // nil is time.Now
 }
 
 func (c *Config) defaults() {
