@@ -302,7 +302,7 @@ func (c Config) validate() []error {
 		}
 	}
 	for name, d := range map[string]time.Duration{
-		"RAGENT_CHAT_MAX_WAIT": c.ChatMaxWait, "RAGENT_CHAT_LEASE": c.ChatLease,
+		"RAGENT_CHAT_MAX_WAIT": c.ChatMaxWait, "RAGENT_CHAT_LEASE": c.ChatLease, "RAGENT_WEBHOOK_DELIVERY_RETENTION": c.WebhookDeliveryRetention,
 		"RAGENT_CHAT_POLL_INTERVAL": c.ChatPollInterval, "RAGENT_UPLOAD_MAX_WAIT": c.UploadMaxWait,
 		"RAGENT_OUTBOX_RETENTION": c.OutboxRetention,
 		"RAGENT_TOKEN_TTL":        c.TokenTTL, "RAGENT_SHUTDOWN_TIMEOUT": c.ShutdownTimeout, "RAGENT_LOGIN_FAIL_WINDOW": c.LoginFailWindow,
@@ -312,7 +312,7 @@ func (c Config) validate() []error {
 		"RAGENT_INGEST_PARSE_TIMEOUT": c.IngestParseTimeout, "RAGENT_SSE_KEEPALIVE": c.SSEKeepAlive,
 		"RAGENT_EMBEDDING_QUERY_WAIT": c.EmbedQueryWait,
 		"RAGENT_FETCH_TIMEOUT":        c.FetchTimeout, "RAGENT_FETCH_MIN_REFRESH": c.FetchMinRefresh,
-		"RAGENT_WEBHOOK_BACKOFF": c.WebhookBackoff, "RAGENT_WEBHOOK_DELIVERY_RETENTION": c.WebhookDeliveryRetention,
+		"RAGENT_WEBHOOK_BACKOFF": c.WebhookBackoff,
 	} {
 		if d <= 0 {
 			bad("%s must be positive", name)
