@@ -208,19 +208,42 @@ func (s *Store) Import(ctx context.Context, d *service.Document, src service.Doc
 	return doc, err
 }
 
+// fetchClaimLock serializes fetch claims across instances, so that
+// counting a knowledge base's fetches in flight and leasing new ones is one
+// step.
+const fetchClaimLock = 0x66746368 // "ftch"
+
 // ClaimDueSources leases up to limit imported documents that are due for a
-// fetch to the caller until now+lease. Every instance calls it; SKIP
-// LOCKED and the lease keep two fetchers off one document, and a fetcher
-// that dies leaves a lease that runs out.
-func (s *Store) ClaimDueSources(ctx context.Context, lease time.Duration, limit int) ([]*service.Document, error) {
+// fetch to the caller until now+lease, at most perKB of one knowledge base
+// in flight at once across all instances (so one knowledge base's slow URLs
+// leave the other knowledge bases their share), taking knowledge bases in
+// turn. Every instance calls it; the claim lock and the lease keep two
+// fetchers off one document, and a fetcher that dies leaves a lease that
+// runs out.
+func (s *Store) ClaimDueSources(ctx context.Context, lease time.Duration, limit, perKB int) ([]*service.Document, error) {
 	var ids []int64
-	if err := s.conn(ctx).Raw(`UPDATE document_sources SET lease_until = now() + ? * interval '1 millisecond'
-		WHERE document_id IN (
-			SELECT s.document_id FROM document_sources s JOIN documents d ON d.id = s.document_id AND d.deleted_at IS NULL
-			WHERE s.next_fetch_at <= now() AND (s.lease_until IS NULL OR s.lease_until < now())
-			ORDER BY s.next_fetch_at LIMIT ? FOR UPDATE OF s SKIP LOCKED)
-		RETURNING document_id`, lease.Milliseconds(), limit).Scan(&ids).Error; err != nil {
-		return nil, translate(err)
+	err := s.WithinTx(ctx, func(tx *Store) error {
+		if err := tx.db.Exec("SELECT pg_advisory_xact_lock(?)", fetchClaimLock).Error; err != nil {
+			return translate(err)
+		}
+		return translate(tx.db.Raw(`WITH busy AS (
+				SELECT d.kb_id, count(*) AS n FROM document_sources s JOIN documents d ON d.id = s.document_id
+				WHERE s.lease_until IS NOT NULL AND s.lease_until >= now() GROUP BY d.kb_id),
+			due AS (
+				SELECT s.document_id, d.kb_id, s.next_fetch_at,
+					row_number() OVER (PARTITION BY d.kb_id ORDER BY s.next_fetch_at, s.document_id) AS n
+				FROM document_sources s JOIN documents d ON d.id = s.document_id AND d.deleted_at IS NULL
+				WHERE s.next_fetch_at <= now() AND (s.lease_until IS NULL OR s.lease_until < now())),
+			pick AS (
+				SELECT due.document_id FROM due LEFT JOIN busy ON busy.kb_id = due.kb_id
+				WHERE due.n + coalesce(busy.n, 0) <= ?
+				ORDER BY due.n, due.next_fetch_at LIMIT ?)
+			UPDATE document_sources s SET lease_until = now() + ? * interval '1 millisecond'
+			FROM pick WHERE s.document_id = pick.document_id
+			RETURNING s.document_id`, perKB, limit, lease.Milliseconds()).Scan(&ids).Error)
+	})
+	if err != nil {
+		return nil, err
 	}
 	if len(ids) == 0 {
 		return nil, nil

@@ -32,28 +32,33 @@ func (s *Store) CreateWebhook(ctx context.Context, w *service.Webhook, secretEnc
 	return translate(err)
 }
 
-// Webhooks lists a knowledge base's live webhooks with their delivery
-// counts and last error.
+// Webhooks lists a knowledge base's live webhooks with their creator,
+// delivery counts and last error.
 func (s *Store) Webhooks(ctx context.Context, kbID service.ID) ([]*service.Webhook, error) {
 	var rows []struct {
-		ID, KbID        int64
-		URL             string
-		Pending, Failed int
-		LastError       string
-		CreatedAt       time.Time
+		ID, KbID                 int64
+		URL                      string
+		CreatedBy                int64
+		CreatorName              string
+		Pending, Failed, Skipped int
+		LastError                string
+		CreatedAt                time.Time
 	}
-	if err := s.conn(ctx).Raw(`SELECT w.id, w.kb_id, w.url, w.created_at,
+	if err := s.conn(ctx).Raw(`SELECT w.id, w.kb_id, w.url, w.created_at, coalesce(w.created_by, 0) AS created_by, coalesce(u.username, '') AS creator_name,
 			(SELECT count(*) FROM webhook_deliveries d WHERE d.webhook_id = w.id AND d.status = 'pending') AS pending,
 			(SELECT count(*) FROM webhook_deliveries d WHERE d.webhook_id = w.id AND d.status = 'failed') AS failed,
+			(SELECT count(*) FROM webhook_deliveries d WHERE d.webhook_id = w.id AND d.status = 'skipped') AS skipped,
 			coalesce((SELECT d.last_error FROM webhook_deliveries d WHERE d.webhook_id = w.id AND d.last_error <> ''
 				ORDER BY d.id DESC LIMIT 1), '') AS last_error
-		FROM webhooks w WHERE w.kb_id = ? AND w.deleted_at IS NULL ORDER BY w.id`, int64(kbID)).Scan(&rows).Error; err != nil {
+		FROM webhooks w LEFT JOIN users u ON u.id = w.created_by
+		WHERE w.kb_id = ? AND w.deleted_at IS NULL ORDER BY w.id`, int64(kbID)).Scan(&rows).Error; err != nil {
 		return nil, translate(err)
 	}
 	out := make([]*service.Webhook, len(rows))
 	for i, r := range rows {
 		out[i] = &service.Webhook{ID: service.ID(r.ID), KnowledgeBaseID: service.ID(r.KbID), URL: r.URL,
-			Pending: r.Pending, Failed: r.Failed, LastError: r.LastError, CreatedAt: r.CreatedAt}
+			CreatedBy: service.ID(r.CreatedBy), CreatedByName: r.CreatorName,
+			Pending: r.Pending, Failed: r.Failed, Skipped: r.Skipped, LastError: r.LastError, CreatedAt: r.CreatedAt}
 	}
 	return out, nil
 }
@@ -71,32 +76,49 @@ func (s *Store) DeleteWebhook(ctx context.Context, kbID, id service.ID) error {
 	})
 }
 
+// deliveryClaimLock serializes delivery claims across instances, so that
+// counting the deliveries in flight and leasing new ones is one step.
+const deliveryClaimLock = 0x77686b63 // "whkc"
+
 // ClaimDeliveries leases up to limit due deliveries to the caller until
-// now+lease (SKIP LOCKED: deliverers on several instances share the work,
-// one per delivery).
+// now+lease: at most one per webhook at a time (its oldest due one), none of
+// a webhook that has a delivery in flight on any instance, so one slow
+// receiver holds one deliverer and its events go out in order.
 func (s *Store) ClaimDeliveries(ctx context.Context, lease time.Duration, limit int) ([]service.WebhookDelivery, error) {
 	var rows []struct {
-		ID, WebhookID int64
-		URL           string
-		SecretEnc     []byte
-		Event         string
-		Payload       string
-		Attempts      int
+		ID, WebhookID, KbID int64
+		CreatedBy           int64
+		URL                 string
+		SecretEnc           []byte
+		Event               string
+		Payload             string
+		Attempts            int
 	}
-	if err := s.conn(ctx).Raw(`WITH due AS (
-			SELECT id FROM webhook_deliveries
-			WHERE status = 'pending' AND next_attempt_at <= now() AND (lease_until IS NULL OR lease_until < now())
-			ORDER BY next_attempt_at LIMIT ? FOR UPDATE SKIP LOCKED),
-		claimed AS (
-			UPDATE webhook_deliveries d SET lease_until = now() + ? * interval '1 millisecond'
-			FROM due WHERE d.id = due.id RETURNING d.id, d.webhook_id, d.event, d.payload, d.attempts)
-		SELECT c.id, c.webhook_id, w.url, w.secret_enc, c.event, c.payload, c.attempts
-		FROM claimed c JOIN webhooks w ON w.id = c.webhook_id ORDER BY c.id`, limit, lease.Milliseconds()).Scan(&rows).Error; err != nil {
-		return nil, translate(err)
+	err := s.WithinTx(ctx, func(tx *Store) error {
+		if err := tx.db.Exec("SELECT pg_advisory_xact_lock(?)", deliveryClaimLock).Error; err != nil {
+			return translate(err)
+		}
+		return translate(tx.db.Raw(`WITH due AS (
+				SELECT id, webhook_id, next_attempt_at, row_number() OVER (PARTITION BY webhook_id ORDER BY id) AS n
+				FROM webhook_deliveries
+				WHERE status = 'pending' AND next_attempt_at <= now() AND (lease_until IS NULL OR lease_until < now())),
+			pick AS (
+				SELECT id FROM due WHERE n = 1 AND NOT EXISTS (SELECT 1 FROM webhook_deliveries b
+					WHERE b.webhook_id = due.webhook_id AND b.lease_until IS NOT NULL AND b.lease_until >= now() AND b.status = 'pending')
+				ORDER BY next_attempt_at LIMIT ?),
+			claimed AS (
+				UPDATE webhook_deliveries d SET lease_until = now() + ? * interval '1 millisecond'
+				FROM pick WHERE d.id = pick.id RETURNING d.id, d.webhook_id, d.event, d.payload, d.attempts)
+			SELECT c.id, c.webhook_id, w.kb_id, coalesce(w.created_by, 0) AS created_by, w.url, w.secret_enc, c.event, c.payload, c.attempts
+			FROM claimed c JOIN webhooks w ON w.id = c.webhook_id ORDER BY c.id`, limit, lease.Milliseconds()).Scan(&rows).Error)
+	})
+	if err != nil {
+		return nil, err
 	}
 	out := make([]service.WebhookDelivery, len(rows))
 	for i, r := range rows {
-		out[i] = service.WebhookDelivery{ID: r.ID, WebhookID: service.ID(r.WebhookID), URL: r.URL, SecretEnc: r.SecretEnc,
+		out[i] = service.WebhookDelivery{ID: r.ID, WebhookID: service.ID(r.WebhookID), KnowledgeBaseID: service.ID(r.KbID),
+			CreatedBy: service.ID(r.CreatedBy), URL: r.URL, SecretEnc: r.SecretEnc,
 			Event: r.Event, Payload: []byte(r.Payload), Attempts: r.Attempts}
 	}
 	return out, nil
@@ -119,10 +141,19 @@ func (s *Store) FinishDelivery(ctx context.Context, id int64, errMsg string, ret
 	}
 }
 
-// PruneDeliveries deletes up to limit sent deliveries older than the
-// cutoff; failed ones stay as the dead letters.
-func (s *Store) PruneDeliveries(ctx context.Context, sentBefore time.Time, limit int) (int, error) {
-	res := s.conn(ctx).Exec(`DELETE FROM webhook_deliveries WHERE id IN (
-		SELECT id FROM webhook_deliveries WHERE status = 'sent' AND sent_at < ? LIMIT ? FOR UPDATE SKIP LOCKED)`, sentBefore, limit)
+// SkipDelivery ends a delivery without sending it, for why; it is kept like
+// a dead letter and counted apart.
+func (s *Store) SkipDelivery(ctx context.Context, id int64, why string) error {
+	return translate(s.conn(ctx).Exec(`UPDATE webhook_deliveries SET status = 'skipped', lease_until = NULL, last_error = ?
+		WHERE id = ?`, why, id).Error)
+}
+
+// PruneDeliveries deletes up to limit deliveries: sent ones sent before
+// sentBefore, failed and skipped ones made before doneBefore.
+func (s *Store) PruneDeliveries(ctx context.Context, sentBefore, doneBefore time.Time, limit int) (int, error) {
+	res := s.conn(ctx).Exec(`DELETE FROM webhook_deliveries WHERE
+		id IN (SELECT id FROM webhook_deliveries WHERE status = 'sent' AND sent_at < ? LIMIT ? FOR UPDATE SKIP LOCKED) OR
+		id IN (SELECT id FROM webhook_deliveries WHERE status IN ('failed', 'skipped') AND created_at < ? LIMIT ? FOR UPDATE SKIP LOCKED)`,
+		sentBefore, limit, doneBefore, limit)
 	return int(res.RowsAffected), translate(res.Error)
 }

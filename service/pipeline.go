@@ -46,23 +46,30 @@ type MessageFor func(*Document) (OutboxMessage, error)
 // Webhook is a knowledge base's signed notification endpoint. Secret is
 // set only in the answer that creates it.
 type Webhook struct {
-	ID              ID        `json:"id"`
-	KnowledgeBaseID ID        `json:"knowledgeBaseId"`
-	URL             string    `json:"url"`
-	Secret          string    `json:"secret,omitempty"`
-	Pending         int       `json:"pendingDeliveries"`
-	Failed          int       `json:"failedDeliveries"` // dead-lettered
-	LastError       string    `json:"lastError,omitempty"`
-	CreatedAt       time.Time `json:"createdAt"`
+	ID              ID     `json:"id"`
+	KnowledgeBaseID ID     `json:"knowledgeBaseId"`
+	URL             string `json:"url"`
+	Secret          string `json:"secret,omitempty"`
+	CreatedBy       ID     `json:"createdBy"`
+	CreatedByName   string `json:"createdByName"` // "" when the creator is deleted
+	Pending         int    `json:"pendingDeliveries"`
+	Failed          int    `json:"failedDeliveries"` // dead-lettered
+	// Skipped counts events not sent because the creator could no longer
+	// read the knowledge base when they were due.
+	Skipped   int       `json:"skippedDeliveries"`
+	LastError string    `json:"lastError,omitempty"`
+	CreatedAt time.Time `json:"createdAt"`
 }
 
 // WebhookDelivery is one event on its way to one webhook.
 type WebhookDelivery struct {
-	ID        int64
-	WebhookID ID
-	URL       string
-	SecretEnc []byte // the webhook's sealed secret
-	Event     string // document.ready or document.failed
-	Payload   []byte
-	Attempts  int // before this one
+	ID              int64
+	WebhookID       ID
+	KnowledgeBaseID ID
+	CreatedBy       ID // the webhook's creator, whose access it runs under
+	URL             string
+	SecretEnc       []byte // the webhook's sealed secret
+	Event           string // document.ready or document.failed
+	Payload         []byte
+	Attempts        int // before this one
 }

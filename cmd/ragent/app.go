@@ -189,6 +189,11 @@ func newApp(ctx context.Context, cfg Config, log *slog.Logger) (_ *App, err erro
 		WebhookMaxAttempts: cfg.WebhookMaxAttempts,
 		WebhookBackoff:     cfg.WebhookBackoff,
 		Logger:             log,
+
+		FetchConcurrency:         cfg.FetchConcurrency,
+		FetchPerKB:               cfg.FetchPerKB,
+		WebhookConcurrency:       cfg.WebhookConcurrency,
+		WebhookDeliveryRetention: cfg.WebhookDeliveryRetention,
 	})
 	ingestSvc.EnableWebhooks(a.store, signing)
 	if osc != nil {

@@ -154,6 +154,13 @@ type Config struct {
 	// first retry's wait (doubled each time).
 	WebhookMaxAttempts int
 	WebhookBackoff     time.Duration
+	// Fetches at once per instance, and at most per knowledge base;
+	// webhooks delivered to at once, and how long failed and skipped
+	// deliveries are kept.
+	FetchConcurrency         int
+	FetchPerKB               int
+	WebhookConcurrency       int
+	WebhookDeliveryRetention time.Duration
 
 	IngestParser       string // process | inprocess
 	IngestParseTimeout time.Duration
@@ -282,7 +289,8 @@ func (c Config) validate() []error {
 		"RAGENT_CHAT_MAX_QUEUED_PER_USER": c.ChatMaxQueuedPerUser, "RAGENT_UPLOAD_MAX_CONCURRENT": c.UploadMaxConcurrent,
 		"RAGENT_LOGIN_MAX_FAILURES": c.LoginMaxFailures, "RAGENT_LOGIN_MAX_FAILURES_PER_USER": c.LoginMaxFailuresPerUser,
 		"RAGENT_INGEST_MAX_CHUNKS": c.IngestMaxChunks, "RAGENT_EMBEDDING_CONCURRENCY": c.EmbedConcurrency,
-		"RAGENT_WEBHOOK_MAX_ATTEMPTS": c.WebhookMaxAttempts,
+		"RAGENT_WEBHOOK_MAX_ATTEMPTS": c.WebhookMaxAttempts, "RAGENT_WEBHOOK_CONCURRENCY": c.WebhookConcurrency,
+		"RAGENT_FETCH_CONCURRENCY": c.FetchConcurrency, "RAGENT_FETCH_PER_KB": c.FetchPerKB,
 	}
 	if c.ChatRatePerMinute < 0 {
 		bad("RAGENT_CHAT_RATE_PER_MINUTE must be 0 (no limit) or more")
@@ -296,7 +304,7 @@ func (c Config) validate() []error {
 		}
 	}
 	for name, d := range map[string]time.Duration{
-		"RAGENT_CHAT_MAX_WAIT": c.ChatMaxWait, "RAGENT_CHAT_LEASE": c.ChatLease,
+		"RAGENT_CHAT_MAX_WAIT": c.ChatMaxWait, "RAGENT_CHAT_LEASE": c.ChatLease, "RAGENT_WEBHOOK_DELIVERY_RETENTION": c.WebhookDeliveryRetention,
 		"RAGENT_CHAT_POLL_INTERVAL": c.ChatPollInterval, "RAGENT_UPLOAD_MAX_WAIT": c.UploadMaxWait,
 		"RAGENT_OUTBOX_RETENTION": c.OutboxRetention,
 		"RAGENT_TOKEN_TTL":        c.TokenTTL, "RAGENT_SHUTDOWN_TIMEOUT": c.ShutdownTimeout, "RAGENT_LOGIN_FAIL_WINDOW": c.LoginFailWindow,

@@ -121,8 +121,12 @@ func (c *Config) settings() []setting {
 		{"RAGENT_FETCH_ALLOW_NETWORKS", "", (*prefixesValue)(&c.FetchAllowNetworks), maskNone},
 		{"RAGENT_FETCH_TIMEOUT", "30s", durationValue(&c.FetchTimeout), maskNone},
 		{"RAGENT_FETCH_MIN_REFRESH", "1m", durationValue(&c.FetchMinRefresh), maskNone},
+		{"RAGENT_FETCH_CONCURRENCY", "8", intValue(&c.FetchConcurrency), maskNone},
+		{"RAGENT_FETCH_PER_KB", "2", intValue(&c.FetchPerKB), maskNone},
 		{"RAGENT_WEBHOOK_MAX_ATTEMPTS", "8", intValue(&c.WebhookMaxAttempts), maskNone},
 		{"RAGENT_WEBHOOK_BACKOFF", "2s", durationValue(&c.WebhookBackoff), maskNone},
+		{"RAGENT_WEBHOOK_CONCURRENCY", "8", intValue(&c.WebhookConcurrency), maskNone},
+		{"RAGENT_WEBHOOK_DELIVERY_RETENTION", "720h", durationValue(&c.WebhookDeliveryRetention), maskNone},
 
 		{"RAGENT_INGEST_PARSER", "process", strValue(&c.IngestParser), maskNone},
 		{"RAGENT_INGEST_PARSE_TIMEOUT", "2m", durationValue(&c.IngestParseTimeout), maskNone},

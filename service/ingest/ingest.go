@@ -57,7 +57,7 @@ type Store interface {
 	FindDocuments(ctx context.Context, kbID service.ID, q service.DocumentQuery) ([]*service.Document, error)
 	PutVersion(ctx context.Context, d *service.Document, blob []byte, queue service.MessageFor) (*service.Document, bool, error)
 	Import(ctx context.Context, d *service.Document, src service.DocumentSource) (*service.Document, error)
-	ClaimDueSources(ctx context.Context, lease time.Duration, limit int) ([]*service.Document, error)
+	ClaimDueSources(ctx context.Context, lease time.Duration, limit, perKB int) ([]*service.Document, error)
 	FinishFetch(ctx context.Context, docID service.ID, f service.Fetched, queue service.MessageFor) (*service.Document, error)
 }
 
@@ -103,6 +103,15 @@ type Config struct {
 	WebhookBackoff     time.Duration
 	Logger             *slog.Logger     // nil discards
 	Now                func() time.Time // nil is time.Now
+
+	// Fetches run FetchConcurrency at once per instance (default 8), at
+	// most FetchPerKB of one knowledge base across instances (default 2).
+	FetchConcurrency int
+	FetchPerKB       int
+	// Webhooks delivered to at once per instance (default 8), and how long
+	// failed and skipped deliveries are kept (default 30 days).
+	WebhookConcurrency       int
+	WebhookDeliveryRetention time.Duration
 }
 
 func (c *Config) defaults() {
@@ -153,6 +162,18 @@ func (c *Config) defaults() {
 	}
 	if c.WebhookBackoff <= 0 {
 		c.WebhookBackoff = 2 * time.Second
+	}
+	if c.FetchConcurrency <= 0 {
+		c.FetchConcurrency = 8
+	}
+	if c.FetchPerKB <= 0 {
+		c.FetchPerKB = 2
+	}
+	if c.WebhookConcurrency <= 0 {
+		c.WebhookConcurrency = 8
+	}
+	if c.WebhookDeliveryRetention <= 0 {
+		c.WebhookDeliveryRetention = 30 * 24 * time.Hour
 	}
 	if c.FetchInterval <= 0 {
 		// Often enough that the shortest refresh is kept.
@@ -622,8 +643,11 @@ func (s *Service) pruneOutbox(ctx context.Context) error {
 	if total > 0 {
 		s.log.InfoContext(ctx, "pruned the sent outbox", "rows", total, "sent_before", cutoff)
 	}
+	// Failed and skipped deliveries are the webhooks' dead letters, kept
+	// for their own retention.
+	doneCutoff := s.now().Add(-s.cfg.WebhookDeliveryRetention)
 	for s.hooks != nil && ctx.Err() == nil {
-		n, err := s.hooks.PruneDeliveries(ctx, cutoff, s.cfg.PruneBatch)
+		n, err := s.hooks.PruneDeliveries(ctx, cutoff, doneCutoff, s.cfg.PruneBatch)
 		if err != nil {
 			return fmt.Errorf("prune webhook deliveries: %w", err)
 		}

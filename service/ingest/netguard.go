@@ -17,6 +17,9 @@ import (
 // errBlockedAddress marks a fetch refused because of where it would go.
 var errBlockedAddress = errors.New("address not allowed")
 
+// errTooManyRedirects ends a fetch that keeps being redirected.
+var errTooManyRedirects = errors.New("stopped after 5 redirects")
+
 // blockedNets are the destinations a server-side fetch must not reach
 // unless allowed by name: they are this host, its private networks or a
 // cloud's metadata service, which a URL from a user must not turn ragent
@@ -169,7 +172,7 @@ func (p NetPolicy) Client(timeout time.Duration) *http.Client {
 		Timeout:   timeout,
 		CheckRedirect: func(req *http.Request, via []*http.Request) error {
 			if len(via) >= 5 {
-				return errors.New("stopped after 5 redirects")
+				return errTooManyRedirects
 			}
 			_, err := p.CheckURL(req.URL.String())
 			return err

@@ -29,9 +29,6 @@ const (
 	headerDelivery  = "X-Ragent-Delivery"
 )
 
-// deliverBatch is how many due deliveries one claim takes.
-const deliverBatch = 20
-
 // WebhookStore keeps webhooks and their outbox of deliveries.
 type WebhookStore interface {
 	CreateWebhook(ctx context.Context, w *service.Webhook, secretEnc []byte, createdBy service.ID) error
@@ -39,7 +36,11 @@ type WebhookStore interface {
 	DeleteWebhook(ctx context.Context, kbID, id service.ID) error
 	ClaimDeliveries(ctx context.Context, lease time.Duration, limit int) ([]service.WebhookDelivery, error)
 	FinishDelivery(ctx context.Context, id int64, errMsg string, retryIn time.Duration) error
-	PruneDeliveries(ctx context.Context, sentBefore time.Time, limit int) (int, error)
+	SkipDelivery(ctx context.Context, id int64, why string) error
+	PruneDeliveries(ctx context.Context, sentBefore, doneBefore time.Time, limit int) (int, error)
+	// UserByID returns a live user (service.ErrNotFound for a deleted
+	// one): a webhook's creator, whose access its deliveries run under.
+	UserByID(ctx context.Context, id service.ID) (*service.User, error)
 }
 
 // sign returns the signature header value of body sent at ts.
@@ -116,7 +117,8 @@ func (s *Service) CreateWebhook(ctx context.Context, p service.Principal, kbID s
 		if _, err := rand.Read(raw[:]); err != nil {
 			return err
 		}
-		w = &service.Webhook{ID: id, KnowledgeBaseID: kbID, URL: u.String(), Secret: "whsec_" + hex.EncodeToString(raw[:])}
+		w = &service.Webhook{ID: id, KnowledgeBaseID: kbID, URL: u.String(), Secret: "whsec_" + hex.EncodeToString(raw[:]),
+			CreatedBy: p.UserID, CreatedByName: p.Username}
 		sealed, err := s.sealer.seal(w.Secret, id)
 		if err != nil {
 			return err
@@ -160,47 +162,98 @@ func (s *Service) DeleteWebhook(ctx context.Context, p service.Principal, kbID, 
 }
 
 // RunWebhooks delivers due webhook events until ctx ends, polling every
-// WebhookBackoff (at most a second). Every instance may run it.
+// WebhookBackoff (at most a second): up to WebhookConcurrency webhooks at
+// once, one event at a time per webhook (the claim keeps a second one of a
+// webhook back while one is in flight on any instance), so a slow receiver
+// delays only its own events. Every instance may run it.
 func (s *Service) RunWebhooks(ctx context.Context) error {
-	return s.drainEvery(ctx, min(time.Second, s.cfg.WebhookBackoff), nil, deliverBatch, "webhook delivery failed", s.DeliverDue)
+	return s.runPool(ctx, min(time.Second, s.cfg.WebhookBackoff), nil, s.cfg.WebhookConcurrency, "webhook delivery failed", s.claimDeliveries)
 }
 
-// DeliverDue claims one batch of due deliveries and attempts each; it
-// returns how many it claimed.
-func (s *Service) DeliverDue(ctx context.Context) (int, error) {
-	due, err := s.hooks.ClaimDeliveries(ctx, deliverBatch*s.cfg.FetchTimeout+time.Minute, deliverBatch)
+// claimDeliveries claims up to n due deliveries and returns their sends.
+func (s *Service) claimDeliveries(ctx context.Context, n int) ([]func(context.Context), error) {
+	due, err := s.hooks.ClaimDeliveries(ctx, s.cfg.FetchTimeout+time.Minute, n)
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
-	for _, d := range due {
-		errMsg := s.deliver(ctx, d)
-		var retryIn time.Duration
-		if errMsg != "" && d.Attempts+1 < s.cfg.WebhookMaxAttempts {
-			// Exponential: backoff, 2×, 4×, … capped at an hour.
-			retryIn = min(s.cfg.WebhookBackoff<<min(d.Attempts, 20), time.Hour)
-		}
-		if errMsg != "" {
-			s.log.WarnContext(ctx, "webhook not delivered", "delivery", d.ID, "webhook", d.WebhookID,
-				"attempt", d.Attempts+1, "retry_in", retryIn, "err", errMsg)
-		}
-		if err := s.hooks.FinishDelivery(context.WithoutCancel(ctx), d.ID, errMsg, retryIn); err != nil {
-			return len(due), err
-		}
+	jobs := make([]func(context.Context), len(due))
+	for i, d := range due {
+		jobs[i] = func(ctx context.Context) { s.deliverOne(ctx, d) }
 	}
-	return len(due), nil
+	return jobs, nil
 }
 
-// deliver POSTs one event and returns why it failed ("" on a 2xx).
-func (s *Service) deliver(ctx context.Context, d service.WebhookDelivery) string {
+// deliverOne attempts a claimed delivery and records the outcome: sent,
+// retried later, dead-lettered, or skipped when the webhook's creator can
+// no longer read its knowledge base (a webhook acts for its creator, and
+// must not outlive their access).
+func (s *Service) deliverOne(ctx context.Context, d service.WebhookDelivery) {
+	record := context.WithoutCancel(ctx)
+	ok, err := s.creatorMayRead(ctx, d)
+	if err != nil {
+		// The database: the lease runs out and the next claim tries again.
+		s.log.WarnContext(ctx, "checking a webhook creator's access failed", "delivery", d.ID, "webhook", d.WebhookID, "err", err)
+		return
+	}
+	if !ok {
+		why := failure{codeCreatorNoAccess, "not sent: the webhook's creator can no longer read the knowledge base"}
+		s.log.WarnContext(ctx, "webhook delivery skipped", "delivery", d.ID, "webhook", d.WebhookID, "creator", d.CreatedBy)
+		if err := s.hooks.SkipDelivery(record, d.ID, why.String()); err != nil {
+			s.log.WarnContext(ctx, "recording a skipped delivery failed", "delivery", d.ID, "err", err)
+		}
+		return
+	}
+	errMsg, cause := s.deliver(ctx, d)
+	var retryIn time.Duration
+	if errMsg != "" && d.Attempts+1 < s.cfg.WebhookMaxAttempts {
+		// Exponential: backoff, 2×, 4×, … capped at an hour.
+		retryIn = min(s.cfg.WebhookBackoff<<min(d.Attempts, 20), time.Hour)
+	}
+	if errMsg != "" {
+		s.log.WarnContext(ctx, "webhook not delivered", "delivery", d.ID, "webhook", d.WebhookID,
+			"attempt", d.Attempts+1, "retry_in", retryIn, "err", errMsg, "detail", cause)
+	}
+	if err := s.hooks.FinishDelivery(record, d.ID, errMsg, retryIn); err != nil {
+		s.log.WarnContext(ctx, "recording a delivery failed", "delivery", d.ID, "err", err)
+	}
+}
+
+// creatorMayRead reports whether the webhook's creator is a live, enabled
+// user who may still read the knowledge base, by the same rule as every
+// request (service.Access).
+func (s *Service) creatorMayRead(ctx context.Context, d service.WebhookDelivery) (bool, error) {
+	if d.CreatedBy == 0 {
+		return false, nil
+	}
+	u, err := s.hooks.UserByID(ctx, d.CreatedBy)
+	if errors.Is(err, service.ErrNotFound) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	if u.Disabled {
+		return false, nil
+	}
+	_, err = s.access.Role(ctx, service.Principal{UserID: u.ID, Username: u.Username, Role: u.Role}, d.KnowledgeBaseID)
+	if errors.Is(err, service.ErrNotFound) {
+		return false, nil
+	}
+	return err == nil, err
+}
+
+// deliver POSTs one event and returns why it failed ("" on a 2xx) as a
+// failure's stable text, and the cause apart for the log.
+func (s *Service) deliver(ctx context.Context, d service.WebhookDelivery) (string, error) {
 	secret, err := s.sealer.open(d.SecretEnc, d.WebhookID)
 	if err != nil {
-		return "the webhook's secret cannot be opened (was the auth secret changed?)"
+		return failure{codeSecret, "the webhook's secret cannot be opened (was the auth secret changed?)"}.String(), err
 	}
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.FetchTimeout)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, d.URL, bytes.NewReader(d.Payload))
 	if err != nil {
-		return err.Error()
+		return failure{codeFetchFailed, "the webhook's URL cannot be requested"}.String(), err
 	}
 	ts := s.now().Unix()
 	req.Header.Set("Content-Type", "application/json")
@@ -211,12 +264,12 @@ func (s *Service) deliver(ctx context.Context, d service.WebhookDelivery) string
 	req.Header.Set(headerDelivery, strconv.FormatInt(d.ID, 10))
 	resp, err := s.hookClient.Do(req)
 	if err != nil {
-		return fetchError(err, s.cfg.FetchTimeout)
+		return requestFailure(err, s.cfg.FetchTimeout, "the receiver").String(), err
 	}
 	defer resp.Body.Close()
 	io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
 	if resp.StatusCode < 200 || resp.StatusCode > 299 {
-		return fmt.Sprintf("the receiver answered %s", resp.Status)
+		return statusFailure("the receiver", resp).String(), nil
 	}
-	return ""
+	return "", nil
 }

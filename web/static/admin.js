@@ -213,6 +213,7 @@ export function mountKnowledgeBases(root, ctx) {
         h('a', { class: 'btn btn-sm', href: `#/admin/docs/${enc(kb.id)}`, 'data-testid': 'kb-docs-link' }, t('kb.docs')),
         kb.role === 'manager' ? [
           rowAction('kb-members', t('kb.members'), kb.name, () => openMembers(kb)),
+          rowAction('kb-webhooks', t('kb.webhooks'), kb.name, () => openWebhooks(kb)),
           rowAction('kb-edit', t('common.edit'), kb.name, () => setEditing(kb)),
           rowAction('kb-delete', t('common.delete'), kb.name, () => remove(kb), { danger: true })] : null)),
   });
@@ -283,6 +284,50 @@ function openMembers(kb) {
   async function remove(m) {
     try {
       await del(`/knowledge-bases/${enc(kb.id)}/members/${enc(m.id)}`);
+      await load();
+    } catch (err) {
+      showFormError(errBox, err);
+    }
+  }
+
+  load();
+}
+
+// openWebhooks lists a knowledge base's webhooks with who made them (a
+// webhook sends only while its creator may read the knowledge base) and
+// their deliveries, and lets its managers delete one. Webhooks are made
+// through the API: their secret is shown once, to a pipeline.
+function openWebhooks(kb) {
+  const list = h('tbody');
+  const errBox = formError();
+  errBox.dataset.testid = 'webhook-error';
+  const content = h('div', {},
+    h('p', { class: 'muted' }, t('webhooks.explain')),
+    dataTable([t('webhooks.url'), t('webhooks.createdBy'), t('webhooks.deliveries'), t('webhooks.lastError'), t('common.actions')], list, { card: false }),
+    errBox);
+  modal(t('webhooks.title', { name: kb.name }), content, 'webhooks-dialog');
+
+  async function load() {
+    try {
+      const res = await get(`/knowledge-bases/${enc(kb.id)}/webhooks`);
+      const items = res?.items ?? [];
+      list.replaceChildren(...items.map((w) => h('tr', { 'data-testid': 'webhook-row', 'data-webhook-id': w.id },
+        h('th', { scope: 'row', class: 'wrap' }, w.url),
+        h('td', { 'data-testid': 'webhook-creator' }, w.createdByName || t('webhooks.creatorGone')),
+        h('td', { class: 'muted' }, t('webhooks.counts', { pending: w.pendingDeliveries, failed: w.failedDeliveries, skipped: w.skippedDeliveries })),
+        h('td', { class: 'wrap muted' }, w.lastError || '—'),
+        h('td', { class: 'actions' },
+          rowAction('webhook-delete', t('common.delete'), w.url, () => remove(w), { danger: true })))));
+      if (items.length === 0) list.append(emptyRow(5, t('webhooks.empty')));
+    } catch (err) {
+      showFormError(errBox, err);
+    }
+  }
+
+  async function remove(w) {
+    if (!(await confirmDialog(t('webhooks.deleteConfirm', { url: w.url }), { okLabel: t('common.delete'), danger: true }))) return;
+    try {
+      await del(`/knowledge-bases/${enc(kb.id)}/webhooks/${enc(w.id)}`);
       await load();
     } catch (err) {
       showFormError(errBox, err);
