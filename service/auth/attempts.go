@@ -140,6 +140,25 @@ type failures struct {
 	local  *localAttempts
 	window time.Duration
 	log    *slog.Logger
+
+	// warned is when the outage was last logged: once a minute, not once
+	// per attempt.
+	mu     sync.Mutex
+	warned time.Time
+}
+
+// warn logs that the shared counters failed, at most once a minute.
+func (f *failures) warn(ctx context.Context, err error) {
+	now := f.local.now()
+	f.mu.Lock()
+	quiet := !f.warned.IsZero() && now.Sub(f.warned) < time.Minute
+	if !quiet {
+		f.warned = now
+	}
+	f.mu.Unlock()
+	if !quiet {
+		f.log.WarnContext(ctx, "attempt counters unavailable; counting in this instance", "err", err)
+	}
 }
 
 // hold is one reserved group and the store that counted it.
@@ -157,7 +176,7 @@ func (f *failures) reserve(ctx context.Context, groups ...[]Counter) ([]hold, ti
 		var store Attempts = f.shared
 		wait, err := f.shared.Reserve(ctx, g, f.window)
 		if err != nil {
-			f.log.WarnContext(ctx, "attempt counters unavailable; counting in this instance", "err", err)
+			f.warn(ctx, err)
 			store = f.local
 			wait, _ = f.local.Reserve(ctx, g, f.window)
 		}
@@ -183,7 +202,7 @@ func (f *failures) release(ctx context.Context, held []hold, success bool) {
 			}
 		}
 		if err := h.store.Release(ctx, counters); err != nil {
-			f.log.WarnContext(ctx, "attempt counters unavailable", "err", err)
+			f.warn(ctx, err)
 		}
 	}
 }
