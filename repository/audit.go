@@ -76,7 +76,7 @@ func (s *Store) AuditEvents(ctx context.Context, f service.AuditFilter) ([]*serv
 }
 
 // PruneFailedLogins deletes up to limit failed sign-in events recorded
-// before t, oldest first, and returns how many it deleted. Migration 0013's
+// before t, oldest first, and returns how many it deleted. Migration 0015's
 // trigger allows deleting these alone, and only once a day old.
 func (s *Store) PruneFailedLogins(ctx context.Context, before time.Time, limit int) (int64, error) {
 	res := s.conn(ctx).Exec(`DELETE FROM audit_events WHERE id IN (

@@ -307,7 +307,7 @@ func (c Config) validate() []error {
 		bad("RAGENT_SESSION_RATE_PER_MINUTE must be 0 (no limit) or more")
 	}
 	if c.AuditLoginRetention != 0 && c.AuditLoginRetention < 24*time.Hour {
-		// The table's trigger refuses to delete younger rows (migration 0013).
+		// The table's trigger refuses to delete younger rows (migration 0015).
 		bad("RAGENT_AUDIT_LOGIN_RETENTION must be 0 (keep) or at least 24h")
 	}
 	if c.AuditCoalesceWindow < 0 {

@@ -72,19 +72,20 @@ type Store interface {
 // Config tunes the service. NewAPIKeys reads only Logger and Now,
 // LimitFailures also MaxClientFailures and FailWindow.
 type Config struct {
-	Secret          []byte        // HMAC key shared by every instance
-	TokenTTL        time.Duration // default 24h
-	MaxFailures     int           // failed logins per username+IP (and per trusted device) before a pause; default 5
-	MaxUserFailures int           // failed logins per username from any address; default 20
+	Secret          []byte           // HMAC key shared by every instance
+	TokenTTL        time.Duration    // default 24h
+	MaxFailures     int              // failed logins per username+IP (and per trusted device) before a pause; default 5
+	MaxUserFailures int              // failed logins per username from any address; default 20
+	FailWindow      time.Duration    // default 15m
+	BcryptCost      int              // default bcrypt.DefaultCost
+	MinPassword     int              // default 8
+	Logger          *slog.Logger     // nil discards
+	Now             func() time.Time // nil is time.Now
+
 	// MaxClientFailures bounds failed logins from one client address (an
 	// IPv6 /64) across all usernames, and, in a counter of their own, failed
 	// API-key authentications; default 100.
 	MaxClientFailures int
-	FailWindow        time.Duration    // default 15m
-	BcryptCost        int              // default bcrypt.DefaultCost
-	MinPassword       int              // default 8
-	Logger            *slog.Logger     // nil discards
-	Now               func() time.Time // nil is time.Now
 }
 
 // withClock fills in the Logger and Now defaults.
