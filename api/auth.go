@@ -18,17 +18,29 @@ type loginRequest struct {
 	Password string `json:"password"`
 }
 
+// DeviceCookie marks a client that signed in before (auth's device
+// cookies): sent only to the login route, where it lets the client past the
+// shared per-account lockout.
+const DeviceCookie = "ragent_device"
+
 func (s *Server) login(c *gin.Context) {
 	var req loginRequest
 	if !s.bindJSON(c, &req) {
 		return
 	}
-	sess, err := s.deps.Auth.Login(c.Request.Context(), req.Username, req.Password, c.ClientIP())
+	device, _ := c.Cookie(DeviceCookie)
+	sess, err := s.deps.Auth.Login(c.Request.Context(), auth.Credentials{Username: req.Username, Password: req.Password, Device: device}, c.ClientIP())
 	if err != nil {
 		failWithRetryAfter(c, err)
 		return
 	}
 	s.setSessionCookie(c, sess.Token, time.Until(sess.Expires))
+	if sess.Device != "" {
+		http.SetCookie(c.Writer, &http.Cookie{
+			Name: DeviceCookie, Value: sess.Device, Path: "/api/v1/auth/login", MaxAge: int(auth.DeviceTTL / time.Second),
+			Secure: s.deps.SecureCookie, HttpOnly: true, SameSite: http.SameSiteStrictMode,
+		})
+	}
 	c.JSON(http.StatusOK, sess)
 }
 

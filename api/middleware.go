@@ -10,6 +10,7 @@ import (
 	"runtime/debug"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/gin-gonic/gin"
@@ -158,6 +159,9 @@ func (s *Server) authenticate(c *gin.Context) {
 		p, err = s.authenticateKey(c, token)
 	default:
 		p, err = s.deps.Auth.Authenticate(c.Request.Context(), token)
+		if err == nil {
+			err = s.sessionRate(c, p)
+		}
 	}
 	if err != nil {
 		fail(c, err)
@@ -168,6 +172,26 @@ func (s *Server) authenticate(c *gin.Context) {
 	// The use cases' audit events name the caller from the request context.
 	c.Request = c.Request.WithContext(service.WithPrincipal(c.Request.Context(), p))
 	c.Next()
+}
+
+// sessionRate counts a session request against its user's rate (all their
+// sessions together, so signing in again is no way around it). Like the API
+// keys' rate it admits the request when Redis fails, warning at most once a
+// minute: every request would otherwise log a line.
+func (s *Server) sessionRate(c *gin.Context, p service.Principal) error {
+	if s.deps.SessionRate == nil {
+		return nil
+	}
+	ok, wait, err := s.deps.SessionRate.Allow(c.Request.Context(), p.UserID.String())
+	switch {
+	case err != nil:
+		if s.sessionRateWarn.Allow() {
+			logger(c).WarnContext(c.Request.Context(), "session rate limit unavailable; requests admitted", "err", err)
+		}
+	case !ok:
+		return &service.Error{Kind: service.ErrBusy, RetryAfter: wait, Message: "too many requests from this account; slow down"}
+	}
+	return nil
 }
 
 // viaCookie reports whether the caller authenticated with the session
@@ -239,4 +263,22 @@ func pathID(c *gin.Context, name string) (service.ID, bool) {
 		return 0, false
 	}
 	return id, true
+}
+
+// everyInterval allows one event per interval (a warning that would
+// otherwise repeat on every request).
+type everyInterval struct {
+	every time.Duration
+	mu    sync.Mutex
+	last  time.Time
+}
+
+func (e *everyInterval) Allow() bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if now := time.Now(); e.last.IsZero() || now.Sub(e.last) >= e.every {
+		e.last = now
+		return true
+	}
+	return false
 }

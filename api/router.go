@@ -48,6 +48,7 @@ type Deps struct {
 	Auth           *auth.Service
 	APIKeys        *auth.APIKeys   // nil: bearer tokens starting rk_ are refused
 	KeyRate        *ratelimit.Rate // requests per API key; nil: no limit
+	SessionRate    *ratelimit.Rate // requests per user with session tokens; nil: no limit
 	KnowledgeBases *admin.KnowledgeBases
 	Groups         *admin.Groups
 	Ingest         *ingest.Service
@@ -100,6 +101,8 @@ const uploadRoute = "/api/v1/knowledge-bases/:id/documents"
 type Server struct {
 	deps    Deps
 	started time.Time // the "created" time of the model "ragent" (GET /v1/models)
+	// sessionRateWarn limits the warning of an unreachable session rate.
+	sessionRateWarn everyInterval
 }
 
 // Router is the HTTP handler of the whole API, the metrics endpoint and the
@@ -148,7 +151,7 @@ func NewRouter(deps Deps) *Router {
 	if deps.UploadBodyTimeout <= 0 {
 		deps.UploadBodyTimeout = deps.BodyTimeout + 10*time.Minute
 	}
-	s := &Server{deps: deps, started: time.Now()}
+	s := &Server{deps: deps, started: time.Now(), sessionRateWarn: everyInterval{every: time.Minute}}
 
 	gin.SetMode(gin.ReleaseMode)
 	r := gin.New()

@@ -13,9 +13,10 @@ import (
 func TestLoginAttemptCounters(t *testing.T) {
 	ctx := context.Background()
 	const window = time.Minute
+	// reserve counts on a user's two counters: 5 from anywhere, 3 from ip.
 	reserve := func(t *testing.T, a *AuthState, user, ip string) time.Duration {
 		t.Helper()
-		wait, err := a.Reserve(ctx, user, ip, 5, 3, window)
+		wait, err := a.Reserve(ctx, user, []string{"", ":" + ip}, []int{5, 3}, window)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -37,7 +38,7 @@ func TestLoginAttemptCounters(t *testing.T) {
 		}
 	})
 
-	t.Run("per username limit and reset", func(t *testing.T) {
+	t.Run("per username limit and release", func(t *testing.T) {
 		a := NewAuthState(testenv.Redis(t), testenv.Prefix(t))
 		for i := 0; i < 5; i++ {
 			if w := reserve(t, a, "ben", fmt.Sprintf("10.0.1.%d", i)); w != 0 {
@@ -47,8 +48,8 @@ func TestLoginAttemptCounters(t *testing.T) {
 		if w := reserve(t, a, "ben", "10.0.1.99"); w <= 0 {
 			t.Fatal("sixth attempt from a sixth address was counted, want refused")
 		}
-		// A success gives back its own attempt only.
-		if err := a.Reset(ctx, "ben", "10.0.1.4"); err != nil {
+		// A success gives back its own attempt and clears its address.
+		if err := a.Release(ctx, "ben", []string{"", ":10.0.1.4"}, []bool{false, true}); err != nil {
 			t.Fatal(err)
 		}
 		if w := reserve(t, a, "ben", "10.0.1.99"); w != 0 {
@@ -59,14 +60,35 @@ func TestLoginAttemptCounters(t *testing.T) {
 		}
 		// A refused attempt counts nothing, and no key outlives the window.
 		rdb := testenv.Redis(t)
-		for _, k := range a.loginKeys("ben", "10.0.1.0") {
+		for _, k := range a.keys("ben", []string{"", ":10.0.1.0"}) {
 			ttl, err := rdb.PTTL(ctx, k).Result()
 			if err != nil || ttl <= 0 || ttl > window {
 				t.Fatalf("%s: ttl %v (%v), want within the window", k, ttl, err)
 			}
 		}
-		if n, _ := rdb.Get(ctx, a.loginKeys("ben", "x")[0]).Int(); n != 5 {
+		if n, _ := rdb.Get(ctx, a.keys("ben", []string{""})[0]).Int(); n != 5 {
 			t.Fatalf("per-username count %d, want 5", n)
+		}
+		if exists, _ := rdb.Exists(ctx, a.keys("ben", []string{":10.0.1.4"})[0]).Result(); exists != 0 {
+			t.Fatal("the successful address's counter was not cleared")
+		}
+	})
+
+	t.Run("one counter", func(t *testing.T) {
+		a := NewAuthState(testenv.Redis(t), testenv.Prefix(t))
+		for i := 0; i < 2; i++ {
+			if w, err := a.Reserve(ctx, "ip:10.0.3.1", []string{""}, []int{2}, window); err != nil || w != 0 {
+				t.Fatalf("attempt %d: %v %v", i, w, err)
+			}
+		}
+		if w, _ := a.Reserve(ctx, "ip:10.0.3.1", []string{""}, []int{2}, window); w <= 0 {
+			t.Fatal("third attempt counted, want refused")
+		}
+		if err := a.Release(ctx, "ip:10.0.3.1", []string{""}, []bool{false}); err != nil {
+			t.Fatal(err)
+		}
+		if w, _ := a.Reserve(ctx, "ip:10.0.3.1", []string{""}, []int{2}, window); w != 0 {
+			t.Fatalf("attempt after a give-back refused (%v)", w)
 		}
 	})
 
@@ -81,7 +103,7 @@ func TestLoginAttemptCounters(t *testing.T) {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				w, err := a.Reserve(ctx, "cat", fmt.Sprintf("10.0.2.%d", i%2), 5, 3, window)
+				w, err := a.Reserve(ctx, "cat", []string{"", fmt.Sprintf(":10.0.2.%d", i%2)}, []int{5, 3}, window)
 				if err != nil {
 					t.Error(err)
 					return

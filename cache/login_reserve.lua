@@ -1,9 +1,8 @@
--- Reserve one login attempt on both counters, or none.
--- KEYS[1] per-username counter, KEYS[2] per-username-and-address counter
--- ARGV[1] per-username limit, ARGV[2] per-address limit, ARGV[3] window (ms)
+-- Reserve one login attempt on every counter of a group, or on none.
+-- KEYS[i] a counter, ARGV[i] its limit; ARGV[#KEYS+1] the window (ms)
 -- Returns 0 when the attempt is counted, else the ms until the full
 -- counter's window ends (at least 1).
-local window = tonumber(ARGV[3])
+local window = tonumber(ARGV[#KEYS + 1])
 
 local function wait(key, limit)
   local n = tonumber(redis.call('GET', key) or '0')
@@ -19,7 +18,10 @@ local function wait(key, limit)
   return math.max(ttl, 1)
 end
 
-local w = math.max(wait(KEYS[1], tonumber(ARGV[1])), wait(KEYS[2], tonumber(ARGV[2])))
+local w = 0
+for i, key in ipairs(KEYS) do
+  w = math.max(w, wait(key, tonumber(ARGV[i])))
+end
 if w > 0 then
   return w
 end

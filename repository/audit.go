@@ -74,3 +74,13 @@ func (s *Store) AuditEvents(ctx context.Context, f service.AuditFilter) ([]*serv
 	q = whereSet(q, "id < ?", int64(f.Before))
 	return find(q.Order("id DESC").Limit(f.Limit), auditRow.event)
 }
+
+// PruneFailedLogins deletes up to limit failed sign-in events recorded
+// before t, oldest first, and returns how many it deleted. Migration 0016's
+// trigger allows deleting these alone, and only once a day old.
+func (s *Store) PruneFailedLogins(ctx context.Context, before time.Time, limit int) (int64, error) {
+	res := s.conn(ctx).Exec(`DELETE FROM audit_events WHERE id IN (
+		SELECT id FROM audit_events WHERE at < ? AND action = ? AND result <> ? ORDER BY at LIMIT ?)`,
+		before, service.AuditLogin, string(service.AuditSuccess), limit)
+	return res.RowsAffected, translate(res.Error)
+}

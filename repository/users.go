@@ -2,6 +2,8 @@ package repository
 
 import (
 	"context"
+	"database/sql"
+	"errors"
 	"time"
 
 	"gorm.io/gorm"
@@ -116,4 +118,36 @@ func (s *Store) bumpTokenVersion(ctx context.Context, sql string, args ...any) (
 // DeleteUser soft-deletes a user; their conversations stay for the record.
 func (s *Store) DeleteUser(ctx context.Context, id service.ID) error {
 	return found(s.conn(ctx).Delete(&userRow{}, int64(id)))
+}
+
+// SessionUser returns the live user id and whether tokenID was logged out,
+// in one query: the read every authenticated request makes.
+func (s *Store) SessionUser(ctx context.Context, id service.ID, tokenID string) (*service.User, bool, error) {
+	var (
+		r       userRow
+		revoked bool
+	)
+	err := s.conn(ctx).Raw(`SELECT u.id, u.username, u.password_hash, u.role, u.disabled, u.token_version, u.created_at, u.updated_at,
+			EXISTS (SELECT 1 FROM revoked_tokens t WHERE t.token_id = ?)
+		FROM users u WHERE u.id = ? AND u.deleted_at IS NULL`, tokenID, int64(id)).Row().
+		Scan(&r.ID, &r.Username, &r.PasswordHash, &r.Role, &r.Disabled, &r.TokenVersion, &r.CreatedAt, &r.UpdatedAt, &revoked)
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, false, service.ErrNotFound
+	}
+	if err != nil {
+		return nil, false, translate(err)
+	}
+	return r.user(), revoked, nil
+}
+
+// RevokeToken records tokenID as logged out until expires.
+func (s *Store) RevokeToken(ctx context.Context, tokenID string, expires time.Time) error {
+	return translate(s.conn(ctx).Exec(`INSERT INTO revoked_tokens (token_id, expires_at) VALUES (?, ?)
+		ON CONFLICT (token_id) DO NOTHING`, tokenID, expires).Error)
+}
+
+// PruneRevokedTokens deletes revocations of tokens that expired before t.
+func (s *Store) PruneRevokedTokens(ctx context.Context, before time.Time) (int64, error) {
+	res := s.conn(ctx).Exec(`DELETE FROM revoked_tokens WHERE expires_at < ?`, before)
+	return res.RowsAffected, translate(res.Error)
 }

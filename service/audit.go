@@ -3,8 +3,11 @@ package service
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
+	"sync"
 	"time"
+	"unicode/utf8"
 )
 
 // AuditResult is how a recorded action ended.
@@ -134,6 +137,14 @@ type AuditStore interface {
 	AppendAudit(ctx context.Context, e *AuditEvent) error
 }
 
+// AuditPruner deletes failed sign-ins, the one kind of event with a
+// retention: every unknown username tried is one, for ever otherwise.
+type AuditPruner interface {
+	// PruneFailedLogins deletes up to limit failed sign-in events recorded
+	// before t and returns how many it deleted.
+	PruneFailedLogins(ctx context.Context, before time.Time, limit int) (int64, error)
+}
+
 // Transactor runs fn in one database transaction: every store call made
 // with the context fn receives joins it, and it commits when fn returns nil.
 type Transactor interface {
@@ -148,17 +159,46 @@ type Auditor struct {
 	ids   IDGenerator
 	now   func() time.Time
 	log   *slog.Logger
+	cfg   AuditorConfig
+
+	mu sync.Mutex
+	// pending holds, per principal and kind of refusal, the window's first
+	// time and the refusals not written since (coalescing).
+	pending map[refusalKind]*coalesced
 }
 
 // AuditorConfig is what an Auditor takes besides its stores.
 type AuditorConfig struct {
 	Logger *slog.Logger     // events that could not be recorded; nil discards
 	Now    func() time.Time // nil is time.Now
+	// CoalesceWindow: refusals of one kind (action and result) by one
+	// principal (the user or API key, else the client address) within it
+	// share rows: the first is written at once, the rest are counted and
+	// written as one summary row when the window ends (Run), so a flood of
+	// refused requests writes two rows a window, not one per request. Each
+	// instance coalesces its own. 0 writes every refusal.
+	CoalesceWindow time.Duration
+	// LoginRetention: Run deletes failed sign-ins older than this through
+	// Pruner; 0 (or no Pruner) keeps them.
+	LoginRetention time.Duration
+	Pruner         AuditPruner
+}
+
+// refusalKind is what coalescing groups refusals by.
+type refusalKind struct {
+	principal, action string
+	result            AuditResult
+}
+
+type coalesced struct {
+	since time.Time
+	n     int        // refusals not written since
+	last  AuditEvent // the latest of them, filled in from its request
 }
 
 // NewAuditor returns an Auditor.
 func NewAuditor(tx Transactor, store AuditStore, ids IDGenerator, cfg AuditorConfig) *Auditor {
-	a := &Auditor{tx: tx, store: store, ids: ids, now: cfg.Now, log: cfg.Logger}
+	a := &Auditor{tx: tx, store: store, ids: ids, now: cfg.Now, log: cfg.Logger, cfg: cfg, pending: map[refusalKind]*coalesced{}}
 	if a.now == nil {
 		a.now = time.Now
 	}
@@ -209,7 +249,8 @@ func AuditDo[T any](ctx context.Context, a *Auditor, ev AuditEvent, change func(
 }
 
 // Fail records ev as failed with err: a change refused before it began to
-// write (Do records the refusals inside change itself).
+// write (Do records the refusals inside change itself). Refusals coalesce
+// (AuditorConfig.CoalesceWindow).
 func (a *Auditor) Fail(ctx context.Context, ev AuditEvent, err error) {
 	ev.Result = AuditResultOf(err)
 	if ev.Detail != "" {
@@ -217,10 +258,138 @@ func (a *Auditor) Fail(ctx context.Context, ev AuditEvent, err error) {
 	} else {
 		ev.Detail = err.Error()
 	}
-	if r := []rune(ev.Detail); len(r) > 500 {
-		ev.Detail = string(r[:500])
+	ev.Detail = truncate(ev.Detail, maxDetailRunes)
+	if a.cfg.CoalesceWindow > 0 && ev.Result != AuditSuccess && a.coalesce(ctx, ev) {
+		return
 	}
 	a.Record(ctx, ev)
+}
+
+// The bounds of what an event keeps of its input (a username tried, a raw
+// path parameter), so no client can make a row too large for the table's
+// indexes or a log line of any size.
+const (
+	maxDetailRunes = 500
+	maxTargetRunes = 128
+)
+
+func truncate(s string, runes int) string {
+	if utf8.RuneCountInString(s) <= runes {
+		return s
+	}
+	return string([]rune(s)[:runes])
+}
+
+// coalesce counts ev instead of writing it when a refusal of its kind by
+// its principal was written within the window, and reports whether it did.
+// A window that has ended is written out first.
+func (a *Auditor) coalesce(ctx context.Context, ev AuditEvent) bool {
+	a.fill(ctx, &ev)
+	key := refusalKind{principal: "ip:" + ev.IP, action: ev.Action, result: ev.Result}
+	if p, ok := PrincipalFrom(ctx); ok {
+		key.principal = "user:" + p.UserID.String()
+		if p.Key != nil {
+			key.principal = "key:" + p.Key.KeyID.String()
+		}
+	}
+	now := a.now()
+	a.mu.Lock()
+	c := a.pending[key]
+	if c != nil && now.Sub(c.since) < a.cfg.CoalesceWindow {
+		c.n++
+		c.last = ev
+		a.mu.Unlock()
+		return true
+	}
+	a.pending[key] = &coalesced{since: now}
+	a.mu.Unlock()
+	if c != nil {
+		a.writeSummary(context.WithoutCancel(ctx), c)
+	}
+	return false
+}
+
+// writeSummary writes the refusals c counted as one row, if there were any.
+func (a *Auditor) writeSummary(ctx context.Context, c *coalesced) {
+	if c.n == 0 {
+		return
+	}
+	ev := c.last
+	ev.Detail = truncate(fmt.Sprintf("%d more like this since %s (coalesced); the last: %s",
+		c.n, c.since.UTC().Format(time.RFC3339), ev.Detail), maxDetailRunes)
+	if err := a.write(ctx, &ev); err != nil {
+		a.log.ErrorContext(ctx, "audit event not recorded", "action", ev.Action, "target", ev.TargetID,
+			"result", ev.Result, "coalesced", c.n, "err", err)
+	}
+}
+
+// flush writes out the windows that ended by now, or all with everything.
+func (a *Auditor) flush(ctx context.Context, everything bool) {
+	now := a.now()
+	var due []*coalesced
+	a.mu.Lock()
+	for k, c := range a.pending {
+		if everything || now.Sub(c.since) >= a.cfg.CoalesceWindow {
+			due = append(due, c)
+			delete(a.pending, k)
+		}
+	}
+	a.mu.Unlock()
+	for _, c := range due {
+		a.writeSummary(ctx, c)
+	}
+}
+
+// pruneBatch bounds one delete of failed sign-ins.
+const pruneBatch = 5000
+
+// pruneLogins deletes the failed sign-ins past their retention, a batch at
+// a time.
+func (a *Auditor) pruneLogins(ctx context.Context) {
+	before := a.now().Add(-a.cfg.LoginRetention)
+	for ctx.Err() == nil {
+		n, err := a.cfg.Pruner.PruneFailedLogins(ctx, before, pruneBatch)
+		if err != nil {
+			if ctx.Err() == nil {
+				a.log.WarnContext(ctx, "failed sign-ins not pruned", "err", err)
+			}
+			return
+		}
+		if n > 0 {
+			a.log.InfoContext(ctx, "pruned failed sign-ins from the audit log", "rows", n, "before", before)
+		}
+		if n < pruneBatch {
+			return
+		}
+	}
+}
+
+// auditPruneEvery is how often Run prunes failed sign-ins.
+const auditPruneEvery = time.Hour
+
+// Run writes coalesced refusals out as their windows end and prunes failed
+// sign-ins past their retention (at once, then hourly), until ctx ends; then
+// it writes out every window still open. Every instance runs it.
+func (a *Auditor) Run(ctx context.Context) error {
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	prune := a.cfg.LoginRetention > 0 && a.cfg.Pruner != nil
+	var lastPrune time.Time
+	for {
+		if prune && (lastPrune.IsZero() || a.now().Sub(lastPrune) >= auditPruneEvery) {
+			lastPrune = a.now()
+			a.pruneLogins(ctx)
+		}
+		select {
+		case <-ctx.Done():
+			done, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+			defer cancel()
+			a.flush(done, true)
+			return ctx.Err()
+		case <-tick.C:
+			a.flush(ctx, false)
+		}
+	}
 }
 
 // Record appends ev on its own, filling in the actor and the request from
@@ -234,11 +403,27 @@ func (a *Auditor) Record(ctx context.Context, ev AuditEvent) {
 }
 
 func (a *Auditor) append(ctx context.Context, ev *AuditEvent) error {
+	a.fill(ctx, ev)
+	return a.write(ctx, ev)
+}
+
+// write stores ev with a new id and time.
+func (a *Auditor) write(ctx context.Context, ev *AuditEvent) error {
 	id, err := a.ids.NextID()
 	if err != nil {
 		return err
 	}
 	ev.ID, ev.At = id, a.now().UTC()
+	if ev.Result == "" {
+		ev.Result = AuditSuccess
+	}
+	return a.store.AppendAudit(ctx, ev)
+}
+
+// fill sets ev's actor (unless set), request id and client address from
+// ctx, and bounds its target.
+func (a *Auditor) fill(ctx context.Context, ev *AuditEvent) {
+	ev.TargetID = truncate(ev.TargetID, maxTargetRunes)
 	if ev.ActorUserID == 0 && ev.ActorKeyID == 0 && ev.ActorName == "" {
 		if p, ok := PrincipalFrom(ctx); ok {
 			ev.ActorUserID, ev.ActorName = p.UserID, p.Username
@@ -247,9 +432,5 @@ func (a *Auditor) append(ctx context.Context, ev *AuditEvent) error {
 			}
 		}
 	}
-	if ev.Result == "" {
-		ev.Result = AuditSuccess
-	}
 	ev.RequestID, ev.IP = RequestID(ctx), ClientIP(ctx)
-	return a.store.AppendAudit(ctx, ev)
 }

@@ -95,6 +95,10 @@ func newApp(ctx context.Context, cfg Config, log *slog.Logger) (_ *App, err erro
 	opt.DialTimeout, opt.DialerRetries, opt.MaxRetries = 2*time.Second, 1, 1
 	a.rdb = redis.NewClient(opt)
 	a.closers = append(a.closers, func(context.Context) error { return a.rdb.Close() })
+	// Redis must never evict: attempt counters, leases and queues live there.
+	if err := checkRedisEviction(ctx, a.rdb, cfg.RedisAllowEviction, log); err != nil {
+		return nil, err
+	}
 
 	// Snowflake IDs: a fixed worker id needs no Redis at start.
 	if cfg.WorkerID >= 0 {
@@ -106,7 +110,11 @@ func newApp(ctx context.Context, cfg Config, log *slog.Logger) (_ *App, err erro
 	ids := idSource{a.ids}
 	// Every audited change writes its event in its own transaction (README
 	// "Audit log").
-	audit := service.NewAuditor(a.store, a.store, ids, service.AuditorConfig{Logger: log})
+	// Refusals coalesce and failed sign-ins expire (README "Audit log").
+	audit := service.NewAuditor(a.store, a.store, ids, service.AuditorConfig{
+		Logger: log, CoalesceWindow: cfg.AuditCoalesceWindow, LoginRetention: cfg.AuditLoginRetention, Pruner: a.store,
+	})
+	a.runners = append(a.runners, audit.Run)
 
 	var (
 		authSvc *auth.Service
@@ -118,8 +126,7 @@ func newApp(ctx context.Context, cfg Config, log *slog.Logger) (_ *App, err erro
 			return err
 		}
 		signing = secret
-		authState := cache.NewAuthState(a.rdb, cfg.RedisPrefix) // revocations and login attempt counters
-		authSvc, err = auth.New(a.store, authState, loginAttempts{authState}, ids, audit, authConfig(cfg, secret, log))
+		authSvc, err = auth.New(a.store, loginAttempts{cache.NewAuthState(a.rdb, cfg.RedisPrefix)}, ids, audit, authConfig(cfg, secret, log))
 		if err != nil {
 			return err
 		}
@@ -136,6 +143,7 @@ func newApp(ctx context.Context, cfg Config, log *slog.Logger) (_ *App, err erro
 	if err != nil {
 		return nil, fmt.Errorf("migrate and bootstrap: %w", err)
 	}
+	a.runners = append(a.runners, authSvc.Run) // forgets revocations of expired tokens
 
 	// Knowledge: embeddings (every call behind one cluster-wide fair
 	// limit), retrieval, ingestion.
@@ -318,12 +326,20 @@ func newApp(ctx context.Context, cfg Config, log *slog.Logger) (_ *App, err erro
 	if cfg.APIKeyRatePerMinute > 0 {
 		keyRate = ratelimit.NewRate(a.rdb, cfg.RedisPrefix, "apikey", cfg.APIKeyRatePerMinute, time.Minute)
 	}
+	apiKeys := auth.NewAPIKeys(a.store, access, ids, audit, auth.Config{Logger: log, KeyMaxTTL: cfg.APIKeyMaxTTL})
+	apiKeys.LimitFailures(loginAttempts{cache.NewAuthState(a.rdb, cfg.RedisPrefix)}, authConfig(cfg, nil, log))
+	// Sessions have a request rate too, per user (README "Capacity").
+	var sessionRate *ratelimit.Rate
+	if cfg.SessionRatePerMinute > 0 {
+		sessionRate = ratelimit.NewRate(a.rdb, cfg.RedisPrefix, "session", cfg.SessionRatePerMinute, time.Minute)
+	}
 
 	a.router = api.NewRouter(api.Deps{
 		Log:               log,
 		Auth:              authSvc,
-		APIKeys:           auth.NewAPIKeys(a.store, access, ids, audit, auth.Config{Logger: log, KeyMaxTTL: cfg.APIKeyMaxTTL}),
+		APIKeys:           apiKeys,
 		KeyRate:           keyRate,
+		SessionRate:       sessionRate,
 		KnowledgeBases:    kbs,
 		Groups:            admin.NewGroups(a.store, ids, audit),
 		Audit:             admin.NewAudit(a.store),

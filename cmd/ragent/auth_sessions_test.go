@@ -188,7 +188,7 @@ func TestLoginLimitPerUsername(t *testing.T) {
 	in.createUser(t, admin, "fred", "fred-password", "user")
 
 	state := cache.NewAuthState(in.app.rdb, cfg.RedisPrefix)
-	svc, err := auth.New(in.app.store, state, loginAttempts{state}, nil, service.NewAuditor(in.app.store, in.app.store, idSource{in.app.ids}, service.AuditorConfig{}), authConfig(cfg, []byte(strings.Repeat("k", 32)), nil))
+	svc, err := auth.New(in.app.store, loginAttempts{state}, nil, service.NewAuditor(in.app.store, in.app.store, idSource{in.app.ids}, service.AuditorConfig{}), authConfig(cfg, []byte(strings.Repeat("k", 32)), nil))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -196,7 +196,7 @@ func TestLoginLimitPerUsername(t *testing.T) {
 	var unauthenticated, busy int
 	for i := 0; i < 20; i++ {
 		ip := fmt.Sprintf("203.0.113.%d", i+1) // one guess per address: the per-address limit never trips
-		_, err := svc.Login(ctx, "erin", "guess-guess", ip)
+		_, err := svc.Login(ctx, auth.Credentials{Username: "erin", Password: "guess-guess"}, ip)
 		switch {
 		case errors.Is(err, service.ErrUnauthenticated):
 			unauthenticated++
@@ -209,10 +209,10 @@ func TestLoginLimitPerUsername(t *testing.T) {
 	if unauthenticated != 8 || busy != 12 {
 		t.Fatalf("%d guesses checked and %d refused, want 8 and 12", unauthenticated, busy)
 	}
-	if _, err := svc.Login(ctx, "ERIN", "erin-password", "198.51.100.1"); !errors.Is(err, service.ErrBusy) {
+	if _, err := svc.Login(ctx, auth.Credentials{Username: "ERIN", Password: "erin-password"}, "198.51.100.1"); !errors.Is(err, service.ErrBusy) {
 		t.Fatalf("right password from a fresh address during the pause: %v, want busy", err)
 	}
-	if _, err := svc.Login(ctx, "fred", "fred-password", "203.0.113.1"); err != nil {
+	if _, err := svc.Login(ctx, auth.Credentials{Username: "fred", Password: "fred-password"}, "203.0.113.1"); err != nil {
 		t.Fatalf("another account from a guessing address: %v", err)
 	}
 

@@ -122,6 +122,21 @@ type Config struct {
 	LoginMaxFailures        int
 	LoginMaxFailuresPerUser int
 	LoginFailWindow         time.Duration
+	// LoginMaxFailuresPerIP bounds failed logins from one client address
+	// across all usernames (and, counted apart, failed API-key
+	// authentications) within LoginFailWindow.
+	LoginMaxFailuresPerIP int
+	// SessionRatePerMinute: requests one user may make per minute with
+	// session tokens (all their sessions together); 0 = no limit.
+	SessionRatePerMinute int
+	// AuditLoginRetention: failed-login audit rows older than this are
+	// pruned (0 keeps them); AuditCoalesceWindow: refusals of one kind by
+	// one principal within it share one row (0 writes each).
+	AuditLoginRetention time.Duration
+	AuditCoalesceWindow time.Duration
+	// RedisAllowEviction starts even when Redis may evict keys
+	// (maxmemory-policy other than noeviction), with a warning.
+	RedisAllowEviction bool
 
 	ChatLimiterEnabled   bool
 	ChatMaxConcurrent    int
@@ -291,12 +306,23 @@ func (c Config) validate() []error {
 		"RAGENT_INGEST_MAX_CHUNKS": c.IngestMaxChunks, "RAGENT_EMBEDDING_CONCURRENCY": c.EmbedConcurrency,
 		"RAGENT_WEBHOOK_MAX_ATTEMPTS": c.WebhookMaxAttempts, "RAGENT_WEBHOOK_CONCURRENCY": c.WebhookConcurrency,
 		"RAGENT_FETCH_CONCURRENCY": c.FetchConcurrency, "RAGENT_FETCH_PER_KB": c.FetchPerKB,
+		"RAGENT_LOGIN_MAX_FAILURES_PER_IP": c.LoginMaxFailuresPerIP,
 	}
 	if c.ChatRatePerMinute < 0 {
 		bad("RAGENT_CHAT_RATE_PER_MINUTE must be 0 (no limit) or more")
 	}
 	if c.APIKeyRatePerMinute < 0 {
 		bad("RAGENT_API_KEY_RATE_PER_MINUTE must be 0 (no limit) or more")
+	}
+	if c.SessionRatePerMinute < 0 {
+		bad("RAGENT_SESSION_RATE_PER_MINUTE must be 0 (no limit) or more")
+	}
+	if c.AuditLoginRetention != 0 && c.AuditLoginRetention < 24*time.Hour {
+		// The table's trigger refuses to delete younger rows (migration 0016).
+		bad("RAGENT_AUDIT_LOGIN_RETENTION must be 0 (keep) or at least 24h")
+	}
+	if c.AuditCoalesceWindow < 0 {
+		bad("RAGENT_AUDIT_COALESCE_WINDOW must be 0 (no coalescing) or more")
 	}
 	for name, v := range positive {
 		if v < 1 {

@@ -40,8 +40,10 @@ func testConfig(t testing.TB) Config {
 		"RAGENT_DEMO":           "false",
 		"RAGENT_HTTP_ADDR":      "127.0.0.1:0",
 		"RAGENT_LOG_LEVEL":      "warn",
-		// Tests send many chats as one user; the rate limit has its own test.
-		"RAGENT_CHAT_RATE_PER_MINUTE": "0",
+		// Tests send many chats and requests as one user; the rate limits
+		// have their own tests.
+		"RAGENT_CHAT_RATE_PER_MINUTE":    "0",
+		"RAGENT_SESSION_RATE_PER_MINUTE": "0",
 	}
 	cfg, err := loadConfig(func(k string) string { return env[k] })
 	if err != nil {

@@ -99,6 +99,11 @@ func (c *Config) settings() []setting {
 		{"RAGENT_LOGIN_MAX_FAILURES", "5", intValue(&c.LoginMaxFailures), maskNone},
 		{"RAGENT_LOGIN_MAX_FAILURES_PER_USER", "20", intValue(&c.LoginMaxFailuresPerUser), maskNone},
 		{"RAGENT_LOGIN_FAIL_WINDOW", "15m", durationValue(&c.LoginFailWindow), maskNone},
+		{"RAGENT_LOGIN_MAX_FAILURES_PER_IP", "100", intValue(&c.LoginMaxFailuresPerIP), maskNone},
+		{"RAGENT_SESSION_RATE_PER_MINUTE", "600", intValue(&c.SessionRatePerMinute), maskNone},
+		{"RAGENT_AUDIT_LOGIN_RETENTION", "720h", durationValue(&c.AuditLoginRetention), maskNone},
+		{"RAGENT_AUDIT_COALESCE_WINDOW", "1m", durationValue(&c.AuditCoalesceWindow), maskNone},
+		{"RAGENT_REDIS_ALLOW_EVICTION", "false", boolValue(&c.RedisAllowEviction), maskNone},
 		{"RAGENT_SECURE_COOKIE", "false", boolValue(&c.SecureCookie), maskNone},
 
 		{"RAGENT_CHAT_LIMITER_ENABLED", "true", boolValue(&c.ChatLimiterEnabled), maskNone},

@@ -210,21 +210,30 @@ const (
 func authConfig(cfg Config, secret []byte, log *slog.Logger) auth.Config {
 	return auth.Config{
 		Secret: secret, TokenTTL: cfg.TokenTTL,
-		MaxFailures: cfg.LoginMaxFailures, MaxUserFailures: cfg.LoginMaxFailuresPerUser, FailWindow: cfg.LoginFailWindow,
+		MaxFailures: cfg.LoginMaxFailures, MaxUserFailures: cfg.LoginMaxFailuresPerUser,
+		MaxClientFailures: cfg.LoginMaxFailuresPerIP, FailWindow: cfg.LoginFailWindow,
 		Logger: log,
 	}
 }
 
 // loginAttempts adapts the Redis attempt counters to the auth use case's
-// Attempts.
+// Attempts: the counters of one call share their group.
 type loginAttempts struct{ s *cache.AuthState }
 
-func (l loginAttempts) Reserve(ctx context.Context, username, ip string, limit auth.Limit) (time.Duration, error) {
-	return l.s.Reserve(ctx, username, ip, limit.PerUser, limit.PerIP, limit.Window)
+func (l loginAttempts) Reserve(ctx context.Context, counters []auth.Counter, window time.Duration) (time.Duration, error) {
+	names, limits := make([]string, len(counters)), make([]int, len(counters))
+	for i, c := range counters {
+		names[i], limits[i] = c.Name, c.Limit
+	}
+	return l.s.Reserve(ctx, counters[0].Group, names, limits, window)
 }
 
-func (l loginAttempts) Reset(ctx context.Context, username, ip string) error {
-	return l.s.Reset(ctx, username, ip)
+func (l loginAttempts) Release(ctx context.Context, counters []auth.Counter) error {
+	names, clear := make([]string, len(counters)), make([]bool, len(counters))
+	for i, c := range counters {
+		names[i], clear[i] = c.Name, c.Clear
+	}
+	return l.s.Release(ctx, counters[0].Group, names, clear)
 }
 
 // chatLimiter adapts the fair queue to the chat use case's Limiter: queue

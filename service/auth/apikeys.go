@@ -1,6 +1,7 @@
 package auth
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"crypto/sha256"
@@ -65,6 +66,10 @@ type APIKeys struct {
 	maxTTL time.Duration
 	now    func() time.Time
 	log    *slog.Logger
+	// failures counts failed authentications per client address; nil
+	// counts none (LimitFailures).
+	failures     *failures
+	failureLimit int
 }
 
 // NewAPIKeys returns the API-key use case; every create and revoke is
@@ -97,6 +102,18 @@ func (a *APIKeys) capExpiry(keys []*service.APIKey) []*service.APIKey {
 		k.ExpiresAt = &at
 	}
 	return keys
+}
+
+// LimitFailures bounds failed authentications (unknown, revoked or expired
+// keys) from one client address (an IPv6 /64) to cfg.MaxClientFailures per
+// cfg.FailWindow, in counters of their own beside the logins' (falling back
+// to this instance's memory while attempts cannot be reached). Past the
+// limit every key from that address is refused with service.ErrBusy until
+// the window ends: the lookup is refused before it is made.
+func (a *APIKeys) LimitFailures(attempts Attempts, cfg Config) {
+	cfg = cfg.withClock()
+	cfg.FailWindow = cmp.Or(max(cfg.FailWindow, 0), 15*time.Minute)
+	a.failures, a.failureLimit = newFailures(attempts, cfg), cmp.Or(max(cfg.MaxClientFailures, 0), 100)
 }
 
 // KeyInput creates an API key.
@@ -253,6 +270,22 @@ var errBadKey = service.Errorf(service.ErrUnauthenticated, "invalid, expired or 
 // knowledge bases. Unknown, revoked and expired keys, and keys of disabled or
 // deleted owners, are service.ErrUnauthenticated, all with one message.
 func (a *APIKeys) Authenticate(ctx context.Context, key string) (service.Principal, error) {
+	if a.failures == nil {
+		return a.authenticate(ctx, key)
+	}
+	held, wait := a.failures.reserve(ctx, []Counter{{Group: "key-ip:" + clientKey(service.ClientIP(ctx)), Limit: a.failureLimit}})
+	if wait > 0 {
+		return service.Principal{}, busy(wait, "too many failed API-key authentications from this address; try again later")
+	}
+	p, err := a.authenticate(ctx, key)
+	if err == nil || !errors.Is(err, service.ErrUnauthenticated) {
+		// Only a refused key stays counted.
+		a.failures.release(ctx, held, false)
+	}
+	return p, err
+}
+
+func (a *APIKeys) authenticate(ctx context.Context, key string) (service.Principal, error) {
 	if !strings.HasPrefix(key, service.APIKeyPrefix) {
 		return service.Principal{}, errBadKey
 	}

@@ -1,10 +1,9 @@
 // Package auth is the use case of users, login, tokens and roles.
 //
 // Tokens are HMAC-signed (HS256) with an expiry, so any instance verifies them
-// without a network call; logout records the token id in a revocation list
-// that the caller's store keeps (Redis in production). When that list cannot
-// be read, signed tokens still verify: availability wins over an instant
-// logout, and the event is logged.
+// without a network call; logout records the token id in the store (Postgres),
+// which Authenticate reads in the same lookup as the user row, so a logout
+// holds on every instance and cannot be undone by a cache losing keys.
 //
 // Every token also carries its user's token version. The version is bumped in
 // the user row on a password change, on disable, on a role change and on "log
@@ -12,11 +11,14 @@
 // (to see disabled and deleted users), so every older token stops working at
 // once on every instance, also after the user is enabled again.
 //
-// Login attempts are reserved before the password is checked, per username
-// and client address and per username alone (a wider limit, against many
-// addresses guessing one account). Every path through Login does exactly one
-// password comparison at the configured cost, so its timing does not reveal
-// whether a username exists or is disabled.
+// Login attempts are reserved before the password is checked (attempts.go):
+// per client address across all usernames, per username and client address,
+// and per username alone (a wider limit, against many addresses guessing one
+// account); a client with a valid device cookie of the account (device.go)
+// is counted in its own bucket instead. While the shared counters cannot be
+// reached, each instance counts in memory. Every path through Login does
+// exactly one password comparison at the configured cost, so its timing does
+// not reveal whether a username exists or is disabled.
 package auth
 
 import (
@@ -31,6 +33,7 @@ import (
 	"strings"
 	"time"
 	"unicode"
+	"unicode/utf8"
 
 	"github.com/golang-jwt/jwt/v5"
 	"golang.org/x/crypto/bcrypt"
@@ -57,41 +60,21 @@ type Store interface {
 	// EndSessions increments the token version of a live user and returns it.
 	EndSessions(ctx context.Context, id service.ID) (tokenVersion int64, err error)
 	DeleteUser(ctx context.Context, id service.ID) error
+	// SessionUser returns the live user id (service.ErrNotFound otherwise)
+	// and whether tokenID was logged out, in one lookup.
+	SessionUser(ctx context.Context, id service.ID, tokenID string) (u *service.User, revoked bool, err error)
+	// RevokeToken records tokenID as logged out until expires.
+	RevokeToken(ctx context.Context, tokenID string, expires time.Time) error
+	// PruneRevokedTokens forgets revocations of tokens expired before t.
+	PruneRevokedTokens(ctx context.Context, before time.Time) (int64, error)
 }
 
-// Revocations records logged-out tokens until they would have expired anyway.
-type Revocations interface {
-	Revoke(ctx context.Context, tokenID string, ttl time.Duration) error
-	Revoked(ctx context.Context, tokenID string) (bool, error)
-}
-
-// Attempts counts password attempts per username and client address and per
-// username alone. An attempt is reserved before the password is checked and
-// given back after a success, so parallel guesses cannot pass the check
-// together before any of them is counted.
-type Attempts interface {
-	// Reserve counts one attempt for username+ip and for username, unless
-	// either counter has reached its limit, in one atomic step. Each counter's
-	// window starts at its first attempt. It returns 0 when the attempt is
-	// counted, else how long until the full counter's window ends.
-	Reserve(ctx context.Context, username, ip string, limit Limit) (retryAfter time.Duration, err error)
-	// Reset clears username+ip's counter and gives back the attempt's count on
-	// username alone, after a successful password check.
-	Reset(ctx context.Context, username, ip string) error
-}
-
-// Limit bounds password attempts within Window.
-type Limit struct {
-	PerIP   int // per username and client address
-	PerUser int // per username, from any address
-	Window  time.Duration
-}
-
-// Config tunes the service. NewAPIKeys reads only Logger and Now.
+// Config tunes the service. NewAPIKeys reads only Logger and Now,
+// LimitFailures also MaxClientFailures and FailWindow.
 type Config struct {
 	Secret          []byte           // HMAC key shared by every instance
 	TokenTTL        time.Duration    // default 24h
-	MaxFailures     int              // failed logins per username+IP before a pause; default 5
+	MaxFailures     int              // failed logins per username+IP (and per trusted device) before a pause; default 5
 	MaxUserFailures int              // failed logins per username from any address; default 20
 	FailWindow      time.Duration    // default 15m
 	BcryptCost      int              // default bcrypt.DefaultCost
@@ -99,6 +82,11 @@ type Config struct {
 	KeyMaxTTL       time.Duration    // an API key's longest life from its creation; default DefaultKeyMaxTTL
 	Logger          *slog.Logger     // nil discards
 	Now             func() time.Time // nil is time.Now
+
+	// MaxClientFailures bounds failed logins from one client address (an
+	// IPv6 /64) across all usernames, and, in a counter of their own, failed
+	// API-key authentications; default 100.
+	MaxClientFailures int
 }
 
 // withClock fills in the Logger and Now defaults.
@@ -113,8 +101,7 @@ func (c Config) withClock() Config {
 // Service implements authentication and user management.
 type Service struct {
 	store    Store
-	revoked  Revocations
-	attempts Attempts
+	attempts *failures
 	ids      service.IDGenerator
 	audit    *service.Auditor
 	cfg      Config
@@ -126,11 +113,13 @@ type Service struct {
 	dummyHash []byte
 	// compare checks a password against a hash (bcrypt); tests count calls.
 	compare func(hash, password []byte) error
+	// deviceSecret signs device cookies (device.go).
+	deviceSecret []byte
 }
 
 // New returns a Service. Logins, password changes and user changes are
 // recorded in audit.
-func New(store Store, revoked Revocations, attempts Attempts, ids service.IDGenerator, audit *service.Auditor, cfg Config) (*Service, error) {
+func New(store Store, attempts Attempts, ids service.IDGenerator, audit *service.Auditor, cfg Config) (*Service, error) {
 	if audit == nil {
 		return nil, errors.New("auth: an auditor is required")
 	}
@@ -143,6 +132,7 @@ func New(store Store, revoked Revocations, attempts Attempts, ids service.IDGene
 	if cfg.MaxUserFailures < cfg.MaxFailures {
 		return nil, errors.New("auth: the per-username failure limit must not be below the per-username-and-address limit")
 	}
+	cfg.MaxClientFailures = cmp.Or(max(cfg.MaxClientFailures, 0), 100)
 	cfg.FailWindow = cmp.Or(max(cfg.FailWindow, 0), 15*time.Minute)
 	cfg.BcryptCost = cmp.Or(cfg.BcryptCost, bcrypt.DefaultCost)
 	if cfg.BcryptCost < bcrypt.MinCost || cfg.BcryptCost > bcrypt.MaxCost {
@@ -159,9 +149,14 @@ func New(store Store, revoked Revocations, attempts Attempts, ids service.IDGene
 		return nil, err
 	}
 	return &Service{
-		store: store, revoked: revoked, attempts: attempts, ids: ids, audit: audit, cfg: cfg, now: cfg.Now, log: cfg.Logger,
-		dummyHash: dummy, compare: bcrypt.CompareHashAndPassword,
+		store: store, ids: ids, audit: audit, cfg: cfg, now: cfg.Now, log: cfg.Logger,
+		attempts:  newFailures(attempts, cfg),
+		dummyHash: dummy, compare: bcrypt.CompareHashAndPassword, deviceSecret: deviceKey(cfg.Secret),
 	}, nil
+}
+
+func newFailures(shared Attempts, cfg Config) *failures {
+	return &failures{shared: shared, local: newLocalAttempts(cfg.Now), window: cfg.FailWindow, log: cfg.Logger}
 }
 
 // Session is the result of a successful login.
@@ -169,22 +164,42 @@ type Session struct {
 	Token   string        `json:"token"`
 	User    *service.User `json:"user"`
 	Expires time.Time     `json:"expiresAt"`
+	// Device is a fresh device cookie after a login (device.go), for the
+	// client to keep for DeviceTTL; empty after a password change.
+	Device string `json:"-"`
 }
+
+// Credentials is one login attempt.
+type Credentials struct {
+	Username string
+	Password string
+	// Device is the client's device cookie, if it has one.
+	Device string
+}
+
+// The bounds of what Login reads: longer input is refused before it
+// reaches a counter, a query, the audit log or a log line. No stored
+// username or password is longer (validUsername, validPassword).
+const (
+	maxUsernameRunes = 64
+	maxPasswordBytes = 72 // bcrypt's input limit
+)
 
 // errBadCredentials is deliberately the same for an unknown user, a wrong
 // password and a disabled account, so login does not reveal which.
 var errBadCredentials = service.Errorf(service.ErrUnauthenticated, "invalid username or password")
 
 // Login checks the credentials and issues a token. Attempts are counted per
-// username and ip and per username alone; past either limit logins pause with
-// service.ErrBusy, whose details carry retryAfter in seconds. Every login
-// with a username is recorded in the audit log: success (the user is the
-// actor), denied (wrong credentials) or locked (the pause); the username
-// tried is the target.
-func (s *Service) Login(ctx context.Context, username, password, ip string) (*Session, error) {
-	username = strings.TrimSpace(username)
-	sess, err := s.login(ctx, username, password, ip)
-	ev := service.AuditEvent{Action: service.AuditLogin, TargetType: service.TargetUser, TargetID: username}
+// client address, per username and address and per username alone, or, with
+// a valid device cookie, per device (attempts.go); past a limit logins pause
+// with service.ErrBusy, whose details carry retryAfter in seconds. Every
+// login with a username is recorded in the audit log: success (the user is
+// the actor), denied (wrong credentials), locked (the pause) or invalid; the
+// username tried is the target.
+func (s *Service) Login(ctx context.Context, in Credentials, ip string) (*Session, error) {
+	in.Username = strings.TrimSpace(in.Username)
+	sess, err := s.login(ctx, in, ip)
+	ev := service.AuditEvent{Action: service.AuditLogin, TargetType: service.TargetUser, TargetID: in.Username}
 	if err != nil {
 		s.audit.Fail(ctx, ev, err)
 		return nil, err
@@ -194,18 +209,28 @@ func (s *Service) Login(ctx context.Context, username, password, ip string) (*Se
 	return sess, nil
 }
 
-func (s *Service) login(ctx context.Context, username, password, ip string) (*Session, error) {
-	if username == "" || password == "" {
+func (s *Service) login(ctx context.Context, in Credentials, ip string) (*Session, error) {
+	if in.Username == "" || in.Password == "" {
 		return nil, service.Errorf(service.ErrInvalid, "username and password are required")
 	}
-	// Count attempts case-insensitively, as usernames are matched.
-	counted := strings.ToLower(username)
-	if err := s.reserve(ctx, counted, ip, "too many failed logins; try again later"); err != nil {
+	if err := validLogin(in.Username, in.Password); err != nil {
 		return nil, err
 	}
-	u, err := s.store.UserByUsername(ctx, username)
+	u, err := s.store.UserByUsername(ctx, in.Username)
 	if err != nil && !errors.Is(err, service.ErrNotFound) {
 		return nil, err
+	}
+	// A device this user signed in from before has its own bucket; any
+	// other client is counted per address and per account.
+	groups := [][]Counter{s.clientCounter(ip), s.accountCounters(in.Username, ip)}
+	if u != nil {
+		if nonce, ok := s.trustedDevice(in.Device, u.ID); ok {
+			groups = [][]Counter{{{Group: "device:" + nonce, Limit: s.cfg.MaxFailures, Clear: true}}}
+		}
+	}
+	held, wait := s.attempts.reserve(ctx, groups...)
+	if wait > 0 {
+		return nil, busy(wait, "too many failed logins; try again later")
 	}
 	// One comparison at the configured cost on every path: an unknown user is
 	// compared with the dummy hash and a disabled one with their own, so the
@@ -214,35 +239,50 @@ func (s *Service) login(ctx context.Context, username, password, ip string) (*Se
 	if u != nil {
 		hash = []byte(u.PasswordHash)
 	}
-	match := s.compare(hash, []byte(password)) == nil
+	match := s.compare(hash, []byte(in.Password)) == nil
 	if u == nil || u.Disabled || !match {
-		// The reserved attempt stays counted as the failure.
+		// The reserved attempts stay counted as the failure.
 		return nil, errBadCredentials
 	}
-	s.resetAttempts(ctx, counted, ip)
-	return s.session(u)
+	s.attempts.release(ctx, held, true)
+	sess, err := s.session(u)
+	if err != nil {
+		return nil, err
+	}
+	if sess.Device, err = s.newDevice(u.ID); err != nil {
+		return nil, err
+	}
+	return sess, nil
 }
 
-// reserve counts one password attempt or refuses it with service.ErrBusy.
-// When the counters cannot be reached the attempt goes ahead: availability
-// wins, and the event is logged.
-func (s *Service) reserve(ctx context.Context, username, ip, message string) error {
-	limit := Limit{PerIP: s.cfg.MaxFailures, PerUser: s.cfg.MaxUserFailures, Window: s.cfg.FailWindow}
-	wait, err := s.attempts.Reserve(ctx, username, ip, limit)
-	if err != nil {
-		s.log.WarnContext(ctx, "login attempt counter unavailable; not limiting", "err", err)
-		return nil
+// validLogin bounds a login's username and password; what is longer than
+// any stored one cannot match and is refused before it costs anything.
+func validLogin(username, password string) error {
+	if utf8.RuneCountInString(username) > maxUsernameRunes {
+		return service.WithDetails(service.ErrInvalid, fmt.Sprintf("username must be at most %d characters", maxUsernameRunes), map[string]string{"field": "username"})
 	}
-	if wait > 0 {
-		secs := int64((wait + time.Second - 1) / time.Second)
-		return service.WithDetails(service.ErrBusy, message, map[string]string{"retryAfter": strconv.FormatInt(secs, 10)})
+	if strings.ContainsFunc(username, unicode.IsControl) {
+		return service.WithDetails(service.ErrInvalid, "username must not contain control characters", map[string]string{"field": "username"})
+	}
+	if len(password) > maxPasswordBytes {
+		return service.WithDetails(service.ErrInvalid, fmt.Sprintf("password must be at most %d bytes", maxPasswordBytes), map[string]string{"field": "password"})
 	}
 	return nil
 }
 
-func (s *Service) resetAttempts(ctx context.Context, username, ip string) {
-	if err := s.attempts.Reset(ctx, username, ip); err != nil {
-		s.log.WarnContext(ctx, "login attempt counter unavailable", "err", err)
+// clientCounter counts failed logins from ip across all usernames.
+func (s *Service) clientCounter(ip string) []Counter {
+	return []Counter{{Group: "ip:" + clientKey(ip), Limit: s.cfg.MaxClientFailures}}
+}
+
+// accountCounters count failed logins of username (case-insensitively, as
+// usernames are matched) from ip and from anywhere; one group, so they are
+// checked together.
+func (s *Service) accountCounters(username, ip string) []Counter {
+	group := "user:" + usernameKey(username)
+	return []Counter{
+		{Group: group, Limit: s.cfg.MaxUserFailures},
+		{Group: group, Name: ":" + clientKey(ip), Limit: s.cfg.MaxFailures, Clear: true},
 	}
 }
 
@@ -305,18 +345,15 @@ func (s *Service) Authenticate(ctx context.Context, token string) (service.Princ
 	if err != nil {
 		return service.Principal{}, service.Errorf(service.ErrUnauthenticated, "invalid token subject")
 	}
-	revoked, err := s.revoked.Revoked(ctx, c.ID)
-	if err != nil {
-		s.log.WarnContext(ctx, "revocation list unavailable; accepting signed token", "err", err)
-	} else if revoked {
-		return service.Principal{}, service.Errorf(service.ErrUnauthenticated, "token has been revoked")
-	}
-	u, err := s.store.UserByID(ctx, id)
+	u, revoked, err := s.store.SessionUser(ctx, id, c.ID)
 	if errors.Is(err, service.ErrNotFound) || (err == nil && u.Disabled) {
 		return service.Principal{}, service.Errorf(service.ErrUnauthenticated, "account is disabled or deleted")
 	}
 	if err != nil {
 		return service.Principal{}, err
+	}
+	if revoked {
+		return service.Principal{}, service.Errorf(service.ErrUnauthenticated, "token has been revoked")
 	}
 	if c.Version != u.TokenVersion {
 		return service.Principal{}, service.Errorf(service.ErrUnauthenticated, "this session has ended; sign in again")
@@ -324,17 +361,35 @@ func (s *Service) Authenticate(ctx context.Context, token string) (service.Princ
 	return service.Principal{UserID: u.ID, Username: u.Username, Role: u.Role, TokenID: c.ID, Expires: c.ExpiresAt.Time}, nil
 }
 
-// Logout revokes the caller's token on every instance. It fails with
-// service.ErrUnavailable when the revocation cannot be recorded.
+// Logout revokes the caller's token on every instance: a row in the store
+// until the token would have expired anyway.
 func (s *Service) Logout(ctx context.Context, p service.Principal) error {
-	ttl := p.Expires.Sub(s.now())
-	if ttl <= 0 {
+	if !p.Expires.After(s.now()) {
 		return nil
 	}
-	if err := s.revoked.Revoke(ctx, p.TokenID, ttl); err != nil {
-		return fmt.Errorf("%w: logout cannot be recorded: %v", service.ErrUnavailable, err)
+	return s.store.RevokeToken(ctx, p.TokenID, p.Expires)
+}
+
+// pruneEvery is how often Run forgets revocations of expired tokens.
+const pruneEvery = time.Hour
+
+// Run forgets revocations of expired tokens, now and every hour, until ctx
+// ends. Every instance runs it; the deletes are idempotent.
+func (s *Service) Run(ctx context.Context) error {
+	t := time.NewTicker(pruneEvery)
+	defer t.Stop()
+	for {
+		if n, err := s.store.PruneRevokedTokens(ctx, s.now()); err != nil && ctx.Err() == nil {
+			s.log.WarnContext(ctx, "expired token revocations not pruned", "err", err)
+		} else if n > 0 {
+			s.log.DebugContext(ctx, "pruned expired token revocations", "rows", n)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-t.C:
+		}
 	}
-	return nil
 }
 
 // LogoutEverywhere ends every session of the caller, on every instance, by
@@ -379,14 +434,17 @@ func (s *Service) changePassword(ctx context.Context, p service.Principal, in Pa
 	if err != nil {
 		return nil, err
 	}
-	counted := strings.ToLower(u.Username)
-	if err := s.reserve(ctx, counted, ip, "too many wrong passwords; try again later"); err != nil {
-		return nil, err
+	if len(in.OldPassword) > maxPasswordBytes {
+		return nil, errWrongPassword // no stored password is longer
+	}
+	held, wait := s.attempts.reserve(ctx, s.accountCounters(u.Username, ip))
+	if wait > 0 {
+		return nil, busy(wait, "too many wrong passwords; try again later")
 	}
 	if s.compare([]byte(u.PasswordHash), []byte(in.OldPassword)) != nil {
 		return nil, errWrongPassword
 	}
-	s.resetAttempts(ctx, counted, ip)
+	s.attempts.release(ctx, held, true)
 	hash, err := s.hash(in.NewPassword)
 	if err != nil {
 		return nil, err
@@ -478,8 +536,8 @@ func (s *Service) newUser(username, password string, role service.Role) (*servic
 }
 
 func validUsername(name string) error {
-	if n := len([]rune(name)); n < 2 || n > 64 {
-		return service.Errorf(service.ErrInvalid, "username must be 2 to 64 characters")
+	if n := utf8.RuneCountInString(name); n < 2 || n > maxUsernameRunes {
+		return service.Errorf(service.ErrInvalid, "username must be 2 to %d characters", maxUsernameRunes)
 	}
 	for _, r := range name {
 		if unicode.IsSpace(r) || unicode.IsControl(r) {
@@ -493,8 +551,8 @@ func (s *Service) validPassword(password string) error {
 	if len([]rune(password)) < s.cfg.MinPassword {
 		return service.Errorf(service.ErrInvalid, "password must be at least %d characters", s.cfg.MinPassword)
 	}
-	if len(password) > 72 { // bcrypt's input limit
-		return service.Errorf(service.ErrInvalid, "password must be at most 72 bytes")
+	if len(password) > maxPasswordBytes {
+		return service.Errorf(service.ErrInvalid, "password must be at most %d bytes", maxPasswordBytes)
 	}
 	return nil
 }
