@@ -182,6 +182,7 @@ func newApp(ctx context.Context, cfg Config, log *slog.Logger) (_ *App, err erro
 		MaxChunks:          cfg.IngestMaxChunks,
 		Parser:             parser,
 		OutboxRetention:    cfg.OutboxRetention,
+		PendingTimeout:     cfg.IngestPendingTimeout,
 		Space:              space,
 		Net:                ingest.NetPolicy{Allow: cfg.FetchAllowNetworks},
 		FetchTimeout:       cfg.FetchTimeout,
