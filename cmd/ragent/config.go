@@ -163,7 +163,11 @@ type Config struct {
 	IngestMaxChunks    int
 
 	WorkerID int // -1: lease from Redis
-	Demo     bool
+	// WorkerLeaseTTL is the Redis lease of a leased worker id: an
+	// instance keeps issuing ids for that long (less the clock margin)
+	// after Redis stops answering.
+	WorkerLeaseTTL time.Duration
+	Demo           bool
 
 	Role            string // all | api | worker
 	ShutdownTimeout time.Duration
@@ -333,6 +337,9 @@ func (c Config) validate() []error {
 	}
 	if c.WorkerID > 1023 || c.WorkerID < -1 {
 		bad("RAGENT_WORKER_ID must be between 0 and 1023")
+	}
+	if c.WorkerLeaseTTL < time.Second {
+		bad("RAGENT_WORKER_LEASE_TTL must be at least 1s")
 	}
 	if c.IngestPendingTimeout < time.Second {
 		bad("RAGENT_INGEST_PENDING_TIMEOUT must be at least 1s")

@@ -131,6 +131,7 @@ func (c *Config) settings() []setting {
 		{"RAGENT_INGEST_MAX_CHUNKS", "20000", intValue(&c.IngestMaxChunks), maskNone},
 
 		{"RAGENT_WORKER_ID", "-1", intValue(&c.WorkerID), maskNone},
+		{"RAGENT_WORKER_LEASE_TTL", "5m", durationValue(&c.WorkerLeaseTTL), maskNone},
 		{"RAGENT_DEMO", "true", boolValue(&c.Demo), maskNone},
 		{"RAGENT_ROLE", "all", strValue(&c.Role), maskNone},
 		{"RAGENT_INSTANCE_ID", "", strValue(&c.InstanceID), maskNone},
