@@ -66,10 +66,11 @@ func fail(c *gin.Context, err error) {
 	case status == http.StatusServiceUnavailable:
 		logger(c).WarnContext(c.Request.Context(), "dependency unavailable", "err", err)
 	}
-	if status == http.StatusTooManyRequests && c.Writer.Header().Get("Retry-After") == "" {
+	var de *service.Error
+	retry := errors.As(err, &de) && de.RetryAfter > 0
+	if (status == http.StatusTooManyRequests || retry) && c.Writer.Header().Get("Retry-After") == "" {
 		seconds := 1
-		var de *service.Error
-		if errors.As(err, &de) && de.RetryAfter > 0 {
+		if retry {
 			seconds = int(math.Ceil(de.RetryAfter.Seconds()))
 		}
 		c.Header("Retry-After", strconv.Itoa(seconds))

@@ -4,9 +4,12 @@
 // Every running instance needs its own worker id. It is either fixed by the
 // operator (RAGENT_WORKER_ID, e.g. a StatefulSet ordinal; see New), so that
 // startup does not depend on Redis, or leased from Redis and renewed (see
-// Lease). A generator that loses its lease stops issuing IDs until it holds
-// a worker id again, because two instances sharing a worker id is the one
-// way Snowflake IDs collide.
+// Lease). The lease is long (5 minutes) and renewed often (every 15 s), so
+// a Redis outage of minutes does not stop an instance: it goes on issuing
+// IDs while its lease is valid by its own clock. A generator whose lease ran
+// out or was lost stops issuing IDs (ErrNoWorker) until it holds a worker id
+// again, because two instances sharing a worker id is the one way Snowflake
+// IDs collide.
 //
 // The IDs of one generator are strictly increasing. A clock that steps back
 // by at most MaxClockBackwards is waited out; a larger step makes Next fail
@@ -79,10 +82,15 @@ type Generator struct {
 
 // Config tunes a Generator; the zero Config takes the defaults.
 type Config struct {
-	// LeaseTTL is the worker-id lease TTL (default 30 s); it is renewed
-	// every third of it. Instance clocks are assumed to agree within a
-	// tenth of it.
+	// LeaseTTL is the worker-id lease TTL (default 5 min): how long an
+	// instance keeps issuing IDs after Redis stops answering, less a tenth
+	// of it. That tenth is the clock margin: the holder stops that much
+	// before Redis frees the id, and instance clocks are assumed to agree
+	// within it.
 	LeaseTTL time.Duration
+	// LeaseRenew is the renewal period (default 15 s, at most a third of
+	// LeaseTTL); it must stay below LeaseTTL less the clock margin.
+	LeaseRenew time.Duration
 	// LeaseWait is how long Next waits for a lost lease to be re-acquired
 	// before it fails with ErrNoWorker (default 1 s).
 	LeaseWait time.Duration
@@ -91,7 +99,8 @@ type Config struct {
 }
 
 func (c Config) withDefaults() Config {
-	c.LeaseTTL = cmp.Or(c.LeaseTTL, 30*time.Second)
+	c.LeaseTTL = cmp.Or(c.LeaseTTL, 5*time.Minute)
+	c.LeaseRenew = cmp.Or(c.LeaseRenew, min(15*time.Second, c.LeaseTTL/3))
 	c.LeaseWait = cmp.Or(c.LeaseWait, time.Second)
 	c.Logger = cmp.Or(c.Logger, slog.New(slog.DiscardHandler))
 	if c.Now == nil {

@@ -21,6 +21,7 @@ type workerLease struct {
 	prefix string
 	token  string
 	ttl    time.Duration
+	renew  time.Duration // renewal period
 	// margin is how much earlier than Redis we consider the lease over, and
 	// how long a released key lingers: the clock disagreement between
 	// instances we tolerate without risking a duplicate ID.
@@ -39,18 +40,23 @@ func Lease(ctx context.Context, rdb redis.UniversalClient, prefix string, cfg Co
 	if c.LeaseTTL < 30*time.Millisecond {
 		return nil, fmt.Errorf("idgen: lease TTL %s too short", c.LeaseTTL)
 	}
+	if margin := c.LeaseTTL / 10; c.LeaseRenew <= 0 || c.LeaseRenew >= c.LeaseTTL-margin {
+		return nil, fmt.Errorf("idgen: lease renewal every %s must be shorter than the lease TTL %s less its margin %s",
+			c.LeaseRenew, c.LeaseTTL, margin)
+	}
 	host, _ := os.Hostname()
 	l := &workerLease{
 		rdb:    rdb,
 		prefix: prefix,
 		token:  host + ":" + strconv.Itoa(os.Getpid()) + ":" + crand.Text(),
 		ttl:    c.LeaseTTL,
+		renew:  c.LeaseRenew,
 		margin: c.LeaseTTL / 10,
 		log:    c.Logger,
 	}
 	g := newGenerator(c)
 	g.lease = l
-	worker, validUntil, err := l.acquire(ctx, g.now)
+	worker, validUntil, err := l.acquire(ctx, g.now, -1)
 	if err != nil {
 		return nil, err
 	}
@@ -65,10 +71,14 @@ func (l *workerLease) key(worker int64) string {
 	return l.prefix + "snowflake:worker:" + strconv.FormatInt(worker, 10)
 }
 
-// acquire takes the first free worker id from a random start and returns it
-// with the time our lease on it runs out by our own clock.
-func (l *workerLease) acquire(ctx context.Context, now func() time.Time) (int64, time.Time, error) {
-	start := rand.Int64N(MaxWorkerID + 1)
+// acquire takes the first free worker id from first (a random start when
+// negative) and returns it with the time our lease on it runs out by our own
+// clock.
+func (l *workerLease) acquire(ctx context.Context, now func() time.Time, first int64) (int64, time.Time, error) {
+	start := first
+	if start < 0 {
+		start = rand.Int64N(MaxWorkerID + 1)
+	}
 	for i := range int64(MaxWorkerID + 1) {
 		worker := (start + i) % (MaxWorkerID + 1)
 		sent := now()
@@ -95,10 +105,12 @@ func (l *workerLease) release(ctx context.Context, worker int64) error {
 	return nil
 }
 
-// keepLease renews the lease every third of its TTL, and re-acquires a
-// worker id (retrying more often) whenever the lease is lost.
+// keepLease renews the lease every renewal period, and re-acquires a worker
+// id (retrying more often) whenever the lease is lost. While Redis does not
+// answer it retries as often; the IDs go on until the lease runs out by our
+// clock.
 func (g *Generator) keepLease() *lease.Renewer {
-	period := g.lease.ttl / 3
+	period := g.lease.renew
 	retry := min(period, 500*time.Millisecond)
 	return lease.Every(context.Background(), period, func(ctx context.Context) time.Duration {
 		opCtx, cancel := context.WithTimeout(ctx, period)
@@ -136,7 +148,10 @@ func (g *Generator) renewOrAcquire(ctx context.Context) bool {
 		g.dropLease(worker)
 	}
 
-	worker, validUntil, err := l.acquire(ctx, g.now)
+	// A lost lease tries its own id first: when Redis lost its data, every
+	// instance takes back its own id, and none takes another's that is
+	// still in use (unless started meanwhile).
+	worker, validUntil, err := l.acquire(ctx, g.now, worker)
 	if err != nil {
 		l.log.Warn("snowflake worker id not re-acquired", "err", err)
 		return false

@@ -122,7 +122,8 @@ func TestLostLeaseIsReacquired(t *testing.T) {
 		name string
 		// lose makes the generator lose the lease on key.
 		lose func(ctx context.Context, rdb *redis.Client, key string) error
-		// moves reports whether the generator must take another worker id.
+		// moves reports whether the generator must take another worker id;
+		// otherwise it must take its own back (as after Redis lost its data).
 		moves bool
 	}{
 		{"deleted", func(ctx context.Context, rdb *redis.Client, key string) error {
@@ -149,7 +150,7 @@ func TestLostLeaseIsReacquired(t *testing.T) {
 			// hold a worker id again under its own token.
 			testenv.Eventually(t, 2*time.Second, "the lease to be re-acquired", func() bool {
 				w := g.WorkerID()
-				if (w != old || !tt.moves) && w >= 0 &&
+				if (w != old) == tt.moves && w >= 0 &&
 					rdb.Get(t.Context(), g.lease.key(w)).Val() == g.lease.token &&
 					rdb.PTTL(t.Context(), g.lease.key(w)).Val() > 0 {
 					return true
@@ -327,4 +328,79 @@ func (p *proxy) start() {
 		p.t.Fatalf("proxy relisten: %v", err)
 	}
 	p.serve(ln)
+}
+
+// TestIDsOutlastARedisOutageWhileTheLeaseIsValid cuts Redis off and moves
+// the generator's clock on instead of waiting: IDs keep coming for minutes,
+// while the lease is valid by the generator's own clock, stop with
+// ErrNoWorker before Redis would free the worker id, and resume on the same
+// worker id once a renewal reaches Redis again.
+func TestIDsOutlastARedisOutageWhileTheLeaseIsValid(t *testing.T) {
+	prefix := testenv.Prefix(t)
+	opt, _ := redis.ParseURL(testenv.RedisURL(t))
+	p := newProxy(t, opt.Addr)
+	opt.Addr = p.addr
+	opt.DialTimeout = 100 * time.Millisecond
+	opt.MaxRetries = -1
+	cut := redis.NewClient(opt)
+	t.Cleanup(func() { cut.Close() })
+
+	clock := &fakeClock{t: time.Now()}
+	g := mustLease(t, cut, prefix, Config{Now: clock.now, LeaseWait: time.Millisecond})
+	// The test renews by hand, on the fake clock.
+	g.lease.renewer.Stop()
+	worker := g.WorkerID()
+	if !g.renewOrAcquire(t.Context()) {
+		t.Fatal("renewal with Redis up failed")
+	}
+	renewed := clock.now()
+
+	p.stop()
+	valid := 5*time.Minute - 5*time.Minute/10 // the TTL less the clock margin
+	prev := mustNext(t, g)
+	for _, at := range []time.Duration{time.Second, 30 * time.Second, time.Minute, 4 * time.Minute, valid - time.Millisecond} {
+		clock.t = renewed.Add(at)
+		if g.renewOrAcquire(t.Context()) {
+			t.Fatalf("renewal at +%s succeeded with Redis cut off", at)
+		}
+		id, err := g.Next()
+		if err != nil {
+			t.Fatalf("Next at +%s into the outage: %v", at, err)
+		}
+		if _, w, _ := Decompose(id); w != worker || id <= prev {
+			t.Fatalf("id %d (worker %d) after %d, want increasing ids of worker %d", id, w, prev, worker)
+		}
+		prev = id
+	}
+	clock.t = renewed.Add(valid)
+	if _, err := g.Next(); !errors.Is(err, ErrNoWorker) {
+		t.Fatalf("Next once the lease ran out by our clock: %v, want ErrNoWorker", err)
+	}
+
+	p.start()
+	if !g.renewOrAcquire(t.Context()) {
+		t.Fatal("renewal after Redis came back failed")
+	}
+	if g.WorkerID() != worker {
+		t.Fatalf("worker %d after the outage, want the still-leased %d", g.WorkerID(), worker)
+	}
+	if id := mustNext(t, g); id <= prev {
+		t.Fatalf("id %d after %d", id, prev)
+	}
+}
+
+func TestLeaseDefaultsAndRenewalBound(t *testing.T) {
+	c := Config{}.withDefaults()
+	if c.LeaseTTL < time.Minute || c.LeaseRenew > 20*time.Second {
+		t.Fatalf("defaults: lease %s renewed every %s, want minutes renewed within 20 s", c.LeaseTTL, c.LeaseRenew)
+	}
+	if c := (Config{LeaseTTL: 3 * time.Second}).withDefaults(); c.LeaseRenew != time.Second {
+		t.Fatalf("a 3 s lease is renewed every %s, want a third of it", c.LeaseRenew)
+	}
+	rdb := testenv.Redis(t)
+	for _, renew := range []time.Duration{-time.Second, 9 * time.Second, time.Minute} {
+		if _, err := Lease(t.Context(), rdb, testenv.Prefix(t), Config{LeaseTTL: 10 * time.Second, LeaseRenew: renew}); err == nil {
+			t.Errorf("Lease renewing a 10 s lease every %s succeeded", renew)
+		}
+	}
 }

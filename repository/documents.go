@@ -206,6 +206,38 @@ func (s *Store) StuckDocuments(ctx context.Context, cutoff time.Time, limit int)
 		Limit(limit), documentRow.doc)
 }
 
+// RepublishPending gives up to limit documents pending since before the
+// cutoff, whose ingest message has left the outbox (it was published), a
+// fresh ingest message: the MQ lost theirs (a Redis restarted without its
+// data) or still holds it behind a backlog, and then the second delivery is
+// the consume guard's and the claim's to drop. Their updated_at moves on, so
+// each is re-published once per bound. A URL import waiting for its first
+// fetch has no content and is the fetcher's; a message still in the outbox
+// is the relay's.
+func (s *Store) RepublishPending(ctx context.Context, cutoff time.Time, limit int, queue service.MessageFor) (int, error) {
+	n := 0
+	err := s.WithinTx(ctx, func(tx *Store) error {
+		var rows []documentRow
+		if err := tx.db.Raw(`UPDATE documents SET updated_at = now() WHERE id IN (
+				SELECT d.id FROM documents d
+				WHERE d.status = 'pending' AND d.deleted_at IS NULL AND d.sha256 IS NOT NULL AND d.updated_at < ?
+					AND NOT EXISTS (SELECT 1 FROM outbox o WHERE o.sent_at IS NULL AND o.topic = ?
+						AND o.key = d.id || ':' || d.generation)
+				ORDER BY d.updated_at LIMIT ? FOR UPDATE OF d SKIP LOCKED)
+			RETURNING *`, cutoff, service.IngestTopic, limit).Scan(&rows).Error; err != nil {
+			return translate(err)
+		}
+		for _, r := range rows {
+			if err := tx.queue(r.doc(), queue); err != nil {
+				return err
+			}
+		}
+		n = len(rows)
+		return nil
+	})
+	return n, err
+}
+
 // Requeue puts a stuck document back to pending with a fresh outbox row,
 // unless another worker moved it on since it was read.
 func (s *Store) Requeue(ctx context.Context, d *service.Document, msg service.OutboxMessage) (bool, error) {

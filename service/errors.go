@@ -52,8 +52,8 @@ type Error struct {
 	Kind    error // one of the sentinels above
 	Message string
 	Details map[string]string
-	// RetryAfter, on an ErrBusy refusal, is when the client may try again
-	// (sent as the Retry-After header).
+	// RetryAfter, on an ErrBusy or ErrUnavailable refusal, is when the
+	// client may try again (sent as the Retry-After header).
 	RetryAfter time.Duration
 }
 

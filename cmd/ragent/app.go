@@ -103,7 +103,7 @@ func newApp(ctx context.Context, cfg Config, log *slog.Logger) (_ *App, err erro
 	// Snowflake IDs: a fixed worker id needs no Redis at start.
 	if cfg.WorkerID >= 0 {
 		a.ids = idgen.New(int64(cfg.WorkerID), idgen.Config{Logger: log})
-	} else if a.ids, err = idgen.Lease(ctx, a.rdb, cfg.RedisPrefix, idgen.Config{Logger: log}); err != nil {
+	} else if a.ids, err = idgen.Lease(ctx, a.rdb, cfg.RedisPrefix, idgen.Config{Logger: log, LeaseTTL: cfg.WorkerLeaseTTL}); err != nil {
 		return nil, fmt.Errorf("lease a snowflake worker id (or set RAGENT_WORKER_ID): %w", err)
 	}
 	a.closers = append(a.closers, a.ids.Close)
@@ -190,6 +190,7 @@ func newApp(ctx context.Context, cfg Config, log *slog.Logger) (_ *App, err erro
 		MaxChunks:          cfg.IngestMaxChunks,
 		Parser:             parser,
 		OutboxRetention:    cfg.OutboxRetention,
+		PendingTimeout:     cfg.IngestPendingTimeout,
 		Space:              space,
 		Net:                ingest.NetPolicy{Allow: cfg.FetchAllowNetworks},
 		FetchTimeout:       cfg.FetchTimeout,
@@ -488,11 +489,21 @@ func (a *App) Close(ctx context.Context) {
 	a.closers = nil
 }
 
-// idSource adapts the Snowflake generator to service.IDGenerator.
+// idSource adapts the Snowflake generator to service.IDGenerator. Without
+// a worker id (its lease ran out while Redis was away) or with a clock that
+// stepped back, a write is refused as unavailable, to be retried.
 type idSource struct{ g *idgen.Generator }
+
+// idRetryAfter is the Retry-After of such a refusal: a lost lease is
+// re-acquired within a second of Redis answering again.
+const idRetryAfter = 5 * time.Second
 
 func (s idSource) NextID() (service.ID, error) {
 	id, err := s.g.Next()
+	if errors.Is(err, idgen.ErrNoWorker) || errors.Is(err, idgen.ErrClockBackwards) {
+		refused := &service.Error{Kind: service.ErrUnavailable, Message: "cannot issue ids right now", RetryAfter: idRetryAfter}
+		return 0, fmt.Errorf("%w: %w", refused, err)
+	}
 	return service.ID(id), err
 }
 

@@ -158,6 +158,9 @@ type Config struct {
 	// OutboxRetention is how long sent outbox rows are kept before the
 	// reaper deletes them.
 	OutboxRetention time.Duration
+	// IngestPendingTimeout is how long a document may stay pending after
+	// its message was published before the reaper publishes it again.
+	IngestPendingTimeout time.Duration
 
 	// URL imports (README "For pipelines"): networks a fetch may reach
 	// besides the public internet, one fetch's time limit, and the shortest
@@ -184,7 +187,11 @@ type Config struct {
 	IngestMaxChunks    int
 
 	WorkerID int // -1: lease from Redis
-	Demo     bool
+	// WorkerLeaseTTL is the Redis lease of a leased worker id: an
+	// instance keeps issuing ids for that long (less the clock margin)
+	// after Redis stops answering.
+	WorkerLeaseTTL time.Duration
+	Demo           bool
 
 	Role            string // all | api | worker
 	ShutdownTimeout time.Duration
@@ -366,6 +373,12 @@ func (c Config) validate() []error {
 	}
 	if c.WorkerID > 1023 || c.WorkerID < -1 {
 		bad("RAGENT_WORKER_ID must be between 0 and 1023")
+	}
+	if c.WorkerLeaseTTL < time.Second {
+		bad("RAGENT_WORKER_LEASE_TTL must be at least 1s")
+	}
+	if c.IngestPendingTimeout < time.Second {
+		bad("RAGENT_INGEST_PENDING_TIMEOUT must be at least 1s")
 	}
 	if c.LoginMaxFailuresPerUser < c.LoginMaxFailures {
 		bad("RAGENT_LOGIN_MAX_FAILURES_PER_USER must be at least RAGENT_LOGIN_MAX_FAILURES")

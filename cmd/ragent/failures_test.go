@@ -2,7 +2,9 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"net/http"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -142,5 +144,59 @@ func TestPostgresDown(t *testing.T) {
 	proxy.Up()
 	testenv.Eventually(t, 10*time.Second, "the API to recover after Postgres came back", func() bool {
 		return c.do("GET", "/api/v1/knowledge-bases", nil).Status == http.StatusOK
+	})
+}
+
+// Redis down longer than the worker-id lease: writes go on while the
+// instance's lease is valid by its own clock, then answer 503 unavailable
+// with Retry-After (never 500), and succeed again once Redis is back. The
+// lease is 5 s here to keep the test short; the default is 5 minutes.
+func TestWritesOutlastRedisWhileWorkerLeaseValid(t *testing.T) {
+	cfg := testConfig(t)
+	proxy, url := testenv.RedisProxyURL(t)
+	cfg.RedisURL, cfg.WorkerID, cfg.WorkerLeaseTTL = url, -1, 5*time.Second
+	in := start(t, cfg)
+	c := in.adminClient(t)
+	n := 0
+	create := func() response {
+		n++
+		return c.do("POST", "/api/v1/knowledge-bases", map[string]any{"name": fmt.Sprintf("outage-%d", n)})
+	}
+
+	proxy.Down()
+	if r := create(); r.Status != http.StatusCreated {
+		t.Fatalf("a write just after Redis went away: %d %s, want 201 (the lease is still valid)", r.Status, r.Body)
+	}
+	var refused response
+	testenv.Eventually(t, 30*time.Second, "writes to be refused once the lease ran out", func() bool {
+		r := create()
+		switch r.Status {
+		case http.StatusCreated:
+			return false
+		case http.StatusServiceUnavailable:
+			refused = r
+			return true
+		}
+		t.Fatalf("a write during the outage: %d %s, want 201 or 503", r.Status, r.Body)
+		return false
+	})
+	if code := refused.errorCode(t); code != "unavailable" {
+		t.Fatalf("refusal code %q, want unavailable", code)
+	}
+	if s, err := strconv.Atoi(refused.Header.Get("Retry-After")); err != nil || s < 1 {
+		t.Fatalf("refusal Retry-After %q, want whole seconds", refused.Header.Get("Retry-After"))
+	}
+	// Stopped for good, not now and then, until Redis answers again.
+	if r := create(); r.Status != http.StatusServiceUnavailable {
+		t.Fatalf("a write after the lease ran out: %d %s, want 503", r.Status, r.Body)
+	}
+
+	proxy.Up()
+	testenv.Eventually(t, 30*time.Second, "writes to succeed after Redis came back", func() bool {
+		r := create()
+		if r.Status != http.StatusCreated && r.Status != http.StatusServiceUnavailable {
+			t.Fatalf("a write after Redis came back: %d %s", r.Status, r.Body)
+		}
+		return r.Status == http.StatusCreated
 	})
 }

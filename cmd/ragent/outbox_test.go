@@ -8,7 +8,9 @@ import (
 
 	"github.com/ragent-go/ragent/idgen"
 	"github.com/ragent-go/ragent/internal/testenv"
+	"github.com/ragent-go/ragent/mq/redisstream"
 	"github.com/ragent-go/ragent/repository"
+	"github.com/ragent-go/ragent/service"
 	"github.com/ragent-go/ragent/service/ingest"
 )
 
@@ -75,5 +77,67 @@ func TestReaperPrunesSentOutbox(t *testing.T) {
 	}
 	if got, unsent := count("sent_at IS NOT NULL"), count("sent_at IS NULL"); got != 0 || unsent != 1 {
 		t.Fatalf("after the retention: %d sent and %d unsent rows, want 0 and 1", got, unsent)
+	}
+}
+
+// TestPendingRepublishedAfterRedisLoss loses the MQ's messages as a Redis
+// restarted without persistence does: the outbox rows are sent, the stream
+// (and every other key of the instance) is gone, the documents are pending.
+// The reaper publishes them again after RAGENT_INGEST_PENDING_TIMEOUT and a
+// worker ingests each once, whatever duplicates the reaper sent meanwhile.
+func TestPendingRepublishedAfterRedisLoss(t *testing.T) {
+	cfg := testConfig(t)
+	cfg.Role = "api" // no consumer yet: the messages wait in the stream
+	cfg.IngestPendingTimeout = 2 * time.Second
+	_, c, kb := ingestEnv(t, cfg)
+	const n = 12
+	var docs []docJSON
+	for i := range n {
+		docs = append(docs, c.uploadAccepted(kb, fmt.Sprintf("lost-%d.txt", i),
+			[]byte(fmt.Sprintf("Document %d about lighthouse keepers on stormy coasts, whose message Redis lost.", i))))
+	}
+	ctx := context.Background()
+	db := connectDB(t, cfg.DatabaseURL)
+	count := func(query string) int {
+		t.Helper()
+		var k int
+		if err := db.QueryRow(ctx, query).Scan(&k); err != nil {
+			t.Fatal(err)
+		}
+		return k
+	}
+	rdb := testenv.Redis(t)
+	stream := redisstream.StreamKey(cfg.RedisPrefix, service.IngestTopic)
+	testenv.Eventually(t, 30*time.Second, "the relay to publish every upload", func() bool {
+		return count("SELECT count(*) FROM outbox WHERE sent_at IS NULL") == 0 && rdb.XLen(ctx, stream).Val() >= n
+	})
+
+	// Redis restarts empty: every key under the prefix goes.
+	keys, err := rdb.Keys(ctx, cfg.RedisPrefix+"*").Result()
+	if err != nil || len(keys) == 0 {
+		t.Fatalf("keys under the prefix: %v, %v", keys, err)
+	}
+	if err := rdb.Del(ctx, keys...).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if got := count("SELECT count(*) FROM documents WHERE status = 'pending'"); got != n {
+		t.Fatalf("%d pending documents after the loss, want %d", got, n)
+	}
+
+	worker := cfg
+	worker.Role = "worker"
+	start(t, worker)
+	for _, d := range docs {
+		got := c.waitDone(d.ID, 90*time.Second)
+		if got.Status != "ready" || got.Generation != 1 {
+			t.Fatalf("document %s: %+v", d.ID, got)
+		}
+		checkOneChunkSet(t, c, got)
+	}
+	if got := count("SELECT count(*) FROM outbox WHERE topic = '" + service.IngestTopic + "'"); got <= n {
+		t.Fatalf("%d ingest outbox rows for %d documents: nothing was re-published", got, n)
+	}
+	if got := count("SELECT count(*) FROM chunks"); got != count("SELECT sum(chunk_count) FROM documents") {
+		t.Fatalf("%d chunk rows, documents count %d", got, count("SELECT sum(chunk_count) FROM documents"))
 	}
 }

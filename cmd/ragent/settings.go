@@ -123,6 +123,7 @@ func (c *Config) settings() []setting {
 		{"RAGENT_UPLOAD_MAX_WAIT", "5s", durationValue(&c.UploadMaxWait), maskNone},
 		{"RAGENT_UPLOAD_MAX_BYTES", "52428800", int64Value(&c.UploadMaxBytes), maskNone},
 		{"RAGENT_OUTBOX_RETENTION", "168h", durationValue(&c.OutboxRetention), maskNone},
+		{"RAGENT_INGEST_PENDING_TIMEOUT", "10m", durationValue(&c.IngestPendingTimeout), maskNone},
 		{"RAGENT_FETCH_ALLOW_NETWORKS", "", (*prefixesValue)(&c.FetchAllowNetworks), maskNone},
 		{"RAGENT_FETCH_TIMEOUT", "30s", durationValue(&c.FetchTimeout), maskNone},
 		{"RAGENT_FETCH_MIN_REFRESH", "1m", durationValue(&c.FetchMinRefresh), maskNone},
@@ -140,6 +141,7 @@ func (c *Config) settings() []setting {
 		{"RAGENT_INGEST_MAX_CHUNKS", "20000", intValue(&c.IngestMaxChunks), maskNone},
 
 		{"RAGENT_WORKER_ID", "-1", intValue(&c.WorkerID), maskNone},
+		{"RAGENT_WORKER_LEASE_TTL", "5m", durationValue(&c.WorkerLeaseTTL), maskNone},
 		{"RAGENT_DEMO", "true", boolValue(&c.Demo), maskNone},
 		{"RAGENT_ROLE", "all", strValue(&c.Role), maskNone},
 		{"RAGENT_INSTANCE_ID", "", strValue(&c.InstanceID), maskNone},

@@ -51,6 +51,7 @@ type Store interface {
 	ReembedStore
 	StuckDocuments(ctx context.Context, cutoff time.Time, limit int) ([]*service.Document, error)
 	Requeue(ctx context.Context, d *service.Document, msg service.OutboxMessage) (bool, error)
+	RepublishPending(ctx context.Context, cutoff time.Time, limit int, queue service.MessageFor) (int, error)
 	RelayOutbox(ctx context.Context, limit int, publish func(context.Context, service.OutboxMessage) error) (sent, failed int, err error)
 	PruneOutbox(ctx context.Context, sentBefore time.Time, limit int) (int, error)
 	// Pipelines (pipeline.go, fetch.go).
@@ -78,9 +79,15 @@ type Config struct {
 	Parser         Parser        // where files are parsed; default InProcess
 	MaxAttempts    int           // transient failures before giving up; default 5
 	RunningTimeout time.Duration // a document running longer is re-queued; default 15m
+	// PendingTimeout is how long a document may stay pending after its
+	// message was published before it is published again (the MQ may have
+	// lost it); default 10m.
+	PendingTimeout time.Duration
 	RelayInterval  time.Duration // outbox poll; default 1s
-	ReaperInterval time.Duration // default 1m
-	EmbedBatch     int           // texts per Embed call; default 64
+	// ReaperInterval is the reaper's period; default 1m, or half of
+	// PendingTimeout when that is shorter.
+	ReaperInterval time.Duration
+	EmbedBatch     int // texts per Embed call; default 64
 	// Space is the embedding space the embedder makes (README "Embedding
 	// model changes"); zero takes the embedder's model and dimension with
 	// no prefixes.
@@ -130,11 +137,14 @@ func (c *Config) defaults() {
 	if c.RunningTimeout <= 0 {
 		c.RunningTimeout = 15 * time.Minute
 	}
+	if c.PendingTimeout <= 0 {
+		c.PendingTimeout = 10 * time.Minute
+	}
 	if c.RelayInterval <= 0 {
 		c.RelayInterval = time.Second
 	}
 	if c.ReaperInterval <= 0 {
-		c.ReaperInterval = time.Minute
+		c.ReaperInterval = min(time.Minute, c.PendingTimeout/2)
 	}
 	if c.EmbedBatch <= 0 {
 		c.EmbedBatch = 64
@@ -599,8 +609,8 @@ func (s *Service) RunRelay(ctx context.Context, pub Publisher) error {
 }
 
 // RunReaper re-queues documents stuck in running (their worker died with
-// the message lost or dead-lettered) and prunes the sent outbox every
-// ReaperInterval until ctx ends.
+// the message lost or dead-lettered) or in pending (the MQ lost their
+// message) and prunes the sent outbox every ReaperInterval until ctx ends.
 func (s *Service) RunReaper(ctx context.Context) error {
 	t := time.NewTicker(s.cfg.ReaperInterval)
 	defer t.Stop()
@@ -617,11 +627,11 @@ func (s *Service) RunReaper(ctx context.Context) error {
 }
 
 // ReapOnce re-queues the documents running since before RunningTimeout,
-// deletes the outbox rows sent before OutboxRetention, and switches the
+// re-publishes those pending since before PendingTimeout, deletes the outbox rows sent before OutboxRetention, and switches the
 // re-embedded knowledge bases whose remaining documents were deleted.
 func (s *Service) ReapOnce(ctx context.Context) error {
 	// A failure of one does not hold back the other.
-	return errors.Join(s.requeueStuck(ctx), s.requeueSearch(ctx), s.pruneOutbox(ctx), s.finishReembeds(ctx))
+	return errors.Join(s.requeueStuck(ctx), s.republishPending(ctx), s.requeueSearch(ctx), s.pruneOutbox(ctx), s.finishReembeds(ctx))
 }
 
 // pruneOutbox deletes sent outbox rows older than the retention, one batch
@@ -679,6 +689,38 @@ func (s *Service) requeueStuck(ctx context.Context) error {
 	}
 	return nil
 }
+
+// republishPending re-publishes documents pending for longer than
+// PendingTimeout since their message left the outbox: the MQ has lost it
+// (Redis restarted without its data) or holds it behind a long backlog. A
+// second delivery is harmless: the consume guard drops the message of a
+// generation already ingested, the claim one whose document moved on, and
+// the chunks' unique key is the last line of defence. At most
+// republishRound documents go per round, so a backlog longer than the bound
+// grows by a bounded number of duplicates, not by itself.
+func (s *Service) republishPending(ctx context.Context) error {
+	const batch = 100
+	total := 0
+	for total < republishRound && ctx.Err() == nil {
+		n, err := s.store.RepublishPending(ctx, s.now().Add(-s.cfg.PendingTimeout), batch, s.queue)
+		total += n
+		if err != nil {
+			return fmt.Errorf("re-publish pending documents: %w", err)
+		}
+		if n < batch {
+			break
+		}
+	}
+	if total > 0 {
+		s.log.WarnContext(ctx, "re-published documents pending too long; the MQ may have lost their messages",
+			"documents", total, "pending_timeout", s.cfg.PendingTimeout)
+		s.wakeRelay()
+	}
+	return nil
+}
+
+// republishRound caps the documents one reaper round re-publishes.
+const republishRound = 1000
 
 // indexText is what the keyword index sees of a chunk: its text, plus its
 // section path when the chunk does not start with it (only a section's
