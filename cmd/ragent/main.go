@@ -43,6 +43,7 @@ commands:
                                      ingest a BEIR folder through the pipeline, print nDCG@10 and recall@10
   scalebench gen|run [flags]         synthetic corpora and the retrieval-at-scale benchmark (scripts/scalebench.sh)
   reindex-search                     rebuild the OpenSearch index from Postgres into a new index and swap the alias
+  healthcheck [--timeout 5s]         exit 0 when this instance's /readyz answers 200 (the container's probe)
   version                            print the version
   parse                              (internal) parse one file from stdin for the ingestion worker
 
@@ -87,6 +88,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return serve(ctx, cfg, log, stdout)
 	case "migrate":
 		return migrate(ctx, cfg, log)
+	case "healthcheck":
+		return healthcheck(ctx, cfg, args, stdout, stderr)
 	case "eval":
 		return evalCommand(ctx, cfg, log, args, stdout, stderr)
 	case "scalebench":
