@@ -74,6 +74,9 @@ func CreateTopic(ctx context.Context, namesrv, brokerAddr, topic string, groups 
 	if err != nil {
 		return err
 	}
+	if brokerAddr, err = resolveAddr(brokerAddr); err != nil {
+		return err
+	}
 	adm, err := admin.NewAdmin(admin.WithResolver(primitive.NewPassthroughResolver(addrs)))
 	if err != nil {
 		return fmt.Errorf("rocketmq: admin client: %w", err)
@@ -125,18 +128,48 @@ func ping(ctx context.Context, addrs []string) error {
 	return fmt.Errorf("rocketmq: ping namesrv: %w", errors.Join(errs...))
 }
 
-// splitAddrs parses a NameServer list ("a:9876;b:9876" or with commas).
+// splitAddrs parses a NameServer list ("a:9876;b:9876" or with commas). The
+// client library accepts only IP:port, so host names (a compose service
+// name, say) are resolved here, once: a NameServer that later moves to
+// another address needs a restart of ragent.
 func splitAddrs(namesrv string) ([]string, error) {
 	var out []string
 	for _, a := range strings.FieldsFunc(namesrv, func(r rune) bool { return r == ';' || r == ',' }) {
 		if a = strings.TrimSpace(a); a != "" {
-			out = append(out, a)
+			ip, err := resolveAddr(a)
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, ip)
 		}
 	}
 	if len(out) == 0 {
 		return nil, errors.New("rocketmq: no NameServer address")
 	}
 	return out, nil
+}
+
+// resolveAddr turns host:port into ip:port, preferring an IPv4 address.
+func resolveAddr(addr string) (string, error) {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return "", fmt.Errorf("rocketmq: address %q: %w", addr, err)
+	}
+	if net.ParseIP(host) != nil {
+		return addr, nil
+	}
+	ips, err := net.LookupIP(host)
+	if err != nil || len(ips) == 0 {
+		return "", fmt.Errorf("rocketmq: resolving %q: %w", host, err)
+	}
+	ip := ips[0]
+	for _, c := range ips {
+		if c.To4() != nil {
+			ip = c
+			break
+		}
+	}
+	return net.JoinHostPort(ip.String(), port), nil
 }
 
 // instanceName makes a client instance name unique within the process. The

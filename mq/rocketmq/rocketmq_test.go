@@ -3,6 +3,7 @@ package rocketmq_test
 import (
 	"context"
 	"log/slog"
+	"net"
 	"os"
 	"strings"
 	"sync"
@@ -191,5 +192,35 @@ func TestOptionsValidate(t *testing.T) {
 	}
 	if got := rocketmq.DeadTopic("ragent-document-ingest"); !strings.HasSuffix(got, "-dead") {
 		t.Errorf("DeadTopic = %q", got)
+	}
+}
+
+// TestHostNames: NameServer and broker may be named by host name (a compose
+// service name), not only by IP; the client library itself takes IPs only.
+func TestHostNames(t *testing.T) {
+	namesrv := testenv.RocketMQNamesrv(t)
+	byName := func(addr string) string {
+		_, port, err := net.SplitHostPort(addr)
+		if err != nil {
+			t.Fatalf("%q: %v", addr, err)
+		}
+		return net.JoinHostPort("localhost", port)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	topic := "test-names-" + testenv.RandomSuffix()
+	if err := rocketmq.CreateTopic(ctx, byName(namesrv), byName(brokerAddr), topic); err != nil {
+		t.Fatalf("CreateTopic by host name: %v", err)
+	}
+	prod, err := rocketmq.NewProducer(byName(namesrv), rocketmq.ProducerConfig{Instance: "test-names"})
+	if err != nil {
+		t.Fatalf("NewProducer by host name: %v", err)
+	}
+	t.Cleanup(func() { prod.Close() })
+	if err := prod.Publish(ctx, topic, "k", []byte("v")); err != nil {
+		t.Fatalf("Publish: %v", err)
+	}
+	if _, err := rocketmq.NewConsumer("no-such-host.invalid:9876", "g", topic, nil, rocketmq.ConsumerConfig{}); err == nil {
+		t.Fatal("NewConsumer with an unresolvable NameServer: no error")
 	}
 }
