@@ -25,6 +25,7 @@ help:
 	@echo "make run    start Postgres+pgvector, Redis (RocketMQ with RAGENT_MQ_DRIVER=rocketmq, OpenSearch with RAGENT_SEARCH_BACKEND=opensearch), the local embedding model, build, serve on :8080"
 	@echo "make test   start every service, then gofmt, go vet, staticcheck, the dependency check and all tests"
 	@echo "make build  build $(BIN)"
+	@echo "make compose-test  build the Docker Compose stack, bring it up and run its smoke test (scripts/compose.sh smoke)"
 
 .PHONY: build
 build:
@@ -98,6 +99,13 @@ test: test-services vet lint depcheck
 	RAGENT_REQUIRE_SERVICES=1 $(GO) test -race -count=1 -timeout 45m $(RACE_PKGS)
 	RAGENT_REQUIRE_SERVICES=1 $(GO) test -count=1 -timeout 15m ./mq/rocketmq/...
 	RAGENT_REQUIRE_SERVICES=1 $(GO) test -count=1 -timeout 10m -run RocketMQ ./cmd/ragent/
+
+# The Docker Compose stack (docker-compose.yml) built, started on a project
+# of its own and smoke-tested through ragent's published port
+# (scripts/compose.sh; README "Docker Compose").
+.PHONY: compose-test
+compose-test:
+	bash scripts/compose.sh smoke
 
 .PHONY: bench
 bench: test-services

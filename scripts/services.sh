@@ -7,6 +7,12 @@
 #   scripts/services.sh start  [postgres|redis|rocketmq|browser|clients|embedder|opensearch|tantivy|tools ...]
 #   scripts/services.sh stop   [postgres|redis|rocketmq|browser|clients|embedder|opensearch|tantivy|tools ...]
 #   scripts/services.sh status [postgres|redis|rocketmq|browser|clients|embedder|opensearch|tantivy|tools ...]
+#   scripts/services.sh install postgres|redis|rocketmq|embedder|opensearch ...
+#
+# `install` only installs (packages, the pgvector build, jars, the embedder's
+# venv and model) and starts nothing: the project's container images
+# (deploy/docker/*/Dockerfile) run it at build time, so the containers hold
+# exactly what `start` installs on a machine.
 #
 # Without service names the list comes from $SERVICES, else the three
 # servers; `browser` (Chromium and CJK fonts, nothing to run), `clients`
@@ -1203,6 +1209,23 @@ status_tools() {
 	fi
 }
 
+# --- install (container images) ----------------------------------------------
+
+install_postgres() {
+	ensure_packages "postgresql-$PG_MAJOR" "postgresql-server-dev-$PG_MAJOR" build-essential
+	ensure_pgvector
+}
+install_redis() { ensure_packages redis-server; }
+install_rocketmq() {
+	ensure_packages openjdk-17-jre-headless
+	ensure_rocketmq_jars
+}
+install_embedder() { ensure_embedder_venv; }
+install_opensearch() {
+	ensure_packages openjdk-17-jre-headless curl
+	ensure_opensearch_install
+}
+
 # --- main ---------------------------------------------------------------------
 
 print_settings() {
@@ -1252,7 +1275,7 @@ print_settings() {
 }
 
 usage() {
-	echo "usage: $0 start|stop|status [postgres|redis|rocketmq|browser|clients|embedder|opensearch|tantivy|tools ...]  (default: \$SERVICES or the three servers)" >&2
+	echo "usage: $0 start|stop|status|install [postgres|redis|rocketmq|browser|clients|embedder|opensearch|tantivy|tools ...]  (default: \$SERVICES or the three servers)" >&2
 	exit 2
 }
 
@@ -1305,6 +1328,12 @@ main() {
 			"status_$svc" || rc=1
 		done
 		return "$rc"
+		;;
+	install)
+		for svc in "${services[@]}"; do
+			declare -F "install_$svc" >/dev/null || die "install: no install step for '$svc'"
+			"install_$svc"
+		done
 		;;
 	*) usage ;;
 	esac

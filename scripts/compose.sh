@@ -1,0 +1,145 @@
+#!/usr/bin/env bash
+# Runs the Docker Compose stack (docker-compose.yml) on a Debian 12 machine,
+# installing what is missing first (README "Docker Compose"):
+#
+#   scripts/compose.sh setup    the engine (Debian's docker.io) and Compose v2 when missing,
+#                               dockerd when not running (no systemd: in the background,
+#                               log in $RAGENT_COMPOSE_STATE/dockerd.log), and the base
+#                               image debian:bookworm-slim when missing (debootstrap, for
+#                               machines that cannot pull from Docker Hub)
+#   scripts/compose.sh build    setup, then build every image (cached: a warm build is seconds)
+#   scripts/compose.sh up       setup, then `docker compose up --wait` (builds missing images)
+#   scripts/compose.sh down     `docker compose down` (the volumes stay)
+#   scripts/compose.sh smoke    the smoke test (internal/composetest) on a project of its own
+#                               (ragent-smoke, fresh volumes, ragent on 127.0.0.1:$RAGENT_COMPOSE_PORT,
+#                               default 18080), then removes that project's containers and volumes
+#
+# Extra arguments go to docker compose (e.g. `up --profile opensearch`). It never
+# publishes a port but ragent's and never touches services running on the host.
+set -euo pipefail
+
+SCRIPT_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+readonly ROOT=$(cd "$SCRIPT_DIR/.." && pwd)
+readonly STATE=${RAGENT_COMPOSE_STATE:-${XDG_CACHE_HOME:-${HOME:-/root}/.cache}/ragent/compose}
+readonly COMPOSE_VERSION=v2.29.7
+readonly BASE_IMAGE=debian:bookworm-slim
+readonly DEBIAN_MIRROR=${RAGENT_DEBIAN_MIRROR:-http://deb.debian.org/debian}
+
+log() { printf '[compose] %s\n' "$*" >&2; }
+die() {
+	printf '[compose] ERROR: %s\n' "$*" >&2
+	exit 1
+}
+
+ensure_engine() {
+	if ! command -v dockerd >/dev/null || ! command -v docker >/dev/null; then
+		[[ $(id -u) -eq 0 ]] || die "installing docker.io needs root"
+		log "installing Debian's docker.io"
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -q docker.io >&2 || die "apt-get install docker.io failed"
+	fi
+	if ! docker info >/dev/null 2>&1; then
+		[[ $(id -u) -eq 0 ]] || die "starting dockerd needs root"
+		mkdir -p "$STATE"
+		log "starting dockerd (log: $STATE/dockerd.log)"
+		setsid nohup dockerd >"$STATE/dockerd.log" 2>&1 </dev/null &
+		local deadline=$((SECONDS + 60))
+		until docker info >/dev/null 2>&1; do
+			((SECONDS < deadline)) || {
+				tail -n 30 "$STATE/dockerd.log" >&2
+				die "dockerd did not answer within 60s"
+			}
+			sleep 0.5
+		done
+	fi
+}
+
+# Compose v2 is not packaged in Debian 12: build the plugin from its Go module.
+ensure_compose() {
+	docker compose version >/dev/null 2>&1 && return 0
+	command -v go >/dev/null || die "docker compose is missing and there is no go to build it with"
+	log "building Compose $COMPOSE_VERSION from its Go module"
+	local bin
+	bin=$(mktemp -d)
+	GOBIN=$bin go install "github.com/docker/compose/v2/cmd@$COMPOSE_VERSION" >&2 || die "go install compose failed"
+	mkdir -p "${HOME:-/root}/.docker/cli-plugins"
+	mv "$bin/cmd" "${HOME:-/root}/.docker/cli-plugins/docker-compose"
+	rm -rf "$bin"
+	docker compose version >&2
+}
+
+# The one image the Dockerfiles start FROM, made locally where Docker Hub
+# cannot be reached (a machine that can pull simply pulls it).
+ensure_base_image() {
+	docker image inspect "$BASE_IMAGE" >/dev/null 2>&1 && return 0
+	if docker pull -q "$BASE_IMAGE" >/dev/null 2>&1; then
+		return 0
+	fi
+	[[ $(id -u) -eq 0 ]] || die "making $BASE_IMAGE needs root"
+	command -v debootstrap >/dev/null || DEBIAN_FRONTEND=noninteractive apt-get install -y -q debootstrap >&2
+	local dir
+	dir=$(mktemp -d)
+	log "making $BASE_IMAGE with debootstrap (Docker Hub is not reachable)"
+	debootstrap --variant=minbase bookworm "$dir" "$DEBIAN_MIRROR" >"$dir.log" 2>&1 || {
+		tail -n 30 "$dir.log" >&2
+		die "debootstrap failed"
+	}
+	# This machine's own certificate authorities (a TLS-inspecting egress
+	# proxy's, say): the images' ca-certificates package picks them up, so
+	# apt, pip, Maven and curl inside the builds trust what the host trusts.
+	if compgen -G "/usr/local/share/ca-certificates/*.crt" >/dev/null; then
+		mkdir -p "$dir/usr/local/share/ca-certificates"
+		cp /usr/local/share/ca-certificates/*.crt "$dir/usr/local/share/ca-certificates/"
+	fi
+	tar -C "$dir" -c . | docker import - "$BASE_IMAGE" >/dev/null
+	rm -rf "$dir" "$dir.log"
+}
+
+setup() {
+	ensure_engine
+	ensure_compose
+	ensure_base_image
+}
+
+dc() { (cd "$ROOT" && docker compose "$@"); }
+
+smoke() {
+	export COMPOSE_PROJECT_NAME=ragent-smoke
+	export RAGENT_PUBLISH=127.0.0.1:${RAGENT_COMPOSE_PORT:-18080}
+	dc down -v --remove-orphans >/dev/null 2>&1 || true
+	local t0=$SECONDS rc=0
+	dc build "$@" >&2 || die "docker compose build failed"
+	log "build: $((SECONDS - t0))s"
+	t0=$SECONDS
+	dc up --wait "$@" || {
+		dc ps -a >&2
+		dc logs --no-color --tail 40 >&2
+		dc down -v >/dev/null 2>&1 || true
+		die "docker compose up --wait failed"
+	}
+	log "up --wait: $((SECONDS - t0))s"
+	(cd "$ROOT" && RAGENT_COMPOSE_URL=http://$RAGENT_PUBLISH go test -count=1 -timeout 20m -v -run TestComposeSmoke ./internal/composetest/) || rc=$?
+	if ((rc != 0)); then
+		dc ps -a >&2 || true
+		dc logs --no-color --tail 60 >&2 || true
+	fi
+	dc down -v >/dev/null 2>&1 || true
+	return "$rc"
+}
+
+main() {
+	local cmd=${1:-}
+	(($# > 0)) && shift
+	case $cmd in
+	setup) setup ;;
+	build) setup && dc build "$@" ;;
+	up) setup && dc up --wait "$@" ;;
+	down) dc down "$@" ;;
+	smoke) setup && smoke "$@" ;;
+	*)
+		echo "usage: $0 setup|build|up|down|smoke [docker compose arguments]" >&2
+		exit 2
+		;;
+	esac
+}
+
+main "$@"
