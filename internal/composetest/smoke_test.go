@@ -24,8 +24,15 @@ import (
 	"github.com/ragent-go/ragent/service"
 )
 
-// services the default profile runs, each with a healthcheck.
-var services = []string{"postgres", "redis", "namesrv", "broker", "embedder", "ragent"}
+// services the default profile runs, each with a healthcheck; the
+// opensearch profile (COMPOSE_PROFILES=opensearch) adds its node.
+func services() []string {
+	out := []string{"postgres", "redis", "namesrv", "broker", "embedder", "ragent"}
+	if strings.Contains(os.Getenv("COMPOSE_PROFILES"), "opensearch") {
+		out = append(out, "opensearch")
+	}
+	return out
+}
 
 func TestComposeSmoke(t *testing.T) {
 	base := os.Getenv("RAGENT_COMPOSE_URL")
@@ -58,6 +65,11 @@ func TestComposeSmoke(t *testing.T) {
 	s.waitReady(token, docxID)
 	s.waitReady(token, mdID)
 	s.ingestedThroughRocketMQ()
+	if backend := os.Getenv("RAGENT_SEARCH_BACKEND"); backend != "" {
+		if logs := s.compose("logs", "--no-color", "ragent"); !strings.Contains(logs, `"search_backend":"`+backend+`"`) {
+			t.Fatalf("ragent's log does not show search backend %s:\n%s", backend, tail(logs, 30))
+		}
+	}
 
 	check := func(when string) {
 		t.Helper()
@@ -127,7 +139,7 @@ func (s *stack) health() map[string]string {
 func (s *stack) allHealthy() {
 	s.t.Helper()
 	got := s.health()
-	for _, svc := range services {
+	for _, svc := range services() {
 		if got[svc] != "running/healthy" {
 			s.t.Fatalf("service %s is %q, want running/healthy (all: %v)", svc, got[svc], got)
 		}
