@@ -54,9 +54,15 @@ func TestScriptsKeepKeysInOneSlot(t *testing.T) {
 		t.Fatal(err)
 	}
 
+	startLimiter(t, rdb, prefix, "slots-local", Config{OnRedisError: PolicyLocal, NoPubSub: true}) // presence
+	testenv.Eventually(t, 10*time.Second, "the local-policy instance counted itself", func() bool {
+		return testenv.ScriptRan(rdb, presenceScript.Hash())
+	})
+
 	for name, s := range map[string]*redis.Script{
 		"enqueue": enqueueScript, "claim": claimScript, "leave": leaveScript, "release": releaseScript,
 		"renew": renewScript, "try": tryScript, "stats": statsScript, "rate": rateScript, "pause": pauseScript,
+		"presence": presenceScript,
 	} {
 		if !testenv.ScriptRan(rdb, s.Hash()) {
 			t.Errorf("%s.lua did not run", name)
