@@ -63,8 +63,9 @@ type Policy int
 const (
 	// PolicyReject fails the acquire with ErrUnavailable.
 	PolicyReject Policy = iota
-	// PolicyLocal falls back to an in-process semaphore of MaxConcurrent
-	// permits; the global bound holds again once Redis answers.
+	// PolicyLocal falls back to an in-process semaphore of this
+	// instance's share of MaxConcurrent (local.go), so the instances
+	// together stay within it; Redis' own bound holds again once it answers.
 	PolicyLocal
 )
 
@@ -162,6 +163,9 @@ func (c Config) setup(rdb redis.UniversalClient, k keys, name string) (*metrics,
 // so every script's keys live in one Redis Cluster slot.
 type keys struct {
 	queue, seq, permits, entry, notify, users, owners, held, deadlines string
+
+	// instances are the live limiter instances (local.go).
+	instances string
 }
 
 func newKeys(prefix, name string) keys {
@@ -179,6 +183,7 @@ func newKeys(prefix, name string) keys {
 		owners:    base + "owners",
 		held:      base + "held",
 		deadlines: base + "deadlines",
+		instances: base + "instances",
 	}
 }
 
@@ -195,7 +200,7 @@ type Limiter struct {
 	keys  keys
 	m     *metrics
 	n     *notifier
-	local chan struct{} // the PolicyLocal fallback semaphore
+	local *localSemaphore // the PolicyLocal fallback
 
 	// downUntil (unix ns) skips Redis for a moment after it failed, so
 	// during an outage each Acquire does not first wait for the client's
@@ -210,12 +215,22 @@ func New(rdb redis.UniversalClient, prefix, name string, cfg Config) *Limiter {
 	k := newKeys(prefix, name)
 	m, n := cfg.setup(rdb, k, name)
 	return &Limiter{name: name, rdb: rdb, cfg: cfg, keys: k, m: m, n: n,
-		local: make(chan struct{}, cfg.MaxConcurrent)}
+		local: newLocalSemaphore(cfg.MaxConcurrent)}
 }
 
-// Run holds the notification subscription until ctx ends. Held permits stay
-// valid after it returns, until released.
-func (l *Limiter) Run(ctx context.Context) error { return l.n.run(ctx) }
+// Run holds the notification subscription until ctx ends; with PolicyLocal
+// it also keeps this instance counted among the live ones, which sets its
+// share of the permits while Redis is away. Held permits stay valid after
+// it returns, until released.
+func (l *Limiter) Run(ctx context.Context) error {
+	if l.cfg.OnRedisError == PolicyLocal {
+		beatCtx, stop := context.WithCancel(ctx)
+		done := make(chan struct{})
+		go func() { defer close(done); l.heartbeat(beatCtx) }()
+		defer func() { stop(); <-done }()
+	}
+	return l.n.run(ctx)
+}
 
 // Acquire waits for a permit for request requestID of user userID. The
 // request's place in the queue follows the fairness rule (package doc): the
@@ -480,16 +495,14 @@ func (l *Limiter) abandon(ctx, waitCtx context.Context, id string, cause error) 
 
 // acquireLocal takes a permit from the in-process fallback semaphore.
 func (l *Limiter) acquireLocal(ctx, waitCtx context.Context) (*Permit, error) {
-	select {
-	case l.local <- struct{}{}:
-		return &Permit{release: func(context.Context) { <-l.local }, local: true}, nil
-	case <-waitCtx.Done():
+	if err := l.local.acquire(waitCtx); err != nil {
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
 		}
 		l.m.rejections.WithLabelValues(reasonTimeout).Inc()
 		return nil, ErrTimeout
 	}
+	return &Permit{release: func(context.Context) { l.local.release() }, local: true}, nil
 }
 
 func (l *Limiter) lease(id string) permitLease {

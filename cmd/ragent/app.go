@@ -25,6 +25,7 @@ import (
 	"github.com/ragent-go/ragent/idempotent"
 	"github.com/ragent-go/ragent/idgen"
 	"github.com/ragent-go/ragent/internal/demo"
+	"github.com/ragent-go/ragent/internal/redisconn"
 	"github.com/ragent-go/ragent/llm"
 	"github.com/ragent-go/ragent/opensearch"
 	"github.com/ragent-go/ragent/ratelimit"
@@ -44,7 +45,7 @@ type App struct {
 	cfg      Config
 	log      *slog.Logger
 	store    *repository.Store
-	rdb      *redis.Client
+	rdb      redis.UniversalClient
 	ids      *idgen.Generator
 	registry *prometheus.Registry
 	router   *api.Router
@@ -85,15 +86,11 @@ func newApp(ctx context.Context, cfg Config, log *slog.Logger) (_ *App, err erro
 	}
 	a.closers = append(a.closers, func(context.Context) error { return a.store.Close() })
 
-	// Redis: coordination state and caches.
-	opt, err := redis.ParseURL(cfg.RedisURL)
-	if err != nil {
-		return nil, fmt.Errorf("RAGENT_REDIS_URL: %w", err)
+	// Redis: coordination state and caches, one client for every mechanism,
+	// on a single node, behind Sentinel or a Cluster.
+	if a.rdb, err = redisconn.New(cfg.redisOptions()); err != nil {
+		return nil, fmt.Errorf("RAGENT_REDIS_*: %w", err)
 	}
-	// Fail fast when Redis is away: every Redis-backed mechanism degrades
-	// (DESIGN §11) and a request should not wait seconds for retries first.
-	opt.DialTimeout, opt.DialerRetries, opt.MaxRetries = 2*time.Second, 1, 1
-	a.rdb = redis.NewClient(opt)
 	a.closers = append(a.closers, func(context.Context) error { return a.rdb.Close() })
 	// Redis must never evict: attempt counters, leases and queues live there.
 	if err := checkRedisEviction(ctx, a.rdb, cfg.RedisAllowEviction, log); err != nil {

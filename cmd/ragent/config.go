@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/ragent-go/ragent/internal/redisconn"
 	"github.com/ragent-go/ragent/llm"
 )
 
@@ -40,6 +41,12 @@ type Config struct {
 	DatabaseURL  string
 	RedisURL     string
 	RedisPrefix  string
+	// Sentinel or Cluster instead of the single node of RedisURL, which
+	// then supplies only the password, TLS and (Sentinel) database.
+	RedisSentinelAddrs    []string
+	RedisSentinelMaster   string
+	RedisSentinelPassword string
+	RedisClusterAddrs     []string
 
 	MQDriver        string // redis | rocketmq
 	RocketMQNamesrv string
@@ -262,6 +269,17 @@ func loadConfig(getenv func(string) string) (Config, error) {
 	return c, errors.Join(append(errs, c.validate()...)...)
 }
 
+// redisOptions says where Redis is (RAGENT_REDIS_URL and the Sentinel or
+// Cluster addresses).
+func (c Config) redisOptions() redisconn.Options {
+	return redisconn.Options{
+		URL:           c.RedisURL,
+		SentinelAddrs: c.RedisSentinelAddrs, SentinelMaster: c.RedisSentinelMaster,
+		SentinelPassword: c.RedisSentinelPassword,
+		ClusterAddrs:     c.RedisClusterAddrs,
+	}
+}
+
 func (c Config) validate() []error {
 	var errs []error
 	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
@@ -287,6 +305,14 @@ func (c Config) validate() []error {
 		if _, err := url.Parse(u); err != nil || !strings.Contains(u, "://") {
 			bad("%s: not a URL", name)
 		}
+	}
+	switch sentinel, cluster := len(c.RedisSentinelAddrs) > 0, len(c.RedisClusterAddrs) > 0; {
+	case sentinel && cluster:
+		bad("RAGENT_REDIS_SENTINEL_ADDRS and RAGENT_REDIS_CLUSTER_ADDRS are both set: Redis runs behind Sentinel or as a Cluster, set one")
+	case sentinel && c.RedisSentinelMaster == "":
+		bad("RAGENT_REDIS_SENTINEL_MASTER is required with RAGENT_REDIS_SENTINEL_ADDRS")
+	case !sentinel && (c.RedisSentinelMaster != "" || c.RedisSentinelPassword != ""):
+		bad("RAGENT_REDIS_SENTINEL_MASTER and RAGENT_REDIS_SENTINEL_PASSWORD need RAGENT_REDIS_SENTINEL_ADDRS")
 	}
 	if c.LLMProvider != "offline" && c.LLMChatModel == "" {
 		bad("RAGENT_LLM_CHAT_MODEL is required with RAGENT_LLM_PROVIDER=%s", c.LLMProvider)

@@ -31,15 +31,18 @@ type instance struct {
 // and a unique Redis prefix, shared by every instance started from it.
 func testConfig(t testing.TB) Config {
 	t.Helper()
-	redisURL := testenv.RedisURL(t)
+	rdb := testenv.RedisOptions(t) // RAGENT_TEST_REDIS_TOPOLOGY's
 	env := map[string]string{
-		"RAGENT_DATABASE_URL":   testenv.FreshDatabase(t),
-		"RAGENT_REDIS_URL":      redisURL,
-		"RAGENT_REDIS_PREFIX":   testenv.Prefix(t),
-		"RAGENT_ADMIN_PASSWORD": "admin-password",
-		"RAGENT_DEMO":           "false",
-		"RAGENT_HTTP_ADDR":      "127.0.0.1:0",
-		"RAGENT_LOG_LEVEL":      "warn",
+		"RAGENT_DATABASE_URL":          testenv.FreshDatabase(t),
+		"RAGENT_REDIS_URL":             rdb.URL,
+		"RAGENT_REDIS_SENTINEL_ADDRS":  strings.Join(rdb.SentinelAddrs, ","),
+		"RAGENT_REDIS_SENTINEL_MASTER": rdb.SentinelMaster,
+		"RAGENT_REDIS_CLUSTER_ADDRS":   strings.Join(rdb.ClusterAddrs, ","),
+		"RAGENT_REDIS_PREFIX":          testenv.Prefix(t),
+		"RAGENT_ADMIN_PASSWORD":        "admin-password",
+		"RAGENT_DEMO":                  "false",
+		"RAGENT_HTTP_ADDR":             "127.0.0.1:0",
+		"RAGENT_LOG_LEVEL":             "warn",
 		// Tests send many chats and requests as one user; the rate limits
 		// have their own tests.
 		"RAGENT_CHAT_RATE_PER_MINUTE":    "0",

@@ -3,6 +3,7 @@ package main
 import (
 	"errors"
 	"fmt"
+	"net"
 	"net/netip"
 	"strconv"
 	"strings"
@@ -50,6 +51,10 @@ func (c *Config) settings() []setting {
 		{"RAGENT_DATABASE_URL", "postgres://ragent:ragent@127.0.0.1:5432/ragent?sslmode=disable", strValue(&c.DatabaseURL), maskURL},
 		{"RAGENT_REDIS_URL", "redis://127.0.0.1:6379/0", strValue(&c.RedisURL), maskURL},
 		{"RAGENT_REDIS_PREFIX", "ragent:", strValue(&c.RedisPrefix), maskNone},
+		{"RAGENT_REDIS_SENTINEL_ADDRS", "", (*addrsValue)(&c.RedisSentinelAddrs), maskNone},
+		{"RAGENT_REDIS_SENTINEL_MASTER", "", strValue(&c.RedisSentinelMaster), maskNone},
+		{"RAGENT_REDIS_SENTINEL_PASSWORD", "", strValue(&c.RedisSentinelPassword), maskSecret},
+		{"RAGENT_REDIS_CLUSTER_ADDRS", "", (*addrsValue)(&c.RedisClusterAddrs), maskNone},
 
 		{"RAGENT_MQ_DRIVER", "redis", strValue(&c.MQDriver), maskNone},
 		{"RAGENT_ROCKETMQ_NAMESRV", "127.0.0.1:9876", strValue(&c.RocketMQNamesrv), maskNone},
@@ -247,6 +252,25 @@ func (v *originsValue) Set(s string) error {
 }
 
 func (v *originsValue) String() string { return strings.Join(*v, ",") }
+
+// addrsValue is a comma-separated list of host:port addresses.
+type addrsValue []string
+
+func (v *addrsValue) Set(s string) error {
+	var out []string
+	var errs []error
+	for _, item := range splitList(s) {
+		if _, port, err := net.SplitHostPort(item); err != nil || port == "" {
+			errs = append(errs, fmt.Errorf("%q is not host:port", item))
+			continue
+		}
+		out = append(out, item)
+	}
+	*v = out
+	return errors.Join(errs...)
+}
+
+func (v *addrsValue) String() string { return strings.Join(*v, ",") }
 
 // splitList splits a comma-separated value, dropping empty items.
 func splitList(s string) []string {

@@ -121,7 +121,7 @@ type queue struct {
 	close    func()
 }
 
-func newQueue(ctx context.Context, cfg Config, rdb *redis.Client, a *App) (*queue, error) {
+func newQueue(ctx context.Context, cfg Config, rdb redis.UniversalClient, a *App) (*queue, error) {
 	switch cfg.MQDriver {
 	case "rocketmq":
 		rocketmq.SetClientLogger(a.log)
