@@ -97,9 +97,13 @@ type Config struct {
 	MaxWait          time.Duration
 	Lease            time.Duration
 	PollInterval     time.Duration
-	MaxQueue         int    // Limiter only
-	MaxQueuedPerUser int    // Limiter only
-	OnRedisError     Policy // Limiter only: a Semaphore always refuses
+	MaxQueue         int // Limiter only
+	MaxQueuedPerUser int // Limiter only
+	// MaxRunningPerUser is the running cap (Limiter only, 0 = none): a
+	// user holding that many permits is passed over while another user
+	// below it waits (lua/lib.lua); alone, a user still gets every permit.
+	MaxRunningPerUser int
+	OnRedisError      Policy // Limiter only: a Semaphore always refuses
 
 	// NoPubSub turns off the notification subscription, so waiters only
 	// poll. Releases still publish, for instances that do subscribe.
@@ -355,7 +359,7 @@ func (l *Limiter) enqueue(ctx context.Context, id, user string, c Class) (claimR
 	v, err := enqueueScript.Run(ctx, l.rdb,
 		[]string{l.keys.seq, l.keys.queue, l.keys.permits, l.keys.users, l.keys.owners, l.keys.held, l.keys.deadlines, l.keys.entry},
 		id, user, l.max(c), l.cfg.Lease.Milliseconds(), ttl.Milliseconds(),
-		l.cfg.MaxQueue, l.cfg.MaxQueuedPerUser, headWindow, c.Level).Slice()
+		l.cfg.MaxQueue, l.cfg.MaxQueuedPerUser, headWindow, c.Level, max(l.cfg.MaxRunningPerUser, 0)).Slice()
 	if err != nil {
 		return claimReply{}, err
 	}
@@ -364,7 +368,7 @@ func (l *Limiter) enqueue(ctx context.Context, id, user string, c Class) (claimR
 
 func (l *Limiter) claim(ctx context.Context, id string, c Class) (claimReply, error) {
 	v, err := claimScript.Run(ctx, l.rdb, l.queueKeys(),
-		id, l.max(c), l.cfg.Lease.Milliseconds(), headWindow).Slice()
+		id, l.max(c), l.cfg.Lease.Milliseconds(), headWindow, max(l.cfg.MaxRunningPerUser, 0)).Slice()
 	if err != nil {
 		return claimReply{}, err
 	}

@@ -170,6 +170,7 @@ func newApp(ctx context.Context, cfg Config, log *slog.Logger) (_ *App, err erro
 	}
 	searcher := retrieve.New(searchStore, access, queryEmbedders(embedder, space), reranker, retrieve.Config{
 		MinVectorScore: cfg.SearchMinVectorScore, Fusion: retrieve.Fusion(cfg.SearchFusion), Logger: log,
+		MinRerankScore: cfg.RerankMinScore,
 	})
 	parser, closeParser, err := newParser(cfg, log)
 	if err != nil {
@@ -270,7 +271,8 @@ func newApp(ctx context.Context, cfg Config, log *slog.Logger) (_ *App, err erro
 		l := ratelimit.New(a.rdb, cfg.RedisPrefix, "chat", ratelimit.Config{
 			MaxConcurrent: cfg.ChatMaxConcurrent, MaxWait: cfg.ChatMaxWait, Lease: cfg.ChatLease,
 			PollInterval: cfg.ChatPollInterval, MaxQueue: cfg.ChatMaxQueue, MaxQueuedPerUser: cfg.ChatMaxQueuedPerUser,
-			OnRedisError: policy, Logger: log, Registerer: a.registry,
+			MaxRunningPerUser: chatRunningCap(cfg),
+			OnRedisError:      policy, Logger: log, Registerer: a.registry,
 		})
 		a.runners = append(a.runners, l.Run)
 		limiter, limiterStats = chatLimiter{l}, l

@@ -79,6 +79,7 @@ type Config struct {
 	SearchMinVectorScore float64
 	RerankModel          string
 	RerankBaseURL        string
+	RerankMinScore       *float64 // nil: no minimum
 	EmbedProvider        string
 	EmbedModel           string
 	EmbedDim             int
@@ -131,9 +132,12 @@ type Config struct {
 	ChatOnRedisError     string // reject | local
 	ChatMaxQueue         int
 	ChatMaxQueuedPerUser int
-	ChatRatePerMinute    int    // chats a user may start per minute; 0 = no limit
-	APIKeyRatePerMinute  int    // requests one API key may make per minute; 0 = no limit
-	ChatEmptyRetrieval   string // chat | refuse
+	// ChatMaxRunningPerUser is the fair queue's running cap; 0 (unset) is
+	// max(1, ChatMaxConcurrent/2), see chatRunningCap.
+	ChatMaxRunningPerUser int
+	ChatRatePerMinute     int    // chats a user may start per minute; 0 = no limit
+	APIKeyRatePerMinute   int    // requests one API key may make per minute; 0 = no limit
+	ChatEmptyRetrieval    string // chat | refuse
 
 	UploadMaxConcurrent int
 	UploadMaxWait       time.Duration
@@ -282,6 +286,9 @@ func (c Config) validate() []error {
 		"RAGENT_INGEST_MAX_CHUNKS": c.IngestMaxChunks, "RAGENT_EMBEDDING_CONCURRENCY": c.EmbedConcurrency,
 		"RAGENT_WEBHOOK_MAX_ATTEMPTS": c.WebhookMaxAttempts,
 	}
+	if c.ChatMaxRunningPerUser < 0 {
+		bad("RAGENT_CHAT_MAX_RUNNING_PER_USER must be at least 1 (unset: half of RAGENT_CHAT_MAX_CONCURRENT)")
+	}
 	if c.ChatRatePerMinute < 0 {
 		bad("RAGENT_CHAT_RATE_PER_MINUTE must be 0 (no limit) or more")
 	}
@@ -369,4 +376,14 @@ const uploadMinRate = 128 << 10
 // the size cap takes at uploadMinRate (50 MiB: 30s + 400s).
 func defaultUploadTimeout(body time.Duration, maxBytes int64) time.Duration {
 	return body + time.Duration(maxBytes/uploadMinRate)*time.Second
+}
+
+// chatRunningCap is the fair queue's running cap: the setting, or by default
+// half the slots (at least one), so a user holding that many is passed over
+// while another user below it waits.
+func chatRunningCap(c Config) int {
+	if c.ChatMaxRunningPerUser > 0 {
+		return c.ChatMaxRunningPerUser
+	}
+	return max(1, c.ChatMaxConcurrent/2)
 }
