@@ -501,6 +501,18 @@ func (l *Limiter) lease(id string) permitLease {
 		duration: l.cfg.Lease, log: l.cfg.Logger, m: l.m}
 }
 
+// RetryAfter estimates when a refused request may find room: when the
+// oldest waiting request will have left the queue, served or refused at the
+// end of its MaxWait (at least a second; a second when nobody waits or
+// Redis does not answer).
+func (l *Limiter) RetryAfter(ctx context.Context) time.Duration {
+	st, err := l.Stats(ctx)
+	if err != nil || st.QueueLength == 0 {
+		return time.Second
+	}
+	return min(max(l.cfg.MaxWait-st.OldestWait, time.Second), l.cfg.MaxWait)
+}
+
 // Stats is a snapshot of a limiter's shared state, for the admin endpoint.
 type Stats struct {
 	PermitsInUse int

@@ -25,6 +25,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -424,7 +425,12 @@ func (t *turn) generate(ctx context.Context) (service.MessageStatus, *Error) {
 				msg = "排队服务暂不可用，请稍后再试 (the queue is unavailable)"
 			}
 			t.content.WriteString(msg)
-			t.send(EventReject, Reject{Code: service.CodeOf(err), Message: msg})
+			reject := Reject{Code: service.CodeOf(err), Message: msg}
+			var de *service.Error
+			if errors.As(err, &de) && de.RetryAfter > 0 {
+				reject.RetryAfter = int(math.Ceil(de.RetryAfter.Seconds()))
+			}
+			t.send(EventReject, reject)
 			return service.MessageRejected, nil
 		default:
 			t.log.ErrorContext(ctx, "limiter failed", "err", err)
