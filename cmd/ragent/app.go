@@ -290,6 +290,7 @@ func newApp(ctx context.Context, cfg Config, log *slog.Logger) (_ *App, err erro
 	}, chat.Config{
 		RefuseWithoutSources: cfg.ChatEmptyRetrieval == "refuse",
 		AnswerModel:          cfg.LLMChatModel, FastModel: cfg.LLMFastModel, Logger: log,
+		MaxAnswerTokens: cfg.ChatMaxAnswerTokens,
 	})
 
 	// First start: the demo knowledge base, intents and term mappings, once

@@ -138,6 +138,7 @@ type Config struct {
 	ChatRatePerMinute     int    // chats a user may start per minute; 0 = no limit
 	APIKeyRatePerMinute   int    // requests one API key may make per minute; 0 = no limit
 	ChatEmptyRetrieval    string // chat | refuse
+	ChatMaxAnswerTokens   int    // the answer model's max_tokens, every chat
 
 	UploadMaxConcurrent int
 	UploadMaxWait       time.Duration
@@ -284,7 +285,7 @@ func (c Config) validate() []error {
 		"RAGENT_CHAT_MAX_QUEUED_PER_USER": c.ChatMaxQueuedPerUser, "RAGENT_UPLOAD_MAX_CONCURRENT": c.UploadMaxConcurrent,
 		"RAGENT_LOGIN_MAX_FAILURES": c.LoginMaxFailures, "RAGENT_LOGIN_MAX_FAILURES_PER_USER": c.LoginMaxFailuresPerUser,
 		"RAGENT_INGEST_MAX_CHUNKS": c.IngestMaxChunks, "RAGENT_EMBEDDING_CONCURRENCY": c.EmbedConcurrency,
-		"RAGENT_WEBHOOK_MAX_ATTEMPTS": c.WebhookMaxAttempts,
+		"RAGENT_WEBHOOK_MAX_ATTEMPTS": c.WebhookMaxAttempts, "RAGENT_CHAT_MAX_ANSWER_TOKENS": c.ChatMaxAnswerTokens,
 	}
 	if c.ChatMaxRunningPerUser < 0 {
 		bad("RAGENT_CHAT_MAX_RUNNING_PER_USER must be at least 1 (unset: half of RAGENT_CHAT_MAX_CONCURRENT)")

@@ -189,7 +189,7 @@ func TestOpenAIChatCompletions(t *testing.T) {
 			key := key.forTest(t)
 			r := key.do("POST", "/v1/chat/completions", map[string]any{
 				"model": model, "messages": userMsg("How do I connect to the VPN?"),
-				"temperature": 0.2, "max_tokens": 100, "user": "someone", // accepted, ignored
+				"temperature": 0.2, "max_tokens": 100, "user": "someone", // accepted; max_tokens caps the answer
 			})
 			var res oaiChunk
 			r.json(t, &res)

@@ -114,6 +114,7 @@ func (c *Config) settings() []setting {
 		{"RAGENT_CHAT_RATE_PER_MINUTE", "30", intValue(&c.ChatRatePerMinute), maskNone},
 		{"RAGENT_API_KEY_RATE_PER_MINUTE", "600", intValue(&c.APIKeyRatePerMinute), maskNone},
 		{"RAGENT_CHAT_EMPTY_RETRIEVAL", "chat", strValue(&c.ChatEmptyRetrieval), maskNone},
+		{"RAGENT_CHAT_MAX_ANSWER_TOKENS", "4096", intValue(&c.ChatMaxAnswerTokens), maskNone},
 
 		{"RAGENT_UPLOAD_MAX_CONCURRENT", "10", intValue(&c.UploadMaxConcurrent), maskNone},
 		{"RAGENT_UPLOAD_MAX_WAIT", "5s", durationValue(&c.UploadMaxWait), maskNone},

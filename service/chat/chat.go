@@ -101,11 +101,14 @@ type Config struct {
 	// when retrieval finds nothing (RAGENT_CHAT_EMPTY_RETRIEVAL=refuse).
 	RefuseWithoutSources bool
 	HistoryMessages      int // default 16
-	TopK                 int // sources per answer; default 5
-	AnswerModel          string
-	FastModel            string
-	Logger               *slog.Logger     // nil discards
-	Now                  func() time.Time // nil is time.Now
+	// MaxAnswerTokens caps every answer (the model's max_tokens); a client
+	// may ask for less (Request.MaxTokens). Default 4096.
+	MaxAnswerTokens int
+	TopK            int // sources per answer; default 5
+	AnswerModel     string
+	FastModel       string
+	Logger          *slog.Logger     // nil discards
+	Now             func() time.Time // nil is time.Now
 }
 
 // Deps are the collaborators of the pipeline. FastModel is nil for the
@@ -145,6 +148,9 @@ func New(d Deps, cfg Config) *Service {
 	if cfg.TopK <= 0 {
 		cfg.TopK = 5
 	}
+	if cfg.MaxAnswerTokens <= 0 {
+		cfg.MaxAnswerTokens = 4096
+	}
 	return &Service{d: d, cfg: cfg}
 }
 
@@ -163,6 +169,9 @@ type Request struct {
 	// Instructions are the client's own system messages, given to the
 	// answer model after ragent's instructions and sources.
 	Instructions string `json:"-"`
+	// MaxTokens, when set, is the client's own cap on the answer, within
+	// Config.MaxAnswerTokens (the OpenAI-compatible API's max_tokens).
+	MaxTokens *int `json:"-"`
 
 	// mapped is Question after term mappings, set by Validate.
 	mapped string
@@ -192,6 +201,9 @@ func (s *Service) Validate(ctx context.Context, p service.Principal, req *Reques
 	}
 	if err := validateClientContext(req); err != nil {
 		return err
+	}
+	if m := req.MaxTokens; m != nil && (*m < 1 || *m > s.cfg.MaxAnswerTokens) {
+		return service.Errorf(service.ErrInvalid, "max_tokens must be between 1 and %d", s.cfg.MaxAnswerTokens)
 	}
 	if err := s.checkReadable(ctx, p, req.KnowledgeBaseIDs); err != nil {
 		return err
