@@ -98,9 +98,13 @@ type Config struct {
 	MaxWait          time.Duration
 	Lease            time.Duration
 	PollInterval     time.Duration
-	MaxQueue         int    // Limiter only
-	MaxQueuedPerUser int    // Limiter only
-	OnRedisError     Policy // Limiter only: a Semaphore always refuses
+	MaxQueue         int // Limiter only
+	MaxQueuedPerUser int // Limiter only
+	// MaxRunningPerUser is the running cap (Limiter only, 0 = none): a
+	// user holding that many permits is passed over while another user
+	// below it waits (lua/lib.lua); alone, a user still gets every permit.
+	MaxRunningPerUser int
+	OnRedisError      Policy // Limiter only: a Semaphore always refuses
 
 	// NoPubSub turns off the notification subscription, so waiters only
 	// poll. Releases still publish, for instances that do subscribe.
@@ -370,7 +374,7 @@ func (l *Limiter) enqueue(ctx context.Context, id, user string, c Class) (claimR
 	v, err := enqueueScript.Run(ctx, l.rdb,
 		[]string{l.keys.seq, l.keys.queue, l.keys.permits, l.keys.users, l.keys.owners, l.keys.held, l.keys.deadlines, l.keys.entry},
 		id, user, l.max(c), l.cfg.Lease.Milliseconds(), ttl.Milliseconds(),
-		l.cfg.MaxQueue, l.cfg.MaxQueuedPerUser, headWindow, c.Level).Slice()
+		l.cfg.MaxQueue, l.cfg.MaxQueuedPerUser, headWindow, c.Level, max(l.cfg.MaxRunningPerUser, 0)).Slice()
 	if err != nil {
 		return claimReply{}, err
 	}
@@ -379,7 +383,7 @@ func (l *Limiter) enqueue(ctx context.Context, id, user string, c Class) (claimR
 
 func (l *Limiter) claim(ctx context.Context, id string, c Class) (claimReply, error) {
 	v, err := claimScript.Run(ctx, l.rdb, l.queueKeys(),
-		id, l.max(c), l.cfg.Lease.Milliseconds(), headWindow).Slice()
+		id, l.max(c), l.cfg.Lease.Milliseconds(), headWindow, max(l.cfg.MaxRunningPerUser, 0)).Slice()
 	if err != nil {
 		return claimReply{}, err
 	}
@@ -508,6 +512,18 @@ func (l *Limiter) acquireLocal(ctx, waitCtx context.Context) (*Permit, error) {
 func (l *Limiter) lease(id string) permitLease {
 	return permitLease{rdb: l.rdb, keys: l.keys, id: id,
 		duration: l.cfg.Lease, log: l.cfg.Logger, m: l.m}
+}
+
+// RetryAfter estimates when a refused request may find room: when the
+// oldest waiting request will have left the queue, served or refused at the
+// end of its MaxWait (at least a second; a second when nobody waits or
+// Redis does not answer).
+func (l *Limiter) RetryAfter(ctx context.Context) time.Duration {
+	st, err := l.Stats(ctx)
+	if err != nil || st.QueueLength == 0 {
+		return time.Second
+	}
+	return min(max(l.cfg.MaxWait-st.OldestWait, time.Second), l.cfg.MaxWait)
 }
 
 // Stats is a snapshot of a limiter's shared state, for the admin endpoint.

@@ -175,6 +175,7 @@ func newApp(ctx context.Context, cfg Config, log *slog.Logger) (_ *App, err erro
 	}
 	searcher := retrieve.New(searchStore, access, queryEmbedders(embedder, space), reranker, retrieve.Config{
 		MinVectorScore: cfg.SearchMinVectorScore, Fusion: retrieve.Fusion(cfg.SearchFusion), Logger: log,
+		MinRerankScore: cfg.RerankMinScore,
 	})
 	parser, closeParser, err := newParser(cfg, log)
 	if err != nil {
@@ -281,7 +282,8 @@ func newApp(ctx context.Context, cfg Config, log *slog.Logger) (_ *App, err erro
 		l := ratelimit.New(a.rdb, cfg.RedisPrefix, "chat", ratelimit.Config{
 			MaxConcurrent: cfg.ChatMaxConcurrent, MaxWait: cfg.ChatMaxWait, Lease: cfg.ChatLease,
 			PollInterval: cfg.ChatPollInterval, MaxQueue: cfg.ChatMaxQueue, MaxQueuedPerUser: cfg.ChatMaxQueuedPerUser,
-			OnRedisError: policy, Logger: log, Registerer: a.registry,
+			MaxRunningPerUser: chatRunningCap(cfg),
+			OnRedisError:      policy, Logger: log, Registerer: a.registry,
 		})
 		a.runners = append(a.runners, l.Run)
 		limiter, limiterStats = chatLimiter{l}, l
@@ -299,6 +301,7 @@ func newApp(ctx context.Context, cfg Config, log *slog.Logger) (_ *App, err erro
 	}, chat.Config{
 		RefuseWithoutSources: cfg.ChatEmptyRetrieval == "refuse",
 		AnswerModel:          cfg.LLMChatModel, FastModel: cfg.LLMFastModel, Logger: log,
+		MaxAnswerTokens: cfg.ChatMaxAnswerTokens,
 	})
 
 	// First start: the demo knowledge base, intents and term mappings, once

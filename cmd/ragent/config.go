@@ -86,6 +86,7 @@ type Config struct {
 	SearchMinVectorScore float64
 	RerankModel          string
 	RerankBaseURL        string
+	RerankMinScore       *float64 // nil: no minimum
 	EmbedProvider        string
 	EmbedModel           string
 	EmbedDim             int
@@ -153,9 +154,13 @@ type Config struct {
 	ChatOnRedisError     string // reject | local
 	ChatMaxQueue         int
 	ChatMaxQueuedPerUser int
-	ChatRatePerMinute    int    // chats a user may start per minute; 0 = no limit
-	APIKeyRatePerMinute  int    // requests one API key may make per minute; 0 = no limit
-	ChatEmptyRetrieval   string // chat | refuse
+	// ChatMaxRunningPerUser is the fair queue's running cap; 0 (unset) is
+	// max(1, ChatMaxConcurrent/2), see chatRunningCap.
+	ChatMaxRunningPerUser int
+	ChatRatePerMinute     int    // chats a user may start per minute; 0 = no limit
+	APIKeyRatePerMinute   int    // requests one API key may make per minute; 0 = no limit
+	ChatEmptyRetrieval    string // chat | refuse
+	ChatMaxAnswerTokens   int    // the answer model's max_tokens, every chat
 
 	APIKeyMaxTTL time.Duration // longest life of an API key, from its creation
 
@@ -340,6 +345,10 @@ func (c Config) validate() []error {
 		"RAGENT_WEBHOOK_MAX_ATTEMPTS": c.WebhookMaxAttempts, "RAGENT_WEBHOOK_CONCURRENCY": c.WebhookConcurrency,
 		"RAGENT_FETCH_CONCURRENCY": c.FetchConcurrency, "RAGENT_FETCH_PER_KB": c.FetchPerKB,
 		"RAGENT_LOGIN_MAX_FAILURES_PER_IP": c.LoginMaxFailuresPerIP,
+		"RAGENT_CHAT_MAX_ANSWER_TOKENS":    c.ChatMaxAnswerTokens,
+	}
+	if c.ChatMaxRunningPerUser < 0 {
+		bad("RAGENT_CHAT_MAX_RUNNING_PER_USER must be at least 1 (unset: half of RAGENT_CHAT_MAX_CONCURRENT)")
 	}
 	if c.ChatRatePerMinute < 0 {
 		bad("RAGENT_CHAT_RATE_PER_MINUTE must be 0 (no limit) or more")
@@ -444,4 +453,14 @@ const uploadMinRate = 128 << 10
 // the size cap takes at uploadMinRate (50 MiB: 30s + 400s).
 func defaultUploadTimeout(body time.Duration, maxBytes int64) time.Duration {
 	return body + time.Duration(maxBytes/uploadMinRate)*time.Second
+}
+
+// chatRunningCap is the fair queue's running cap: the setting, or by default
+// half the slots (at least one), so a user holding that many is passed over
+// while another user below it waits.
+func chatRunningCap(c Config) int {
+	if c.ChatMaxRunningPerUser > 0 {
+		return c.ChatMaxRunningPerUser
+	}
+	return max(1, c.ChatMaxConcurrent/2)
 }

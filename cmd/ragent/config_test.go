@@ -170,7 +170,11 @@ func TestConfigREADME(t *testing.T) {
 			if i < len(defs) {
 				def = defs[i]
 			}
-			documented[strings.Trim(name, "`")] = def
+			name = strings.Trim(name, "`")
+			if _, dup := documented[name]; dup {
+				t.Errorf("%s has more than one row in the README's configuration table", name)
+			}
+			documented[name] = def
 		}
 	}
 	var c Config

@@ -83,6 +83,7 @@ func (c *Config) settings() []setting {
 		{"RAGENT_OPENSEARCH_VECTORS", "false", boolValue(&c.OpenSearchVectors), maskNone},
 		{"RAGENT_RERANK_MODEL", "", strValue(&c.RerankModel), maskNone},
 		{"RAGENT_RERANK_BASE_URL", "", strValue(&c.RerankBaseURL), maskURL},
+		{"RAGENT_RERANK_MIN_SCORE", "", optionalFloat{&c.RerankMinScore}, maskNone},
 		{"RAGENT_EMBEDDING_PROVIDER", "offline", strValue(&c.EmbedProvider), maskNone},
 		{"RAGENT_EMBEDDING_MODEL", "", strValue(&c.EmbedModel), maskNone},
 		{"RAGENT_EMBEDDING_DIM", "512", intValue(&c.EmbedDim), maskNone},
@@ -119,10 +120,12 @@ func (c *Config) settings() []setting {
 		{"RAGENT_CHAT_LIMITER_ON_REDIS_ERROR", "reject", strValue(&c.ChatOnRedisError), maskNone},
 		{"RAGENT_CHAT_MAX_QUEUE", "1000", intValue(&c.ChatMaxQueue), maskNone},
 		{"RAGENT_CHAT_MAX_QUEUED_PER_USER", "3", intValue(&c.ChatMaxQueuedPerUser), maskNone},
+		{"RAGENT_CHAT_MAX_RUNNING_PER_USER", "", intValue(&c.ChatMaxRunningPerUser), maskNone},
 		{"RAGENT_CHAT_RATE_PER_MINUTE", "30", intValue(&c.ChatRatePerMinute), maskNone},
 		{"RAGENT_API_KEY_RATE_PER_MINUTE", "600", intValue(&c.APIKeyRatePerMinute), maskNone},
 		{"RAGENT_API_KEY_MAX_TTL", "8760h", durationValue(&c.APIKeyMaxTTL), maskNone},
 		{"RAGENT_CHAT_EMPTY_RETRIEVAL", "chat", strValue(&c.ChatEmptyRetrieval), maskNone},
+		{"RAGENT_CHAT_MAX_ANSWER_TOKENS", "4096", intValue(&c.ChatMaxAnswerTokens), maskNone},
 
 		{"RAGENT_UPLOAD_MAX_CONCURRENT", "10", intValue(&c.UploadMaxConcurrent), maskNone},
 		{"RAGENT_UPLOAD_MAX_WAIT", "5s", durationValue(&c.UploadMaxWait), maskNone},
@@ -193,6 +196,25 @@ func floatValue(p *float64) value {
 	parse := func(s string) (float64, error) { return strconv.ParseFloat(s, 64) }
 	format := func(f float64) string { return strconv.FormatFloat(f, 'g', -1, 64) }
 	return scalar[float64]{p, parse, format, "not a number"}
+}
+
+// optionalFloat is a number that may be left unset (nil).
+type optionalFloat struct{ p **float64 }
+
+func (v optionalFloat) Set(s string) error {
+	f, err := strconv.ParseFloat(s, 64)
+	if err != nil {
+		return errors.New("not a number")
+	}
+	*v.p = &f
+	return nil
+}
+
+func (v optionalFloat) String() string {
+	if *v.p == nil {
+		return ""
+	}
+	return strconv.FormatFloat(**v.p, 'g', -1, 64)
 }
 
 func boolValue(p *bool) value {

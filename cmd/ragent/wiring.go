@@ -237,7 +237,8 @@ func (l loginAttempts) Release(ctx context.Context, counters []auth.Counter) err
 }
 
 // chatLimiter adapts the fair queue to the chat use case's Limiter: queue
-// timeout and queue full become service.ErrBusy, a Redis failure under the
+// timeout and queue full become service.ErrBusy carrying the queue's
+// estimate of when to retry (Limiter.RetryAfter), a Redis failure under the
 // reject policy service.ErrUnavailable.
 type chatLimiter struct{ l *ratelimit.Limiter }
 
@@ -246,10 +247,12 @@ func (c chatLimiter) Acquire(ctx context.Context, requestID, userID string, onPo
 	switch {
 	case err == nil:
 		return permit.Release, nil
-	case errors.Is(err, ratelimit.ErrTimeout):
-		return nil, fmt.Errorf("%w: queue wait exceeded", service.ErrBusy)
-	case errors.Is(err, ratelimit.ErrQueueFull):
-		return nil, fmt.Errorf("%w: queue full", service.ErrBusy)
+	case errors.Is(err, ratelimit.ErrTimeout), errors.Is(err, ratelimit.ErrQueueFull):
+		msg := "queue full"
+		if errors.Is(err, ratelimit.ErrTimeout) {
+			msg = "queue wait exceeded"
+		}
+		return nil, &service.Error{Kind: service.ErrBusy, Message: msg, RetryAfter: c.l.RetryAfter(context.WithoutCancel(ctx))}
 	case errors.Is(err, ratelimit.ErrUnavailable):
 		return nil, fmt.Errorf("%w: %v", service.ErrUnavailable, err)
 	}

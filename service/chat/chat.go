@@ -25,6 +25,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -106,11 +107,14 @@ type Config struct {
 	// when retrieval finds nothing (RAGENT_CHAT_EMPTY_RETRIEVAL=refuse).
 	RefuseWithoutSources bool
 	HistoryMessages      int // default 16
-	TopK                 int // sources per answer; default 5
-	AnswerModel          string
-	FastModel            string
-	Logger               *slog.Logger     // nil discards
-	Now                  func() time.Time // nil is time.Now
+	// MaxAnswerTokens caps every answer (the model's max_tokens); a client
+	// may ask for less (Request.MaxTokens). Default 4096.
+	MaxAnswerTokens int
+	TopK            int // sources per answer; default 5
+	AnswerModel     string
+	FastModel       string
+	Logger          *slog.Logger     // nil discards
+	Now             func() time.Time // nil is time.Now
 }
 
 // Deps are the collaborators of the pipeline. FastModel is nil for the
@@ -150,6 +154,9 @@ func New(d Deps, cfg Config) *Service {
 	if cfg.TopK <= 0 {
 		cfg.TopK = 5
 	}
+	if cfg.MaxAnswerTokens <= 0 {
+		cfg.MaxAnswerTokens = 4096
+	}
 	return &Service{d: d, cfg: cfg}
 }
 
@@ -168,6 +175,9 @@ type Request struct {
 	// Instructions are the client's own system messages, given to the
 	// answer model after ragent's instructions and sources.
 	Instructions string `json:"-"`
+	// MaxTokens, when set, is the client's own cap on the answer, within
+	// Config.MaxAnswerTokens (the OpenAI-compatible API's max_tokens).
+	MaxTokens *int `json:"-"`
 
 	// mapped is Question after term mappings, set by Validate.
 	mapped string
@@ -197,6 +207,9 @@ func (s *Service) Validate(ctx context.Context, p service.Principal, req *Reques
 	}
 	if err := validateClientContext(req); err != nil {
 		return err
+	}
+	if m := req.MaxTokens; m != nil && (*m < 1 || *m > s.cfg.MaxAnswerTokens) {
+		return service.Errorf(service.ErrInvalid, "max_tokens must be between 1 and %d", s.cfg.MaxAnswerTokens)
 	}
 	if err := s.checkReadable(ctx, p, req.KnowledgeBaseIDs); err != nil {
 		return err
@@ -448,7 +461,12 @@ func (t *turn) generate(ctx context.Context) (service.MessageStatus, *Error) {
 				msg = "排队服务暂不可用，请稍后再试 (the queue is unavailable)"
 			}
 			t.content.WriteString(msg)
-			t.send(EventReject, Reject{Code: service.CodeOf(err), Message: msg})
+			reject := Reject{Code: service.CodeOf(err), Message: msg}
+			var de *service.Error
+			if errors.As(err, &de) && de.RetryAfter > 0 {
+				reject.RetryAfter = int(math.Ceil(de.RetryAfter.Seconds()))
+			}
+			t.send(EventReject, reject)
 			return service.MessageRejected, nil
 		default:
 			t.log.ErrorContext(ctx, "limiter failed", "err", err)

@@ -32,6 +32,7 @@ func (t *turn) prepare(ctx context.Context) (*service.ChatRequest, error) {
 	if err != nil {
 		return nil, err
 	}
+	history = newestWithin(history, service.MaxHistoryRunes)
 
 	question := t.req.mapped
 	if s.d.FastModel != nil && len(history) > 0 {
@@ -154,9 +155,28 @@ func (t *turn) request(system string, intent *service.IntentNode, history []serv
 		msgs = append(msgs, service.ChatMessage{Role: m.Role, Content: m.Content})
 	}
 	msgs = append(msgs, service.ChatMessage{Role: "user", Content: question})
+	maxTokens := t.s.cfg.MaxAnswerTokens
+	if t.req.MaxTokens != nil {
+		maxTokens = *t.req.MaxTokens
+	}
 	return &service.ChatRequest{
 		Model: t.s.cfg.AnswerModel, Messages: msgs, Thinking: t.req.DeepThinking, Sources: sources, Temperature: 0.3,
+		MaxTokens: maxTokens,
 	}
+}
+
+// newestWithin keeps the newest messages of history whose contents fit in
+// runes characters together.
+func newestWithin(history []service.Message, runes int) []service.Message {
+	i := len(history)
+	for ; i > 0; i-- {
+		n := utf8.RuneCountInString(history[i-1].Content)
+		if n > runes {
+			break
+		}
+		runes -= n
+	}
+	return history[i:]
 }
 
 const rewritePrompt = `Rewrite the user's last question into one standalone question that can be understood

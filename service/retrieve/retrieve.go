@@ -11,6 +11,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"math"
 	"sort"
 	"strings"
 	"unicode/utf8"
@@ -42,11 +43,15 @@ type Config struct {
 	// search needs to count as relevant. Keyword hits always count: they
 	// share a term with the question.
 	MinVectorScore float64
-	// MinRerankScore gates results by the reranker's score when one is set.
-	MinRerankScore float64
-	RerankTop      int          // how many fused results to rerank; default 20
-	MaxTopK        int          // default 50
-	Logger         *slog.Logger // nil discards
+	// MinRerankScore, when not nil, drops results the reranker scores
+	// below it. Nil keeps every reranked result: a reranker's scale is its
+	// own, and some score relevant passages below zero.
+	MinRerankScore *float64
+	// RerankTop is how many fused results are reranked, at least the
+	// query's TopK; default 20.
+	RerankTop int
+	MaxTopK   int          // default 50
+	Logger    *slog.Logger // nil discards
 	// Fusion merges the two lists of a hybrid search; default FusionRRF.
 	Fusion Fusion
 }
@@ -197,7 +202,7 @@ func (s *Searcher) search(ctx context.Context, p service.Principal, q Query, r *
 		}
 	}
 	if s.reranker != nil && len(results) > 0 {
-		if results, err = s.rerank(ctx, q.Text, results); err != nil {
+		if results, err = s.rerank(ctx, q.Text, results, max(s.cfg.RerankTop, q.TopK)); err != nil {
 			return err
 		}
 	}
@@ -317,8 +322,11 @@ func (s *Searcher) vector(ctx context.Context, query string, kbs []*service.Know
 	return out, keywordOnly, nil
 }
 
-func (s *Searcher) rerank(ctx context.Context, query string, results []service.SearchResult) ([]service.SearchResult, error) {
-	n := min(len(results), s.cfg.RerankTop)
+// rerank reorders the first top results by the reranker's scores; a
+// result the reranker left unscored (-Inf) or scored below the minimum is
+// dropped.
+func (s *Searcher) rerank(ctx context.Context, query string, results []service.SearchResult, top int) ([]service.SearchResult, error) {
+	n := min(len(results), top)
 	docs := make([]string, n)
 	for i := range docs {
 		docs[i] = results[i].Content
@@ -332,7 +340,7 @@ func (s *Searcher) rerank(ctx context.Context, query string, results []service.S
 	}
 	out := make([]service.SearchResult, 0, n)
 	for i := 0; i < n && i < len(scores); i++ {
-		if scores[i] >= s.cfg.MinRerankScore {
+		if !math.IsInf(scores[i], -1) && (s.cfg.MinRerankScore == nil || scores[i] >= *s.cfg.MinRerankScore) {
 			r := results[i]
 			r.Score = scores[i]
 			out = append(out, r)
