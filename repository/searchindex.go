@@ -28,9 +28,13 @@ func (s *Store) UseSearchIndex(nextID func() (service.ID, error)) {
 }
 
 // SearchIndexMessage is the outbox row of a change to document docID's
-// chunks at generation.
-func SearchIndexMessage(id, docID service.ID, generation int) (service.OutboxMessage, error) {
-	body, err := json.Marshal(service.SearchIndexMessage{DocumentID: docID, Generation: generation})
+// chunks at generation that removed the chunks removed.
+func SearchIndexMessage(id, docID service.ID, generation int, removed []int64) (service.OutboxMessage, error) {
+	msg := service.SearchIndexMessage{DocumentID: docID, Generation: generation}
+	for _, r := range removed {
+		msg.Removed = append(msg.Removed, service.ID(r))
+	}
+	body, err := json.Marshal(msg)
 	if err != nil {
 		return service.OutboxMessage{}, err
 	}
@@ -40,8 +44,9 @@ func SearchIndexMessage(id, docID service.ID, generation int) (service.OutboxMes
 
 // searchChanged marks document docID's search-engine copy behind, with
 // set (extra "column = ?" assignments) and args applied in the same
-// statement, and queues the message that brings the copy up to date.
-func (s *Store) searchChanged(docID int64, generation int, set string, args ...any) error {
+// statement, and queues the message that brings the copy up to date and
+// removes the chunks removed.
+func (s *Store) searchChanged(docID int64, generation int, removed []int64, set string, args ...any) error {
 	if set != "" {
 		set += ", "
 	}
@@ -49,16 +54,16 @@ func (s *Store) searchChanged(docID int64, generation int, set string, args ...a
 	if err := s.db.Exec(`UPDATE documents SET `+set+`search_pending_since = now(), updated_at = now() WHERE id = ?`, args...).Error; err != nil {
 		return translate(err)
 	}
-	return s.enqueueSearch(docID, generation)
+	return s.enqueueSearch(docID, generation, removed)
 }
 
 // enqueueSearch queues the search-index message of a document.
-func (s *Store) enqueueSearch(docID int64, generation int) error {
+func (s *Store) enqueueSearch(docID int64, generation int, removed []int64) error {
 	id, err := s.search.nextID()
 	if err != nil {
 		return err
 	}
-	m, err := SearchIndexMessage(id, service.ID(docID), generation)
+	m, err := SearchIndexMessage(id, service.ID(docID), generation, removed)
 	if err != nil {
 		return err
 	}
@@ -67,9 +72,9 @@ func (s *Store) enqueueSearch(docID int64, generation int) error {
 
 // searchKnowledgeBase marks the search-engine copies of a knowledge base's
 // live documents behind and queues their messages: the knowledge base is
-// being deleted, or its vectors moved to another space, in this
-// transaction.
-func (s *Store) searchKnowledgeBase(kbID int64) error {
+// being deleted (removed holds its chunks by document), or its vectors moved
+// to another space, in this transaction.
+func (s *Store) searchKnowledgeBase(kbID int64, removed map[int64][]int64) error {
 	var rows []struct {
 		ID         int64
 		Generation int
@@ -79,7 +84,7 @@ func (s *Store) searchKnowledgeBase(kbID int64) error {
 		return translate(err)
 	}
 	for _, r := range rows {
-		if err := s.enqueueSearch(r.ID, r.Generation); err != nil {
+		if err := s.enqueueSearch(r.ID, r.Generation, removed[r.ID]); err != nil {
 			return err
 		}
 	}
@@ -168,6 +173,27 @@ func (s *Store) SearchIndexed(ctx context.Context, docID service.ID, generation 
 	})
 }
 
+// SearchFailed records that the search engine refused a document's state
+// for good (a chunk too large for any bulk request): a running generation
+// that state carried fails with reason, with its webhook events, and the
+// copy no longer counts as behind, so the reaper does not queue it again.
+func (s *Store) SearchFailed(ctx context.Context, docID service.ID, generation int, pendingSince time.Time, reason string) error {
+	return s.WithinTx(ctx, func(tx *Store) error {
+		res := tx.db.Exec(`UPDATE documents SET search_pending_since = NULL,
+			status = CASE WHEN status = 'running' AND generation = ? THEN 'failed' ELSE status END,
+			error = CASE WHEN status = 'running' AND generation = ? THEN ? ELSE error END,
+			updated_at = now()
+			WHERE id = ? AND search_pending_since = ?`, generation, generation, reason, int64(docID), pendingSince)
+		if res.Error != nil {
+			return translate(res.Error)
+		}
+		if res.RowsAffected == 0 {
+			return nil
+		}
+		return tx.documentEvent(int64(docID))
+	})
+}
+
 // RequeueSearchIndex queues the search-index message again for up to limit
 // documents whose search-engine copy has been behind since before cutoff
 // (the engine was down until their message was dead-lettered, or a
@@ -190,7 +216,9 @@ func (s *Store) RequeueSearchIndex(ctx context.Context, cutoff time.Time, limit 
 			return translate(err)
 		}
 		for _, r := range rows {
-			if err := tx.enqueueSearch(r.ID, r.Generation); err != nil {
+			// The removals of the lost message go by the consumer's
+			// search for the document's other chunks.
+			if err := tx.enqueueSearch(r.ID, r.Generation, nil); err != nil {
 				return err
 			}
 		}

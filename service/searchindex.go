@@ -16,6 +16,10 @@ const SearchIndexTopic = "ragent-search-index"
 type SearchIndexMessage struct {
 	DocumentID ID  `json:"documentId"`
 	Generation int `json:"generation"`
+	// Removed are the chunks the change took out of Postgres, removed from
+	// the engine by id: a search for them would miss those written too
+	// recently for a refresh to have made them searchable.
+	Removed []ID `json:"removed,omitempty"`
 }
 
 // SearchDoc is what an external search engine holds of one chunk: its
