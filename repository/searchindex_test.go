@@ -25,7 +25,7 @@ func outboxTopics(t *testing.T, s *Store, topic string) int {
 // delete queues the removal.
 func TestSearchIndexLifecycle(t *testing.T) {
 	s, ctx := migrated(t)
-	s.UseSearchIndex(func() (service.ID, error) { return newID(), nil })
+	s.UseSearchIndex(func() (service.ID, error) { return newID(), nil }, true)
 	kb := seedKB(t, s, 4)
 	d := seedDoc(t, s, kb, "alpha beta")
 	if _, err := s.ClaimDocument(ctx, d.ID, 1); err != nil {
@@ -136,7 +136,7 @@ func TestMigrateSearchIndexColumn(t *testing.T) {
 	if err != nil || !st.Live || st.Generation != 1 || st.PendingSince != nil {
 		t.Fatalf("state: %+v %v", st, err)
 	}
-	s.UseSearchIndex(func() (service.ID, error) { return newID(), nil })
+	s.UseSearchIndex(func() (service.ID, error) { return newID(), nil }, true)
 	if n, err := s.RequeueSearchIndex(ctx, time.Now().Add(time.Hour), 10); err != nil || n != 0 {
 		t.Fatalf("requeue: %d %v", n, err)
 	}

@@ -22,10 +22,16 @@ import (
 // searchIndexGroup is the consumer group that mirrors chunks to OpenSearch.
 const searchIndexGroup = "ragent-search-indexer"
 
+// searchIndexConcurrency is the search-index handlers running at once per
+// instance. A handler mostly waits (two Postgres reads, a bulk write it
+// shares with the others, a commit), so more of them than ingestion
+// handlers keep up with ingestion, and their writes share bulk requests.
+const searchIndexConcurrency = 16
+
 // openSearchConns is the connections kept open to OpenSearch: one per
-// ingestion and search-index handler (each MQ driver runs 4 of each at
-// once) and as many again for searches.
-const openSearchConns = 4 * max(redisstream.DefaultConcurrency, rocketmq.DefaultConcurrency)
+// ingestion handler (which writes a replacement's chunks) and search-index
+// handler, and 12 for searches.
+const openSearchConns = max(redisstream.DefaultConcurrency, rocketmq.DefaultConcurrency) + searchIndexConcurrency + 12
 
 // newOpenSearch is the OpenSearch client of the configuration, with ragent's
 // BM25 parameters for the indexes it creates.
@@ -205,7 +211,7 @@ func (a *App) openSearch(ctx context.Context, ids service.IDGenerator) (*opensea
 	if err != nil {
 		return nil, err
 	}
-	a.store.UseSearchIndex(ids.NextID)
+	a.store.UseSearchIndex(ids.NextID, a.cfg.OpenSearchVectors)
 	if err := a.store.WithStartupLock(ctx, osc.EnsureIndex); err != nil {
 		a.log.Warn("OpenSearch is not ready; search answers 503 until it is", "err", err)
 		a.runners = append(a.runners, func(ctx context.Context) error {

@@ -23,8 +23,8 @@ type SearchIndex interface {
 	IndexSearchable(ctx context.Context, docs []service.SearchDoc) error
 	// DeleteChunks removes chunks by id, however recently written.
 	DeleteChunks(ctx context.Context, ids []service.ID) error
-	// DeleteDocument removes the document's searchable chunks except
-	// keep.
+	// DeleteDocument removes the document's chunks except keep, those
+	// searchable yet.
 	DeleteDocument(ctx context.Context, docID service.ID, keep []service.ID) error
 }
 
@@ -32,6 +32,8 @@ type SearchIndex interface {
 // holds.
 type SearchIndexStore interface {
 	DocumentSearchState(ctx context.Context, docID service.ID) (service.SearchState, error)
+	// SearchChunkIDs is the ids of the chunks DocumentSearchState returns.
+	SearchChunkIDs(ctx context.Context, docID service.ID) ([]service.ID, error)
 	SearchIndexed(ctx context.Context, docID service.ID, generation int, pendingSince time.Time) error
 	SearchFailed(ctx context.Context, docID service.ID, generation int, pendingSince time.Time, reason string) error
 	RequeueSearchIndex(ctx context.Context, cutoff time.Time, limit int) (int, error)
@@ -53,13 +55,15 @@ func (s *Service) EnableSearchIndex(store SearchIndexStore, index SearchIndex) {
 
 // ProcessSearchIndex brings the engine's copy of one document in line with
 // Postgres: the search-index consumer's handler. The message only names
-// the document (and the chunks its change removed); the chunks are read
-// from Postgres, so a repeated, late or reordered message is harmless. It
-// writes the document's current chunks, then removes from the engine the
-// chunks the change removed and every other chunk of the document, judged
-// by a second read: a consumer holding an older state may have written its
-// chunks after a newer state was mirrored, and this removal (after its own
-// write) takes them out again. The document turns ready when the state
+// the document and the chunks its change removed; the current chunks are
+// read from Postgres, so a repeated, late or reordered message is
+// harmless. It writes the document's current chunks, then removes by id
+// the chunks the change removed and those it wrote itself that a second
+// read no longer finds: a consumer holding an older state may have written
+// its chunks after a newer state was mirrored, and this removal (after its
+// own write) takes them out again. A message that does not list the
+// removed chunks (a re-queued one) searches the engine for every other
+// chunk of the document instead. The document turns ready when the state
 // written is still the latest: its chunks are committed and indexed, and
 // searchable at the engine's next refresh. An engine that does not answer
 // is an error, so the message is redelivered; after the MQ gives up, the
@@ -91,14 +95,13 @@ func (s *Service) ProcessSearchIndex(ctx context.Context, body []byte) error {
 		}
 		return fmt.Errorf("%w: %v", ErrGaveUp, err)
 	}
-	now, err := s.search.store.DocumentSearchState(ctx, msg.DocumentID)
+	keepIDs, err := s.search.store.SearchChunkIDs(ctx, msg.DocumentID)
 	if err != nil {
 		return err
 	}
-	keep := make(map[service.ID]bool, len(now.Chunks))
-	keepIDs := make([]service.ID, len(now.Chunks))
-	for i, c := range now.Chunks {
-		keep[c.ID], keepIDs[i] = true, c.ID
+	keep := make(map[service.ID]bool, len(keepIDs))
+	for _, id := range keepIDs {
+		keep[id] = true
 	}
 	var stale []service.ID
 	for _, id := range msg.Removed {
@@ -114,8 +117,10 @@ func (s *Service) ProcessSearchIndex(ctx context.Context, body []byte) error {
 	if err := s.search.index.DeleteChunks(ctx, stale); err != nil {
 		return err
 	}
-	if err := s.search.index.DeleteDocument(ctx, msg.DocumentID, keepIDs); err != nil {
-		return err
+	if !msg.Listed {
+		if err := s.search.index.DeleteDocument(ctx, msg.DocumentID, keepIDs); err != nil {
+			return err
+		}
 	}
 	if st.PendingSince == nil {
 		return nil
