@@ -18,8 +18,11 @@
 // Reads go through the alias named by the index prefix; writes go through
 // the alias and, while ragent reindex-search rebuilds, the "<prefix>_next"
 // alias of the index being built, both with require_alias so a write never
-// recreates a dropped index. Only net/http and encoding/json are used: the
-// few REST calls ragent makes do not justify a client library.
+// recreates a dropped index. Concurrent callers' chunk writes share bulk
+// requests of bounded size (bulk.go), which do not wait for a refresh
+// unless a caller asks (IndexSearchable). Only net/http and encoding/json
+// are used: the few REST calls ragent makes do not justify a client
+// library.
 //
 // A connection failure or a 5xx answer wraps service.ErrSearchUnavailable,
 // so a search fails with 503 rather than finding nothing.
