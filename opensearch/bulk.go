@@ -167,6 +167,19 @@ func (b *batcher) flush(batch []entry) {
 // that OpenSearch refuses as too large is a permanent failure: retrying
 // cannot shrink it.
 func (b *batcher) send(ctx context.Context, batch []entry) []error {
+	errs := b.sendOnce(ctx, batch)
+	for _, err := range errs {
+		if isStatus(err, http.StatusNotFound) {
+			// An alias moved between reading the aliases and the write (a
+			// rebuild finished): once more, through the aliases as they
+			// are now.
+			return b.sendOnce(ctx, batch)
+		}
+	}
+	return errs
+}
+
+func (b *batcher) sendOnce(ctx context.Context, batch []entry) []error {
 	errs := make([]error, len(batch))
 	fill := func(err error) []error {
 		for i := range errs {
@@ -214,7 +227,7 @@ func (b *batcher) send(ctx context.Context, batch []entry) []error {
 			service.ErrPermanent, service.ErrTooLarge, batch[0].item.id, len(body)))
 	}
 	half := len(batch) / 2
-	return append(b.send(ctx, batch[:half]), b.send(ctx, batch[half:])...)
+	return append(b.sendOnce(ctx, batch[:half]), b.sendOnce(ctx, batch[half:])...)
 }
 
 // encodeBulk is the NDJSON of entries written to every alias, and whether
@@ -264,7 +277,7 @@ func (c *Client) bulkItems(ctx context.Context, path string, body []byte, n int)
 	for i, item := range out.Items {
 		for op, r := range item {
 			if r.Status/100 != 2 && (op != "delete" || r.Status != http.StatusNotFound) && i < len(errs) {
-				errs[i] = fmt.Errorf("%w: bulk %s %d: %s", service.ErrSearchUnavailable, op, r.Status, r.Error)
+				errs[i] = fmt.Errorf("%w: bulk %s: %w", service.ErrSearchUnavailable, op, &statusError{status: r.Status, body: string(r.Error)})
 			}
 		}
 	}

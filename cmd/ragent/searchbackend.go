@@ -44,6 +44,20 @@ func newOpenSearch(cfg Config) (*opensearch.Client, error) {
 	return c, nil
 }
 
+// refreshSearch makes every ready document searchable at once on the
+// OpenSearch backend (a ready document's chunks are indexed, searchable at
+// the next refresh), for the commands that search right after ingesting.
+func refreshSearch(ctx context.Context, cfg Config) error {
+	if cfg.SearchBackend != "opensearch" {
+		return nil
+	}
+	osc, err := newOpenSearch(cfg)
+	if err != nil {
+		return err
+	}
+	return osc.Refresh(ctx, osc.Alias())
+}
+
 // openSearchStore is the retrieval store of RAGENT_SEARCH_BACKEND=opensearch:
 // keyword search ranks in OpenSearch, and the hits' rows come from Postgres,
 // which drops any chunk it no longer has (a deleted or superseded one whose
