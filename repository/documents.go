@@ -118,11 +118,12 @@ func (s *Store) DeleteDocument(ctx context.Context, id service.ID) error {
 		if err := tx.db.Clauses(lockForUpdate).Take(&row, int64(id)).Error; err != nil {
 			return translate(err)
 		}
-		if err := tx.removeChunks(row.ID, row.KbID); err != nil {
+		removed, err := tx.removeChunks(row.ID, row.KbID)
+		if err != nil {
 			return err
 		}
 		if tx.search != nil {
-			if err := tx.searchChanged(row.ID, row.Generation, ""); err != nil {
+			if err := tx.searchChanged(row.ID, row.Generation, removed, ""); err != nil {
 				return err
 			}
 		}

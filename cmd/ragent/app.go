@@ -248,13 +248,13 @@ func newApp(ctx context.Context, cfg Config, log *slog.Logger) (_ *App, err erro
 	)
 	if cfg.Role != "api" {
 		guard := idempotent.NewGuard(a.rdb, cfg.RedisPrefix, consumingTTL, consumedTTL, idem)
-		consumer, err := q.consumer(ingestGroup, service.IngestTopic, ingestHandler(ingestSvc, guard))
+		consumer, err := q.consumer(ingestGroup, service.IngestTopic, ingestHandler(ingestSvc, guard), 0)
 		if err != nil {
 			return nil, err
 		}
 		a.runners = append(a.runners, consumer.Run, ingestSvc.RunFetcher, ingestSvc.RunWebhooks)
 		if osc != nil {
-			consumer, err := q.consumer(searchIndexGroup, service.SearchIndexTopic, searchIndexHandler(ingestSvc))
+			consumer, err := q.consumer(searchIndexGroup, service.SearchIndexTopic, searchIndexHandler(ingestSvc), searchIndexConcurrency)
 			if err != nil {
 				return nil, err
 			}

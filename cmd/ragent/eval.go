@@ -118,6 +118,9 @@ func evalCommand(ctx context.Context, cfg Config, log *slog.Logger, args []strin
 		}
 		fmt.Fprintf(stdout, "ingest documents=%d failed=%d chunks=%d seconds=%.1f chunks_per_s=%.1f\n",
 			st.Ready, st.Failed, st.Chunks, st.Elapsed.Seconds(), float64(st.Chunks)/st.Elapsed.Seconds())
+		if err := refreshSearch(ctx, cfg); err != nil {
+			return err
+		}
 	}
 
 	queries := ds.Queries

@@ -117,10 +117,25 @@ type client struct {
 	t     testing.TB
 	base  string
 	token string
+	// refresh, on the OpenSearch backend, makes what the index holds
+	// searchable at once: a ready document's chunks are indexed, and
+	// searchable only after the index's next refresh (up to 1 s later).
+	refresh func()
 }
 
 func (in *instance) client(t testing.TB, token string) *client {
-	return &client{t: t, base: in.url, token: token}
+	c := &client{t: t, base: in.url, token: token}
+	if cfg := in.app.cfg; cfg.SearchBackend == "opensearch" {
+		c.refresh = func() {
+			// An error (OpenSearch cut away by a test) shows in the search
+			// that follows.
+			url := strings.TrimRight(cfg.OpenSearchURL, "/") + "/" + cfg.OpenSearchIndex + "/_refresh"
+			if resp, err := http.Post(url, "application/json", nil); err == nil {
+				resp.Body.Close()
+			}
+		}
+	}
+	return c
 }
 
 type response struct {
@@ -315,6 +330,9 @@ func (c *client) waitDone(id string, timeout time.Duration) docJSON {
 		d = c.document(id)
 		return d.Status == "ready" || d.Status == "failed"
 	})
+	if c.refresh != nil {
+		c.refresh()
+	}
 	return d
 }
 

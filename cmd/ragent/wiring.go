@@ -117,7 +117,9 @@ type queue struct {
 		mq.Producer
 		mq.Pinger
 	}
-	consumer func(group, topic string, h mq.Handler) (mq.Consumer, error)
+	// consumer subscribes h; concurrency bounds its handlers running at
+	// once (0: the driver's default).
+	consumer func(group, topic string, h mq.Handler, concurrency int) (mq.Consumer, error)
 	close    func()
 }
 
@@ -140,9 +142,9 @@ func newQueue(ctx context.Context, cfg Config, rdb redis.UniversalClient, a *App
 		}
 		return &queue{
 			producer: p,
-			consumer: func(group, topic string, h mq.Handler) (mq.Consumer, error) {
+			consumer: func(group, topic string, h mq.Handler, concurrency int) (mq.Consumer, error) {
 				return rocketmq.NewConsumer(cfg.RocketMQNamesrv, group, topic, h, rocketmq.ConsumerConfig{
-					Instance: cfg.InstanceID, Logger: a.log,
+					Instance: cfg.InstanceID, Logger: a.log, Concurrency: concurrency,
 				})
 			},
 			close: func() { p.Close() },
@@ -151,9 +153,9 @@ func newQueue(ctx context.Context, cfg Config, rdb redis.UniversalClient, a *App
 		p := redisstream.NewProducer(rdb, redisstream.ProducerConfig{Prefix: cfg.RedisPrefix})
 		return &queue{
 			producer: p,
-			consumer: func(group, topic string, h mq.Handler) (mq.Consumer, error) {
+			consumer: func(group, topic string, h mq.Handler, concurrency int) (mq.Consumer, error) {
 				return redisstream.NewConsumer(rdb, group, topic, h, redisstream.ConsumerConfig{
-					Prefix: cfg.RedisPrefix, Consumer: cfg.InstanceID, Logger: a.log,
+					Prefix: cfg.RedisPrefix, Consumer: cfg.InstanceID, Logger: a.log, Concurrency: concurrency,
 					VisibilityTimeout: cfg.MQVisibilityTimeout,
 				})
 			},

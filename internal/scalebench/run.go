@@ -71,10 +71,11 @@ type Result struct {
 	HNSWSeconds    float64 `json:"hnsw_seconds"`
 	SettleSeconds  float64 `json:"settle_seconds"` // keyword index compaction after the load
 	// SyncSeconds is the time from the end of the load until every loaded
-	// document is ready, that is searchable: with RAGENT_SEARCH_BACKEND=
-	// opensearch the search-index consumer's mirror of the chunks into
-	// OpenSearch; about 0 with the Postgres backend, where ReplaceChunks
-	// makes them ready in its own transaction.
+	// document is ready: with RAGENT_SEARCH_BACKEND=opensearch the
+	// search-index consumer's mirror of the chunks into OpenSearch (then
+	// searchable within the index's refresh interval); about 0 with the
+	// Postgres backend, where ReplaceChunks makes them ready in its own
+	// transaction.
 	SyncSeconds  float64 `json:"sync_seconds"`
 	Postings     int64   `json:"postings"`
 	DBBytes      int64   `json:"db_bytes"`      // growth of the database since the empty knowledge base

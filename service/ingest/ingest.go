@@ -542,7 +542,12 @@ func (s *Service) index(ctx context.Context, doc *service.Document) (int, error)
 	if err := s.embedChunks(ctx, chunks, texts); err != nil {
 		return 0, err
 	}
+	undo, err := s.indexBeforeCommit(ctx, doc, chunks)
+	if err != nil {
+		return 0, err
+	}
 	if err := s.store.ReplaceChunks(ctx, doc.ID, doc.Generation, s.cfg.Space.Key(), chunks); err != nil {
+		undo()
 		return 0, err
 	}
 	return len(chunks), nil
