@@ -142,7 +142,7 @@ func newQueue(ctx context.Context, cfg Config, rdb *redis.Client, a *App) (*queu
 			producer: p,
 			consumer: func(group, topic string, h mq.Handler) (mq.Consumer, error) {
 				return rocketmq.NewConsumer(cfg.RocketMQNamesrv, group, topic, h, rocketmq.ConsumerConfig{
-					Instance: cfg.InstanceID, Logger: a.log,
+					Instance: cfg.InstanceID, Logger: a.log, Metrics: a.mqMetrics,
 				})
 			},
 			close: func() { p.Close() },
@@ -154,7 +154,7 @@ func newQueue(ctx context.Context, cfg Config, rdb *redis.Client, a *App) (*queu
 			consumer: func(group, topic string, h mq.Handler) (mq.Consumer, error) {
 				return redisstream.NewConsumer(rdb, group, topic, h, redisstream.ConsumerConfig{
 					Prefix: cfg.RedisPrefix, Consumer: cfg.InstanceID, Logger: a.log,
-					VisibilityTimeout: cfg.MQVisibilityTimeout,
+					VisibilityTimeout: cfg.MQVisibilityTimeout, Metrics: a.mqMetrics,
 				})
 			},
 			close: func() {},

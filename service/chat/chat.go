@@ -29,6 +29,9 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/ragent-go/ragent/service"
 	"github.com/ragent-go/ragent/service/retrieve"
 )
@@ -105,6 +108,7 @@ type Config struct {
 	FastModel            string
 	Logger               *slog.Logger     // nil discards
 	Now                  func() time.Time // nil is time.Now
+	Tracer               trace.Tracer     // nil makes no spans
 }
 
 // Deps are the collaborators of the pipeline. FastModel is nil for the
@@ -126,8 +130,9 @@ type Deps struct {
 
 // Service runs chats.
 type Service struct {
-	d   Deps
-	cfg Config
+	d      Deps
+	cfg    Config
+	tracer trace.Tracer
 }
 
 // New returns a Service.
@@ -144,7 +149,7 @@ func New(d Deps, cfg Config) *Service {
 	if cfg.TopK <= 0 {
 		cfg.TopK = 5
 	}
-	return &Service{d: d, cfg: cfg}
+	return &Service{d: d, cfg: cfg, tracer: tracerOr(cfg.Tracer)}
 }
 
 // Request is one question.
@@ -269,10 +274,13 @@ func (s *Service) Chat(ctx context.Context, p service.Principal, req Request, em
 			return err
 		}
 	}
+	ctx, span := s.span(ctx, "chat.turn")
+	defer span.End()
 	t := &turn{s: s, p: p, req: req, emit: emit, started: s.cfg.Now()}
 	if err := t.begin(ctx); err != nil {
 		return err
 	}
+	span.SetAttributes(attribute.String("ragent.conversation", t.conv.ID.String()), attribute.String("ragent.task", t.taskID.String()))
 	t.log = s.cfg.Logger.With("conversation", t.conv.ID, "task", t.taskID, "user", p.UserID)
 
 	// The task context: a stop (on any instance) cancels it with a cause
@@ -407,12 +415,14 @@ func (t *turn) generate(ctx context.Context) (service.MessageStatus, *Error) {
 	s := t.s
 	if s.d.Limiter != nil {
 		last := -1
-		release, err := s.d.Limiter.Acquire(ctx, t.taskID.String(), t.p.UserID.String(), func(position, queued int) {
+		qctx, wait := s.span(ctx, "chat.queue_wait")
+		release, err := s.d.Limiter.Acquire(qctx, t.taskID.String(), t.p.UserID.String(), func(position, queued int) {
 			if position != last {
 				last = position
 				t.send(EventQueue, Queue{Position: position, Queued: queued})
 			}
 		})
+		wait.End()
 		switch {
 		case err == nil:
 			defer release()
@@ -441,7 +451,9 @@ func (t *turn) generate(ctx context.Context) (service.MessageStatus, *Error) {
 	}
 	status, errEvent := t.answerTurn(ctx)
 	if status == service.MessageCompleted && t.isNew {
-		t.newTitle = t.title(ctx)
+		tctx, span := s.span(ctx, "chat.title")
+		t.newTitle = t.title(tctx)
+		span.End()
 	}
 	return status, errEvent
 }
@@ -473,6 +485,8 @@ func (t *turn) answerTurn(ctx context.Context) (service.MessageStatus, *Error) {
 }
 
 func (t *turn) stream(ctx context.Context, req *service.ChatRequest) error {
+	ctx, span := t.s.span(ctx, "chat.answer")
+	defer span.End()
 	usage, err := t.s.d.Model.Stream(ctx, *req, func(d service.Delta) error {
 		if d.Text == "" {
 			return nil

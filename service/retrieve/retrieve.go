@@ -15,6 +15,9 @@ import (
 	"strings"
 	"unicode/utf8"
 
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/ragent-go/ragent/service"
 	"github.com/ragent-go/ragent/text"
 )
@@ -49,6 +52,9 @@ type Config struct {
 	Logger         *slog.Logger // nil discards
 	// Fusion merges the two lists of a hybrid search; default FusionRRF.
 	Fusion Fusion
+	// Tracer makes a span per search and per step (keyword, vector,
+	// rerank); nil makes none.
+	Tracer trace.Tracer
 }
 
 // DefaultK1 and DefaultB are BM25's parameters when Config leaves them 0
@@ -81,6 +87,7 @@ type Searcher struct {
 	reranker  Reranker // may be nil
 	cfg       Config
 	log       *slog.Logger
+	tracer    trace.Tracer
 }
 
 // New returns a Searcher; access decides which knowledge bases a caller
@@ -91,7 +98,7 @@ func New(store Store, access *service.Access, embedders Embedders, reranker Rera
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	return &Searcher{store: store, access: access, embedders: embedders, reranker: reranker, cfg: cfg, log: cfg.Logger}
+	return &Searcher{store: store, access: access, embedders: embedders, reranker: reranker, cfg: cfg, log: cfg.Logger, tracer: tracerOr(cfg.Tracer)}
 }
 
 // Query is a search request.
@@ -132,7 +139,9 @@ func (s *Searcher) Run(ctx context.Context, p service.Principal, q Query) (Resul
 	return Result{Results: results, KeywordOnly: keywordOnly}, err
 }
 
-func (s *Searcher) search(ctx context.Context, p service.Principal, q Query) ([]service.SearchResult, []KeywordOnly, error) {
+func (s *Searcher) search(ctx context.Context, p service.Principal, q Query) (_ []service.SearchResult, _ []KeywordOnly, err error) {
+	ctx, span := s.tracer.Start(ctx, "retrieve.search")
+	defer func() { endSpan(span, err) }()
 	q.Text = strings.TrimSpace(q.Text)
 	if q.Text == "" {
 		return nil, nil, service.Errorf(service.ErrInvalid, "query must not be empty")
@@ -152,6 +161,7 @@ func (s *Searcher) search(ctx context.Context, p service.Principal, q Query) ([]
 	if q.TopK < 1 || q.TopK > s.cfg.MaxTopK {
 		return nil, nil, service.Errorf(service.ErrInvalid, "topK must be between 1 and %d", s.cfg.MaxTopK)
 	}
+	span.SetAttributes(attribute.String("ragent.search.mode", string(q.Mode)))
 	kbs, err := s.knowledgeBases(ctx, p, q.KnowledgeBaseIDs)
 	if err != nil || len(kbs) == 0 {
 		return nil, nil, err
@@ -159,13 +169,19 @@ func (s *Searcher) search(ctx context.Context, p service.Principal, q Query) ([]
 
 	var keyword, vector []service.SearchResult
 	if q.Mode != service.SearchVector {
-		if keyword, err = s.keyword(ctx, q.Text, kbs); err != nil {
+		kctx, span := s.tracer.Start(ctx, "retrieve.keyword")
+		keyword, err = s.keyword(kctx, q.Text, kbs)
+		endSpan(span, err)
+		if err != nil {
 			return nil, nil, err
 		}
 	}
 	var keywordOnly []KeywordOnly
 	if q.Mode != service.SearchKeyword {
-		if vector, keywordOnly, err = s.vector(ctx, q.Text, kbs); err != nil {
+		vctx, span := s.tracer.Start(ctx, "retrieve.vector")
+		vector, keywordOnly, err = s.vector(vctx, q.Text, kbs)
+		endSpan(span, err)
+		if err != nil {
 			return nil, nil, err
 		}
 	}
@@ -185,7 +201,10 @@ func (s *Searcher) search(ctx context.Context, p service.Principal, q Query) ([]
 		}
 	}
 	if s.reranker != nil && len(results) > 0 {
-		if results, err = s.rerank(ctx, q.Text, results); err != nil {
+		rctx, span := s.tracer.Start(ctx, "retrieve.rerank")
+		results, err = s.rerank(rctx, q.Text, results)
+		endSpan(span, err)
+		if err != nil {
 			return nil, nil, err
 		}
 	}
