@@ -408,3 +408,20 @@ func TestLogLinesCarryTraceIDs(t *testing.T) {
 		t.Errorf("outside a span: %s", lines[1])
 	}
 }
+
+// On the OpenSearch backend a document's bulk write is timed, and the
+// search-index topic is counted like the ingest topic.
+func TestMetricsOpenSearchBulk(t *testing.T) {
+	in, c, kb := ingestEnv(t, openSearchConfig(t, ""))
+	c.waitReady(c.uploadAccepted(kb, "bulk.txt", []byte("Bulk writes carry the chunks of this document to the index.")).ID)
+	mfs := gathered(t, in)
+	if v := sample(mfs, "ragent_opensearch_bulk_seconds", "op", "index"); v < 1 {
+		t.Errorf("ragent_opensearch_bulk_seconds{op=index} counted %v writes", v)
+	}
+	if v := sample(mfs, "ragent_opensearch_bulk_errors_total"); v != 0 {
+		t.Errorf("ragent_opensearch_bulk_errors_total = %v", v)
+	}
+	if v := sample(mfs, "ragent_mq_delivered_total", "topic", "ragent-search-index"); v < 1 {
+		t.Errorf("search-index deliveries %v", v)
+	}
+}
