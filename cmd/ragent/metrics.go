@@ -52,12 +52,17 @@ func (d *documentStates) Collect(ch chan<- prometheus.Metric) {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		counts, err := d.store.DocumentCounts(ctx)
 		cancel()
-		if err != nil {
+		switch {
+		case err == nil:
+			d.counts, d.at = counts, time.Now()
+		case d.counts == nil:
+			// No series rather than a failed scrape: the rest of /metrics
+			// matters most while a dependency is down.
 			d.log.Warn("counting documents by status failed", "err", err)
-			ch <- prometheus.NewInvalidMetric(d.desc, err)
 			return
+		default:
+			d.log.Warn("counting documents by status failed; reporting the last counts", "err", err)
 		}
-		d.counts, d.at = counts, time.Now()
 	}
 	for _, st := range documentStatuses {
 		ch <- prometheus.MustNewConstMetric(d.desc, prometheus.GaugeValue, float64(d.counts[st]), string(st))
@@ -108,7 +113,8 @@ func (c *backlogCollector) Collect(ch chan<- prometheus.Metric) {
 	for _, k := range c.consumers {
 		b, err := k.b.Backlog(ctx)
 		if err != nil {
-			ch <- prometheus.NewInvalidMetric(c.lag, err)
+			// Absent while Redis does not answer, rather than failing the
+			// whole scrape.
 			continue
 		}
 		ch <- prometheus.MustNewConstMetric(c.lag, prometheus.GaugeValue, float64(b.Lag), k.topic, k.group)
