@@ -190,6 +190,8 @@ func newApp(ctx context.Context, cfg Config, log *slog.Logger) (_ *App, err erro
 	}
 	a.closers = append(a.closers, func(context.Context) error { return closeParser() })
 	ingestSvc := ingest.New(a.store, access, embedder, ids, audit, ingest.Config{
+		Registerer: a.registry, Tracer: tracer("service/ingest"),
+
 		MaxBytes:           cfg.UploadMaxBytes,
 		Limits:             ingest.Limits{MaxTextBytes: cfg.IngestMaxTextBytes, Timeout: cfg.IngestParseTimeout},
 		MaxChunks:          cfg.IngestMaxChunks,
@@ -202,8 +204,6 @@ func newApp(ctx context.Context, cfg Config, log *slog.Logger) (_ *App, err erro
 		WebhookMaxAttempts: cfg.WebhookMaxAttempts,
 		WebhookBackoff:     cfg.WebhookBackoff,
 		Logger:             log,
-		Registerer:         a.registry,
-		Tracer:             tracer("service/ingest"),
 	})
 	ingestSvc.EnableWebhooks(a.store, signing)
 	indexMetrics := newIndexMetrics(a.registry)

@@ -90,6 +90,13 @@ type Config struct {
 	// was published) before the reaper deletes them; default 7 days.
 	OutboxRetention time.Duration
 	PruneBatch      int // outbox rows deleted per statement; default 1000
+
+	// Registerer receives the pipeline's metrics (observe.go); nil keeps
+	// them unregistered. Tracer makes the spans of an upload and of a
+	// document's ingestion; nil makes none.
+	Registerer prometheus.Registerer
+	Tracer     trace.Tracer
+
 	// URL imports: where fetches may go, how long one may take (default
 	// 30s), the shortest refresh interval (default 1m), and how often the
 	// fetcher looks for due documents written by other instances (default
@@ -104,12 +111,6 @@ type Config struct {
 	WebhookBackoff     time.Duration
 	Logger             *slog.Logger     // nil discards
 	Now                func() time.Time // nil is time.Now
-	// Registerer receives the pipeline's metrics (observe.go); nil keeps
-	// them unregistered.
-	Registerer prometheus.Registerer
-	// Tracer makes the spans of an upload and of a document's ingestion;
-	// nil makes none.
-	Tracer trace.Tracer
 }
 
 func (c *Config) defaults() {

@@ -52,7 +52,7 @@ type Config struct {
 	Logger         *slog.Logger // nil discards
 	// Fusion merges the two lists of a hybrid search; default FusionRRF.
 	Fusion Fusion
-	// Tracer makes a span per search and per step (keyword, vector,
+	// Tracer makes a span per Search and per step (keyword, vector,
 	// rerank); nil makes none.
 	Tracer trace.Tracer
 }
@@ -127,7 +127,10 @@ type KeywordOnly struct {
 // (every one p may read when none are named) that pass the relevance gate.
 // A named knowledge base p may not read is service.ErrNotFound, exactly as
 // one that does not exist: never quietly left out of the results.
-func (s *Searcher) Search(ctx context.Context, p service.Principal, q Query) ([]service.SearchResult, error) {
+func (s *Searcher) Search(ctx context.Context, p service.Principal, q Query) (_ []service.SearchResult, err error) {
+	ctx, span := s.tracer.Start(ctx, "retrieve.search", trace.WithAttributes(
+		attribute.String("ragent.search.mode", string(cmp.Or(q.Mode, service.SearchHybrid)))))
+	defer func() { endSpan(span, err) }()
 	r, err := s.Run(ctx, p, q)
 	return r.Results, err
 }
@@ -139,9 +142,7 @@ func (s *Searcher) Run(ctx context.Context, p service.Principal, q Query) (Resul
 	return Result{Results: results, KeywordOnly: keywordOnly}, err
 }
 
-func (s *Searcher) search(ctx context.Context, p service.Principal, q Query) (_ []service.SearchResult, _ []KeywordOnly, err error) {
-	ctx, span := s.tracer.Start(ctx, "retrieve.search")
-	defer func() { endSpan(span, err) }()
+func (s *Searcher) search(ctx context.Context, p service.Principal, q Query) ([]service.SearchResult, []KeywordOnly, error) {
 	q.Text = strings.TrimSpace(q.Text)
 	if q.Text == "" {
 		return nil, nil, service.Errorf(service.ErrInvalid, "query must not be empty")
@@ -161,7 +162,6 @@ func (s *Searcher) search(ctx context.Context, p service.Principal, q Query) (_ 
 	if q.TopK < 1 || q.TopK > s.cfg.MaxTopK {
 		return nil, nil, service.Errorf(service.ErrInvalid, "topK must be between 1 and %d", s.cfg.MaxTopK)
 	}
-	span.SetAttributes(attribute.String("ragent.search.mode", string(q.Mode)))
 	kbs, err := s.knowledgeBases(ctx, p, q.KnowledgeBaseIDs)
 	if err != nil || len(kbs) == 0 {
 		return nil, nil, err
@@ -169,19 +169,13 @@ func (s *Searcher) search(ctx context.Context, p service.Principal, q Query) (_ 
 
 	var keyword, vector []service.SearchResult
 	if q.Mode != service.SearchVector {
-		kctx, span := s.tracer.Start(ctx, "retrieve.keyword")
-		keyword, err = s.keyword(kctx, q.Text, kbs)
-		endSpan(span, err)
-		if err != nil {
+		if keyword, err = s.keyword(ctx, q.Text, kbs); err != nil {
 			return nil, nil, err
 		}
 	}
 	var keywordOnly []KeywordOnly
 	if q.Mode != service.SearchKeyword {
-		vctx, span := s.tracer.Start(ctx, "retrieve.vector")
-		vector, keywordOnly, err = s.vector(vctx, q.Text, kbs)
-		endSpan(span, err)
-		if err != nil {
+		if vector, keywordOnly, err = s.vector(ctx, q.Text, kbs); err != nil {
 			return nil, nil, err
 		}
 	}
@@ -201,10 +195,7 @@ func (s *Searcher) search(ctx context.Context, p service.Principal, q Query) (_ 
 		}
 	}
 	if s.reranker != nil && len(results) > 0 {
-		rctx, span := s.tracer.Start(ctx, "retrieve.rerank")
-		results, err = s.rerank(rctx, q.Text, results)
-		endSpan(span, err)
-		if err != nil {
+		if results, err = s.rerank(ctx, q.Text, results); err != nil {
 			return nil, nil, err
 		}
 	}
@@ -261,7 +252,9 @@ func (s *Searcher) knowledgeBases(ctx context.Context, p service.Principal, ids 
 	return kbs, nil
 }
 
-func (s *Searcher) keyword(ctx context.Context, query string, kbs []*service.KnowledgeBase) ([]service.SearchResult, error) {
+func (s *Searcher) keyword(ctx context.Context, query string, kbs []*service.KnowledgeBase) (_ []service.SearchResult, err error) {
+	ctx, end := s.step(ctx, "retrieve.keyword")
+	defer func() { end(err) }()
 	terms, counts := TermCounts(text.Tokenize(query))
 	if len(terms) == 0 {
 		return nil, nil
@@ -276,7 +269,9 @@ func (s *Searcher) keyword(ctx context.Context, query string, kbs []*service.Kno
 // with it. Knowledge bases whose space this instance cannot embed are left
 // to keyword search, and the result and a log line say so. The lists of
 // several spaces are merged by similarity.
-func (s *Searcher) vector(ctx context.Context, query string, kbs []*service.KnowledgeBase) ([]service.SearchResult, []KeywordOnly, error) {
+func (s *Searcher) vector(ctx context.Context, query string, kbs []*service.KnowledgeBase) (_ []service.SearchResult, _ []KeywordOnly, err error) {
+	ctx, end := s.step(ctx, "retrieve.vector")
+	defer func() { end(err) }()
 	bySpace := map[string][]service.ID{}
 	spaces := map[string]service.EmbeddingSpace{}
 	var order []string
@@ -323,7 +318,9 @@ func (s *Searcher) vector(ctx context.Context, query string, kbs []*service.Know
 	return out, keywordOnly, nil
 }
 
-func (s *Searcher) rerank(ctx context.Context, query string, results []service.SearchResult) ([]service.SearchResult, error) {
+func (s *Searcher) rerank(ctx context.Context, query string, results []service.SearchResult) (_ []service.SearchResult, err error) {
+	ctx, end := s.step(ctx, "retrieve.rerank")
+	defer func() { end(err) }()
 	n := min(len(results), s.cfg.RerankTop)
 	docs := make([]string, n)
 	for i := range docs {

@@ -1,6 +1,8 @@
 package retrieve
 
 import (
+	"context"
+
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
 	"go.opentelemetry.io/otel/trace/noop"
@@ -20,4 +22,15 @@ func endSpan(span trace.Span, err error) {
 		span.SetStatus(codes.Error, err.Error())
 	}
 	span.End()
+}
+
+// step starts the span of one step of a traced search (a child of
+// retrieve.search); outside one (Run called directly) it makes none, so no
+// orphan step spans start traces of their own.
+func (s *Searcher) step(ctx context.Context, name string) (context.Context, func(error)) {
+	if !trace.SpanContextFromContext(ctx).IsValid() {
+		return ctx, func(error) {}
+	}
+	ctx, span := s.tracer.Start(ctx, name)
+	return ctx, func(err error) { endSpan(span, err) }
 }
