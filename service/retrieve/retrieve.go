@@ -52,7 +52,7 @@ type Config struct {
 	Logger         *slog.Logger // nil discards
 	// Fusion merges the two lists of a hybrid search; default FusionRRF.
 	Fusion Fusion
-	// Tracer makes a span per Search and per step (keyword, vector,
+	// Tracer makes a span per search and per step (keyword, vector,
 	// rerank); nil makes none.
 	Tracer trace.Tracer
 }
@@ -127,10 +127,7 @@ type KeywordOnly struct {
 // (every one p may read when none are named) that pass the relevance gate.
 // A named knowledge base p may not read is service.ErrNotFound, exactly as
 // one that does not exist: never quietly left out of the results.
-func (s *Searcher) Search(ctx context.Context, p service.Principal, q Query) (_ []service.SearchResult, err error) {
-	ctx, span := s.tracer.Start(ctx, "retrieve.search", trace.WithAttributes(
-		attribute.String("ragent.search.mode", string(cmp.Or(q.Mode, service.SearchHybrid)))))
-	defer func() { endSpan(span, err) }()
+func (s *Searcher) Search(ctx context.Context, p service.Principal, q Query) ([]service.SearchResult, error) {
 	r, err := s.Run(ctx, p, q)
 	return r.Results, err
 }
@@ -153,6 +150,10 @@ func (s *Searcher) search(ctx context.Context, p service.Principal, q Query) ([]
 	if q.Mode == "" {
 		q.Mode = service.SearchHybrid
 	}
+	// The search's span: its steps (keyword, vector, rerank) record their
+	// own errors.
+	ctx, span := s.tracer.Start(ctx, "retrieve.search", trace.WithAttributes(attribute.String("ragent.search.mode", string(q.Mode))))
+	defer span.End()
 	if !q.Mode.Valid() {
 		return nil, nil, service.Errorf(service.ErrInvalid, "mode must be hybrid, keyword or vector")
 	}

@@ -24,13 +24,9 @@ func endSpan(span trace.Span, err error) {
 	span.End()
 }
 
-// step starts the span of one step of a traced search (a child of
-// retrieve.search); outside one (Run called directly) it makes none, so no
-// orphan step spans start traces of their own.
+// step starts the span of one step of a search, a child of
+// retrieve.search.
 func (s *Searcher) step(ctx context.Context, name string) (context.Context, func(error)) {
-	if !trace.SpanContextFromContext(ctx).IsValid() {
-		return ctx, func(error) {}
-	}
 	ctx, span := s.tracer.Start(ctx, name)
 	return ctx, func(err error) { endSpan(span, err) }
 }
