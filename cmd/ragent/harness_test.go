@@ -39,11 +39,6 @@ func testConfig(t testing.TB) Config {
 		"RAGENT_ADMIN_PASSWORD": "admin-password",
 		"RAGENT_DEMO":           "false",
 		"RAGENT_HTTP_ADDR":      "127.0.0.1:0",
-		// Many instances per process: each its own metrics port. The tests
-		// read /metrics through the API port; TestMetricsPort checks the
-		// default (not there).
-		"RAGENT_METRICS_ADDR":   "127.0.0.1:0",
-		"RAGENT_METRICS_PUBLIC": "true",
 		"RAGENT_LOG_LEVEL":      "warn",
 		// Tests send many chats as one user; the rate limit has its own test.
 		"RAGENT_CHAT_RATE_PER_MINUTE": "0",
@@ -52,6 +47,10 @@ func testConfig(t testing.TB) Config {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Many instances per process: each its own metrics port. The tests read
+	// /metrics through the API port; TestMetricsPort checks the default
+	// (not there).
+	cfg.MetricsAddr, cfg.MetricsPublic = "127.0.0.1:0", true
 	return cfg
 }
 
