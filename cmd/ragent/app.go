@@ -181,8 +181,8 @@ func newApp(ctx context.Context, cfg Config, log *slog.Logger) (_ *App, err erro
 		searchStore = openSearchStore{Store: a.store, os: osc}
 	}
 	searcher := retrieve.New(searchStore, access, queryEmbedders(embedder, space), reranker, retrieve.Config{
+		Tracer:         tracer("service/retrieve"),
 		MinVectorScore: cfg.SearchMinVectorScore, Fusion: retrieve.Fusion(cfg.SearchFusion), Logger: log,
-		Tracer: tracer("service/retrieve"),
 	})
 	parser, closeParser, err := newParser(cfg, log)
 	if err != nil {
@@ -312,9 +312,9 @@ func newApp(ctx context.Context, cfg Config, log *slog.Logger) (_ *App, err erro
 		Intents: intentCache, Terms: termCache,
 		Model: answerModel, FastModel: fastModel, IDs: ids,
 	}, chat.Config{
+		Tracer:               tracer("service/chat"),
 		RefuseWithoutSources: cfg.ChatEmptyRetrieval == "refuse",
 		AnswerModel:          cfg.LLMChatModel, FastModel: cfg.LLMFastModel, Logger: log,
-		Tracer: tracer("service/chat"),
 	})
 
 	// First start: the demo knowledge base, intents and term mappings, once

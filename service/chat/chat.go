@@ -99,6 +99,8 @@ type Terms interface {
 
 // Config tunes the pipeline.
 type Config struct {
+	Tracer trace.Tracer // the turn's spans; nil makes none
+
 	// RefuseWithoutSources answers a fixed text without calling the model
 	// when retrieval finds nothing (RAGENT_CHAT_EMPTY_RETRIEVAL=refuse).
 	RefuseWithoutSources bool
@@ -108,7 +110,6 @@ type Config struct {
 	FastModel            string
 	Logger               *slog.Logger     // nil discards
 	Now                  func() time.Time // nil is time.Now
-	Tracer               trace.Tracer     // nil makes no spans
 }
 
 // Deps are the collaborators of the pipeline. FastModel is nil for the
@@ -130,9 +131,8 @@ type Deps struct {
 
 // Service runs chats.
 type Service struct {
-	d      Deps
-	cfg    Config
-	tracer trace.Tracer
+	d   Deps
+	cfg Config
 }
 
 // New returns a Service.
@@ -149,7 +149,7 @@ func New(d Deps, cfg Config) *Service {
 	if cfg.TopK <= 0 {
 		cfg.TopK = 5
 	}
-	return &Service{d: d, cfg: cfg, tracer: tracerOr(cfg.Tracer)}
+	return &Service{d: d, cfg: cfg}
 }
 
 // Request is one question.

@@ -10,7 +10,7 @@ import (
 // span starts a span of the turn's trace: chat.turn, and under it the
 // queue wait, rewrite, intent, retrieval, answer and title.
 func (s *Service) span(ctx context.Context, name string) (context.Context, trace.Span) {
-	return s.tracer.Start(ctx, name)
+	return tracerOr(s.cfg.Tracer).Start(ctx, name)
 }
 
 func tracerOr(t trace.Tracer) trace.Tracer {

@@ -98,7 +98,8 @@ func New(store Store, access *service.Access, embedders Embedders, reranker Rera
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	return &Searcher{store: store, access: access, embedders: embedders, reranker: reranker, cfg: cfg, log: cfg.Logger, tracer: tracerOr(cfg.Tracer)}
+	tracer := tracerOr(cfg.Tracer)
+	return &Searcher{store: store, access: access, embedders: embedders, reranker: tracedReranker(reranker, tracer), cfg: cfg, log: cfg.Logger, tracer: tracer}
 }
 
 // Query is a search request.
@@ -319,9 +320,7 @@ func (s *Searcher) vector(ctx context.Context, query string, kbs []*service.Know
 	return out, keywordOnly, nil
 }
 
-func (s *Searcher) rerank(ctx context.Context, query string, results []service.SearchResult) (_ []service.SearchResult, err error) {
-	ctx, end := s.step(ctx, "retrieve.rerank")
-	defer func() { end(err) }()
+func (s *Searcher) rerank(ctx context.Context, query string, results []service.SearchResult) ([]service.SearchResult, error) {
 	n := min(len(results), s.cfg.RerankTop)
 	docs := make([]string, n)
 	for i := range docs {

@@ -30,3 +30,24 @@ func (s *Searcher) step(ctx context.Context, name string) (context.Context, func
 	ctx, span := s.tracer.Start(ctx, name)
 	return ctx, func(err error) { endSpan(span, err) }
 }
+
+// tracedReranker makes a retrieve.rerank span of each call to r; nil stays
+// nil (no reranker).
+func tracedReranker(r Reranker, t trace.Tracer) Reranker {
+	if r == nil {
+		return nil
+	}
+	return spanReranker{r: r, t: t}
+}
+
+type spanReranker struct {
+	r Reranker
+	t trace.Tracer
+}
+
+func (s spanReranker) Rerank(ctx context.Context, query string, docs []string) ([]float64, error) {
+	ctx, span := s.t.Start(ctx, "retrieve.rerank")
+	scores, err := s.r.Rerank(ctx, query, docs)
+	endSpan(span, err)
+	return scores, err
+}
