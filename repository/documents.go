@@ -257,3 +257,22 @@ func (s *Store) Requeue(ctx context.Context, d *service.Document, msg service.Ou
 	})
 	return requeued, err
 }
+
+// DocumentCounts counts the live documents by status: the ingestion
+// dashboard's gauge (one scan of documents per call, so callers poll it
+// every few tens of seconds, not per request).
+func (s *Store) DocumentCounts(ctx context.Context) (map[service.DocumentStatus]int64, error) {
+	var rows []struct {
+		Status string
+		N      int64
+	}
+	err := s.conn(ctx).Raw(`SELECT status, count(*) AS n FROM documents WHERE deleted_at IS NULL GROUP BY status`).Scan(&rows).Error
+	if err != nil {
+		return nil, translate(err)
+	}
+	out := make(map[service.DocumentStatus]int64, len(rows))
+	for _, r := range rows {
+		out[service.DocumentStatus(r.Status)] = r.N
+	}
+	return out, nil
+}

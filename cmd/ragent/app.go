@@ -19,6 +19,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/redis/go-redis/v9"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/ragent-go/ragent/api"
 	"github.com/ragent-go/ragent/cache"
@@ -27,6 +28,7 @@ import (
 	"github.com/ragent-go/ragent/internal/demo"
 	"github.com/ragent-go/ragent/internal/redisconn"
 	"github.com/ragent-go/ragent/llm"
+	"github.com/ragent-go/ragent/mq"
 	"github.com/ragent-go/ragent/opensearch"
 	"github.com/ragent-go/ragent/ratelimit"
 	"github.com/ragent-go/ragent/repository"
@@ -50,8 +52,9 @@ type App struct {
 	registry *prometheus.Registry
 	router   *api.Router
 	// metricsLn serves /metrics apart from the API (RAGENT_METRICS_ADDR);
-	// nil: /metrics is on the API's port.
+	// nil: "off".
 	metricsLn net.Listener
+	mqMetrics *mq.Metrics
 
 	// The knowledge use cases, for commands that drive them without HTTP
 	// (eval).
@@ -77,6 +80,15 @@ func newApp(ctx context.Context, cfg Config, log *slog.Logger) (_ *App, err erro
 		}
 	}()
 	a.registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+
+	// Traces: spans of chat turns and documents over OTLP when
+	// OTEL_EXPORTER_OTLP_ENDPOINT is set, none otherwise. Flushed last.
+	tp, shutdownTracing, err := newTracing(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	a.closers = append(a.closers, shutdownTracing)
+	tracer := func(pkg string) trace.Tracer { return tp.Tracer("github.com/ragent-go/ragent/" + pkg) }
 
 	// Postgres: the source of truth. Migrations and first-start bootstrap run
 	// under one advisory lock, so many instances can start at once.
@@ -147,7 +159,7 @@ func newApp(ctx context.Context, cfg Config, log *slog.Logger) (_ *App, err erro
 	gate, runGate := newEmbedGate(a.rdb, cfg, a.registry, log)
 	a.runners = append(a.runners, runGate)
 	embedCfg := llmConfig(cfg, log)
-	embedCfg.EmbeddingGate = gate
+	embedCfg.EmbeddingGate, embedCfg.EmbedMetrics = gate, llm.NewEmbedMetrics(a.registry)
 	embedder, err := llm.NewEmbedder(embedCfg)
 	if err != nil {
 		return nil, fmt.Errorf("embedder: %w", err)
@@ -174,6 +186,7 @@ func newApp(ctx context.Context, cfg Config, log *slog.Logger) (_ *App, err erro
 		searchStore = openSearchStore{Store: a.store, os: osc}
 	}
 	searcher := retrieve.New(searchStore, access, queryEmbedders(embedder, space), reranker, retrieve.Config{
+		Tracer:         tracer("service/retrieve"),
 		MinVectorScore: cfg.SearchMinVectorScore, Fusion: retrieve.Fusion(cfg.SearchFusion), Logger: log,
 		MinRerankScore: cfg.RerankMinScore,
 	})
@@ -183,6 +196,8 @@ func newApp(ctx context.Context, cfg Config, log *slog.Logger) (_ *App, err erro
 	}
 	a.closers = append(a.closers, func(context.Context) error { return closeParser() })
 	ingestSvc := ingest.New(a.store, access, embedder, ids, audit, ingest.Config{
+		Registerer: a.registry, Tracer: tracer("service/ingest"),
+
 		MaxBytes:           cfg.UploadMaxBytes,
 		Limits:             ingest.Limits{MaxTextBytes: cfg.IngestMaxTextBytes, Timeout: cfg.IngestParseTimeout},
 		MaxChunks:          cfg.IngestMaxChunks,
@@ -203,8 +218,9 @@ func newApp(ctx context.Context, cfg Config, log *slog.Logger) (_ *App, err erro
 		WebhookDeliveryRetention: cfg.WebhookDeliveryRetention,
 	})
 	ingestSvc.EnableWebhooks(a.store, signing)
+	indexMetrics := newIndexMetrics(a.registry)
 	if osc != nil {
-		ingestSvc.EnableSearchIndex(a.store, osc)
+		ingestSvc.EnableSearchIndex(a.store, measuredIndex{osc, indexMetrics})
 	}
 	a.kbs, a.ingestSvc, a.searcher = kbs, ingestSvc, searcher
 	// Knowledge bases recorded in another embedding space move to the
@@ -230,13 +246,19 @@ func newApp(ctx context.Context, cfg Config, log *slog.Logger) (_ *App, err erro
 
 	// The MQ: the outbox relay and the reaper run on every instance; the
 	// ingestion consumer on workers.
+	topics := []string{service.IngestTopic}
+	if osc != nil {
+		topics = append(topics, service.SearchIndexTopic)
+	}
+	a.mqMetrics = mq.NewMetrics(a.registry, topics...)
+	a.registry.MustRegister(newDocumentStates(a.store, log))
 	q, err := newQueue(ctx, cfg, a.rdb, a)
 	if err != nil {
 		return nil, err
 	}
 	a.closers = append(a.closers, func(context.Context) error { q.close(); return nil })
 	a.runners = append(a.runners,
-		func(ctx context.Context) error { return ingestSvc.RunRelay(ctx, q.producer) },
+		func(ctx context.Context) error { return ingestSvc.RunRelay(ctx, a.mqMetrics.Producer(q.producer)) },
 		ingestSvc.RunReaper,
 		// The keyword compactor: every instance runs it, one works at a
 		// time (an advisory lock). A knowledge base's tail is merged once
@@ -252,14 +274,18 @@ func newApp(ctx context.Context, cfg Config, log *slog.Logger) (_ *App, err erro
 		if err != nil {
 			return nil, err
 		}
+		backlog := newBacklogCollector()
+		backlog.add(service.IngestTopic, ingestGroup, consumer)
 		a.runners = append(a.runners, consumer.Run, ingestSvc.RunFetcher, ingestSvc.RunWebhooks)
 		if osc != nil {
 			consumer, err := q.consumer(searchIndexGroup, service.SearchIndexTopic, searchIndexHandler(ingestSvc), searchIndexConcurrency)
 			if err != nil {
 				return nil, err
 			}
+			backlog.add(service.SearchIndexTopic, searchIndexGroup, consumer)
 			a.runners = append(a.runners, consumer.Run)
 		}
+		a.registry.MustRegister(backlog)
 	}
 
 	// Chat: the models (the primary endpoint and its fallbacks, with
@@ -299,6 +325,7 @@ func newApp(ctx context.Context, cfg Config, log *slog.Logger) (_ *App, err erro
 		Intents: intentCache, Terms: termCache,
 		Model: answerModel, FastModel: fastModel, IDs: ids,
 	}, chat.Config{
+		Tracer:               tracer("service/chat"),
 		RefuseWithoutSources: cfg.ChatEmptyRetrieval == "refuse",
 		AnswerModel:          cfg.LLMChatModel, FastModel: cfg.LLMFastModel, Logger: log,
 		MaxAnswerTokens: cfg.ChatMaxAnswerTokens,
@@ -364,7 +391,7 @@ func newApp(ctx context.Context, cfg Config, log *slog.Logger) (_ *App, err erro
 		BodyTimeout:       cfg.HTTPBodyTimeout,
 		PingInterval:      cfg.SSEKeepAlive,
 		UploadBodyTimeout: cfg.HTTPUploadTimeout,
-		MetricsElsewhere:  cfg.MetricsAddr != "",
+		MetricsElsewhere:  !cfg.MetricsPublic,
 		Pingers:           a.pingers(q, osc),
 	})
 

@@ -19,9 +19,16 @@ import (
 // which the README table mirrors (TestConfigREADME).
 type Config struct {
 	HTTPAddr string
-	// MetricsAddr serves /metrics on its own listener (e.g. an address only
-	// the monitoring network reaches); empty: /metrics on HTTPAddr.
+	// MetricsAddr serves /metrics on its own listener (an address only the
+	// monitoring network reaches; loopback by default); "off": none.
 	MetricsAddr string
+	// MetricsPublic also serves /metrics on HTTPAddr, the public port.
+	MetricsPublic bool
+	// Tracing exports OpenTelemetry spans over OTLP: set when
+	// OTEL_EXPORTER_OTLP_ENDPOINT (or its _TRACES_ variant) is, unless
+	// OTEL_SDK_DISABLED=true or OTEL_TRACES_EXPORTER=none. The exporter reads
+	// the OTEL_* variables itself.
+	Tracing bool
 	// TrustedProxies are the peers whose X-Forwarded-For / X-Real-IP /
 	// X-Forwarded-Proto are believed. None by default: anyone can forge
 	// those headers, and the client IP keys the login guessing limit.
@@ -237,6 +244,11 @@ func loadConfig(getenv func(string) string) (Config, error) {
 	if c.EmbedBaseURL == "" {
 		c.EmbedBaseURL = c.LLMBaseURL
 	}
+	if c.MetricsAddr == "off" {
+		c.MetricsAddr = ""
+	}
+	c.Tracing = (getenv("OTEL_EXPORTER_OTLP_ENDPOINT") != "" || getenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") != "") &&
+		!strings.EqualFold(getenv("OTEL_SDK_DISABLED"), "true") && getenv("OTEL_TRACES_EXPORTER") != "none"
 	if c.EmbedQueryBaseURL != "" && !slices.Contains([]string{"openai", "ollama", "mistral"}, c.EmbedProvider) {
 		errs = append(errs, fmt.Errorf("RAGENT_EMBEDDING_QUERY_BASE_URL needs RAGENT_EMBEDDING_PROVIDER openai, ollama or mistral, not %s", c.EmbedProvider))
 	}

@@ -92,7 +92,7 @@ func TestConfigHTTPEdge(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(c.TrustedProxies) != 0 || c.MetricsAddr != "" || c.HTTPBodyTimeout != 30*time.Second ||
+	if len(c.TrustedProxies) != 0 || c.MetricsAddr != "127.0.0.1:9464" || c.MetricsPublic || c.Tracing || c.HTTPBodyTimeout != 30*time.Second ||
 		c.HTTPUploadTimeout != 430*time.Second {
 		t.Fatalf("defaults: proxies %v, metrics %q, body %s, upload %s", c.TrustedProxies, c.MetricsAddr, c.HTTPBodyTimeout, c.HTTPUploadTimeout)
 	}

@@ -52,6 +52,10 @@ func testConfig(t testing.TB) Config {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Many instances per process: each its own metrics port. The tests read
+	// /metrics through the API port; TestMetricsPort checks the default
+	// (not there).
+	cfg.MetricsAddr, cfg.MetricsPublic = "127.0.0.1:0", true
 	return cfg
 }
 

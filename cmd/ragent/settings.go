@@ -42,7 +42,8 @@ const (
 func (c *Config) settings() []setting {
 	return []setting{
 		{"RAGENT_HTTP_ADDR", ":8080", strValue(&c.HTTPAddr), maskNone},
-		{"RAGENT_METRICS_ADDR", "", strValue(&c.MetricsAddr), maskNone},
+		{"RAGENT_METRICS_ADDR", "127.0.0.1:9464", strValue(&c.MetricsAddr), maskNone},
+		{"RAGENT_METRICS_PUBLIC", "false", boolValue(&c.MetricsPublic), maskNone},
 		{"RAGENT_TRUSTED_PROXIES", "", (*prefixesValue)(&c.TrustedProxies), maskNone},
 		{"RAGENT_ALLOWED_ORIGINS", "", (*originsValue)(&c.AllowedOrigins), maskNone},
 		{"RAGENT_HTTP_BODY_TIMEOUT", "30s", durationValue(&c.HTTPBodyTimeout), maskNone},

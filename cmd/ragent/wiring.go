@@ -144,7 +144,7 @@ func newQueue(ctx context.Context, cfg Config, rdb redis.UniversalClient, a *App
 			producer: p,
 			consumer: func(group, topic string, h mq.Handler, concurrency int) (mq.Consumer, error) {
 				return rocketmq.NewConsumer(cfg.RocketMQNamesrv, group, topic, h, rocketmq.ConsumerConfig{
-					Instance: cfg.InstanceID, Logger: a.log, Concurrency: concurrency,
+					Instance: cfg.InstanceID, Logger: a.log, Concurrency: concurrency, Metrics: a.mqMetrics,
 				})
 			},
 			close: func() { p.Close() },
@@ -156,7 +156,7 @@ func newQueue(ctx context.Context, cfg Config, rdb redis.UniversalClient, a *App
 			consumer: func(group, topic string, h mq.Handler, concurrency int) (mq.Consumer, error) {
 				return redisstream.NewConsumer(rdb, group, topic, h, redisstream.ConsumerConfig{
 					Prefix: cfg.RedisPrefix, Consumer: cfg.InstanceID, Logger: a.log, Concurrency: concurrency,
-					VisibilityTimeout: cfg.MQVisibilityTimeout,
+					VisibilityTimeout: cfg.MQVisibilityTimeout, Metrics: a.mqMetrics,
 				})
 			},
 			close: func() {},

@@ -30,6 +30,9 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/ragent-go/ragent/service"
 	"github.com/ragent-go/ragent/service/retrieve"
 )
@@ -103,6 +106,8 @@ type Terms interface {
 
 // Config tunes the pipeline.
 type Config struct {
+	Tracer trace.Tracer // the turn's spans; nil makes none
+
 	// RefuseWithoutSources answers a fixed text without calling the model
 	// when retrieval finds nothing (RAGENT_CHAT_EMPTY_RETRIEVAL=refuse).
 	RefuseWithoutSources bool
@@ -303,10 +308,13 @@ func (s *Service) Chat(ctx context.Context, p service.Principal, req Request, em
 			return err
 		}
 	}
+	ctx, span := s.span(ctx, "chat.turn")
+	defer span.End()
 	t := &turn{s: s, p: p, req: req, emit: emit, started: s.cfg.Now()}
 	if err := t.begin(ctx); err != nil {
 		return err
 	}
+	span.SetAttributes(attribute.String("ragent.conversation", t.conv.ID.String()), attribute.String("ragent.task", t.taskID.String()))
 	t.log = s.cfg.Logger.With("conversation", t.conv.ID, "task", t.taskID, "user", p.UserID)
 
 	// The task context: a stop (on any instance) cancels it with a cause
@@ -444,12 +452,14 @@ func (t *turn) generate(ctx context.Context) (service.MessageStatus, *Error) {
 	s := t.s
 	if s.d.Limiter != nil {
 		last := -1
-		release, err := s.d.Limiter.Acquire(ctx, t.taskID.String(), t.p.UserID.String(), func(position, queued int) {
+		qctx, wait := s.span(ctx, "chat.queue_wait")
+		release, err := s.d.Limiter.Acquire(qctx, t.taskID.String(), t.p.UserID.String(), func(position, queued int) {
 			if position != last {
 				last = position
 				t.send(EventQueue, Queue{Position: position, Queued: queued})
 			}
 		})
+		wait.End()
 		switch {
 		case err == nil:
 			defer release()
@@ -483,7 +493,9 @@ func (t *turn) generate(ctx context.Context) (service.MessageStatus, *Error) {
 	}
 	status, errEvent := t.answerTurn(ctx)
 	if status == service.MessageCompleted && t.isNew {
-		t.newTitle = t.title(ctx)
+		tctx, span := s.span(ctx, "chat.title")
+		t.newTitle = t.title(tctx)
+		span.End()
 	}
 	return status, errEvent
 }
@@ -515,6 +527,8 @@ func (t *turn) answerTurn(ctx context.Context) (service.MessageStatus, *Error) {
 }
 
 func (t *turn) stream(ctx context.Context, req *service.ChatRequest) error {
+	ctx, span := t.s.span(ctx, "chat.answer")
+	defer span.End()
 	usage, err := t.s.d.Model.Stream(ctx, *req, func(d service.Delta) error {
 		if d.Text == "" {
 			return nil

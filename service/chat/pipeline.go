@@ -36,7 +36,9 @@ func (t *turn) prepare(ctx context.Context) (*service.ChatRequest, error) {
 
 	question := t.req.mapped
 	if s.d.FastModel != nil && len(history) > 0 {
-		question = t.rewrite(ctx, history, question)
+		rctx, span := s.span(ctx, "chat.rewrite")
+		question = t.rewrite(rctx, history, question)
+		span.End()
 	}
 
 	var (
@@ -48,7 +50,9 @@ func (t *turn) prepare(ctx context.Context) (*service.ChatRequest, error) {
 		if err != nil {
 			return nil, err
 		}
-		matched := t.classify(ctx, question, readable)
+		ictx, span := s.span(ctx, "chat.intent")
+		matched := t.classify(ictx, question, readable)
+		span.End()
 		if len(matched) > 0 {
 			intent = matched[0]
 		}

@@ -16,6 +16,9 @@ import (
 	"strings"
 	"unicode/utf8"
 
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/ragent-go/ragent/service"
 	"github.com/ragent-go/ragent/text"
 )
@@ -54,6 +57,9 @@ type Config struct {
 	Logger    *slog.Logger // nil discards
 	// Fusion merges the two lists of a hybrid search; default FusionRRF.
 	Fusion Fusion
+	// Tracer makes a span per search and per step (keyword, vector,
+	// rerank); nil makes none.
+	Tracer trace.Tracer
 }
 
 // DefaultK1 and DefaultB are BM25's parameters when Config leaves them 0
@@ -86,6 +92,7 @@ type Searcher struct {
 	reranker  Reranker // may be nil
 	cfg       Config
 	log       *slog.Logger
+	tracer    trace.Tracer
 }
 
 // New returns a Searcher; access decides which knowledge bases a caller
@@ -96,7 +103,8 @@ func New(store Store, access *service.Access, embedders Embedders, reranker Rera
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	return &Searcher{store: store, access: access, embedders: embedders, reranker: reranker, cfg: cfg, log: cfg.Logger}
+	tracer := tracerOr(cfg.Tracer)
+	return &Searcher{store: store, access: access, embedders: embedders, reranker: tracedReranker(reranker, tracer), cfg: cfg, log: cfg.Logger, tracer: tracer}
 }
 
 // Query is a search request.
@@ -153,6 +161,10 @@ func (s *Searcher) search(ctx context.Context, p service.Principal, q Query, r *
 	if q.Mode == "" {
 		q.Mode = service.SearchHybrid
 	}
+	// The search's span: its steps (keyword, vector, rerank) record their
+	// own errors.
+	ctx, span := s.tracer.Start(ctx, "retrieve.search", trace.WithAttributes(attribute.String("ragent.search.mode", string(q.Mode))))
+	defer span.End()
 	if !q.Mode.Valid() {
 		return service.Errorf(service.ErrInvalid, "mode must be hybrid, keyword or vector")
 	}
@@ -260,7 +272,9 @@ func (s *Searcher) knowledgeBases(ctx context.Context, p service.Principal, ids 
 	return kbs, nil
 }
 
-func (s *Searcher) keyword(ctx context.Context, query string, kbs []*service.KnowledgeBase) ([]service.SearchResult, error) {
+func (s *Searcher) keyword(ctx context.Context, query string, kbs []*service.KnowledgeBase) (_ []service.SearchResult, err error) {
+	ctx, end := s.step(ctx, "retrieve.keyword")
+	defer func() { end(err) }()
 	terms, counts := TermCounts(text.Tokenize(query))
 	if len(terms) == 0 {
 		return nil, nil
@@ -275,7 +289,9 @@ func (s *Searcher) keyword(ctx context.Context, query string, kbs []*service.Kno
 // with it. Knowledge bases whose space this instance cannot embed are left
 // to keyword search, and the result and a log line say so. The lists of
 // several spaces are merged by similarity.
-func (s *Searcher) vector(ctx context.Context, query string, kbs []*service.KnowledgeBase) ([]service.SearchResult, []KeywordOnly, error) {
+func (s *Searcher) vector(ctx context.Context, query string, kbs []*service.KnowledgeBase) (_ []service.SearchResult, _ []KeywordOnly, err error) {
+	ctx, end := s.step(ctx, "retrieve.vector")
+	defer func() { end(err) }()
 	bySpace := map[string][]service.ID{}
 	spaces := map[string]service.EmbeddingSpace{}
 	var order []string
