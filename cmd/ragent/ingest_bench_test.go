@@ -25,7 +25,7 @@ import (
 // Chinese documents). It reports each backend's chunks/s from the first
 // upload to the last document ready, and their ratio (target ≥ 0.8).
 //
-//	RAGENT_BENCH_DATASET=../shared/eval/cmrc-trial go test ./cmd/ragent -run '^$' -bench IngestBackends -benchtime 2x
+//	RAGENT_BENCH_DATASET=$PWD/../shared/eval/cmrc-trial go test ./cmd/ragent -run '^$' -bench IngestBackends -benchtime 2x
 func BenchmarkIngestBackends(b *testing.B) {
 	dir := os.Getenv("RAGENT_BENCH_DATASET")
 	if dir == "" {
