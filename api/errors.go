@@ -1,6 +1,7 @@
 package api
 
 import (
+	"cmp"
 	"errors"
 	"log/slog"
 	"math"
@@ -30,6 +31,16 @@ var statuses = map[string]int{
 	"unavailable":            http.StatusServiceUnavailable,
 }
 
+// serverMessages are the stable messages of 5xx answers, by code: an
+// error's own text there is about ragent's insides (a dependency's address,
+// the driver's error, an upstream's body), so fail logs it and the client
+// reads only the code and this.
+var serverMessages = map[string]string{
+	"llm_unavailable":    "the model service is unavailable; try again shortly",
+	"search_unavailable": "the search engine is unavailable; try again shortly",
+	"unavailable":        "a service ragent depends on is unavailable; try again shortly",
+}
+
 // errorBody is the JSON shape of every error response.
 type errorBody struct {
 	Error errorDetail `json:"error"`
@@ -47,6 +58,9 @@ func classify(err error) (status int, detail errorDetail) {
 	status, ok := statuses[code]
 	if !ok {
 		return http.StatusInternalServerError, errorDetail{Code: service.CodeInternal, Message: "internal server error"}
+	}
+	if status >= 500 {
+		return status, errorDetail{Code: code, Message: cmp.Or(serverMessages[code], "the service is unavailable; try again shortly")}
 	}
 	detail = errorDetail{Code: code, Message: err.Error()}
 	var de *service.Error

@@ -27,7 +27,7 @@ import (
 // it is nil), counting executions.
 type guarded struct {
 	srv      *httptest.Server
-	rdb      *redis.Client
+	rdb      redis.UniversalClient
 	prefix   string
 	runs     atomic.Int32
 	entered  chan struct{}
@@ -36,7 +36,7 @@ type guarded struct {
 	panicOne atomic.Bool
 }
 
-func newGuarded(t *testing.T, rdb *redis.Client, lockTTL time.Duration) *guarded {
+func newGuarded(t *testing.T, rdb redis.UniversalClient, lockTTL time.Duration) *guarded {
 	t.Helper()
 	g := &guarded{rdb: rdb, prefix: testenv.Prefix(t), entered: make(chan struct{}, 100)}
 	s := &Server{deps: Deps{

@@ -1,6 +1,7 @@
 package api
 
 import (
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -89,8 +90,8 @@ func failOpenAI(c *gin.Context, status int, code, message string) {
 }
 
 // oaiRequest is the part of OpenAI's chat completion request that means
-// something here. Other parameters (temperature, max_tokens, seed, …) are
-// accepted and ignored: the pipeline sets its own. Those whose meaning
+// something here. Other parameters (temperature, seed, …) are accepted and
+// ignored: the pipeline sets its own. Those whose meaning
 // cannot be kept (n > 1, tools, a JSON response format) are refused.
 type oaiRequest struct {
 	Model         string       `json:"model"`
@@ -110,6 +111,10 @@ type oaiRequest struct {
 	ReasoningEffort string `json:"reasoning_effort"`
 	// User is OpenAI's end-user tag; accepted, not used.
 	User string `json:"user"`
+	// MaxTokens and MaxCompletionTokens (newer SDKs) cap the answer, within
+	// RAGENT_CHAT_MAX_ANSWER_TOKENS; the second wins when both are sent.
+	MaxTokens           *int `json:"max_tokens"`
+	MaxCompletionTokens *int `json:"max_completion_tokens"`
 }
 
 // oaiMessage is one input message; Content is a string or an array of
@@ -171,6 +176,7 @@ func (s *Server) chatRequest(c *gin.Context, in oaiRequest) (chat.Request, error
 	}
 	req.KnowledgeBaseIDs = kbIDs
 	req.DeepThinking = in.ReasoningEffort != "" && in.ReasoningEffort != "none"
+	req.MaxTokens = cmp.Or(in.MaxCompletionTokens, in.MaxTokens)
 	var instructions []string
 	last := len(in.Messages) - 1
 	for i, m := range in.Messages {

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -47,6 +48,8 @@ type completionWriter struct {
 	reasoning strings.Builder
 	sources   []oaiSource
 	userStop  bool // the user stopped the answer: it ends as a (short) completed one
+	// retryAfter is the queue's estimate (seconds) on a busy reject.
+	retryAfter int
 }
 
 func newCompletionWriter(c *gin.Context, in oaiRequest, now time.Time) *completionWriter {
@@ -130,6 +133,7 @@ func (w *completionWriter) emit(e chat.Event) error {
 	case chat.Message:
 		w.message(d)
 	case chat.Reject:
+		w.retryAfter = d.RetryAfter
 		w.fail(statusOf(d.Code), d.Code, d.Message)
 	case chat.Error:
 		w.fail(statusOf(d.Code), d.Code, d.Message)
@@ -184,7 +188,8 @@ func (w *completionWriter) fail(status int, code, message string) {
 	if !w.started {
 		w.dropHeaders()
 		if status == http.StatusTooManyRequests {
-			w.c.Header("Retry-After", "1")
+			// The queue's estimate (chat.Reject), else a second.
+			w.c.Header("Retry-After", strconv.Itoa(max(w.retryAfter, 1)))
 		}
 		failOpenAI(w.c, status, code, message)
 		w.ended = true

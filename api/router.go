@@ -89,8 +89,9 @@ type Deps struct {
 	// UploadBodyTimeout an upload's (default BodyTimeout + 10 minutes).
 	BodyTimeout       time.Duration
 	UploadBodyTimeout time.Duration
-	// MetricsElsewhere leaves /metrics off this router: cmd serves it on
-	// its own listener (RAGENT_METRICS_ADDR).
+	// MetricsElsewhere leaves /metrics off this router, the default: cmd
+	// serves it on its own listener (RAGENT_METRICS_ADDR) and here only
+	// with RAGENT_METRICS_PUBLIC=true.
 	MetricsElsewhere bool
 }
 

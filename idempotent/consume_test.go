@@ -18,7 +18,7 @@ const consumedTTL = time.Hour
 
 // newGuard returns a Guard with a 5 s lease on the test's Redis under a
 // prefix of its own, and the client and prefix to look at its keys.
-func newGuard(t *testing.T, cfg idempotent.Config) (*idempotent.Guard, *redis.Client, string) {
+func newGuard(t *testing.T, cfg idempotent.Config) (*idempotent.Guard, redis.UniversalClient, string) {
 	rdb, prefix := testenv.Redis(t), testenv.Prefix(t)
 	return idempotent.NewGuard(rdb, prefix, 5*time.Second, consumedTTL, cfg), rdb, prefix
 }
@@ -133,11 +133,11 @@ func TestGuardInFlightElsewhere(t *testing.T) {
 		name string
 		// occupy marks the message as being consumed by someone else and
 		// returns a func that ends that.
-		occupy func(t *testing.T, rdb *redis.Client, prefix, key string) func()
+		occupy func(t *testing.T, rdb redis.UniversalClient, prefix, key string) func()
 	}{
 		{
 			name: "another instance's handler is running",
-			occupy: func(t *testing.T, _ *redis.Client, prefix, key string) func() {
+			occupy: func(t *testing.T, _ redis.UniversalClient, prefix, key string) func() {
 				other := idempotent.NewGuard(testenv.Redis(t), prefix, 5*time.Second, consumedTTL, idempotent.Config{})
 				started, release := make(chan struct{}), make(chan struct{})
 				done := make(chan error, 1)
@@ -159,7 +159,7 @@ func TestGuardInFlightElsewhere(t *testing.T) {
 		},
 		{
 			name: "a bare CONSUMING mark",
-			occupy: func(t *testing.T, rdb *redis.Client, prefix, key string) func() {
+			occupy: func(t *testing.T, rdb redis.UniversalClient, prefix, key string) func() {
 				rdb.Set(ctx, prefix+"idem:consume:ingest:"+key, "CONSUMING", time.Minute)
 				return func() {}
 			},

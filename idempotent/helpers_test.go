@@ -15,7 +15,7 @@ import (
 
 // unreachableRedis returns a client pointed at a port nothing listens on, as
 // when Redis is down.
-func unreachableRedis(t *testing.T) *redis.Client {
+func unreachableRedis(t *testing.T) redis.UniversalClient {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

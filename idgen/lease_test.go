@@ -26,7 +26,7 @@ func mustLease(t *testing.T, rdb redis.UniversalClient, prefix string, cfg Confi
 
 // occupy leases every worker id but the given ones under a foreign token,
 // as other instances would.
-func occupy(t *testing.T, rdb *redis.Client, prefix string, except ...int64) {
+func occupy(t *testing.T, rdb redis.UniversalClient, prefix string, except ...int64) {
 	t.Helper()
 	skip := map[int64]bool{}
 	for _, w := range except {
@@ -121,15 +121,15 @@ func TestLostLeaseIsReacquired(t *testing.T) {
 	tests := []struct {
 		name string
 		// lose makes the generator lose the lease on key.
-		lose func(ctx context.Context, rdb *redis.Client, key string) error
+		lose func(ctx context.Context, rdb redis.UniversalClient, key string) error
 		// moves reports whether the generator must take another worker id;
 		// otherwise it must take its own back (as after Redis lost its data).
 		moves bool
 	}{
-		{"deleted", func(ctx context.Context, rdb *redis.Client, key string) error {
+		{"deleted", func(ctx context.Context, rdb redis.UniversalClient, key string) error {
 			return rdb.Del(ctx, key).Err()
 		}, false},
-		{"taken by another instance", func(ctx context.Context, rdb *redis.Client, key string) error {
+		{"taken by another instance", func(ctx context.Context, rdb redis.UniversalClient, key string) error {
 			return rdb.Set(ctx, key, "someone-else", time.Minute).Err()
 		}, true},
 	}

@@ -33,7 +33,8 @@ type remoteEmbedder struct {
 	timeout     time.Duration
 	http        *http.Client
 	retry       retrier
-	gate        Gate // nil: no limit beyond concurrency
+	gate        Gate          // nil: no limit beyond concurrency
+	metrics     *EmbedMetrics // nil counts nothing
 }
 
 func newRemoteEmbedder(cfg Config, o options) *remoteEmbedder {
@@ -56,6 +57,7 @@ func newRemoteEmbedder(cfg Config, o options) *remoteEmbedder {
 		http:        o.client,
 		retry:       newRetrier(cfg.MaxRetries, o),
 		gate:        o.gate,
+		metrics:     cfg.EmbedMetrics,
 	}
 	if e.kinds.IsZero() {
 		e.kinds = DefaultEmbedKinds(e.model)
@@ -124,7 +126,10 @@ type embedRequest struct {
 }
 
 type openAIEmbedResponse struct {
-	Data []embedItem `json:"data"`
+	Data  []embedItem `json:"data"`
+	Usage struct {
+		PromptTokens int `json:"prompt_tokens"`
+	} `json:"usage"`
 }
 
 type embedItem struct {
@@ -133,7 +138,8 @@ type embedItem struct {
 }
 
 type ollamaEmbedResponse struct {
-	Embeddings [][]float32 `json:"embeddings"`
+	Embeddings      [][]float32 `json:"embeddings"`
+	PromptEvalCount int         `json:"prompt_eval_count"`
 }
 
 func (e *remoteEmbedder) embedBatch(ctx context.Context, kind service.EmbedKind, texts []string) ([][]float32, error) {
@@ -205,6 +211,7 @@ func (e *remoteEmbedder) call(ctx context.Context, url string, body []byte, n in
 			return nil, decodeError(ctx, err)
 		}
 		vecs = r.Embeddings
+		e.metrics.addTokens(r.PromptEvalCount)
 	} else {
 		var r openAIEmbedResponse
 		if err := json.NewDecoder(resp.Body).Decode(&r); err != nil {
@@ -212,6 +219,7 @@ func (e *remoteEmbedder) call(ctx context.Context, url string, body []byte, n in
 		}
 		// The spec gives each vector its input index; do not trust the
 		// order of the array.
+		e.metrics.addTokens(r.Usage.PromptTokens)
 		slices.SortFunc(r.Data, func(a, b embedItem) int { return a.Index - b.Index })
 		for i, d := range r.Data {
 			if d.Index != i {

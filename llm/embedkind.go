@@ -112,7 +112,7 @@ func (k EmbedKinds) apply(kind service.EmbedKind, texts []string) []string {
 // much as a prefix is: it is recorded beside the prefix.
 func Space(e service.Embedder) service.EmbeddingSpace {
 	sp := service.EmbeddingSpace{Model: e.Model(), Dim: e.Dim()}
-	if r, ok := e.(*remoteEmbedder); ok {
+	if r, ok := unwrapEmbedder(e).(*remoteEmbedder); ok {
 		sp.QueryPrefix = r.kinds.marker(service.EmbedQuery)
 		sp.DocumentPrefix = r.kinds.marker(service.EmbedDocument)
 	}

@@ -113,6 +113,8 @@ type Config struct {
 	Cooldowns Cooldowns
 	// Metrics counts calls per endpoint; nil counts nothing.
 	Metrics *Metrics
+	// EmbedMetrics counts embedding calls; nil counts nothing.
+	EmbedMetrics *EmbedMetrics
 
 	// EmbeddingBaseURL and EmbeddingAPIKey default to BaseURL and APIKey
 	// when the embedding provider is the chat provider (one vendor for
@@ -286,6 +288,14 @@ func newEndpointChat(cfg Config, ep Endpoint, model string, retries int) (servic
 
 // NewEmbedder returns the embedder of cfg.EmbeddingProvider.
 func NewEmbedder(cfg Config) (service.Embedder, error) {
+	e, err := newEmbedder(cfg)
+	if err != nil || cfg.EmbedMetrics == nil {
+		return e, err
+	}
+	return measuredEmbedder{Embedder: e, m: cfg.EmbedMetrics}, nil
+}
+
+func newEmbedder(cfg Config) (service.Embedder, error) {
 	cfg = cfg.withDefaults()
 	if cfg.EmbeddingDim < 0 {
 		return nil, service.Errorf(service.ErrInvalid, "llm: embedding dimension %d is negative", cfg.EmbeddingDim)

@@ -56,39 +56,26 @@ func (c *Client) indexBody() map[string]any {
 	}
 }
 
-// EnsureIndex creates the first physical index behind the alias when the
-// alias does not exist yet. Two instances starting at once may both create
-// one; the loser's index is deleted again.
+// EnsureIndex creates the first physical index, with the alias on it in
+// the same request, when the alias does not exist yet. Instances starting
+// at once must call it under one lock (ragent's startup lock): otherwise
+// each may create an index and only one can hold the alias.
 func (c *Client) EnsureIndex(ctx context.Context) error {
 	err := c.do(ctx, http.MethodHead, "/_alias/"+c.Alias(), nil, nil)
 	if err == nil || !isStatus(err, http.StatusNotFound) {
 		return err
 	}
-	name, err := c.CreateIndex(ctx)
-	if err != nil {
-		return err
-	}
-	actions := []any{map[string]any{"add": map[string]any{"index": name, "alias": c.Alias(), "is_write_index": true}}}
-	if err := c.do(ctx, http.MethodPost, "/_aliases", map[string]any{"actions": actions}, nil); err != nil {
-		return err
-	}
-	// Another instance may have added the alias to its own index
-	// meanwhile: keep the oldest, drop the rest.
-	indexes, err := c.aliasIndexes(ctx, c.Alias())
-	if err != nil {
-		return err
-	}
-	for _, ix := range indexes[1:] {
-		if err := c.DeleteIndex(ctx, ix); err != nil {
-			return err
-		}
-	}
-	return nil
+	body := c.indexBody()
+	body["aliases"] = map[string]any{c.Alias(): map[string]any{"is_write_index": true}}
+	return c.do(ctx, http.MethodPut, "/"+c.indexName(), body, nil)
 }
+
+// indexName names a new physical index.
+func (c *Client) indexName() string { return fmt.Sprintf("%s_v%d", c.Alias(), time.Now().UnixNano()) }
 
 // CreateIndex creates a new, empty physical index and returns its name.
 func (c *Client) CreateIndex(ctx context.Context) (string, error) {
-	name := fmt.Sprintf("%s_v%d", c.Alias(), time.Now().UnixNano())
+	name := c.indexName()
 	return name, c.do(ctx, http.MethodPut, "/"+name, c.indexBody(), nil)
 }
 
@@ -136,97 +123,56 @@ func (c *Client) writeAliases(ctx context.Context) ([]string, error) {
 }
 
 // Index writes chunks to the live index and, during a rebuild, to the
-// next one, in one bulk request; they are searchable when it returns.
-// Writing a chunk again overwrites it (its _id is the chunk id).
+// next one, in bulk requests shared with concurrent callers; it returns
+// once OpenSearch has indexed them, and they turn searchable at the index's
+// next refresh (refresh_interval, 1 s unless an operator's template sets
+// another), without waiting for it. Writing a chunk again overwrites it
+// (its _id is the chunk id). A chunk too large for any bulk request is an
+// error wrapping service.ErrPermanent.
 func (c *Client) Index(ctx context.Context, docs []service.SearchDoc) error {
-	if len(docs) == 0 {
-		return nil
+	return c.bulk.submit(ctx, &call{items: c.indexItems(docs)})
+}
+
+// IndexSearchable is Index, returning only once the chunks are searchable
+// (the bulk request waits for the refresh): a replacement's new chunks,
+// written before the commit that removes the old ones from Postgres.
+func (c *Client) IndexSearchable(ctx context.Context, docs []service.SearchDoc) error {
+	return c.bulk.submit(ctx, &call{items: c.indexItems(docs), visible: true})
+}
+
+// DeleteChunks removes chunks by id from the live and the next index (a
+// chunk already gone counts as removed). Unlike DeleteDocument it finds
+// them without a search, so it also removes chunks written so recently
+// that no refresh has made them searchable yet.
+func (c *Client) DeleteChunks(ctx context.Context, ids []service.ID) error {
+	items := make([]item, len(ids))
+	for i, id := range ids {
+		items[i] = item{id: strconv.FormatInt(int64(id), 10)}
 	}
-	aliases, err := c.writeAliases(ctx)
-	if err != nil {
-		return err
+	return c.bulk.submit(ctx, &call{items: items})
+}
+
+// indexItems encodes chunks as the index's documents.
+func (c *Client) indexItems(docs []service.SearchDoc) []item {
+	items := make([]item, 0, len(docs))
+	for _, d := range docs {
+		src := map[string]any{fieldChunk: d.ChunkID, fieldDocument: d.DocumentID, fieldKB: d.KnowledgeBaseID,
+			fieldGeneration: d.Generation, fieldTerms: strings.Join(d.Terms, " ")}
+		it := item{id: strconv.FormatInt(int64(d.ChunkID), 10)}
+		if c.cfg.Vectors && d.Space != "" && len(d.Vector) > 0 {
+			it.vecField, it.dim = vectorField(d.Space), len(d.Vector)
+			src[it.vecField] = d.Vector
+		}
+		// A map of numbers, strings and floats always encodes.
+		it.src, _ = json.Marshal(src)
+		items = append(items, it)
 	}
-	if err := c.ensureVectorFields(ctx, aliases, docs); err != nil {
-		return err
-	}
-	return c.bulk(ctx, aliases, docs, "/_bulk?require_alias=true&refresh=wait_for")
+	return items
 }
 
 // vectorField names the knn_vector field of an embedding space (its key
 // is 16 hex digits).
 func vectorField(space string) string { return "vec_" + space }
-
-// ensureVectorFields adds the knn_vector fields of docs' spaces to the
-// mappings of targets (a no-op for fields already there).
-func (c *Client) ensureVectorFields(ctx context.Context, targets []string, docs []service.SearchDoc) error {
-	if !c.cfg.Vectors {
-		return nil
-	}
-	fields := map[string]any{}
-	for _, d := range docs {
-		if d.Space == "" || len(d.Vector) == 0 {
-			continue
-		}
-		fields[vectorField(d.Space)] = map[string]any{"type": "knn_vector", "dimension": len(d.Vector),
-			"method": map[string]any{"name": "hnsw", "engine": "lucene", "space_type": "cosinesimil",
-				"parameters": map[string]any{"m": 16, "ef_construction": 64}}}
-	}
-	if len(fields) == 0 {
-		return nil
-	}
-	return c.do(ctx, http.MethodPut, "/"+strings.Join(targets, ",")+"/_mapping", map[string]any{"properties": fields}, nil)
-}
-
-// bulk indexes docs into every target by a request to path.
-func (c *Client) bulk(ctx context.Context, aliases []string, docs []service.SearchDoc, path string) error {
-	var buf bytes.Buffer
-	enc := json.NewEncoder(&buf)
-	for _, alias := range aliases {
-		for _, d := range docs {
-			meta := map[string]any{"index": map[string]any{"_index": alias, "_id": strconv.FormatInt(int64(d.ChunkID), 10)}}
-			if err := enc.Encode(meta); err != nil {
-				return err
-			}
-			src := map[string]any{fieldChunk: d.ChunkID, fieldDocument: d.DocumentID, fieldKB: d.KnowledgeBaseID,
-				fieldGeneration: d.Generation, fieldTerms: strings.Join(d.Terms, " ")}
-			if c.cfg.Vectors && d.Space != "" && len(d.Vector) > 0 {
-				src[vectorField(d.Space)] = d.Vector
-			}
-			if err := enc.Encode(src); err != nil {
-				return err
-			}
-		}
-	}
-	return c.bulkRequest(ctx, path, buf.Bytes())
-}
-
-// bulkRequest sends an NDJSON bulk body and fails unless every item
-// succeeded (a delete of a document already gone counts as success).
-func (c *Client) bulkRequest(ctx context.Context, path string, body []byte) error {
-	var out struct {
-		Errors bool `json:"errors"`
-		Items  []map[string]struct {
-			Status int             `json:"status"`
-			Error  json.RawMessage `json:"error"`
-		} `json:"items"`
-	}
-	if err := c.do(ctx, http.MethodPost, path, body, &out); err != nil {
-		return err
-	}
-	if !out.Errors {
-		return nil
-	}
-	for _, item := range out.Items {
-		for op, r := range item {
-			if r.Status/100 != 2 && (op != "delete" || r.Status != http.StatusNotFound) {
-				// Retrying the whole request is idempotent; a rejected item
-				// (a full queue, an alias swapped away) says retry.
-				return fmt.Errorf("%w: bulk %s %d: %s", service.ErrSearchUnavailable, op, r.Status, r.Error)
-			}
-		}
-	}
-	return nil
-}
 
 // DeleteDocument removes document docID's chunks except those in keep
 // from the live and the next index: a deleted document (keep empty) or
@@ -244,8 +190,9 @@ func (c *Client) DeleteDocument(ctx context.Context, docID service.ID, keep []se
 	return c.deleteMatching(ctx, strings.Join(aliases, ","), query)
 }
 
-// DeleteChunks removes chunks by id from one physical index.
-func (c *Client) DeleteChunks(ctx context.Context, index string, ids []service.ID) error {
+// SweepChunks removes chunks by id from one physical index: the rebuild's
+// sweep.
+func (c *Client) SweepChunks(ctx context.Context, index string, ids []service.ID) error {
 	if len(ids) == 0 {
 		return nil
 	}
@@ -284,7 +231,7 @@ func (c *Client) deleteMatching(ctx context.Context, targets string, query map[s
 				return err
 			}
 		}
-		if err := c.bulkRequest(ctx, "/_bulk?refresh=wait_for", buf.Bytes()); err != nil {
+		if err := c.bulkAll(ctx, "/_bulk?refresh=wait_for", buf.Bytes(), len(hits)); err != nil {
 			return err
 		}
 		if len(hits) < deleteBatch {

@@ -18,8 +18,11 @@
 // Reads go through the alias named by the index prefix; writes go through
 // the alias and, while ragent reindex-search rebuilds, the "<prefix>_next"
 // alias of the index being built, both with require_alias so a write never
-// recreates a dropped index. Only net/http and encoding/json are used: the
-// few REST calls ragent makes do not justify a client library.
+// recreates a dropped index. Concurrent callers' chunk writes share bulk
+// requests of bounded size (bulk.go), which do not wait for a refresh
+// unless a caller asks (IndexSearchable). Only net/http and encoding/json
+// are used: the few REST calls ragent makes do not justify a client
+// library.
 //
 // A connection failure or a 5xx answer wraps service.ErrSearchUnavailable,
 // so a search fails with 503 rather than finding nothing.
@@ -27,6 +30,7 @@ package opensearch
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -57,7 +61,16 @@ type Config struct {
 	// Vectors keeps the chunks' vectors too, one knn_vector field (k-NN
 	// plugin, Lucene engine, cosine) per embedding space, for VectorSearch.
 	Vectors bool
-	// Client sends the requests; nil uses one with a 30 s timeout.
+	// Conns is the connections kept open to the cluster, sized to the
+	// goroutines that call it at once (ingestion and search-index workers,
+	// searches); 0 means 16. Go's default transport keeps 2, so a busier
+	// client would open and close connections all the time.
+	Conns int
+	// MaxBulkBytes and MaxBulkItems cap one bulk request; 0 takes
+	// DefaultMaxBulkBytes and DefaultMaxBulkItems.
+	MaxBulkBytes, MaxBulkItems int
+	// Client sends the requests; nil uses one with a 30 s timeout and a
+	// pool of Conns connections.
 	Client *http.Client
 }
 
@@ -67,6 +80,7 @@ type Client struct {
 	user, pass string
 	cfg        Config
 	http       *http.Client
+	bulk       *batcher
 }
 
 // New returns a client; it does not connect.
@@ -86,8 +100,13 @@ func New(cfg Config) (*Client, error) {
 	}
 	c.base = u.String()
 	if c.http == nil {
-		c.http = &http.Client{Timeout: 30 * time.Second}
+		conns := cmp.Or(max(cfg.Conns, 0), 16)
+		t := http.DefaultTransport.(*http.Transport).Clone()
+		t.MaxIdleConns, t.MaxIdleConnsPerHost, t.IdleConnTimeout = conns, conns, 90*time.Second
+		c.http = &http.Client{Timeout: 30 * time.Second, Transport: t}
 	}
+	c.bulk = &batcher{c: c, maxBytes: cmp.Or(max(cfg.MaxBulkBytes, 0), DefaultMaxBulkBytes),
+		maxItems: cmp.Or(max(cfg.MaxBulkItems, 0), DefaultMaxBulkItems)}
 	if c.cfg.K1 == 0 {
 		c.cfg.K1 = 0.9
 	}

@@ -1,14 +1,19 @@
 package opensearch
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"io"
 	"math/rand/v2"
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/ragent-go/ragent/internal/testenv"
 	"github.com/ragent-go/ragent/service"
@@ -119,7 +124,7 @@ func TestIndexSearchDelete(t *testing.T) {
 	if err := c.Ping(ctx); err != nil {
 		t.Fatal(err)
 	}
-	err := c.Index(ctx, []service.SearchDoc{
+	err := c.IndexSearchable(ctx, []service.SearchDoc{
 		doc(1, 10, 100, 1, "walrus", "ice", "walrus"),
 		doc(2, 10, 100, 1, "walrus", "clam", "clam", "clam", "sea", "sea"),
 		doc(3, 11, 100, 1, "ice", "floe"),
@@ -192,7 +197,7 @@ func TestRebuildSwapsAlias(t *testing.T) {
 	if err != nil || len(got) != 3 {
 		t.Fatalf("rebuilt index: %v %v", got, err)
 	}
-	if err := c.DeleteChunks(ctx, index, []service.ID{3}); err != nil {
+	if err := c.SweepChunks(ctx, index, []service.ID{3}); err != nil {
 		t.Fatal(err)
 	}
 	if err := c.FinishRebuild(ctx, index); err != nil {
@@ -228,7 +233,7 @@ func TestVectorSearch(t *testing.T) {
 	if got, err := c.VectorSearch(ctx, service.VectorQuery{KnowledgeBaseIDs: []service.ID{1}, Space: space, Vector: []float32{1, 0, 0}, Limit: 5}); err != nil || len(got) != 0 {
 		t.Fatalf("unknown space: %v %v", got, err)
 	}
-	err := c.Index(ctx, []service.SearchDoc{
+	err := c.IndexSearchable(ctx, []service.SearchDoc{
 		vec(1, 1, space, 1, 0, 0),
 		vec(2, 1, space, 0.6, 0.8, 0),
 		vec(3, 1, space, 0, 0, 1),
@@ -274,7 +279,7 @@ func TestVectorSearchDefaultCandidates(t *testing.T) {
 		}
 		docs[i] = d
 	}
-	if err := c.Index(ctx, docs); err != nil {
+	if err := c.IndexSearchable(ctx, docs); err != nil {
 		t.Fatal(err)
 	}
 	if err := c.do(ctx, http.MethodPost, "/"+c.Alias()+"/_forcemerge?max_num_segments=1", nil, nil); err != nil {
@@ -292,5 +297,128 @@ func TestVectorSearchDefaultCandidates(t *testing.T) {
 	}
 	if len(missed) > 0 {
 		t.Fatalf("%d of 300 vectors do not find themselves first: %v", len(missed), missed)
+	}
+}
+
+// bulkRecorder passes requests to the test node and records the bodies of
+// the bulk ones; block, when set, holds every bulk request until closed,
+// and tooLarge answers 413 to bulk bodies above it (what the node does
+// above its http.max_content_length, 100 MB, which a test cannot afford to
+// send).
+type bulkRecorder struct {
+	mu       sync.Mutex
+	sizes    []int
+	block    chan struct{}
+	tooLarge int
+}
+
+func (r *bulkRecorder) RoundTrip(req *http.Request) (*http.Response, error) {
+	if !strings.HasPrefix(req.URL.Path, "/_bulk") {
+		return http.DefaultTransport.RoundTrip(req)
+	}
+	body, err := io.ReadAll(req.Body)
+	if err != nil {
+		return nil, err
+	}
+	r.mu.Lock()
+	r.sizes = append(r.sizes, len(body))
+	r.mu.Unlock()
+	if r.block != nil {
+		<-r.block
+	}
+	if r.tooLarge > 0 && len(body) > r.tooLarge {
+		return &http.Response{StatusCode: http.StatusRequestEntityTooLarge, Body: io.NopCloser(strings.NewReader("")),
+			Header: http.Header{}, Request: req}, nil
+	}
+	req.Body = io.NopCloser(bytes.NewReader(body))
+	return http.DefaultTransport.RoundTrip(req)
+}
+
+func (r *bulkRecorder) requests() []int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.sizes)
+}
+
+// count is the documents the index holds, refreshed first.
+func count(t *testing.T, c *Client) int {
+	t.Helper()
+	ctx := context.Background()
+	if err := c.Refresh(ctx, c.Alias()); err != nil {
+		t.Fatal(err)
+	}
+	var out struct{ Count int }
+	if err := c.do(ctx, http.MethodGet, "/"+c.Alias()+"/_count", nil, &out); err != nil {
+		t.Fatal(err)
+	}
+	return out.Count
+}
+
+// Concurrent writers share bulk requests: while the first two requests are
+// held, the other writers queue, and all of them go out in one more.
+func TestBulkBatchesConcurrentWriters(t *testing.T) {
+	rec := &bulkRecorder{block: make(chan struct{})}
+	c := client(t, Config{Client: &http.Client{Transport: rec}})
+	const writers = 30
+	errs := make(chan error, writers)
+	for i := range writers {
+		go func() {
+			errs <- c.Index(context.Background(), []service.SearchDoc{doc(int64(i+1), int64(i+1), 1, 1, "walrus")})
+		}()
+	}
+	testenv.Eventually(t, 30*time.Second, "writers queued behind the held requests", func() bool {
+		c.bulk.mu.Lock()
+		defer c.bulk.mu.Unlock()
+		return c.bulk.flushing == bulkFlushes && len(c.bulk.queue) == writers-bulkFlushes
+	})
+	close(rec.block)
+	for range writers {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := len(rec.requests()); n != bulkFlushes+1 {
+		t.Errorf("%d bulk requests for %d writers, want %d", n, writers, bulkFlushes+1)
+	}
+	if n := count(t, c); n != writers {
+		t.Errorf("index holds %d chunks, want %d", n, writers)
+	}
+}
+
+// A write larger than the byte cap goes out in several requests under it;
+// one OpenSearch refuses as too large is split until it fits, and a single
+// chunk it refuses fails permanently instead of being retried forever.
+func TestBulkSplitsLargeWrites(t *testing.T) {
+	rec := &bulkRecorder{}
+	c := client(t, Config{MaxBulkBytes: 16 << 10, Client: &http.Client{Transport: rec}})
+	ctx := context.Background()
+	docs := make([]service.SearchDoc, 400)
+	for i := range docs {
+		docs[i] = doc(int64(i+1), 1, 1, 1, strings.Fields(strings.Repeat("walrus ", 20))...)
+	}
+	if err := c.Index(ctx, docs); err != nil {
+		t.Fatal(err)
+	}
+	sizes := rec.requests()
+	if len(sizes) < 4 || slices.Max(sizes) > 16<<10 {
+		t.Errorf("bulk request sizes %v, want several under %d bytes", sizes, 16<<10)
+	}
+	if n := count(t, c); n != len(docs) {
+		t.Errorf("index holds %d chunks, want %d", n, len(docs))
+	}
+
+	// The cluster refuses bodies over 8 KB; ragent's cap is above that.
+	rec = &bulkRecorder{tooLarge: 8 << 10}
+	c = client(t, Config{Client: &http.Client{Transport: rec}})
+	if err := c.Index(ctx, docs); err != nil {
+		t.Fatalf("split after 413: %v", err)
+	}
+	if n := count(t, c); n != len(docs) {
+		t.Errorf("index holds %d chunks after the 413 splits, want %d", n, len(docs))
+	}
+	huge := doc(1000, 2, 1, 1, strings.Fields(strings.Repeat("walrus ", 2000))...)
+	err := c.Index(ctx, []service.SearchDoc{doc(999, 2, 1, 1, "small"), huge})
+	if !errors.Is(err, service.ErrPermanent) || !errors.Is(err, service.ErrTooLarge) {
+		t.Fatalf("a chunk over the cluster's limit: %v, want a permanent too-large error", err)
 	}
 }

@@ -32,13 +32,22 @@ func (c *Client) BeginRebuild(ctx context.Context) (string, error) {
 // Backfill writes chunks into the physical index being rebuilt, without
 // waiting for them to be searchable (FinishRebuild refreshes once).
 func (c *Client) Backfill(ctx context.Context, index string, docs []service.SearchDoc) error {
-	if len(docs) == 0 {
+	items := c.indexItems(docs)
+	if len(items) == 0 {
 		return nil
 	}
-	if err := c.ensureVectorFields(ctx, []string{index}, docs); err != nil {
+	batch := make([]entry, len(items))
+	for i, it := range items {
+		batch[i] = entry{call: &call{}, item: it}
+	}
+	if err := c.ensureVectorFields(ctx, []string{index}, batch); err != nil {
 		return err
 	}
-	return c.bulk(ctx, []string{index}, docs, "/_bulk")
+	body, _, err := encodeBulk([]string{index}, batch)
+	if err != nil {
+		return err
+	}
+	return c.bulkAll(ctx, "/_bulk", body, len(batch))
 }
 
 // Refresh makes everything written to index searchable.

@@ -15,7 +15,7 @@ import (
 
 // deadRedis is a client whose server never answers (nothing listens on
 // port 1).
-func deadRedis(t testing.TB) *redis.Client {
+func deadRedis(t testing.TB) redis.UniversalClient {
 	c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", DialTimeout: 200 * time.Millisecond,
 		MaxRetries: -1, DialerRetries: 1})
 	t.Cleanup(func() { c.Close() })

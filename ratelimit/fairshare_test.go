@@ -185,3 +185,77 @@ func TestFairShareLevels(t *testing.T) {
 	blocker.Release()
 	assertDrained(t, rdb, l.keys)
 }
+
+// TestFairShareRunningCap checks MaxRunningPerUser across two instances: a
+// user holding the cap does not get a freed permit while another user below
+// it waits, even when its own request is ahead in the queue, and gets it as
+// soon as nobody below the cap waits; a user alone still takes every permit.
+func TestFairShareRunningCap(t *testing.T) {
+	t.Parallel()
+	rdb, prefix := cleanRedis(t)
+	cfg := Config{MaxConcurrent: 4, MaxRunningPerUser: 2, MaxWait: 30 * time.Second, Lease: 5 * time.Second,
+		PollInterval: 50 * time.Millisecond}
+	l0 := startLimiter(t, rdb, prefix, "chat", cfg)
+	l1 := startLimiter(t, testenv.Redis(t), prefix, "chat", cfg)
+	ctx := t.Context()
+
+	// Alone, a user takes all four permits: the cap applies only while
+	// another user waits.
+	for i := range 4 {
+		mustAcquire(t, []*Limiter{l0, l1}[i%2], fmt.Sprintf("alone-%d", i), "alone").Release()
+	}
+	var alone []*Permit
+	for i := range 4 {
+		alone = append(alone, mustAcquire(t, []*Limiter{l0, l1}[i%2], fmt.Sprintf("alone-held-%d", i), "alone"))
+	}
+	for _, p := range alone {
+		p.Release()
+	}
+
+	a1, a2 := mustAcquire(t, l0, "a1", "a"), mustAcquire(t, l1, "a2", "a")
+	c1, c2 := mustAcquire(t, l1, "c1", "c"), mustAcquire(t, l0, "c2", "c")
+	// a3 arrives with a's two permits as its level (2); b's third request
+	// has the same level and comes later, so the queue puts a3 ahead of it.
+	a3 := acquireQueued(ctx, l0, "a3", "a")
+	b1 := acquireQueued(ctx, l1, "b1", "b")
+	b2 := acquireQueued(ctx, l0, "b2", "b")
+	b3 := acquireQueued(ctx, l1, "b3", "b")
+	got, err := rdb.ZRange(ctx, l0.keys.queue, 0, -1).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{"b1", "b2", "a3", "b3"}; !slices.Equal(got, want) {
+		t.Fatalf("queue order %v, want %v", got, want)
+	}
+	granted := func(name string, ch <-chan acquired) *Permit {
+		t.Helper()
+		r := <-ch
+		if r.err != nil {
+			t.Fatalf("%s: %v", name, r.err)
+		}
+		return r.p
+	}
+	c1.Release()
+	pb1 := granted("b1", b1)
+	c2.Release()
+	pb2 := granted("b2", b2)
+
+	// b now holds one permit, a holds its cap: the permit b1 frees goes to
+	// b3, behind a3 in the queue.
+	pb1.Release()
+	select {
+	case r := <-a3:
+		t.Fatalf("a3 (its user at the cap) took the freed permit while b3 waited: %v", r.err)
+	case r := <-b3:
+		if r.err != nil {
+			t.Fatalf("b3: %v", r.err)
+		}
+		defer r.p.Release()
+	}
+	// With nobody below the cap waiting, a3 gets the next permit although
+	// a holds two already.
+	pb2.Release()
+	granted("a3", a3).Release()
+	a1.Release()
+	a2.Release()
+}

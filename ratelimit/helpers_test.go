@@ -62,7 +62,7 @@ func startLimiter(t testing.TB, rdb redis.UniversalClient, prefix, name string, 
 
 // cleanLimiter starts limiter name on a key prefix of the test's own (see
 // cleanRedis) and returns it with the test's client.
-func cleanLimiter(t testing.TB, name string, cfg Config) (*Limiter, *redis.Client) {
+func cleanLimiter(t testing.TB, name string, cfg Config) (*Limiter, redis.UniversalClient) {
 	t.Helper()
 	rdb, prefix := cleanRedis(t)
 	return startLimiter(t, rdb, prefix, name, cfg), rdb
@@ -78,20 +78,20 @@ func waitReady(t testing.TB, n *notifier) {
 }
 
 // cleanupKeys deletes every key under prefix when the test ends.
-func cleanupKeys(t testing.TB, rdb *redis.Client, prefix string) {
+func cleanupKeys(t testing.TB, rdb redis.UniversalClient, prefix string) {
 	t.Helper()
 	t.Cleanup(func() {
 		ctx := context.Background()
-		iter := rdb.Scan(ctx, 0, prefix+"*", 1000).Iterator()
-		for iter.Next(ctx) {
-			rdb.Del(ctx, iter.Val())
+		keys, _ := testenv.Keys(ctx, rdb, prefix+"*")
+		for _, k := range keys {
+			rdb.Del(ctx, k)
 		}
 	})
 }
 
 // cleanRedis returns the test's Redis client and a key prefix of its own,
 // whose keys are deleted when the test ends.
-func cleanRedis(t testing.TB) (*redis.Client, string) {
+func cleanRedis(t testing.TB) (redis.UniversalClient, string) {
 	t.Helper()
 	rdb, prefix := testenv.Redis(t), testenv.Prefix(t)
 	cleanupKeys(t, rdb, prefix)
@@ -100,7 +100,7 @@ func cleanRedis(t testing.TB) (*redis.Client, string) {
 
 // assertDrained checks that no permit, queue entry, marker or user count is
 // left behind under k.
-func assertDrained(t testing.TB, rdb *redis.Client, k keys) {
+func assertDrained(t testing.TB, rdb redis.UniversalClient, k keys) {
 	t.Helper()
 	ctx := context.Background()
 	for _, key := range []string{k.permits, k.queue, k.deadlines} {
@@ -113,7 +113,7 @@ func assertDrained(t testing.TB, rdb *redis.Client, k keys) {
 			t.Errorf("%s: left %v", key, m)
 		}
 	}
-	if markers := rdb.Keys(ctx, k.entry+"*").Val(); len(markers) != 0 {
+	if markers, _ := testenv.Keys(ctx, rdb, k.entry+"*"); len(markers) != 0 {
 		t.Errorf("entry markers left: %v", markers)
 	}
 }
@@ -125,7 +125,7 @@ type switchableClient struct {
 	*redis.Client
 	name  string
 	down  atomic.Bool
-	admin *redis.Client
+	admin redis.UniversalClient
 }
 
 func newSwitchableClient(t testing.TB) *switchableClient {
@@ -159,7 +159,7 @@ func (c *switchableClient) restore() { c.down.Store(false) }
 
 // killClients kills the server side of every connection named name (and only
 // those: other tests share this Redis).
-func killClients(t testing.TB, admin *redis.Client, name string) {
+func killClients(t testing.TB, admin redis.UniversalClient, name string) {
 	t.Helper()
 	ctx := context.Background()
 	list, err := admin.ClientList(ctx).Result()

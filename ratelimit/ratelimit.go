@@ -63,8 +63,9 @@ type Policy int
 const (
 	// PolicyReject fails the acquire with ErrUnavailable.
 	PolicyReject Policy = iota
-	// PolicyLocal falls back to an in-process semaphore of MaxConcurrent
-	// permits; the global bound holds again once Redis answers.
+	// PolicyLocal falls back to an in-process semaphore of this
+	// instance's share of MaxConcurrent (local.go), so the instances
+	// together stay within it; Redis' own bound holds again once it answers.
 	PolicyLocal
 )
 
@@ -97,9 +98,13 @@ type Config struct {
 	MaxWait          time.Duration
 	Lease            time.Duration
 	PollInterval     time.Duration
-	MaxQueue         int    // Limiter only
-	MaxQueuedPerUser int    // Limiter only
-	OnRedisError     Policy // Limiter only: a Semaphore always refuses
+	MaxQueue         int // Limiter only
+	MaxQueuedPerUser int // Limiter only
+	// MaxRunningPerUser is the running cap (Limiter only, 0 = none): a
+	// user holding that many permits is passed over while another user
+	// below it waits (lua/lib.lua); alone, a user still gets every permit.
+	MaxRunningPerUser int
+	OnRedisError      Policy // Limiter only: a Semaphore always refuses
 
 	// NoPubSub turns off the notification subscription, so waiters only
 	// poll. Releases still publish, for instances that do subscribe.
@@ -162,6 +167,9 @@ func (c Config) setup(rdb redis.UniversalClient, k keys, name string) (*metrics,
 // so every script's keys live in one Redis Cluster slot.
 type keys struct {
 	queue, seq, permits, entry, notify, users, owners, held, deadlines string
+
+	// instances are the live limiter instances (local.go).
+	instances string
 }
 
 func newKeys(prefix, name string) keys {
@@ -179,6 +187,7 @@ func newKeys(prefix, name string) keys {
 		owners:    base + "owners",
 		held:      base + "held",
 		deadlines: base + "deadlines",
+		instances: base + "instances",
 	}
 }
 
@@ -195,7 +204,7 @@ type Limiter struct {
 	keys  keys
 	m     *metrics
 	n     *notifier
-	local chan struct{} // the PolicyLocal fallback semaphore
+	local *localSemaphore // the PolicyLocal fallback
 
 	// downUntil (unix ns) skips Redis for a moment after it failed, so
 	// during an outage each Acquire does not first wait for the client's
@@ -210,12 +219,22 @@ func New(rdb redis.UniversalClient, prefix, name string, cfg Config) *Limiter {
 	k := newKeys(prefix, name)
 	m, n := cfg.setup(rdb, k, name)
 	return &Limiter{name: name, rdb: rdb, cfg: cfg, keys: k, m: m, n: n,
-		local: make(chan struct{}, cfg.MaxConcurrent)}
+		local: newLocalSemaphore(cfg.MaxConcurrent)}
 }
 
-// Run holds the notification subscription until ctx ends. Held permits stay
-// valid after it returns, until released.
-func (l *Limiter) Run(ctx context.Context) error { return l.n.run(ctx) }
+// Run holds the notification subscription until ctx ends; with PolicyLocal
+// it also keeps this instance counted among the live ones, which sets its
+// share of the permits while Redis is away. Held permits stay valid after
+// it returns, until released.
+func (l *Limiter) Run(ctx context.Context) error {
+	if l.cfg.OnRedisError == PolicyLocal {
+		beatCtx, stop := context.WithCancel(ctx)
+		done := make(chan struct{})
+		go func() { defer close(done); l.heartbeat(beatCtx) }()
+		defer func() { stop(); <-done }()
+	}
+	return l.n.run(ctx)
+}
 
 // Acquire waits for a permit for request requestID of user userID. The
 // request's place in the queue follows the fairness rule (package doc): the
@@ -355,7 +374,7 @@ func (l *Limiter) enqueue(ctx context.Context, id, user string, c Class) (claimR
 	v, err := enqueueScript.Run(ctx, l.rdb,
 		[]string{l.keys.seq, l.keys.queue, l.keys.permits, l.keys.users, l.keys.owners, l.keys.held, l.keys.deadlines, l.keys.entry},
 		id, user, l.max(c), l.cfg.Lease.Milliseconds(), ttl.Milliseconds(),
-		l.cfg.MaxQueue, l.cfg.MaxQueuedPerUser, headWindow, c.Level).Slice()
+		l.cfg.MaxQueue, l.cfg.MaxQueuedPerUser, headWindow, c.Level, max(l.cfg.MaxRunningPerUser, 0)).Slice()
 	if err != nil {
 		return claimReply{}, err
 	}
@@ -364,7 +383,7 @@ func (l *Limiter) enqueue(ctx context.Context, id, user string, c Class) (claimR
 
 func (l *Limiter) claim(ctx context.Context, id string, c Class) (claimReply, error) {
 	v, err := claimScript.Run(ctx, l.rdb, l.queueKeys(),
-		id, l.max(c), l.cfg.Lease.Milliseconds(), headWindow).Slice()
+		id, l.max(c), l.cfg.Lease.Milliseconds(), headWindow, max(l.cfg.MaxRunningPerUser, 0)).Slice()
 	if err != nil {
 		return claimReply{}, err
 	}
@@ -480,21 +499,31 @@ func (l *Limiter) abandon(ctx, waitCtx context.Context, id string, cause error) 
 
 // acquireLocal takes a permit from the in-process fallback semaphore.
 func (l *Limiter) acquireLocal(ctx, waitCtx context.Context) (*Permit, error) {
-	select {
-	case l.local <- struct{}{}:
-		return &Permit{release: func(context.Context) { <-l.local }, local: true}, nil
-	case <-waitCtx.Done():
+	if err := l.local.acquire(waitCtx); err != nil {
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
 		}
 		l.m.rejections.WithLabelValues(reasonTimeout).Inc()
 		return nil, ErrTimeout
 	}
+	return &Permit{release: func(context.Context) { l.local.release() }, local: true}, nil
 }
 
 func (l *Limiter) lease(id string) permitLease {
 	return permitLease{rdb: l.rdb, keys: l.keys, id: id,
 		duration: l.cfg.Lease, log: l.cfg.Logger, m: l.m}
+}
+
+// RetryAfter estimates when a refused request may find room: when the
+// oldest waiting request will have left the queue, served or refused at the
+// end of its MaxWait (at least a second; a second when nobody waits or
+// Redis does not answer).
+func (l *Limiter) RetryAfter(ctx context.Context) time.Duration {
+	st, err := l.Stats(ctx)
+	if err != nil || st.QueueLength == 0 {
+		return time.Second
+	}
+	return min(max(l.cfg.MaxWait-st.OldestWait, time.Second), l.cfg.MaxWait)
 }
 
 // Stats is a snapshot of a limiter's shared state, for the admin endpoint.

@@ -47,7 +47,8 @@ func (s *Store) ReplaceChunks(ctx context.Context, docID service.ID, generation 
 		if err != nil {
 			return err
 		}
-		if err := tx.removeChunks(row.ID, row.KbID); err != nil {
+		removed, err := tx.removeChunks(row.ID, row.KbID)
+		if err != nil {
 			return err
 		}
 		if err := tx.insertChunks(row.ID, row.KbID, generation, space, next, chunks); err != nil {
@@ -63,7 +64,7 @@ func (s *Store) ReplaceChunks(ctx context.Context, docID service.ID, generation 
 		if tx.search != nil {
 			// The document stays running until the search engine holds
 			// the new chunks (SearchIndexed).
-			return tx.searchChanged(row.ID, generation, `chunk_count = ?, error = '', reembedded_space = ?`, len(chunks), reembedded)
+			return tx.searchChanged(row.ID, generation, removed, `chunk_count = ?, error = '', reembedded_space = ?`, len(chunks), reembedded)
 		}
 		if err := tx.db.Exec(`UPDATE documents SET status = 'ready', error = '', chunk_count = ?,
 			reembedded_space = ?, updated_at = now() WHERE id = ?`, len(chunks), reembedded, row.ID).Error; err != nil {
@@ -143,26 +144,26 @@ func (s *Store) spaceRole(kbID int64, space, lock string) (next bool, err error)
 	return kb.role(kbID, space)
 }
 
-// removeChunks deletes every chunk of a document (any generation) and takes
-// them out of the keyword index and its statistics.
-func (s *Store) removeChunks(docID, kbID int64) error {
+// removeChunks deletes every chunk of a document (any generation), takes
+// them out of the keyword index and its statistics, and returns their ids.
+func (s *Store) removeChunks(docID, kbID int64) (intArray, error) {
 	var gone []struct {
 		ID        int64
 		TermCount int64
 	}
 	if err := s.db.Raw(`DELETE FROM chunks WHERE document_id = ? RETURNING id, term_count`, docID).
 		Scan(&gone).Error; err != nil {
-		return translate(err)
+		return nil, translate(err)
 	}
 	if len(gone) == 0 {
-		return nil
+		return nil, nil
 	}
 	ids := make(intArray, len(gone))
 	var terms int64
 	for i, g := range gone {
 		ids[i], terms = g.ID, terms+g.TermCount
 	}
-	return s.unindexChunks(kbID, ids, int64(len(gone)), terms)
+	return ids, s.unindexChunks(kbID, ids, int64(len(gone)), terms)
 }
 
 // DocumentChunks returns a document's chunks in order.

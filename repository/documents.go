@@ -118,11 +118,12 @@ func (s *Store) DeleteDocument(ctx context.Context, id service.ID) error {
 		if err := tx.db.Clauses(lockForUpdate).Take(&row, int64(id)).Error; err != nil {
 			return translate(err)
 		}
-		if err := tx.removeChunks(row.ID, row.KbID); err != nil {
+		removed, err := tx.removeChunks(row.ID, row.KbID)
+		if err != nil {
 			return err
 		}
 		if tx.search != nil {
-			if err := tx.searchChanged(row.ID, row.Generation, ""); err != nil {
+			if err := tx.searchChanged(row.ID, row.Generation, removed, ""); err != nil {
 				return err
 			}
 		}
@@ -255,4 +256,23 @@ func (s *Store) Requeue(ctx context.Context, d *service.Document, msg service.Ou
 		return tx.enqueue(msg)
 	})
 	return requeued, err
+}
+
+// DocumentCounts counts the live documents by status: the ingestion
+// dashboard's gauge (one scan of documents per call, so callers poll it
+// every few tens of seconds, not per request).
+func (s *Store) DocumentCounts(ctx context.Context) (map[service.DocumentStatus]int64, error) {
+	var rows []struct {
+		Status string
+		N      int64
+	}
+	err := s.conn(ctx).Raw(`SELECT status, count(*) AS n FROM documents WHERE deleted_at IS NULL GROUP BY status`).Scan(&rows).Error
+	if err != nil {
+		return nil, translate(err)
+	}
+	out := make(map[service.DocumentStatus]int64, len(rows))
+	for _, r := range rows {
+		out[service.DocumentStatus(r.Status)] = r.N
+	}
+	return out, nil
 }

@@ -165,9 +165,17 @@ func (s *Store) DeleteKnowledgeBase(ctx context.Context, id service.ID) error {
 		if err := found(db.Delete(&knowledgeBaseRow{}, int64(id))); err != nil {
 			return err
 		}
+		var gone []struct{ ID, DocumentID int64 }
+		if err := db.Raw("DELETE FROM chunks WHERE kb_id = ? RETURNING id, document_id", int64(id)).Scan(&gone).Error; err != nil {
+			return translate(err)
+		}
 		if tx.search != nil {
 			// The search engine's copies of the documents go too.
-			if err := tx.searchKnowledgeBase(int64(id)); err != nil {
+			removed := map[int64][]int64{}
+			for _, g := range gone {
+				removed[g.DocumentID] = append(removed[g.DocumentID], g.ID)
+			}
+			if err := tx.searchKnowledgeBase(int64(id), removed); err != nil {
 				return err
 			}
 		}
@@ -175,9 +183,6 @@ func (s *Store) DeleteKnowledgeBase(ctx context.Context, id service.ID) error {
 			return translate(err)
 		}
 		if err := db.Exec("DELETE FROM kb_members WHERE kb_id = ?", int64(id)).Error; err != nil {
-			return translate(err)
-		}
-		if err := db.Exec("DELETE FROM chunks WHERE kb_id = ?", int64(id)).Error; err != nil {
 			return translate(err)
 		}
 		return tx.dropKeywordIndex(int64(id))

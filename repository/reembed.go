@@ -190,7 +190,7 @@ func (s *Store) FinishReembed(ctx context.Context, kbID service.ID, space string
 		}
 		if tx.search != nil {
 			// The search engine's vectors move too.
-			if err := tx.searchKnowledgeBase(kb.ID); err != nil {
+			if err := tx.searchKnowledgeBase(kb.ID, nil); err != nil {
 				return err
 			}
 		}

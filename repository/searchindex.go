@@ -13,7 +13,8 @@ import (
 
 // searchIndex is the configuration of an external search engine's mirror.
 type searchIndex struct {
-	nextID func() (service.ID, error) // ids of outbox rows
+	nextID  func() (service.ID, error) // ids of outbox rows
+	vectors bool                       // the engine keeps the vectors too
 }
 
 // UseSearchIndex makes the store mirror chunk changes to an external search
@@ -21,16 +22,22 @@ type searchIndex struct {
 // DeleteDocument then queue a service.SearchIndexMessage in their
 // transaction and mark the document's copy behind (search_pending_since),
 // and ReplaceChunks leaves the document running until SearchIndexed says
-// the engine holds its chunks. nextID numbers the outbox rows. Call it
-// before the store is shared.
-func (s *Store) UseSearchIndex(nextID func() (service.ID, error)) {
-	s.search = &searchIndex{nextID: nextID}
+// the engine holds its chunks. nextID numbers the outbox rows; vectors
+// says the engine keeps the chunks' vectors (otherwise the chunks read for
+// it come without them). Call it before the store is shared.
+func (s *Store) UseSearchIndex(nextID func() (service.ID, error), vectors bool) {
+	s.search = &searchIndex{nextID: nextID, vectors: vectors}
 }
 
 // SearchIndexMessage is the outbox row of a change to document docID's
-// chunks at generation.
-func SearchIndexMessage(id, docID service.ID, generation int) (service.OutboxMessage, error) {
-	body, err := json.Marshal(service.SearchIndexMessage{DocumentID: docID, Generation: generation})
+// chunks at generation that removed the chunks removed; listed says
+// removed is all of them (it is not for a re-queued message).
+func SearchIndexMessage(id, docID service.ID, generation int, removed []int64, listed bool) (service.OutboxMessage, error) {
+	msg := service.SearchIndexMessage{DocumentID: docID, Generation: generation, Listed: listed}
+	for _, r := range removed {
+		msg.Removed = append(msg.Removed, service.ID(r))
+	}
+	body, err := json.Marshal(msg)
 	if err != nil {
 		return service.OutboxMessage{}, err
 	}
@@ -40,8 +47,9 @@ func SearchIndexMessage(id, docID service.ID, generation int) (service.OutboxMes
 
 // searchChanged marks document docID's search-engine copy behind, with
 // set (extra "column = ?" assignments) and args applied in the same
-// statement, and queues the message that brings the copy up to date.
-func (s *Store) searchChanged(docID int64, generation int, set string, args ...any) error {
+// statement, and queues the message that brings the copy up to date and
+// removes the chunks removed.
+func (s *Store) searchChanged(docID int64, generation int, removed []int64, set string, args ...any) error {
 	if set != "" {
 		set += ", "
 	}
@@ -49,16 +57,16 @@ func (s *Store) searchChanged(docID int64, generation int, set string, args ...a
 	if err := s.db.Exec(`UPDATE documents SET `+set+`search_pending_since = now(), updated_at = now() WHERE id = ?`, args...).Error; err != nil {
 		return translate(err)
 	}
-	return s.enqueueSearch(docID, generation)
+	return s.enqueueSearch(docID, generation, removed, true)
 }
 
 // enqueueSearch queues the search-index message of a document.
-func (s *Store) enqueueSearch(docID int64, generation int) error {
+func (s *Store) enqueueSearch(docID int64, generation int, removed []int64, listed bool) error {
 	id, err := s.search.nextID()
 	if err != nil {
 		return err
 	}
-	m, err := SearchIndexMessage(id, service.ID(docID), generation)
+	m, err := SearchIndexMessage(id, service.ID(docID), generation, removed, listed)
 	if err != nil {
 		return err
 	}
@@ -67,9 +75,9 @@ func (s *Store) enqueueSearch(docID int64, generation int) error {
 
 // searchKnowledgeBase marks the search-engine copies of a knowledge base's
 // live documents behind and queues their messages: the knowledge base is
-// being deleted, or its vectors moved to another space, in this
-// transaction.
-func (s *Store) searchKnowledgeBase(kbID int64) error {
+// being deleted (removed holds its chunks by document), or its vectors moved
+// to another space, in this transaction.
+func (s *Store) searchKnowledgeBase(kbID int64, removed map[int64][]int64) error {
 	var rows []struct {
 		ID         int64
 		Generation int
@@ -79,7 +87,7 @@ func (s *Store) searchKnowledgeBase(kbID int64) error {
 		return translate(err)
 	}
 	for _, r := range rows {
-		if err := s.enqueueSearch(r.ID, r.Generation); err != nil {
+		if err := s.enqueueSearch(r.ID, r.Generation, removed[r.ID], true); err != nil {
 			return err
 		}
 	}
@@ -116,6 +124,23 @@ func (s *Store) DocumentSearchState(ctx context.Context, docID service.ID) (serv
 	return st, err
 }
 
+// SearchChunkIDs returns the ids of the chunks DocumentSearchState would
+// return now: the consumer's second read, which needs nothing else.
+func (s *Store) SearchChunkIDs(ctx context.Context, docID service.ID) ([]service.ID, error) {
+	var ids []int64
+	if err := s.conn(ctx).Raw(`SELECT c.id FROM chunks c
+		JOIN knowledge_bases kb ON kb.id = c.kb_id AND kb.deleted_at IS NULL
+		JOIN documents d ON d.id = c.document_id AND d.deleted_at IS NULL
+		WHERE c.document_id = ? ORDER BY c.id`, int64(docID)).Scan(&ids).Error; err != nil {
+		return nil, translate(err)
+	}
+	out := make([]service.ID, len(ids))
+	for i, id := range ids {
+		out[i] = service.ID(id)
+	}
+	return out, nil
+}
+
 // searchChunks reads the chunks matching where, with their knowledge base
 // alive, in id order, then applies limit (a LIMIT clause or "").
 func (s *Store) searchChunks(where, limit string, args ...any) ([]service.Chunk, error) {
@@ -126,7 +151,13 @@ func (s *Store) searchChunks(where, limit string, args ...any) ([]service.Chunk,
 		EmbeddingSpace       string
 		Embedding            *pgvector.HalfVector
 	}
-	if err := s.db.Raw(`SELECT c.id, c.document_id, c.kb_id, c.generation, c.content, c.section, c.embedding_space, c.embedding FROM chunks c
+	// Decoding a vector costs more than the rest of the row: only when the
+	// engine keeps them (or the store is not told, ragent reindex-search).
+	embedding := "c.embedding"
+	if s.search != nil && !s.search.vectors {
+		embedding = "NULL AS embedding"
+	}
+	if err := s.db.Raw(`SELECT c.id, c.document_id, c.kb_id, c.generation, c.content, c.section, c.embedding_space, `+embedding+` FROM chunks c
 		JOIN knowledge_bases kb ON kb.id = c.kb_id AND kb.deleted_at IS NULL
 		WHERE `+where+` ORDER BY c.id `+limit, args...).Scan(&rows).Error; err != nil {
 		return nil, translate(err)
@@ -168,6 +199,27 @@ func (s *Store) SearchIndexed(ctx context.Context, docID service.ID, generation 
 	})
 }
 
+// SearchFailed records that the search engine refused a document's state
+// for good (a chunk too large for any bulk request): a running generation
+// that state carried fails with reason, with its webhook events, and the
+// copy no longer counts as behind, so the reaper does not queue it again.
+func (s *Store) SearchFailed(ctx context.Context, docID service.ID, generation int, pendingSince time.Time, reason string) error {
+	return s.WithinTx(ctx, func(tx *Store) error {
+		res := tx.db.Exec(`UPDATE documents SET search_pending_since = NULL,
+			status = CASE WHEN status = 'running' AND generation = ? THEN 'failed' ELSE status END,
+			error = CASE WHEN status = 'running' AND generation = ? THEN ? ELSE error END,
+			updated_at = now()
+			WHERE id = ? AND search_pending_since = ?`, generation, generation, reason, int64(docID), pendingSince)
+		if res.Error != nil {
+			return translate(res.Error)
+		}
+		if res.RowsAffected == 0 {
+			return nil
+		}
+		return tx.documentEvent(int64(docID))
+	})
+}
+
 // RequeueSearchIndex queues the search-index message again for up to limit
 // documents whose search-engine copy has been behind since before cutoff
 // (the engine was down until their message was dead-lettered, or a
@@ -190,7 +242,9 @@ func (s *Store) RequeueSearchIndex(ctx context.Context, cutoff time.Time, limit 
 			return translate(err)
 		}
 		for _, r := range rows {
-			if err := tx.enqueueSearch(r.ID, r.Generation); err != nil {
+			// The removals of the lost message are found by the
+			// consumer's search for the document's other chunks.
+			if err := tx.enqueueSearch(r.ID, r.Generation, nil, false); err != nil {
 				return err
 			}
 		}

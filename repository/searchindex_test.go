@@ -2,6 +2,7 @@ package repository
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -25,7 +26,7 @@ func outboxTopics(t *testing.T, s *Store, topic string) int {
 // delete queues the removal.
 func TestSearchIndexLifecycle(t *testing.T) {
 	s, ctx := migrated(t)
-	s.UseSearchIndex(func() (service.ID, error) { return newID(), nil })
+	s.UseSearchIndex(func() (service.ID, error) { return newID(), nil }, true)
 	kb := seedKB(t, s, 4)
 	d := seedDoc(t, s, kb, "alpha beta")
 	if _, err := s.ClaimDocument(ctx, d.ID, 1); err != nil {
@@ -136,8 +137,49 @@ func TestMigrateSearchIndexColumn(t *testing.T) {
 	if err != nil || !st.Live || st.Generation != 1 || st.PendingSince != nil {
 		t.Fatalf("state: %+v %v", st, err)
 	}
-	s.UseSearchIndex(func() (service.ID, error) { return newID(), nil })
+	s.UseSearchIndex(func() (service.ID, error) { return newID(), nil }, true)
 	if n, err := s.RequeueSearchIndex(ctx, time.Now().Add(time.Hour), 10); err != nil || n != 0 {
 		t.Fatalf("requeue: %d %v", n, err)
+	}
+}
+
+// A replace's message lists the chunks it removed; SearchFailed fails the
+// running generation with its reason and stops the reaper's re-queue.
+func TestSearchIndexRemovedAndFailed(t *testing.T) {
+	s, ctx := migrated(t)
+	s.UseSearchIndex(func() (service.ID, error) { return newID(), nil }, false)
+	kb := seedKB(t, s, 4)
+	d := seedDoc(t, s, kb, "alpha beta")
+	old := chunk(0, "alpha", unit(4, 1), "alpha")
+	if err := s.ReplaceChunks(ctx, d.ID, 1, docSpace(t, s, d.ID), []service.Chunk{old}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.ReplaceChunks(ctx, d.ID, 1, docSpace(t, s, d.ID), []service.Chunk{chunk(0, "beta", unit(4, 1), "beta")}); err != nil {
+		t.Fatal(err)
+	}
+	var payloads []string
+	if err := s.db.Raw("SELECT convert_from(payload, 'UTF8') FROM outbox WHERE topic = ? ORDER BY id", service.SearchIndexTopic).
+		Scan(&payloads).Error; err != nil {
+		t.Fatal(err)
+	}
+	if all := strings.Join(payloads, "\n"); len(payloads) != 2 || strings.Count(all, `"listed":true`) != 2 ||
+		!strings.Contains(all, `"removed":["`+old.ID.String()+`"]`) {
+		t.Fatalf("search-index messages %v, want the replace's to list chunk %s", payloads, old.ID)
+	}
+	st, err := s.DocumentSearchState(ctx, d.ID)
+	if err != nil || len(st.Chunks) != 1 || st.Chunks[0].Embedding != nil {
+		t.Fatalf("state without vectors: %+v %v", st, err)
+	}
+	if _, err := s.ClaimDocument(ctx, d.ID, 1); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.SearchFailed(ctx, d.ID, 1, *st.PendingSince, "too large"); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := s.Document(ctx, d.ID); got.Status != service.DocumentFailed || got.Error != "too large" {
+		t.Fatalf("after SearchFailed: %s %q", got.Status, got.Error)
+	}
+	if n, err := s.RequeueSearchIndex(ctx, time.Now().Add(time.Hour), 10); err != nil || n != 0 {
+		t.Fatalf("requeue after SearchFailed: %d %v", n, err)
 	}
 }

@@ -4,9 +4,9 @@
 # NameServer + Broker; on request also the headless Chromium of the browser
 # tests, the local embedding model server and an OpenSearch node.
 #
-#   scripts/services.sh start  [postgres|redis|rocketmq|browser|clients|embedder|opensearch|tantivy|tools ...]
-#   scripts/services.sh stop   [postgres|redis|rocketmq|browser|clients|embedder|opensearch|tantivy|tools ...]
-#   scripts/services.sh status [postgres|redis|rocketmq|browser|clients|embedder|opensearch|tantivy|tools ...]
+#   scripts/services.sh start  [postgres|redis|redis-sentinel|redis-cluster|rocketmq|browser|clients|embedder|opensearch|tantivy|tools ...]
+#   scripts/services.sh stop   [postgres|redis|redis-sentinel|redis-cluster|rocketmq|browser|clients|embedder|opensearch|tantivy|tools ...]
+#   scripts/services.sh status [postgres|redis|redis-sentinel|redis-cluster|rocketmq|browser|clients|embedder|opensearch|tantivy|tools ...]
 #   scripts/services.sh install postgres|redis|rocketmq|embedder|opensearch ...
 #
 # `install` only installs (packages, the pgvector build, jars, the embedder's
@@ -22,6 +22,11 @@
 # `opensearch` (OpenSearch 2.19 from Maven Central jars, one node on
 # 127.0.0.1:9200 run as the system user ragent-opensearch) and `tantivy` (a
 # Python venv with the peer engine of scripts/scalebench.sh) only when named.
+# So are the replicated Redis topologies the test passes run against:
+# `redis-sentinel` (a primary on 127.0.0.1:6380, its replica on 6381 and
+# three Sentinels on 26379-26381 watching master name `ragent`) and
+# `redis-cluster` (three masters with a replica each on 7000-7005); both are
+# redis-server processes of their own, apart from the single node on 6379.
 # `start` is idempotent: on a warm machine it only checks and returns in
 # seconds. It needs root the first time (apt installs, the pgvector build,
 # the database role). When everything is up it prints the connection settings
@@ -45,7 +50,7 @@
 set -euo pipefail
 
 readonly ALL_SERVICES="postgres redis rocketmq"
-readonly KNOWN_SERVICES="$ALL_SERVICES browser clients embedder opensearch tantivy tools"
+readonly KNOWN_SERVICES="$ALL_SERVICES redis-sentinel redis-cluster browser clients embedder opensearch tantivy tools"
 SCRIPT_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 readonly SCRIPT_DIR
 
@@ -431,6 +436,281 @@ status_redis() {
 		echo "redis     down  127.0.0.1:$REDIS_PORT"
 		return 1
 	fi
+}
+
+# --- redis-sentinel and redis-cluster -----------------------------------------
+# The two replicated topologies of README "Running Redis in production", for
+# the test passes that run the Redis-backed suites against each (make test).
+# They use their own ports and state directories and never touch the single
+# node on $REDIS_PORT. Nothing is persisted (--save "", no AOF): a node that
+# restarts comes back empty, which is what a failover test wants to see.
+
+# redis_cmd PORT ARGS... runs redis-cli against 127.0.0.1:PORT.
+redis_cmd() {
+	local port=$1
+	shift
+	timeout 3 redis-cli -h 127.0.0.1 -p "$port" "$@" 2>/dev/null
+}
+
+redis_port_up() { [[ $(redis_cmd "$1" ping) == PONG ]]; }
+
+# redis_node DIR PORT ARGS... starts one redis-server on 127.0.0.1:PORT
+# with its log, pid file and working directory in DIR/PORT.
+redis_node() {
+	local dir=$1/$2 port=$2
+	shift 2
+	mkdir -p "$dir"
+	redis-server --daemonize yes --bind 127.0.0.1 --port "$port" \
+		--save "" --appendonly no --dir "$dir" \
+		--logfile "$dir/redis.log" --pidfile "$dir/redis.pid" "$@" >&2 || {
+		show_log_tail "$dir/redis.log"
+		die "redis-server on 127.0.0.1:$port failed to start"
+	}
+}
+
+# stop_redis_ports WHAT PORT... shuts down each of our nodes that answers.
+stop_redis_ports() {
+	local what=$1 port
+	shift
+	for port in "$@"; do
+		if redis_port_up "$port"; then
+			log "$what: shutting down 127.0.0.1:$port"
+			redis_cmd "$port" shutdown nosave >/dev/null || true
+			wait_until 10 bash -c "! timeout 2 bash -c 'exec 3<>/dev/tcp/127.0.0.1/$port' 2>/dev/null" ||
+				die "$what: 127.0.0.1:$port still answers"
+		fi
+	done
+}
+
+readonly SENTINEL_MASTER=ragent
+readonly SENTINEL_DATA_PORTS="6380 6381"
+readonly SENTINEL_PORTS="26379 26380 26381"
+readonly SENTINEL_STATE=$STATE_DIR/redis-sentinel
+# Sentinel declares a primary down after 2 s without an answer (its default
+# is 30 s), so a failover test sees the promotion within seconds.
+readonly SENTINEL_DOWN_AFTER_MS=${RAGENT_SENTINEL_DOWN_AFTER_MS:-2000}
+
+sentinel_addrs() {
+	local p out=()
+	for p in $SENTINEL_PORTS; do out+=("127.0.0.1:$p"); done
+	(
+		IFS=,
+		echo "${out[*]}"
+	)
+}
+
+# sentinel_master prints the primary's port as the first Sentinel that
+# answers knows it.
+sentinel_master() {
+	local p addr
+	for p in $SENTINEL_PORTS; do
+		addr=$(redis_cmd "$p" sentinel get-master-addr-by-name "$SENTINEL_MASTER" | tail -n1) || continue
+		[[ -n $addr ]] && {
+			echo "$addr"
+			return 0
+		}
+	done
+	return 1
+}
+
+# sentinel_ready: every process answers, and the Sentinels agree on a
+# primary that has its replica connected and a quorum of Sentinels behind it.
+sentinel_ready() {
+	local p
+	for p in $SENTINEL_DATA_PORTS $SENTINEL_PORTS; do redis_port_up "$p" || return 1; done
+	local master
+	master=$(sentinel_master) || return 1
+	[[ $(redis_cmd "$master" info replication) == *connected_slaves:1* ]] || return 1
+	for p in $SENTINEL_PORTS; do
+		[[ $(redis_cmd "$p" sentinel ckquorum "$SENTINEL_MASTER") == "OK 3 usable"* ]] || return 1
+	done
+}
+
+write_sentinel_config() {
+	local port=$1 dir=$SENTINEL_STATE/$1
+	mkdir -p "$dir"
+	cat >"$dir/sentinel.conf" <<CONF
+bind 127.0.0.1
+port $port
+daemonize yes
+dir $dir
+logfile $dir/sentinel.log
+pidfile $dir/sentinel.pid
+sentinel monitor $SENTINEL_MASTER 127.0.0.1 ${SENTINEL_DATA_PORTS%% *} 2
+sentinel down-after-milliseconds $SENTINEL_MASTER $SENTINEL_DOWN_AFTER_MS
+sentinel failover-timeout $SENTINEL_MASTER 10000
+sentinel parallel-syncs $SENTINEL_MASTER 1
+CONF
+}
+
+start_redis_sentinel() {
+	ensure_packages redis-server
+	if sentinel_ready; then
+		log "redis-sentinel: already up (primary on port $(sentinel_master), sentinels $(sentinel_addrs))"
+		return 0
+	fi
+	local p any=
+	for p in $SENTINEL_DATA_PORTS $SENTINEL_PORTS; do
+		if redis_port_up "$p"; then any=1; fi
+	done
+	if [[ -z $any ]]; then
+		# A cold start: fresh configurations, the first port the primary.
+		log "redis-sentinel: starting a primary, a replica and three Sentinels"
+		rm -rf "$SENTINEL_STATE"
+		local primary=${SENTINEL_DATA_PORTS%% *}
+		for p in $SENTINEL_DATA_PORTS; do
+			if [[ $p == "$primary" ]]; then
+				redis_node "$SENTINEL_STATE" "$p"
+			else
+				redis_node "$SENTINEL_STATE" "$p" --replicaof 127.0.0.1 "$primary"
+			fi
+		done
+		for p in $SENTINEL_PORTS; do
+			write_sentinel_config "$p"
+			redis-server "$SENTINEL_STATE/$p/sentinel.conf" --sentinel >&2 ||
+				die "redis-sentinel on 127.0.0.1:$p failed to start"
+		done
+	else
+		# Some processes are down (a failover test killed them): bring them
+		# back, data nodes as replicas of the primary the Sentinels know.
+		local master
+		master=$(sentinel_master) || master=${SENTINEL_DATA_PORTS%% *}
+		for p in $SENTINEL_DATA_PORTS; do
+			redis_port_up "$p" && continue
+			log "redis-sentinel: restarting 127.0.0.1:$p as a replica of $master"
+			redis_node "$SENTINEL_STATE" "$p" --replicaof 127.0.0.1 "$master"
+		done
+		for p in $SENTINEL_PORTS; do
+			redis_port_up "$p" && continue
+			log "redis-sentinel: restarting the Sentinel on 127.0.0.1:$p"
+			[[ -f $SENTINEL_STATE/$p/sentinel.conf ]] || write_sentinel_config "$p"
+			redis-server "$SENTINEL_STATE/$p/sentinel.conf" --sentinel >&2 ||
+				die "redis-sentinel on 127.0.0.1:$p failed to start"
+		done
+	fi
+	wait_until 60 sentinel_ready || {
+		for p in $SENTINEL_PORTS; do show_log_tail "$SENTINEL_STATE/$p/sentinel.log" 10; done
+		die "redis-sentinel: no agreed primary with a replica and a quorum within 60s"
+	}
+	log "redis-sentinel: up (primary on port $(sentinel_master), sentinels $(sentinel_addrs))"
+}
+
+stop_redis_sentinel() {
+	stop_redis_ports redis-sentinel $SENTINEL_PORTS $SENTINEL_DATA_PORTS
+}
+
+status_redis_sentinel() {
+	local p rc=0 master
+	master=$(sentinel_master) || master=none
+	for p in $SENTINEL_DATA_PORTS; do
+		local role=replica
+		[[ $master == "$p" ]] && role=primary
+		if redis_port_up "$p"; then
+			printf 'redis-sentinel  up    127.0.0.1:%s (%s)\n' "$p" "$role"
+		else
+			printf 'redis-sentinel  down  127.0.0.1:%s\n' "$p"
+			rc=1
+		fi
+	done
+	for p in $SENTINEL_PORTS; do
+		if redis_port_up "$p"; then
+			printf 'redis-sentinel  up    127.0.0.1:%s (sentinel)\n' "$p"
+		else
+			printf 'redis-sentinel  down  127.0.0.1:%s (sentinel)\n' "$p"
+			rc=1
+		fi
+	done
+	return "$rc"
+}
+
+readonly CLUSTER_PORTS="7000 7001 7002 7003 7004 7005"
+readonly CLUSTER_STATE=$STATE_DIR/redis-cluster
+# A master that does not answer for 2 s is failed over to its replica.
+readonly CLUSTER_NODE_TIMEOUT_MS=${RAGENT_CLUSTER_NODE_TIMEOUT_MS:-2000}
+
+cluster_addrs() {
+	local p out=()
+	for p in $CLUSTER_PORTS; do out+=("127.0.0.1:$p"); done
+	(
+		IFS=,
+		echo "${out[*]}"
+	)
+}
+
+cluster_ready() {
+	local p
+	for p in $CLUSTER_PORTS; do
+		[[ $(redis_cmd "$p" cluster info) == *cluster_state:ok* ]] || return 1
+	done
+	# Three masters, each with its replica.
+	[[ $(redis_cmd "${CLUSTER_PORTS%% *}" cluster nodes | grep -c slave) == 3 ]]
+}
+
+cluster_node() {
+	redis_node "$CLUSTER_STATE" "$1" --cluster-enabled yes --cluster-config-file nodes.conf \
+		--cluster-node-timeout "$CLUSTER_NODE_TIMEOUT_MS"
+}
+
+start_redis_cluster() {
+	ensure_packages redis-server
+	if cluster_ready; then
+		log "redis-cluster: already up ($(cluster_addrs))"
+		return 0
+	fi
+	local p down=()
+	for p in $CLUSTER_PORTS; do
+		redis_port_up "$p" || down+=("$p")
+	done
+	if ((${#down[@]} > 0 && ${#down[@]} < 6)); then
+		# Some nodes are down (a failover test killed them): they rejoin with
+		# their nodes.conf, a failed-over master as a replica.
+		for p in "${down[@]}"; do
+			log "redis-cluster: restarting 127.0.0.1:$p"
+			cluster_node "$p"
+		done
+		wait_until 30 cluster_ready && {
+			log "redis-cluster: up again ($(cluster_addrs))"
+			return 0
+		}
+		log "redis-cluster: did not recover (a master and its replica lost?); creating it anew"
+	fi
+	stop_redis_ports redis-cluster $CLUSTER_PORTS
+	rm -rf "$CLUSTER_STATE"
+	log "redis-cluster: starting three masters with a replica each"
+	local addrs=()
+	for p in $CLUSTER_PORTS; do
+		cluster_node "$p"
+		addrs+=("127.0.0.1:$p")
+	done
+	wait_until 30 bash -c "for p in $CLUSTER_PORTS; do [[ \$(timeout 3 redis-cli -p \$p ping 2>/dev/null) == PONG ]] || exit 1; done" ||
+		die "redis-cluster: the nodes did not answer PING within 30s"
+	redis-cli --cluster create "${addrs[@]}" --cluster-replicas 1 --cluster-yes >"$CLUSTER_STATE/create.log" 2>&1 || {
+		show_log_tail "$CLUSTER_STATE/create.log"
+		die "redis-cli --cluster create failed"
+	}
+	wait_until 60 cluster_ready || {
+		show_log_tail "$CLUSTER_STATE/${CLUSTER_PORTS%% *}/redis.log"
+		die "redis-cluster: cluster_state not ok on every node within 60s"
+	}
+	log "redis-cluster: up ($(cluster_addrs))"
+}
+
+stop_redis_cluster() {
+	stop_redis_ports redis-cluster $CLUSTER_PORTS
+}
+
+status_redis_cluster() {
+	local p rc=0 role
+	for p in $CLUSTER_PORTS; do
+		if redis_port_up "$p"; then
+			role=$(redis_cmd "$p" role | head -n1)
+			printf 'redis-cluster   up    127.0.0.1:%s (%s)\n' "$p" "$role"
+		else
+			printf 'redis-cluster   down  127.0.0.1:%s\n' "$p"
+			rc=1
+		fi
+	done
+	return "$rc"
 }
 
 # --- rocketmq -----------------------------------------------------------------
@@ -1240,6 +1520,15 @@ print_settings() {
 			echo "export RAGENT_REDIS_URL='redis://127.0.0.1:$REDIS_PORT/0'"
 			echo "export RAGENT_TEST_REDIS_URL='redis://127.0.0.1:$REDIS_PORT/15'"
 			;;
+		redis-sentinel)
+			# Test settings only: exported as RAGENT_REDIS_SENTINEL_* they
+			# would switch `make run` (and clash with redis-cluster's).
+			echo "export RAGENT_TEST_REDIS_SENTINEL_ADDRS='$(sentinel_addrs)'"
+			echo "export RAGENT_TEST_REDIS_SENTINEL_MASTER='$SENTINEL_MASTER'"
+			;;
+		redis-cluster)
+			echo "export RAGENT_TEST_REDIS_CLUSTER_ADDRS='$(cluster_addrs)'"
+			;;
 		rocketmq)
 			echo "export RAGENT_ROCKETMQ_NAMESRV='127.0.0.1:$RMQ_NAMESRV_PORT'"
 			echo "export RAGENT_TEST_ROCKETMQ_NAMESRV='127.0.0.1:$RMQ_NAMESRV_PORT'"
@@ -1275,7 +1564,7 @@ print_settings() {
 }
 
 usage() {
-	echo "usage: $0 start|stop|status|install [postgres|redis|rocketmq|browser|clients|embedder|opensearch|tantivy|tools ...]  (default: \$SERVICES or the three servers)" >&2
+	echo "usage: $0 start|stop|status|install [postgres|redis|redis-sentinel|redis-cluster|rocketmq|browser|clients|embedder|opensearch|tantivy|tools ...]  (default: \$SERVICES or the three servers)" >&2
 	exit 2
 }
 
@@ -1310,7 +1599,7 @@ main() {
 	start)
 		local started=$SECONDS
 		for svc in "${services[@]}"; do
-			"start_$svc"
+			"start_${svc//-/_}"
 		done
 		log "all up in $((SECONDS - started))s: ${services[*]}"
 		print_settings "${services[@]}"
@@ -1319,13 +1608,13 @@ main() {
 		# Reverse order: the broker before the NameServer, apps' deps last.
 		local i
 		for ((i = ${#services[@]} - 1; i >= 0; i--)); do
-			"stop_${services[i]}"
+			"stop_${services[i]//-/_}"
 		done
 		;;
 	status)
 		local rc=0
 		for svc in "${services[@]}"; do
-			"status_$svc" || rc=1
+			"status_${svc//-/_}" || rc=1
 		done
 		return "$rc"
 		;;

@@ -123,6 +123,10 @@ type IngestMessage struct {
 	// embedding space with this key (EmbeddingSpace.Key) instead of
 	// building them; its MQ key is "documentId:generation:reembed:key".
 	Reembed string `json:"reembed,omitempty"`
+	// TraceParent is the W3C traceparent of the span that queued the
+	// message (the upload, the reindex), so the worker's spans join the
+	// same trace; empty when tracing is off.
+	TraceParent string `json:"traceparent,omitempty"`
 }
 
 // OutboxMessage is a message stored with a business change in one

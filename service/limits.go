@@ -15,6 +15,9 @@ const (
 	// client's own system instructions there.
 	MaxHistoryMessageRunes = 16000
 	MaxInstructionRunes    = 8000
+	// MaxHistoryRunes bounds the history the model sees in total, stored
+	// (/api/v1/chat) or sent by the client: the newest messages that fit.
+	MaxHistoryRunes = 32000
 )
 
 // Limits is the JSON shape of the input limits.

@@ -16,6 +16,15 @@ const SearchIndexTopic = "ragent-search-index"
 type SearchIndexMessage struct {
 	DocumentID ID  `json:"documentId"`
 	Generation int `json:"generation"`
+	// Removed are the chunks the change took out of Postgres, removed from
+	// the engine by id: a search for them would miss those written too
+	// recently for a refresh to have made them searchable.
+	Removed []ID `json:"removed,omitempty"`
+	// Listed says Removed lists every chunk the change removed. A message
+	// without it (re-queued after the original was lost, or written
+	// before this field existed) makes the consumer search the engine for
+	// the document's leftovers instead.
+	Listed bool `json:"listed,omitempty"`
 }
 
 // SearchDoc is what an external search engine holds of one chunk: its

@@ -19,7 +19,7 @@ import (
 // within a test.
 const never = time.Hour
 
-func waitSubscribers(t *testing.T, rdb *redis.Client, channel string, want int64) {
+func waitSubscribers(t *testing.T, rdb redis.UniversalClient, channel string, want int64) {
 	t.Helper()
 	testenv.Eventually(t, 3*time.Second, fmt.Sprintf("%d subscribers on %s", want, channel), func() bool {
 		return rdb.PubSubNumSub(t.Context(), channel).Val()[channel] == want
@@ -230,7 +230,7 @@ func TestSubscriptionReconnectsAfterDrop(t *testing.T) {
 
 // subscriberID returns the id of the Pub/Sub connection of the client named
 // name, or "" while it has none.
-func subscriberID(t *testing.T, rdb *redis.Client, name string) string {
+func subscriberID(t *testing.T, rdb redis.UniversalClient, name string) string {
 	t.Helper()
 	list, err := rdb.ClientList(t.Context()).Result()
 	if err != nil {

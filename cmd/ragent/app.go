@@ -19,13 +19,16 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/redis/go-redis/v9"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/ragent-go/ragent/api"
 	"github.com/ragent-go/ragent/cache"
 	"github.com/ragent-go/ragent/idempotent"
 	"github.com/ragent-go/ragent/idgen"
 	"github.com/ragent-go/ragent/internal/demo"
+	"github.com/ragent-go/ragent/internal/redisconn"
 	"github.com/ragent-go/ragent/llm"
+	"github.com/ragent-go/ragent/mq"
 	"github.com/ragent-go/ragent/opensearch"
 	"github.com/ragent-go/ragent/ratelimit"
 	"github.com/ragent-go/ragent/repository"
@@ -44,13 +47,14 @@ type App struct {
 	cfg      Config
 	log      *slog.Logger
 	store    *repository.Store
-	rdb      *redis.Client
+	rdb      redis.UniversalClient
 	ids      *idgen.Generator
 	registry *prometheus.Registry
 	router   *api.Router
 	// metricsLn serves /metrics apart from the API (RAGENT_METRICS_ADDR);
-	// nil: /metrics is on the API's port.
+	// nil: "off".
 	metricsLn net.Listener
+	mqMetrics *mq.Metrics
 
 	// The knowledge use cases, for commands that drive them without HTTP
 	// (eval).
@@ -77,6 +81,15 @@ func newApp(ctx context.Context, cfg Config, log *slog.Logger) (_ *App, err erro
 	}()
 	a.registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 
+	// Traces: spans of chat turns and documents over OTLP when
+	// OTEL_EXPORTER_OTLP_ENDPOINT is set, none otherwise. Flushed last.
+	tp, shutdownTracing, err := newTracing(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	a.closers = append(a.closers, shutdownTracing)
+	tracer := func(pkg string) trace.Tracer { return tp.Tracer("github.com/ragent-go/ragent/" + pkg) }
+
 	// Postgres: the source of truth. Migrations and first-start bootstrap run
 	// under one advisory lock, so many instances can start at once.
 	a.store, err = repository.Open(ctx, cfg.DatabaseURL, repository.Config{Logger: log})
@@ -85,15 +98,11 @@ func newApp(ctx context.Context, cfg Config, log *slog.Logger) (_ *App, err erro
 	}
 	a.closers = append(a.closers, func(context.Context) error { return a.store.Close() })
 
-	// Redis: coordination state and caches.
-	opt, err := redis.ParseURL(cfg.RedisURL)
-	if err != nil {
-		return nil, fmt.Errorf("RAGENT_REDIS_URL: %w", err)
+	// Redis: coordination state and caches, one client for every mechanism,
+	// on a single node, behind Sentinel or a Cluster.
+	if a.rdb, err = redisconn.New(cfg.redisOptions()); err != nil {
+		return nil, fmt.Errorf("RAGENT_REDIS_*: %w", err)
 	}
-	// Fail fast when Redis is away: every Redis-backed mechanism degrades
-	// (DESIGN §11) and a request should not wait seconds for retries first.
-	opt.DialTimeout, opt.DialerRetries, opt.MaxRetries = 2*time.Second, 1, 1
-	a.rdb = redis.NewClient(opt)
 	a.closers = append(a.closers, func(context.Context) error { return a.rdb.Close() })
 	// Redis must never evict: attempt counters, leases and queues live there.
 	if err := checkRedisEviction(ctx, a.rdb, cfg.RedisAllowEviction, log); err != nil {
@@ -150,7 +159,7 @@ func newApp(ctx context.Context, cfg Config, log *slog.Logger) (_ *App, err erro
 	gate, runGate := newEmbedGate(a.rdb, cfg, a.registry, log)
 	a.runners = append(a.runners, runGate)
 	embedCfg := llmConfig(cfg, log)
-	embedCfg.EmbeddingGate = gate
+	embedCfg.EmbeddingGate, embedCfg.EmbedMetrics = gate, llm.NewEmbedMetrics(a.registry)
 	embedder, err := llm.NewEmbedder(embedCfg)
 	if err != nil {
 		return nil, fmt.Errorf("embedder: %w", err)
@@ -177,7 +186,9 @@ func newApp(ctx context.Context, cfg Config, log *slog.Logger) (_ *App, err erro
 		searchStore = openSearchStore{Store: a.store, os: osc}
 	}
 	searcher := retrieve.New(searchStore, access, queryEmbedders(embedder, space), reranker, retrieve.Config{
+		Tracer:         tracer("service/retrieve"),
 		MinVectorScore: cfg.SearchMinVectorScore, Fusion: retrieve.Fusion(cfg.SearchFusion), Logger: log,
+		MinRerankScore: cfg.RerankMinScore,
 	})
 	parser, closeParser, err := newParser(cfg, log)
 	if err != nil {
@@ -185,6 +196,8 @@ func newApp(ctx context.Context, cfg Config, log *slog.Logger) (_ *App, err erro
 	}
 	a.closers = append(a.closers, func(context.Context) error { return closeParser() })
 	ingestSvc := ingest.New(a.store, access, embedder, ids, audit, ingest.Config{
+		Registerer: a.registry, Tracer: tracer("service/ingest"),
+
 		MaxBytes:           cfg.UploadMaxBytes,
 		Limits:             ingest.Limits{MaxTextBytes: cfg.IngestMaxTextBytes, Timeout: cfg.IngestParseTimeout},
 		MaxChunks:          cfg.IngestMaxChunks,
@@ -205,8 +218,9 @@ func newApp(ctx context.Context, cfg Config, log *slog.Logger) (_ *App, err erro
 		WebhookDeliveryRetention: cfg.WebhookDeliveryRetention,
 	})
 	ingestSvc.EnableWebhooks(a.store, signing)
+	indexMetrics := newIndexMetrics(a.registry)
 	if osc != nil {
-		ingestSvc.EnableSearchIndex(a.store, osc)
+		ingestSvc.EnableSearchIndex(a.store, measuredIndex{osc, indexMetrics})
 	}
 	a.kbs, a.ingestSvc, a.searcher = kbs, ingestSvc, searcher
 	// Knowledge bases recorded in another embedding space move to the
@@ -232,13 +246,19 @@ func newApp(ctx context.Context, cfg Config, log *slog.Logger) (_ *App, err erro
 
 	// The MQ: the outbox relay and the reaper run on every instance; the
 	// ingestion consumer on workers.
+	topics := []string{service.IngestTopic}
+	if osc != nil {
+		topics = append(topics, service.SearchIndexTopic)
+	}
+	a.mqMetrics = mq.NewMetrics(a.registry, topics...)
+	a.registry.MustRegister(newDocumentStates(a.store, log))
 	q, err := newQueue(ctx, cfg, a.rdb, a)
 	if err != nil {
 		return nil, err
 	}
 	a.closers = append(a.closers, func(context.Context) error { q.close(); return nil })
 	a.runners = append(a.runners,
-		func(ctx context.Context) error { return ingestSvc.RunRelay(ctx, q.producer) },
+		func(ctx context.Context) error { return ingestSvc.RunRelay(ctx, a.mqMetrics.Producer(q.producer)) },
 		ingestSvc.RunReaper,
 		// The keyword compactor: every instance runs it, one works at a
 		// time (an advisory lock). A knowledge base's tail is merged once
@@ -250,18 +270,22 @@ func newApp(ctx context.Context, cfg Config, log *slog.Logger) (_ *App, err erro
 	)
 	if cfg.Role != "api" {
 		guard := idempotent.NewGuard(a.rdb, cfg.RedisPrefix, consumingTTL, consumedTTL, idem)
-		consumer, err := q.consumer(ingestGroup, service.IngestTopic, ingestHandler(ingestSvc, guard))
+		consumer, err := q.consumer(ingestGroup, service.IngestTopic, ingestHandler(ingestSvc, guard), 0)
 		if err != nil {
 			return nil, err
 		}
+		backlog := newBacklogCollector()
+		backlog.add(service.IngestTopic, ingestGroup, consumer)
 		a.runners = append(a.runners, consumer.Run, ingestSvc.RunFetcher, ingestSvc.RunWebhooks)
 		if osc != nil {
-			consumer, err := q.consumer(searchIndexGroup, service.SearchIndexTopic, searchIndexHandler(ingestSvc))
+			consumer, err := q.consumer(searchIndexGroup, service.SearchIndexTopic, searchIndexHandler(ingestSvc), searchIndexConcurrency)
 			if err != nil {
 				return nil, err
 			}
+			backlog.add(service.SearchIndexTopic, searchIndexGroup, consumer)
 			a.runners = append(a.runners, consumer.Run)
 		}
+		a.registry.MustRegister(backlog)
 	}
 
 	// Chat: the models (the primary endpoint and its fallbacks, with
@@ -284,7 +308,8 @@ func newApp(ctx context.Context, cfg Config, log *slog.Logger) (_ *App, err erro
 		l := ratelimit.New(a.rdb, cfg.RedisPrefix, "chat", ratelimit.Config{
 			MaxConcurrent: cfg.ChatMaxConcurrent, MaxWait: cfg.ChatMaxWait, Lease: cfg.ChatLease,
 			PollInterval: cfg.ChatPollInterval, MaxQueue: cfg.ChatMaxQueue, MaxQueuedPerUser: cfg.ChatMaxQueuedPerUser,
-			OnRedisError: policy, Logger: log, Registerer: a.registry,
+			MaxRunningPerUser: chatRunningCap(cfg),
+			OnRedisError:      policy, Logger: log, Registerer: a.registry,
 		})
 		a.runners = append(a.runners, l.Run)
 		limiter, limiterStats = chatLimiter{l}, l
@@ -300,8 +325,10 @@ func newApp(ctx context.Context, cfg Config, log *slog.Logger) (_ *App, err erro
 		Intents: intentCache, Terms: termCache,
 		Model: answerModel, FastModel: fastModel, IDs: ids,
 	}, chat.Config{
+		Tracer:               tracer("service/chat"),
 		RefuseWithoutSources: cfg.ChatEmptyRetrieval == "refuse",
 		AnswerModel:          cfg.LLMChatModel, FastModel: cfg.LLMFastModel, Logger: log,
+		MaxAnswerTokens: cfg.ChatMaxAnswerTokens,
 	})
 
 	// First start: the demo knowledge base, intents and term mappings, once
@@ -364,7 +391,7 @@ func newApp(ctx context.Context, cfg Config, log *slog.Logger) (_ *App, err erro
 		BodyTimeout:       cfg.HTTPBodyTimeout,
 		PingInterval:      cfg.SSEKeepAlive,
 		UploadBodyTimeout: cfg.HTTPUploadTimeout,
-		MetricsElsewhere:  cfg.MetricsAddr != "",
+		MetricsElsewhere:  !cfg.MetricsPublic,
 		Pingers:           a.pingers(q, osc),
 	})
 

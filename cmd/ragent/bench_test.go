@@ -110,7 +110,8 @@ func BenchmarkQueuedStreams(b *testing.B) {
 		"RAGENT_ADMIN_PASSWORD=admin-password", "RAGENT_DEMO=false", "RAGENT_LOG_LEVEL=error",
 		"RAGENT_LLM_PROVIDER=openai", "RAGENT_LLM_BASE_URL="+llm.URL(), "RAGENT_LLM_CHAT_MODEL=m",
 		"RAGENT_CHAT_MAX_CONCURRENT=1", "RAGENT_CHAT_MAX_WAIT=120s", "RAGENT_CHAT_MAX_QUEUE=5000",
-		"RAGENT_CHAT_MAX_QUEUED_PER_USER=5000", "RAGENT_CHAT_RATE_PER_MINUTE=0", "RAGENT_PPROF_ADDR=127.0.0.1:"+pprofPort)
+		"RAGENT_CHAT_MAX_QUEUED_PER_USER=5000", "RAGENT_CHAT_RATE_PER_MINUTE=0", "RAGENT_PPROF_ADDR=127.0.0.1:"+pprofPort,
+		"RAGENT_METRICS_ADDR=off", "RAGENT_METRICS_PUBLIC=true") // goMetrics reads the API port
 	cmd.Stderr = os.Stderr
 	if err := cmd.Start(); err != nil {
 		b.Fatal(err)

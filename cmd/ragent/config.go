@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/ragent-go/ragent/internal/redisconn"
 	"github.com/ragent-go/ragent/llm"
 )
 
@@ -18,9 +19,16 @@ import (
 // which the README table mirrors (TestConfigREADME).
 type Config struct {
 	HTTPAddr string
-	// MetricsAddr serves /metrics on its own listener (e.g. an address only
-	// the monitoring network reaches); empty: /metrics on HTTPAddr.
+	// MetricsAddr serves /metrics on its own listener (an address only the
+	// monitoring network reaches; loopback by default); "off": none.
 	MetricsAddr string
+	// MetricsPublic also serves /metrics on HTTPAddr, the public port.
+	MetricsPublic bool
+	// Tracing exports OpenTelemetry spans over OTLP: set when
+	// OTEL_EXPORTER_OTLP_ENDPOINT (or its _TRACES_ variant) is, unless
+	// OTEL_SDK_DISABLED=true or OTEL_TRACES_EXPORTER=none. The exporter reads
+	// the OTEL_* variables itself.
+	Tracing bool
 	// TrustedProxies are the peers whose X-Forwarded-For / X-Real-IP /
 	// X-Forwarded-Proto are believed. None by default: anyone can forge
 	// those headers, and the client IP keys the login guessing limit.
@@ -40,6 +48,12 @@ type Config struct {
 	DatabaseURL  string
 	RedisURL     string
 	RedisPrefix  string
+	// Sentinel or Cluster instead of the single node of RedisURL, which
+	// then supplies only the password, TLS and (Sentinel) database.
+	RedisSentinelAddrs    []string
+	RedisSentinelMaster   string
+	RedisSentinelPassword string
+	RedisClusterAddrs     []string
 
 	MQDriver        string // redis | rocketmq
 	RocketMQNamesrv string
@@ -79,6 +93,7 @@ type Config struct {
 	SearchMinVectorScore float64
 	RerankModel          string
 	RerankBaseURL        string
+	RerankMinScore       *float64 // nil: no minimum
 	EmbedProvider        string
 	EmbedModel           string
 	EmbedDim             int
@@ -146,9 +161,13 @@ type Config struct {
 	ChatOnRedisError     string // reject | local
 	ChatMaxQueue         int
 	ChatMaxQueuedPerUser int
-	ChatRatePerMinute    int    // chats a user may start per minute; 0 = no limit
-	APIKeyRatePerMinute  int    // requests one API key may make per minute; 0 = no limit
-	ChatEmptyRetrieval   string // chat | refuse
+	// ChatMaxRunningPerUser is the fair queue's running cap; 0 (unset) is
+	// max(1, ChatMaxConcurrent/2), see chatRunningCap.
+	ChatMaxRunningPerUser int
+	ChatRatePerMinute     int    // chats a user may start per minute; 0 = no limit
+	APIKeyRatePerMinute   int    // requests one API key may make per minute; 0 = no limit
+	ChatEmptyRetrieval    string // chat | refuse
+	ChatMaxAnswerTokens   int    // the answer model's max_tokens, every chat
 
 	APIKeyMaxTTL time.Duration // longest life of an API key, from its creation
 
@@ -225,6 +244,11 @@ func loadConfig(getenv func(string) string) (Config, error) {
 	if c.EmbedBaseURL == "" {
 		c.EmbedBaseURL = c.LLMBaseURL
 	}
+	if c.MetricsAddr == "off" {
+		c.MetricsAddr = ""
+	}
+	c.Tracing = (getenv("OTEL_EXPORTER_OTLP_ENDPOINT") != "" || getenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") != "") &&
+		!strings.EqualFold(getenv("OTEL_SDK_DISABLED"), "true") && getenv("OTEL_TRACES_EXPORTER") != "none"
 	if c.EmbedQueryBaseURL != "" && !slices.Contains([]string{"openai", "ollama", "mistral"}, c.EmbedProvider) {
 		errs = append(errs, fmt.Errorf("RAGENT_EMBEDDING_QUERY_BASE_URL needs RAGENT_EMBEDDING_PROVIDER openai, ollama or mistral, not %s", c.EmbedProvider))
 	}
@@ -262,6 +286,17 @@ func loadConfig(getenv func(string) string) (Config, error) {
 	return c, errors.Join(append(errs, c.validate()...)...)
 }
 
+// redisOptions says where Redis is (RAGENT_REDIS_URL and the Sentinel or
+// Cluster addresses).
+func (c Config) redisOptions() redisconn.Options {
+	return redisconn.Options{
+		URL:           c.RedisURL,
+		SentinelAddrs: c.RedisSentinelAddrs, SentinelMaster: c.RedisSentinelMaster,
+		SentinelPassword: c.RedisSentinelPassword,
+		ClusterAddrs:     c.RedisClusterAddrs,
+	}
+}
+
 func (c Config) validate() []error {
 	var errs []error
 	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
@@ -287,6 +322,14 @@ func (c Config) validate() []error {
 		if _, err := url.Parse(u); err != nil || !strings.Contains(u, "://") {
 			bad("%s: not a URL", name)
 		}
+	}
+	switch sentinel, cluster := len(c.RedisSentinelAddrs) > 0, len(c.RedisClusterAddrs) > 0; {
+	case sentinel && cluster:
+		bad("RAGENT_REDIS_SENTINEL_ADDRS and RAGENT_REDIS_CLUSTER_ADDRS are both set: Redis runs behind Sentinel or as a Cluster, set one")
+	case sentinel && c.RedisSentinelMaster == "":
+		bad("RAGENT_REDIS_SENTINEL_MASTER is required with RAGENT_REDIS_SENTINEL_ADDRS")
+	case !sentinel && (c.RedisSentinelMaster != "" || c.RedisSentinelPassword != ""):
+		bad("RAGENT_REDIS_SENTINEL_MASTER and RAGENT_REDIS_SENTINEL_PASSWORD need RAGENT_REDIS_SENTINEL_ADDRS")
 	}
 	if c.LLMProvider != "offline" && c.LLMChatModel == "" {
 		bad("RAGENT_LLM_CHAT_MODEL is required with RAGENT_LLM_PROVIDER=%s", c.LLMProvider)
@@ -314,6 +357,10 @@ func (c Config) validate() []error {
 		"RAGENT_WEBHOOK_MAX_ATTEMPTS": c.WebhookMaxAttempts, "RAGENT_WEBHOOK_CONCURRENCY": c.WebhookConcurrency,
 		"RAGENT_FETCH_CONCURRENCY": c.FetchConcurrency, "RAGENT_FETCH_PER_KB": c.FetchPerKB,
 		"RAGENT_LOGIN_MAX_FAILURES_PER_IP": c.LoginMaxFailuresPerIP,
+		"RAGENT_CHAT_MAX_ANSWER_TOKENS":    c.ChatMaxAnswerTokens,
+	}
+	if c.ChatMaxRunningPerUser < 0 {
+		bad("RAGENT_CHAT_MAX_RUNNING_PER_USER must be at least 1 (unset: half of RAGENT_CHAT_MAX_CONCURRENT)")
 	}
 	if c.ChatRatePerMinute < 0 {
 		bad("RAGENT_CHAT_RATE_PER_MINUTE must be 0 (no limit) or more")
@@ -418,4 +465,14 @@ const uploadMinRate = 128 << 10
 // the size cap takes at uploadMinRate (50 MiB: 30s + 400s).
 func defaultUploadTimeout(body time.Duration, maxBytes int64) time.Duration {
 	return body + time.Duration(maxBytes/uploadMinRate)*time.Second
+}
+
+// chatRunningCap is the fair queue's running cap: the setting, or by default
+// half the slots (at least one), so a user holding that many is passed over
+// while another user below it waits.
+func chatRunningCap(c Config) int {
+	if c.ChatMaxRunningPerUser > 0 {
+		return c.ChatMaxRunningPerUser
+	}
+	return max(1, c.ChatMaxConcurrent/2)
 }

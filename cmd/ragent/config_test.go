@@ -71,6 +71,11 @@ func TestConfigErrors(t *testing.T) {
 		{"zero text cap", []string{"RAGENT_INGEST_MAX_TEXT_BYTES", "0"}, "RAGENT_INGEST_MAX_TEXT_BYTES"},
 		{"zero chunk cap", []string{"RAGENT_INGEST_MAX_CHUNKS", "0"}, "RAGENT_INGEST_MAX_CHUNKS"},
 		{"zero parse timeout", []string{"RAGENT_INGEST_PARSE_TIMEOUT", "0s"}, "RAGENT_INGEST_PARSE_TIMEOUT"},
+		{"sentinel and cluster", []string{"RAGENT_REDIS_SENTINEL_ADDRS", "s:26379", "RAGENT_REDIS_SENTINEL_MASTER", "m",
+			"RAGENT_REDIS_CLUSTER_ADDRS", "n:6379"}, "RAGENT_REDIS_SENTINEL_ADDRS and RAGENT_REDIS_CLUSTER_ADDRS are both set"},
+		{"sentinel without a master", []string{"RAGENT_REDIS_SENTINEL_ADDRS", "s:26379"}, "RAGENT_REDIS_SENTINEL_MASTER is required"},
+		{"master without sentinels", []string{"RAGENT_REDIS_SENTINEL_MASTER", "m"}, "need RAGENT_REDIS_SENTINEL_ADDRS"},
+		{"address without a port", []string{"RAGENT_REDIS_CLUSTER_ADDRS", "n1:7000,n2"}, "RAGENT_REDIS_CLUSTER_ADDRS"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -87,7 +92,7 @@ func TestConfigHTTPEdge(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(c.TrustedProxies) != 0 || c.MetricsAddr != "" || c.HTTPBodyTimeout != 30*time.Second ||
+	if len(c.TrustedProxies) != 0 || c.MetricsAddr != "127.0.0.1:9464" || c.MetricsPublic || c.Tracing || c.HTTPBodyTimeout != 30*time.Second ||
 		c.HTTPUploadTimeout != 430*time.Second {
 		t.Fatalf("defaults: proxies %v, metrics %q, body %s, upload %s", c.TrustedProxies, c.MetricsAddr, c.HTTPBodyTimeout, c.HTTPUploadTimeout)
 	}
@@ -165,7 +170,11 @@ func TestConfigREADME(t *testing.T) {
 			if i < len(defs) {
 				def = defs[i]
 			}
-			documented[strings.Trim(name, "`")] = def
+			name = strings.Trim(name, "`")
+			if _, dup := documented[name]; dup {
+				t.Errorf("%s has more than one row in the README's configuration table", name)
+			}
+			documented[name] = def
 		}
 	}
 	var c Config

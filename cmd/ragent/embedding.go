@@ -42,7 +42,7 @@ type embedGate struct {
 }
 
 // newEmbedGate returns the gate and the limiter's notification runner.
-func newEmbedGate(rdb *redis.Client, cfg Config, reg prometheus.Registerer, log *slog.Logger) (*embedGate, func(context.Context) error) {
+func newEmbedGate(rdb redis.UniversalClient, cfg Config, reg prometheus.Registerer, log *slog.Logger) (*embedGate, func(context.Context) error) {
 	l := ratelimit.New(rdb, cfg.RedisPrefix, "embed", ratelimit.Config{
 		MaxConcurrent: cfg.EmbedConcurrency, MaxWait: documentWait, Lease: time.Minute,
 		// A Redis outage should not stop embedding: each instance then

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/ragent-go/ragent/internal/redisconn"
 )
 
 // embedConfig points the embedder at fake with a cap of concurrency calls.
@@ -19,12 +21,12 @@ func embedConfig(t testing.TB, fake *fakeEmbedServer, concurrency int) Config {
 	return cfg
 }
 
-func testRedis(t testing.TB, cfg Config) *redis.Client {
-	opt, err := redis.ParseURL(cfg.RedisURL)
+// testRedis returns a client on cfg's Redis, whatever its topology.
+func testRedis(t testing.TB, cfg Config) redis.UniversalClient {
+	rdb, err := redisconn.New(cfg.redisOptions())
 	if err != nil {
 		t.Fatal(err)
 	}
-	rdb := redis.NewClient(opt)
 	t.Cleanup(func() { rdb.Close() })
 	return rdb
 }

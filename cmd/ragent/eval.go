@@ -118,6 +118,9 @@ func evalCommand(ctx context.Context, cfg Config, log *slog.Logger, args []strin
 		}
 		fmt.Fprintf(stdout, "ingest documents=%d failed=%d chunks=%d seconds=%.1f chunks_per_s=%.1f\n",
 			st.Ready, st.Failed, st.Chunks, st.Elapsed.Seconds(), float64(st.Chunks)/st.Elapsed.Seconds())
+		if err := refreshSearch(ctx, cfg); err != nil {
+			return err
+		}
 	}
 
 	queries := ds.Queries
@@ -177,6 +180,9 @@ func reuseKnowledgeBase(ctx context.Context, a *App, opts evalOptions) (*service
 // the use cases directly.
 func startAll(ctx context.Context, cfg Config, log *slog.Logger, ln net.Listener) (a *App, stop func(), err error) {
 	cfg.Role = "all"
+	// A command's instance serves no metrics: a server on this host may
+	// hold RAGENT_METRICS_ADDR.
+	cfg.MetricsAddr = ""
 	if a, err = newApp(ctx, cfg, log); err != nil {
 		return nil, nil, err
 	}

@@ -92,3 +92,91 @@ func TestChatFairShareBetweenUsers(t *testing.T) {
 		t.Fatalf("admission order %q", order)
 	}
 }
+
+// TestChatRunningCapPerUser runs two instances with N = 4 and
+// RAGENT_CHAT_MAX_RUNNING_PER_USER = 2, with answers held until the test
+// lets them finish. User a holds two slots and queues a third request while
+// c holds the other two; b then asks three times: b's first question is told
+// position 1 and is served by the first slot that frees, not rejected. Its
+// third has the same level as a's queued one and arrived later, yet when b
+// is back to one slot it gets the slot b frees, because a is at the cap and
+// b is not; a's request gets the next one, once nobody below the cap waits.
+func TestChatRunningCapPerUser(t *testing.T) {
+	llm := newFakeLLM(t)
+	cfg := chatConfig(t, llm)
+	cfg.ChatMaxConcurrent, cfg.ChatMaxRunningPerUser, cfg.ChatMaxQueuedPerUser, cfg.ChatMaxWait = 4, 2, 3, 60*time.Second
+	ins := []*instance{start(t, cfg), start(t, cfg)}
+	admin := ins[0].login(t, "admin", "admin-password")
+	tokens := map[string]string{"a": admin}
+	for u, name := range map[string]string{"b": "bob", "c": "carol"} {
+		ins[0].createUser(t, admin, name, name+"-password", "user")
+		tokens[u] = ins[0].login(t, name, name+"-password")
+	}
+
+	var wg sync.WaitGroup
+	// ask sends user's question q and returns the position of its first
+	// queue event, or 0 once its answer started; the stream must end
+	// answered, never rejected.
+	ask := func(in *instance, user, q string) int {
+		queued := make(chan int, 1)
+		var once sync.Once
+		wg.Go(func() {
+			_, events := in.client(t, tokens[user]).chatStream(context.Background(), map[string]any{"question": q}, func(e sseEvent) bool {
+				if e.Name == "queue" {
+					pos, _ := e.json(t)["position"].(float64)
+					once.Do(func() { queued <- int(pos) })
+				}
+				return true
+			})
+			if got := collapse(events); got != "meta sources message finish done" && got != "meta queue sources message finish done" {
+				t.Errorf("%s: sequence %q", q, got)
+			}
+		})
+		select {
+		case pos := <-queued:
+			return pos
+		case got := <-llm.started:
+			if got != q {
+				t.Fatalf("answer %q started, want %q", got, q)
+			}
+			return 0
+		case <-time.After(30 * time.Second):
+			t.Fatalf("%s: neither queued nor started within 30 s", q)
+			return -1
+		}
+	}
+	q := func(user string, i int) string { return fmt.Sprintf("%s %d #gate", user, i) }
+	arrivals := []struct {
+		user string
+		i    int
+		want int // 0: started at once, else the first queue position
+	}{
+		{"a", 1, 0}, {"a", 2, 0}, {"c", 1, 0}, {"c", 2, 0},
+		{"a", 3, 1},                           // level 2: a holds two
+		{"b", 1, 1}, {"b", 2, 2}, {"b", 3, 3}, // levels 0, 1, 2: a 3 is ahead of b 3 but yields to it
+	}
+	for n, a := range arrivals {
+		if pos := ask(ins[n%2], a.user, q(a.user, a.i)); pos != a.want {
+			t.Fatalf("%s placed at %d, want %d", q(a.user, a.i), pos, a.want)
+		}
+	}
+	steps := []struct{ finish, admitted string }{
+		{q("c", 1), q("b", 1)}, // the newcomer, at position 1, gets the first free slot
+		{q("c", 2), q("b", 2)},
+		{q("b", 1), q("b", 3)}, // a holds its cap, b one slot: b's later request goes first
+		{q("b", 2), q("a", 3)}, // nobody below the cap waits: a gets its third slot
+	}
+	for _, s := range steps {
+		llm.open(s.finish)
+		if got := llm.nextStart(t); got != s.admitted {
+			t.Fatalf("after %q finished, %q was admitted, want %q", s.finish, got, s.admitted)
+		}
+	}
+	for _, s := range []string{q("a", 1), q("a", 2), q("a", 3), q("b", 3)} {
+		llm.open(s)
+	}
+	wg.Wait()
+	if m := llm.maxCalls.Load(); m > 4 {
+		t.Fatalf("%d model calls at once, limit 4", m)
+	}
+}

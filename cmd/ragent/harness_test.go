@@ -31,15 +31,18 @@ type instance struct {
 // and a unique Redis prefix, shared by every instance started from it.
 func testConfig(t testing.TB) Config {
 	t.Helper()
-	redisURL := testenv.RedisURL(t)
+	rdb := testenv.RedisOptions(t) // RAGENT_TEST_REDIS_TOPOLOGY's
 	env := map[string]string{
-		"RAGENT_DATABASE_URL":   testenv.FreshDatabase(t),
-		"RAGENT_REDIS_URL":      redisURL,
-		"RAGENT_REDIS_PREFIX":   testenv.Prefix(t),
-		"RAGENT_ADMIN_PASSWORD": "admin-password",
-		"RAGENT_DEMO":           "false",
-		"RAGENT_HTTP_ADDR":      "127.0.0.1:0",
-		"RAGENT_LOG_LEVEL":      "warn",
+		"RAGENT_DATABASE_URL":          testenv.FreshDatabase(t),
+		"RAGENT_REDIS_URL":             rdb.URL,
+		"RAGENT_REDIS_SENTINEL_ADDRS":  strings.Join(rdb.SentinelAddrs, ","),
+		"RAGENT_REDIS_SENTINEL_MASTER": rdb.SentinelMaster,
+		"RAGENT_REDIS_CLUSTER_ADDRS":   strings.Join(rdb.ClusterAddrs, ","),
+		"RAGENT_REDIS_PREFIX":          testenv.Prefix(t),
+		"RAGENT_ADMIN_PASSWORD":        "admin-password",
+		"RAGENT_DEMO":                  "false",
+		"RAGENT_HTTP_ADDR":             "127.0.0.1:0",
+		"RAGENT_LOG_LEVEL":             "warn",
 		// Tests send many chats and requests as one user; the rate limits
 		// have their own tests.
 		"RAGENT_CHAT_RATE_PER_MINUTE":    "0",
@@ -49,6 +52,10 @@ func testConfig(t testing.TB) Config {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Many instances per process: each its own metrics port. The tests read
+	// /metrics through the API port; TestMetricsPort checks the default
+	// (not there).
+	cfg.MetricsAddr, cfg.MetricsPublic = "127.0.0.1:0", true
 	return cfg
 }
 
@@ -114,10 +121,25 @@ type client struct {
 	t     testing.TB
 	base  string
 	token string
+	// refresh, on the OpenSearch backend, makes what the index holds
+	// searchable at once: a ready document's chunks are indexed, and
+	// searchable only after the index's next refresh (up to 1 s later).
+	refresh func()
 }
 
 func (in *instance) client(t testing.TB, token string) *client {
-	return &client{t: t, base: in.url, token: token}
+	c := &client{t: t, base: in.url, token: token}
+	if cfg := in.app.cfg; cfg.SearchBackend == "opensearch" {
+		c.refresh = func() {
+			// An error (OpenSearch cut away by a test) shows in the search
+			// that follows.
+			url := strings.TrimRight(cfg.OpenSearchURL, "/") + "/" + cfg.OpenSearchIndex + "/_refresh"
+			if resp, err := http.Post(url, "application/json", nil); err == nil {
+				resp.Body.Close()
+			}
+		}
+	}
+	return c
 }
 
 type response struct {
@@ -312,6 +334,9 @@ func (c *client) waitDone(id string, timeout time.Duration) docJSON {
 		d = c.document(id)
 		return d.Status == "ready" || d.Status == "failed"
 	})
+	if c.refresh != nil {
+		c.refresh()
+	}
 	return d
 }
 

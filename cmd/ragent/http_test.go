@@ -346,23 +346,3 @@ func TestChatStreamOutlivesBodyDeadline(t *testing.T) {
 		t.Fatalf("sequence %q, finish %s", collapse(events), finish.Data)
 	}
 }
-
-// RAGENT_METRICS_ADDR moves /metrics off the API port.
-func TestMetricsOnOwnAddress(t *testing.T) {
-	cfg := testConfig(t)
-	cfg.MetricsAddr = "127.0.0.1:0"
-	in := start(t, cfg)
-	if r := in.client(t, "").do("GET", "/metrics", nil); r.Status != http.StatusNotFound {
-		t.Fatalf("/metrics on the API port: %d, want 404", r.Status)
-	}
-	in.client(t, "").do("GET", "/healthz", nil)
-	resp, err := http.Get("http://" + in.app.metricsLn.Addr().String() + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	if resp.StatusCode != http.StatusOK || !bytes.Contains(b, []byte("ragent_http_requests_total")) {
-		t.Fatalf("metrics listener: %d %.200s", resp.StatusCode, b)
-	}
-}

@@ -19,7 +19,6 @@ import (
 	"github.com/ragent-go/ragent/mq"
 	"github.com/ragent-go/ragent/mq/redisstream"
 	"github.com/ragent-go/ragent/service"
-	"github.com/redis/go-redis/v9"
 	"golang.org/x/text/encoding/simplifiedchinese"
 )
 
@@ -351,9 +350,7 @@ func TestIngestSameMessageFiveTimes(t *testing.T) {
 	_, c, kb := ingestEnv(t, cfg)
 	d := c.uploadAccepted(kb, "redelivered.txt", []byte(strings.Repeat("Octopuses have three hearts and blue blood. ", 200)))
 
-	opt, _ := redis.ParseURL(cfg.RedisURL)
-	rdb := redis.NewClient(opt)
-	t.Cleanup(func() { rdb.Close() })
+	rdb := testRedis(t, cfg)
 	publishFiveTimes(t, redisstream.NewProducer(rdb, redisstream.ProducerConfig{Prefix: cfg.RedisPrefix}), d.ID)
 
 	worker := cfg
@@ -445,9 +442,7 @@ func TestUploadPermitIDsAreServerGenerated(t *testing.T) {
 	cfg.UploadMaxConcurrent = cap
 	cfg.UploadMaxWait = 500 * time.Millisecond
 	_, c, kb := ingestEnv(t, cfg)
-	opt, _ := redis.ParseURL(cfg.RedisURL)
-	rdb := redis.NewClient(opt)
-	t.Cleanup(func() { rdb.Close() })
+	rdb := testRedis(t, cfg)
 	permits := cfg.RedisPrefix + "{limiter:upload}:permits"
 
 	type upload struct {

@@ -73,6 +73,7 @@ func (f *fakeLLM) URL() string { return f.srv.URL + "/v1" }
 type fakeRequest struct {
 	Model          string `json:"model"`
 	Stream         bool   `json:"stream"`
+	MaxTokens      int    `json:"max_tokens"`
 	EnableThinking *bool  `json:"enable_thinking"`
 	ResponseFormat *struct {
 		Type string `json:"type"`

@@ -5,15 +5,22 @@ import (
 	"fmt"
 	"log/slog"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/ragent-go/ragent/service"
 )
 
-// requestIDHandler adds the request id carried by the context to each record.
+// requestIDHandler adds the request id carried by the context to each
+// record, and the trace and span ids of the context's span, if it has one,
+// so a log line leads to its trace.
 type requestIDHandler struct{ slog.Handler }
 
 func (h requestIDHandler) Handle(ctx context.Context, r slog.Record) error {
 	if id := service.RequestID(ctx); id != "" {
 		r.AddAttrs(slog.String("request_id", id))
+	}
+	if sc := trace.SpanContextFromContext(ctx); sc.IsValid() {
+		r.AddAttrs(slog.String("trace_id", sc.TraceID().String()), slog.String("span_id", sc.SpanID().String()))
 	}
 	return h.Handler.Handle(ctx, r)
 }

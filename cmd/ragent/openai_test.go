@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -188,7 +189,7 @@ func TestOpenAIChatCompletions(t *testing.T) {
 			key := key.forTest(t)
 			r := key.do("POST", "/v1/chat/completions", map[string]any{
 				"model": model, "messages": userMsg("How do I connect to the VPN?"),
-				"temperature": 0.2, "max_tokens": 100, "user": "someone", // accepted, ignored
+				"temperature": 0.2, "max_tokens": 100, "user": "someone", // accepted; max_tokens caps the answer
 			})
 			var res oaiChunk
 			r.json(t, &res)
@@ -511,6 +512,11 @@ func TestOpenAIQueue(t *testing.T) {
 		e := oaiError(t, response{Status: s.Status, Body: s.Body})
 		if s.Status != http.StatusTooManyRequests || e.Type != "rate_limit_error" || e.Code != "busy" || s.Header.Get("Retry-After") == "" || s.Header.Get("X-Ragent-Conversation") != "" {
 			t.Fatalf("stream=%v: %d %v %s", stream, s.Status, s.Header, s.Body)
+		}
+		// The queue's estimate, not a fixed second: the waiter ahead leaves
+		// the queue (served or refused) within its 60 s wait.
+		if secs, err := strconv.Atoi(s.Header.Get("Retry-After")); err != nil || secs < 10 || secs > 60 {
+			t.Fatalf("stream=%v: Retry-After %q, want the waiter's remaining wait (10..60 s)", stream, s.Header.Get("Retry-After"))
 		}
 	}
 

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"net/url"
@@ -264,4 +265,47 @@ func mustID(t *testing.T, s string) service.ID {
 		t.Fatal(err)
 	}
 	return id
+}
+
+// TestOpenSearchConcurrentStartOneIndex starts instances together on a
+// fresh index name: they create the index under the startup lock, so
+// exactly one physical index exists, with the alias on it.
+func TestOpenSearchConcurrentStartOneIndex(t *testing.T) {
+	cfg := openSearchConfig(t, "")
+	const n = 4
+	errs := make(chan error, n)
+	for range n {
+		go func() {
+			app, err := newApp(context.Background(), cfg, testLogger(t))
+			if err == nil {
+				t.Cleanup(func() { app.Close(context.Background()) })
+			}
+			errs <- err
+		}()
+	}
+	for range n {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	base := strings.TrimRight(cfg.OpenSearchURL, "/")
+	var indexes []struct{ Index string }
+	getJSON(t, base+"/_cat/indices/"+cfg.OpenSearchIndex+"_v*?format=json", &indexes)
+	var aliases map[string]any
+	getJSON(t, base+"/_alias/"+cfg.OpenSearchIndex, &aliases)
+	if len(indexes) != 1 || len(aliases) != 1 || aliases[indexes[0].Index] == nil {
+		t.Fatalf("%d instances made indexes %v with the alias on %v, want one index holding it", n, indexes, aliases)
+	}
+}
+
+func getJSON(t *testing.T, url string, out any) {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
+		t.Fatalf("%s: %v", url, err)
+	}
 }

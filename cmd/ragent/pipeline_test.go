@@ -60,8 +60,15 @@ func uploadOnce(base, token, kb, externalID, name string, content []byte) (strin
 // finds neither version or both: a search loop runs through the whole
 // replace and every answer holds exactly one version's chunk. A new version
 // that fails leaves the old one served, with the failure on the document.
+// On both search backends: OpenSearch indexes the new version before the
+// commit that takes the old one out of Postgres.
 func TestPipelineReplaceByExternalID(t *testing.T) {
-	in, c, kb := ingestEnv(t, testConfig(t))
+	t.Run("postgres", func(t *testing.T) { testReplaceByExternalID(t, testConfig(t)) })
+	t.Run("opensearch", func(t *testing.T) { testReplaceByExternalID(t, openSearchConfig(t, "")) })
+}
+
+func testReplaceByExternalID(t *testing.T, cfg Config) {
+	in, c, kb := ingestEnv(t, cfg)
 	version := func(n string) []byte {
 		// The filler makes some 60 more chunks, so ingesting a version
 		// takes long enough for the loops to search during it.

@@ -99,7 +99,8 @@ func scalebenchCommand(ctx context.Context, cfg Config, log *slog.Logger, args [
 		return fmt.Errorf("scalebench: create knowledge base: %w", err)
 	}
 	env := scalebench.Env{Store: a.store, IDs: idSource{a.ids}, Embedder: embedder, Searcher: a.searcher, Ingester: a.ingestSvc,
-		KB: kb.ID, Space: kb.Space().Key(), HTTP: scalebench.OverHTTP(&http.Client{}, base, token, kb.ID)}
+		KB: kb.ID, Space: kb.Space().Key(), HTTP: scalebench.OverHTTP(&http.Client{}, base, token, kb.ID),
+		Refresh: func(ctx context.Context) error { return refreshSearch(ctx, cfg) }}
 	if opt.GrowthPasses > 0 {
 		name += "-baseline"
 		baseline, err := a.kbs.Create(ctx, service.SystemPrincipal(), admin.KnowledgeBaseInput{Name: &name, ChunkSize: &size})

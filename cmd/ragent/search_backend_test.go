@@ -32,7 +32,7 @@ func forEachBackend(t *testing.T, f func(t *testing.T, cfg Config)) {
 // openSearchConfig is testConfig on the OpenSearch backend with an index of
 // its own, deleted when the test ends; through, when set, replaces the
 // node's address (a testenv.Proxy in front of it).
-func openSearchConfig(t *testing.T, through string) Config {
+func openSearchConfig(t testing.TB, through string) Config {
 	t.Helper()
 	cfg := testConfig(t)
 	base := testenv.OpenSearchURL(t)

@@ -10,6 +10,8 @@ import (
 
 	"github.com/ragent-go/ragent/api"
 	"github.com/ragent-go/ragent/mq"
+	"github.com/ragent-go/ragent/mq/redisstream"
+	"github.com/ragent-go/ragent/mq/rocketmq"
 	"github.com/ragent-go/ragent/opensearch"
 	"github.com/ragent-go/ragent/repository"
 	"github.com/ragent-go/ragent/service"
@@ -20,15 +22,40 @@ import (
 // searchIndexGroup is the consumer group that mirrors chunks to OpenSearch.
 const searchIndexGroup = "ragent-search-indexer"
 
+// searchIndexConcurrency is the search-index handlers running at once per
+// instance. A handler mostly waits (two Postgres reads, a bulk write it
+// shares with the others, a commit), so more of them than ingestion
+// handlers keep up with ingestion, and their writes share bulk requests.
+const searchIndexConcurrency = 16
+
+// openSearchConns is the connections kept open to OpenSearch: one per
+// ingestion handler (which writes a replacement's chunks) and search-index
+// handler, and 12 for searches.
+const openSearchConns = max(redisstream.DefaultConcurrency, rocketmq.DefaultConcurrency) + searchIndexConcurrency + 12
+
 // newOpenSearch is the OpenSearch client of the configuration, with ragent's
 // BM25 parameters for the indexes it creates.
 func newOpenSearch(cfg Config) (*opensearch.Client, error) {
 	c, err := opensearch.New(opensearch.Config{URL: cfg.OpenSearchURL, Index: cfg.OpenSearchIndex,
-		K1: retrieve.DefaultK1, B: retrieve.DefaultB, Vectors: cfg.OpenSearchVectors})
+		K1: retrieve.DefaultK1, B: retrieve.DefaultB, Vectors: cfg.OpenSearchVectors, Conns: openSearchConns})
 	if err != nil {
 		return nil, fmt.Errorf("RAGENT_OPENSEARCH_URL / RAGENT_OPENSEARCH_INDEX: %w", err)
 	}
 	return c, nil
+}
+
+// refreshSearch makes every ready document searchable at once on the
+// OpenSearch backend (a ready document's chunks are indexed, searchable at
+// the next refresh), for the commands that search right after ingesting.
+func refreshSearch(ctx context.Context, cfg Config) error {
+	if cfg.SearchBackend != "opensearch" {
+		return nil
+	}
+	osc, err := newOpenSearch(cfg)
+	if err != nil {
+		return err
+	}
+	return osc.Refresh(ctx, osc.Alias())
 }
 
 // openSearchStore is the retrieval store of RAGENT_SEARCH_BACKEND=opensearch:
@@ -41,12 +68,26 @@ type openSearchStore struct {
 	os *opensearch.Client
 }
 
+// The engine is asked for twice the results: some of its hits may be
+// chunks Postgres no longer has, or does not have yet (a replacement's new
+// generation is indexed before its commit), which ChunkResults drops.
 func (s openSearchStore) KeywordSearch(ctx context.Context, q service.KeywordQuery) ([]service.SearchResult, error) {
+	limit := q.Limit
+	q.Limit *= 2
 	hits, err := s.os.KeywordSearch(ctx, q)
 	if err != nil {
 		return nil, err
 	}
-	return s.ChunkResults(ctx, hits)
+	return s.rows(ctx, hits, limit)
+}
+
+// rows are the first limit hits Postgres has, with their rows.
+func (s openSearchStore) rows(ctx context.Context, hits []service.SearchResult, limit int) ([]service.SearchResult, error) {
+	out, err := s.ChunkResults(ctx, hits)
+	if err != nil {
+		return nil, err
+	}
+	return out[:min(len(out), limit)], nil
 }
 
 // VectorSearch runs in OpenSearch with RAGENT_OPENSEARCH_VECTORS, in
@@ -55,11 +96,13 @@ func (s openSearchStore) VectorSearch(ctx context.Context, q service.VectorQuery
 	if !s.os.Vectors() {
 		return s.Store.VectorSearch(ctx, q)
 	}
+	limit := q.Limit
+	q.Limit *= 2
 	hits, err := s.os.VectorSearch(ctx, q)
 	if err != nil {
 		return nil, err
 	}
-	return s.ChunkResults(ctx, hits)
+	return s.rows(ctx, hits, limit)
 }
 
 // searchIndexHandler mirrors one document to OpenSearch. It needs no
@@ -108,7 +151,7 @@ const reindexBatch = 500
 // reindexSearch is ragent reindex-search's work; it returns the number of
 // chunks backfilled.
 func reindexSearch(ctx context.Context, store *repository.Store, osc *opensearch.Client, log *slog.Logger) (int, error) {
-	if err := osc.EnsureIndex(ctx); err != nil {
+	if err := store.WithStartupLock(ctx, osc.EnsureIndex); err != nil {
 		return 0, err
 	}
 	index, err := osc.BeginRebuild(ctx)
@@ -159,7 +202,7 @@ func reindexSearch(ctx context.Context, store *repository.Store, osc *opensearch
 				gone = append(gone, id)
 			}
 		}
-		if err := osc.DeleteChunks(ctx, index, gone); err != nil {
+		if err := osc.SweepChunks(ctx, index, gone); err != nil {
 			return total, err
 		}
 		swept += len(gone)
@@ -175,14 +218,15 @@ func reindexSearch(ctx context.Context, store *repository.Store, osc *opensearch
 // openSearch connects the OpenSearch backend: the store queues the
 // search-index messages, and the index behind the alias is created at start
 // (or by a runner once the cluster answers, so a start during an OpenSearch
-// outage still serves everything but search).
+// outage still serves everything but search), under the startup lock so
+// instances starting together create one index.
 func (a *App) openSearch(ctx context.Context, ids service.IDGenerator) (*opensearch.Client, error) {
 	osc, err := newOpenSearch(a.cfg)
 	if err != nil {
 		return nil, err
 	}
-	a.store.UseSearchIndex(ids.NextID)
-	if err := osc.EnsureIndex(ctx); err != nil {
+	a.store.UseSearchIndex(ids.NextID, a.cfg.OpenSearchVectors)
+	if err := a.store.WithStartupLock(ctx, osc.EnsureIndex); err != nil {
 		a.log.Warn("OpenSearch is not ready; search answers 503 until it is", "err", err)
 		a.runners = append(a.runners, func(ctx context.Context) error {
 			t := time.NewTicker(5 * time.Second)
@@ -193,7 +237,7 @@ func (a *App) openSearch(ctx context.Context, ids service.IDGenerator) (*opensea
 					return nil
 				case <-t.C:
 				}
-				if err := osc.EnsureIndex(ctx); err == nil {
+				if err := a.store.WithStartupLock(ctx, osc.EnsureIndex); err == nil {
 					a.log.Info("OpenSearch index ready", "alias", osc.Alias())
 					return nil
 				}

@@ -3,6 +3,7 @@ package main
 import (
 	"errors"
 	"fmt"
+	"net"
 	"net/netip"
 	"strconv"
 	"strings"
@@ -41,7 +42,8 @@ const (
 func (c *Config) settings() []setting {
 	return []setting{
 		{"RAGENT_HTTP_ADDR", ":8080", strValue(&c.HTTPAddr), maskNone},
-		{"RAGENT_METRICS_ADDR", "", strValue(&c.MetricsAddr), maskNone},
+		{"RAGENT_METRICS_ADDR", "127.0.0.1:9464", strValue(&c.MetricsAddr), maskNone},
+		{"RAGENT_METRICS_PUBLIC", "false", boolValue(&c.MetricsPublic), maskNone},
 		{"RAGENT_TRUSTED_PROXIES", "", (*prefixesValue)(&c.TrustedProxies), maskNone},
 		{"RAGENT_ALLOWED_ORIGINS", "", (*originsValue)(&c.AllowedOrigins), maskNone},
 		{"RAGENT_HTTP_BODY_TIMEOUT", "30s", durationValue(&c.HTTPBodyTimeout), maskNone},
@@ -50,6 +52,10 @@ func (c *Config) settings() []setting {
 		{"RAGENT_DATABASE_URL", "postgres://ragent:ragent@127.0.0.1:5432/ragent?sslmode=disable", strValue(&c.DatabaseURL), maskURL},
 		{"RAGENT_REDIS_URL", "redis://127.0.0.1:6379/0", strValue(&c.RedisURL), maskURL},
 		{"RAGENT_REDIS_PREFIX", "ragent:", strValue(&c.RedisPrefix), maskNone},
+		{"RAGENT_REDIS_SENTINEL_ADDRS", "", (*addrsValue)(&c.RedisSentinelAddrs), maskNone},
+		{"RAGENT_REDIS_SENTINEL_MASTER", "", strValue(&c.RedisSentinelMaster), maskNone},
+		{"RAGENT_REDIS_SENTINEL_PASSWORD", "", strValue(&c.RedisSentinelPassword), maskSecret},
+		{"RAGENT_REDIS_CLUSTER_ADDRS", "", (*addrsValue)(&c.RedisClusterAddrs), maskNone},
 
 		{"RAGENT_MQ_DRIVER", "redis", strValue(&c.MQDriver), maskNone},
 		{"RAGENT_ROCKETMQ_NAMESRV", "127.0.0.1:9876", strValue(&c.RocketMQNamesrv), maskNone},
@@ -78,6 +84,7 @@ func (c *Config) settings() []setting {
 		{"RAGENT_OPENSEARCH_VECTORS", "false", boolValue(&c.OpenSearchVectors), maskNone},
 		{"RAGENT_RERANK_MODEL", "", strValue(&c.RerankModel), maskNone},
 		{"RAGENT_RERANK_BASE_URL", "", strValue(&c.RerankBaseURL), maskURL},
+		{"RAGENT_RERANK_MIN_SCORE", "", optionalFloat{&c.RerankMinScore}, maskNone},
 		{"RAGENT_EMBEDDING_PROVIDER", "offline", strValue(&c.EmbedProvider), maskNone},
 		{"RAGENT_EMBEDDING_MODEL", "", strValue(&c.EmbedModel), maskNone},
 		{"RAGENT_EMBEDDING_DIM", "512", intValue(&c.EmbedDim), maskNone},
@@ -114,10 +121,12 @@ func (c *Config) settings() []setting {
 		{"RAGENT_CHAT_LIMITER_ON_REDIS_ERROR", "reject", strValue(&c.ChatOnRedisError), maskNone},
 		{"RAGENT_CHAT_MAX_QUEUE", "1000", intValue(&c.ChatMaxQueue), maskNone},
 		{"RAGENT_CHAT_MAX_QUEUED_PER_USER", "3", intValue(&c.ChatMaxQueuedPerUser), maskNone},
+		{"RAGENT_CHAT_MAX_RUNNING_PER_USER", "", intValue(&c.ChatMaxRunningPerUser), maskNone},
 		{"RAGENT_CHAT_RATE_PER_MINUTE", "30", intValue(&c.ChatRatePerMinute), maskNone},
 		{"RAGENT_API_KEY_RATE_PER_MINUTE", "600", intValue(&c.APIKeyRatePerMinute), maskNone},
 		{"RAGENT_API_KEY_MAX_TTL", "8760h", durationValue(&c.APIKeyMaxTTL), maskNone},
 		{"RAGENT_CHAT_EMPTY_RETRIEVAL", "chat", strValue(&c.ChatEmptyRetrieval), maskNone},
+		{"RAGENT_CHAT_MAX_ANSWER_TOKENS", "4096", intValue(&c.ChatMaxAnswerTokens), maskNone},
 
 		{"RAGENT_UPLOAD_MAX_CONCURRENT", "10", intValue(&c.UploadMaxConcurrent), maskNone},
 		{"RAGENT_UPLOAD_MAX_WAIT", "5s", durationValue(&c.UploadMaxWait), maskNone},
@@ -190,6 +199,25 @@ func floatValue(p *float64) value {
 	return scalar[float64]{p, parse, format, "not a number"}
 }
 
+// optionalFloat is a number that may be left unset (nil).
+type optionalFloat struct{ p **float64 }
+
+func (v optionalFloat) Set(s string) error {
+	f, err := strconv.ParseFloat(s, 64)
+	if err != nil {
+		return errors.New("not a number")
+	}
+	*v.p = &f
+	return nil
+}
+
+func (v optionalFloat) String() string {
+	if *v.p == nil {
+		return ""
+	}
+	return strconv.FormatFloat(**v.p, 'g', -1, 64)
+}
+
 func boolValue(p *bool) value {
 	return scalar[bool]{p, strconv.ParseBool, strconv.FormatBool, "not a boolean"}
 }
@@ -247,6 +275,25 @@ func (v *originsValue) Set(s string) error {
 }
 
 func (v *originsValue) String() string { return strings.Join(*v, ",") }
+
+// addrsValue is a comma-separated list of host:port addresses.
+type addrsValue []string
+
+func (v *addrsValue) Set(s string) error {
+	var out []string
+	var errs []error
+	for _, item := range splitList(s) {
+		if _, port, err := net.SplitHostPort(item); err != nil || port == "" {
+			errs = append(errs, fmt.Errorf("%q is not host:port", item))
+			continue
+		}
+		out = append(out, item)
+	}
+	*v = out
+	return errors.Join(errs...)
+}
+
+func (v *addrsValue) String() string { return strings.Join(*v, ",") }
 
 // splitList splits a comma-separated value, dropping empty items.
 func splitList(s string) []string {

@@ -117,11 +117,13 @@ type queue struct {
 		mq.Producer
 		mq.Pinger
 	}
-	consumer func(group, topic string, h mq.Handler) (mq.Consumer, error)
+	// consumer subscribes h; concurrency bounds its handlers running at
+	// once (0: the driver's default).
+	consumer func(group, topic string, h mq.Handler, concurrency int) (mq.Consumer, error)
 	close    func()
 }
 
-func newQueue(ctx context.Context, cfg Config, rdb *redis.Client, a *App) (*queue, error) {
+func newQueue(ctx context.Context, cfg Config, rdb redis.UniversalClient, a *App) (*queue, error) {
 	switch cfg.MQDriver {
 	case "rocketmq":
 		rocketmq.SetClientLogger(a.log)
@@ -140,9 +142,9 @@ func newQueue(ctx context.Context, cfg Config, rdb *redis.Client, a *App) (*queu
 		}
 		return &queue{
 			producer: p,
-			consumer: func(group, topic string, h mq.Handler) (mq.Consumer, error) {
+			consumer: func(group, topic string, h mq.Handler, concurrency int) (mq.Consumer, error) {
 				return rocketmq.NewConsumer(cfg.RocketMQNamesrv, group, topic, h, rocketmq.ConsumerConfig{
-					Instance: cfg.InstanceID, Logger: a.log,
+					Instance: cfg.InstanceID, Logger: a.log, Concurrency: concurrency, Metrics: a.mqMetrics,
 				})
 			},
 			close: func() { p.Close() },
@@ -151,10 +153,10 @@ func newQueue(ctx context.Context, cfg Config, rdb *redis.Client, a *App) (*queu
 		p := redisstream.NewProducer(rdb, redisstream.ProducerConfig{Prefix: cfg.RedisPrefix})
 		return &queue{
 			producer: p,
-			consumer: func(group, topic string, h mq.Handler) (mq.Consumer, error) {
+			consumer: func(group, topic string, h mq.Handler, concurrency int) (mq.Consumer, error) {
 				return redisstream.NewConsumer(rdb, group, topic, h, redisstream.ConsumerConfig{
-					Prefix: cfg.RedisPrefix, Consumer: cfg.InstanceID, Logger: a.log,
-					VisibilityTimeout: cfg.MQVisibilityTimeout,
+					Prefix: cfg.RedisPrefix, Consumer: cfg.InstanceID, Logger: a.log, Concurrency: concurrency,
+					VisibilityTimeout: cfg.MQVisibilityTimeout, Metrics: a.mqMetrics,
 				})
 			},
 			close: func() {},
@@ -237,7 +239,8 @@ func (l loginAttempts) Release(ctx context.Context, counters []auth.Counter) err
 }
 
 // chatLimiter adapts the fair queue to the chat use case's Limiter: queue
-// timeout and queue full become service.ErrBusy, a Redis failure under the
+// timeout and queue full become service.ErrBusy carrying the queue's
+// estimate of when to retry (Limiter.RetryAfter), a Redis failure under the
 // reject policy service.ErrUnavailable.
 type chatLimiter struct{ l *ratelimit.Limiter }
 
@@ -246,10 +249,12 @@ func (c chatLimiter) Acquire(ctx context.Context, requestID, userID string, onPo
 	switch {
 	case err == nil:
 		return permit.Release, nil
-	case errors.Is(err, ratelimit.ErrTimeout):
-		return nil, fmt.Errorf("%w: queue wait exceeded", service.ErrBusy)
-	case errors.Is(err, ratelimit.ErrQueueFull):
-		return nil, fmt.Errorf("%w: queue full", service.ErrBusy)
+	case errors.Is(err, ratelimit.ErrTimeout), errors.Is(err, ratelimit.ErrQueueFull):
+		msg := "queue full"
+		if errors.Is(err, ratelimit.ErrTimeout) {
+			msg = "queue wait exceeded"
+		}
+		return nil, &service.Error{Kind: service.ErrBusy, Message: msg, RetryAfter: c.l.RetryAfter(context.WithoutCancel(ctx))}
 	case errors.Is(err, ratelimit.ErrUnavailable):
 		return nil, fmt.Errorf("%w: %v", service.ErrUnavailable, err)
 	}

@@ -29,9 +29,7 @@ func TestChatRateFailsOpen(t *testing.T) {
 // TestChatRateBusyCarriesRetryAfter: over the limit is ErrBusy with the wait.
 func TestChatRateBusyCarriesRetryAfter(t *testing.T) {
 	cfg := testConfig(t)
-	opt, _ := redis.ParseURL(cfg.RedisURL)
-	rdb := redis.NewClient(opt)
-	t.Cleanup(func() { rdb.Close() })
+	rdb := testRedis(t, cfg)
 	r := chatRate{r: ratelimit.NewRate(rdb, cfg.RedisPrefix, "chat", 1, time.Minute), log: slog.New(slog.DiscardHandler)}
 	if err := r.Allow(context.Background(), "u"); err != nil {
 		t.Fatal(err)

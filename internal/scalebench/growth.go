@@ -46,6 +46,9 @@ func timeGrowth(ctx context.Context, env Env, gen *Generator, opt Options) (*Gro
 	if err := WaitSearchable(ctx, env.Ingester, env.Baseline); err != nil {
 		return nil, err
 	}
+	if err := env.settle(ctx); err != nil {
+		return nil, err
+	}
 	if err := env.Store.SettleKeywords(ctx); err != nil {
 		return nil, err
 	}

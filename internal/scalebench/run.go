@@ -41,6 +41,18 @@ type Env struct {
 	Baseline service.ID
 	Space    string     // the key of KB's embedding space (service.EmbeddingSpace)
 	HTTP     SearchFunc // POST /api/v1/search on the same instance
+	// Refresh, when set, makes every indexed chunk searchable at once
+	// (OpenSearch's refresh: a ready document's chunks are indexed and
+	// searchable only at the index's next refresh).
+	Refresh func(context.Context) error
+}
+
+// settle makes what WaitSearchable waited for searchable now.
+func (env Env) settle(ctx context.Context) error {
+	if env.Refresh == nil {
+		return nil
+	}
+	return env.Refresh(ctx)
 }
 
 // Options are the knobs of one run.
@@ -71,10 +83,11 @@ type Result struct {
 	HNSWSeconds    float64 `json:"hnsw_seconds"`
 	SettleSeconds  float64 `json:"settle_seconds"` // keyword index compaction after the load
 	// SyncSeconds is the time from the end of the load until every loaded
-	// document is ready, that is searchable: with RAGENT_SEARCH_BACKEND=
-	// opensearch the search-index consumer's mirror of the chunks into
-	// OpenSearch; about 0 with the Postgres backend, where ReplaceChunks
-	// makes them ready in its own transaction.
+	// document is ready: with RAGENT_SEARCH_BACKEND=opensearch the
+	// search-index consumer's mirror of the chunks into OpenSearch (then
+	// searchable within the index's refresh interval); about 0 with the
+	// Postgres backend, where ReplaceChunks makes them ready in its own
+	// transaction.
 	SyncSeconds  float64 `json:"sync_seconds"`
 	Postings     int64   `json:"postings"`
 	DBBytes      int64   `json:"db_bytes"`      // growth of the database since the empty knowledge base
@@ -138,6 +151,9 @@ func Run(ctx context.Context, env Env, gen *Generator, opt Options, out io.Write
 		fmt.Fprintf(opt.Log, "scalebench: loaded %d chunks in %.0fs; waiting until they are searchable\n", st.Chunks, r.LoadSeconds)
 		t := time.Now()
 		if err := WaitSearchable(ctx, env.Ingester, env.KB); err != nil {
+			return err
+		}
+		if err := env.settle(ctx); err != nil {
 			return err
 		}
 		r.SyncSeconds = time.Since(t).Seconds()

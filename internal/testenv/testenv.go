@@ -17,18 +17,25 @@ import (
 	"net/url"
 	"os"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/redis/go-redis/v9"
+
+	"github.com/ragent-go/ragent/internal/redisconn"
 )
 
 // Defaults match what scripts/services.sh sets up.
 const (
 	defaultDatabaseURL = "postgres://ragent:ragent@127.0.0.1:5432/ragent_test?sslmode=disable"
 	defaultRedisURL    = "redis://127.0.0.1:6379/15"
-	defaultNamesrv     = "127.0.0.1:9876"
+	// The redis-sentinel and redis-cluster services of scripts/services.sh.
+	defaultSentinelAddrs  = "127.0.0.1:26379,127.0.0.1:26380,127.0.0.1:26381"
+	defaultSentinelMaster = "ragent"
+	defaultClusterAddrs   = "127.0.0.1:7000,127.0.0.1:7001,127.0.0.1:7002,127.0.0.1:7003,127.0.0.1:7004,127.0.0.1:7005"
+	defaultNamesrv        = "127.0.0.1:9876"
 )
 
 func env(name, def string) string {
@@ -50,8 +57,27 @@ func unavailable(t testing.TB, service string, err error) {
 	t.Skipf("%s unavailable: %v; run scripts/services.sh start", service, err)
 }
 
-// RedisURL returns the Redis URL for tests, failing or skipping when Redis is down.
+// RedisTopology is the Redis topology the tests run against, from
+// RAGENT_TEST_REDIS_TOPOLOGY: single (the default), sentinel or cluster
+// (scripts/services.sh start redis-sentinel, redis-cluster; make test runs
+// the Redis-backed suites once per topology).
+func RedisTopology() redisconn.Topology {
+	return redisconn.Topology(env("RAGENT_TEST_REDIS_TOPOLOGY", string(redisconn.Single)))
+}
+
+// RedisURL returns the URL of the single test Redis node, failing or
+// skipping when Redis is down. Under another topology it skips the test: a
+// test that reaches one node by its URL (a proxy in front of it, a client
+// of its own) runs in the single-node pass.
 func RedisURL(t testing.TB) string {
+	t.Helper()
+	if top := RedisTopology(); top != redisconn.Single {
+		t.Skipf("this test uses the single Redis node; RAGENT_TEST_REDIS_TOPOLOGY=%s runs it in the single pass", top)
+	}
+	return pingedRedisURL(t)
+}
+
+func pingedRedisURL(t testing.TB) string {
 	t.Helper()
 	u := env("RAGENT_TEST_REDIS_URL", defaultRedisURL)
 	opt, err := redis.ParseURL(u)
@@ -68,13 +94,68 @@ func RedisURL(t testing.TB) string {
 	return u
 }
 
-// Redis returns a new client on the test Redis, closed when the test ends.
-// Every test gets its own client, like a separate instance would.
-func Redis(t testing.TB) *redis.Client {
+// RedisOptions says where the test Redis of RedisTopology is (the settings
+// an instance under test gets), failing or skipping when it is down. On
+// Sentinel the database is RAGENT_TEST_REDIS_URL's; a Cluster has only
+// database 0, so there tests are kept apart by their key prefix alone.
+func RedisOptions(t testing.TB) redisconn.Options {
 	t.Helper()
-	opt, _ := redis.ParseURL(RedisURL(t))
-	c := redis.NewClient(opt)
-	t.Cleanup(func() { c.Close() })
+	var o redisconn.Options
+	switch top := RedisTopology(); top {
+	case redisconn.Single:
+		return redisconn.Options{URL: pingedRedisURL(t)}
+	case redisconn.Sentinel:
+		o = redisconn.Options{
+			URL:            env("RAGENT_TEST_REDIS_URL", defaultRedisURL),
+			SentinelAddrs:  strings.Split(env("RAGENT_TEST_REDIS_SENTINEL_ADDRS", defaultSentinelAddrs), ","),
+			SentinelMaster: env("RAGENT_TEST_REDIS_SENTINEL_MASTER", defaultSentinelMaster),
+		}
+	case redisconn.Cluster:
+		u, err := url.Parse(env("RAGENT_TEST_REDIS_URL", defaultRedisURL))
+		if err != nil {
+			t.Fatalf("RAGENT_TEST_REDIS_URL: %v", err)
+		}
+		u.Path = "/0"
+		o = redisconn.Options{URL: u.String(), ClusterAddrs: clusterAddrs()}
+	default:
+		t.Fatalf("RAGENT_TEST_REDIS_TOPOLOGY=%q: want single, sentinel or cluster", top)
+	}
+	c, err := redisconn.New(o)
+	if err != nil {
+		t.Fatalf("redis %s: %v", RedisTopology(), err)
+	}
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := c.Ping(ctx).Err(); err != nil {
+		unavailable(t, "redis "+string(RedisTopology()), err)
+	}
+	return o
+}
+
+func clusterAddrs() []string {
+	return strings.Split(env("RAGENT_TEST_REDIS_CLUSTER_ADDRS", defaultClusterAddrs), ",")
+}
+
+// Redis returns a new client on the test Redis of RedisTopology, closed when
+// the test ends. Every test gets its own client, like a separate instance
+// would. The client records the keys of every script it runs, and the test
+// fails if one script call's keys are not all in one Redis Cluster slot
+// (checkSlots).
+func Redis(t testing.TB) redis.UniversalClient {
+	t.Helper()
+	c, err := redisconn.New(RedisOptions(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := &slotHook{}
+	c.AddHook(h)
+	hooks.Store(c, h)
+	t.Cleanup(func() {
+		c.Close()
+		h.check(t)
+		hooks.Delete(c)
+	})
 	return c
 }
 
@@ -192,4 +273,33 @@ func proxyURL(t testing.TB, rawURL string) (*Proxy, string) {
 	p := NewProxy(t, u.Host)
 	u.Host = p.Addr()
 	return p, u.String()
+}
+
+// Keys returns the keys matching pattern on every node that holds keys (each
+// master of a Cluster), so a test can look for leftovers on any topology.
+func Keys(ctx context.Context, rdb redis.UniversalClient, pattern string) ([]string, error) {
+	scan := func(ctx context.Context, c redis.Cmdable) ([]string, error) {
+		var out []string
+		iter := c.Scan(ctx, 0, pattern, 1000).Iterator()
+		for iter.Next(ctx) {
+			out = append(out, iter.Val())
+		}
+		return out, iter.Err()
+	}
+	cc, ok := rdb.(*redis.ClusterClient)
+	if !ok {
+		return scan(ctx, rdb)
+	}
+	var (
+		mu  sync.Mutex
+		out []string
+	)
+	err := cc.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error {
+		keys, err := scan(ctx, c)
+		mu.Lock()
+		out = append(out, keys...)
+		mu.Unlock()
+		return err
+	})
+	return out, err
 }

@@ -60,6 +60,7 @@ type ConsumerConfig struct {
 	// quarter of the visibility timeout, at most 15 s.
 	ReclaimInterval time.Duration
 	Logger          *slog.Logger // nil discards
+	Metrics         *mq.Metrics  // nil counts nothing
 }
 
 // Consumer reads one topic for one consumer group; see the package
@@ -356,6 +357,7 @@ func (c *Consumer) handle(ctx context.Context, xm redis.XMessage, deliveries int
 	})
 	outcome, err := mq.Deliver(ctx, c.handler, m, c.cfg.MaxDeliveries, log)
 	beat.Stop()
+	c.cfg.Metrics.Delivered(m, outcome)
 
 	switch outcome { // Redeliver: left pending for the reclaim scan
 	case mq.Ack:
@@ -461,4 +463,27 @@ func release(slots chan struct{}, n int) {
 	for range n {
 		<-slots
 	}
+}
+
+// Backlog reports the group's lag (entries not yet delivered to it) and its
+// pending entries (delivered, not acknowledged), from XINFO GROUPS. A group
+// that does not exist yet has the whole stream as its lag.
+func (c *Consumer) Backlog(ctx context.Context) (mq.Backlog, error) {
+	groups, err := c.rdb.XInfoGroups(ctx, c.stream).Result()
+	if err != nil {
+		if strings.Contains(err.Error(), "no such key") {
+			return mq.Backlog{}, nil
+		}
+		return mq.Backlog{}, fmt.Errorf("redisstream: backlog of %s: %w", c.topic, err)
+	}
+	for _, g := range groups {
+		if g.Name == c.group {
+			return mq.Backlog{Lag: max(g.Lag, 0), Pending: g.Pending}, nil
+		}
+	}
+	n, err := c.rdb.XLen(ctx, c.stream).Result()
+	if err != nil {
+		return mq.Backlog{}, fmt.Errorf("redisstream: backlog of %s: %w", c.topic, err)
+	}
+	return mq.Backlog{Lag: n}, nil
 }

@@ -26,7 +26,7 @@ const (
 
 // fixture is one topic on the test Redis under a fresh prefix.
 type fixture struct {
-	rdb    *redis.Client
+	rdb    redis.UniversalClient
 	prefix string
 	prod   *redisstream.Producer
 }
@@ -227,10 +227,13 @@ func TestConcurrencyIsBounded(t *testing.T) {
 }
 
 // unreachable returns a client for a port where nothing listens, counting the
-// commands it attempts.
-func unreachable(t *testing.T) (*redis.Client, *atomic.Int32) {
+// commands it attempts. It retries as little as ragent's own client
+// (internal/redisconn), so a command's dial retries do not take the whole
+// observation window on a loaded machine.
+func unreachable(t *testing.T) (redis.UniversalClient, *atomic.Int32) {
 	t.Helper()
-	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", DialTimeout: 200 * time.Millisecond})
+	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", DialTimeout: 200 * time.Millisecond,
+		DialerRetries: 1, MaxRetries: 1})
 	t.Cleanup(func() { rdb.Close() })
 	var calls atomic.Int32
 	rdb.AddHook(countHook{&calls})

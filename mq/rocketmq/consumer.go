@@ -41,6 +41,7 @@ type ConsumerConfig struct {
 	// 2 min, …), the right choice in production.
 	RetryDelayLevel int
 	Logger          *slog.Logger // nil discards
+	Metrics         *mq.Metrics  // nil counts nothing
 }
 
 // Consumer is a clustering push consumer of one topic for one group. A new
@@ -218,6 +219,7 @@ func (c *Consumer) consumeOne(clientCtx context.Context, msg *primitive.MessageE
 	}
 	log := c.log.With("id", m.ID, "key", m.Key, "deliveries", m.Deliveries)
 	outcome, err := mq.Deliver(c.handlerCtx, c.handler, m, c.cfg.MaxDeliveries, log)
+	c.cfg.Metrics.Delivered(m, outcome)
 	switch outcome {
 	case mq.Ack:
 		return true

@@ -2,7 +2,7 @@
 -- grant costs one round trip.
 --
 -- KEYS: seq, queue, permits, users, owners, held, deadlines, entry_prefix
--- ARGV: id, user, max, lease_ms, marker_ttl_ms, max_queue, max_per_user, window, base_level
+-- ARGV: id, user, max, lease_ms, marker_ttl_ms, max_queue, max_per_user, window, base_level, cap
 --
 -- Replies as claim, plus {-2} when the queue is full and {-3} when the user
 -- has too many queued requests. Enqueueing an id that is already queued or
@@ -15,6 +15,7 @@ local id, user = ARGV[1], ARGV[2]
 local max, lease_ms, ttl_ms = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
 local max_queue, max_per_user, window = tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8])
 local base = tonumber(ARGV[9] or '0')
+local cap = tonumber(ARGV[10] or '0')
 
 local now = now_us()
 local now_ms = math.floor(now / 1000)
@@ -36,4 +37,4 @@ if not redis.call('ZSCORE', queue, id) and not redis.call('ZSCORE', permits, id)
   redis.call('HSET', owners, id, user)
   redis.call('HINCRBY', users, user, 1)
 end
-return claim(queue, permits, users, owners, held, deadlines, entry_prefix, id, max, lease_ms, window, now, true)
+return claim(queue, permits, users, owners, held, deadlines, entry_prefix, id, max, lease_ms, window, cap, now, true)

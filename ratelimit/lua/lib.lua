@@ -16,6 +16,13 @@
 -- The level is fixed at arrival; a user whose streams finish while their
 -- request waits keeps its place in the order it was given.
 --
+-- The running cap (cap > 0, Config.MaxRunningPerUser). A user holding cap
+-- permits or more is passed over while a request of another user below the
+-- cap waits: that request gets the freed permit even when the capped user's
+-- request is ahead of it in the queue, and the capped request waits on. With
+-- nobody below the cap waiting, the capped user is served in queue order, so
+-- a user alone still gets every permit.
+--
 -- Bookkeeping (all in this limiter's hash tag):
 --   users  user -> requests queued (the per-user queue cap, and the level)
 --   held   user -> permits held (the level)
@@ -107,7 +114,25 @@ end
 -- entry markers' names are only known here, so they are built from
 -- entry_prefix, which carries the same hash tag as every KEYS entry and so
 -- lives in the same cluster slot.
-local function claim(queue, permits, users, owners, held, deadlines, entry_prefix, id, max, lease_ms, window, now, swept)
+-- capped reports whether user holds cap permits or more (never when cap is 0).
+local function capped(held, user, cap)
+  return cap > 0 and user ~= false and user ~= nil and
+    tonumber(redis.call('HGET', held, user) or '0') >= cap
+end
+
+-- uncapped_waiting reports whether a live request of a user other than user,
+-- below the cap, waits within the queue's first window members.
+local function uncapped_waiting(queue, owners, held, entry_prefix, user, cap, window)
+  for _, m in ipairs(redis.call('ZRANGE', queue, 0, window - 1)) do
+    local u = redis.call('HGET', owners, m)
+    if u and u ~= user and redis.call('EXISTS', entry_prefix .. m) == 1 and not capped(held, u, cap) then
+      return true
+    end
+  end
+  return false
+end
+
+local function claim(queue, permits, users, owners, held, deadlines, entry_prefix, id, max, lease_ms, window, cap, now, swept)
   local now_ms = math.floor(now / 1000)
   if not swept then
     expire(permits, owners, held, now_ms)
@@ -123,15 +148,26 @@ local function claim(queue, permits, users, owners, held, deadlines, entry_prefi
     return {-1, 0, redis.call('ZCARD', queue), now}
   end
   local free = max - in_use
-  local live_ahead, dropped = 0, 0
+  local user = redis.call('HGET', owners, id)
+  local me_capped = capped(held, user, cap)
+  -- passed counts the live members ahead that yield to this request: their
+  -- users are at the cap and this one's is not (the running cap).
+  local live_ahead, dropped, passed = 0, 0, 0
   local scan = math.min(rank, window)
   if scan > 0 then
     local head = redis.call('ZRANGE', queue, 0, scan - 1)
     for _, m in ipairs(head) do
       if redis.call('EXISTS', entry_prefix .. m) == 1 then
-        live_ahead = live_ahead + 1
-        if live_ahead >= free then
-          break
+        local u = redis.call('HGET', owners, m)
+        if cap > 0 and not me_capped and u ~= user and capped(held, u, cap) then
+          passed = passed + 1
+        else
+          live_ahead = live_ahead + 1
+          -- Enough is known to refuse; with the running cap the scan goes
+          -- on to count who yields, for the position.
+          if live_ahead >= free and (cap == 0 or me_capped) then
+            break
+          end
         end
       else
         forget(queue, users, owners, deadlines, entry_prefix, m)
@@ -141,13 +177,13 @@ local function claim(queue, permits, users, owners, held, deadlines, entry_prefi
   end
   -- Members beyond the scanned window are counted as live: granting needs
   -- every member ahead to have been seen.
-  if scan == rank and live_ahead < free then
+  if scan == rank and live_ahead < free and
+    not (me_capped and uncapped_waiting(queue, owners, held, entry_prefix, user, cap, window)) then
     -- Move the request from queued to held; its owner entry stays for the
     -- permit's release or expiry.
     redis.call('DEL', entry_prefix .. id)
     redis.call('ZREM', deadlines, id)
     redis.call('ZREM', queue, id)
-    local user = redis.call('HGET', owners, id)
     if user then
       decr(users, user)
       redis.call('HINCRBY', held, user, 1)
@@ -155,5 +191,5 @@ local function claim(queue, permits, users, owners, held, deadlines, entry_prefi
     redis.call('ZADD', permits, now_ms + lease_ms, id)
     return {1, in_use + 1, redis.call('ZCARD', queue), now}
   end
-  return {0, rank - dropped + 1, redis.call('ZCARD', queue), now, free}
+  return {0, rank - dropped - passed + 1, redis.call('ZCARD', queue), now, free}
 end

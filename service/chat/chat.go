@@ -25,9 +25,13 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"strings"
 	"time"
 	"unicode/utf8"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/ragent-go/ragent/service"
 	"github.com/ragent-go/ragent/service/retrieve"
@@ -102,15 +106,20 @@ type Terms interface {
 
 // Config tunes the pipeline.
 type Config struct {
+	Tracer trace.Tracer // the turn's spans; nil makes none
+
 	// RefuseWithoutSources answers a fixed text without calling the model
 	// when retrieval finds nothing (RAGENT_CHAT_EMPTY_RETRIEVAL=refuse).
 	RefuseWithoutSources bool
 	HistoryMessages      int // default 16
-	TopK                 int // sources per answer; default 5
-	AnswerModel          string
-	FastModel            string
-	Logger               *slog.Logger     // nil discards
-	Now                  func() time.Time // nil is time.Now
+	// MaxAnswerTokens caps every answer (the model's max_tokens); a client
+	// may ask for less (Request.MaxTokens). Default 4096.
+	MaxAnswerTokens int
+	TopK            int // sources per answer; default 5
+	AnswerModel     string
+	FastModel       string
+	Logger          *slog.Logger     // nil discards
+	Now             func() time.Time // nil is time.Now
 }
 
 // Deps are the collaborators of the pipeline. FastModel is nil for the
@@ -150,6 +159,9 @@ func New(d Deps, cfg Config) *Service {
 	if cfg.TopK <= 0 {
 		cfg.TopK = 5
 	}
+	if cfg.MaxAnswerTokens <= 0 {
+		cfg.MaxAnswerTokens = 4096
+	}
 	return &Service{d: d, cfg: cfg}
 }
 
@@ -168,6 +180,9 @@ type Request struct {
 	// Instructions are the client's own system messages, given to the
 	// answer model after ragent's instructions and sources.
 	Instructions string `json:"-"`
+	// MaxTokens, when set, is the client's own cap on the answer, within
+	// Config.MaxAnswerTokens (the OpenAI-compatible API's max_tokens).
+	MaxTokens *int `json:"-"`
 
 	// mapped is Question after term mappings, set by Validate.
 	mapped string
@@ -197,6 +212,9 @@ func (s *Service) Validate(ctx context.Context, p service.Principal, req *Reques
 	}
 	if err := validateClientContext(req); err != nil {
 		return err
+	}
+	if m := req.MaxTokens; m != nil && (*m < 1 || *m > s.cfg.MaxAnswerTokens) {
+		return service.Errorf(service.ErrInvalid, "max_tokens must be between 1 and %d", s.cfg.MaxAnswerTokens)
 	}
 	if err := s.checkReadable(ctx, p, req.KnowledgeBaseIDs); err != nil {
 		return err
@@ -290,10 +308,13 @@ func (s *Service) Chat(ctx context.Context, p service.Principal, req Request, em
 			return err
 		}
 	}
+	ctx, span := s.span(ctx, "chat.turn")
+	defer span.End()
 	t := &turn{s: s, p: p, req: req, emit: emit, started: s.cfg.Now()}
 	if err := t.begin(ctx); err != nil {
 		return err
 	}
+	span.SetAttributes(attribute.String("ragent.conversation", t.conv.ID.String()), attribute.String("ragent.task", t.taskID.String()))
 	t.log = s.cfg.Logger.With("conversation", t.conv.ID, "task", t.taskID, "user", p.UserID)
 
 	// The task context: a stop (on any instance) cancels it with a cause
@@ -431,12 +452,14 @@ func (t *turn) generate(ctx context.Context) (service.MessageStatus, *Error) {
 	s := t.s
 	if s.d.Limiter != nil {
 		last := -1
-		release, err := s.d.Limiter.Acquire(ctx, t.taskID.String(), t.p.UserID.String(), func(position, queued int) {
+		qctx, wait := s.span(ctx, "chat.queue_wait")
+		release, err := s.d.Limiter.Acquire(qctx, t.taskID.String(), t.p.UserID.String(), func(position, queued int) {
 			if position != last {
 				last = position
 				t.send(EventQueue, Queue{Position: position, Queued: queued})
 			}
 		})
+		wait.End()
 		switch {
 		case err == nil:
 			defer release()
@@ -448,7 +471,12 @@ func (t *turn) generate(ctx context.Context) (service.MessageStatus, *Error) {
 				msg = "排队服务暂不可用，请稍后再试 (the queue is unavailable)"
 			}
 			t.content.WriteString(msg)
-			t.send(EventReject, Reject{Code: service.CodeOf(err), Message: msg})
+			reject := Reject{Code: service.CodeOf(err), Message: msg}
+			var de *service.Error
+			if errors.As(err, &de) && de.RetryAfter > 0 {
+				reject.RetryAfter = int(math.Ceil(de.RetryAfter.Seconds()))
+			}
+			t.send(EventReject, reject)
 			return service.MessageRejected, nil
 		default:
 			t.log.ErrorContext(ctx, "limiter failed", "err", err)
@@ -465,7 +493,9 @@ func (t *turn) generate(ctx context.Context) (service.MessageStatus, *Error) {
 	}
 	status, errEvent := t.answerTurn(ctx)
 	if status == service.MessageCompleted && t.isNew {
-		t.newTitle = t.title(ctx)
+		tctx, span := s.span(ctx, "chat.title")
+		t.newTitle = t.title(tctx)
+		span.End()
 	}
 	return status, errEvent
 }
@@ -497,6 +527,8 @@ func (t *turn) answerTurn(ctx context.Context) (service.MessageStatus, *Error) {
 }
 
 func (t *turn) stream(ctx context.Context, req *service.ChatRequest) error {
+	ctx, span := t.s.span(ctx, "chat.answer")
+	defer span.End()
 	usage, err := t.s.d.Model.Stream(ctx, *req, func(d service.Delta) error {
 		if d.Text == "" {
 			return nil

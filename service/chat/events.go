@@ -58,9 +58,12 @@ type Cancel struct {
 }
 
 // Error says the pipeline failed; Code is service.CodeOf the failure.
+// RetryAfter (seconds), on a busy reject, is the queue's estimate of when a
+// new request may find room.
 type Error struct {
-	Code    string `json:"code"`
-	Message string `json:"message"`
+	Code       string `json:"code"`
+	Message    string `json:"message"`
+	RetryAfter int    `json:"retryAfter,omitempty"`
 }
 
 // Reject refuses a request before any model call, shaped like Error.

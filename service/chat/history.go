@@ -46,8 +46,14 @@ func validateClientContext(req *Request) error {
 		if !utf8.ValidString(m.Content) {
 			return service.Errorf(service.ErrInvalid, "history message %d must be valid UTF-8", i)
 		}
-		if utf8.RuneCountInString(m.Content) > service.MaxHistoryMessageRunes {
-			return service.Errorf(service.ErrInvalid, "history message %d must be at most %d characters", i, service.MaxHistoryMessageRunes)
+		// A user's turn is bounded like a question, an answer by
+		// MaxHistoryMessageRunes.
+		limit := service.MaxHistoryMessageRunes
+		if m.Role == "user" {
+			limit = service.MaxQuestionRunes
+		}
+		if utf8.RuneCountInString(m.Content) > limit {
+			return service.Errorf(service.ErrInvalid, "history message %d (%s) must be at most %d characters", i, m.Role, limit)
 		}
 	}
 	req.Instructions = strings.TrimSpace(req.Instructions)

@@ -32,10 +32,13 @@ func (t *turn) prepare(ctx context.Context) (*service.ChatRequest, error) {
 	if err != nil {
 		return nil, err
 	}
+	history = newestWithin(history, service.MaxHistoryRunes)
 
 	question := t.req.mapped
 	if s.d.FastModel != nil && len(history) > 0 {
-		question = t.rewrite(ctx, history, question)
+		rctx, span := s.span(ctx, "chat.rewrite")
+		question = t.rewrite(rctx, history, question)
+		span.End()
 	}
 
 	var (
@@ -47,7 +50,9 @@ func (t *turn) prepare(ctx context.Context) (*service.ChatRequest, error) {
 		if err != nil {
 			return nil, err
 		}
-		matched := t.classify(ctx, question, readable)
+		ictx, span := s.span(ctx, "chat.intent")
+		matched := t.classify(ictx, question, readable)
+		span.End()
 		if len(matched) > 0 {
 			intent = matched[0]
 		}
@@ -154,9 +159,28 @@ func (t *turn) request(system string, intent *service.IntentNode, history []serv
 		msgs = append(msgs, service.ChatMessage{Role: m.Role, Content: m.Content})
 	}
 	msgs = append(msgs, service.ChatMessage{Role: "user", Content: question})
+	maxTokens := t.s.cfg.MaxAnswerTokens
+	if t.req.MaxTokens != nil {
+		maxTokens = *t.req.MaxTokens
+	}
 	return &service.ChatRequest{
 		Model: t.s.cfg.AnswerModel, Messages: msgs, Thinking: t.req.DeepThinking, Sources: sources, Temperature: 0.3,
+		MaxTokens: maxTokens,
 	}
+}
+
+// newestWithin keeps the newest messages of history whose contents fit in
+// runes characters together.
+func newestWithin(history []service.Message, runes int) []service.Message {
+	i := len(history)
+	for ; i > 0; i-- {
+		n := utf8.RuneCountInString(history[i-1].Content)
+		if n > runes {
+			break
+		}
+		runes -= n
+	}
+	return history[i:]
 }
 
 const rewritePrompt = `Rewrite the user's last question into one standalone question that can be understood

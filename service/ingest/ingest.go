@@ -26,6 +26,10 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/ragent-go/ragent/service"
 	"github.com/ragent-go/ragent/text"
 )
@@ -96,6 +100,13 @@ type Config struct {
 	// was published) before the reaper deletes them; default 7 days.
 	OutboxRetention time.Duration
 	PruneBatch      int // outbox rows deleted per statement; default 1000
+
+	// Registerer receives the pipeline's metrics (observe.go); nil keeps
+	// them unregistered. Tracer makes the spans of an upload and of a
+	// document's ingestion; nil makes none.
+	Registerer prometheus.Registerer
+	Tracer     trace.Tracer
+
 	// URL imports: where fetches may go, how long one may take (default
 	// 30s), the shortest refresh interval (default 1m), and how often the
 	// fetcher looks for due documents written by other instances (default
@@ -210,7 +221,9 @@ type Service struct {
 	hookClient *http.Client
 	// The external search engine (searchindex.go), off until
 	// EnableSearchIndex.
-	search *searchIndex
+	search  *searchIndex
+	metrics *metrics
+	tracer  trace.Tracer
 }
 
 // New returns a Service. access decides who may read and change the
@@ -221,8 +234,10 @@ func New(store Store, access *service.Access, embedder service.Embedder, ids ser
 	if cfg.Space == (service.EmbeddingSpace{}) && embedder != nil {
 		cfg.Space = service.EmbeddingSpace{Model: embedder.Model(), Dim: embedder.Dim()}
 	}
+	m := newMetrics(cfg.Registerer)
 	return &Service{store: store, access: access, embedder: embedder, ids: ids, audit: audit, cfg: cfg, log: cfg.Logger, now: cfg.Now, kick: make(chan struct{}, 1),
-		fetchNow: make(chan struct{}, 1), client: cfg.Net.Client(cfg.FetchTimeout)}
+		fetchNow: make(chan struct{}, 1), client: m.measure(cfg.Net.Client(cfg.FetchTimeout), "fetch"),
+		metrics: m, tracer: tracerOr(cfg.Tracer)}
 }
 
 // EnableWebhooks turns on webhooks, kept in store, their secrets sealed
@@ -230,7 +245,7 @@ func New(store Store, access *service.Access, embedder service.Embedder, ids ser
 // the service is used.
 func (s *Service) EnableWebhooks(store WebhookStore, key []byte) {
 	s.hooks, s.sealer = store, newSealer(key)
-	s.hookClient = s.cfg.Net.Client(s.cfg.FetchTimeout)
+	s.hookClient = s.metrics.measure(s.cfg.Net.Client(s.cfg.FetchTimeout), "webhook")
 	// A receiver's redirect is a failed delivery, not a new destination.
 	s.hookClient.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
 }
@@ -241,7 +256,11 @@ func (s *Service) EnableWebhooks(store WebhookStore, key []byte) {
 // sees what happened to it. The same content in the same knowledge base is
 // a service.ErrConflict carrying the existing document's id. Uploading
 // needs the editor role on the knowledge base.
-func (s *Service) Upload(ctx context.Context, p service.Principal, kbID service.ID, filename string, body io.Reader) (*service.Document, error) {
+func (s *Service) Upload(ctx context.Context, p service.Principal, kbID service.ID, filename string, body io.Reader) (_ *service.Document, err error) {
+	// The upload's span is the parent of the document's ingestion, through
+	// the traceparent in the ingest message.
+	ctx, span := s.tracer.Start(ctx, "ingest.upload", trace.WithAttributes(attribute.String("ragent.kb", kbID.String())))
+	defer func() { endSpan(span, err) }()
 	ev := service.AuditEvent{Action: service.AuditDocumentUpload, TargetType: service.TargetDocument, Detail: "kb=" + kbID.String()}
 	// The body is read outside the transaction: a slow client must not hold
 	// a database connection.
@@ -268,7 +287,7 @@ func (s *Service) prepareUpload(ctx context.Context, p service.Principal, kbID s
 		return nil, nil, msg, err
 	}
 	if doc.Status == service.DocumentPending {
-		if msg, err = s.ingestMessage(doc.ID, 1); err != nil {
+		if msg, err = s.tracedIngestMessage(ctx, doc.ID, 1); err != nil {
 			return nil, nil, msg, err
 		}
 	}
@@ -343,15 +362,24 @@ func cleanName(filename string) (string, error) {
 }
 
 func (s *Service) ingestMessage(docID service.ID, generation int) (service.OutboxMessage, error) {
+	return s.outboxIngest(service.IngestMessage{DocumentID: docID, Generation: generation})
+}
+
+// tracedIngestMessage is ingestMessage continuing ctx's trace on the worker.
+func (s *Service) tracedIngestMessage(ctx context.Context, docID service.ID, generation int) (service.OutboxMessage, error) {
+	return s.outboxIngest(service.IngestMessage{DocumentID: docID, Generation: generation, TraceParent: traceParent(ctx)})
+}
+
+func (s *Service) outboxIngest(m service.IngestMessage) (service.OutboxMessage, error) {
 	id, err := s.ids.NextID()
 	if err != nil {
 		return service.OutboxMessage{}, err
 	}
-	body, err := json.Marshal(service.IngestMessage{DocumentID: docID, Generation: generation})
+	body, err := json.Marshal(m)
 	if err != nil {
 		return service.OutboxMessage{}, err
 	}
-	return service.OutboxMessage{ID: id, Topic: service.IngestTopic, Key: fmt.Sprintf("%d:%d", docID, generation), Payload: body}, nil
+	return service.OutboxMessage{ID: id, Topic: service.IngestTopic, Key: fmt.Sprintf("%d:%d", m.DocumentID, m.Generation), Payload: body}, nil
 }
 
 // document returns a document when p holds at least need on its knowledge
@@ -446,7 +474,7 @@ func (s *Service) reindex(ctx context.Context, p service.Principal, id service.I
 	}
 	var msgErr error
 	doc, err = s.store.Reindex(ctx, id, func(d *service.Document) service.OutboxMessage {
-		m, err := s.ingestMessage(d.ID, d.Generation)
+		m, err := s.tracedIngestMessage(ctx, d.ID, d.Generation)
 		msgErr = err
 		return m
 	})
@@ -466,16 +494,32 @@ func (s *Service) Process(ctx context.Context, body []byte) error {
 		s.log.ErrorContext(ctx, "dropping malformed ingest message", "body", string(body), "err", err)
 		return fmt.Errorf("%w: malformed ingest message", ErrGaveUp)
 	}
+	// The document's span continues the trace of its upload (or reindex),
+	// however long the message waited in the queue.
+	ctx, span := s.tracer.Start(withTraceParent(ctx, msg.TraceParent), "ingest.document", trace.WithAttributes(
+		attribute.String("ragent.document", msg.DocumentID.String()), attribute.Int("ragent.generation", msg.Generation)))
 	if msg.Reembed != "" {
-		return s.reembed(ctx, msg)
+		err := s.reembed(ctx, msg)
+		endSpan(span, err)
+		return err
 	}
+	outcome, err := s.process(ctx, msg)
+	s.metrics.documents.WithLabelValues(outcome).Inc()
+	span.SetAttributes(attribute.String("ragent.outcome", outcome))
+	endSpan(span, err)
+	return err
+}
+
+// process is Process for one build message; it also returns the attempt's
+// outcome for ragent_ingest_documents_total.
+func (s *Service) process(ctx context.Context, msg service.IngestMessage) (string, error) {
 	doc, err := s.store.ClaimDocument(ctx, msg.DocumentID, msg.Generation)
 	if errors.Is(err, service.ErrNotFound) {
 		s.log.InfoContext(ctx, "skipping stale ingest message", "document", msg.DocumentID, "generation", msg.Generation)
-		return nil
+		return outcomeStale, nil
 	}
 	if err != nil {
-		return err
+		return outcomeRetry, err
 	}
 	log := s.log.With("document", doc.ID, "generation", doc.Generation, "attempt", doc.Attempts)
 	start := s.now()
@@ -483,28 +527,29 @@ func (s *Service) Process(ctx context.Context, body []byte) error {
 	switch {
 	case err == nil:
 		log.InfoContext(ctx, "document ingested", "chunks", n, "ms", s.now().Sub(start).Milliseconds())
-		return nil
+		s.metrics.chunks.Add(float64(n))
+		return outcomeReady, nil
 	case errors.Is(err, service.ErrNotFound):
 		log.InfoContext(ctx, "document changed during ingestion; result dropped")
-		return nil
+		return outcomeStale, nil
 	case IsPermanent(err) || errors.Is(err, errMismatch) || errors.Is(err, service.ErrPermanent):
 		// Retrying cannot help: the file, the configuration or the data
 		// the database refused is the same on every attempt.
 		log.WarnContext(ctx, "document failed", "err", err)
-		return s.store.FailDocument(context.WithoutCancel(ctx), doc.ID, doc.Generation, err.Error())
+		return outcomeFailed, s.store.FailDocument(context.WithoutCancel(ctx), doc.ID, doc.Generation, err.Error())
 	case ctx.Err() != nil:
 		// Shutting down: leave the message unacknowledged for redelivery.
-		return err
+		return outcomeRetry, err
 	case doc.Attempts >= s.cfg.MaxAttempts:
 		reason := fmt.Sprintf("gave up after %d attempts: %v", doc.Attempts, err)
 		log.ErrorContext(ctx, "document failed", "err", reason)
 		if ferr := s.store.FailDocument(ctx, doc.ID, doc.Generation, reason); ferr != nil {
-			return ferr
+			return outcomeRetry, ferr
 		}
-		return fmt.Errorf("%w: %s", ErrGaveUp, reason)
+		return outcomeFailed, fmt.Errorf("%w: %s", ErrGaveUp, reason)
 	default:
 		log.WarnContext(ctx, "ingestion failed; will retry", "err", err)
-		return err
+		return outcomeRetry, err
 	}
 }
 
@@ -539,10 +584,21 @@ func (s *Service) index(ctx context.Context, doc *service.Document) (int, error)
 			Ordinal: p.Ordinal, Content: p.Content, Section: p.Section, TokenCount: p.TokenCount, Terms: tf, TermCount: n}
 		texts[i] = p.Content
 	}
-	if err := s.embedChunks(ctx, chunks, texts); err != nil {
+	ectx, end := s.stage(ctx, stageEmbed)
+	err = s.embedChunks(ectx, chunks, texts)
+	end(err)
+	if err != nil {
 		return 0, err
 	}
-	if err := s.store.ReplaceChunks(ctx, doc.ID, doc.Generation, s.cfg.Space.Key(), chunks); err != nil {
+	ictx, end := s.stage(ctx, stageIndex)
+	undo, err := s.indexBeforeCommit(ictx, doc, chunks)
+	if err == nil {
+		if err = s.store.ReplaceChunks(ictx, doc.ID, doc.Generation, s.cfg.Space.Key(), chunks); err != nil {
+			undo()
+		}
+	}
+	end(err)
+	if err != nil {
 		return 0, err
 	}
 	return len(chunks), nil
@@ -556,11 +612,15 @@ func (s *Service) parseAndSplit(ctx context.Context, doc *service.Document, kb *
 	if err != nil {
 		return nil, err
 	}
-	parsed, err := s.cfg.Parser.Parse(ctx, blob, doc.Mime, s.cfg.Limits)
+	pctx, end := s.stage(ctx, stageParse)
+	parsed, err := s.cfg.Parser.Parse(pctx, blob, doc.Mime, s.cfg.Limits)
+	end(err)
 	if err != nil {
 		return nil, err
 	}
+	_, end = s.stage(ctx, stageChunk)
 	pieces := Split(parsed, ChunkOptions{TargetTokens: kb.ChunkSize, OverlapTokens: kb.ChunkOverlap, MaxChunks: s.cfg.MaxChunks})
+	end(nil)
 	if len(pieces) == 0 {
 		return nil, fmt.Errorf("%w: no text to index", ErrEmpty)
 	}

@@ -3,6 +3,7 @@ package ingest
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"time"
 
@@ -13,10 +14,17 @@ import (
 // SearchIndex is an external search engine that holds a copy of the
 // chunks' keyword terms (RAGENT_SEARCH_BACKEND=opensearch).
 type SearchIndex interface {
-	// Index writes chunks, overwriting earlier copies; they are searchable
-	// when it returns.
+	// Index writes chunks, overwriting earlier copies; they are indexed
+	// when it returns and searchable within the engine's refresh
+	// interval. An error wrapping service.ErrPermanent says the engine
+	// refuses them for good.
 	Index(ctx context.Context, docs []service.SearchDoc) error
-	// DeleteDocument removes the document's chunks except keep.
+	// IndexSearchable is Index, returning once the chunks are searchable.
+	IndexSearchable(ctx context.Context, docs []service.SearchDoc) error
+	// DeleteChunks removes chunks by id, however recently written.
+	DeleteChunks(ctx context.Context, ids []service.ID) error
+	// DeleteDocument removes the document's chunks except keep, those
+	// searchable yet.
 	DeleteDocument(ctx context.Context, docID service.ID, keep []service.ID) error
 }
 
@@ -24,7 +32,10 @@ type SearchIndex interface {
 // holds.
 type SearchIndexStore interface {
 	DocumentSearchState(ctx context.Context, docID service.ID) (service.SearchState, error)
+	// SearchChunkIDs is the ids of the chunks DocumentSearchState returns.
+	SearchChunkIDs(ctx context.Context, docID service.ID) ([]service.ID, error)
 	SearchIndexed(ctx context.Context, docID service.ID, generation int, pendingSince time.Time) error
+	SearchFailed(ctx context.Context, docID service.ID, generation int, pendingSince time.Time, reason string) error
 	RequeueSearchIndex(ctx context.Context, cutoff time.Time, limit int) (int, error)
 }
 
@@ -44,15 +55,20 @@ func (s *Service) EnableSearchIndex(store SearchIndexStore, index SearchIndex) {
 
 // ProcessSearchIndex brings the engine's copy of one document in line with
 // Postgres: the search-index consumer's handler. The message only names
-// the document; the chunks are read from Postgres, so a repeated, late or
-// reordered message is harmless. It writes the document's current chunks,
-// then removes every other chunk of the document from the engine, judged
-// by a second read: a consumer holding an older state may have written its
-// chunks after a newer state was mirrored, and this removal (after its own
-// write) takes them out again. The document turns ready when the state
-// written is still the latest. An engine that does not answer is an error,
-// so the message is redelivered; after the MQ gives up, the reaper queues
-// it again (RequeueSearchIndex).
+// the document and the chunks its change removed; the current chunks are
+// read from Postgres, so a repeated, late or reordered message is
+// harmless. It writes the document's current chunks, then removes by id
+// the chunks the change removed and those it wrote itself that a second
+// read no longer finds: a consumer holding an older state may have written
+// its chunks after a newer state was mirrored, and this removal (after its
+// own write) takes them out again. A message that does not list the
+// removed chunks (a re-queued one) searches the engine for every other
+// chunk of the document instead. The document turns ready when the state
+// written is still the latest: its chunks are committed and indexed, and
+// searchable at the engine's next refresh. An engine that does not answer
+// is an error, so the message is redelivered; after the MQ gives up, the
+// reaper queues it again (RequeueSearchIndex). A chunk the engine refuses
+// for good fails the document.
 func (s *Service) ProcessSearchIndex(ctx context.Context, body []byte) error {
 	var msg service.SearchIndexMessage
 	if err := json.Unmarshal(body, &msg); err != nil || msg.DocumentID == 0 {
@@ -67,23 +83,80 @@ func (s *Service) ProcessSearchIndex(ctx context.Context, body []byte) error {
 		return err
 	}
 	if err := s.search.index.Index(ctx, SearchDocs(st.Chunks)); err != nil {
-		return err
+		if !errors.Is(err, service.ErrPermanent) {
+			return err
+		}
+		s.log.ErrorContext(ctx, "the search engine refused a document", "document", msg.DocumentID, "generation", st.Generation, "err", err)
+		if st.PendingSince != nil {
+			reason := "the search engine refused the document's chunks: " + err.Error()
+			if err := s.search.store.SearchFailed(ctx, msg.DocumentID, st.Generation, *st.PendingSince, reason); err != nil {
+				return err
+			}
+		}
+		return fmt.Errorf("%w: %v", ErrGaveUp, err)
 	}
-	now, err := s.search.store.DocumentSearchState(ctx, msg.DocumentID)
+	keepIDs, err := s.search.store.SearchChunkIDs(ctx, msg.DocumentID)
 	if err != nil {
 		return err
 	}
-	keep := make([]service.ID, len(now.Chunks))
-	for i, c := range now.Chunks {
-		keep[i] = c.ID
+	keep := make(map[service.ID]bool, len(keepIDs))
+	for _, id := range keepIDs {
+		keep[id] = true
 	}
-	if err := s.search.index.DeleteDocument(ctx, msg.DocumentID, keep); err != nil {
+	var stale []service.ID
+	for _, id := range msg.Removed {
+		if !keep[id] {
+			stale = append(stale, id)
+		}
+	}
+	for _, c := range st.Chunks {
+		if !keep[c.ID] {
+			stale = append(stale, c.ID)
+		}
+	}
+	if err := s.search.index.DeleteChunks(ctx, stale); err != nil {
 		return err
+	}
+	if !msg.Listed {
+		if err := s.search.index.DeleteDocument(ctx, msg.DocumentID, keepIDs); err != nil {
+			return err
+		}
 	}
 	if st.PendingSince == nil {
 		return nil
 	}
 	return s.search.store.SearchIndexed(ctx, msg.DocumentID, st.Generation, *st.PendingSince)
+}
+
+// indexBeforeCommit writes a new generation's chunks to the search engine
+// and waits until they are searchable, before the commit that removes the
+// previous generation's chunks from Postgres: a search then finds the old
+// version until the commit and the new one from it, never neither. A
+// first generation has nothing to keep searchable and skips this (its
+// chunks reach the engine through the search-index message). It returns a
+// func that removes the chunks again, for a commit that fails.
+func (s *Service) indexBeforeCommit(ctx context.Context, doc *service.Document, chunks []service.Chunk) (undo func(), err error) {
+	if s.search == nil || doc.Generation <= 1 {
+		return func() {}, nil
+	}
+	stored := make([]service.Chunk, len(chunks))
+	ids := make([]service.ID, len(chunks))
+	for i, c := range chunks {
+		c.EmbeddingSpace = s.cfg.Space.Key()
+		stored[i], ids[i] = c, c.ID
+	}
+	if err := s.search.index.IndexSearchable(ctx, SearchDocs(stored)); err != nil {
+		return nil, err
+	}
+	return func() {
+		// Never returned meanwhile (Postgres does not have them); a chunk
+		// left behind when this fails too is swept by ragent
+		// reindex-search.
+		if err := s.search.index.DeleteChunks(context.WithoutCancel(ctx), ids); err != nil {
+			s.log.WarnContext(ctx, "could not remove the chunks of an uncommitted generation from the search engine",
+				"document", doc.ID, "generation", doc.Generation, "err", err)
+		}
+	}, nil
 }
 
 // SearchDocs turns chunks read from Postgres into the engine's documents:

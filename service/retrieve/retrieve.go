@@ -11,9 +11,13 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"math"
 	"sort"
 	"strings"
 	"unicode/utf8"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/ragent-go/ragent/service"
 	"github.com/ragent-go/ragent/text"
@@ -42,13 +46,20 @@ type Config struct {
 	// search needs to count as relevant. Keyword hits always count: they
 	// share a term with the question.
 	MinVectorScore float64
-	// MinRerankScore gates results by the reranker's score when one is set.
-	MinRerankScore float64
-	RerankTop      int          // how many fused results to rerank; default 20
-	MaxTopK        int          // default 50
-	Logger         *slog.Logger // nil discards
+	// MinRerankScore, when not nil, drops results the reranker scores
+	// below it. Nil keeps every reranked result: a reranker's scale is its
+	// own, and some score relevant passages below zero.
+	MinRerankScore *float64
+	// RerankTop is how many fused results are reranked, at least the
+	// query's TopK; default 20.
+	RerankTop int
+	MaxTopK   int          // default 50
+	Logger    *slog.Logger // nil discards
 	// Fusion merges the two lists of a hybrid search; default FusionRRF.
 	Fusion Fusion
+	// Tracer makes a span per search and per step (keyword, vector,
+	// rerank); nil makes none.
+	Tracer trace.Tracer
 }
 
 // DefaultK1 and DefaultB are BM25's parameters when Config leaves them 0
@@ -81,6 +92,7 @@ type Searcher struct {
 	reranker  Reranker // may be nil
 	cfg       Config
 	log       *slog.Logger
+	tracer    trace.Tracer
 }
 
 // New returns a Searcher; access decides which knowledge bases a caller
@@ -91,7 +103,8 @@ func New(store Store, access *service.Access, embedders Embedders, reranker Rera
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	return &Searcher{store: store, access: access, embedders: embedders, reranker: reranker, cfg: cfg, log: cfg.Logger}
+	tracer := tracerOr(cfg.Tracer)
+	return &Searcher{store: store, access: access, embedders: embedders, reranker: tracedReranker(reranker, tracer), cfg: cfg, log: cfg.Logger, tracer: tracer}
 }
 
 // Query is a search request.
@@ -148,6 +161,10 @@ func (s *Searcher) search(ctx context.Context, p service.Principal, q Query, r *
 	if q.Mode == "" {
 		q.Mode = service.SearchHybrid
 	}
+	// The search's span: its steps (keyword, vector, rerank) record their
+	// own errors.
+	ctx, span := s.tracer.Start(ctx, "retrieve.search", trace.WithAttributes(attribute.String("ragent.search.mode", string(q.Mode))))
+	defer span.End()
 	if !q.Mode.Valid() {
 		return service.Errorf(service.ErrInvalid, "mode must be hybrid, keyword or vector")
 	}
@@ -197,7 +214,7 @@ func (s *Searcher) search(ctx context.Context, p service.Principal, q Query, r *
 		}
 	}
 	if s.reranker != nil && len(results) > 0 {
-		if results, err = s.rerank(ctx, q.Text, results); err != nil {
+		if results, err = s.rerank(ctx, q.Text, results, max(s.cfg.RerankTop, q.TopK)); err != nil {
 			return err
 		}
 	}
@@ -255,7 +272,9 @@ func (s *Searcher) knowledgeBases(ctx context.Context, p service.Principal, ids 
 	return kbs, nil
 }
 
-func (s *Searcher) keyword(ctx context.Context, query string, kbs []*service.KnowledgeBase) ([]service.SearchResult, error) {
+func (s *Searcher) keyword(ctx context.Context, query string, kbs []*service.KnowledgeBase) (_ []service.SearchResult, err error) {
+	ctx, end := s.step(ctx, "retrieve.keyword")
+	defer func() { end(err) }()
 	terms, counts := TermCounts(text.Tokenize(query))
 	if len(terms) == 0 {
 		return nil, nil
@@ -270,7 +289,9 @@ func (s *Searcher) keyword(ctx context.Context, query string, kbs []*service.Kno
 // with it. Knowledge bases whose space this instance cannot embed are left
 // to keyword search, and the result and a log line say so. The lists of
 // several spaces are merged by similarity.
-func (s *Searcher) vector(ctx context.Context, query string, kbs []*service.KnowledgeBase) ([]service.SearchResult, []KeywordOnly, error) {
+func (s *Searcher) vector(ctx context.Context, query string, kbs []*service.KnowledgeBase) (_ []service.SearchResult, _ []KeywordOnly, err error) {
+	ctx, end := s.step(ctx, "retrieve.vector")
+	defer func() { end(err) }()
 	bySpace := map[string][]service.ID{}
 	spaces := map[string]service.EmbeddingSpace{}
 	var order []string
@@ -317,8 +338,11 @@ func (s *Searcher) vector(ctx context.Context, query string, kbs []*service.Know
 	return out, keywordOnly, nil
 }
 
-func (s *Searcher) rerank(ctx context.Context, query string, results []service.SearchResult) ([]service.SearchResult, error) {
-	n := min(len(results), s.cfg.RerankTop)
+// rerank reorders the first top results by the reranker's scores; a
+// result the reranker left unscored (-Inf) or scored below the minimum is
+// dropped.
+func (s *Searcher) rerank(ctx context.Context, query string, results []service.SearchResult, top int) ([]service.SearchResult, error) {
+	n := min(len(results), top)
 	docs := make([]string, n)
 	for i := range docs {
 		docs[i] = results[i].Content
@@ -332,7 +356,7 @@ func (s *Searcher) rerank(ctx context.Context, query string, results []service.S
 	}
 	out := make([]service.SearchResult, 0, n)
 	for i := 0; i < n && i < len(scores); i++ {
-		if scores[i] >= s.cfg.MinRerankScore {
+		if !math.IsInf(scores[i], -1) && (s.cfg.MinRerankScore == nil || scores[i] >= *s.cfg.MinRerankScore) {
 			r := results[i]
 			r.Score = scores[i]
 			out = append(out, r)

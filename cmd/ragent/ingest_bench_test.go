@@ -1,0 +1,127 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/ragent-go/ragent/internal/eval"
+	"github.com/ragent-go/ragent/service"
+	"github.com/ragent-go/ragent/service/admin"
+)
+
+// BenchmarkIngestBackends ingests one corpus through the real pipeline
+// (upload → outbox → relay → MQ → parse, chunk, embed, commit, and on
+// OpenSearch the search-index consumer) on the Postgres and the OpenSearch
+// backend, alternating, in one run, each round on a fresh database (and
+// index), so both see the same machine. The corpus is a BEIR folder's
+// paragraphs and questions, each a document (CMRC 2018 trial: 1,258 short
+// Chinese documents). It reports each backend's chunks/s from the first
+// upload to the last document ready, and their ratio (target ≥ 0.8).
+//
+//	RAGENT_BENCH_DATASET=$PWD/../shared/eval/cmrc-trial go test ./cmd/ragent -run '^$' -bench IngestBackends -benchtime 2x
+func BenchmarkIngestBackends(b *testing.B) {
+	dir := os.Getenv("RAGENT_BENCH_DATASET")
+	if dir == "" {
+		b.Skip("RAGENT_BENCH_DATASET names the BEIR folder to ingest")
+	}
+	ds, err := eval.Load(dir)
+	if err != nil {
+		b.Fatal(err)
+	}
+	var texts []string
+	for _, d := range ds.Corpus {
+		texts = append(texts, strings.TrimSpace(d.Title+"\n\n"+d.Text))
+	}
+	for _, q := range ds.Queries {
+		texts = append(texts, q.Text)
+	}
+	chunks := map[string]int{}
+	elapsed := map[string]time.Duration{}
+	for round := range b.N {
+		for _, backend := range []string{"postgres", "opensearch"} {
+			cfg := testConfig(b)
+			if backend == "opensearch" {
+				cfg = openSearchConfig(b, "")
+			}
+			n, d := ingestOnce(b, cfg, texts)
+			chunks[backend] += n
+			elapsed[backend] += d
+			b.Logf("round %d %s: %d chunks in %.2f s, %.1f chunks/s", round+1, backend, n, d.Seconds(), float64(n)/d.Seconds())
+		}
+	}
+	rate := func(backend string) float64 { return float64(chunks[backend]) / elapsed[backend].Seconds() }
+	b.ReportMetric(rate("postgres"), "postgres_chunks/s")
+	b.ReportMetric(rate("opensearch"), "opensearch_chunks/s")
+	b.ReportMetric(rate("opensearch")/rate("postgres"), "opensearch/postgres")
+}
+
+// ingestOnce starts an instance on cfg, uploads texts (four uploaders) into
+// a new knowledge base and returns the chunks made and the time until every
+// document was ready or failed.
+func ingestOnce(b *testing.B, cfg Config, texts []string) (int, time.Duration) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	a, stop, err := startAll(ctx, cfg, newLogger(io.Discard, "error"), nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer stop()
+	name, size := "bench", 2048
+	kb, err := a.kbs.Create(ctx, service.SystemPrincipal(), admin.KnowledgeBaseInput{Name: &name, ChunkSize: &size})
+	if err != nil {
+		b.Fatal(err)
+	}
+	start := time.Now()
+	next := make(chan int)
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	uploaded := 0
+	for range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range next {
+				_, err := a.ingestSvc.Upload(ctx, service.SystemPrincipal(), kb.ID, fmt.Sprintf("d%d.txt", i), strings.NewReader(texts[i]))
+				if err != nil && !errors.Is(err, service.ErrConflict) { // the same text twice: one document
+					b.Error(err)
+					continue
+				}
+				if err == nil {
+					mu.Lock()
+					uploaded++
+					mu.Unlock()
+				}
+			}
+		}()
+	}
+	for i := range texts {
+		next <- i
+	}
+	close(next)
+	wg.Wait()
+	for {
+		st, err := eval.DocumentStats(ctx, a.ingestSvc, kb.ID)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if st.Ready+st.Failed >= uploaded {
+			// CMRC has two questions without text: two documents fail
+			// with nothing to index, on both backends.
+			if st.Failed > 2 {
+				b.Errorf("%d documents failed", st.Failed)
+			}
+			return st.Chunks, time.Since(start)
+		}
+		if time.Since(start) > 10*time.Minute {
+			b.Fatalf("after 10 minutes %d of %d documents ready", st.Ready, uploaded)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}

@@ -1,0 +1,95 @@
+package ratelimit
+
+import (
+	"context"
+	"crypto/rand"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/ragent-go/ragent/internal/lease"
+)
+
+// presenceScript keeps the set of live instances of a limiter (presence.lua).
+var presenceScript = lease.Script(luaFiles, "clock.lua", "presence.lua")
+
+// localSemaphore is PolicyLocal's fallback: while Redis is away an instance
+// grants at most its share of MaxConcurrent, from the number of live
+// instances it last saw in Redis, so that all instances together stay
+// within MaxConcurrent. The share of an instance of rank r among k is
+// N/k, plus one for the first N mod k ranks: the shares add up to N. An
+// instance that never reached Redis knows of no other and takes all N.
+type localSemaphore struct {
+	id    string // this instance among the live ones
+	max   int
+	share atomic.Int64
+
+	mu   sync.Mutex
+	held int
+	free chan struct{} // closed and replaced at each release
+}
+
+func newLocalSemaphore(max int) *localSemaphore {
+	s := &localSemaphore{id: rand.Text(), max: max, free: make(chan struct{})}
+	s.share.Store(int64(max))
+	return s
+}
+
+// see records that the instance of rank (0-based) was one of live instances.
+func (s *localSemaphore) see(live, rank int) {
+	if live < 1 {
+		return
+	}
+	share := s.max / live
+	if rank < s.max%live {
+		share++
+	}
+	s.share.Store(int64(share))
+}
+
+// acquire takes a local permit, waiting until one of the share is free or
+// waitCtx ends (then it returns waitCtx's error).
+func (s *localSemaphore) acquire(waitCtx context.Context) error {
+	for {
+		s.mu.Lock()
+		if s.held < int(s.share.Load()) {
+			s.held++
+			s.mu.Unlock()
+			return nil
+		}
+		free := s.free
+		s.mu.Unlock()
+		select {
+		case <-free:
+		case <-waitCtx.Done():
+			return waitCtx.Err()
+		}
+	}
+}
+
+func (s *localSemaphore) release() {
+	s.mu.Lock()
+	s.held--
+	close(s.free)
+	s.free = make(chan struct{})
+	s.mu.Unlock()
+}
+
+// heartbeat registers this instance among the limiter's live ones every
+// third of a lease until ctx ends, and updates its local share.
+func (l *Limiter) heartbeat(ctx context.Context) {
+	every := l.cfg.Lease / 3
+	for {
+		cctx, cancel := context.WithTimeout(ctx, every)
+		v, err := presenceScript.Run(cctx, l.rdb, []string{l.keys.instances}, l.local.id, l.cfg.Lease.Milliseconds()).Int64Slice()
+		cancel()
+		if err == nil && len(v) == 2 {
+			l.local.see(int(v[0]), int(v[1]))
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(every):
+		}
+	}
+}
