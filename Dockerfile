@@ -1,7 +1,8 @@
 # ragent: a static binary built with Go from the Go module proxy's toolchain
 # (Debian 12's go is too old for go.mod's go line), on an empty runtime
-# image: the binary, CA certificates, /tmp and a non-root user.
-FROM debian:bookworm-slim AS build
+# image: the binary, CA certificates, /tmp and a non-root user. The target
+# fakellm is the scale profile smoke test's model (internal/composetest/fakellm).
+FROM debian:bookworm-slim AS toolchain
 RUN printf '#!/bin/sh\nexit 101\n' >/usr/sbin/policy-rc.d && chmod 755 /usr/sbin/policy-rc.d \
 	&& apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends \
 		ca-certificates curl unzip git \
@@ -18,6 +19,20 @@ WORKDIR /src
 COPY go.mod go.sum ./
 RUN --mount=type=cache,target=/root/go/pkg/mod go mod download
 COPY . .
+
+FROM toolchain AS fakellm-build
+RUN --mount=type=cache,target=/root/.cache/go-build \
+	go build -trimpath -ldflags "-s -w" -o /out/fakellm ./internal/composetest/fakellm
+
+FROM scratch AS fakellm
+COPY --from=fakellm-build /out/fakellm /fakellm
+USER 10001:10001
+EXPOSE 8000
+HEALTHCHECK --interval=5s --timeout=5s --retries=30 CMD ["/fakellm", "get", "/health"]
+ENTRYPOINT ["/fakellm"]
+CMD ["serve"]
+
+FROM toolchain AS build
 ARG VERSION=dev
 RUN --mount=type=cache,target=/root/go/pkg/mod --mount=type=cache,target=/root/.cache/go-build \
 	go build -trimpath -ldflags "-s -w -X main.version=${VERSION}" -o /out/ragent ./cmd/ragent \
@@ -25,7 +40,7 @@ RUN --mount=type=cache,target=/root/go/pkg/mod --mount=type=cache,target=/root/.
 	&& echo 'ragent:x:10001:10001:ragent:/:/sbin/nologin' >/out/passwd \
 	&& echo 'ragent:x:10001:' >/out/group
 
-FROM scratch
+FROM scratch AS ragent
 COPY --from=build /etc/ssl/certs/ca-certificates.crt /etc/ssl/certs/ca-certificates.crt
 COPY --from=build /out/passwd /etc/passwd
 COPY --from=build /out/group /etc/group

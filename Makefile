@@ -25,7 +25,7 @@ help:
 	@echo "make run    start Postgres+pgvector, Redis (RocketMQ with RAGENT_MQ_DRIVER=rocketmq, OpenSearch with RAGENT_SEARCH_BACKEND=opensearch), the local embedding model, build, serve on :8080"
 	@echo "make test   start every service, then gofmt, go vet, staticcheck, the dependency check and all tests"
 	@echo "make build  build $(BIN)"
-	@echo "make compose-test  build the Docker Compose stack, bring it up and run its smoke test (scripts/compose.sh smoke)"
+	@echo "make compose-test  build the Docker Compose stack, bring it up and run its smoke test (scripts/compose.sh smoke, then with COMPOSE_PROFILES=scale)"
 
 .PHONY: build
 build:
@@ -120,11 +120,13 @@ test: test-services vet lint depcheck
 	RAGENT_REQUIRE_SERVICES=1 $(GO) test -count=1 -timeout 10m -run RocketMQ ./cmd/ragent/
 
 # The Docker Compose stack (docker-compose.yml) built, started on a project
-# of its own and smoke-tested through ragent's published port
-# (scripts/compose.sh; README "Docker Compose").
+# of its own and smoke-tested through ragent's published port, then the
+# scale profile through its load balancer (scripts/compose.sh; README
+# "Docker Compose").
 .PHONY: compose-test
 compose-test:
 	bash scripts/compose.sh smoke
+	COMPOSE_PROFILES=scale bash scripts/compose.sh smoke
 
 .PHONY: bench
 bench: test-services

@@ -12,7 +12,9 @@
 #   scripts/compose.sh down     `docker compose down` (the volumes stay)
 #   scripts/compose.sh smoke    the smoke test (internal/composetest) on a project of its own
 #                               (ragent-smoke, fresh volumes, ragent on 127.0.0.1:$RAGENT_COMPOSE_PORT,
-#                               default 18080), then removes that project's containers and volumes
+#                               default 18080), then removes that project's containers and volumes;
+#                               with COMPOSE_PROFILES=scale, the scale profile behind its load balancer
+#                               on that port, with the fake model (TestComposeScale)
 #
 # Extra arguments go to docker compose (e.g. `up --profile opensearch`). It never
 # publishes a port but ragent's and never touches services running on the host.
@@ -37,19 +39,47 @@ ensure_engine() {
 		log "installing Debian's docker.io"
 		DEBIAN_FRONTEND=noninteractive apt-get install -y -q docker.io >&2 || die "apt-get install docker.io failed"
 	fi
-	if ! docker info >/dev/null 2>&1; then
-		[[ $(id -u) -eq 0 ]] || die "starting dockerd needs root"
-		mkdir -p "$STATE"
+	docker info >/dev/null 2>&1 && return 0
+	[[ $(id -u) -eq 0 ]] || die "starting dockerd needs root"
+	mkdir -p "$STATE"
+	if dockerd_alive; then
+		log "dockerd is starting; waiting for it"
+	else
+		clear_stale_engine_state
 		log "starting dockerd (log: $STATE/dockerd.log)"
-		setsid nohup dockerd >"$STATE/dockerd.log" 2>&1 </dev/null &
-		local deadline=$((SECONDS + 60))
-		until docker info >/dev/null 2>&1; do
-			((SECONDS < deadline)) || {
-				tail -n 30 "$STATE/dockerd.log" >&2
-				die "dockerd did not answer within 60s"
-			}
-			sleep 0.5
-		done
+		setsid nohup dockerd >>"$STATE/dockerd.log" 2>&1 </dev/null &
+	fi
+	local deadline=$((SECONDS + 90))
+	until docker info >/dev/null 2>&1; do
+		((SECONDS < deadline)) || {
+			tail -n 30 "$STATE/dockerd.log" >&2
+			die "dockerd did not answer within 90s"
+		}
+		sleep 0.5
+	done
+}
+
+# dockerd_alive: the process /var/run/docker.pid names is a dockerd.
+dockerd_alive() {
+	local pid
+	pid=$(cat /var/run/docker.pid 2>/dev/null) && [[ -n $pid ]] &&
+		[[ $(cat "/proc/$pid/comm" 2>/dev/null) == dockerd ]]
+}
+
+# What a killed dockerd leaves behind: its pid file (dockerd refuses to
+# start while it exists), and its containerd's pid file and sockets when
+# that containerd is gone too.
+clear_stale_engine_state() {
+	local pid
+	if [[ -f /var/run/docker.pid ]]; then
+		log "removing the stale /var/run/docker.pid"
+		rm -f /var/run/docker.pid
+	fi
+	local cd=/var/run/docker/containerd
+	if pid=$(cat "$cd/containerd.pid" 2>/dev/null) && [[ -n $pid ]] &&
+		[[ $(cat "/proc/$pid/comm" 2>/dev/null) != containerd ]]; then
+		log "removing the stale containerd state of a killed dockerd ($cd)"
+		rm -f "$cd/containerd.pid" "$cd/containerd.sock" "$cd/containerd.sock.ttrpc" "$cd/containerd-debug.sock"
 	fi
 }
 
@@ -104,25 +134,41 @@ dc() { (cd "$ROOT" && docker compose "$@"); }
 
 smoke() {
 	export COMPOSE_PROJECT_NAME=ragent-smoke
-	export RAGENT_PUBLISH=127.0.0.1:${RAGENT_COMPOSE_PORT:-18080}
+	local addr=127.0.0.1:${RAGENT_COMPOSE_PORT:-18080} test=TestComposeSmoke
+	local targets=()
+	if [[ ${COMPOSE_PROFILES:-} == *scale* ]]; then
+		# Three replicas behind the load balancer, with the fake model
+		# counting calls and two chats at once (TestComposeScale).
+		test=TestComposeScale
+		targets=(lb fakellm)
+		export COMPOSE_PROFILES=$COMPOSE_PROFILES,fakellm RAGENT_LB_PUBLISH=$addr
+		export RAGENT_LLM_PROVIDER=openai RAGENT_LLM_BASE_URL=http://fakellm:8000/v1 \
+			RAGENT_LLM_API_KEY=fake RAGENT_LLM_CHAT_MODEL=fake
+		export RAGENT_CHAT_MAX_CONCURRENT=2 RAGENT_CHAT_MAX_QUEUED_PER_USER=20 RAGENT_CHAT_MAX_WAIT=3m \
+			RAGENT_CHAT_RATE_PER_MINUTE=1000 RAGENT_CHAT_LEASE=30s RAGENT_INGEST_PENDING_TIMEOUT=1m
+	else
+		export RAGENT_PUBLISH=$addr
+	fi
 	dc down -v --remove-orphans >/dev/null 2>&1 || true
 	local t0=$SECONDS rc=0
 	dc build "$@" >&2 || die "docker compose build failed"
 	log "build: $((SECONDS - t0))s"
 	t0=$SECONDS
-	dc up --wait "$@" || {
+	dc up --wait "$@" "${targets[@]}" || {
 		dc ps -a >&2
 		dc logs --no-color --tail 40 >&2
 		dc down -v >/dev/null 2>&1 || true
 		die "docker compose up --wait failed"
 	}
 	log "up --wait: $((SECONDS - t0))s"
-	(cd "$ROOT" && RAGENT_COMPOSE_URL=http://$RAGENT_PUBLISH go test -count=1 -timeout 20m -v -run TestComposeSmoke ./internal/composetest/) || rc=$?
+	t0=$SECONDS
+	(cd "$ROOT" && RAGENT_COMPOSE_URL=http://$addr go test -count=1 -timeout 20m -v -run "^$test\$" ./internal/composetest/) || rc=$?
+	log "$test: $((SECONDS - t0))s, exit $rc"
 	if ((rc != 0)); then
 		dc ps -a >&2 || true
 		dc logs --no-color --tail 60 >&2 || true
 	fi
-	dc down -v >/dev/null 2>&1 || true
+	dc down -v --remove-orphans >/dev/null 2>&1 || true
 	return "$rc"
 }
 

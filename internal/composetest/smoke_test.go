@@ -24,26 +24,36 @@ import (
 	"github.com/ragent-go/ragent/service"
 )
 
-// services the default profile runs, each with a healthcheck; the
-// opensearch profile (COMPOSE_PROFILES=opensearch) adds its node.
+// services the stack runs, each with a healthcheck: the default
+// profile's, the scale profile's with COMPOSE_PROFILES=scale (README
+// "Docker Compose"), and the opensearch node with COMPOSE_PROFILES=opensearch.
 func services() []string {
 	out := []string{"postgres", "redis", "namesrv", "broker", "embedder", "ragent"}
+	if scaleProfile() {
+		out = []string{"postgres", "redis", "redis-replica", "sentinel-1", "sentinel-2", "sentinel-3",
+			"namesrv", "broker", "embedder", "ragent-scale", "lb", "fakellm"}
+	}
 	if strings.Contains(os.Getenv("COMPOSE_PROFILES"), "opensearch") {
 		out = append(out, "opensearch")
 	}
 	return out
 }
 
+func scaleProfile() bool { return strings.Contains(os.Getenv("COMPOSE_PROFILES"), "scale") }
+
 func TestComposeSmoke(t *testing.T) {
 	base := os.Getenv("RAGENT_COMPOSE_URL")
 	if base == "" {
 		t.Skip("RAGENT_COMPOSE_URL is not set (scripts/compose.sh smoke runs this test)")
 	}
+	if scaleProfile() {
+		t.Skip("the scale profile is up: TestComposeScale checks it")
+	}
 	base = strings.TrimRight(base, "/")
 	s := &stack{t: t, base: base}
 
 	s.allHealthy()
-	password := s.adminPassword()
+	password := s.adminPassword("ragent")
 
 	// Sign-in: a wrong password and a missing token are 401.
 	if st, body := s.request("POST", "/api/v1/auth/login", "", map[string]any{"username": "admin", "password": password + "x"}); st != http.StatusUnauthorized {
@@ -109,38 +119,66 @@ type stack struct {
 // compose runs `docker compose ARGS...` in the repository root.
 func (s *stack) compose(args ...string) string {
 	s.t.Helper()
+	out, err := s.tryCompose(args...)
+	if err != nil {
+		s.t.Fatalf("docker compose %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+	return out
+}
+
+func (s *stack) tryCompose(args ...string) (string, error) {
 	cmd := exec.Command("docker", append([]string{"compose"}, args...)...)
 	cmd.Dir = "../.."
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
-	if err := cmd.Run(); err != nil {
-		s.t.Fatalf("docker compose %s: %v\n%s", strings.Join(args, " "), err, out.String())
-	}
-	return out.String()
+	err := cmd.Run()
+	return out.String(), err
 }
 
-// health reports the health of every running container of the project.
-func (s *stack) health() map[string]string {
+// health reports the state and health of every running container of the
+// project, by service ("running/healthy" each; a service with replicas
+// has one entry per container).
+func (s *stack) health() map[string][]string {
 	s.t.Helper()
-	got := map[string]string{}
+	got := map[string][]string{}
+	for _, c := range s.containers() {
+		got[c.Service] = append(got[c.Service], c.State+"/"+c.Health)
+	}
+	return got
+}
+
+type container struct{ Service, Name, State, Health string }
+
+func (s *stack) containers() []container {
+	s.t.Helper()
+	var out []container
 	for _, line := range strings.Split(strings.TrimSpace(s.compose("ps", "--format", "json")), "\n") {
 		if line == "" {
 			continue
 		}
-		var c struct{ Service, State, Health string }
+		var c container
 		if err := json.Unmarshal([]byte(line), &c); err != nil {
 			s.t.Fatalf("docker compose ps: %v: %s", err, line)
 		}
-		got[c.Service] = c.State + "/" + c.Health
+		out = append(out, c)
 	}
-	return got
+	return out
+}
+
+func healthy(states []string) bool {
+	for _, st := range states {
+		if st != "running/healthy" {
+			return false
+		}
+	}
+	return len(states) > 0
 }
 
 func (s *stack) allHealthy() {
 	s.t.Helper()
 	got := s.health()
 	for _, svc := range services() {
-		if got[svc] != "running/healthy" {
+		if !healthy(got[svc]) {
 			s.t.Fatalf("service %s is %q, want running/healthy (all: %v)", svc, got[svc], got)
 		}
 	}
@@ -148,15 +186,16 @@ func (s *stack) allHealthy() {
 
 func (s *stack) waitHealthy(svc string) {
 	s.t.Helper()
-	testenv.Eventually(s.t, 3*time.Minute, svc+" healthy", func() bool { return s.health()[svc] == "running/healthy" })
+	testenv.Eventually(s.t, 3*time.Minute, svc+" healthy", func() bool { return healthy(s.health()[svc]) })
 }
 
 var firstAdmin = regexp.MustCompile(`first admin created — username "admin", password "([^"]+)"`)
 
-// adminPassword reads the password ragent printed at its first start.
-func (s *stack) adminPassword() string {
+// adminPassword reads the password ragent printed at its first start (one
+// of svc's replicas creates the admin).
+func (s *stack) adminPassword(svc string) string {
 	s.t.Helper()
-	m := firstAdmin.FindStringSubmatch(s.compose("logs", "--no-color", "ragent"))
+	m := firstAdmin.FindStringSubmatch(s.compose("logs", "--no-color", svc))
 	if m == nil {
 		s.t.Fatal("ragent's log has no first-admin line (the smoke test needs fresh volumes: scripts/compose.sh smoke)")
 	}
