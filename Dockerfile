@@ -32,10 +32,12 @@ HEALTHCHECK --interval=5s --timeout=5s --retries=30 CMD ["/fakellm", "get", "/he
 ENTRYPOINT ["/fakellm"]
 CMD ["serve"]
 
+# nomsgpack: gin without its MessagePack binding (ragent speaks JSON only),
+# 6 MB less binary (the image was 62 MB with it).
 FROM toolchain AS build
 ARG VERSION=dev
 RUN --mount=type=cache,target=/root/go/pkg/mod --mount=type=cache,target=/root/.cache/go-build \
-	go build -trimpath -ldflags "-s -w -X main.version=${VERSION}" -o /out/ragent ./cmd/ragent \
+	go build -trimpath -tags nomsgpack -ldflags "-s -w -X main.version=${VERSION}" -o /out/ragent ./cmd/ragent \
 	&& mkdir -p /out/tmp && chmod 1777 /out/tmp \
 	&& echo 'ragent:x:10001:10001:ragent:/:/sbin/nologin' >/out/passwd \
 	&& echo 'ragent:x:10001:' >/out/group

@@ -29,7 +29,7 @@ help:
 
 .PHONY: build
 build:
-	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/ragent
+	CGO_ENABLED=0 $(GO) build -trimpath -tags nomsgpack -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/ragent
 
 .PHONY: services
 services:
