@@ -67,7 +67,7 @@ func TestComposeScale(t *testing.T) {
 		before := s.fakeStats()
 		var taskID string
 		var stop reply
-		c := s.chat(context.Background(), token, "a long story #slow", func(e event) bool {
+		c := s.chat(context.Background(), token, "a long story #slow", func(_ *chatResult, e event) bool {
 			switch e.name {
 			case "meta":
 				var m struct{ TaskID string }
@@ -245,9 +245,10 @@ func (r chatResult) sequence() string {
 }
 
 // chat asks a question in a new conversation and reads the stream as it
-// arrives, calling on (when not nil) with each event. It never fails the
+// arrives, calling on (when not nil) with each event and the result so far
+// (its upstream and addr are set from the first event on). It never fails the
 // test (it runs in goroutines): a refused chat or a broken stream is err.
-func (s *stack) chat(ctx context.Context, token, question string, on func(event) bool) chatResult {
+func (s *stack) chat(ctx context.Context, token, question string, on func(*chatResult, event) bool) chatResult {
 	b, _ := json.Marshal(map[string]any{"question": question})
 	req, err := http.NewRequestWithContext(ctx, "POST", s.base+"/api/v1/chat", bytes.NewReader(b))
 	if err != nil {
@@ -282,7 +283,7 @@ func (s *stack) chat(ctx context.Context, token, question string, on func(event)
 			cur.data += strings.TrimPrefix(line, "data: ")
 		case line == "" && cur.name != "":
 			r.events = append(r.events, cur)
-			if on != nil && !on(cur) {
+			if on != nil && !on(&r, cur) {
 				return r
 			}
 			if cur.name == "done" {
@@ -321,14 +322,17 @@ func (s *stack) holdPermit(token, question string) *heldChat {
 	go func() {
 		defer close(h.done)
 		defer once.Do(func() { close(streaming) })
-		h.result = s.chat(context.Background(), token, question, func(e event) bool {
+		h.result = s.chat(context.Background(), token, question, func(r *chatResult, e event) bool {
 			switch e.name {
 			case "meta":
 				var m struct{ TaskID string }
 				json.Unmarshal([]byte(e.data), &m)
 				h.taskID = m.TaskID
 			case "message":
-				once.Do(func() { close(streaming) })
+				once.Do(func() {
+					h.upstream, h.addr = r.upstream, r.addr
+					close(streaming)
+				})
 			}
 			return true
 		})
@@ -343,7 +347,6 @@ func (s *stack) holdPermit(token, question string) *heldChat {
 		s.t.Fatalf("%q ended before it held a permit: %v, %q", question, h.result.err, h.result.sequence())
 	default:
 	}
-	h.upstream, h.addr = h.result.upstream, h.result.addr
 	return h
 }
 
