@@ -23,7 +23,7 @@ RACE_PKGS = $(shell $(GO) list ./... | grep -v '/mq/rocketmq')
 .PHONY: help
 help:
 	@echo "make run    start Postgres+pgvector, Redis (RocketMQ with RAGENT_MQ_DRIVER=rocketmq, OpenSearch with RAGENT_SEARCH_BACKEND=opensearch), the local embedding model, build, serve on :8080"
-	@echo "make test   start every service, then gofmt, go vet, staticcheck, the dependency check and all tests"
+	@echo "make test   start every service, then gofmt, go vet, staticcheck, the dependency check and all tests, then make compose-test"
 	@echo "make build  build $(BIN)"
 	@echo "make compose-test  build the Docker Compose stack, bring it up and run its smoke test (scripts/compose.sh smoke, then with COMPOSE_PROFILES=scale)"
 
@@ -93,6 +93,10 @@ depcheck:
 	$(GO) test -count=1 ./internal/archtest/
 
 # Everything CI runs. Missing services fail the run (RAGENT_REQUIRE_SERVICES=1).
+# Last, the Docker Compose stack's smoke tests (compose-test, both profiles):
+# warm (images cached on the machine) 4–8 min for both; cold (engine,
+# Compose, base image and every image built) about 30 min on a loaded
+# 2-core machine (2026-12-02).
 # cmd/ragent's end-to-end tests take about 14–21 minutes under -race on a
 # 2-core machine (2026-11-30); the timeout leaves room for a loaded one.
 # The Redis-backed suites run again on Sentinel and on a Redis Cluster
@@ -118,6 +122,7 @@ test: test-services vet lint depcheck
 	done
 	RAGENT_REQUIRE_SERVICES=1 $(GO) test -count=1 -timeout 15m ./mq/rocketmq/...
 	RAGENT_REQUIRE_SERVICES=1 $(GO) test -count=1 -timeout 10m -run RocketMQ ./cmd/ragent/
+	$(MAKE) compose-test
 
 # The Docker Compose stack (docker-compose.yml) built, started on a project
 # of its own and smoke-tested through ragent's published port, then the
