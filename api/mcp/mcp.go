@@ -257,7 +257,7 @@ func baseURL(r *http.Request) string {
 }
 
 // statuses are the HTTP answers to a request refused before the SDK sees
-// it; the body has the HTTP API's error shape.
+// it.
 var statuses = map[string]int{
 	service.CodeOf(service.ErrUnauthenticated): http.StatusUnauthorized,
 	service.CodeOf(service.ErrBusy):            http.StatusTooManyRequests,
@@ -284,8 +284,12 @@ func (h *Handler) fail(w http.ResponseWriter, r *http.Request, err error) {
 	writeError(w, status, code, msg)
 }
 
+// writeError answers a refused request with a JSON-RPC error (id null: the
+// body was not read), which the SDKs' clients surface; data.code is the HTTP
+// API's error code.
 func writeError(w http.ResponseWriter, status int, code, msg string) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
-	_ = json.NewEncoder(w).Encode(map[string]any{"error": map[string]string{"code": code, "message": msg}})
+	_ = json.NewEncoder(w).Encode(map[string]any{"jsonrpc": "2.0", "id": nil,
+		"error": map[string]any{"code": -32001, "message": code + ": " + msg, "data": map[string]string{"code": code}}})
 }
