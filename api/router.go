@@ -89,6 +89,10 @@ type Deps struct {
 	// UploadBodyTimeout an upload's (default BodyTimeout + 10 minutes).
 	BodyTimeout       time.Duration
 	UploadBodyTimeout time.Duration
+	// MCP, when set, serves /mcp (the MCP server, package api/mcp), which
+	// authenticates API keys itself: it needs this router's request id,
+	// client IP, metrics and recovery, not its session middleware.
+	MCP http.Handler
 	// MetricsElsewhere leaves /metrics off this router, the default: cmd
 	// serves it on its own listener (RAGENT_METRICS_ADDR) and here only
 	// with RAGENT_METRICS_PUBLIC=true.
@@ -278,6 +282,13 @@ func NewRouter(deps Deps) *Router {
 	oai := r.Group("/v1", openAIErrors, s.authenticate, s.csrfGuard(uploadRoute))
 	oai.GET("/models", s.listModels)
 	oai.POST("/chat/completions", s.chatCompletions)
+
+	if deps.MCP != nil {
+		mcp := gin.WrapH(deps.MCP)
+		r.GET("/mcp", mcp)
+		r.POST("/mcp", mcp)
+		r.DELETE("/mcp", mcp)
+	}
 
 	return &Router{r}
 }

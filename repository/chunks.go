@@ -186,3 +186,25 @@ func (s *Store) DocumentChunks(ctx context.Context, docID service.ID, afterOrdin
 	}
 	return out, nil
 }
+
+// ChunkIn returns the chunk with this id when it is in one of kbIDs (its
+// document's chunks are deleted with it, so a live chunk has a live
+// document).
+func (s *Store) ChunkIn(ctx context.Context, id service.ID, kbIDs []service.ID) (*service.Chunk, error) {
+	var rows []struct {
+		ID, DocumentID, KbID int64
+		Generation, Ordinal  int
+		Content, Section     string
+		TokenCount           int
+	}
+	if err := s.conn(ctx).Raw(`SELECT id, document_id, kb_id, generation, ordinal, content, section, token_count
+		FROM chunks WHERE id = ? AND kb_id = ANY(?)`, int64(id), idArray(kbIDs)).Scan(&rows).Error; err != nil {
+		return nil, translate(err)
+	}
+	if len(rows) == 0 {
+		return nil, service.ErrNotFound
+	}
+	r := rows[0]
+	return &service.Chunk{ID: service.ID(r.ID), DocumentID: service.ID(r.DocumentID), KnowledgeBaseID: service.ID(r.KbID),
+		Generation: r.Generation, Ordinal: r.Ordinal, Content: r.Content, Section: r.Section, TokenCount: r.TokenCount}, nil
+}

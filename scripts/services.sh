@@ -34,7 +34,8 @@
 # progress goes to stderr.
 #
 # `clients` installs the official OpenAI SDKs the OpenAI-compatible API is
-# tested with (a Python venv and an npm prefix under the cache dir).
+# tested with, and the official MCP SDKs the MCP server is tested with (a
+# Python venv and an npm prefix under the cache dir).
 #
 # `status` prints one up/down line per process and exits 1 if any is down.
 # `stop redis` shuts down whatever Redis answers on the port, ours or not.
@@ -973,6 +974,11 @@ status_browser() {
 # both under the cache dir, pinned, reinstalled only when the pin changes.
 readonly OPENAI_PY_VERSION=${RAGENT_OPENAI_PY_VERSION:-3.57.0}
 readonly OPENAI_JS_VERSION=${RAGENT_OPENAI_JS_VERSION:-6.30.1}
+# The MCP server (/mcp) is tested with the official MCP SDKs in the same
+# venv and prefix (cmd/ragent/mcp_clients_test.go): PyPI's mcp and npm's
+# @modelcontextprotocol/sdk.
+readonly MCP_PY_VERSION=${RAGENT_MCP_PY_VERSION:-2.3.0}
+readonly MCP_JS_VERSION=${RAGENT_MCP_JS_VERSION:-1.32.2}
 readonly CLIENTS_DIR=$CACHE_ROOT/clients
 readonly CLIENTS_VENV=$CLIENTS_DIR/venv
 readonly CLIENTS_NPM=$CLIENTS_DIR/npm
@@ -981,6 +987,10 @@ clients_python() { "$CLIENTS_VENV/bin/python" -c 'import openai; print(openai.__
 clients_node() {
 	# By path: the package's exports map does not expose package.json.
 	(cd "$CLIENTS_NPM" 2>/dev/null && node -p 'require("./node_modules/openai/package.json").version' 2>/dev/null)
+}
+clients_mcp_python() { "$CLIENTS_VENV/bin/python" -c 'import importlib.metadata as m; print(m.version("mcp"))' 2>/dev/null; }
+clients_mcp_node() {
+	(cd "$CLIENTS_NPM" 2>/dev/null && node -p 'require("./node_modules/@modelcontextprotocol/sdk/package.json").version' 2>/dev/null)
 }
 
 start_clients() {
@@ -1007,19 +1017,32 @@ start_clients() {
 		(cd "$CLIENTS_NPM" && npm install --silent --no-audit --no-fund "openai@$OPENAI_JS_VERSION" >&2) ||
 			die "npm install openai@$OPENAI_JS_VERSION failed"
 	fi
-	log "clients: python openai $(clients_python), node $(node --version) openai $(clients_node)"
+	if [[ $(clients_mcp_python) != "$MCP_PY_VERSION" ]]; then
+		log "clients: installing mcp==$MCP_PY_VERSION (PyPI) into $CLIENTS_VENV"
+		"$CLIENTS_VENV/bin/python" -m pip install -q --disable-pip-version-check "mcp==$MCP_PY_VERSION" >&2 ||
+			die "pip install mcp==$MCP_PY_VERSION failed"
+	fi
+	if [[ $(clients_mcp_node) != "$MCP_JS_VERSION" ]]; then
+		log "clients: installing @modelcontextprotocol/sdk@$MCP_JS_VERSION (npm) into $CLIENTS_NPM"
+		(cd "$CLIENTS_NPM" && npm install --silent --no-audit --no-fund "@modelcontextprotocol/sdk@$MCP_JS_VERSION" >&2) ||
+			die "npm install @modelcontextprotocol/sdk@$MCP_JS_VERSION failed"
+	fi
+	log "clients: python openai $(clients_python) mcp $(clients_mcp_python), node $(node --version) openai $(clients_node) @modelcontextprotocol/sdk $(clients_mcp_node)"
 }
 
 stop_clients() { :; }
 
 status_clients() {
-	local py js
+	local py js mpy mjs
 	py=$(clients_python) || py=
 	js=$(clients_node) || js=
-	if [[ $py == "$OPENAI_PY_VERSION" && $js == "$OPENAI_JS_VERSION" ]]; then
-		echo "clients   up    python openai $py, node openai $js"
+	mpy=$(clients_mcp_python) || mpy=
+	mjs=$(clients_mcp_node) || mjs=
+	if [[ $py == "$OPENAI_PY_VERSION" && $js == "$OPENAI_JS_VERSION" && $mpy == "$MCP_PY_VERSION" && $mjs == "$MCP_JS_VERSION" ]]; then
+		echo "clients   up    python openai $py mcp $mpy, node openai $js @modelcontextprotocol/sdk $mjs"
 	else
-		echo "clients   down  python openai ${py:-missing} (want $OPENAI_PY_VERSION), node openai ${js:-missing} (want $OPENAI_JS_VERSION)"
+		echo "clients   down  python openai ${py:-missing} (want $OPENAI_PY_VERSION) mcp ${mpy:-missing} (want $MCP_PY_VERSION)," \
+			"node openai ${js:-missing} (want $OPENAI_JS_VERSION) @modelcontextprotocol/sdk ${mjs:-missing} (want $MCP_JS_VERSION)"
 		return 1
 	fi
 }

@@ -340,6 +340,9 @@ var keyMatrix = map[string][3]int{
 // knowledge base, document, chunk or conversation (TestAuthorizationMatrix
 // covers who may call them).
 var noKnowledgeBaseData = []string{
+	// The MCP server takes API keys only; TestMCPAccess checks its tools
+	// against the same rules.
+	"GET /mcp", "POST /mcp", "DELETE /mcp",
 	"GET /healthz", "GET /readyz", "GET /metrics", "GET /", "GET /assets/*filepath", "HEAD /assets/*filepath",
 	"POST /api/v1/auth/login", "POST /api/v1/auth/logout", "POST /api/v1/auth/logout-all",
 	"GET /api/v1/me", "POST /api/v1/me/password", "GET /api/v1/limits",

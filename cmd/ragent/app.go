@@ -22,6 +22,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/ragent-go/ragent/api"
+	"github.com/ragent-go/ragent/api/mcp"
 	"github.com/ragent-go/ragent/cache"
 	"github.com/ragent-go/ragent/idempotent"
 	"github.com/ragent-go/ragent/idgen"
@@ -61,6 +62,9 @@ type App struct {
 	kbs       *admin.KnowledgeBases
 	ingestSvc *ingest.Service
 	searcher  *retrieve.Searcher
+
+	// mcp serves /mcp; Run ends its sessions when shutdown begins.
+	mcp *mcp.Handler
 
 	// AdminPassword is the generated first-admin password, set only on the
 	// start that created the admin.
@@ -362,6 +366,13 @@ func newApp(ctx context.Context, cfg Config, log *slog.Logger) (_ *App, err erro
 		sessionRate = ratelimit.NewRate(a.rdb, cfg.RedisPrefix, "session", cfg.SessionRatePerMinute, time.Minute)
 	}
 
+	// The MCP server: the same use cases, for API keys, at /mcp.
+	a.mcp = mcp.New(mcp.Deps{
+		Log: log, APIKeys: apiKeys, KeyRate: keyRate, KnowledgeBases: kbs, Ingest: ingestSvc, Search: searcher, Chat: chatSvc,
+	}, mcp.Config{
+		MaxSessions: cfg.MCPMaxSessions, MaxSessionsPerKey: cfg.MCPMaxSessionsPerKey, SessionIdle: cfg.MCPSessionIdle, Version: version,
+	})
+
 	a.router = api.NewRouter(api.Deps{
 		Log:               log,
 		Auth:              authSvc,
@@ -393,6 +404,7 @@ func newApp(ctx context.Context, cfg Config, log *slog.Logger) (_ *App, err erro
 		UploadBodyTimeout: cfg.HTTPUploadTimeout,
 		MetricsElsewhere:  !cfg.MetricsPublic,
 		Pingers:           a.pingers(q, osc),
+		MCP:               a.mcp,
 	})
 
 	// Metrics on their own address, bound now so a bad address fails the
@@ -458,6 +470,7 @@ func (a *App) Run(ctx context.Context, ln net.Listener) error {
 			BaseContext:       func(net.Listener) context.Context { return reqCtx },
 			ErrorLog:          slog.NewLogLogger(a.log.Handler(), slog.LevelWarn),
 		}
+		srv.RegisterOnShutdown(a.mcp.Shutdown)
 		go func() {
 			if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 				errc <- err

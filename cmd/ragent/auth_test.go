@@ -18,6 +18,7 @@ const (
 	public access = iota
 	anyUser
 	adminOnly
+	apiKeyOnly // the MCP server: sessions are refused like anonymous callers
 )
 
 // routeAccess lists every route with who may call it. TestAuthorizationMatrix
@@ -85,6 +86,9 @@ var routeAccess = map[string]access{
 	"GET /api/v1/admin/audit":                                adminOnly,
 	"GET /v1/models":                                         anyUser,
 	"POST /v1/chat/completions":                              anyUser,
+	"GET /mcp":                                               apiKeyOnly,
+	"POST /mcp":                                              apiKeyOnly,
+	"DELETE /mcp":                                            apiKeyOnly,
 	"GET /":                                                  public,
 	"GET /assets/*filepath":                                  public,
 	"HEAD /assets/*filepath":                                 public,
@@ -127,7 +131,7 @@ func TestAuthorizationMatrix(t *testing.T) {
 					if resp.Status == http.StatusUnauthorized || resp.Status == http.StatusForbidden {
 						t.Fatalf("public route answered %d", resp.Status)
 					}
-				case who.level == public:
+				case who.level == public || want == apiKeyOnly:
 					if resp.Status != http.StatusUnauthorized {
 						t.Fatalf("anonymous got %d, want 401: %s", resp.Status, resp.Body)
 					}

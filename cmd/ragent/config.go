@@ -171,6 +171,12 @@ type Config struct {
 
 	APIKeyMaxTTL time.Duration // longest life of an API key, from its creation
 
+	// The MCP server's sessions (api/mcp): open ones per instance and per
+	// key, and how long an unused one stays open.
+	MCPMaxSessions       int
+	MCPMaxSessionsPerKey int
+	MCPSessionIdle       time.Duration
+
 	UploadMaxConcurrent int
 	UploadMaxWait       time.Duration
 	UploadMaxBytes      int64
@@ -358,12 +364,16 @@ func (c Config) validate() []error {
 		"RAGENT_FETCH_CONCURRENCY": c.FetchConcurrency, "RAGENT_FETCH_PER_KB": c.FetchPerKB,
 		"RAGENT_LOGIN_MAX_FAILURES_PER_IP": c.LoginMaxFailuresPerIP,
 		"RAGENT_CHAT_MAX_ANSWER_TOKENS":    c.ChatMaxAnswerTokens,
+		"RAGENT_MCP_MAX_SESSIONS":          c.MCPMaxSessions, "RAGENT_MCP_MAX_SESSIONS_PER_KEY": c.MCPMaxSessionsPerKey,
 	}
 	if c.ChatMaxRunningPerUser < 0 {
 		bad("RAGENT_CHAT_MAX_RUNNING_PER_USER must be at least 1 (unset: half of RAGENT_CHAT_MAX_CONCURRENT)")
 	}
 	if c.ChatRatePerMinute < 0 {
 		bad("RAGENT_CHAT_RATE_PER_MINUTE must be 0 (no limit) or more")
+	}
+	if c.MCPSessionIdle <= 0 {
+		bad("RAGENT_MCP_SESSION_IDLE must be positive")
 	}
 	if c.APIKeyRatePerMinute < 0 {
 		bad("RAGENT_API_KEY_RATE_PER_MINUTE must be 0 (no limit) or more")

@@ -19,6 +19,29 @@ import (
 // machine and fail it under RAGENT_REQUIRE_SERVICES=1.
 func openAIClients(t *testing.T) (python, nodePath string) {
 	t.Helper()
+	python, nodePath = clientPaths()
+	var missing []string
+	if err := exec.Command(python, "-c", "import openai").Run(); err != nil {
+		missing = append(missing, "python openai ("+python+": "+err.Error()+")")
+	}
+	if _, err := exec.LookPath("node"); err != nil {
+		missing = append(missing, "node")
+	} else if _, err := os.Stat(filepath.Join(nodePath, "openai", "package.json")); err != nil {
+		missing = append(missing, "node openai ("+err.Error()+")")
+	}
+	if len(missing) > 0 {
+		if testenv.Required() {
+			t.Fatalf("OpenAI SDKs unavailable (RAGENT_REQUIRE_SERVICES=1): %v; run scripts/services.sh start clients", missing)
+		}
+		t.Skipf("OpenAI SDKs unavailable: %v; run scripts/services.sh start clients", missing)
+	}
+	return python, nodePath
+}
+
+// clientPaths are the `clients` service's Python and node_modules (the
+// venv and npm prefix of scripts/services.sh), or RAGENT_OPENAI_PYTHON and
+// RAGENT_OPENAI_NODE_PATH.
+func clientPaths() (python, nodePath string) {
 	cache := os.Getenv("RAGENT_SERVICES_CACHE")
 	if cache == "" {
 		base := os.Getenv("XDG_CACHE_HOME")
@@ -35,21 +58,6 @@ func openAIClients(t *testing.T) (python, nodePath string) {
 	nodePath = os.Getenv("RAGENT_OPENAI_NODE_PATH")
 	if nodePath == "" {
 		nodePath = filepath.Join(cache, "clients", "npm", "node_modules")
-	}
-	var missing []string
-	if err := exec.Command(python, "-c", "import openai").Run(); err != nil {
-		missing = append(missing, "python openai ("+python+": "+err.Error()+")")
-	}
-	if _, err := exec.LookPath("node"); err != nil {
-		missing = append(missing, "node")
-	} else if _, err := os.Stat(filepath.Join(nodePath, "openai", "package.json")); err != nil {
-		missing = append(missing, "node openai ("+err.Error()+")")
-	}
-	if len(missing) > 0 {
-		if testenv.Required() {
-			t.Fatalf("OpenAI SDKs unavailable (RAGENT_REQUIRE_SERVICES=1): %v; run scripts/services.sh start clients", missing)
-		}
-		t.Skipf("OpenAI SDKs unavailable: %v; run scripts/services.sh start clients", missing)
 	}
 	return python, nodePath
 }

@@ -125,6 +125,9 @@ func (c *Config) settings() []setting {
 		{"RAGENT_CHAT_RATE_PER_MINUTE", "30", intValue(&c.ChatRatePerMinute), maskNone},
 		{"RAGENT_API_KEY_RATE_PER_MINUTE", "600", intValue(&c.APIKeyRatePerMinute), maskNone},
 		{"RAGENT_API_KEY_MAX_TTL", "8760h", durationValue(&c.APIKeyMaxTTL), maskNone},
+		{"RAGENT_MCP_MAX_SESSIONS", "1000", intValue(&c.MCPMaxSessions), maskNone},
+		{"RAGENT_MCP_MAX_SESSIONS_PER_KEY", "20", intValue(&c.MCPMaxSessionsPerKey), maskNone},
+		{"RAGENT_MCP_SESSION_IDLE", "30m", durationValue(&c.MCPSessionIdle), maskNone},
 		{"RAGENT_CHAT_EMPTY_RETRIEVAL", "chat", strValue(&c.ChatEmptyRetrieval), maskNone},
 		{"RAGENT_CHAT_MAX_ANSWER_TOKENS", "4096", intValue(&c.ChatMaxAnswerTokens), maskNone},
 

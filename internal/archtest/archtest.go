@@ -111,6 +111,10 @@ func Violations(p Package) []string {
 				bad("api reaches data through services", imp)
 			case internal && (oneOf(top(rel), adapters) || top(rel) == "cmd"):
 				bad("api reaches adapters through services and pinger interfaces", imp)
+			case p.Path == "api" && rel == "api/mcp":
+				// api/mcp uses api's scope table; the router sees the MCP
+				// server only as Deps.MCP, an http.Handler cmd passes in.
+				bad("the router does not import the MCP server (cmd mounts it through Deps.MCP)", imp)
 			}
 		case ownTop != "cmd" && ownTop != "internal" && ownTop != "migrations" && ownTop != "web" && ownTop != "text":
 			// New top-level packages must be placed in the rule on purpose.

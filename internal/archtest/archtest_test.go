@@ -41,6 +41,9 @@ func TestViolations(t *testing.T) {
 		{"api imports mechanism and features", Package{"api", []string{m + "ratelimit", m + "service/chat", "github.com/gin-gonic/gin", m + "web"}}, 0},
 		{"api imports redis", Package{"api", []string{"github.com/redis/go-redis/v9"}}, 1},
 		{"api imports adapter", Package{"api", []string{m + "repository"}}, 1},
+		{"mcp server imports api and features", Package{"api/mcp", []string{m + "api", m + "service/chat", m + "ratelimit", "github.com/modelcontextprotocol/go-sdk/mcp"}}, 0},
+		{"mcp server imports adapter", Package{"api/mcp", []string{m + "repository"}}, 1},
+		{"api imports the mcp server", Package{"api", []string{m + "api/mcp"}}, 1},
 		{"cmd imports anything", Package{"cmd/ragent", []string{m + "repository", "github.com/gin-gonic/gin", "gorm.io/gorm"}}, 0},
 		{"unknown top-level package", Package{"util", []string{"fmt"}}, 1},
 	}

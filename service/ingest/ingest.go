@@ -47,6 +47,9 @@ type Store interface {
 	Documents(ctx context.Context, kbID, before service.ID, limit int) ([]*service.Document, error)
 	DocumentBlob(ctx context.Context, sha256 string) ([]byte, error)
 	DocumentChunks(ctx context.Context, docID service.ID, afterOrdinal, limit int) ([]service.Chunk, error)
+	// ChunkIn is one chunk when it is in one of kbIDs, else
+	// service.ErrNotFound, in one query either way.
+	ChunkIn(ctx context.Context, id service.ID, kbIDs []service.ID) (*service.Chunk, error)
 	DeleteDocument(ctx context.Context, id service.ID) error
 	Reindex(ctx context.Context, id service.ID, outbox func(*service.Document) service.OutboxMessage) (*service.Document, error)
 	ClaimDocument(ctx context.Context, id service.ID, generation int) (*service.Document, error)
@@ -430,6 +433,20 @@ func (s *Service) Chunks(ctx context.Context, p service.Principal, docID service
 		return nil, err
 	}
 	return s.store.DocumentChunks(ctx, docID, afterOrdinal, limit)
+}
+
+// Chunk returns one chunk (viewers of its knowledge base). Like document, a
+// chunk of a knowledge base p cannot read is not found, for the same cost.
+func (s *Service) Chunk(ctx context.Context, p service.Principal, id service.ID) (*service.Chunk, error) {
+	readable, err := s.access.Readable(ctx, p)
+	if err != nil {
+		return nil, err
+	}
+	c, err := s.store.ChunkIn(ctx, id, readable)
+	if errors.Is(err, service.ErrNotFound) {
+		return nil, service.Errorf(service.ErrNotFound, "chunk %s not found", id)
+	}
+	return c, err
 }
 
 // Delete removes a document from search at once (editors).

@@ -1,0 +1,70 @@
+package main
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ragent-go/ragent/internal/testenv"
+)
+
+// mcpClients finds the official MCP SDKs the `clients` service installs
+// beside the OpenAI ones (PyPI's mcp in the venv, npm's
+// @modelcontextprotocol/sdk in the prefix). Missing ones skip the test on
+// a developer machine and fail it under RAGENT_REQUIRE_SERVICES=1.
+func mcpClients(t *testing.T) (python, nodePath string) {
+	t.Helper()
+	python, nodePath = clientPaths()
+	var missing []string
+	if err := exec.Command(python, "-c", "import mcp").Run(); err != nil {
+		missing = append(missing, "python mcp ("+python+": "+err.Error()+")")
+	}
+	if _, err := exec.LookPath("node"); err != nil {
+		missing = append(missing, "node")
+	} else if _, err := os.Stat(filepath.Join(nodePath, "@modelcontextprotocol", "sdk", "package.json")); err != nil {
+		missing = append(missing, "node @modelcontextprotocol/sdk ("+err.Error()+")")
+	}
+	if len(missing) > 0 {
+		if testenv.Required() {
+			t.Fatalf("MCP SDKs unavailable (RAGENT_REQUIRE_SERVICES=1): %v; run scripts/services.sh start clients", missing)
+		}
+		t.Skipf("MCP SDKs unavailable: %v; run scripts/services.sh start clients", missing)
+	}
+	return python, nodePath
+}
+
+// TestMCPOfficialClients runs the official MCP SDKs — Python (PyPI mcp)
+// and TypeScript (npm @modelcontextprotocol/sdk), code nobody here wrote —
+// against a running instance over Streamable HTTP (testdata/mcp/client.*):
+// the tools, a search, an ask with progress and citations, refusals outside
+// the key's knowledge bases (not found), a refused ask for a key without
+// the chat scope, and a refused bad key.
+func TestMCPOfficialClients(t *testing.T) {
+	python, nodePath := mcpClients(t)
+	f := newMCPFixture(t, nil)
+	clients := []struct {
+		name string
+		cmd  []string
+	}{
+		{"python", []string{python, filepath.Join("testdata", "mcp", "client.py")}},
+		{"typescript", []string{"node", filepath.Join("testdata", "mcp", "client.cjs")}},
+	}
+	for _, c := range clients {
+		t.Run(c.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+			defer cancel()
+			cmd := exec.CommandContext(ctx, c.cmd[0], c.cmd[1:]...)
+			cmd.Env = append(os.Environ(), "RAGENT_URL="+f.in.url, "RAGENT_KEY="+f.full, "RAGENT_NOCHAT_KEY="+f.noChat,
+				"RAGENT_KB="+f.kb, "RAGENT_OTHER_KB="+f.other, "RAGENT_OTHER_CHUNK="+f.otherChunk, "NODE_PATH="+nodePath)
+			out, err := cmd.CombinedOutput()
+			if err != nil || !strings.Contains(string(out), "mcp: ok") {
+				t.Fatalf("%v: %v\n%s", c.cmd, err, out)
+			}
+			t.Logf("%s", out)
+		})
+	}
+}
