@@ -25,7 +25,13 @@ var (
 	// leasePkg is the one module package mechanisms may import: pure Redis
 	// lease mechanics (scripts, renewal timer), no domain.
 	leasePkg = "internal/lease"
-	drivers  = []string{"gorm.io/", "github.com/redis/go-redis", "github.com/apache/rocketmq-client-go", "github.com/jackc/pgx", "github.com/pgvector/"}
+	// parsePkg reads files (blocks and chunks out) for ingest, and
+	// keywordPkg is the pure core of the keyword index for repository: each
+	// is split out of its parent to be read and tested alone, so neither may
+	// reach back into what it was split from.
+	parsePkg   = "service/ingest/parse"
+	keywordPkg = "repository/keyword"
+	drivers    = []string{"gorm.io/", "github.com/redis/go-redis", "github.com/apache/rocketmq-client-go", "github.com/jackc/pgx", "github.com/pgvector/"}
 )
 
 // top returns the first element of a relative path ("mq/rocketmq" → "mq").
@@ -67,6 +73,14 @@ func Violations(p Package) []string {
 		rel, internal := strings.CutPrefix(imp, Module+"/")
 		ownTop := top(p.Path)
 		switch {
+		case p.Path == parsePkg:
+			if internal && rel != "service" && rel != "text" || isDriver(imp) {
+				bad("the file reader knows no store and no use case: it imports only the service root and text", imp)
+			}
+		case p.Path == keywordPkg:
+			if !isStdlib(imp) {
+				bad("the keyword index's core is pure: the standard library only, the SQL stays in repository", imp)
+			}
 		case p.Path == "service":
 			if !isStdlib(imp) {
 				bad("the vocabulary package imports the standard library only", imp)

@@ -10,6 +10,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/ragent-go/ragent/service"
+	"github.com/ragent-go/ragent/text"
 )
 
 // MaxExternalIDRunes bounds a pipeline's external id; MaxURLBytes an
@@ -122,7 +123,7 @@ func (s *Service) DeleteByExternalID(ctx context.Context, p service.Principal, k
 func (s *Service) Import(ctx context.Context, p service.Principal, kbID service.ID, rawURL, externalID string, refresh time.Duration) (*service.Document, error) {
 	var doc *service.Document
 	ev := service.AuditEvent{Action: service.AuditDocumentImport, TargetType: service.TargetDocument,
-		Detail: fmt.Sprintf("kb=%s url=%q", kbID, truncate(rawURL, 200))}
+		Detail: fmt.Sprintf("kb=%s url=%q", kbID, text.Truncate(rawURL, 200))}
 	err := s.audit.Do(ctx, ev, func(ctx context.Context, ev *service.AuditEvent) error {
 		d, src, err := s.prepareImport(ctx, p, kbID, rawURL, externalID, refresh)
 		if err != nil {
@@ -132,7 +133,7 @@ func (s *Service) Import(ctx context.Context, p service.Principal, kbID service.
 			return err
 		}
 		ev.TargetID = doc.ID.String()
-		ev.Detail = fmt.Sprintf("kb=%s url=%q externalId=%q refresh=%s", kbID, truncate(rawURL, 200), externalID, refresh)
+		ev.Detail = fmt.Sprintf("kb=%s url=%q externalId=%q refresh=%s", kbID, text.Truncate(rawURL, 200), externalID, refresh)
 		return nil
 	})
 	if err != nil {

@@ -1,4 +1,4 @@
-package ingest
+package parse
 
 import (
 	"strings"
@@ -36,7 +36,7 @@ type Chunk struct {
 // big between words or characters. Consecutive chunks of one section share
 // up to OverlapTokens of trailing sentences, so a fact cut at a boundary is
 // still whole in one of them. Split never returns an empty chunk.
-func Split(doc *Document, opts ChunkOptions) []Chunk {
+func Split(doc *Text, opts ChunkOptions) []Chunk {
 	if opts.TargetTokens <= 0 {
 		opts.TargetTokens = DefaultChunkOptions().TargetTokens
 	}
