@@ -141,10 +141,16 @@ type OutboxMessage struct {
 // KeywordQuery is a BM25 query: distinct terms with their counts in the query.
 type KeywordQuery struct {
 	KnowledgeBaseIDs []ID
-	Terms            []string
-	Counts           []int
+	Terms            []TermCount
 	K1, B            float64
 	Limit            int
+}
+
+// TermCount is a query term and how many times the query holds it (BM25
+// weighs a term by its count; 0 counts as 1).
+type TermCount struct {
+	Term  string
+	Count int
 }
 
 // VectorQuery is a nearest-neighbour query in one embedding space.
