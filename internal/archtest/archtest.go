@@ -6,6 +6,7 @@ package archtest
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 )
 
@@ -38,15 +39,6 @@ var (
 func top(rel string) string {
 	t, _, _ := strings.Cut(rel, "/")
 	return t
-}
-
-func oneOf(s string, set []string) bool {
-	for _, v := range set {
-		if s == v {
-			return true
-		}
-	}
-	return false
 }
 
 func isDriver(imp string) bool {
@@ -90,7 +82,7 @@ func Violations(p Package) []string {
 			switch {
 			case strings.Contains(imp, "gin-gonic") || isDriver(imp):
 				bad("use cases declare interfaces instead of importing drivers", imp)
-			case internal && (oneOf(top(rel), adapters) || oneOf(top(rel), mechanisms) || top(rel) == "api" || top(rel) == "cmd"):
+			case internal && (slices.Contains(adapters, top(rel)) || slices.Contains(mechanisms, top(rel)) || top(rel) == "api" || top(rel) == "cmd"):
 				bad("use cases must not import adapters, mechanisms or api", imp)
 			case internal && strings.HasPrefix(rel, "service/"):
 				other := top(strings.TrimPrefix(rel, "service/"))
@@ -98,20 +90,20 @@ func Violations(p Package) []string {
 					bad("features form a DAG (chat → retrieve only); share through the service root", imp)
 				}
 			}
-		case oneOf(ownTop, adapters):
+		case slices.Contains(adapters, ownTop):
 			switch {
 			case internal && (top(rel) == "api" || strings.HasPrefix(rel, "service/") || top(rel) == "cmd"):
 				bad("adapters import only the service root", imp)
-			case internal && oneOf(top(rel), adapters) && top(rel) != ownTop:
+			case internal && slices.Contains(adapters, top(rel)) && top(rel) != ownTop:
 				bad("adapters must not import each other", imp)
-			case internal && oneOf(top(rel), mechanisms):
+			case internal && slices.Contains(mechanisms, top(rel)):
 				bad("adapters must not import mechanisms", imp)
 			}
 		case p.Path == leasePkg:
 			if internal || (!isStdlib(imp) && !strings.HasPrefix(imp, "github.com/redis/go-redis")) {
 				bad("the shared lease mechanism imports only the stdlib and go-redis", imp)
 			}
-		case oneOf(ownTop, mechanisms):
+		case slices.Contains(mechanisms, ownTop):
 			switch {
 			case internal && top(rel) != ownTop && rel != leasePkg:
 				bad("mechanisms know no domain", imp)
@@ -123,7 +115,7 @@ func Violations(p Package) []string {
 			switch {
 			case isDriver(imp):
 				bad("api reaches data through services", imp)
-			case internal && (oneOf(top(rel), adapters) || top(rel) == "cmd"):
+			case internal && (slices.Contains(adapters, top(rel)) || top(rel) == "cmd"):
 				bad("api reaches adapters through services and pinger interfaces", imp)
 			}
 		case ownTop != "cmd" && ownTop != "internal" && ownTop != "migrations" && ownTop != "web" && ownTop != "text":

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"time"
 	"unicode"
@@ -77,7 +78,7 @@ func (s *Service) UploadVersion(ctx context.Context, p service.Principal, kbID s
 // FindDocuments lists a knowledge base's documents matching q, newest
 // first (viewers): a pipeline's status poll and its external-id lookup.
 func (s *Service) FindDocuments(ctx context.Context, p service.Principal, kbID service.ID, q service.DocumentQuery) ([]*service.Document, error) {
-	if q.Status != "" && !contains(statuses, q.Status) {
+	if q.Status != "" && !slices.Contains(statuses, q.Status) {
 		return nil, service.Errorf(service.ErrInvalid, "status must be one of pending, running, ready, failed")
 	}
 	if q.ExternalID != "" {
@@ -91,14 +92,6 @@ func (s *Service) FindDocuments(ctx context.Context, p service.Principal, kbID s
 	return s.store.FindDocuments(ctx, kbID, q)
 }
 
-func contains[T comparable](xs []T, x T) bool {
-	for _, y := range xs {
-		if y == x {
-			return true
-		}
-	}
-	return false
-}
 
 // DeleteByExternalID deletes the document with a pipeline's external id
 // (editors), as Delete does.
