@@ -66,6 +66,10 @@ type Document struct {
 	UpdatedAt time.Time       `json:"updatedAt"`
 }
 
+// SectionSeparator joins the headings of a chunk's section path
+// ("Install > Linux"), and the names on an intent node's path.
+const SectionSeparator = " > "
+
 // Chunk is a retrievable piece of a document.
 type Chunk struct {
 	ID              ID        `json:"id"`
@@ -74,7 +78,7 @@ type Chunk struct {
 	Generation      int       `json:"generation"`
 	Ordinal         int       `json:"ordinal"`
 	Content         string    `json:"content"`
-	Section         string    `json:"section"`
+	Section         string    `json:"section"` // heading path, joined by SectionSeparator
 	TokenCount      int       `json:"tokenCount"`
 	Embedding       []float32 `json:"-"`
 	// EmbeddingSpace is the key of Embedding's space, where a reader needs

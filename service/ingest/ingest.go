@@ -842,8 +842,8 @@ func indexText(c parse.Chunk) string {
 }
 
 func lastHeading(section string) string {
-	if i := strings.LastIndex(section, " > "); i >= 0 {
-		return section[i+3:]
+	if i := strings.LastIndex(section, service.SectionSeparator); i >= 0 {
+		return section[i+len(service.SectionSeparator):]
 	}
 	return section
 }

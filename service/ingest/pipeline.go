@@ -92,7 +92,6 @@ func (s *Service) FindDocuments(ctx context.Context, p service.Principal, kbID s
 	return s.store.FindDocuments(ctx, kbID, q)
 }
 
-
 // DeleteByExternalID deletes the document with a pipeline's external id
 // (editors), as Delete does.
 func (s *Service) DeleteByExternalID(ctx context.Context, p service.Principal, kbID service.ID, externalID string) error {

@@ -5,6 +5,7 @@ import (
 	"unicode"
 	"unicode/utf8"
 
+	"github.com/ragent-go/ragent/service"
 	"github.com/ragent-go/ragent/text"
 )
 
@@ -81,7 +82,7 @@ func (c *chunker) section() string {
 	for i, h := range c.path {
 		parts[i] = strings.Join(strings.Fields(h.Text), " ")
 	}
-	return strings.Join(parts, " > ")
+	return strings.Join(parts, service.SectionSeparator)
 }
 
 func (c *chunker) heading(h Block) {
