@@ -312,7 +312,7 @@ func (s *Service) readUpload(ctx context.Context, p service.Principal, kbID serv
 		return nil, nil, fmt.Errorf("%w: reading the upload failed: %w", service.ErrInvalid, err)
 	}
 	if int64(len(blob)) > s.cfg.MaxBytes {
-		return nil, nil, service.Errorf(service.ErrTooLarge, "file exceeds the %d MiB upload limit", s.cfg.MaxBytes>>20)
+		return nil, nil, service.UploadTooLarge(s.cfg.MaxBytes)
 	}
 	id, err := s.ids.NextID()
 	if err != nil {
