@@ -43,7 +43,7 @@ func (s *Server) uploadDocument(c *gin.Context) {
 	}
 	limit := s.deps.UploadMaxBytes + 64<<10
 	if c.Request.ContentLength > limit {
-		fail(c, service.Errorf(service.ErrTooLarge, "file exceeds the %d MiB upload limit", s.deps.UploadMaxBytes>>20))
+		fail(c, service.UploadTooLarge(s.deps.UploadMaxBytes))
 		return
 	}
 	c.Request.Body = http.MaxBytesReader(c.Writer, c.Request.Body, limit)
@@ -125,7 +125,7 @@ func (s *Server) uploadError(c *gin.Context, err error) {
 	}
 	var tooBig *http.MaxBytesError
 	if errors.As(err, &tooBig) {
-		fail(c, service.Errorf(service.ErrTooLarge, "file exceeds the %d MiB upload limit", s.deps.UploadMaxBytes>>20))
+		fail(c, service.UploadTooLarge(s.deps.UploadMaxBytes))
 		return
 	}
 	fail(c, err)

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"fmt"
 	"io"
 	"net/http"
 	"time"
@@ -227,7 +226,7 @@ func (s *Server) settleKey(c *gin.Context, k *keyClaim, resp *idempotent.Stored)
 // readBody reads the capped body for hashing and puts it back for the handler.
 func (s *Server) readBody(c *gin.Context) ([]byte, bool) {
 	tooLarge := func() {
-		failCode(c, http.StatusRequestEntityTooLarge, "too_large", fmt.Sprintf("request body exceeds %d bytes", s.deps.MaxBodyBytes))
+		fail(c, service.TooLarge("request body", s.deps.MaxBodyBytes))
 	}
 	if c.Request.ContentLength > s.deps.MaxBodyBytes {
 		tooLarge()

@@ -232,7 +232,7 @@ func (s *Server) bindBody(c *gin.Context, dst any, strict bool) bool {
 		return false
 	}
 	if c.Request.ContentLength > s.deps.MaxBodyBytes {
-		failCode(c, http.StatusRequestEntityTooLarge, "too_large", fmt.Sprintf("request body exceeds %d bytes", s.deps.MaxBodyBytes))
+		fail(c, service.TooLarge("request body", s.deps.MaxBodyBytes))
 		return false
 	}
 	body := http.MaxBytesReader(c.Writer, c.Request.Body, s.deps.MaxBodyBytes)
@@ -242,7 +242,7 @@ func (s *Server) bindBody(c *gin.Context, dst any, strict bool) bool {
 		}
 		var tooBig *http.MaxBytesError
 		if errors.As(err, &tooBig) {
-			failCode(c, http.StatusRequestEntityTooLarge, "too_large", fmt.Sprintf("request body exceeds %d bytes", tooBig.Limit))
+			fail(c, service.TooLarge("request body", tooBig.Limit))
 			return false
 		}
 		failCode(c, http.StatusBadRequest, "malformed_json", "malformed JSON: "+err.Error())

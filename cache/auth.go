@@ -2,11 +2,13 @@ package cache
 
 import (
 	"context"
-	_ "embed"
+	"embed"
 	"strconv"
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/ragent-go/ragent/internal/lease"
 )
 
 // AuthState keeps the password-attempt counters in Redis:
@@ -33,14 +35,12 @@ func (a *AuthState) keys(group string, names []string) []string {
 	return keys
 }
 
-var (
-	//go:embed login_reserve.lua
-	reserveSource string
-	reserveScript = redis.NewScript(reserveSource)
+//go:embed lua/*.lua
+var luaFiles embed.FS
 
-	//go:embed login_release.lua
-	releaseSource string
-	releaseScript = redis.NewScript(releaseSource)
+var (
+	reserveScript = lease.Script(luaFiles, "login_reserve.lua")
+	releaseScript = lease.Script(luaFiles, "login_release.lua")
 )
 
 // Reserve counts one attempt on each counter name of group unless one has

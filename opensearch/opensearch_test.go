@@ -50,7 +50,7 @@ func TestErrorsAndAuth(t *testing.T) {
 		}
 	}))
 	defer srv.Close()
-	q := service.KeywordQuery{KnowledgeBaseIDs: []service.ID{1}, Terms: []string{"x"}, Counts: []int{1}, Limit: 5}
+	q := service.KeywordQuery{KnowledgeBaseIDs: []service.ID{1}, Terms: []service.TermCount{{Term: "x", Count: 1}}, Limit: 5}
 	for index, unavailable := range map[string]bool{"busy": true, "broken": true, "bad": false} {
 		c, err := New(Config{URL: strings.Replace(srv.URL, "http://", "http://u:p%40ss@", 1), Index: index})
 		if err != nil {
@@ -136,11 +136,11 @@ func TestIndexSearchDelete(t *testing.T) {
 	}
 	search := func(kbs []service.ID, terms ...string) []int64 {
 		t.Helper()
-		counts := make([]int, len(terms))
-		for i := range counts {
-			counts[i] = 1
+		q := service.KeywordQuery{KnowledgeBaseIDs: kbs, Limit: 10}
+		for _, t := range terms {
+			q.Terms = append(q.Terms, service.TermCount{Term: t, Count: 1})
 		}
-		rs, err := c.KeywordSearch(ctx, service.KeywordQuery{KnowledgeBaseIDs: kbs, Terms: terms, Counts: counts, Limit: 10})
+		rs, err := c.KeywordSearch(ctx, q)
 		if err != nil {
 			t.Fatal(err)
 		}

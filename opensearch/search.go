@@ -22,11 +22,7 @@ func (c *Client) KeywordSearch(ctx context.Context, q service.KeywordQuery) ([]s
 	}
 	should := make([]any, len(q.Terms))
 	for i, t := range q.Terms {
-		boost := 1
-		if i < len(q.Counts) && q.Counts[i] > 0 {
-			boost = q.Counts[i]
-		}
-		should[i] = map[string]any{"term": map[string]any{fieldTerms: map[string]any{"value": t, "boost": boost}}}
+		should[i] = map[string]any{"term": map[string]any{fieldTerms: map[string]any{"value": t.Term, "boost": max(t.Count, 1)}}}
 	}
 	body := map[string]any{
 		"size":             q.Limit,

@@ -104,8 +104,8 @@ func TestBulkHelpers(t *testing.T) {
 	if err := s.SettleKeywords(ctx); err != nil || tailRows() != 0 {
 		t.Fatalf("settle: %v, %d tail rows left", err, tailRows())
 	}
-	if res, err := s.KeywordSearch(ctx, service.KeywordQuery{KnowledgeBaseIDs: []service.ID{kb.ID}, Terms: []string{"alpha"},
-		Counts: []int{1}, K1: 0.9, B: 0.4, Limit: 5}); err != nil || len(res) != 1 {
+	if res, err := s.KeywordSearch(ctx, service.KeywordQuery{KnowledgeBaseIDs: []service.ID{kb.ID}, Terms: ones("alpha"),
+		K1: 0.9, B: 0.4, Limit: 5}); err != nil || len(res) != 1 {
 		t.Fatalf("keyword search after settling: %v %v", res, err)
 	}
 	if err := s.Vacuum(ctx); err != nil {

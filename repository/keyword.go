@@ -1,20 +1,14 @@
 package repository
 
 import (
-	"cmp"
-	"container/heap"
 	"context"
 	"database/sql/driver"
-	"encoding/binary"
-	"fmt"
-	"math"
-	"slices"
-	"sort"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/stdlib"
 
+	"github.com/ragent-go/ragent/repository/keyword"
 	"github.com/ragent-go/ragent/service"
 )
 
@@ -29,7 +23,7 @@ import (
 // the terms, or an ordered aggregate, sorted them instead (thousands of
 // heads for a common word at a million chunks: 6.8 ms against 1.5 ms for
 // three such words). Aggregating a sorted subquery keeps its order in
-// practice but not by guarantee, so startKeywordSearch sorts each term's
+// practice but not by guarantee, so keyword.Search sorts each term's
 // heads.
 const keywordStartSQL = `
 WITH kb AS (SELECT id FROM knowledge_bases WHERE id = ANY($1) AND deleted_at IS NULL)
@@ -52,12 +46,6 @@ const keywordBlocksSQL = `SELECT b.kb_id, b.term, b.last_id, b.payload
 	FROM unnest($1::int8[], $2::text[], $3::int8[]) AS x(kb_id, term, last_id)
 	JOIN keyword_blocks b ON b.kb_id = x.kb_id AND b.term = x.term AND b.last_id = x.last_id`
 
-// boundSlack absorbs rounding: a bound is the same formula as a score at a
-// dominating (tf, dl), equal or larger in exact arithmetic but possibly an
-// ulp below after rounding. Blocks are skipped only when their bound is
-// below the k-th score by more than this relative margin.
-const boundSlack = 1e-9
-
 const keywordRowsSQL = `SELECT c.id, c.document_id, d.name, c.kb_id, c.content, c.section
 	FROM chunks c JOIN documents d ON d.id = c.document_id WHERE c.id = ANY($1)`
 
@@ -72,17 +60,17 @@ const keywordRowsSQL = `SELECT c.id, c.document_id, d.name, c.kb_id, c.content, 
 // fetches alone, the chunks' rows with COMMIT. It reads committed data only,
 // even when ctx carries an InTx transaction.
 func (s *Store) KeywordSearch(ctx context.Context, q service.KeywordQuery) ([]service.SearchResult, error) {
-	return s.keywordSearchWith(ctx, q, defaultFetch, nil)
+	return s.keywordSearchWith(ctx, q, keyword.DefaultPolicy, nil)
 }
 
 // keywordSearchWith is KeywordSearch with a given fetch policy, recording
 // its work in st when st is not nil: the tests and the benchmark compare
 // policies with it.
-func (s *Store) keywordSearchWith(ctx context.Context, q service.KeywordQuery, policy fetchPolicy, st *kwStats) ([]service.SearchResult, error) {
+func (s *Store) keywordSearchWith(ctx context.Context, q service.KeywordQuery, policy keyword.Policy, st *keyword.Stats) ([]service.SearchResult, error) {
 	if len(q.Terms) == 0 || len(q.KnowledgeBaseIDs) == 0 || q.Limit <= 0 {
 		return nil, nil
 	}
-	q = foldTerms(q)
+	q.Terms = keyword.Fold(q.Terms)
 	sqlDB, err := s.db.DB()
 	if err != nil {
 		return nil, err
@@ -107,36 +95,28 @@ func (s *Store) keywordSearchWith(ctx context.Context, q service.KeywordQuery, p
 	return out, translate(err)
 }
 
-// foldTerms returns q with each term once, its count the sum of its
-// occurrences' (1 each where Counts is short): the search keeps one block
-// list per term, and a term listed twice would give it two that overlap.
-func foldTerms(q service.KeywordQuery) service.KeywordQuery {
-	seen := make(map[string]int, len(q.Terms))
-	terms, counts := make([]string, 0, len(q.Terms)), make([]int, 0, len(q.Terms))
-	for i, t := range q.Terms {
-		c := 1
-		if i < len(q.Counts) {
-			c = q.Counts[i]
-		}
-		if j, ok := seen[t]; ok {
-			counts[j] += c
-			continue
-		}
-		seen[t] = len(terms)
-		terms, counts = append(terms, t), append(counts, c)
-	}
-	q.Terms, q.Counts = terms, counts
-	return q
-}
+// The four kinds of row keywordStartSQL returns, in its UNION's order.
+const (
+	rowHeads = iota // a term's block heads in a knowledge base: kb, term, data
+	rowTail         // a tail posting: kb, term, id (the chunk), a = tf, b = dl
+	rowDead         // a removed chunk still in a term's blocks: kb, term, id
+	rowStats        // the collection statistics: a = chunks, b = their terms
+)
 
-func keywordSearch(ctx context.Context, pc *pgx.Conn, q service.KeywordQuery, policy fetchPolicy, st *kwStats) ([]service.SearchResult, error) {
-	b := &pgx.Batch{}
-	b.Queue("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+func keywordSearch(ctx context.Context, pc *pgx.Conn, q service.KeywordQuery, policy keyword.Policy, st *keyword.Stats) ([]service.SearchResult, error) {
+	terms := make([]string, len(q.Terms))
+	for i, t := range q.Terms {
+		terms[i] = t.Term
+	}
 	kbs := make([]int64, len(q.KnowledgeBaseIDs))
 	for i, id := range q.KnowledgeBaseIDs {
 		kbs[i] = int64(id)
 	}
-	b.Queue(keywordStartSQL, kbs, q.Terms)
+	ks := keyword.NewSearch(q.Terms, q.K1, q.B, q.Limit)
+	defer ks.Release()
+	b := &pgx.Batch{}
+	b.Queue("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+	b.Queue(keywordStartSQL, kbs, terms)
 	br := pc.SendBatch(ctx, b)
 	if _, err := br.Exec(); err != nil {
 		br.Close()
@@ -147,87 +127,30 @@ func keywordSearch(ctx context.Context, pc *pgx.Conn, q service.KeywordQuery, po
 		br.Close()
 		return nil, err
 	}
-	ks, err := startKeywordSearch(rows, q)
+	err = startKeywordSearch(ks, rows)
 	rows.Close()
 	if cerr := br.Close(); err == nil {
 		err = cerr
-	}
-	if ks != nil {
-		defer ks.release()
 	}
 	if err != nil {
 		return nil, err
 	}
 	for round := 0; ; round++ {
-		want := ks.neededBlocks(policy, round)
+		want := ks.Needed(policy, round)
 		if len(want) == 0 {
 			break
 		}
-		decoded, err := ks.fetch(ctx, pc, want)
+		decoded, err := fetchBlocks(ctx, pc, ks, want)
 		if err != nil {
 			return nil, err
 		}
-		st.addRound(len(want), decoded)
+		st.AddRound(len(want), decoded)
 	}
-	return ks.results(ctx, pc)
+	return keywordResults(ctx, pc, ks.Ranked())
 }
 
-// kwSearch is one query's state: the statistics, the blocks of each
-// knowledge base with their bounds, and the chunks seen so far with the
-// exact term scores known for them.
-type kwSearch struct {
-	q       service.KeywordQuery
-	m       bm25
-	weights []float64 // per query term: count × idf
-	terms   map[string]int
-	blocks  map[int64][][]*kwBlock // by knowledge base, then term: each term's blocks in id order
-	dead    map[deadKey]bool       // removed chunks' postings still in blocks
-	// cands are the chunks that unfetched blocks may still add to, in
-	// (kb, id) order, with the sum of the term scores known so far. Each
-	// round's postings arrive as sorted runs (a term's blocks are id
-	// ranges that never overlap) and are merged in: every pass is
-	// sequential, where a hash table keyed by chunk id missed the cache on
-	// nearly every posting of a large query.
-	cands   []cand
-	final   *topK // the top k of the chunks whose scores are final
-	scratch *kwScratch
-}
-
-type kwBlock struct {
-	kb      int64
-	term    int
-	head    blockHead
-	ub      float64
-	fetched bool
-	// liveIn is the last round (from 1) that found the block in a live
-	// segment. θ only rises and a chunk's bound (known scores plus
-	// unfetched bounds) only falls, so a block the previous round found in
-	// no live segment is never needed again: later rounds leave it out of
-	// their segments (pruned).
-	liveIn int
-	wantIn int // the last round (from 1) that asked for the block
-}
-
-// pruned reports whether b is out of play in round: fetched, or left in no
-// live segment by the round before.
-func (b *kwBlock) pruned(round int) bool { return b.fetched || round > 0 && b.liveIn != round }
-
-func startKeywordSearch(rows pgx.Rows, q service.KeywordQuery) (*kwSearch, error) {
-	ks := &kwSearch{q: q, terms: make(map[string]int, len(q.Terms)), blocks: map[int64][][]*kwBlock{},
-		dead: map[deadKey]bool{}, final: newTopK(q.Limit)}
-	for i, t := range q.Terms {
-		ks.terms[t] = i
-	}
-	df := make([]float64, len(q.Terms))
-	type tailPosting struct {
-		kb   int64
-		term int
-		posting
-	}
-	var (
-		tail         []tailPosting
-		n, termTotal float64
-	)
+// startKeywordSearch feeds ks the rows of keywordStartSQL.
+func startKeywordSearch(ks *keyword.Search, rows pgx.Rows) error {
 	for rows.Next() {
 		var (
 			kind   int
@@ -237,108 +160,42 @@ func startKeywordSearch(rows pgx.Rows, q service.KeywordQuery) (*kwSearch, error
 			data   []byte
 		)
 		if err := rows.Scan(&kind, &kb, &term, &id, &a, &b, &data); err != nil {
-			return nil, err
+			return err
 		}
-		ti := ks.terms[term]
 		switch kind {
-		case 0:
-			heads, err := decodeHeads(data)
-			if err != nil {
-				return nil, err
+		case rowHeads:
+			if err := ks.AddHeads(kb, term, data); err != nil {
+				return err
 			}
-			byTerm := ks.blocks[kb]
-			if byTerm == nil {
-				byTerm = make([][]*kwBlock, len(q.Terms))
-				ks.blocks[kb] = byTerm
-			}
-			bs := make([]kwBlock, len(heads))
-			for i, h := range heads {
-				df[ti] += float64(h.n)
-				bs[i] = kwBlock{kb: kb, term: ti, head: h}
-				byTerm[ti] = append(byTerm[ti], &bs[i])
-			}
-		case 1:
-			df[ti]++
-			tail = append(tail, tailPosting{kb, ti, posting{id: id, tf: int32(a), dl: int32(b)}})
-		case 2:
-			df[ti]--
-			ks.dead[deadKey{ti, id}] = true
-		case 3:
-			n, termTotal = float64(a), float64(b)
+		case rowTail:
+			ks.AddTail(kb, term, keyword.Posting{ID: id, TF: int32(a), DL: int32(b)})
+		case rowDead:
+			ks.AddDead(term, id)
+		case rowStats:
+			ks.SetStats(a, b)
 		}
 	}
 	if err := rows.Err(); err != nil {
-		return nil, err
+		return err
 	}
-	ks.m = bm25{k1: q.K1, b: q.B, avgdl: max(termTotal/max(n, 1), 1)}
-	ks.weights = make([]float64, len(q.Terms))
-	for i := range q.Terms {
-		count := 1.0
-		if i < len(q.Counts) {
-			count = float64(q.Counts[i])
-		}
-		ks.weights[i] = count * ks.m.idf(n, df[i])
-	}
-	ks.useScratch()
-	// The tail as one run per knowledge base and term, as merge takes it.
-	slices.SortFunc(tail, func(a, b tailPosting) int {
-		return cmp.Or(cmp.Compare(a.kb, b.kb), cmp.Compare(a.term, b.term), cmp.Compare(a.id, b.id))
-	})
-	inc := slices.Grow(ks.scratch.inc[:0], len(tail))
-	var runs [][]cand
-	from := 0
-	for i, p := range tail {
-		inc = append(inc, cand{kb: p.kb, id: p.id, score: ks.m.termScore(ks.weights[p.term], p.tf, p.dl)})
-		if i+1 == len(tail) || tail[i+1].kb != p.kb || tail[i+1].term != p.term {
-			runs, from = append(runs, inc[from:]), len(inc)
-		}
-	}
-	ks.scratch.inc = inc
-	ks.merge(runs)
-	for _, byTerm := range ks.blocks {
-		for _, bs := range byTerm {
-			// segments sweeps each term's blocks in id order, and an
-			// unsorted list would lose bounds. The start query sends them
-			// so in practice, not by guarantee (see keywordStartSQL); on
-			// sorted input the sort is one pass.
-			slices.SortFunc(bs, func(a, b *kwBlock) int { return cmp.Compare(a.head.first, b.head.first) })
-			for _, b := range bs {
-				b.ub = ks.m.bound(ks.weights[b.term], b.head.impacts)
-			}
-		}
-	}
-	return ks, nil
+	ks.Start()
+	return nil
 }
 
-type deadKey struct {
-	term int
-	id   int64
-}
-
-// fetch reads want's payloads and scores their postings; it returns the
-// number of postings decoded.
-func (ks *kwSearch) fetch(ctx context.Context, pc *pgx.Conn, want []*kwBlock) (int, error) {
+// fetchBlocks reads want's payloads into ks; it returns the number of
+// postings decoded.
+func fetchBlocks(ctx context.Context, pc *pgx.Conn, ks *keyword.Search, want []*keyword.Block) (int, error) {
 	kbs, terms, lasts := make([]int64, len(want)), make([]string, len(want)), make([]int64, len(want))
-	incoming := 0
 	for i, b := range want {
-		kbs[i], terms[i], lasts[i] = b.kb, ks.q.Terms[b.term], b.head.last
-		incoming += b.head.n
+		kbs[i], terms[i], lasts[i] = b.KB(), b.Term(), b.Last()
 	}
-	// The postings as they arrive, block after block in any order, then
-	// grouped into one sorted run per knowledge base and term.
-	inc := slices.Grow(ks.scratch.inc[:0], incoming)
-	type extent struct {
-		kb      int64
-		term    int
-		from, n int
-	}
-	extents := make([]extent, 0, len(want))
+	ks.GrowFor(want)
 	rows, err := pc.Query(ctx, keywordBlocksSQL, kbs, terms, lasts)
 	if err != nil {
 		return 0, err
 	}
-	decoded := 0
 	defer rows.Close()
+	decoded := 0
 	for rows.Next() {
 		var (
 			kb, last int64
@@ -348,239 +205,25 @@ func (ks *kwSearch) fetch(ctx context.Context, pc *pgx.Conn, want []*kwBlock) (i
 		if err := rows.Scan(&kb, &term, &last, &payload); err != nil {
 			return 0, err
 		}
-		if len(payload)%postingBytes != 0 {
-			return 0, fmt.Errorf("keyword block payload: %d bytes", len(payload))
+		n, err := ks.AddPayload(kb, term, payload)
+		if err != nil {
+			return 0, err
 		}
-		decoded += len(payload) / postingBytes
-		ti := ks.terms[term]
-		w, from := ks.weights[ti], len(inc)
-		for b := payload; len(b) > 0; b = b[postingBytes:] {
-			id := int64(binary.BigEndian.Uint64(b))
-			if len(ks.dead) > 0 && ks.dead[deadKey{ti, id}] {
-				continue // a removed chunk's posting, left in the block
-			}
-			inc = append(inc, cand{kb: kb, id: id,
-				score: ks.m.termScore(w, int32(binary.BigEndian.Uint32(b[8:])), int32(binary.BigEndian.Uint32(b[12:])))})
-		}
-		if len(inc) > from {
-			extents = append(extents, extent{kb: kb, term: ti, from: from, n: len(inc) - from})
-		}
+		decoded += n
 	}
 	if err := rows.Err(); err != nil {
 		return 0, err
 	}
-	// Marked even if a row were missing, so the search always progresses.
-	for _, b := range want {
-		b.fetched = true
-	}
-	slices.SortFunc(extents, func(a, b extent) int {
-		if c := cmp.Compare(a.kb, b.kb); c != 0 {
-			return c
-		}
-		if c := cmp.Compare(a.term, b.term); c != 0 {
-			return c
-		}
-		return cmp.Compare(inc[a.from].id, inc[b.from].id)
-	})
-	sorted := slices.Grow(ks.scratch.sorted[:0], len(inc))
-	var runs [][]cand
-	runFrom := 0
-	for i, e := range extents {
-		sorted = append(sorted, inc[e.from:e.from+e.n]...)
-		if i+1 == len(extents) || extents[i+1].kb != e.kb || extents[i+1].term != e.term {
-			runs = append(runs, sorted[runFrom:])
-			runFrom = len(sorted)
-		}
-	}
-	ks.scratch.inc, ks.scratch.sorted = inc, sorted
-	ks.merge(runs)
+	ks.EndRound(want)
 	return decoded, nil
 }
 
-type blockKey struct {
-	kb   int64
-	term int
-	last int64
-}
-
-// segment is a maximal chunk-id range of one knowledge base covered by the
-// same unfetched blocks. A chunk in it scores at most its known term scores
-// plus ub, the sum of those blocks' bounds (a term whose block is fetched
-// contributes exactly what is known, zero for a chunk not in it).
-type segment struct {
-	lo, hi   int64
-	ub       float64
-	maxKnown float64
-	blocks   []*kwBlock
-}
-
-// neededBlocks returns the unfetched blocks that may still hold a top-k
-// chunk, the most promising first, at most budget of them (more when the
-// last segment taken straddles the budget). None means the top k is exact.
-func (ks *kwSearch) neededBlocks(policy fetchPolicy, round int) []*kwBlock {
-	budget := policy.budget(round)
-	byKB := make(map[int64][]segment, len(ks.blocks))
-	for kb, byTerm := range ks.blocks {
-		byKB[kb] = segments(byTerm, round)
-	}
-	// A chunk outside every segment has no unfetched block left that could
-	// add to it: its score is final, and it leaves cands for good, so each
-	// round revisits only the chunks still in play. cands and each
-	// knowledge base's segments are both in id order: one walk over both.
-	// A chunk that cannot reach θ even with every block left in its
-	// segment leaves too: θ only rises, so it never could (should a later
-	// block bring it back, its partial score falls short all the more).
-	th := ks.final.threshold()
-	kept := ks.cands[:0]
-	var (
-		kbSegs []segment
-		si     int
-		kb     int64
-	)
-	for i, c := range ks.cands {
-		if i == 0 || c.kb != kb {
-			kb, kbSegs, si = c.kb, byKB[c.kb], 0
-		}
-		for si < len(kbSegs) && kbSegs[si].hi < c.id {
-			si++
-		}
-		if si < len(kbSegs) && kbSegs[si].lo <= c.id {
-			if sg := &kbSegs[si]; (c.score+sg.ub)*(1+boundSlack) >= th {
-				sg.maxKnown = max(sg.maxKnown, c.score)
-				kept = append(kept, c)
-			}
-			continue
-		}
-		ks.final.offer(c.score, c.id)
-	}
-	ks.cands = kept
-	th = ks.final.threshold()
-	var live segmentHeap
-	for _, kbSegs := range byKB {
-		for i := range kbSegs {
-			if sg := &kbSegs[i]; (sg.ub+sg.maxKnown)*(1+boundSlack) >= th {
-				live = append(live, sg)
-				for _, b := range sg.blocks {
-					b.liveIn = round + 1
-				}
-			}
-		}
-	}
-	// Highest bound first; only as many segments as the budget takes are
-	// ever ordered, out of tens of thousands at a million chunks.
-	heap.Init(&live)
-	var want []*kwBlock
-	for len(live) > 0 && len(want) < budget {
-		sg := heap.Pop(&live).(*segment)
-		if policy.essentialOnly {
-			// Highest bound first: a term whose block bounds it high is
-			// the likeliest to lift a chunk over θ.
-			slices.SortFunc(sg.blocks, func(a, b *kwBlock) int { return cmp.Compare(b.ub, a.ub) })
-		}
-		rest := sg.ub
-		for _, b := range sg.blocks {
-			if b.wantIn != round+1 {
-				b.wantIn = round + 1
-				want = append(want, b)
-			}
-			rest -= b.ub
-			// The blocks left can lift no chunk of the segment over θ by
-			// themselves: they are fetched in a later round only if the
-			// scores these blocks reveal keep the segment above θ
-			// (MaxScore's non-essential lists, per segment).
-			if policy.essentialOnly && (rest+sg.maxKnown)*(1+boundSlack) < th {
-				break
-			}
-		}
-	}
-	return want
-}
-
-// segmentHeap orders segments by the most a chunk in them can score,
-// highest first.
-type segmentHeap []*segment
-
-func (h segmentHeap) Len() int { return len(h) }
-func (h segmentHeap) Less(i, j int) bool {
-	return h[i].ub+h[i].maxKnown > h[j].ub+h[j].maxKnown
-}
-func (h segmentHeap) Swap(i, j int) { h[i], h[j] = h[j], h[i] }
-func (h *segmentHeap) Push(x any)   { *h = append(*h, x.(*segment)) }
-func (h *segmentHeap) Pop() any {
-	old := *h
-	x := old[len(old)-1]
-	*h = old[:len(old)-1]
-	return x
-}
-
-// segments splits the id ranges of a knowledge base's blocks still in play
-// in round into segments, in id order, and first drops the blocks out of
-// play from byTerm for good, so each round sweeps only the blocks the
-// previous one left live. byTerm holds each term's blocks in id order, and
-// a term's blocks never overlap, so one sweep over the terms' lists finds
-// every boundary: the work is the number of blocks times the number of
-// terms, with no sorting, and a segment holds at most one block per term.
-func segments(byTerm [][]*kwBlock, round int) []segment {
-	n := 0
-	for t, bs := range byTerm {
-		byTerm[t] = slices.DeleteFunc(bs, func(b *kwBlock) bool { return b.pruned(round) })
-		n += len(byTerm[t])
-	}
-	next := make([]int, len(byTerm)) // per term: its first block not passed yet
-	skip := func(t int, at int64) {
-		bs := byTerm[t]
-		for next[t] < len(bs) && bs[next[t]].head.last < at {
-			next[t]++
-		}
-	}
-	// A block starts one segment and ends another at most: 2n of them.
-	out := make([]segment, 0, 2*n)
-	backing := make([]*kwBlock, 0, 2*n) // the segments' block lists, end to end
-	at := int64(math.MinInt64)
-	for {
-		// The next boundary: the end of an active block, or the start of
-		// a term's next block.
-		end, active, more := int64(math.MaxInt64), false, false
-		for t, bs := range byTerm {
-			if next[t] == len(bs) {
-				continue
-			}
-			more = true
-			if b := bs[next[t]]; b.head.first <= at {
-				active, end = true, min(end, b.head.last+1)
-			} else {
-				end = min(end, b.head.first)
-			}
-		}
-		if !more {
-			return out
-		}
-		if active {
-			from := len(backing)
-			sg := segment{lo: at, hi: end - 1}
-			for t, bs := range byTerm {
-				if next[t] < len(bs) && bs[next[t]].head.first <= at {
-					backing = append(backing, bs[next[t]])
-					sg.ub += bs[next[t]].ub
-				}
-			}
-			sg.blocks = backing[from:len(backing):len(backing)]
-			out = append(out, sg)
-		}
-		at = end
-		for t := range byTerm {
-			skip(t, at)
-		}
-	}
-}
-
-// results returns the top k with their rows. It runs after neededBlocks
-// found nothing left to fetch, so its exactly scored top k is the answer.
-func (ks *kwSearch) results(ctx context.Context, pc *pgx.Conn) ([]service.SearchResult, error) {
-	ranked := ks.final.sorted()
+// keywordResults reads the rows of the ranked chunks and commits. It runs
+// after Needed found nothing left to fetch, so ranked is the answer.
+func keywordResults(ctx context.Context, pc *pgx.Conn, ranked []keyword.Scored) ([]service.SearchResult, error) {
 	ids := make([]int64, len(ranked))
 	for i, r := range ranked {
-		ids[i] = r.id
+		ids[i] = r.ID
 	}
 	b := &pgx.Batch{}
 	b.Queue(keywordRowsSQL, ids)
@@ -609,65 +252,10 @@ func (ks *kwSearch) results(ctx context.Context, pc *pgx.Conn) ([]service.Search
 	}
 	out := make([]service.SearchResult, 0, len(ranked))
 	for _, r := range ranked {
-		if row, ok := byID[r.id]; ok {
-			row.Score = r.score
+		if row, ok := byID[r.ID]; ok {
+			row.Score = r.Score
 			out = append(out, row.result())
 		}
 	}
 	return out, nil
-}
-
-// topK keeps the k best (score, id) pairs: higher score first, then lower id.
-type topK struct {
-	k int
-	h scoredHeap
-}
-
-type scored struct {
-	score float64
-	id    int64
-}
-
-// scoredHeap is a min-heap: its root is the worst of the kept pairs.
-type scoredHeap []scored
-
-func worse(a, b scored) bool { return a.score < b.score || a.score == b.score && a.id > b.id }
-
-func (h scoredHeap) Len() int           { return len(h) }
-func (h scoredHeap) Less(i, j int) bool { return worse(h[i], h[j]) }
-func (h scoredHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
-func (h *scoredHeap) Push(x any)        { *h = append(*h, x.(scored)) }
-func (h *scoredHeap) Pop() any {
-	old := *h
-	x := old[len(old)-1]
-	*h = old[:len(old)-1]
-	return x
-}
-
-func newTopK(k int) *topK { return &topK{k: k} }
-
-func (t *topK) offer(score float64, id int64) {
-	s := scored{score, id}
-	if len(t.h) < t.k {
-		heap.Push(&t.h, s)
-		return
-	}
-	if worse(t.h[0], s) {
-		t.h[0] = s
-		heap.Fix(&t.h, 0)
-	}
-}
-
-// threshold is the k-th best score, or -Inf while fewer than k are known.
-func (t *topK) threshold() float64 {
-	if len(t.h) < t.k {
-		return math.Inf(-1)
-	}
-	return t.h[0].score
-}
-
-func (t *topK) sorted() []scored {
-	out := append([]scored(nil), t.h...)
-	sort.Slice(out, func(i, j int) bool { return worse(out[j], out[i]) })
-	return out
 }

@@ -64,7 +64,7 @@ func BenchmarkKeywordSearch(b *testing.B) {
 		for j := range counts {
 			counts[j] = 1
 		}
-		queries = append(queries, service.KeywordQuery{KnowledgeBaseIDs: []service.ID{kbID}, Terms: terms, Counts: counts,
+		queries = append(queries, service.KeywordQuery{KnowledgeBaseIDs: []service.ID{kbID}, Terms: termCounts(terms, counts),
 			K1: 1.2, B: 0.75, Limit: 10})
 	}
 	oldStats := `SELECT coalesce(sum(chunks), 0)::float8 AS n,

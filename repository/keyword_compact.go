@@ -3,9 +3,10 @@ package repository
 import (
 	"context"
 	"errors"
-	"sort"
 	"strings"
 	"time"
+
+	"github.com/ragent-go/ragent/repository/keyword"
 )
 
 // keywordCompactLock is the advisory lock that lets one compactor run at a
@@ -191,10 +192,10 @@ func distinctSorted(ss []string) []string {
 // termWork is one term's change: new postings from the tail, removed
 // chunks to drop, and the blocks they touch.
 type termWork struct {
-	added []posting
+	added []keyword.Posting
 	dead  map[int64]bool
 	lo    int64 // the smallest id added or removed
-	heads []blockHead
+	heads []keyword.Head
 }
 
 // rewriteTerms merges the tail postings of terms into their blocks and
@@ -217,14 +218,14 @@ func (s *Store) rewriteTerms(kbID int64, terms []string) error {
 	for rows.Next() {
 		var (
 			term string
-			p    posting
+			p    keyword.Posting
 		)
-		if err := rows.Scan(&term, &p.id, &p.tf, &p.dl); err != nil {
+		if err := rows.Scan(&term, &p.ID, &p.TF, &p.DL); err != nil {
 			rows.Close()
 			return err
 		}
 		w := work[term]
-		w.added, w.lo = append(w.added, p), min(w.lo, p.id)
+		w.added, w.lo = append(w.added, p), min(w.lo, p.ID)
 	}
 	rows.Close()
 	if err := rows.Err(); err != nil {
@@ -327,7 +328,7 @@ func (s *Store) loadHeads(kbID int64, terms []string, work map[string]*termWork)
 		if err := rows.Scan(&term, &head); err != nil {
 			return err
 		}
-		hs, err := decodeHeads(head)
+		hs, err := keyword.DecodeHeads(head)
 		if err != nil {
 			return err
 		}
@@ -343,136 +344,75 @@ func (s *Store) loadHeads(kbID int64, terms []string, work map[string]*termWork)
 // equal ones.
 func (s *Store) rebuildBlocks(kbID int64, terms []string, work map[string]*termWork) error {
 	type run struct {
+		keyword.Run
 		term       string
-		from, to   int // block indexes, inclusive; from > to for a term without blocks
-		added      []posting
-		dead       map[int64]bool
-		atTheEnd   bool
 		oldPayload [][]byte
 	}
 	var runs []*run
 	for _, t := range terms {
 		w := work[t]
-		if len(w.heads) == 0 {
-			if len(w.added) > 0 {
-				runs = append(runs, &run{term: t, from: 0, to: -1, added: w.added, atTheEnd: true})
-			}
-			continue
-		}
-		touched := make([]bool, len(w.heads))
-		owner := func(id int64) int {
-			i := sort.Search(len(w.heads), func(i int) bool { return w.heads[i].last >= id })
-			return min(i, len(w.heads)-1)
-		}
-		addedTo := map[int][]posting{}
-		for _, p := range w.added {
-			i := owner(p.id)
-			touched[i], addedTo[i] = true, append(addedTo[i], p)
-		}
-		for id := range w.dead {
-			if i := owner(id); w.heads[i].first <= id && id <= w.heads[i].last {
-				touched[i] = true
-			}
-		}
-		for i := 0; i < len(w.heads); i++ {
-			if !touched[i] {
-				continue
-			}
-			r := &run{term: t, from: i, dead: w.dead}
-			for ; i < len(w.heads) && touched[i]; i++ {
-				r.added = append(r.added, addedTo[i]...)
-			}
-			r.to, r.atTheEnd = i-1, i == len(w.heads)
-			runs = append(runs, r)
+		for _, r := range keyword.PlanRuns(w.heads, w.added, w.dead) {
+			runs = append(runs, &run{Run: r, term: t})
 		}
 	}
 	// Fetch the payloads of every block to rewrite, then replace them.
 	var delTerms textArray
 	var delLasts intArray
 	for _, r := range runs {
-		for i := r.from; i <= r.to; i++ {
-			delTerms, delLasts = append(delTerms, r.term), append(delLasts, work[r.term].heads[i].last)
+		for i := r.From; i <= r.To; i++ {
+			delTerms, delLasts = append(delTerms, r.term), append(delLasts, work[r.term].heads[i].Last)
 		}
 	}
-	payloads := map[blockKey]*[]byte{}
 	if len(delTerms) > 0 {
+		type blockKey struct {
+			term string
+			last int64
+		}
+		payloads := map[blockKey][]byte{}
 		rows, err := s.db.Raw(`DELETE FROM keyword_blocks b USING unnest(?::text[], ?::int8[]) AS x(term, last_id)
 			WHERE b.kb_id = ? AND b.term = x.term AND b.last_id = x.last_id RETURNING b.term, b.last_id, b.payload`,
 			delTerms, delLasts, kbID).Rows()
 		if err != nil {
 			return err
 		}
-		termIdx := make(map[string]int, len(terms))
-		for i, t := range terms {
-			termIdx[t] = i
-		}
 		for rows.Next() {
 			var (
-				term    string
-				last    int64
+				k       blockKey
 				payload []byte
 			)
-			if err := rows.Scan(&term, &last, &payload); err != nil {
+			if err := rows.Scan(&k.term, &k.last, &payload); err != nil {
 				rows.Close()
 				return err
 			}
-			payloads[blockKey{0, termIdx[term], last}] = &payload
+			payloads[k] = payload
 		}
 		rows.Close()
 		if err := rows.Err(); err != nil {
 			return err
 		}
 		for _, r := range runs {
-			for i := r.from; i <= r.to; i++ {
-				p := payloads[blockKey{0, termIdx[r.term], work[r.term].heads[i].last}]
-				if p == nil {
+			for i := r.From; i <= r.To; i++ {
+				p, ok := payloads[blockKey{r.term, work[r.term].heads[i].Last}]
+				if !ok {
 					return errors.New("keyword compaction: a block vanished under the lock")
 				}
-				r.oldPayload = append(r.oldPayload, *p)
+				r.oldPayload = append(r.oldPayload, p)
 			}
 		}
 	}
 	var out blockWriter
 	for _, r := range runs {
-		merged := r.added
-		for _, payload := range r.oldPayload {
-			ps, err := decodePostings(payload)
-			if err != nil {
-				return err
-			}
-			for _, p := range ps {
-				if !r.dead[p.id] {
-					merged = append(merged, p)
-				}
-			}
+		blocks, err := keyword.Rewrite(r.Run, r.oldPayload, work[r.term].dead)
+		if err != nil {
+			return err
 		}
-		sort.Slice(merged, func(i, j int) bool { return merged[i].id < merged[j].id })
-		for _, part := range splitBlocks(merged, r.atTheEnd) {
+		for _, part := range blocks {
 			if err := out.add(s, kbID, r.term, part); err != nil {
 				return err
 			}
 		}
 	}
 	return out.flush(s)
-}
-
-// splitBlocks cuts sorted postings into blocks of at most blockSize: full
-// ones when they end the term's list, where later postings will be
-// appended, otherwise as equal as possible.
-func splitBlocks(ps []posting, atTheEnd bool) [][]posting {
-	if len(ps) == 0 {
-		return nil
-	}
-	n := (len(ps) + blockSize - 1) / blockSize
-	var out [][]posting
-	for i := 0; i < n; i++ {
-		lo, hi := i*blockSize, min((i+1)*blockSize, len(ps))
-		if !atTheEnd {
-			lo, hi = i*len(ps)/n, (i+1)*len(ps)/n
-		}
-		out = append(out, ps[lo:hi])
-	}
-	return out
 }
 
 // blockWriter inserts blocks in multi-row statements.
@@ -484,13 +424,13 @@ type blockWriter struct {
 
 const blockBatch = 1000
 
-func (w *blockWriter) add(s *Store, kbID int64, term string, ps []posting) error {
-	head, payload := encodeBlock(ps)
+func (w *blockWriter) add(s *Store, kbID int64, term string, ps []keyword.Posting) error {
+	head, payload := keyword.EncodeBlock(ps)
 	if w.n > 0 {
 		w.sb.WriteByte(',')
 	}
 	w.sb.WriteString("(?,?,?,?,?)")
-	w.args = append(w.args, kbID, term, ps[len(ps)-1].id, head, payload)
+	w.args = append(w.args, kbID, term, ps[len(ps)-1].ID, head, payload)
 	if w.n++; w.n == blockBatch {
 		return w.flush(s)
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/pgvector/pgvector-go"
 
 	"github.com/ragent-go/ragent/internal/testenv"
+	"github.com/ragent-go/ragent/repository/keyword"
 	"github.com/ragent-go/ragent/service"
 )
 
@@ -43,9 +44,14 @@ const oldStats0006 = `
 
 func oldKeywordSearch(t testing.TB, s *Store, stats string, q service.KeywordQuery) []service.SearchResult {
 	t.Helper()
-	kbs, terms := idArray(q.KnowledgeBaseIDs), textArray(q.Terms)
+	var terms textArray
+	var counts []int
+	for _, t := range q.Terms {
+		terms, counts = append(terms, t.Term), append(counts, t.Count)
+	}
+	kbs := idArray(q.KnowledgeBaseIDs)
 	var rows []searchRow
-	if err := s.db.Raw(fmt.Sprintf(oldKeywordSQL, stats), terms, countArray(q.Counts), kbs, terms, kbs,
+	if err := s.db.Raw(fmt.Sprintf(oldKeywordSQL, stats), terms, countArray(counts), kbs, terms, kbs,
 		q.K1, q.K1, q.B, q.B, q.Limit).Scan(&rows).Error; err != nil {
 		t.Fatal(err)
 	}
@@ -157,7 +163,7 @@ func TestMigrateKeywordIndexInPlace(t *testing.T) {
 		for j := range counts {
 			counts[j] = 1
 		}
-		queries = append(queries, service.KeywordQuery{KnowledgeBaseIDs: chosen, Terms: terms, Counts: counts, K1: 1.2, B: 0.75, Limit: 10})
+		queries = append(queries, service.KeywordQuery{KnowledgeBaseIDs: chosen, Terms: termCounts(terms, counts), K1: 1.2, B: 0.75, Limit: 10})
 	}
 	before := make([][]service.SearchResult, len(queries))
 	for i, q := range queries {
@@ -266,15 +272,15 @@ func checkBlocks(t *testing.T, s *Store) (full int) {
 		t.Fatal(err)
 	}
 	for _, b := range blocks {
-		ps, err := decodePostings(b.Payload)
+		ps, err := keyword.DecodePostings(b.Payload)
 		if err != nil {
 			t.Fatal(err)
 		}
-		head, _ := encodeBlock(ps)
+		head, _ := keyword.EncodeBlock(ps)
 		if !bytes.Equal(head, b.Head) {
 			t.Fatalf("stored head %x, the Go encoder writes %x", b.Head, head)
 		}
-		if len(ps) == blockSize {
+		if len(ps) == keyword.BlockSize {
 			full++
 		}
 	}

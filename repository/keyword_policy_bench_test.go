@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/ragent-go/ragent/internal/scalebench"
+	"github.com/ragent-go/ragent/repository/keyword"
 	"github.com/ragent-go/ragent/service"
 	"github.com/ragent-go/ragent/service/retrieve"
 	"github.com/ragent-go/ragent/text"
@@ -41,27 +42,27 @@ func BenchmarkKeywordFetchPolicy(b *testing.B) {
 	var queries []service.KeywordQuery
 	for i := range nq {
 		q, _ := gen.QueryAt(i, n)
-		terms, counts := retrieve.TermCounts(text.Tokenize(q))
+		terms := retrieve.TermCounts(text.Tokenize(q))
 		if len(terms) > 0 {
-			queries = append(queries, service.KeywordQuery{KnowledgeBaseIDs: []service.ID{kb}, Terms: terms, Counts: counts,
+			queries = append(queries, service.KeywordQuery{KnowledgeBaseIDs: []service.ID{kb}, Terms: terms,
 				K1: retrieve.DefaultK1, B: retrieve.DefaultB, Limit: 50})
 		}
 	}
 	policies := []struct {
 		name string
-		p    fetchPolicy
+		p    keyword.Policy
 	}{
-		{"64×8 all", fetchPolicy{first: 64, shift: 3}}, // main's policy before this benchmark
-		{"64×2 all", fetchPolicy{first: 64, shift: 1}},
-		{"64×8 ess", fetchPolicy{first: 64, shift: 3, essentialOnly: true}},
-		{"64×2 ess", fetchPolicy{first: 64, shift: 1, essentialOnly: true}},
-		{"32×2 ess", fetchPolicy{first: 32, shift: 1, essentialOnly: true}},
-		{"16×2 ess", fetchPolicy{first: 16, shift: 1, essentialOnly: true}},
-		{"default", defaultFetch},
+		{"64×8 all", keyword.Policy{First: 64, Shift: 3}}, // main's policy before this benchmark
+		{"64×2 all", keyword.Policy{First: 64, Shift: 1}},
+		{"64×8 ess", keyword.Policy{First: 64, Shift: 3, EssentialOnly: true}},
+		{"64×2 ess", keyword.Policy{First: 64, Shift: 1, EssentialOnly: true}},
+		{"32×2 ess", keyword.Policy{First: 32, Shift: 1, EssentialOnly: true}},
+		{"16×2 ess", keyword.Policy{First: 16, Shift: 1, EssentialOnly: true}},
+		{"default", keyword.DefaultPolicy},
 	}
 	type record struct {
 		lat   []time.Duration
-		stats []kwStats
+		stats []keyword.Stats
 	}
 	recs := make([]record, len(policies))
 	for _, q := range queries { // warm the buffers and the connections
@@ -75,7 +76,7 @@ func BenchmarkKeywordFetchPolicy(b *testing.B) {
 			var first []service.SearchResult
 			for j := range policies {
 				pi := (qi + j) % len(policies)
-				var st kwStats
+				var st keyword.Stats
 				t0 := time.Now()
 				got, err := s.keywordSearchWith(ctx, q, policies[pi].p, &st)
 				if err != nil {
@@ -94,25 +95,25 @@ func BenchmarkKeywordFetchPolicy(b *testing.B) {
 	b.StopTimer()
 	base := recs[0]
 	bp50, bp99 := scalebench.Percentiles(base.lat)
-	bBlocks := meanOf(base.stats, func(s kwStats) int { return s.blocks })
+	bBlocks := meanOf(base.stats, func(s keyword.Stats) int { return s.Blocks })
 	fmt.Printf("%d chunks, %d queries; per query: latency p50 / p99 (ratio to %s), blocks mean / p50 / p99 / max (ratio of means), rounds mean / max, postings decoded mean\n",
 		n, len(queries), policies[0].name)
 	for i, r := range recs {
 		p50, p99 := scalebench.Percentiles(r.lat)
-		blocks := meanOf(r.stats, func(s kwStats) int { return s.blocks })
+		blocks := meanOf(r.stats, func(s keyword.Stats) int { return s.Blocks })
 		fmt.Printf("%-9s %6.2f / %6.2f ms (%.2f / %.2f)  blocks %6.1f / %4d / %4d / %4d (%.2f)  rounds %.2f / %d  postings %.0f\n",
 			policies[i].name, ms(p50), ms(p99), ms(p50)/ms(bp50), ms(p99)/ms(bp99),
-			blocks, pct(r.stats, 50, func(s kwStats) int { return s.blocks }), pct(r.stats, 99, func(s kwStats) int { return s.blocks }),
-			pct(r.stats, 100, func(s kwStats) int { return s.blocks }), blocks/bBlocks,
-			meanOf(r.stats, func(s kwStats) int { return s.rounds }), pct(r.stats, 100, func(s kwStats) int { return s.rounds }),
-			meanOf(r.stats, func(s kwStats) int { return s.postings }))
+			blocks, pct(r.stats, 50, func(s keyword.Stats) int { return s.Blocks }), pct(r.stats, 99, func(s keyword.Stats) int { return s.Blocks }),
+			pct(r.stats, 100, func(s keyword.Stats) int { return s.Blocks }), blocks/bBlocks,
+			meanOf(r.stats, func(s keyword.Stats) int { return s.Rounds }), pct(r.stats, 100, func(s keyword.Stats) int { return s.Rounds }),
+			meanOf(r.stats, func(s keyword.Stats) int { return s.Postings }))
 	}
 	fmt.Printf("blocks per query under %s:", policies[0].name)
 	edges := []int{0, 64, 128, 256, 512, 1024}
 	for i, lo := range edges {
 		c := 0
 		for _, st := range base.stats {
-			if st.blocks >= lo && (i == len(edges)-1 || st.blocks < edges[i+1]) {
+			if st.Blocks >= lo && (i == len(edges)-1 || st.Blocks < edges[i+1]) {
 				c++
 			}
 		}
@@ -206,7 +207,7 @@ func benchEnvInt(b *testing.B, name string, def int) int {
 	return n
 }
 
-func meanOf(sts []kwStats, f func(kwStats) int) float64 {
+func meanOf(sts []keyword.Stats, f func(keyword.Stats) int) float64 {
 	sum := 0
 	for _, s := range sts {
 		sum += f(s)
@@ -215,7 +216,7 @@ func meanOf(sts []kwStats, f func(kwStats) int) float64 {
 }
 
 // pct is the p-th percentile (nearest rank) of f over sts.
-func pct(sts []kwStats, p int, f func(kwStats) int) int {
+func pct(sts []keyword.Stats, p int, f func(keyword.Stats) int) int {
 	v := make([]int, len(sts))
 	for i, s := range sts {
 		v[i] = f(s)

@@ -9,6 +9,7 @@ import (
 	"sort"
 	"testing"
 
+	"github.com/ragent-go/ragent/repository/keyword"
 	"github.com/ragent-go/ragent/service"
 )
 
@@ -43,7 +44,7 @@ func (r *refIndex) search(q service.KeywordQuery) []refHit {
 		n++
 		total += float64(c.dl)
 		for i, t := range q.Terms {
-			if c.tf[t] > 0 {
+			if c.tf[t.Term] > 0 {
 				df[i]++
 			}
 		}
@@ -56,13 +57,13 @@ func (r *refIndex) search(q service.KeywordQuery) []refHit {
 		}
 		score, any := 0.0, false
 		for i, t := range q.Terms {
-			tf := float64(c.tf[t])
+			tf := float64(c.tf[t.Term])
 			if tf == 0 {
 				continue
 			}
 			any = true
 			idf := math.Log(1 + (n-df[i]+0.5)/(df[i]+0.5))
-			score += float64(q.Counts[i]) * idf * tf * (q.K1 + 1) / (tf + q.K1*(1-q.B+q.B*float64(c.dl)/avgdl))
+			score += float64(t.Count) * idf * tf * (q.K1 + 1) / (tf + q.K1*(1-q.B+q.B*float64(c.dl)/avgdl))
 		}
 		if any {
 			hits = append(hits, refHit{id, score})
@@ -79,7 +80,7 @@ func (r *refIndex) search(q service.KeywordQuery) []refHit {
 
 // scoreOf is the reference score of one chunk (0 if it matches nothing).
 func (r *refIndex) scoreOf(q service.KeywordQuery, id service.ID) (float64, bool) {
-	for _, h := range r.search(service.KeywordQuery{KnowledgeBaseIDs: q.KnowledgeBaseIDs, Terms: q.Terms, Counts: q.Counts,
+	for _, h := range r.search(service.KeywordQuery{KnowledgeBaseIDs: q.KnowledgeBaseIDs, Terms: q.Terms,
 		K1: q.K1, B: q.B, Limit: math.MaxInt32}) {
 		if h.id == id {
 			return h.score, true
@@ -200,7 +201,7 @@ func TestKeywordSearchExact(t *testing.T) {
 			if i%5 == 0 {
 				chosen = []service.ID{kbs[0].ID, kbs[1].ID, kbs[2].ID}
 			}
-			q := service.KeywordQuery{KnowledgeBaseIDs: chosen, Terms: terms, Counts: counts, K1: 1.2, B: 0.75, Limit: 10}
+			q := service.KeywordQuery{KnowledgeBaseIDs: chosen, Terms: termCounts(terms, counts), K1: 1.2, B: 0.75, Limit: 10}
 			if i%7 == 0 {
 				q.K1, q.B, q.Limit = 0.9, 0.4, 50
 			}
@@ -211,15 +212,15 @@ func TestKeywordSearchExact(t *testing.T) {
 			checkSame(t, fmt.Sprintf("%s, query %d %v", phase, i, q.Terms), ref, q, got)
 			// The smallest budgets: one block (or one segment's blocks) per
 			// round trip, θ rising between any two fetches.
-			for _, p := range []fetchPolicy{{first: 1}, {first: 1, shift: 1}, {first: 1, essentialOnly: true},
-				{first: 2, shift: 1, essentialOnly: true}} {
-				var st kwStats
+			for _, p := range []keyword.Policy{{First: 1}, {First: 1, Shift: 1}, {First: 1, EssentialOnly: true},
+				{First: 2, Shift: 1, EssentialOnly: true}} {
+				var st keyword.Stats
 				got, err := s.keywordSearchWith(ctx, q, p, &st)
 				if err != nil {
 					t.Fatal(err)
 				}
 				checkSame(t, fmt.Sprintf("%s, query %d %v, policy %+v", phase, i, q.Terms, p), ref, q, got)
-				if p.shift == 0 && st.rounds > 1 {
+				if p.Shift == 0 && st.Rounds > 1 {
 					multiRound++
 				}
 			}
@@ -300,8 +301,8 @@ func TestKeywordSearchExact(t *testing.T) {
 			t.Fatalf("%s keeps %d rows of a deleted knowledge base (%v)", table, left, err)
 		}
 	}
-	q := service.KeywordQuery{KnowledgeBaseIDs: []service.ID{kbs[0].ID, kbs[1].ID, kbs[2].ID}, Terms: []string{"the", "half"},
-		Counts: []int{1, 1}, K1: 1.2, B: 0.75, Limit: 10}
+	q := service.KeywordQuery{KnowledgeBaseIDs: []service.ID{kbs[0].ID, kbs[1].ID, kbs[2].ID}, Terms: ones("the", "half"),
+		K1: 1.2, B: 0.75, Limit: 10}
 	for id, c := range ref.chunks {
 		if c.kb == kbs[2].ID {
 			delete(ref.chunks, id)
@@ -344,7 +345,7 @@ func TestKeywordTermWithSpaceRefused(t *testing.T) {
 func TestKeywordRepeatedTermsFold(t *testing.T) {
 	s, ctx := migrated(t)
 	kb := seedKB(t, s, 4)
-	for i := range blockSize + 40 { // blocks and a tail for "a"
+	for i := range keyword.BlockSize + 40 { // blocks and a tail for "a"
 		d := seedDoc(t, s, kb, fmt.Sprint("d", i))
 		terms := []string{"a", "x"}
 		if i%3 == 0 {
@@ -353,7 +354,7 @@ func TestKeywordRepeatedTermsFold(t *testing.T) {
 		if err := s.ReplaceChunks(ctx, d.ID, 1, docSpace(t, s, d.ID), []service.Chunk{chunk(0, "c", unit(4, 0), terms...)}); err != nil {
 			t.Fatal(err)
 		}
-		if i == blockSize {
+		if i == keyword.BlockSize {
 			for more := true; more; {
 				var err error
 				if more, err = s.CompactKeywords(ctx, 1); err != nil {
@@ -363,8 +364,8 @@ func TestKeywordRepeatedTermsFold(t *testing.T) {
 		}
 	}
 	search := func(terms []string, counts []int) []service.SearchResult {
-		got, err := s.KeywordSearch(ctx, service.KeywordQuery{KnowledgeBaseIDs: []service.ID{kb.ID}, Terms: terms,
-			Counts: counts, K1: 1.2, B: 0.75, Limit: 20})
+		got, err := s.KeywordSearch(ctx, service.KeywordQuery{KnowledgeBaseIDs: []service.ID{kb.ID}, Terms: termCounts(terms, counts),
+			K1: 1.2, B: 0.75, Limit: 20})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -379,11 +380,33 @@ func TestKeywordRepeatedTermsFold(t *testing.T) {
 		counts []int
 	}{
 		{[]string{"a", "b", "a"}, []int{1, 1, 2}},
-		{[]string{"a", "a", "b", "a"}, []int{1, 1, 1}}, // the missing count is 1
+		{[]string{"a", "a", "b", "a"}, []int{1, 1, 1}}, // the missing count, 0, is 1
 	} {
 		got := search(q.terms, q.counts)
 		if !slices.EqualFunc(got, want, func(a, b service.SearchResult) bool { return a.ChunkID == b.ChunkID && a.Score == b.Score }) {
 			t.Fatalf("%v %v: results differ from a ×3, b ×1", q.terms, q.counts)
 		}
 	}
+}
+
+// ones is terms, each with count 1.
+func ones(terms ...string) []service.TermCount {
+	out := make([]service.TermCount, len(terms))
+	for i, t := range terms {
+		out[i] = service.TermCount{Term: t, Count: 1}
+	}
+	return out
+}
+
+// termCounts pairs terms with counts; a term past the end of counts gets
+// count 0, which a search takes as 1.
+func termCounts(terms []string, counts []int) []service.TermCount {
+	out := make([]service.TermCount, len(terms))
+	for i, t := range terms {
+		out[i].Term = t
+		if i < len(counts) {
+			out[i].Count = counts[i]
+		}
+	}
+	return out
 }

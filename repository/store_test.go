@@ -104,7 +104,7 @@ func TestReplaceChunksAndSearch(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	got, err := s.KeywordSearch(ctx, service.KeywordQuery{KnowledgeBaseIDs: []service.ID{kb.ID}, Terms: []string{"vpn"}, Counts: []int{1}, K1: 0.9, B: 0.4, Limit: 10})
+	got, err := s.KeywordSearch(ctx, service.KeywordQuery{KnowledgeBaseIDs: []service.ID{kb.ID}, Terms: ones("vpn"), K1: 0.9, B: 0.4, Limit: 10})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -139,7 +139,7 @@ func TestReplaceChunksAndSearch(t *testing.T) {
 	if err := s.DeleteDocument(ctx, d.ID); err != nil {
 		t.Fatal(err)
 	}
-	got, _ = s.KeywordSearch(ctx, service.KeywordQuery{KnowledgeBaseIDs: []service.ID{kb.ID, other.ID}, Terms: []string{"vpn"}, Counts: []int{1}, K1: 0.9, B: 0.4, Limit: 10})
+	got, _ = s.KeywordSearch(ctx, service.KeywordQuery{KnowledgeBaseIDs: []service.ID{kb.ID, other.ID}, Terms: ones("vpn"), K1: 0.9, B: 0.4, Limit: 10})
 	if len(got) != 1 || got[0].Content != "vpn elsewhere" {
 		t.Fatalf("after delete: %+v", got)
 	}
@@ -200,7 +200,7 @@ func TestReindexIsAtomicForReaders(t *testing.T) {
 	}
 	for w := 0; w < 3; w++ {
 		repeat(func() bool {
-			res, err := s.KeywordSearch(ctx, service.KeywordQuery{KnowledgeBaseIDs: []service.ID{kb.ID}, Terms: []string{"shared"}, Counts: []int{1}, K1: 0.9, B: 0.4, Limit: 50})
+			res, err := s.KeywordSearch(ctx, service.KeywordQuery{KnowledgeBaseIDs: []service.ID{kb.ID}, Terms: ones("shared"), K1: 0.9, B: 0.4, Limit: 50})
 			if err != nil {
 				report(err.Error())
 				return false

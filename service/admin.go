@@ -108,7 +108,7 @@ func BuildIntentTree(nodes []*IntentNode) []*IntentNode {
 }
 
 // IntentPathSeparator joins the names on a node's path.
-const IntentPathSeparator = " > "
+const IntentPathSeparator = SectionSeparator
 
 // ApplyTermMappings rewrites q with the enabled mappings, scanning left to
 // right. At each position the longest matching source term wins (higher

@@ -71,6 +71,18 @@ func Errorf(kind error, format string, args ...any) error {
 	return &Error{Kind: kind, Message: fmt.Sprintf(format, args...)}
 }
 
+// TooLarge is the one "too large" error: an ErrTooLarge naming what passed
+// which limit, in bytes ("request body exceeds 1048576 bytes").
+func TooLarge(what string, limit int64) error {
+	return Errorf(ErrTooLarge, "%s exceeds %d bytes", what, limit)
+}
+
+// UploadTooLarge is the one upload-limit message, the same whether the API
+// refuses the upload before reading it or ingestion counts its bytes.
+func UploadTooLarge(limit int64) error {
+	return Errorf(ErrTooLarge, "file exceeds the %d MiB upload limit", limit>>20)
+}
+
 // WithDetails returns an *Error of the given kind carrying details.
 func WithDetails(kind error, msg string, details map[string]string) error {
 	return &Error{Kind: kind, Message: msg, Details: details}

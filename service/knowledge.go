@@ -66,6 +66,10 @@ type Document struct {
 	UpdatedAt time.Time       `json:"updatedAt"`
 }
 
+// SectionSeparator joins the headings of a chunk's section path
+// ("Install > Linux"), and the names on an intent node's path.
+const SectionSeparator = " > "
+
 // Chunk is a retrievable piece of a document.
 type Chunk struct {
 	ID              ID        `json:"id"`
@@ -74,7 +78,7 @@ type Chunk struct {
 	Generation      int       `json:"generation"`
 	Ordinal         int       `json:"ordinal"`
 	Content         string    `json:"content"`
-	Section         string    `json:"section"`
+	Section         string    `json:"section"` // heading path, joined by SectionSeparator
 	TokenCount      int       `json:"tokenCount"`
 	Embedding       []float32 `json:"-"`
 	// EmbeddingSpace is the key of Embedding's space, where a reader needs
@@ -141,10 +145,16 @@ type OutboxMessage struct {
 // KeywordQuery is a BM25 query: distinct terms with their counts in the query.
 type KeywordQuery struct {
 	KnowledgeBaseIDs []ID
-	Terms            []string
-	Counts           []int
+	Terms            []TermCount
 	K1, B            float64
 	Limit            int
+}
+
+// TermCount is a query term and how many times the query holds it (BM25
+// weighs a term by its count; 0 counts as 1).
+type TermCount struct {
+	Term  string
+	Count int
 }
 
 // VectorQuery is a nearest-neighbour query in one embedding space.

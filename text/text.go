@@ -10,6 +10,7 @@
 package text
 
 import (
+	"strings"
 	"unicode"
 	"unicode/utf8"
 )
@@ -169,4 +170,13 @@ func IsCJK(r rune) bool {
 	}
 	return unicode.Is(unicode.Han, r) || unicode.Is(unicode.Hiragana, r) ||
 		unicode.Is(unicode.Katakana, r) || unicode.Is(unicode.Hangul, r)
+}
+
+// Truncate shortens s to at most n bytes plus "…", never cutting a UTF-8
+// sequence in two; s of n bytes or fewer is returned as it is.
+func Truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return strings.ToValidUTF8(s[:n], "") + "…"
 }

@@ -38,6 +38,7 @@ import (
 	"github.com/ragent-go/ragent/service/auth"
 	"github.com/ragent-go/ragent/service/chat"
 	"github.com/ragent-go/ragent/service/ingest"
+	"github.com/ragent-go/ragent/service/ingest/parse"
 	"github.com/ragent-go/ragent/service/retrieve"
 	"github.com/ragent-go/ragent/stream"
 )
@@ -203,7 +204,7 @@ func newApp(ctx context.Context, cfg Config, log *slog.Logger) (_ *App, err erro
 		Registerer: a.registry, Tracer: tracer("service/ingest"),
 
 		MaxBytes:           cfg.UploadMaxBytes,
-		Limits:             ingest.Limits{MaxTextBytes: cfg.IngestMaxTextBytes, Timeout: cfg.IngestParseTimeout},
+		Limits:             parse.Limits{MaxTextBytes: cfg.IngestMaxTextBytes, Timeout: cfg.IngestParseTimeout},
 		MaxChunks:          cfg.IngestMaxChunks,
 		Parser:             parser,
 		OutboxRetention:    cfg.OutboxRetention,

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ragent-go/ragent/internal/testenv"
 	"github.com/ragent-go/ragent/ratelimit"
 )
 
@@ -65,7 +66,7 @@ func BenchmarkQueryEmbeddingUnderBulkIngest(b *testing.B) {
 
 			// The bulk ingest: 60 documents of about 64 chunks each.
 			bulk := uploadBulk(c, kb, 60, 64, "\n\n", strings.Repeat("Inventory counts are reconciled weekly against the ledger. ", 6)+"\n\n")
-			waitFor(b, 60*time.Second, "document batches in flight", func() bool { return fake.docInFlight.Load() >= 1 })
+			testenv.Eventually(b, 60*time.Second, "document batches in flight", func() bool { return fake.docInFlight.Load() >= 1 })
 			docsBefore := fake.docCalls.Load()
 			busy := measure()
 			docsDuring := fake.docCalls.Load() - docsBefore

@@ -82,7 +82,7 @@ func BenchmarkLocalQueryUnderBulkIngest(b *testing.B) {
 			// The bulk ingest: 20 documents of 16 chunks each, ~60 tokens a
 			// chunk.
 			bulk := uploadBulk(c, kb, 20, 16, " ", "Inventory counts are reconciled weekly against the ledger, and 仓库每周盘点一次库存。\n\n")
-			waitFor(b, 120*time.Second, "a document batch in the model", func() bool { return docInFlight.Load() >= 1 })
+			testenv.Eventually(b, 120*time.Second, "a document batch in the model", func() bool { return docInFlight.Load() >= 1 })
 			// Only searches that start while a document call is open count:
 			// where questions queue behind batches the ingest may end first.
 			var busy []time.Duration

@@ -10,6 +10,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/ragent-go/ragent/internal/redisconn"
+	"github.com/ragent-go/ragent/internal/testenv"
 )
 
 // embedConfig points the embedder at fake with a cap of concurrency calls.
@@ -45,18 +46,6 @@ func embedInstances(t *testing.T, cfg Config) (*client, *client) {
 	return out[0], out[1]
 }
 
-// waitFor polls cond every 20 ms until it holds.
-func waitFor(t testing.TB, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within %s", what, timeout)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
 // TestEmbeddingLimitAcrossInstances ingests in bulk through two instances
 // against a model server that counts the calls open at once: together they
 // never exceed RAGENT_EMBEDDING_CONCURRENCY, document batches leave one
@@ -79,9 +68,9 @@ func TestEmbeddingLimitAcrossInstances(t *testing.T) {
 		ids[i] = c.uploadAccepted(kb, fmt.Sprintf("bulk%d.txt", i), fmt.Appendf(nil, "Ledger %d lists shipment%d of copper wire.", i, i)).ID
 	}
 	// The document share (limit - 1) is full and more batches queue.
-	waitFor(t, 60*time.Second, "document calls fill their share", func() bool { return fake.docInFlight.Load() == limit-1 })
+	testenv.Eventually(t, 60*time.Second, "document calls fill their share", func() bool { return fake.docInFlight.Load() == limit-1 })
 	rdb := testRedis(t, cfg)
-	waitFor(t, 60*time.Second, "document batches queue", func() bool {
+	testenv.Eventually(t, 60*time.Second, "document batches queue", func() bool {
 		return rdb.ZCard(context.Background(), cfg.RedisPrefix+"{limiter:embed}:queue").Val() > 0
 	})
 
@@ -131,9 +120,9 @@ func TestEmbeddingRetryAfterPausesDocuments(t *testing.T) {
 	}
 	rdb := testRedis(t, cfg)
 	pause := cfg.RedisPrefix + "{limiter:embed}:pause"
-	waitFor(t, 60*time.Second, "the pause is set", func() bool { return rdb.PTTL(context.Background(), pause).Val() > 30*time.Second })
+	testenv.Eventually(t, 60*time.Second, "the pause is set", func() bool { return rdb.PTTL(context.Background(), pause).Val() > 30*time.Second })
 	// Every document is being ingested (its worker waits out the pause).
-	waitFor(t, 60*time.Second, "all documents running", func() bool {
+	testenv.Eventually(t, 60*time.Second, "all documents running", func() bool {
 		for _, id := range ids {
 			if st := ca.document(id).Status; st != "running" {
 				return false

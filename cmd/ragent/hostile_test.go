@@ -14,7 +14,7 @@ import (
 
 	"github.com/ragent-go/ragent/internal/testdocs"
 	"github.com/ragent-go/ragent/internal/testenv"
-	"github.com/ragent-go/ragent/service/ingest"
+	"github.com/ragent-go/ragent/service/ingest/parse"
 )
 
 // Hostile files through the whole pipeline: each ends `failed` with a reason
@@ -82,7 +82,7 @@ func sampleMemory() *memorySampler {
 			runtime.ReadMemStats(&ms)
 			var child int64
 			for _, pid := range parserChildren() {
-				child = max(child, ingest.PeakRSS(pid))
+				child = max(child, parse.PeakRSS(pid))
 			}
 			s.mu.Lock()
 			s.heapPeak = max(s.heapPeak, ms.HeapInuse)

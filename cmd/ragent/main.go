@@ -18,7 +18,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/ragent-go/ragent/service/ingest"
+	"github.com/ragent-go/ragent/service/ingest/parse"
 )
 
 // version is set at build time with -ldflags "-X main.version=…".
@@ -62,7 +62,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	if cmd == "parse" {
 		// The ingestion worker's parser process: it needs no configuration
 		// (and gets none: its environment is empty).
-		return ingest.ServeChild(ctx, os.Stdin, stdout)
+		return parse.ServeChild(ctx, os.Stdin, stdout)
 	}
 	cfg, err := loadConfig(getenv)
 	if err != nil {

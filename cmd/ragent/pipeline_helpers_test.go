@@ -5,17 +5,22 @@ import (
 	"net/url"
 	"testing"
 	"time"
+
+	"github.com/ragent-go/ragent/internal/testenv"
 )
 
-// eventually polls cond until it holds, failing after timeout with what
-// and the state report returns.
+// eventually is testenv.Eventually that also logs the state report returns
+// when cond is not reached in time.
 func eventually(t testing.TB, timeout time.Duration, what string, cond func() bool, report func() any) {
 	t.Helper()
-	for deadline := time.Now().Add(timeout); !cond(); time.Sleep(20 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not reached after %s: %+v", what, timeout, report())
+	reached := false
+	defer func() {
+		if !reached { // Eventually failed the test and is unwinding it
+			t.Logf("%s: last state %+v", what, report())
 		}
-	}
+	}()
+	testenv.Eventually(t, timeout, what, cond)
+	reached = true
 }
 
 // uploadExternal uploads a file under a pipeline's external id (as the

@@ -18,6 +18,7 @@ import (
 	"github.com/ragent-go/ragent/llm"
 	"github.com/ragent-go/ragent/service"
 	"github.com/ragent-go/ragent/service/admin"
+	"github.com/ragent-go/ragent/service/retrieve"
 	"github.com/ragent-go/ragent/text"
 )
 
@@ -102,17 +103,8 @@ func BenchmarkSearchOverhead(b *testing.B) {
 		queries[i] = words(4 + rng.IntN(6))
 	}
 	direct := func(q string) {
-		var terms []string
-		var counts []int
-		for _, t := range text.Tokenize(q) {
-			if i := slices.Index(terms, t); i >= 0 {
-				counts[i]++
-			} else {
-				terms, counts = append(terms, t), append(counts, 1)
-			}
-		}
 		if _, err := a.store.KeywordSearch(ctx, service.KeywordQuery{KnowledgeBaseIDs: []service.ID{kb.ID},
-			Terms: terms, Counts: counts, K1: 0.9, B: 0.4, Limit: 50}); err != nil {
+			Terms: retrieve.TermCounts(text.Tokenize(q)), K1: 0.9, B: 0.4, Limit: 50}); err != nil {
 			b.Fatal(err)
 		}
 		vecs, err := embedder.Embed(ctx, service.EmbedQuery, []string{q})

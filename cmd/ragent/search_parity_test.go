@@ -90,8 +90,8 @@ func TestBackendsRankAlike(t *testing.T) {
 		for range 1 + rng.IntN(3) {
 			parts = append(parts, word())
 		}
-		terms, counts := retrieve.TermCounts(text.Tokenize(strings.Join(parts, " ")))
-		q := service.KeywordQuery{KnowledgeBaseIDs: []service.ID{kbID}, Terms: terms, Counts: counts, K1: 0.9, B: 0.4, Limit: 10}
+		terms := retrieve.TermCounts(text.Tokenize(strings.Join(parts, " ")))
+		q := service.KeywordQuery{KnowledgeBaseIDs: []service.ID{kbID}, Terms: terms, K1: 0.9, B: 0.4, Limit: 10}
 		sum += ndcgAgainst(both(func(s searcher) ([]service.SearchResult, error) { return s.KeywordSearch(ctx, q) }))
 	}
 	holds("keyword", sum, queries, 0.99)

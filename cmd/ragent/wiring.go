@@ -21,6 +21,7 @@ import (
 	"github.com/ragent-go/ragent/service"
 	"github.com/ragent-go/ragent/service/auth"
 	"github.com/ragent-go/ragent/service/ingest"
+	"github.com/ragent-go/ragent/service/ingest/parse"
 	"github.com/ragent-go/ragent/service/retrieve"
 )
 
@@ -168,15 +169,15 @@ func newQueue(ctx context.Context, cfg Config, rdb redis.UniversalClient, a *App
 // processes running this same binary's `parse` command, which a timeout or
 // the memory cap really stops (a goroutine cannot be stopped from outside).
 // The returned func ends the idle children.
-func newParser(cfg Config, log *slog.Logger) (ingest.Parser, func() error, error) {
+func newParser(cfg Config, log *slog.Logger) (parse.Parser, func() error, error) {
 	if cfg.IngestParser == "inprocess" {
-		return ingest.InProcess{}, func() error { return nil }, nil
+		return parse.InProcess{}, func() error { return nil }, nil
 	}
 	exe, err := os.Executable()
 	if err != nil {
 		return nil, nil, fmt.Errorf("parser process: locate this binary: %w", err)
 	}
-	p := &ingest.ChildParser{Command: []string{exe, "parse"}, MemoryLimit: cfg.IngestParserMemory, Log: log}
+	p := &parse.ChildParser{Command: []string{exe, "parse"}, MemoryLimit: cfg.IngestParserMemory, Log: log}
 	return p, p.Close, nil
 }
 

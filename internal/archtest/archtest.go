@@ -6,6 +6,7 @@ package archtest
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 )
 
@@ -25,22 +26,19 @@ var (
 	// leasePkg is the one module package mechanisms may import: pure Redis
 	// lease mechanics (scripts, renewal timer), no domain.
 	leasePkg = "internal/lease"
-	drivers  = []string{"gorm.io/", "github.com/redis/go-redis", "github.com/apache/rocketmq-client-go", "github.com/jackc/pgx", "github.com/pgvector/"}
+	// parsePkg reads files (blocks and chunks out) for ingest, and
+	// keywordPkg is the pure core of the keyword index for repository: each
+	// is split out of its parent to be read and tested alone, so neither may
+	// reach back into what it was split from.
+	parsePkg   = "service/ingest/parse"
+	keywordPkg = "repository/keyword"
+	drivers    = []string{"gorm.io/", "github.com/redis/go-redis", "github.com/apache/rocketmq-client-go", "github.com/jackc/pgx", "github.com/pgvector/"}
 )
 
 // top returns the first element of a relative path ("mq/rocketmq" → "mq").
 func top(rel string) string {
 	t, _, _ := strings.Cut(rel, "/")
 	return t
-}
-
-func oneOf(s string, set []string) bool {
-	for _, v := range set {
-		if s == v {
-			return true
-		}
-	}
-	return false
 }
 
 func isDriver(imp string) bool {
@@ -67,6 +65,14 @@ func Violations(p Package) []string {
 		rel, internal := strings.CutPrefix(imp, Module+"/")
 		ownTop := top(p.Path)
 		switch {
+		case p.Path == parsePkg:
+			if internal && rel != "service" && rel != "text" || isDriver(imp) {
+				bad("the file reader knows no store and no use case: it imports only the service root and text", imp)
+			}
+		case p.Path == keywordPkg:
+			if !isStdlib(imp) && !(internal && rel == "service") {
+				bad("the keyword index's core is pure: the standard library and the service root, the SQL stays in repository", imp)
+			}
 		case p.Path == "service":
 			if !isStdlib(imp) {
 				bad("the vocabulary package imports the standard library only", imp)
@@ -76,7 +82,7 @@ func Violations(p Package) []string {
 			switch {
 			case strings.Contains(imp, "gin-gonic") || isDriver(imp):
 				bad("use cases declare interfaces instead of importing drivers", imp)
-			case internal && (oneOf(top(rel), adapters) || oneOf(top(rel), mechanisms) || top(rel) == "api" || top(rel) == "cmd"):
+			case internal && (slices.Contains(adapters, top(rel)) || slices.Contains(mechanisms, top(rel)) || top(rel) == "api" || top(rel) == "cmd"):
 				bad("use cases must not import adapters, mechanisms or api", imp)
 			case internal && strings.HasPrefix(rel, "service/"):
 				other := top(strings.TrimPrefix(rel, "service/"))
@@ -84,20 +90,20 @@ func Violations(p Package) []string {
 					bad("features form a DAG (chat → retrieve only); share through the service root", imp)
 				}
 			}
-		case oneOf(ownTop, adapters):
+		case slices.Contains(adapters, ownTop):
 			switch {
 			case internal && (top(rel) == "api" || strings.HasPrefix(rel, "service/") || top(rel) == "cmd"):
 				bad("adapters import only the service root", imp)
-			case internal && oneOf(top(rel), adapters) && top(rel) != ownTop:
+			case internal && slices.Contains(adapters, top(rel)) && top(rel) != ownTop:
 				bad("adapters must not import each other", imp)
-			case internal && oneOf(top(rel), mechanisms):
+			case internal && slices.Contains(mechanisms, top(rel)):
 				bad("adapters must not import mechanisms", imp)
 			}
 		case p.Path == leasePkg:
 			if internal || (!isStdlib(imp) && !strings.HasPrefix(imp, "github.com/redis/go-redis")) {
 				bad("the shared lease mechanism imports only the stdlib and go-redis", imp)
 			}
-		case oneOf(ownTop, mechanisms):
+		case slices.Contains(mechanisms, ownTop):
 			switch {
 			case internal && top(rel) != ownTop && rel != leasePkg:
 				bad("mechanisms know no domain", imp)
@@ -109,7 +115,7 @@ func Violations(p Package) []string {
 			switch {
 			case isDriver(imp):
 				bad("api reaches data through services", imp)
-			case internal && (oneOf(top(rel), adapters) || top(rel) == "cmd"):
+			case internal && (slices.Contains(adapters, top(rel)) || top(rel) == "cmd"):
 				bad("api reaches adapters through services and pinger interfaces", imp)
 			case p.Path == "api" && rel == "api/mcp":
 				// api/mcp uses api's scope table; the router sees the MCP

@@ -12,6 +12,7 @@ import (
 
 	"github.com/ragent-go/ragent/service"
 	"github.com/ragent-go/ragent/service/ingest"
+	"github.com/ragent-go/ragent/service/ingest/parse"
 	"github.com/ragent-go/ragent/text"
 )
 
@@ -134,7 +135,7 @@ func (l *Loader) loadBatch(ctx context.Context, from, to int) (int64, error) {
 		if err != nil {
 			return 0, err
 		}
-		c := ingest.Chunk{Ordinal: i, Content: t, TokenCount: text.CountTokens(t)}
+		c := parse.Chunk{Ordinal: i, Content: t, TokenCount: text.CountTokens(t)}
 		tf, n := ingest.IndexTerms(c)
 		postings += int64(len(tf))
 		chunks[i] = service.Chunk{ID: id, DocumentID: docID, KnowledgeBaseID: l.KB, Generation: 1, Ordinal: i,

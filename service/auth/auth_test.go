@@ -157,7 +157,7 @@ func (s *store) DeleteUser(_ context.Context, id service.ID) error {
 	return nil
 }
 
-// attempts mirrors the Redis counters (cache/login_reserve.lua,
+// attempts mirrors the Redis counters (cache/lua/login_reserve.lua,
 // login_release.lua) in memory, on the test clock; err makes them
 // unreachable.
 type attempts struct {

@@ -253,7 +253,7 @@ func withoutHeadings(content, section string) string {
 		return content
 	}
 	headings := map[string]bool{}
-	for _, h := range strings.Split(section, " > ") {
+	for _, h := range strings.Split(section, service.SectionSeparator) {
 		headings[strings.TrimSpace(h)] = true
 	}
 	rest := content

@@ -1,6 +1,7 @@
 // Package ingest is the document pipeline: upload (size cap, content
 // sniffing, hashing, blob + document + outbox row in one transaction), then
-// on a worker parse → chunk → embed → index, and the document lifecycle
+// on a worker parse → chunk → embed → index (the file reading itself is
+// package parse), and the document lifecycle
 // around it (list, delete, reindex, chunk preview, the outbox relay, and the
 // reaper of stuck documents and of sent outbox rows past their retention),
 // the background re-embedding of knowledge bases whose embedding space is
@@ -31,6 +32,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/ragent-go/ragent/service"
+	"github.com/ragent-go/ragent/service/ingest/parse"
 	"github.com/ragent-go/ragent/text"
 )
 
@@ -81,9 +83,9 @@ var ErrGaveUp = errors.New("ingestion gave up")
 // Config tunes the pipeline. Zero values take the defaults.
 type Config struct {
 	MaxBytes       int64         // upload cap; default 50 MiB
-	Limits         Limits        // parser limits, the text cap among them
+	Limits         parse.Limits  // parser limits, the text cap among them
 	MaxChunks      int           // chunks per document; default 20,000
-	Parser         Parser        // where files are parsed; default InProcess
+	Parser         parse.Parser  // where files are parsed; default InProcess
 	MaxAttempts    int           // transient failures before giving up; default 5
 	RunningTimeout time.Duration // a document running longer is re-queued; default 15m
 	// PendingTimeout is how long a document may stay pending after its
@@ -143,7 +145,7 @@ func (c *Config) defaults() {
 		c.MaxChunks = 20_000
 	}
 	if c.Parser == nil {
-		c.Parser = InProcess{}
+		c.Parser = parse.InProcess{}
 	}
 	if c.MaxAttempts <= 0 {
 		c.MaxAttempts = 5
@@ -313,7 +315,7 @@ func (s *Service) readUpload(ctx context.Context, p service.Principal, kbID serv
 		return nil, nil, fmt.Errorf("%w: reading the upload failed: %w", service.ErrInvalid, err)
 	}
 	if int64(len(blob)) > s.cfg.MaxBytes {
-		return nil, nil, service.Errorf(service.ErrTooLarge, "file exceeds the %d MiB upload limit", s.cfg.MaxBytes>>20)
+		return nil, nil, service.UploadTooLarge(s.cfg.MaxBytes)
 	}
 	id, err := s.ids.NextID()
 	if err != nil {
@@ -329,7 +331,7 @@ func newVersion(id, kbID service.ID, name string, blob []byte) *service.Document
 	sum := sha256.Sum256(blob)
 	doc := &service.Document{ID: id, KnowledgeBaseID: kbID, Name: name, Size: int64(len(blob)),
 		SHA256: hex.EncodeToString(sum[:]), Status: service.DocumentPending}
-	mime, sniffErr := SniffReaderAt(bytes.NewReader(blob), int64(len(blob)), name)
+	mime, sniffErr := parse.SniffReaderAt(bytes.NewReader(blob), int64(len(blob)), name)
 	if sniffErr == nil {
 		doc.Mime = mime
 	} else {
@@ -549,7 +551,7 @@ func (s *Service) process(ctx context.Context, msg service.IngestMessage) (strin
 	case errors.Is(err, service.ErrNotFound):
 		log.InfoContext(ctx, "document changed during ingestion; result dropped")
 		return outcomeStale, nil
-	case IsPermanent(err) || errors.Is(err, errMismatch) || errors.Is(err, service.ErrPermanent):
+	case parse.IsPermanent(err) || errors.Is(err, errMismatch) || errors.Is(err, service.ErrPermanent):
 		// Retrying cannot help: the file, the configuration or the data
 		// the database refused is the same on every attempt.
 		log.WarnContext(ctx, "document failed", "err", err)
@@ -624,7 +626,7 @@ func (s *Service) index(ctx context.Context, doc *service.Document) (int, error)
 // parseAndSplit turns a document's file into chunks. The file and its
 // parsed text are garbage once it returns: only the chunks stay in memory
 // while they are embedded and stored.
-func (s *Service) parseAndSplit(ctx context.Context, doc *service.Document, kb *service.KnowledgeBase) ([]Chunk, error) {
+func (s *Service) parseAndSplit(ctx context.Context, doc *service.Document, kb *service.KnowledgeBase) ([]parse.Chunk, error) {
 	blob, err := s.store.DocumentBlob(ctx, doc.SHA256)
 	if err != nil {
 		return nil, err
@@ -636,15 +638,44 @@ func (s *Service) parseAndSplit(ctx context.Context, doc *service.Document, kb *
 		return nil, err
 	}
 	_, end = s.stage(ctx, stageChunk)
-	pieces := Split(parsed, ChunkOptions{TargetTokens: kb.ChunkSize, OverlapTokens: kb.ChunkOverlap, MaxChunks: s.cfg.MaxChunks})
+	pieces := parse.Split(parsed, parse.ChunkOptions{TargetTokens: kb.ChunkSize, OverlapTokens: kb.ChunkOverlap, MaxChunks: s.cfg.MaxChunks})
 	end(nil)
 	if len(pieces) == 0 {
-		return nil, fmt.Errorf("%w: no text to index", ErrEmpty)
+		return nil, fmt.Errorf("%w: no text to index", parse.ErrEmpty)
 	}
 	if len(pieces) > s.cfg.MaxChunks {
-		return nil, fmt.Errorf("%w: the document makes more than %d chunks, the limit per document", ErrTooLarge, s.cfg.MaxChunks)
+		return nil, fmt.Errorf("%w: the document makes more than %d chunks, the limit per document", parse.ErrTooLarge, s.cfg.MaxChunks)
 	}
 	return pieces, nil
+}
+
+// canEmbed says whether this worker makes vectors a knowledge base can
+// take: those of the space it moves to, or else of its recorded space.
+func (s *Service) canEmbed(kb *service.KnowledgeBase) error {
+	key := s.cfg.Space.Key()
+	if kb.Reembedding != nil && kb.Reembedding.Target.Key() == key || kb.Reembedding == nil && kb.Space().Key() == key {
+		return nil
+	}
+	return fmt.Errorf("%w: the knowledge base is embedded with %s but this worker embeds with %s",
+		errMismatch, kb.Space(), s.cfg.Space)
+}
+
+// embedChunks fills the chunks' vectors from texts, EmbedBatch at a time.
+func (s *Service) embedChunks(ctx context.Context, chunks []service.Chunk, texts []string) error {
+	for start := 0; start < len(texts); start += s.cfg.EmbedBatch {
+		end := min(start+s.cfg.EmbedBatch, len(texts))
+		vecs, err := s.embedder.Embed(ctx, service.EmbedDocument, texts[start:end])
+		if err != nil {
+			return fmt.Errorf("embed: %w", err)
+		}
+		if len(vecs) != end-start {
+			return fmt.Errorf("embed: got %d vectors for %d texts", len(vecs), end-start)
+		}
+		for i, v := range vecs {
+			chunks[start+i].Embedding = v
+		}
+	}
+	return nil
 }
 
 func (s *Service) wakeRelay() {
@@ -807,7 +838,7 @@ const republishRound = 1000
 // and their total (the BM25 document length). The scale benchmark's bulk
 // loader calls it too, so bulk-loaded chunks are indexed exactly as
 // ingested ones.
-func IndexTerms(c Chunk) (map[string]int, int) {
+func IndexTerms(c parse.Chunk) (map[string]int, int) {
 	terms := text.Tokenize(indexText(c))
 	tf := make(map[string]int, len(terms))
 	for _, t := range terms {
@@ -816,7 +847,7 @@ func IndexTerms(c Chunk) (map[string]int, int) {
 	return tf, len(terms)
 }
 
-func indexText(c Chunk) string {
+func indexText(c parse.Chunk) string {
 	if c.Section == "" {
 		return c.Content
 	}
@@ -828,8 +859,8 @@ func indexText(c Chunk) string {
 }
 
 func lastHeading(section string) string {
-	if i := strings.LastIndex(section, " > "); i >= 0 {
-		return section[i+3:]
+	if i := strings.LastIndex(section, service.SectionSeparator); i >= 0 {
+		return section[i+len(service.SectionSeparator):]
 	}
 	return section
 }

@@ -4,12 +4,14 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"time"
 	"unicode"
 	"unicode/utf8"
 
 	"github.com/ragent-go/ragent/service"
+	"github.com/ragent-go/ragent/text"
 )
 
 // MaxExternalIDRunes bounds a pipeline's external id; MaxURLBytes an
@@ -76,7 +78,7 @@ func (s *Service) UploadVersion(ctx context.Context, p service.Principal, kbID s
 // FindDocuments lists a knowledge base's documents matching q, newest
 // first (viewers): a pipeline's status poll and its external-id lookup.
 func (s *Service) FindDocuments(ctx context.Context, p service.Principal, kbID service.ID, q service.DocumentQuery) ([]*service.Document, error) {
-	if q.Status != "" && !contains(statuses, q.Status) {
+	if q.Status != "" && !slices.Contains(statuses, q.Status) {
 		return nil, service.Errorf(service.ErrInvalid, "status must be one of pending, running, ready, failed")
 	}
 	if q.ExternalID != "" {
@@ -88,15 +90,6 @@ func (s *Service) FindDocuments(ctx context.Context, p service.Principal, kbID s
 		return nil, err
 	}
 	return s.store.FindDocuments(ctx, kbID, q)
-}
-
-func contains[T comparable](xs []T, x T) bool {
-	for _, y := range xs {
-		if y == x {
-			return true
-		}
-	}
-	return false
 }
 
 // DeleteByExternalID deletes the document with a pipeline's external id
@@ -122,7 +115,7 @@ func (s *Service) DeleteByExternalID(ctx context.Context, p service.Principal, k
 func (s *Service) Import(ctx context.Context, p service.Principal, kbID service.ID, rawURL, externalID string, refresh time.Duration) (*service.Document, error) {
 	var doc *service.Document
 	ev := service.AuditEvent{Action: service.AuditDocumentImport, TargetType: service.TargetDocument,
-		Detail: fmt.Sprintf("kb=%s url=%q", kbID, truncate(rawURL, 200))}
+		Detail: fmt.Sprintf("kb=%s url=%q", kbID, text.Truncate(rawURL, 200))}
 	err := s.audit.Do(ctx, ev, func(ctx context.Context, ev *service.AuditEvent) error {
 		d, src, err := s.prepareImport(ctx, p, kbID, rawURL, externalID, refresh)
 		if err != nil {
@@ -132,7 +125,7 @@ func (s *Service) Import(ctx context.Context, p service.Principal, kbID service.
 			return err
 		}
 		ev.TargetID = doc.ID.String()
-		ev.Detail = fmt.Sprintf("kb=%s url=%q externalId=%q refresh=%s", kbID, truncate(rawURL, 200), externalID, refresh)
+		ev.Detail = fmt.Sprintf("kb=%s url=%q externalId=%q refresh=%s", kbID, text.Truncate(rawURL, 200), externalID, refresh)
 		return nil
 	})
 	if err != nil {

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/ragent-go/ragent/service"
+	"github.com/ragent-go/ragent/service/ingest/parse"
 )
 
 // fakeStore serves one document and records what Process does with it.
@@ -67,7 +68,7 @@ func (c *counterIDs) NextID() (service.ID, error) { c.n++; return c.n, nil }
 func newFakeStore(content string) *fakeStore {
 	return &fakeStore{
 		kb:      service.KnowledgeBase{ID: 1, EmbeddingModel: "fake", EmbeddingDim: 2, ChunkSize: 64, ChunkOverlap: 0},
-		doc:     service.Document{ID: 7, KnowledgeBaseID: 1, Mime: MimeText, Generation: 1, SHA256: "x"},
+		doc:     service.Document{ID: 7, KnowledgeBaseID: 1, Mime: parse.MimeText, Generation: 1, SHA256: "x"},
 		blob:    []byte(content),
 		replace: func() error { return nil },
 	}

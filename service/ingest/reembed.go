@@ -152,32 +152,3 @@ func (s *Service) finishReembeds(ctx context.Context) error {
 	}
 	return errors.Join(errs...)
 }
-
-// canEmbed says whether this worker makes vectors a knowledge base can
-// take: those of the space it moves to, or else of its recorded space.
-func (s *Service) canEmbed(kb *service.KnowledgeBase) error {
-	key := s.cfg.Space.Key()
-	if kb.Reembedding != nil && kb.Reembedding.Target.Key() == key || kb.Reembedding == nil && kb.Space().Key() == key {
-		return nil
-	}
-	return fmt.Errorf("%w: the knowledge base is embedded with %s but this worker embeds with %s",
-		errMismatch, kb.Space(), s.cfg.Space)
-}
-
-// embedChunks fills the chunks' vectors from texts, EmbedBatch at a time.
-func (s *Service) embedChunks(ctx context.Context, chunks []service.Chunk, texts []string) error {
-	for start := 0; start < len(texts); start += s.cfg.EmbedBatch {
-		end := min(start+s.cfg.EmbedBatch, len(texts))
-		vecs, err := s.embedder.Embed(ctx, service.EmbedDocument, texts[start:end])
-		if err != nil {
-			return fmt.Errorf("embed: %w", err)
-		}
-		if len(vecs) != end-start {
-			return fmt.Errorf("embed: got %d vectors for %d texts", len(vecs), end-start)
-		}
-		for i, v := range vecs {
-			chunks[start+i].Embedding = v
-		}
-	}
-	return nil
-}

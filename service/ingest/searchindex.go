@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/ragent-go/ragent/service"
+	"github.com/ragent-go/ragent/service/ingest/parse"
 	"github.com/ragent-go/ragent/text"
 )
 
@@ -167,7 +168,7 @@ func SearchDocs(chunks []service.Chunk) []service.SearchDoc {
 	docs := make([]service.SearchDoc, len(chunks))
 	for i, c := range chunks {
 		docs[i] = service.SearchDoc{ChunkID: c.ID, DocumentID: c.DocumentID, KnowledgeBaseID: c.KnowledgeBaseID,
-			Generation: c.Generation, Terms: text.Tokenize(indexText(Chunk{Content: c.Content, Section: c.Section})),
+			Generation: c.Generation, Terms: text.Tokenize(indexText(parse.Chunk{Content: c.Content, Section: c.Section})),
 			Space: c.EmbeddingSpace, Vector: c.Embedding}
 	}
 	return docs

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/ragent-go/ragent/service"
+	"github.com/ragent-go/ragent/text"
 )
 
 // Webhook headers. The signature is hex HMAC-SHA256, keyed by the
@@ -94,7 +95,7 @@ func (s sealer) open(sealed []byte, webhookID service.ID) (string, error) {
 func (s *Service) CreateWebhook(ctx context.Context, p service.Principal, kbID service.ID, rawURL string) (*service.Webhook, error) {
 	var w *service.Webhook
 	ev := service.AuditEvent{Action: service.AuditWebhookCreate, TargetType: service.TargetWebhook,
-		Detail: fmt.Sprintf("kb=%s url=%q", kbID, truncate(rawURL, 200))}
+		Detail: fmt.Sprintf("kb=%s url=%q", kbID, text.Truncate(rawURL, 200))}
 	err := s.audit.Do(ctx, ev, func(ctx context.Context, ev *service.AuditEvent) error {
 		if s.hooks == nil {
 			return service.Errorf(service.ErrUnavailable, "webhooks are not enabled")

@@ -275,12 +275,12 @@ func (s *Searcher) knowledgeBases(ctx context.Context, p service.Principal, ids 
 func (s *Searcher) keyword(ctx context.Context, query string, kbs []*service.KnowledgeBase) (_ []service.SearchResult, err error) {
 	ctx, end := s.step(ctx, "retrieve.keyword")
 	defer func() { end(err) }()
-	terms, counts := TermCounts(text.Tokenize(query))
+	terms := TermCounts(text.Tokenize(query))
 	if len(terms) == 0 {
 		return nil, nil
 	}
 	return s.store.KeywordSearch(ctx, service.KeywordQuery{
-		KnowledgeBaseIDs: kbIDs(kbs), Terms: terms, Counts: counts, K1: s.cfg.K1, B: s.cfg.B, Limit: s.cfg.Candidates,
+		KnowledgeBaseIDs: kbIDs(kbs), Terms: terms, K1: s.cfg.K1, B: s.cfg.B, Limit: s.cfg.Candidates,
 	})
 }
 
@@ -408,20 +408,18 @@ func vectorWeight(kbs []*service.KnowledgeBase) float64 {
 
 // TermCounts returns the distinct terms in first-seen order with their
 // counts: the terms of a KeywordQuery.
-func TermCounts(tokens []string) ([]string, []int) {
+func TermCounts(tokens []string) []service.TermCount {
 	idx := make(map[string]int, len(tokens))
-	var terms []string
-	var counts []int
+	var terms []service.TermCount
 	for _, t := range tokens {
 		if i, ok := idx[t]; ok {
-			counts[i]++
+			terms[i].Count++
 			continue
 		}
 		idx[t] = len(terms)
-		terms = append(terms, t)
-		counts = append(counts, 1)
+		terms = append(terms, service.TermCount{Term: t, Count: 1})
 	}
-	return terms, counts
+	return terms
 }
 
 func kbIDs(kbs []*service.KnowledgeBase) []service.ID {

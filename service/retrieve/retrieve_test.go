@@ -1,6 +1,7 @@
 package retrieve
 
 import (
+	"slices"
 	"testing"
 
 	"github.com/ragent-go/ragent/service"
@@ -36,8 +37,8 @@ func TestFuse(t *testing.T) {
 }
 
 func TestTermCounts(t *testing.T) {
-	terms, counts := TermCounts([]string{"vpn", "setup", "vpn"})
-	if len(terms) != 2 || terms[0] != "vpn" || counts[0] != 2 || counts[1] != 1 {
-		t.Fatalf("got %v %v", terms, counts)
+	got := TermCounts([]string{"vpn", "setup", "vpn"})
+	if want := []service.TermCount{{Term: "vpn", Count: 2}, {Term: "setup", Count: 1}}; !slices.Equal(got, want) {
+		t.Fatalf("got %v, want %v", got, want)
 	}
 }

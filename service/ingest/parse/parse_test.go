@@ -1,4 +1,4 @@
-package ingest
+package parse
 
 import (
 	"archive/zip"
@@ -20,7 +20,7 @@ import (
 	"github.com/ragent-go/ragent/service"
 )
 
-func parseBytes(t *testing.T, data []byte, mime string, limits Limits) (*Document, error) {
+func parseBytes(t *testing.T, data []byte, mime string, limits Limits) (*Text, error) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -321,7 +321,7 @@ func TestParseTimeout(t *testing.T) {
 }
 
 func TestGuardRecoversPanics(t *testing.T) {
-	_, err := guard(context.Background(), time.Second, func(context.Context) (*Document, error) {
+	_, err := guard(context.Background(), time.Second, func(context.Context) (*Text, error) {
 		var m map[string]int
 		m["boom"]++ //lint:ignore SA5000 the panic is what this test needs
 		return nil, nil

@@ -1,4 +1,4 @@
-package ingest
+package parse
 
 import (
 	"os/exec"

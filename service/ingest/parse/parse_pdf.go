@@ -1,4 +1,4 @@
-package ingest
+package parse
 
 import (
 	"context"
@@ -15,7 +15,7 @@ import (
 
 // parsePDF extracts the text layer page by page. Scanned PDFs have none and
 // end as ErrEmpty: OCR is out of scope.
-func parsePDF(ctx context.Context, r io.ReaderAt, size int64, limits Limits) (*Document, error) {
+func parsePDF(ctx context.Context, r io.ReaderAt, size int64, limits Limits) (*Text, error) {
 	pr, err := pdf.NewReader(r, size)
 	if err != nil {
 		if errors.Is(err, pdf.ErrInvalidPassword) || strings.Contains(err.Error(), "encrypt") {
@@ -31,7 +31,7 @@ func parsePDF(ctx context.Context, r io.ReaderAt, size int64, limits Limits) (*D
 	if err != nil {
 		return nil, err
 	}
-	doc := newDocument(limits)
+	doc := newText(limits)
 	fonts := map[string]*pdf.Font{} // shared across pages: parsing a font's charmap is costly
 	for i, page := range pages {
 		if err := ctx.Err(); err != nil {

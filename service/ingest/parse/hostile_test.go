@@ -1,4 +1,4 @@
-package ingest
+package parse
 
 import (
 	"bufio"
@@ -224,7 +224,7 @@ func repeatRows(n int, cells ...string) [][]string {
 	return rows
 }
 
-func docSize(d *Document) int64 {
+func docSize(d *Text) int64 {
 	if d == nil {
 		return 0
 	}

@@ -1,4 +1,11 @@
-package ingest
+// Package parse reads untrusted files: it sniffs a file's media type from its
+// bytes (sniff.go), turns a PDF, Word, PowerPoint, Excel, HTML, Markdown,
+// CSV or plain-text file into format-independent blocks under limits a
+// hostile file cannot pass (parse*.go), cuts those blocks into chunks by
+// structure (chunk.go), and can run each parse in a child process that a
+// timeout or memory cap really ends (child*.go). File in, blocks and chunks
+// out: it knows no store and no Service; ingest drives it.
+package parse
 
 import (
 	"bytes"
@@ -90,8 +97,10 @@ type Block struct {
 	Text  string
 }
 
-// Document is the format-independent result of parsing a file.
-type Document struct {
+// Text is the format-independent result of parsing a file: its text as
+// blocks in reading order. (The stored record of an upload is
+// service.Document; this is only what its file says.)
+type Text struct {
 	Blocks []Block
 
 	size int64 // bytes of text in Blocks
@@ -99,16 +108,16 @@ type Document struct {
 	full bool  // a block was refused because it would pass the cap
 }
 
-// newDocument returns an empty document that holds at most the text cap of
+// newText returns an empty document that holds at most the text cap of
 // limits: parsers stop filling it, and fail, once a small file has expanded
 // past the cap, instead of holding the whole expansion in memory.
-func newDocument(limits Limits) *Document {
-	return &Document{max: limits.MaxTextBytes}
+func newText(limits Limits) *Text {
+	return &Text{max: limits.MaxTextBytes}
 }
 
 // fits reports, as ErrTooLarge, whether n more bytes of text would pass the
 // cap; parsers check the text they are still assembling with it.
-func (d *Document) fits(n int) error {
+func (d *Text) fits(n int) error {
 	if d.max > 0 && d.size+int64(n) > d.max {
 		d.full = true
 	}
@@ -116,7 +125,7 @@ func (d *Document) fits(n int) error {
 }
 
 // textErr is ErrTooLarge once the document has reached its text cap.
-func (d *Document) textErr() error {
+func (d *Text) textErr() error {
 	if !d.full {
 		return nil
 	}
@@ -135,7 +144,7 @@ func formatBytes(n int64) string {
 }
 
 // add appends a block unless its text is blank or the document is full.
-func (d *Document) add(kind BlockKind, level int, text string) {
+func (d *Text) add(kind BlockKind, level int, text string) {
 	if kind != Code {
 		text = strings.TrimSpace(text)
 	} else {
@@ -202,7 +211,7 @@ func positiveOr[T ~int | ~int64](v, def T) T {
 var oleMagic = []byte{0xD0, 0xCF, 0x11, 0xE0, 0xA1, 0xB1, 0x1A, 0xE1}
 
 // parser reads one media type.
-type parser func(ctx context.Context, r io.ReaderAt, size int64, limits Limits) (*Document, error)
+type parser func(ctx context.Context, r io.ReaderAt, size int64, limits Limits) (*Text, error)
 
 // parsers are the media types Parse reads, each with its parser.
 var parsers = map[string]parser{
@@ -221,7 +230,7 @@ var parsers = map[string]parser{
 // (nothing can stop a goroutine), so r must stay valid (e.g. a byte slice or
 // an open temporary file that is closed by the garbage collector, not
 // reused). ChildParser runs Parse where a timeout really ends it.
-func Parse(ctx context.Context, r io.ReaderAt, size int64, mime string, limits Limits) (*Document, error) {
+func Parse(ctx context.Context, r io.ReaderAt, size int64, mime string, limits Limits) (*Text, error) {
 	limits = limits.withDefaults()
 	if size <= 0 {
 		return nil, fmt.Errorf("%w: the file is empty", ErrEmpty)
@@ -234,7 +243,7 @@ func Parse(ctx context.Context, r io.ReaderAt, size int64, mime string, limits L
 	if !ok {
 		return nil, fmt.Errorf("%w: %q", ErrUnsupported, mime)
 	}
-	doc, err := guard(ctx, limits.Timeout, func(ctx context.Context) (*Document, error) { return parse(ctx, r, size, limits) })
+	doc, err := guard(ctx, limits.Timeout, func(ctx context.Context) (*Text, error) { return parse(ctx, r, size, limits) })
 	if err != nil {
 		return nil, err
 	}
@@ -250,11 +259,11 @@ func Parse(ctx context.Context, r io.ReaderAt, size int64, mime string, limits L
 // guard runs parse with a deadline and turns its panics into ErrCorrupt.
 // The parse runs in its own goroutine so a library that ignores ctx cannot
 // hold the caller past the deadline.
-func guard(ctx context.Context, timeout time.Duration, parse func(context.Context) (*Document, error)) (*Document, error) {
+func guard(ctx context.Context, timeout time.Duration, parse func(context.Context) (*Text, error)) (*Text, error) {
 	pctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	type result struct {
-		doc *Document
+		doc *Text
 		err error
 	}
 	done := make(chan result, 1) // buffered: an abandoned parse must not block forever

@@ -1,4 +1,4 @@
-package ingest
+package parse
 
 import (
 	"archive/zip"
@@ -134,7 +134,7 @@ func attr(se xml.StartElement, local string) string {
 // whose id is just the level such as Chinese Word's "1", and any style whose
 // name or outline level says heading), numbered paragraphs as list items,
 // and tables as rows.
-func parseDOCX(ctx context.Context, r io.ReaderAt, size int64, limits Limits) (*Document, error) {
+func parseDOCX(ctx context.Context, r io.ReaderAt, size int64, limits Limits) (*Text, error) {
 	a, err := openZip(r, size, limits)
 	if err != nil {
 		return nil, err
@@ -148,7 +148,7 @@ func parseDOCX(ctx context.Context, r io.ReaderAt, size int64, limits Limits) (*
 			return nil, err
 		}
 	}
-	p := &docxParser{doc: newDocument(limits), styles: styles}
+	p := &docxParser{doc: newText(limits), styles: styles}
 	if err := a.xmlTokens(ctx, "word/document.xml", p.token); err != nil {
 		return nil, err
 	}
@@ -189,7 +189,7 @@ func docxStyles(ctx context.Context, a *zipArchive) (map[string]int, error) {
 }
 
 type docxParser struct {
-	doc    *Document
+	doc    *Text
 	styles map[string]int
 
 	para     strings.Builder
@@ -352,7 +352,7 @@ var slideName = regexp.MustCompile(`^ppt/slides/slide(\d+)\.xml$`)
 // parsePPTX reads the slides in order; each slide starts with a heading
 // (its title placeholder, or "Slide N" when it has none) so that chunks keep
 // the slide they came from as their section.
-func parsePPTX(ctx context.Context, r io.ReaderAt, size int64, limits Limits) (*Document, error) {
+func parsePPTX(ctx context.Context, r io.ReaderAt, size int64, limits Limits) (*Text, error) {
 	a, err := openZip(r, size, limits)
 	if err != nil {
 		return nil, err
@@ -374,12 +374,12 @@ func parsePPTX(ctx context.Context, r io.ReaderAt, size int64, limits Limits) (*
 		}
 	}
 	slices.SortFunc(slides, func(x, y slide) int { return x.n - y.n })
-	doc := newDocument(limits)
+	doc := newText(limits)
 	for i, s := range slides {
 		// A slide's blocks come after its title, known only at its end;
 		// they are collected against what is left of the text cap.
 		// (Merging them checks the document's cap again, exactly.)
-		p := &pptxSlide{blocks: Document{max: max(1, limits.MaxTextBytes-doc.size)}}
+		p := &pptxSlide{blocks: Text{max: max(1, limits.MaxTextBytes-doc.size)}}
 		if err := a.xmlTokens(ctx, s.name, p.token); err != nil {
 			if p.blocks.full {
 				doc.full = true
@@ -400,13 +400,13 @@ func parsePPTX(ctx context.Context, r io.ReaderAt, size int64, limits Limits) (*
 		}
 	}
 	if !hasContent(doc) {
-		return &Document{}, nil // only "Slide N" headings: nothing to search
+		return &Text{}, nil // only "Slide N" headings: nothing to search
 	}
 	return doc, nil
 }
 
 type pptxSlide struct {
-	blocks  Document
+	blocks  Text
 	title   []string
 	isTitle bool // the current shape is the title placeholder
 	inText  bool

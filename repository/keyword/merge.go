@@ -1,4 +1,4 @@
-package repository
+package keyword
 
 import "sync"
 
@@ -21,7 +21,7 @@ func same(a, b *cand) bool { return a.kb == b.kb && a.id == b.id }
 // Runs are few, so while several are left the next entry is found by a scan
 // of their heads; the last run left is merged with the old list two-way,
 // and what remains of either is copied whole.
-func (ks *kwSearch) merge(runs [][]cand) {
+func (ks *Search) merge(runs [][]cand) {
 	old, n := ks.cands, len(ks.cands)
 	heads := make([][]cand, 0, len(runs))
 	for _, r := range runs {
@@ -93,28 +93,28 @@ func (ks *kwSearch) merge(runs [][]cand) {
 	ks.scratch.spare, ks.cands = ks.cands[:0], out
 }
 
-// kwScratch is a query's per-chunk buffers, kept for the next query: a
+// scratch is a query's per-chunk buffers, kept for the next query: a
 // slow query's are megabytes, and allocating them anew each time made
 // allocation and garbage collection a quarter of the query's CPU.
-type kwScratch struct {
+type scratch struct {
 	cands, spare []cand // the candidate list and the array the next merge writes
 	inc, sorted  []cand // a round's postings as they arrive, and grouped into runs
 }
 
-var kwScratchPool = sync.Pool{New: func() any { return new(kwScratch) }}
+var scratchPool = sync.Pool{New: func() any { return new(scratch) }}
 
 // maxPooled bounds what an idle pooled scratch holds (4 × 24 MiB at most):
 // one query over a huge term list should not pin its memory for good.
 const maxPooled = 1 << 20
 
 // useScratch takes a pooled scratch for ks.
-func (ks *kwSearch) useScratch() {
-	ks.scratch = kwScratchPool.Get().(*kwScratch)
+func (ks *Search) useScratch() {
+	ks.scratch = scratchPool.Get().(*scratch)
 	ks.cands = ks.scratch.cands[:0]
 }
 
 // release returns ks's scratch to the pool; ks must not be used after.
-func (ks *kwSearch) release() {
+func (ks *Search) Release() {
 	sc := ks.scratch
 	if sc == nil {
 		return
@@ -126,5 +126,5 @@ func (ks *kwSearch) release() {
 			return
 		}
 	}
-	kwScratchPool.Put(sc)
+	scratchPool.Put(sc)
 }

@@ -1,4 +1,4 @@
-package repository
+package keyword
 
 import (
 	"cmp"
@@ -12,9 +12,9 @@ import (
 // interleave.
 func TestMergeCands(t *testing.T) {
 	r := rand.New(rand.NewPCG(5, 9))
-	ks := &kwSearch{}
+	ks := &Search{}
 	ks.useScratch()
-	defer ks.release()
+	defer ks.Release()
 	type key struct{ kb, id int64 }
 	ref := map[key]float64{}
 	for round := range 20 {

@@ -1,4 +1,4 @@
-package ingest
+package parse
 
 import (
 	"bytes"
@@ -89,20 +89,20 @@ func readText(r io.ReaderAt, size int64, limits Limits) (string, error) {
 
 // textParser is the parser of a text format: the whole file, decoded, is
 // handed to parse.
-func textParser(parse func(*Document, string)) parser {
-	return func(_ context.Context, r io.ReaderAt, size int64, limits Limits) (*Document, error) {
+func textParser(parse func(*Text, string)) parser {
+	return func(_ context.Context, r io.ReaderAt, size int64, limits Limits) (*Text, error) {
 		s, err := readText(r, size, limits)
 		if err != nil {
 			return nil, err
 		}
-		doc := newDocument(limits)
+		doc := newText(limits)
 		parse(doc, s)
 		return doc, nil
 	}
 }
 
 // parsePlain makes one paragraph of each run of non-blank lines.
-func parsePlain(doc *Document, s string) {
+func parsePlain(doc *Text, s string) {
 	for _, p := range splitParagraphs(s) {
 		doc.add(Paragraph, 0, p)
 	}
@@ -144,7 +144,7 @@ var (
 // parseMarkdown reads the CommonMark structures a chunker cares about —
 // ATX and setext headings, fenced code, list items, pipe tables, paragraphs —
 // and strips inline markup that carries no meaning for search.
-func parseMarkdown(doc *Document, s string) {
+func parseMarkdown(doc *Text, s string) {
 	lines := strings.Split(s, "\n")
 	var para []string
 	var item []string
@@ -291,7 +291,7 @@ func isNumber(s string) bool {
 
 // parseCSV reads comma-, semicolon- or tab-separated values in any of the
 // text encodings decodeText knows (Excel in China saves CSV as GBK).
-func parseCSV(ctx context.Context, r io.ReaderAt, size int64, limits Limits) (*Document, error) {
+func parseCSV(ctx context.Context, r io.ReaderAt, size int64, limits Limits) (*Text, error) {
 	s, err := readText(r, size, limits)
 	if err != nil {
 		return nil, err
@@ -301,7 +301,7 @@ func parseCSV(ctx context.Context, r io.ReaderAt, size int64, limits Limits) (*D
 	cr.FieldsPerRecord = -1
 	cr.LazyQuotes = true
 	cr.ReuseRecord = false
-	doc := newDocument(limits)
+	doc := newText(limits)
 	var header []string
 	var rows int64
 	for {
@@ -341,7 +341,7 @@ type tableRows struct {
 }
 
 // add adds row to doc, or keeps it as the header.
-func (t *tableRows) add(doc *Document, row []string) {
+func (t *tableRows) add(doc *Text, row []string) {
 	t.n++
 	if t.n == 1 && looksLikeHeader(row) {
 		t.header = row
@@ -351,7 +351,7 @@ func (t *tableRows) add(doc *Document, row []string) {
 }
 
 // end adds the header as a row of its own when it was the table's only row.
-func (t *tableRows) end(doc *Document) {
+func (t *tableRows) end(doc *Text) {
 	if t.n == 1 && t.header != nil {
 		doc.add(TableRow, 0, joinCells(t.header)) // a table that is only a header
 	}

@@ -1,4 +1,4 @@
-package ingest
+package parse
 
 import (
 	"bufio"
@@ -17,6 +17,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/ragent-go/ragent/text"
 )
 
 // Parser turns a stored file into blocks.
@@ -28,14 +30,14 @@ import (
 // accepts that for trusted files; ChildParser runs each parse in a child
 // process that a timeout or memory cap really ends.
 type Parser interface {
-	Parse(ctx context.Context, blob []byte, mime string, limits Limits) (*Document, error)
+	Parse(ctx context.Context, blob []byte, mime string, limits Limits) (*Text, error)
 }
 
 // InProcess parses in the calling process with Parse.
 type InProcess struct{}
 
 // Parse implements Parser.
-func (InProcess) Parse(ctx context.Context, blob []byte, mime string, limits Limits) (*Document, error) {
+func (InProcess) Parse(ctx context.Context, blob []byte, mime string, limits Limits) (*Text, error) {
 	return Parse(ctx, bytes.NewReader(blob), int64(len(blob)), mime, limits)
 }
 
@@ -130,7 +132,7 @@ func (p *ChildParser) defaults() (memLimit int64, poll time.Duration, maxIdle, m
 }
 
 // Parse implements Parser.
-func (p *ChildParser) Parse(ctx context.Context, blob []byte, mime string, limits Limits) (*Document, error) {
+func (p *ChildParser) Parse(ctx context.Context, blob []byte, mime string, limits Limits) (*Text, error) {
 	doc, _, err := p.run(ctx, blob, mime, limits)
 	return doc, err
 }
@@ -231,7 +233,7 @@ func (c *parserProc) kill() {
 	c.out.Close()
 }
 
-func (p *ChildParser) run(ctx context.Context, blob []byte, mime string, limits Limits) (*Document, childUsage, error) {
+func (p *ChildParser) run(ctx context.Context, blob []byte, mime string, limits Limits) (*Text, childUsage, error) {
 	limits = limits.withDefaults()
 	memLimit, poll, _, _ := p.defaults()
 	head, err := json.Marshal(childRequest{Mime: mime, Size: int64(len(blob)), Limits: limits, MemoryLimit: memLimit})
@@ -340,7 +342,7 @@ wait:
 	if resp.Error != nil {
 		return nil, usage, resp.Error
 	}
-	doc := &Document{Blocks: resp.Blocks, max: limits.MaxTextBytes}
+	doc := &Text{Blocks: resp.Blocks, max: limits.MaxTextBytes}
 	for _, b := range doc.Blocks {
 		doc.size += int64(len(b.Text))
 	}
@@ -533,19 +535,12 @@ func crashSummary(s string) string {
 		}
 		for _, p := range []string{"fatal error:", "panic:", "runtime:"} {
 			if strings.HasPrefix(l, p) {
-				return truncate(l, 200)
+				return text.Truncate(l, 200)
 			}
 		}
 	}
 	if first == "" {
 		return "no output"
 	}
-	return truncate(first, 200)
-}
-
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return strings.ToValidUTF8(s[:n], "") + "…"
+	return text.Truncate(first, 200)
 }

@@ -1,4 +1,4 @@
-package repository
+package keyword
 
 import (
 	"math"
@@ -14,28 +14,28 @@ func TestSegmentsMatchAnIDByIDSweep(t *testing.T) {
 	r := rand.New(rand.NewPCG(7, 11))
 	for trial := range 500 {
 		terms := 1 + r.IntN(6)
-		byTerm := make([][]*kwBlock, terms)
+		byTerm := make([][]*Block, terms)
 		var maxID int64
 		for ti := range byTerm {
 			id := int64(r.IntN(5))
 			for range r.IntN(12) {
 				first := id + 1 + int64(r.IntN(6)) // gaps, and blocks that start right after the previous one
 				last := first + int64(r.IntN(8))   // one-id blocks too
-				byTerm[ti] = append(byTerm[ti], &kwBlock{term: ti, head: blockHead{first: first, last: last},
+				byTerm[ti] = append(byTerm[ti], &Block{term: ti, head: Head{First: first, Last: last},
 					ub: float64(r.IntN(1000)) / 7, fetched: r.IntN(4) == 0})
 				id, maxID = last, max(maxID, last)
 			}
 		}
 		type want struct {
 			lo, hi int64
-			blocks []*kwBlock
+			blocks []*Block
 		}
 		var wants []want
 		for id := int64(0); id <= maxID+1; id++ {
-			var cover []*kwBlock
+			var cover []*Block
 			for _, bs := range byTerm {
 				for _, b := range bs {
-					if !b.fetched && b.head.first <= id && id <= b.head.last {
+					if !b.fetched && b.head.First <= id && id <= b.head.Last {
 						cover = append(cover, b)
 					}
 				}

@@ -1,4 +1,4 @@
-package ingest
+package parse
 
 import (
 	"context"
@@ -11,7 +11,7 @@ import (
 
 // parseXLSX emits each sheet as a heading followed by its rows, each row
 // labelled with the sheet's header row when the first row looks like one.
-func parseXLSX(ctx context.Context, r io.ReaderAt, size int64, limits Limits) (*Document, error) {
+func parseXLSX(ctx context.Context, r io.ReaderAt, size int64, limits Limits) (*Text, error) {
 	// Check the container first: excelize would otherwise decompress
 	// whatever the file declares before our limits apply.
 	if _, err := openZip(r, size, limits); err != nil {
@@ -29,7 +29,7 @@ func parseXLSX(ctx context.Context, r io.ReaderAt, size int64, limits Limits) (*
 		return nil, fmt.Errorf("%w: xlsx: %v", ErrCorrupt, err)
 	}
 	defer f.Close() // removes the temporary files of large sheets
-	doc := newDocument(limits)
+	doc := newText(limits)
 	var total int64
 	for _, sheet := range f.GetSheetList() {
 		doc.add(Heading, 1, sheet)
@@ -69,14 +69,14 @@ func parseXLSX(ctx context.Context, r io.ReaderAt, size int64, limits Limits) (*
 		table.end(doc)
 	}
 	if !hasContent(doc) {
-		return &Document{}, nil
+		return &Text{}, nil
 	}
 	return doc, nil
 }
 
 // hasContent reports whether doc holds anything besides headings, so that
 // a workbook of empty sheets counts as empty.
-func hasContent(doc *Document) bool {
+func hasContent(doc *Text) bool {
 	for _, b := range doc.Blocks {
 		if b.Kind != Heading {
 			return true

@@ -1,10 +1,11 @@
-package ingest
+package parse
 
 import (
 	"strings"
 	"unicode"
 	"unicode/utf8"
 
+	"github.com/ragent-go/ragent/service"
 	"github.com/ragent-go/ragent/text"
 )
 
@@ -36,7 +37,7 @@ type Chunk struct {
 // big between words or characters. Consecutive chunks of one section share
 // up to OverlapTokens of trailing sentences, so a fact cut at a boundary is
 // still whole in one of them. Split never returns an empty chunk.
-func Split(doc *Document, opts ChunkOptions) []Chunk {
+func Split(doc *Text, opts ChunkOptions) []Chunk {
 	if opts.TargetTokens <= 0 {
 		opts.TargetTokens = DefaultChunkOptions().TargetTokens
 	}
@@ -81,7 +82,7 @@ func (c *chunker) section() string {
 	for i, h := range c.path {
 		parts[i] = strings.Join(strings.Fields(h.Text), " ")
 	}
-	return strings.Join(parts, " > ")
+	return strings.Join(parts, service.SectionSeparator)
 }
 
 func (c *chunker) heading(h Block) {

@@ -1,4 +1,4 @@
-package ingest
+package parse
 
 import (
 	"fmt"
@@ -9,7 +9,7 @@ import (
 )
 
 func TestSplitStructure(t *testing.T) {
-	doc := &Document{Blocks: []Block{
+	doc := &Text{Blocks: []Block{
 		p("Preface before any heading."),
 		h(1, "Guide"),
 		h(2, "Install"),
@@ -45,7 +45,7 @@ func TestSplitPacksBlocksAndOverlaps(t *testing.T) {
 	for i := range 20 {
 		blocks = append(blocks, p(fmt.Sprintf("Paragraph %d says something. It ends here %d.", i, i)))
 	}
-	got := Split(&Document{Blocks: blocks}, ChunkOptions{TargetTokens: 60, OverlapTokens: 10})
+	got := Split(&Text{Blocks: blocks}, ChunkOptions{TargetTokens: 60, OverlapTokens: 10})
 	if len(got) < 3 {
 		t.Fatalf("got %d chunks, want several", len(got))
 	}
@@ -99,7 +99,7 @@ func TestSplitLongBlocks(t *testing.T) {
 				kind = Code
 			}
 			const target = 50
-			got := Split(&Document{Blocks: []Block{{Kind: kind, Text: tt.text}}}, ChunkOptions{TargetTokens: target, OverlapTokens: 0})
+			got := Split(&Text{Blocks: []Block{{Kind: kind, Text: tt.text}}}, ChunkOptions{TargetTokens: target, OverlapTokens: 0})
 			if len(got) < 2 {
 				t.Fatalf("got %d chunks, want the block split", len(got))
 			}
@@ -129,15 +129,15 @@ func TestSplitLongBlocks(t *testing.T) {
 }
 
 func TestSplitEdgeCases(t *testing.T) {
-	if got := Split(&Document{}, DefaultChunkOptions()); len(got) != 0 {
+	if got := Split(&Text{}, DefaultChunkOptions()); len(got) != 0 {
 		t.Errorf("empty document: %+v", got)
 	}
-	got := Split(&Document{Blocks: []Block{h(1, "Only a heading")}}, ChunkOptions{})
+	got := Split(&Text{Blocks: []Block{h(1, "Only a heading")}}, ChunkOptions{})
 	if len(got) != 1 || got[0].Content != "Only a heading" || got[0].Section != "Only a heading" {
 		t.Errorf("heading-only document: %+v", got)
 	}
 	// Overlap larger than the target is clamped instead of looping.
-	got = Split(&Document{Blocks: []Block{p(strings.Repeat("A sentence here. ", 50))}}, ChunkOptions{TargetTokens: 20, OverlapTokens: 100})
+	got = Split(&Text{Blocks: []Block{p(strings.Repeat("A sentence here. ", 50))}}, ChunkOptions{TargetTokens: 20, OverlapTokens: 100})
 	for i, c := range got {
 		if c.TokenCount > 20 {
 			t.Errorf("chunk %d has %d tokens", i, c.TokenCount)
@@ -170,36 +170,9 @@ func BenchmarkSplit(b *testing.B) {
 		blocks = append(blocks, h(2, fmt.Sprintf("Section %d", i)),
 			p(strings.Repeat("Retrieval augmented generation splits documents. 检索增强生成把文档切成小块。", 10)))
 	}
-	doc := &Document{Blocks: blocks}
+	doc := &Text{Blocks: blocks}
 	b.ReportAllocs()
 	for b.Loop() {
 		Split(doc, DefaultChunkOptions())
-	}
-}
-
-func TestIndexTextAddsTheSectionToLaterChunks(t *testing.T) {
-	first := Chunk{Section: "VPN > 故障", Content: "故障\n如果 VPN 连不上，请重启客户端。"}
-	later := Chunk{Section: "VPN > 故障", Content: "仍然失败时请提交工单。"}
-	none := Chunk{Content: "plain text"}
-	if got := indexText(first); got != first.Content {
-		t.Errorf("first chunk of a section: %q", got)
-	}
-	if got := indexText(later); got != "VPN > 故障\n仍然失败时请提交工单。" {
-		t.Errorf("later chunk: %q", got)
-	}
-	if got := indexText(none); got != "plain text" {
-		t.Errorf("no section: %q", got)
-	}
-}
-
-func TestIndexTextKnowsFirstChunksFromSplit(t *testing.T) {
-	doc := &Document{Blocks: []Block{
-		{Kind: Heading, Level: 1, Text: "VPN"},
-		{Kind: Heading, Level: 2, Text: "故障"},
-		{Kind: Paragraph, Text: "如果 VPN 连不上，请重启客户端。"},
-	}}
-	chunks := Split(doc, DefaultChunkOptions())
-	if len(chunks) != 1 || indexText(chunks[0]) != chunks[0].Content {
-		t.Fatalf("a first chunk carries its headings already: %+v → %q", chunks, indexText(chunks[0]))
 	}
 }

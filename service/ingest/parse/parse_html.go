@@ -1,4 +1,4 @@
-package ingest
+package parse
 
 import (
 	"strings"
@@ -10,7 +10,7 @@ import (
 // parseHTML walks the HTML5 parse tree (the same error-tolerant algorithm a
 // browser uses, so broken markup still yields text), dropping scripts,
 // styles and other non-content elements.
-func parseHTML(doc *Document, s string) {
+func parseHTML(doc *Text, s string) {
 	root, err := html.Parse(strings.NewReader(s))
 	if err != nil {
 		// html.Parse only fails on reader errors, impossible for a string;
@@ -24,7 +24,7 @@ func parseHTML(doc *Document, s string) {
 }
 
 type htmlWalker struct {
-	doc    *Document
+	doc    *Text
 	buf    strings.Builder
 	kind   BlockKind // kind of the innermost open block element
 	header []string  // header cells of the current table
