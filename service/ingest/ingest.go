@@ -316,7 +316,9 @@ func (s *Service) readUpload(ctx context.Context, p service.Principal, kbID serv
 	if err != nil {
 		return nil, nil, err
 	}
-	return newVersion(id, kbID, name, blob), blob, nil
+	doc := newVersion(id, kbID, name, blob)
+	doc.CreatedBy = p.UserID
+	return doc, blob, nil
 }
 
 // newVersion describes blob as a document: pending with its sniffed type,
@@ -585,7 +587,8 @@ func (s *Service) index(ctx context.Context, doc *service.Document) (int, error)
 		texts[i] = p.Content
 	}
 	ectx, end := s.stage(ctx, stageEmbed)
-	err = s.embedChunks(ectx, chunks, texts)
+	ectx = service.WithUsageScope(ectx, service.UsageScope{UserID: doc.CreatedBy, KnowledgeBaseID: kb.ID})
+	err = s.embedChunks(ectx, fmt.Sprintf("embed:%s:%d", doc.ID, doc.Generation), chunks, texts)
 	end(err)
 	if err != nil {
 		return 0, err

@@ -95,7 +95,8 @@ func (s *Service) reembed(ctx context.Context, msg service.IngestMessage) error 
 		for i, c := range chunks {
 			texts[i] = c.Content
 		}
-		if err := s.embedChunks(ctx, chunks, texts); err != nil {
+		ectx := service.WithUsageScope(ctx, service.UsageScope{UserID: doc.CreatedBy, KnowledgeBaseID: doc.KnowledgeBaseID})
+		if err := s.embedChunks(ectx, fmt.Sprintf("reembed:%s:%s", doc.ID, msg.Reembed), chunks, texts); err != nil {
 			return err
 		}
 		err = s.store.StoreReembedded(ctx, doc.ID, msg.Reembed, chunks)
@@ -165,10 +166,13 @@ func (s *Service) canEmbed(kb *service.KnowledgeBase) error {
 }
 
 // embedChunks fills the chunks' vectors from texts, EmbedBatch at a time.
-func (s *Service) embedChunks(ctx context.Context, chunks []service.Chunk, texts []string) error {
+// callID names the work for usage records; batch i is callID:i, so work
+// done again (a redelivered message) is recorded once.
+func (s *Service) embedChunks(ctx context.Context, callID string, chunks []service.Chunk, texts []string) error {
 	for start := 0; start < len(texts); start += s.cfg.EmbedBatch {
 		end := min(start+s.cfg.EmbedBatch, len(texts))
-		vecs, err := s.embedder.Embed(ctx, service.EmbedDocument, texts[start:end])
+		cctx := service.WithUsageCall(ctx, service.UsageCall{Kind: service.UsageEmbedding, ID: fmt.Sprintf("%s:%d", callID, start)})
+		vecs, err := s.embedder.Embed(cctx, service.EmbedDocument, texts[start:end])
 		if err != nil {
 			return fmt.Errorf("embed: %w", err)
 		}
