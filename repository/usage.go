@@ -151,14 +151,17 @@ func (s *Store) UsageSum(ctx context.Context, subject service.QuotaSubject, id s
 }
 
 // usageDims are the columns of each dimension a report may group by.
-var usageDims = map[service.UsageGroupBy]struct{ cols, join string }{
-	service.UsageByDay:   {cols: `to_char(d.day, 'YYYY-MM-DD') AS day`},
-	service.UsageByUser:  {cols: `d.user_id, coalesce(u.username, '') AS username`, join: `LEFT JOIN users u ON u.id = d.user_id`},
-	service.UsageByGroup: {cols: `gm.group_id, g.name AS group_name`, join: `JOIN group_members gm ON gm.user_id = d.user_id JOIN groups g ON g.id = gm.group_id`},
-	service.UsageByKey:   {cols: `d.key_id, coalesce(k.name, '') AS key_name`, join: `LEFT JOIN api_keys k ON k.id = d.key_id`},
-	service.UsageByModel: {cols: `d.model`},
-	service.UsageByKind:  {cols: `d.kind`},
-	service.UsageByKB:    {cols: `d.kb_id AS knowledge_base_id`},
+var usageDims = map[service.UsageGroupBy]struct {
+	cols []string
+	join string
+}{
+	service.UsageByDay:   {cols: []string{`to_char(d.day, 'YYYY-MM-DD') AS day`}},
+	service.UsageByUser:  {cols: []string{`d.user_id`, `coalesce(u.username, '') AS username`}, join: `LEFT JOIN users u ON u.id = d.user_id`},
+	service.UsageByGroup: {cols: []string{`gm.group_id`, `g.name AS group_name`}, join: `JOIN group_members gm ON gm.user_id = d.user_id JOIN groups g ON g.id = gm.group_id`},
+	service.UsageByKey:   {cols: []string{`d.key_id`, `coalesce(k.name, '') AS key_name`}, join: `LEFT JOIN api_keys k ON k.id = d.key_id`},
+	service.UsageByModel: {cols: []string{`d.model`}},
+	service.UsageByKind:  {cols: []string{`d.kind`}},
+	service.UsageByKB:    {cols: []string{`d.kb_id AS knowledge_base_id`}},
 }
 
 // UsageReport sums usage over the days of q, grouped by q.GroupBy: by day
@@ -171,11 +174,11 @@ func (s *Store) UsageReport(ctx context.Context, q service.UsageQuery) ([]servic
 		if by == service.UsageByDay {
 			order = groupOrdinal(q.GroupBy, i) + ", " + order
 		}
-		cols = append(cols, dim.cols)
+		cols = append(cols, dim.cols...)
 		if dim.join != "" {
 			joins = append(joins, dim.join)
 		}
-		for range strings.Split(dim.cols, ", ") {
+		for range dim.cols {
 			groups = append(groups, strconv.Itoa(len(groups)+1))
 		}
 	}
@@ -216,7 +219,7 @@ func (s *Store) UsageReport(ctx context.Context, q service.UsageQuery) ([]servic
 func groupOrdinal(dims []service.UsageGroupBy, i int) string {
 	pos := 1
 	for _, by := range dims[:i] {
-		pos += len(strings.Split(usageDims[by].cols, ", "))
+		pos += len(usageDims[by].cols)
 	}
 	return strconv.Itoa(pos)
 }
