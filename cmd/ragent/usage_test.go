@@ -14,7 +14,7 @@ import (
 
 type usageRowJSON struct {
 	Day, UserID, Username, GroupID, GroupName, KeyID, KeyName, KnowledgeBaseID, Model, Kind string
-	Calls, Requests, PromptTokens, CompletionTokens, TotalTokens, EstimatedTokens          int64
+	Calls, Requests, PromptTokens, CompletionTokens, TotalTokens, EstimatedTokens           int64
 }
 
 // flushUsage writes every instance's buffered usage, as a shutdown would.
@@ -288,7 +288,9 @@ func TestQuotasAcrossInstances(t *testing.T) {
 
 	// Every change is audited; refusals are counted.
 	r := admin.do("GET", "/api/v1/admin/audit?action=quota.put", nil)
-	var audit struct{ Items []struct{ Result, TargetID string } }
+	var audit struct {
+		Items []struct{ Result, TargetID string }
+	}
 	r.json(t, &audit)
 	results := map[string]int{}
 	for _, e := range audit.Items {
