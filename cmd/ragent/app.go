@@ -56,8 +56,9 @@ type App struct {
 	// nil: "off".
 	metricsLn net.Listener
 	mqMetrics *mq.Metrics
-	// meter buffers usage records (tests flush it).
-	meter *usage.Meter
+	// meter buffers usage records (tests flush it); quotas checks them.
+	meter  *usage.Meter
+	quotas *usage.Quotas
 
 	// The knowledge use cases, for commands that drive them without HTTP
 	// (eval).
@@ -165,13 +166,13 @@ func newApp(ctx context.Context, cfg Config, log *slog.Logger) (_ *App, err erro
 		FlushInterval: cfg.UsageFlushInterval, Logger: log,
 		Dropped: func(n int) { usageMetrics.dropped.Add(float64(n)) }, Recorded: usageMetrics.recorded,
 	})
-	a.meter = meter
 	quotas := usage.NewQuotas(a.store, cache.NewQuotaCounters(a.rdb, cfg.RedisPrefix), meter, audit, usage.QuotasConfig{
 		Enabled: cfg.QuotasEnabled, Logger: log,
 		Refused: func(s service.QuotaSubject, metric string) {
 			usageMetrics.refusals.WithLabelValues(string(s), metric).Inc()
 		},
 	})
+	a.meter, a.quotas = meter, quotas
 	a.runners = append(a.runners, func(ctx context.Context) error { meter.Run(ctx); return nil })
 	a.closers = append(a.closers, func(ctx context.Context) error { return meter.Close(ctx) })
 

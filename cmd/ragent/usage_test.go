@@ -66,20 +66,41 @@ func TestUsageRecordedAcrossInstances(t *testing.T) {
 	if status != http.StatusOK || !strings.HasSuffix(collapse(events), "finish done") {
 		t.Fatalf("chat: %d %s", status, collapse(events))
 	}
-	flushUsage(t, a, b)
+	// Counted by the instance that ran the chat, once it wrote the records.
+	flushUsage(t, b)
+	if m := b.client(t, adminToken).do("GET", "/metrics", nil); !strings.Contains(string(m.Body), `ragent_llm_tokens_total{estimated="false",kind="answer",type="prompt"} 10`) {
+		t.Errorf("metrics lack the answer's tokens")
+	}
+	// A second chat, written only by b's shutdown.
+	status, events = bob.chatStream(context.Background(), map[string]any{"question": "And on a phone?", "conversationId": events[0].json(t)["conversationId"], "knowledgeBaseIds": []string{kb}}, nil)
+	if status != http.StatusOK || !strings.HasSuffix(collapse(events), "finish done") {
+		t.Fatalf("second chat: %d %s", status, collapse(events))
+	}
+	// b's records reach Postgres on shutdown (its last flush, before the
+	// database closes): nothing is lost on a restart. Its metrics count
+	// what it wrote.
+	flushUsage(t, a)
+	b.stop()
+	if m := a.client(t, adminToken).do("GET", "/metrics", nil); m.Status != http.StatusOK {
+		t.Fatalf("metrics: %d", m.Status)
+	}
+	bob = a.client(t, a.login(t, "bob", "bob-password-1"))
 
 	mine := byKind(usageRows(t, bob, "groupBy=kind,model,knowledgeBase"))
 	answer := mine["answer"]
-	if answer.Model != "test-model" || answer.PromptTokens != 10 || answer.CompletionTokens == 0 || answer.EstimatedTokens != 0 || answer.Calls != 1 || answer.KnowledgeBaseID != kb {
+	if answer.Model != "test-model" || answer.PromptTokens != 20 || answer.CompletionTokens == 0 || answer.EstimatedTokens != 0 || answer.Calls != 2 || answer.KnowledgeBaseID != kb {
 		t.Fatalf("answer usage %+v (all: %+v)", answer, mine)
 	}
 	if title := mine["title"]; title.Model != "test-fast" || title.PromptTokens != 10 || title.Calls != 1 {
 		t.Fatalf("title usage %+v", title)
 	}
-	if q := mine["embedding"]; q.Calls != 1 || q.TotalTokens == 0 || q.EstimatedTokens != q.TotalTokens {
+	if rw := mine["rewrite"]; rw.Model != "test-fast" || rw.Calls != 1 {
+		t.Fatalf("rewrite usage %+v", rw)
+	}
+	if q := mine["embedding"]; q.Calls != 2 || q.TotalTokens == 0 || q.EstimatedTokens != q.TotalTokens {
 		t.Fatalf("question embedding %+v", q)
 	}
-	if req := mine["request"]; req.Requests != 1 || req.TotalTokens != 0 {
+	if req := mine["request"]; req.Requests != 2 || req.TotalTokens != 0 {
 		t.Fatalf("requests %+v", req)
 	}
 	// The upload's embeddings are the admin's, in the knowledge base.
@@ -123,10 +144,6 @@ func TestUsageRecordedAcrossInstances(t *testing.T) {
 		if r := bob.do("GET", "/api/v1/usage?"+q, nil); r.Status != http.StatusForbidden {
 			t.Errorf("bob usage?%s: %d %s", q, r.Status, r.Body)
 		}
-	}
-	// Counted by the instance that ran the chat (bob's, b).
-	if m := b.client(t, adminToken).do("GET", "/metrics", nil); !strings.Contains(string(m.Body), `ragent_llm_tokens_total{estimated="false",kind="answer",type="prompt"} 10`) {
-		t.Errorf("metrics lack the answer's tokens")
 	}
 }
 
