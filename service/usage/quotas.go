@@ -275,10 +275,14 @@ func (q *Quotas) mirror(ctx context.Context, recs []service.UsageRecord) {
 	if !q.cfg.Enabled {
 		return
 	}
-	q.mu.Lock()
-	snap := q.snap
-	q.mu.Unlock()
-	if snap == nil || len(snap.quotas) == 0 {
+	// Loaded here too: an instance that admits nothing (a worker) still
+	// writes usage (ingestion's embeddings).
+	snap, err := q.snapshot(ctx, q.cfg.Now(), 0)
+	if err != nil {
+		q.cfg.Logger.WarnContext(ctx, "quotas unavailable; usage not mirrored into the counters", "err", err)
+		return
+	}
+	if len(snap.quotas) == 0 {
 		return
 	}
 	adds := map[service.QuotaCounter]int64{}
