@@ -27,6 +27,8 @@ var adminAudited = map[string]struct{ action, targetType, param string }{
 	"POST /api/v1/admin/term-mappings":          {service.AuditTermCreate, service.TargetTermMapping, ""},
 	"PUT /api/v1/admin/term-mappings/:id":       {service.AuditTermUpdate, service.TargetTermMapping, "id"},
 	"DELETE /api/v1/admin/term-mappings/:id":    {service.AuditTermDelete, service.TargetTermMapping, "id"},
+	"PUT /api/v1/admin/quotas":                  {service.AuditQuotaPut, service.TargetQuota, ""},
+	"DELETE /api/v1/admin/quotas/:subject/:id":  {service.AuditQuotaDelete, service.TargetQuota, "id"},
 }
 
 // auditRefusal records err as the result of the audited change the request

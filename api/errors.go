@@ -26,6 +26,7 @@ var statuses = map[string]int{
 	"unsupported_type":       http.StatusUnsupportedMediaType,
 	"idempotency_key_reused": http.StatusUnprocessableEntity,
 	"busy":                   http.StatusTooManyRequests,
+	"quota_exceeded":         http.StatusTooManyRequests,
 	"llm_unavailable":        http.StatusServiceUnavailable,
 	"search_unavailable":     http.StatusServiceUnavailable,
 	"unavailable":            http.StatusServiceUnavailable,

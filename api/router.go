@@ -29,6 +29,7 @@ import (
 	"github.com/ragent-go/ragent/service/chat"
 	"github.com/ragent-go/ragent/service/ingest"
 	"github.com/ragent-go/ragent/service/retrieve"
+	"github.com/ragent-go/ragent/service/usage"
 )
 
 // Pinger reports whether a dependency is reachable.
@@ -51,13 +52,16 @@ type Deps struct {
 	SessionRate    *ratelimit.Rate // requests per user with session tokens; nil: no limit
 	KnowledgeBases *admin.KnowledgeBases
 	Groups         *admin.Groups
-	Ingest         *ingest.Service
-	Search         *retrieve.Searcher
-	Chat           *chat.Service
-	PingInterval   time.Duration // SSE keep-alive; default 15s
-	Intents        *admin.Intents
-	Terms          *admin.Terms
-	Audit          *admin.Audit
+	// Quotas checks usage quotas before chats and searches and answers
+	// usage reports; nil: no quotas, no /usage.
+	Quotas       *usage.Quotas
+	Ingest       *ingest.Service
+	Search       *retrieve.Searcher
+	Chat         *chat.Service
+	PingInterval time.Duration // SSE keep-alive; default 15s
+	Intents      *admin.Intents
+	Terms        *admin.Terms
+	Audit        *admin.Audit
 	// Auditor records refusals the router makes before a use case runs
 	// (a non-admin on an admin-only change); nil records none.
 	Auditor *service.Auditor
@@ -240,8 +244,18 @@ func NewRouter(deps Deps) *Router {
 	user.DELETE("/documents/:id", deleteByID(deps.Ingest.Delete))
 	user.POST("/documents/:id/reindex", byID(http.StatusAccepted, deps.Ingest.Reindex))
 	user.GET("/documents/:id/chunks", s.documentChunks)
-	user.POST("/search", withBody(s, http.StatusOK, s.search))
-	user.POST("/chat", s.submitLock, s.chatStream)
+	// Quotas are checked first: a refused request writes nothing.
+	gate := func(h ...gin.HandlerFunc) []gin.HandlerFunc {
+		if deps.Quotas == nil {
+			return h
+		}
+		return append([]gin.HandlerFunc{s.quotaGate}, h...)
+	}
+	user.POST("/search", gate(withBody(s, http.StatusOK, s.search))...)
+	user.POST("/chat", gate(s.submitLock, s.chatStream)...)
+	if deps.Quotas != nil {
+		user.GET("/usage", s.usageReport)
+	}
 	user.POST("/chat/tasks/:taskId/stop", s.submitLock, s.stopChat)
 	user.GET("/conversations", page(deps.Chat.Conversations, conversationCursor))
 	user.GET("/conversations/:id/messages", s.conversationMessages)
@@ -263,6 +277,11 @@ func NewRouter(deps Deps) *Router {
 	adm.DELETE("/groups/:id/members/:userId", deleteChild("userId", deps.Groups.RemoveMember))
 
 	adm.GET("/admin/limiter", s.limiterStats)
+	if deps.Quotas != nil {
+		adm.GET("/admin/quotas", s.listQuotas)
+		adm.PUT("/admin/quotas", s.idempotent, withBody(s, http.StatusOK, deps.Quotas.Put))
+		adm.DELETE("/admin/quotas/:subject/:id", s.deleteQuota)
+	}
 
 	adm.GET("/admin/intents", s.listIntents)
 	adm.POST("/admin/intents", s.idempotent, withBody(s, http.StatusCreated, anyCaller(deps.Intents.Create)))
@@ -281,7 +300,7 @@ func NewRouter(deps Deps) *Router {
 	// a bot asks the same question for different people at once.
 	oai := r.Group("/v1", openAIErrors, s.authenticate, s.csrfGuard(uploadRoute))
 	oai.GET("/models", s.listModels)
-	oai.POST("/chat/completions", s.chatCompletions)
+	oai.POST("/chat/completions", gate(s.chatCompletions)...)
 
 	if deps.MCP != nil {
 		mcp := gin.WrapH(deps.MCP)

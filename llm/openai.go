@@ -356,5 +356,6 @@ func estimateUsage(msgs []service.ChatMessage, completion string) service.Usage 
 	}
 	u.CompletionTokens = text.CountTokens(completion)
 	u.TotalTokens = u.PromptTokens + u.CompletionTokens
+	u.Estimated = true
 	return u
 }

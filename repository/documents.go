@@ -32,12 +32,16 @@ type documentRow struct {
 func (documentRow) TableName() string { return "documents" }
 
 func (r documentRow) doc() *service.Document {
-	return &service.Document{
+	d := &service.Document{
 		ID: service.ID(r.ID), KnowledgeBaseID: service.ID(r.KbID), Name: r.Name, Mime: r.Mime, Size: r.Size,
 		SHA256: deref(r.Sha256), Status: service.DocumentStatus(r.Status), Error: r.Error, ChunkCount: r.ChunkCount,
 		Generation: r.Generation, Attempts: r.Attempts, ExternalID: deref(r.ExternalID),
 		CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt,
 	}
+	if r.CreatedBy != nil {
+		d.CreatedBy = service.ID(*r.CreatedBy)
+	}
+	return d
 }
 
 func deref(s *string) string {

@@ -112,6 +112,7 @@ func (s *Store) createDocument(d *service.Document, blob []byte, queue service.M
 	row := documentRow{
 		ID: int64(d.ID), KbID: int64(d.KnowledgeBaseID), Name: d.Name, Mime: d.Mime, Size: d.Size,
 		Sha256: nullable(d.SHA256), ExternalID: nullable(d.ExternalID), Status: string(d.Status), Error: d.Error, Generation: 1,
+		CreatedBy: nullableID(d.CreatedBy),
 	}
 	if err := s.db.Create(&row).Error; err != nil {
 		return translate(err)

@@ -84,6 +84,8 @@ const (
 	AuditAPIKeyRevoke      = "api_key.revoke"
 	AuditWebhookCreate     = "webhook.create"
 	AuditWebhookDelete     = "webhook.delete"
+	AuditQuotaPut          = "quota.put"
+	AuditQuotaDelete       = "quota.delete"
 )
 
 // The audited target types.
@@ -96,6 +98,7 @@ const (
 	TargetTermMapping   = "term_mapping"
 	TargetAPIKey        = "api_key"
 	TargetWebhook       = "webhook"
+	TargetQuota         = "quota"
 )
 
 // AuditEvent is one row of the append-only audit log. The actor is a user,

@@ -69,6 +69,8 @@ type Usage struct {
 	PromptTokens     int `json:"promptTokens"`
 	CompletionTokens int `json:"completionTokens"`
 	TotalTokens      int `json:"totalTokens"`
+	// Estimated says ragent counted the tokens: the provider reported none.
+	Estimated bool `json:"-"`
 }
 
 // ChatMessage is one message of an LLM prompt.

@@ -19,6 +19,7 @@ var (
 	ErrUnsupported      = errors.New("unsupported type")                            // 415
 	ErrKeyReused        = errors.New("idempotency key reused with another payload") // 422
 	ErrBusy             = errors.New("busy")                                        // 429
+	ErrQuotaExceeded    = errors.New("quota exceeded")                              // 429, a usage quota
 	ErrUnavailable      = errors.New("unavailable")                                 // 503
 )
 
@@ -106,6 +107,7 @@ var codes = []struct {
 	{ErrUnsupported, "unsupported_type"},
 	{ErrKeyReused, "idempotency_key_reused"},
 	{ErrBusy, "busy"},
+	{ErrQuotaExceeded, "quota_exceeded"},
 	{ErrModelUnavailable, "llm_unavailable"},
 	{ErrSearchUnavailable, "search_unavailable"},
 	{ErrUnavailable, "unavailable"},

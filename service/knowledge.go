@@ -61,9 +61,12 @@ type Document struct {
 	// a knowledge base's live documents); uploading it again replaces it.
 	ExternalID string `json:"externalId,omitempty"`
 	// Source is where an imported document is fetched from.
-	Source    *DocumentSource `json:"source,omitempty"`
-	CreatedAt time.Time       `json:"createdAt"`
-	UpdatedAt time.Time       `json:"updatedAt"`
+	Source *DocumentSource `json:"source,omitempty"`
+	// CreatedBy is the uploader, whom ingesting the document is spent for
+	// (usage); 0 when unknown (documents stored before it was recorded).
+	CreatedBy ID        `json:"-"`
+	CreatedAt time.Time `json:"createdAt"`
+	UpdatedAt time.Time `json:"updatedAt"`
 }
 
 // SectionSeparator joins the headings of a chunk's section path

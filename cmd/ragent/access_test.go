@@ -351,6 +351,8 @@ var noKnowledgeBaseData = []string{
 	"GET /api/v1/users", "POST /api/v1/users", "PATCH /api/v1/users/:id", "DELETE /api/v1/users/:id",
 	"GET /api/v1/groups", "POST /api/v1/groups", "PATCH /api/v1/groups/:id", "DELETE /api/v1/groups/:id",
 	"GET /api/v1/groups/:id/members", "POST /api/v1/groups/:id/members", "DELETE /api/v1/groups/:id/members/:userId",
+	// Usage is a user's own (TestUsageRecordedAcrossInstances), quotas admins'.
+	"GET /api/v1/usage", "GET /api/v1/admin/quotas", "PUT /api/v1/admin/quotas", "DELETE /api/v1/admin/quotas/:subject/:id",
 	// A task id is not a conversation: stop answers 404 to anyone but the
 	// task's owner and admins (TestChatStopAcrossInstances).
 	"POST /api/v1/chat/tasks/:taskId/stop",

@@ -40,6 +40,7 @@ import (
 	"github.com/ragent-go/ragent/service/ingest"
 	"github.com/ragent-go/ragent/service/ingest/parse"
 	"github.com/ragent-go/ragent/service/retrieve"
+	"github.com/ragent-go/ragent/service/usage"
 	"github.com/ragent-go/ragent/stream"
 )
 
@@ -57,6 +58,9 @@ type App struct {
 	// nil: "off".
 	metricsLn net.Listener
 	mqMetrics *mq.Metrics
+	// meter buffers usage records (tests flush it); quotas checks them.
+	meter  *usage.Meter
+	quotas *usage.Quotas
 
 	// The knowledge use cases, for commands that drive them without HTTP
 	// (eval).
@@ -159,6 +163,24 @@ func newApp(ctx context.Context, cfg Config, log *slog.Logger) (_ *App, err erro
 	}
 	a.runners = append(a.runners, authSvc.Run) // forgets revocations of expired tokens
 
+	// Usage: every model call's tokens, buffered and written in batches
+	// (and on shutdown: the closer runs before Postgres closes); quotas
+	// checked against counters in Redis (README "Usage and quotas").
+	usageMetrics := newUsageMetrics(a.registry)
+	meter := usage.NewMeter(a.store, newCallID, usage.MeterConfig{
+		FlushInterval: cfg.UsageFlushInterval, Logger: log,
+		Dropped: func(n int) { usageMetrics.dropped.Add(float64(n)) }, Recorded: usageMetrics.recorded,
+	})
+	quotas := usage.NewQuotas(a.store, cache.NewQuotaCounters(a.rdb, cfg.RedisPrefix), meter, audit, usage.QuotasConfig{
+		Enabled: cfg.QuotasEnabled, Logger: log,
+		Refused: func(s service.QuotaSubject, metric string) {
+			usageMetrics.refusals.WithLabelValues(string(s), metric).Inc()
+		},
+	})
+	a.meter, a.quotas = meter, quotas
+	a.runners = append(a.runners, func(ctx context.Context) error { meter.Run(ctx); return nil })
+	a.closers = append(a.closers, func(ctx context.Context) error { return meter.Close(ctx) })
+
 	// Knowledge: embeddings (every call behind one cluster-wide fair
 	// limit), retrieval, ingestion.
 	gate, runGate := newEmbedGate(a.rdb, cfg, a.registry, log)
@@ -170,9 +192,11 @@ func newApp(ctx context.Context, cfg Config, log *slog.Logger) (_ *App, err erro
 		return nil, fmt.Errorf("embedder: %w", err)
 	}
 	space := llm.Space(embedder)
+	embedder = meteredEmbedder{Embedder: embedder, meter: meter}
 	var reranker retrieve.Reranker
 	if cfg.RerankModel != "" {
-		reranker = llm.NewReranker(cmp.Or(cfg.RerankBaseURL, cfg.LLMBaseURL), cfg.LLMAPIKey, cfg.RerankModel, llmConfig(cfg, log))
+		reranker = meteredReranker{llm.NewReranker(cmp.Or(cfg.RerankBaseURL, cfg.LLMBaseURL), cfg.LLMAPIKey, cfg.RerankModel, llmConfig(cfg, log)),
+			meter, cfg.RerankModel}
 	}
 	// One access resolver decides, for every feature, which knowledge bases
 	// a caller may read and change.
@@ -302,7 +326,10 @@ func newApp(ctx context.Context, cfg Config, log *slog.Logger) (_ *App, err erro
 	if err != nil {
 		return nil, fmt.Errorf("chat models: %w", err)
 	}
-	answerModel, fastModel := models.Answer, models.Fast
+	var answerModel, fastModel service.ChatModel = meteredChat{models.Answer, meter, service.UsageAnswer, cmp.Or(cfg.LLMChatModel, cfg.LLMProvider)}, nil
+	if models.Fast != nil {
+		fastModel = meteredChat{models.Fast, meter, service.UsageRewrite, cmp.Or(cfg.LLMFastModel, cfg.LLMChatModel, cfg.LLMProvider)}
+	}
 	var limiter chat.Limiter
 	var limiterStats api.LimiterStats
 	if cfg.ChatLimiterEnabled {
@@ -382,6 +409,7 @@ func newApp(ctx context.Context, cfg Config, log *slog.Logger) (_ *App, err erro
 		SessionRate:       sessionRate,
 		KnowledgeBases:    kbs,
 		Groups:            admin.NewGroups(a.store, ids, audit),
+		Quotas:            quotas,
 		Audit:             admin.NewAudit(a.store),
 		Auditor:           audit,
 		Ingest:            ingestSvc,

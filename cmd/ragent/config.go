@@ -164,10 +164,12 @@ type Config struct {
 	// ChatMaxRunningPerUser is the fair queue's running cap; 0 (unset) is
 	// max(1, ChatMaxConcurrent/2), see chatRunningCap.
 	ChatMaxRunningPerUser int
-	ChatRatePerMinute     int    // chats a user may start per minute; 0 = no limit
-	APIKeyRatePerMinute   int    // requests one API key may make per minute; 0 = no limit
-	ChatEmptyRetrieval    string // chat | refuse
-	ChatMaxAnswerTokens   int    // the answer model's max_tokens, every chat
+	ChatRatePerMinute     int           // chats a user may start per minute; 0 = no limit
+	APIKeyRatePerMinute   int           // requests one API key may make per minute; 0 = no limit
+	ChatEmptyRetrieval    string        // chat | refuse
+	ChatMaxAnswerTokens   int           // the answer model's max_tokens, every chat
+	QuotasEnabled         bool          // check usage quotas before chats and searches
+	UsageFlushInterval    time.Duration // how often buffered usage records are written
 
 	APIKeyMaxTTL time.Duration // longest life of an API key, from its creation
 
@@ -368,6 +370,9 @@ func (c Config) validate() []error {
 	}
 	if c.ChatMaxRunningPerUser < 0 {
 		bad("RAGENT_CHAT_MAX_RUNNING_PER_USER must be at least 1 (unset: half of RAGENT_CHAT_MAX_CONCURRENT)")
+	}
+	if c.UsageFlushInterval <= 0 {
+		bad("RAGENT_USAGE_FLUSH_INTERVAL must be positive")
 	}
 	if c.ChatRatePerMinute < 0 {
 		bad("RAGENT_CHAT_RATE_PER_MINUTE must be 0 (no limit) or more")

@@ -34,7 +34,7 @@ func main() {
 	}
 }
 
-const usage = `usage: ragent <command> [flags]
+const commandsHelp = `usage: ragent <command> [flags]
 
 commands:
   serve    [--role all|api|worker]   run the server (migrates first)
@@ -51,7 +51,7 @@ Configuration comes from RAGENT_* environment variables; see README.md.`
 
 func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
-		fmt.Fprintln(stderr, usage)
+		fmt.Fprintln(stderr, commandsHelp)
 		return errors.New("missing command")
 	}
 	cmd, args := args[0], args[1:]
@@ -97,7 +97,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	case "reindex-search":
 		return reindexSearchCommand(ctx, cfg, log, stdout)
 	default:
-		fmt.Fprintln(stderr, usage)
+		fmt.Fprintln(stderr, commandsHelp)
 		return fmt.Errorf("unknown command %q", cmd)
 	}
 }

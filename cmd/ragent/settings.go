@@ -130,6 +130,8 @@ func (c *Config) settings() []setting {
 		{"RAGENT_MCP_SESSION_IDLE", "30m", durationValue(&c.MCPSessionIdle), maskNone},
 		{"RAGENT_CHAT_EMPTY_RETRIEVAL", "chat", strValue(&c.ChatEmptyRetrieval), maskNone},
 		{"RAGENT_CHAT_MAX_ANSWER_TOKENS", "4096", intValue(&c.ChatMaxAnswerTokens), maskNone},
+		{"RAGENT_QUOTAS_ENABLED", "true", boolValue(&c.QuotasEnabled), maskNone},
+		{"RAGENT_USAGE_FLUSH_INTERVAL", "1s", durationValue(&c.UsageFlushInterval), maskNone},
 
 		{"RAGENT_UPLOAD_MAX_CONCURRENT", "10", intValue(&c.UploadMaxConcurrent), maskNone},
 		{"RAGENT_UPLOAD_MAX_WAIT", "5s", durationValue(&c.UploadMaxWait), maskNone},

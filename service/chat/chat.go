@@ -529,7 +529,7 @@ func (t *turn) answerTurn(ctx context.Context) (service.MessageStatus, *Error) {
 func (t *turn) stream(ctx context.Context, req *service.ChatRequest) error {
 	ctx, span := t.s.span(ctx, "chat.answer")
 	defer span.End()
-	usage, err := t.s.d.Model.Stream(ctx, *req, func(d service.Delta) error {
+	usage, err := t.s.d.Model.Stream(t.call(ctx, service.UsageAnswer), *req, func(d service.Delta) error {
 		if d.Text == "" {
 			return nil
 		}
@@ -548,6 +548,18 @@ func (t *turn) stream(ctx context.Context, req *service.ChatRequest) error {
 	})
 	t.usage = usage
 	return err
+}
+
+// call names the turn's model call of kind for usage records: one id per
+// kind and task, so it is recorded once however often the call is tried;
+// it is spent for the knowledge base the turn searched, when just one.
+func (t *turn) call(ctx context.Context, kind service.UsageKind) context.Context {
+	scope := service.UsageScopeFrom(ctx)
+	if len(t.kbIDs) == 1 {
+		scope.KnowledgeBaseID = t.kbIDs[0]
+	}
+	ctx = service.WithUsageScope(ctx, scope)
+	return service.WithUsageCall(ctx, service.UsageCall{Kind: kind, ID: "task:" + t.taskID.String() + ":" + string(kind)})
 }
 
 // cancelReason tells a user's stop from a disconnect and a shutdown.

@@ -149,7 +149,7 @@ func (t *turn) classifyLLM(ctx context.Context, question string, leaves []*servi
 			fmt.Fprintf(&b, "  examples: %s\n", excerpt(strings.Join(n.Examples, " | "), 300))
 		}
 	}
-	out, err := t.complete(ctx, service.ChatRequest{
+	out, err := t.complete(ctx, service.UsageIntent, service.ChatRequest{
 		Model: t.s.cfg.FastModel, JSON: true, MaxTokens: 400,
 		Messages: []service.ChatMessage{{Role: "system", Content: b.String()}, {Role: "user", Content: question}},
 	})

@@ -194,7 +194,7 @@ func (t *turn) rewrite(ctx context.Context, history []service.Message, question 
 		fmt.Fprintf(&conv, "%s: %s\n", m.Role, excerpt(m.Content, 500))
 	}
 	fmt.Fprintf(&conv, "user: %s", question)
-	out, err := t.complete(ctx, service.ChatRequest{
+	out, err := t.complete(ctx, service.UsageRewrite, service.ChatRequest{
 		Model: t.s.cfg.FastModel, MaxTokens: 200,
 		Messages: []service.ChatMessage{{Role: "system", Content: rewritePrompt}, {Role: "user", Content: conv.String()}},
 	})
@@ -209,11 +209,11 @@ func (t *turn) rewrite(ctx context.Context, history []service.Message, question 
 }
 
 // complete collects a whole answer of a model (for rewrite, intent, title).
-func (t *turn) complete(ctx context.Context, req service.ChatRequest) (string, error) {
+func (t *turn) complete(ctx context.Context, kind service.UsageKind, req service.ChatRequest) (string, error) {
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	var b strings.Builder
-	usage, err := t.s.d.FastModel.Stream(ctx, req, func(d service.Delta) error {
+	usage, err := t.s.d.FastModel.Stream(t.call(ctx, kind), req, func(d service.Delta) error {
 		if d.Kind == service.DeltaResponse {
 			b.WriteString(d.Text)
 		}
@@ -235,7 +235,7 @@ func (t *turn) title(ctx context.Context) string {
 	if t.s.d.FastModel == nil || ctx.Err() != nil {
 		return fallback
 	}
-	out, err := t.complete(ctx, service.ChatRequest{
+	out, err := t.complete(ctx, service.UsageTitle, service.ChatRequest{
 		Model: t.s.cfg.FastModel, MaxTokens: 40,
 		Messages: []service.ChatMessage{{Role: "system", Content: titlePrompt}, {Role: "user", Content: t.req.Question}},
 	})

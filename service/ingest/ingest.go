@@ -321,7 +321,9 @@ func (s *Service) readUpload(ctx context.Context, p service.Principal, kbID serv
 	if err != nil {
 		return nil, nil, err
 	}
-	return newVersion(id, kbID, name, blob), blob, nil
+	doc := newVersion(id, kbID, name, blob)
+	doc.CreatedBy = p.UserID
+	return doc, blob, nil
 }
 
 // newVersion describes blob as a document: pending with its sniffed type,
@@ -604,7 +606,8 @@ func (s *Service) index(ctx context.Context, doc *service.Document) (int, error)
 		texts[i] = p.Content
 	}
 	ectx, end := s.stage(ctx, stageEmbed)
-	err = s.embedChunks(ectx, chunks, texts)
+	ectx = service.WithUsageScope(ectx, service.UsageScope{UserID: doc.CreatedBy, KnowledgeBaseID: kb.ID})
+	err = s.embedChunks(ectx, fmt.Sprintf("embed:%s:%d", doc.ID, doc.Generation), chunks, texts)
 	end(err)
 	if err != nil {
 		return 0, err
@@ -661,10 +664,13 @@ func (s *Service) canEmbed(kb *service.KnowledgeBase) error {
 }
 
 // embedChunks fills the chunks' vectors from texts, EmbedBatch at a time.
-func (s *Service) embedChunks(ctx context.Context, chunks []service.Chunk, texts []string) error {
+// callID names the work for usage records; batch i is callID:i, so work
+// done again (a redelivered message) is recorded once.
+func (s *Service) embedChunks(ctx context.Context, callID string, chunks []service.Chunk, texts []string) error {
 	for start := 0; start < len(texts); start += s.cfg.EmbedBatch {
 		end := min(start+s.cfg.EmbedBatch, len(texts))
-		vecs, err := s.embedder.Embed(ctx, service.EmbedDocument, texts[start:end])
+		cctx := service.WithUsageCall(ctx, service.UsageCall{Kind: service.UsageEmbedding, ID: fmt.Sprintf("%s:%d", callID, start)})
+		vecs, err := s.embedder.Embed(cctx, service.EmbedDocument, texts[start:end])
 		if err != nil {
 			return fmt.Errorf("embed: %w", err)
 		}

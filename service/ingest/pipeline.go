@@ -163,7 +163,7 @@ func (s *Service) prepareImport(ctx context.Context, p service.Principal, kbID s
 	if err != nil || name == "/" {
 		name = u.Hostname()
 	}
-	d := &service.Document{ID: id, KnowledgeBaseID: kbID, Name: name, ExternalID: externalID}
+	d := &service.Document{ID: id, KnowledgeBaseID: kbID, Name: name, ExternalID: externalID, CreatedBy: p.UserID}
 	src = service.DocumentSource{URL: u.String(), RefreshSeconds: int(refresh / time.Second)}
 	return d, src, nil
 }

@@ -95,7 +95,8 @@ func (s *Service) reembed(ctx context.Context, msg service.IngestMessage) error 
 		for i, c := range chunks {
 			texts[i] = c.Content
 		}
-		if err := s.embedChunks(ctx, chunks, texts); err != nil {
+		ectx := service.WithUsageScope(ctx, service.UsageScope{UserID: doc.CreatedBy, KnowledgeBaseID: doc.KnowledgeBaseID})
+		if err := s.embedChunks(ectx, fmt.Sprintf("reembed:%s:%s", doc.ID, msg.Reembed), chunks, texts); err != nil {
 			return err
 		}
 		err = s.store.StoreReembedded(ctx, doc.ID, msg.Reembed, chunks)

@@ -63,6 +63,14 @@
 //             audit-actor, audit-target, audit-since, audit-until, audit-search,
 //             audit-reset, audit-table, audit-row (data-action, data-result,
 //             data-request-id), audit-load-more
+//   usage:    nav-usage, usage-filters, usage-from (#usage-from), usage-to,
+//             usage-apply, usage-chart, usage-bar (data-day, data-tokens),
+//             usage-top-users, usage-user-row (data-name), usage-top-keys,
+//             usage-key-row (data-name), quota-form, quota-subject, quota-subject-id,
+//             quota-daily-tokens, quota-monthly-tokens, quota-daily-requests,
+//             quota-monthly-requests, quota-submit, quota-table, quota-row
+//             (data-subject, data-subject-id), quota-delete; in the account
+//             dialog account-usage (data-tokens, data-requests)
 //   apikeys:  nav-apikeys, apikey-form, apikey-name (#apikey-name), apikey-scope
 //             (data-scope), apikey-kbs, apikey-kb (data-kb-id), apikey-expires,
 //             apikey-submit, apikey-table, apikey-row (data-id, data-name),
@@ -77,6 +85,7 @@ import { mountDocuments } from './documents.js';
 import { mountIntents } from './intents.js';
 import { mountAudit } from './audit.js';
 import { mountAPIKeys } from './apikeys.js';
+import { mountUsage, monthUsage } from './usage.js';
 
 // Each route names a page key (pages with the same key update in place
 // instead of remounting), whether it needs an admin, and its mount function.
@@ -90,6 +99,7 @@ const routes = [
   { pattern: /^\/admin\/groups$/, key: 'groups', admin: true, mount: mountGroups },
   { pattern: /^\/admin\/limiter$/, key: 'limiter', admin: true, mount: mountLimiter },
   { pattern: /^\/admin\/audit$/, key: 'audit', admin: true, mount: mountAudit },
+  { pattern: /^\/admin\/usage$/, key: 'usage', admin: true, mount: mountUsage },
   { pattern: /^\/api-keys$/, key: 'apikeys', mount: mountAPIKeys },
 ];
 
@@ -102,6 +112,7 @@ const navItems = [
   { href: '#/admin/groups', key: 'groups', label: 'nav.groups', testid: 'nav-groups', admin: true },
   { href: '#/admin/limiter', key: 'limiter', label: 'nav.limiter', testid: 'nav-limiter', admin: true },
   { href: '#/admin/audit', key: 'audit', label: 'nav.audit', testid: 'nav-audit', admin: true },
+  { href: '#/admin/usage', key: 'usage', label: 'nav.usage', testid: 'nav-usage', admin: true },
   { href: '#/api-keys', key: 'apikeys', label: 'nav.apikeys', testid: 'nav-apikeys' },
 ];
 
@@ -352,6 +363,10 @@ function openAccount() {
       submit.disabled = false;
     }
   });
+  // This month's own usage (README "Usage and quotas").
+  const monthText = h('p', { class: 'muted' }, '…');
+  const month = h('section', { class: 'dialog-section', 'data-testid': 'account-usage', 'aria-labelledby': 'account-usage-title' },
+    h('h3', { id: 'account-usage-title' }, t('account.usageTitle')), monthText);
   const logoutAll = h('button', { type: 'button', class: 'btn btn-danger', 'data-testid': 'account-logout-all', onClick: async () => {
     if (!(await confirmDialog(t('account.logoutAllConfirm'), { okLabel: t('account.logoutAll'), danger: true }))) return;
     try {
@@ -366,6 +381,7 @@ function openAccount() {
     h('div', { class: 'dialog-head' },
       h('h2', { id: 'account-title' }, t('account.title', { name: state.user.username })),
       h('button', { type: 'button', class: 'icon-btn', 'aria-label': t('common.close'), 'data-testid': 'account-close', onClick: () => dlg.close() }, '×')),
+    month,
     form,
     h('section', { class: 'dialog-section', 'aria-labelledby': 'account-logout-title' },
       h('h3', { id: 'account-logout-title' }, t('account.logoutAll')),
@@ -374,6 +390,11 @@ function openAccount() {
   document.body.append(dlg);
   dlg.showModal();
   oldPw.focus();
+  monthUsage().then(({ tokens, requests }) => {
+    month.dataset.tokens = String(tokens);
+    month.dataset.requests = String(requests);
+    monthText.textContent = t('account.usage', { tokens: tokens.toLocaleString(), requests: requests.toLocaleString() });
+  }, () => { monthText.textContent = t('account.usageUnavailable'); });
 }
 
 function renderLogin() {

@@ -13,6 +13,7 @@ const ACTIONS = [
   'kb.create', 'kb.update', 'kb.delete', 'kb.member_put', 'kb.member_remove',
   'document.upload', 'document.delete', 'document.reindex', 'document.import',
   'webhook.create', 'webhook.delete',
+  'quota.put', 'quota.delete',
   'intent.create', 'intent.update', 'intent.delete',
   'term.create', 'term.update', 'term.delete',
 ];

@@ -1,0 +1,116 @@
+package main
+
+import (
+	"context"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/ragent-go/ragent/internal/eval"
+	"github.com/ragent-go/ragent/service"
+)
+
+// BenchmarkQuotaTTFT measures what quota checks add to a chat's time to
+// first token: two instances on one database and Redis, quotas on (the
+// caller has a user and a group quota, daily and monthly: four counters in
+// the check's one round trip) and off, alternating in one run.
+//
+//	go test ./cmd/ragent -run '^$' -bench QuotaTTFT -benchtime 300x
+func BenchmarkQuotaTTFT(b *testing.B) {
+	llm := newFakeLLM(b)
+	cfg := chatConfig(b, llm)
+	on := start(b, cfg)
+	off := cfg
+	off.QuotasEnabled = false
+	offIn := start(b, off)
+	admin := on.login(b, "admin", "admin-password")
+	seedKnowledge(b, on, admin)
+	c := on.client(b, admin)
+	var me struct{ ID string }
+	c.do("GET", "/api/v1/me", nil).json(b, &me)
+	var g struct{ ID string }
+	c.do("POST", "/api/v1/groups", map[string]any{"name": "bench"}).json(b, &g)
+	if r := c.do("POST", "/api/v1/groups/"+g.ID+"/members", map[string]any{"userId": me.ID}); r.Status != http.StatusCreated {
+		b.Fatalf("add member: %d %s", r.Status, r.Body)
+	}
+	big := int64(1) << 40
+	putQuota(b, c, map[string]any{"subject": "user", "subjectId": me.ID, "dailyTokens": big, "monthlyTokens": big, "dailyRequests": big, "monthlyRequests": big})
+	putQuota(b, c, map[string]any{"subject": "group", "subjectId": g.ID, "dailyTokens": big, "monthlyTokens": big, "dailyRequests": big, "monthlyRequests": big})
+
+	isMessage := func(l string) bool { return l == "event: message" }
+	body := map[string]any{"question": "How do I connect to the VPN?"}
+	ctx := context.Background()
+	var withQuotas, without []time.Duration
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		d, err := firstEvent(ctx, offIn.url+"/api/v1/chat", admin, body, isMessage)
+		if err != nil {
+			b.Fatal(err)
+		}
+		without = append(without, d)
+		d, err = firstEvent(ctx, on.url+"/api/v1/chat", admin, body, isMessage)
+		if err != nil {
+			b.Fatal(err)
+		}
+		withQuotas = append(withQuotas, d)
+	}
+	b.StopTimer()
+	ms := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+	b.ReportMetric(ms(eval.Percentile(without, 0.5)), "off-p50-ms")
+	b.ReportMetric(ms(eval.Percentile(withQuotas, 0.5)), "on-p50-ms")
+	b.ReportMetric(ms(eval.Percentile(without, 0.99)), "off-p99-ms")
+	b.ReportMetric(ms(eval.Percentile(withQuotas, 0.99)), "on-p99-ms")
+	b.ReportMetric(ms(eval.Percentile(withQuotas, 0.5)-eval.Percentile(without, 0.5)), "added-p50-ms")
+}
+
+// BenchmarkQuotaAdmit isolates the check itself: Quotas.Admit for the same
+// caller on an instance with quotas on (a user and a group quota: four
+// counters, one pipelined round trip) and on one with them off, alternating.
+//
+//	go test ./cmd/ragent -run '^$' -bench QuotaAdmit -benchtime 2000x
+func BenchmarkQuotaAdmit(b *testing.B) {
+	cfg := testConfig(b)
+	on := start(b, cfg)
+	off := cfg
+	off.QuotasEnabled = false
+	offIn := start(b, off)
+	c := on.adminClient(b)
+	var me struct{ ID string }
+	c.do("GET", "/api/v1/me", nil).json(b, &me)
+	var g struct{ ID string }
+	c.do("POST", "/api/v1/groups", map[string]any{"name": "bench"}).json(b, &g)
+	if r := c.do("POST", "/api/v1/groups/"+g.ID+"/members", map[string]any{"userId": me.ID}); r.Status != http.StatusCreated {
+		b.Fatalf("add member: %d %s", r.Status, r.Body)
+	}
+	big := int64(1) << 40
+	putQuota(b, c, map[string]any{"subject": "user", "subjectId": me.ID, "dailyTokens": big, "monthlyTokens": big, "dailyRequests": big, "monthlyRequests": big})
+	putQuota(b, c, map[string]any{"subject": "group", "subjectId": g.ID, "dailyTokens": big, "monthlyTokens": big, "dailyRequests": big, "monthlyRequests": big})
+	id, err := service.ParseID(me.ID)
+	if err != nil {
+		b.Fatal(err)
+	}
+	p := service.Principal{UserID: id, Username: "admin", Role: service.RoleAdmin}
+	ctx := context.Background()
+	if err := on.app.quotas.Admit(ctx, p); err != nil { // loads the quotas
+		b.Fatal(err)
+	}
+	var withQuotas, without []time.Duration
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		t0 := time.Now()
+		if err := offIn.app.quotas.Admit(ctx, p); err != nil {
+			b.Fatal(err)
+		}
+		t1 := time.Now()
+		if err := on.app.quotas.Admit(ctx, p); err != nil {
+			b.Fatal(err)
+		}
+		without, withQuotas = append(without, t1.Sub(t0)), append(withQuotas, time.Since(t1))
+	}
+	b.StopTimer()
+	us := func(d time.Duration) float64 { return float64(d.Nanoseconds()) / 1000 }
+	b.ReportMetric(us(eval.Percentile(without, 0.5)), "off-p50-us")
+	b.ReportMetric(us(eval.Percentile(withQuotas, 0.5)), "on-p50-us")
+	b.ReportMetric(us(eval.Percentile(withQuotas, 0.99)), "on-p99-us")
+	b.ReportMetric(us(eval.Percentile(withQuotas, 0.5)-eval.Percentile(without, 0.5)), "added-p50-us")
+}
