@@ -109,7 +109,7 @@ REDIS_PKGS := ./ratelimit/ ./idempotent/ ./stream/ ./cache/ ./internal/lease/ ./
 # cmd/ragent's test binary is built once for both passes (go test would
 # link and vet it again each time).
 REDIS_E2E_BIN := bin/ragent-e2e.test
-REDIS_E2E  := TestChatFairShareBetweenUsers|TestChatFairQueueAcrossInstances|TestChatStopAcrossInstances|TestOpenAIStopByTask
+REDIS_E2E  := TestChatFairShareBetweenUsers|TestChatFairQueueAcrossInstances|TestChatStopAcrossInstances|TestOpenAIStopByTask|TestRedeliveryAfterLostConsumeMark
 
 .PHONY: test
 test: test-services vet lint depcheck

@@ -4,12 +4,28 @@
 // Every running instance needs its own worker id. It is either fixed by the
 // operator (RAGENT_WORKER_ID, e.g. a StatefulSet ordinal; see New), so that
 // startup does not depend on Redis, or leased from Redis and renewed (see
-// Lease). The lease is long (5 minutes) and renewed often (every 15 s), so
-// a Redis outage of minutes does not stop an instance: it goes on issuing
-// IDs while its lease is valid by its own clock. A generator whose lease ran
-// out or was lost stops issuing IDs (ErrNoWorker) until it holds a worker id
-// again, because two instances sharing a worker id is the one way Snowflake
-// IDs collide.
+// Lease). Two instances sharing a worker id is the one way Snowflake IDs
+// collide, and Redis can cause it in two different ways, which the lease
+// treats by two different rules:
+//
+//   - An outage: Redis does not answer. Nobody can take our worker id while
+//     the key is still there, so the lease is long (5 minutes) and an
+//     instance goes on issuing IDs while it is valid by its own clock; a
+//     Redis outage of minutes does not stop it.
+//   - A failover: Redis answers, but a promoted replica may lack our key
+//     (asynchronous replication lost the write), and another instance may
+//     take our id on the new primary. The lease is therefore checked often
+//     (every second): a renewal that finds the key gone or holding another
+//     token stops the IDs at once, and a newly taken worker id issues no ID
+//     before a hold of three renewal periods, by when every earlier holder
+//     that can reach Redis has run a renewal, seen the new token and
+//     stopped. An answer from Redis is evidence; only silence is trusted to
+//     the clock.
+//
+// The residue of the two rules is a double fault: a failover that lost our
+// key while we cannot reach the new primary for longer than the hold. A
+// generator whose lease ran out or was lost stops issuing IDs (ErrNoWorker)
+// until it holds a confirmed worker id again.
 //
 // The IDs of one generator are strictly increasing. A clock that steps back
 // by at most MaxClockBackwards is waited out; a larger step makes Next fail
@@ -69,6 +85,9 @@ type Generator struct {
 	// validUntil is when the lease runs out by our own clock; zero for a
 	// fixed worker id, which never does.
 	validUntil time.Time
+	// confirmBy is when a newly leased worker id, still in its hold, is
+	// expected to be confirmed; Next waits for it that long.
+	confirmBy time.Time
 	// changed is closed (and replaced) whenever the lease is acquired or
 	// extended, and on Close, to wake callers of Next waiting for a lease.
 	changed chan struct{}
@@ -88,8 +107,11 @@ type Config struct {
 	// before Redis frees the id, and instance clocks are assumed to agree
 	// within it.
 	LeaseTTL time.Duration
-	// LeaseRenew is the renewal period (default 15 s, at most a third of
-	// LeaseTTL); it must stay below LeaseTTL less the clock margin.
+	// LeaseRenew is the renewal period (default 1 s, at most a third of
+	// LeaseTTL); it must stay below LeaseTTL less the clock margin. It is
+	// also how fast a holder notices that a failover lost its lease, and a
+	// new lease is held three periods before it issues IDs, so every
+	// instance of a deployment must use the same period.
 	LeaseRenew time.Duration
 	// LeaseWait is how long Next waits for a lost lease to be re-acquired
 	// before it fails with ErrNoWorker (default 1 s).
@@ -100,7 +122,7 @@ type Config struct {
 
 func (c Config) withDefaults() Config {
 	c.LeaseTTL = cmp.Or(c.LeaseTTL, 5*time.Minute)
-	c.LeaseRenew = cmp.Or(c.LeaseRenew, min(15*time.Second, c.LeaseTTL/3))
+	c.LeaseRenew = cmp.Or(c.LeaseRenew, min(time.Second, c.LeaseTTL/3))
 	c.LeaseWait = cmp.Or(c.LeaseWait, time.Second)
 	c.Logger = cmp.Or(c.Logger, slog.New(slog.DiscardHandler))
 	if c.Now == nil {
@@ -140,7 +162,8 @@ func (g *Generator) WorkerID() int64 {
 }
 
 // Next returns a new ID. While the lease is lost it waits up to the lease
-// wait for a worker id before failing with ErrNoWorker; it also waits out
+// wait for a worker id before failing with ErrNoWorker, and while a new
+// worker id is in its hold, for the hold's end as well; it also waits out
 // small backwards clock steps and sequence exhaustion within a millisecond.
 func (g *Generator) Next() (int64, error) {
 	g.mu.Lock()
@@ -153,7 +176,7 @@ func (g *Generator) Next() (int64, error) {
 		now := g.now()
 		if g.worker < 0 || (!g.validUntil.IsZero() && !now.Before(g.validUntil)) {
 			if timeout == nil {
-				t := time.NewTimer(g.leaseWait)
+				t := time.NewTimer(g.leaseWait + max(g.confirmBy.Sub(now), 0))
 				defer t.Stop()
 				timeout = t.C
 			}
@@ -214,6 +237,9 @@ func (g *Generator) Close(ctx context.Context) error {
 	worker := g.worker
 	g.worker = -1
 	g.mu.Unlock()
+	if worker < 0 {
+		worker = g.lease.pending
+	}
 	if worker < 0 {
 		return nil
 	}

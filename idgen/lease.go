@@ -22,19 +22,32 @@ type workerLease struct {
 	token  string
 	ttl    time.Duration
 	renew  time.Duration // renewal period
+	// hold is how long a newly taken worker id waits before it issues IDs:
+	// an earlier holder whose key a failover lost renews within one period
+	// and one renewal's timeout, sees our token and stops; the third period
+	// keeps its last IDs and our first apart even if the two clocks
+	// disagree by up to a period.
+	hold time.Duration
 	// margin is how much earlier than Redis we consider the lease over, and
 	// how long a released key lingers: the clock disagreement between
 	// instances we tolerate without risking a duplicate ID.
-	margin  time.Duration
-	log     *slog.Logger
-	renewer *lease.Renewer // until Close
+	margin time.Duration
+	log    *slog.Logger
+	// pending is a worker id taken but still in its hold (-1: none), and
+	// pendingSince when it was taken by our clock. Only the renewals touch
+	// them, and they run one at a time.
+	pending      int64
+	pendingSince time.Time
+	renewer      *lease.Renewer // until Close
 }
 
 // Lease returns a generator whose worker id is leased in Redis under prefix.
 // It scans the ids from a random start, so instances starting together
-// rarely contend, and fails with ErrNoWorker when all 1024 are taken. The
-// lease is renewed in the background until Close; if it is lost, Next stops
-// issuing IDs until a worker id (perhaps another one) is re-acquired.
+// rarely contend, and fails with ErrNoWorker when all 1024 are taken. It
+// returns once it has taken a worker id; the first IDs wait for its hold
+// (three renewal periods, see workerLease.hold). The lease is renewed in the
+// background until Close; if it is lost, Next stops issuing IDs until a
+// worker id (perhaps another one) is taken and held again.
 func Lease(ctx context.Context, rdb redis.UniversalClient, prefix string, cfg Config) (*Generator, error) {
 	c := cfg.withDefaults()
 	if c.LeaseTTL < 30*time.Millisecond {
@@ -46,23 +59,21 @@ func Lease(ctx context.Context, rdb redis.UniversalClient, prefix string, cfg Co
 	}
 	host, _ := os.Hostname()
 	l := &workerLease{
-		rdb:    rdb,
-		prefix: prefix,
-		token:  host + ":" + strconv.Itoa(os.Getpid()) + ":" + crand.Text(),
-		ttl:    c.LeaseTTL,
-		renew:  c.LeaseRenew,
-		margin: c.LeaseTTL / 10,
-		log:    c.Logger,
+		rdb:     rdb,
+		prefix:  prefix,
+		token:   host + ":" + strconv.Itoa(os.Getpid()) + ":" + crand.Text(),
+		ttl:     c.LeaseTTL,
+		renew:   c.LeaseRenew,
+		hold:    3 * c.LeaseRenew,
+		margin:  c.LeaseTTL / 10,
+		log:     c.Logger,
+		pending: -1,
 	}
 	g := newGenerator(c)
 	g.lease = l
-	worker, validUntil, err := l.acquire(ctx, g.now, -1)
-	if err != nil {
+	if err := g.take(ctx, -1); err != nil {
 		return nil, err
 	}
-	g.setLease(worker, validUntil)
-	l.log.Info("snowflake worker id leased", "worker", worker)
-
 	l.renewer = g.keepLease()
 	return g, nil
 }
@@ -71,9 +82,25 @@ func (l *workerLease) key(worker int64) string {
 	return l.prefix + "snowflake:worker:" + strconv.FormatInt(worker, 10)
 }
 
+// take leases the first free worker id from first (a random start when
+// negative) and puts it in its hold.
+func (g *Generator) take(ctx context.Context, first int64) error {
+	l := g.lease
+	worker, sent, err := l.acquire(ctx, g.now, first)
+	if err != nil {
+		return err
+	}
+	l.pending, l.pendingSince = worker, sent
+	g.mu.Lock()
+	g.confirmBy = sent.Add(l.hold + l.renew)
+	g.mu.Unlock()
+	l.log.Info("snowflake worker id leased; held before use", "worker", worker, "hold", l.hold)
+	return nil
+}
+
 // acquire takes the first free worker id from first (a random start when
-// negative) and returns it with the time our lease on it runs out by our own
-// clock.
+// negative) and returns it with the time, by our clock, the command that
+// took it was sent.
 func (l *workerLease) acquire(ctx context.Context, now func() time.Time, first int64) (int64, time.Time, error) {
 	start := first
 	if start < 0 {
@@ -87,7 +114,7 @@ func (l *workerLease) acquire(ctx context.Context, now func() time.Time, first i
 			return 0, time.Time{}, fmt.Errorf("idgen: lease worker id: %w", err)
 		}
 		if ok {
-			return worker, l.expiry(sent), nil
+			return worker, sent, nil
 		}
 	}
 	return 0, time.Time{}, fmt.Errorf("%w: all %d worker ids are leased", ErrNoWorker, MaxWorkerID+1)
@@ -105,70 +132,82 @@ func (l *workerLease) release(ctx context.Context, worker int64) error {
 	return nil
 }
 
-// keepLease renews the lease every renewal period, and re-acquires a worker
-// id (retrying more often) whenever the lease is lost. While Redis does not
-// answer it retries as often; the IDs go on until the lease runs out by our
-// clock.
+// keepLease renews the lease every renewal period, confirms a new worker id
+// at the end of its hold, and takes a worker id again (retrying more often)
+// whenever the lease is lost. While Redis does not answer it retries as
+// often; the IDs go on until the lease runs out by our clock.
 func (g *Generator) keepLease() *lease.Renewer {
 	period := g.lease.renew
-	retry := min(period, 500*time.Millisecond)
 	return lease.Every(context.Background(), period, func(ctx context.Context) time.Duration {
 		opCtx, cancel := context.WithTimeout(ctx, period)
-		ok := g.renewOrAcquire(opCtx)
-		cancel()
-		if ok {
-			return period
-		}
-		return retry
+		defer cancel()
+		_, next := g.renewOrAcquire(opCtx)
+		return next
 	})
 }
 
-// renewOrAcquire reports whether the generator holds a lease afterwards.
-func (g *Generator) renewOrAcquire(ctx context.Context) bool {
+// renewOrAcquire renews the worker id held or in its hold, or takes one. It
+// reports whether the generator holds a confirmed lease afterwards, and when
+// to call it next.
+func (g *Generator) renewOrAcquire(ctx context.Context) (held bool, next time.Duration) {
 	l := g.lease
+	retry := min(l.renew, 500*time.Millisecond)
 	g.mu.Lock()
 	worker := g.worker
 	g.mu.Unlock()
+	if worker < 0 {
+		worker = l.pending
+	}
 
 	if worker >= 0 {
 		sent := g.now()
-		held, err := lease.Renew(ctx, l.rdb, l.key(worker), l.token, l.ttl)
+		ok, err := lease.Renew(ctx, l.rdb, l.key(worker), l.token, l.ttl)
 		switch {
 		case err != nil:
 			// Keep the worker id: if Redis comes back before the key
 			// expires, renewal resumes. Meanwhile Next refuses to issue
-			// IDs once the lease runs out by our own clock.
+			// IDs once the lease runs out by our own clock. A worker id in
+			// its hold stays there: silence confirms nothing.
 			l.log.Warn("snowflake lease renewal failed", "worker", worker, "err", err)
-			return false
-		case held:
+			return false, retry
+		case ok && worker == l.pending:
+			// Renewed through its hold, so that a hold longer than the
+			// TTL cannot let the key expire before we use it.
+			if wait := l.hold - sent.Sub(l.pendingSince); wait > 0 {
+				return false, min(wait, l.renew)
+			}
+			l.pending = -1
+			g.setLease(worker, l.expiry(sent))
+			l.log.Info("snowflake worker id confirmed", "worker", worker)
+			return true, l.renew
+		case ok:
 			g.extendLease(worker, l.expiry(sent))
-			return true
+			return true, l.renew
 		}
+		// Redis answered without our token: the key expired, another
+		// instance took it, or a failover lost our write. Stop at once.
 		l.log.Warn("snowflake worker id lease lost; re-acquiring", "worker", worker)
+		l.pending = -1
 		g.dropLease(worker)
 	}
 
 	// A lost lease tries its own id first: when Redis lost its data, every
 	// instance takes back its own id, and none takes another's that is
 	// still in use (unless started meanwhile).
-	worker, validUntil, err := l.acquire(ctx, g.now, worker)
-	if err != nil {
+	if err := g.take(ctx, worker); err != nil {
 		l.log.Warn("snowflake worker id not re-acquired", "err", err)
-		return false
+		return false, retry
 	}
-	g.setLease(worker, validUntil)
-	l.log.Info("snowflake worker id leased", "worker", worker)
-	return true
+	return false, l.renew
 }
 
 func (g *Generator) setLease(worker int64, validUntil time.Time) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	g.worker, g.validUntil = worker, validUntil
+	g.worker, g.validUntil, g.confirmBy = worker, validUntil, time.Time{}
 	g.advance = true
 	g.notifyLocked()
 }
-
 func (g *Generator) extendLease(worker int64, validUntil time.Time) {
 	g.mu.Lock()
 	defer g.mu.Unlock()

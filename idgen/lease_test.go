@@ -14,6 +14,8 @@ import (
 	"github.com/ragent-go/ragent/internal/testenv"
 )
 
+// mustLease returns a leased generator once its worker id is confirmed (its
+// hold is over).
 func mustLease(t *testing.T, rdb redis.UniversalClient, prefix string, cfg Config) *Generator {
 	t.Helper()
 	g, err := Lease(t.Context(), rdb, prefix, cfg)
@@ -21,6 +23,9 @@ func mustLease(t *testing.T, rdb redis.UniversalClient, prefix string, cfg Confi
 		t.Fatalf("Lease: %v", err)
 	}
 	t.Cleanup(func() { _ = g.Close(context.Background()) })
+	testenv.Eventually(t, 2*g.lease.hold+5*time.Second, "the worker id to be confirmed", func() bool {
+		return g.WorkerID() >= 0
+	})
 	return g
 }
 
@@ -346,12 +351,21 @@ func TestIDsOutlastARedisOutageWhileTheLeaseIsValid(t *testing.T) {
 	t.Cleanup(func() { cut.Close() })
 
 	clock := &fakeClock{t: time.Now()}
-	g := mustLease(t, cut, prefix, Config{Now: clock.now, LeaseWait: time.Millisecond})
-	// The test renews by hand, on the fake clock.
+	g, err := Lease(t.Context(), cut, prefix, Config{Now: clock.now, LeaseWait: time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = g.Close(context.Background()) })
+	// The test renews by hand, on the fake clock: first the confirmation
+	// at the end of the new worker id's hold.
 	g.lease.renewer.Stop()
-	worker := g.WorkerID()
-	if !g.renewOrAcquire(t.Context()) {
-		t.Fatal("renewal with Redis up failed")
+	worker := g.lease.pending
+	if held, _ := g.renewOrAcquire(t.Context()); held || g.WorkerID() >= 0 {
+		t.Fatal("worker id confirmed before its hold ended")
+	}
+	clock.step(g.lease.hold)
+	if held, _ := g.renewOrAcquire(t.Context()); !held || g.WorkerID() != worker {
+		t.Fatal("confirmation with Redis up failed")
 	}
 	renewed := clock.now()
 
@@ -360,7 +374,7 @@ func TestIDsOutlastARedisOutageWhileTheLeaseIsValid(t *testing.T) {
 	prev := mustNext(t, g)
 	for _, at := range []time.Duration{time.Second, 30 * time.Second, time.Minute, 4 * time.Minute, valid - time.Millisecond} {
 		clock.t = renewed.Add(at)
-		if g.renewOrAcquire(t.Context()) {
+		if held, _ := g.renewOrAcquire(t.Context()); held {
 			t.Fatalf("renewal at +%s succeeded with Redis cut off", at)
 		}
 		id, err := g.Next()
@@ -378,7 +392,7 @@ func TestIDsOutlastARedisOutageWhileTheLeaseIsValid(t *testing.T) {
 	}
 
 	p.start()
-	if !g.renewOrAcquire(t.Context()) {
+	if held, _ := g.renewOrAcquire(t.Context()); !held {
 		t.Fatal("renewal after Redis came back failed")
 	}
 	if g.WorkerID() != worker {
@@ -386,6 +400,91 @@ func TestIDsOutlastARedisOutageWhileTheLeaseIsValid(t *testing.T) {
 	}
 	if id := mustNext(t, g); id <= prev {
 		t.Fatalf("id %d after %d", id, prev)
+	}
+}
+
+// TestLeaseLostInAFailoverIsNeverShared loses a holder's lease key the way
+// a promoted replica loses a write it never received (the key is deleted
+// under the holder), and lets a second instance take the same worker id on
+// the "new primary": the second instance may issue its first ID only once
+// the first holder has noticed and stopped, so no ID is issued by both.
+func TestLeaseLostInAFailoverIsNeverShared(t *testing.T) {
+	rdb := testenv.Redis(t)
+	prefix := testenv.Prefix(t)
+	cfg := Config{LeaseTTL: 3 * time.Second, LeaseWait: 10 * time.Second} // renewed every second
+	a := mustLease(t, testenv.Redis(t), prefix, cfg)
+	a.leaseWait = 10 * time.Millisecond // a's loop below must not block long once it lost the id
+	worker := a.WorkerID()
+	occupy(t, rdb, prefix, worker)
+
+	// a issues IDs all along, recording the ones carrying the shared id.
+	var (
+		mu    sync.Mutex
+		aIDs  []int64
+		done  = make(chan struct{})
+		ended = make(chan struct{})
+	)
+	go func() {
+		defer close(ended)
+		for {
+			select {
+			case <-done:
+				return
+			default:
+			}
+			id, err := a.Next()
+			if err != nil {
+				continue
+			}
+			if _, w, _ := Decompose(id); w == worker {
+				mu.Lock()
+				aIDs = append(aIDs, id)
+				mu.Unlock()
+			}
+		}
+	}()
+
+	// If a's renewal runs between the loss and b's Lease, a simply takes
+	// its own id back and b finds none free; lose it again then.
+	var b *Generator
+	for attempt := 0; b == nil; attempt++ {
+		if err := rdb.Del(t.Context(), a.lease.key(worker)).Err(); err != nil {
+			t.Fatal(err)
+		}
+		g, err := Lease(t.Context(), testenv.Redis(t), prefix, cfg)
+		switch {
+		case err == nil:
+			b = g
+			t.Cleanup(func() { _ = b.Close(context.Background()) })
+		case !errors.Is(err, ErrNoWorker) || attempt == 10:
+			t.Fatalf("Lease: %v", err)
+		}
+	}
+	first := mustNext(t, b)
+	if _, w, _ := Decompose(first); w != worker {
+		t.Fatalf("b issues with worker %d, want the only free id %d", w, worker)
+	}
+	if w := a.WorkerID(); w == worker {
+		t.Fatalf("b issues IDs with worker %d while a still holds it", worker)
+	}
+	bIDs := map[int64]bool{first: true}
+	for range 10_000 {
+		bIDs[mustNext(t, b)] = true
+	}
+	close(done)
+	<-ended
+
+	firstAt, _, _ := Decompose(first)
+	for _, id := range aIDs {
+		if bIDs[id] {
+			t.Fatalf("id %d issued by both instances", id)
+		}
+		if at, _, _ := Decompose(id); !at.Before(firstAt) {
+			t.Fatalf("a issued id %d at %s with worker %d, after b's first at %s", id, at, worker, firstAt)
+		}
+	}
+	if len(aIDs) == 0 {
+		t.Fatal("a issued no IDs with its worker id before losing it; the test proved nothing")
 	}
 }
 

@@ -10,6 +10,14 @@
 // and a periodic check of the flags of local tasks catches stops whose
 // message was lost while the subscription was down.
 //
+// A failover may lose what the last moments wrote (replication is
+// asynchronous): a stop flag, a task record. So the instance that accepted a
+// stop for a task it does not run writes the flag and the message again at
+// every check until the task's record is gone (the task ended) or a task TTL
+// has passed, and every instance rewrites the records of its running tasks
+// at every check: within a check interval of a promotion the new primary
+// knows both again.
+//
 // A task is cancelled with the cause ErrStopped, which wraps
 // service.ErrStopped, so the chat pipeline can tell a user's stop from a
 // client disconnect or a shutdown. The Manager is the only registry of
@@ -65,6 +73,9 @@ type Manager struct {
 
 	mu    sync.Mutex
 	tasks map[string]*task
+	// stops are the stops this instance accepted for tasks it does not
+	// run, re-sent at every check until the value (see Cancel).
+	stops map[string]time.Time
 	// recordMu orders refresh against unregister, so a refresh that read a
 	// task before it ended cannot rewrite its record after the delete.
 	recordMu sync.Mutex
@@ -83,7 +94,9 @@ type Config struct {
 	// third of it while the task runs, so records of a killed instance vanish.
 	TaskTTL time.Duration
 	// CheckInterval is how often Run checks the stop flags of local tasks,
-	// the fallback for Pub/Sub messages lost while disconnected (default 1 s).
+	// the fallback for Pub/Sub messages lost while disconnected, rewrites
+	// their records and re-sends the stops this instance accepted for
+	// others' tasks, which a failover may have lost (default 1 s).
 	CheckInterval time.Duration
 	Logger        *slog.Logger // Redis failures; nil discards
 }
@@ -108,6 +121,7 @@ func NewManager(rdb redis.UniversalClient, prefix, instanceID string, cfg Config
 		opTimeout:     2 * time.Second,
 		log:           cfg.Logger,
 		tasks:         map[string]*task{},
+		stops:         map[string]time.Time{},
 	}
 }
 
@@ -197,17 +211,74 @@ func (m *Manager) Owner(ctx context.Context, taskID string) (userID string, err 
 // the stop to the other instances. Authorization is the caller's job (see
 // Owner). If Redis fails, the error wraps ErrUnavailable; a local task has
 // been cancelled all the same.
+//
+// A stop for a task another instance runs is sent again at every check of
+// Run (flag and message), until the task's record is gone or a task TTL has
+// passed, so a flag the new primary of a failover lost is written again,
+// and a stop Redis refused now is delivered once it answers.
 func (m *Manager) Cancel(ctx context.Context, taskID string) (local bool, err error) {
 	local = m.stopLocal(taskID)
+	if !local {
+		m.mu.Lock()
+		m.stops[taskID] = time.Now().Add(m.taskTTL)
+		m.mu.Unlock()
+	}
 	_, err = m.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-		p.Set(ctx, m.cancelKey(taskID), "1", m.cancelTTL)
-		p.Publish(ctx, m.channel(), taskID)
+		m.sendStop(ctx, p, taskID)
 		return nil
 	})
 	if err != nil {
 		return local, unavailable("stop task "+taskID, err)
 	}
 	return local, nil
+}
+
+func (m *Manager) sendStop(ctx context.Context, p redis.Pipeliner, taskID string) {
+	p.Set(ctx, m.cancelKey(taskID), "1", m.cancelTTL)
+	p.Publish(ctx, m.channel(), taskID)
+}
+
+// resendStops writes the stops this instance accepted again, and forgets
+// those whose task has no record any more (it ended) or that are older than
+// a task TTL. The flag is written before the record is looked at, so a
+// record a failover lost, rewritten by its instance within a check, still
+// finds its flag.
+func (m *Manager) resendStops(ctx context.Context) {
+	now := time.Now()
+	m.mu.Lock()
+	ids := make([]string, 0, len(m.stops))
+	for id, until := range m.stops {
+		if now.After(until) {
+			delete(m.stops, id)
+			continue
+		}
+		ids = append(ids, id)
+	}
+	m.mu.Unlock()
+	if len(ids) == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, m.opTimeout)
+	defer cancel()
+	running := make([]*redis.IntCmd, len(ids))
+	_, err := m.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, id := range ids {
+			m.sendStop(ctx, p, id)
+			running[i] = p.Exists(ctx, m.taskKey(id))
+		}
+		return nil
+	})
+	if err != nil {
+		m.log.Warn("stream: stops not re-sent", "stops", len(ids), "err", err)
+		return
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for i, id := range ids {
+		if running[i].Val() == 0 {
+			delete(m.stops, id)
+		}
+	}
 }
 
 // stop cancels t once.
@@ -238,8 +309,11 @@ func (m *Manager) local(taskID string) *task {
 
 // Run receives stops from other instances and keeps the records of local
 // tasks alive until ctx is done. The subscription reconnects by itself after
-// a drop; stops published meanwhile are caught by the flag check, which runs
-// on every (re)subscription and every check interval.
+// a drop (on a failover, to the new primary); stops published meanwhile are
+// caught by the flag check, which runs on every (re)subscription and every
+// check interval, together with the re-sending of accepted stops. The
+// records are rewritten every check interval too (at least every third of
+// their TTL), so a record a failover lost is back within one.
 func (m *Manager) Run(ctx context.Context) error {
 	sub := m.rdb.Subscribe(ctx, m.channel())
 	defer sub.Close()
@@ -247,7 +321,7 @@ func (m *Manager) Run(ctx context.Context) error {
 
 	check := time.NewTicker(m.checkInterval)
 	defer check.Stop()
-	refresh := time.NewTicker(m.taskTTL / 3)
+	refresh := time.NewTicker(min(m.taskTTL/3, m.checkInterval))
 	defer refresh.Stop()
 	for {
 		select {
@@ -261,12 +335,14 @@ func (m *Manager) Run(ctx context.Context) error {
 			case *redis.Subscription:
 				if msg.Kind == "subscribe" {
 					m.checkFlags(ctx)
+					m.refresh(ctx)
 				}
 			case *redis.Message:
 				m.stopLocal(msg.Payload)
 			}
 		case <-check.C:
 			m.checkFlags(ctx)
+			m.resendStops(ctx)
 		case <-refresh.C:
 			m.refresh(ctx)
 		}

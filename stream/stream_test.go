@@ -293,3 +293,56 @@ func TestRedisDownLocalStopStillWorks(t *testing.T) {
 	}
 	unregister()
 }
+
+// TestStopLostInAFailoverIsSentAgain loses both halves of a stop the way a
+// failover does: the message is published while the running instance's
+// subscription is down, and the flag is deleted as a promoted replica that
+// never received it would lack it. The instance that accepted the stop
+// writes it again until the task ends, so the task still stops.
+func TestStopLostInAFailoverIsSentAgain(t *testing.T) {
+	prefix := testenv.Prefix(t)
+	rdb := testenv.Redis(t)
+	const check = 50 * time.Millisecond
+	runner := NewManager(testenv.Redis(t), prefix, "runner", Config{CheckInterval: check})
+	stopper := NewManager(testenv.Redis(t), prefix, "stopper", Config{CheckInterval: check})
+	testenv.Run(t, stopper.Run)
+
+	ctx, unregister := register(t, runner, "task-1", "user-1")
+	if local, err := stopper.Cancel(t.Context(), "task-1"); err != nil || local {
+		t.Fatalf("Cancel = %v, %v; want a remote stop delivered", local, err)
+	}
+	if err := rdb.Del(t.Context(), runner.cancelKey("task-1")).Err(); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Run(t, runner.Run) // subscribes after the message: it never sees it
+	waitStopped(t, ctx, 5*time.Second)
+
+	// Once the task has ended (its record is gone) the stop is forgotten.
+	unregister()
+	testenv.Eventually(t, 5*time.Second, "the stop to be forgotten", func() bool {
+		stopper.mu.Lock()
+		defer stopper.mu.Unlock()
+		return len(stopper.stops) == 0
+	})
+}
+
+// TestTaskRecordLostInAFailoverIsRewritten deletes a running task's record,
+// as a failover that lost the registration would: a stop sent from another
+// instance must find the task again within a few check intervals, not after
+// a third of the record's TTL.
+func TestTaskRecordLostInAFailoverIsRewritten(t *testing.T) {
+	prefix := testenv.Prefix(t)
+	rdb := testenv.Redis(t)
+	runner := NewManager(testenv.Redis(t), prefix, "runner", Config{CheckInterval: 50 * time.Millisecond})
+	other := NewManager(testenv.Redis(t), prefix, "other", Config{})
+	testenv.Run(t, runner.Run)
+
+	register(t, runner, "task-1", "user-1")
+	if err := rdb.Del(t.Context(), runner.taskKey("task-1")).Err(); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 3*time.Second, "the task record to be rewritten", func() bool {
+		owner, err := other.Owner(t.Context(), "task-1")
+		return err == nil && owner == "user-1"
+	})
+}

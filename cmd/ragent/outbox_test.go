@@ -141,3 +141,51 @@ func TestPendingRepublishedAfterRedisLoss(t *testing.T) {
 		t.Fatalf("%d chunk rows, documents count %d", got, count("SELECT sum(chunk_count) FROM documents"))
 	}
 }
+
+// TestRedeliveryAfterLostConsumeMark loses a document's consume mark the way
+// a failover does (the promoted replica never received CONSUMED) and delivers
+// its message again: the guard lets the duplicate through, and the database
+// keeps it from becoming a second chunk set — the document stays ready, of
+// the same generation, with one set of chunks.
+func TestRedeliveryAfterLostConsumeMark(t *testing.T) {
+	cfg := testConfig(t)
+	_, c, kb := ingestEnv(t, cfg)
+	d := c.uploadAccepted(kb, "twice.txt", []byte("A document about tide tables, delivered twice because Redis forgot it was consumed."))
+	ready := c.waitDone(d.ID, 60*time.Second)
+	if ready.Status != "ready" {
+		t.Fatalf("document %s: %+v", d.ID, ready)
+	}
+	checkOneChunkSet(t, c, ready)
+
+	ctx := context.Background()
+	db := connectDB(t, cfg.DatabaseURL)
+	var key string
+	var body []byte
+	if err := db.QueryRow(ctx, `SELECT key, payload FROM outbox WHERE topic = $1`, service.IngestTopic).Scan(&key, &body); err != nil {
+		t.Fatal(err)
+	}
+	rdb := testenv.Redis(t)
+	marks, err := testenv.Keys(ctx, rdb, cfg.RedisPrefix+"idem:consume:*")
+	if err != nil || len(marks) != 1 {
+		t.Fatalf("consume marks: %v, %v; want the document's one", marks, err)
+	}
+	if err := rdb.Del(ctx, marks[0]).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := redisstream.NewProducer(rdb, redisstream.ProducerConfig{Prefix: cfg.RedisPrefix}).Publish(ctx, service.IngestTopic, key, body); err != nil {
+		t.Fatal(err)
+	}
+	// The guard marks the message consumed again once the duplicate ran.
+	testenv.Eventually(t, 60*time.Second, "the duplicate to be consumed", func() bool {
+		return rdb.Get(ctx, marks[0]).Val() == "CONSUMED"
+	})
+	again := c.document(d.ID)
+	if again.Status != "ready" || again.Generation != ready.Generation || again.ChunkCount != ready.ChunkCount {
+		t.Fatalf("after the duplicate: %+v, before: %+v", again, ready)
+	}
+	checkOneChunkSet(t, c, again)
+	var rows int
+	if err := db.QueryRow(ctx, `SELECT count(*) FROM chunks`).Scan(&rows); err != nil || rows != ready.ChunkCount {
+		t.Fatalf("%d chunk rows (%v), want %d", rows, err, ready.ChunkCount)
+	}
+}
