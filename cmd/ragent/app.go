@@ -121,7 +121,7 @@ func newApp(ctx context.Context, cfg Config, log *slog.Logger) (_ *App, err erro
 	// Snowflake IDs: a fixed worker id needs no Redis at start.
 	if cfg.WorkerID >= 0 {
 		a.ids = idgen.New(int64(cfg.WorkerID), idgen.Config{Logger: log})
-	} else if a.ids, err = idgen.Lease(ctx, a.rdb, cfg.RedisPrefix, idgen.Config{Logger: log, LeaseTTL: cfg.WorkerLeaseTTL}); err != nil {
+	} else if a.ids, err = idgen.Lease(ctx, a.rdb, cfg.RedisPrefix, idgen.Config{Logger: log, LeaseTTL: cfg.WorkerLeaseTTL, LeaseRenew: cfg.WorkerLeaseRenew}); err != nil {
 		return nil, fmt.Errorf("lease a snowflake worker id (or set RAGENT_WORKER_ID): %w", err)
 	}
 	a.closers = append(a.closers, a.ids.Close)

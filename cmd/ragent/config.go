@@ -218,7 +218,12 @@ type Config struct {
 	// instance keeps issuing ids for that long (less the clock margin)
 	// after Redis stops answering.
 	WorkerLeaseTTL time.Duration
-	Demo           bool
+	// WorkerLeaseRenew is the lease's renewal period; a new lease is held
+	// three periods before it issues ids. Not a setting: 0 is idgen's
+	// default (1 s), which every instance of a deployment must share; the
+	// tests shorten it so that each of their many instances starts at once.
+	WorkerLeaseRenew time.Duration
+	Demo             bool
 
 	Role            string // all | api | worker
 	ShutdownTimeout time.Duration

@@ -56,6 +56,9 @@ func testConfig(t testing.TB) Config {
 	// /metrics through the API port; TestMetricsPort checks the default
 	// (not there).
 	cfg.MetricsAddr, cfg.MetricsPublic = "127.0.0.1:0", true
+	// A leased worker id is held three renewal periods before its first
+	// id (idgen); at the default 1 s every test instance would wait 3 s.
+	cfg.WorkerLeaseRenew = 50 * time.Millisecond
 	return cfg
 }
 
