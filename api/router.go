@@ -239,6 +239,7 @@ func NewRouter(deps Deps) *Router {
 	user.POST("/search", withBody(s, http.StatusOK, s.search))
 	user.POST("/chat", s.submitLock, s.chatStream)
 	user.POST("/chat/tasks/:taskId/stop", s.submitLock, s.stopChat)
+	user.GET("/chat/tasks/:taskId/events", s.chatEvents)
 	user.GET("/conversations", page(deps.Chat.Conversations, conversationCursor))
 	user.GET("/conversations/:id/messages", s.conversationMessages)
 	user.PATCH("/conversations/:id", withIDBody(s, http.StatusOK, s.renameConversation))

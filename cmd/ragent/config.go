@@ -168,6 +168,12 @@ type Config struct {
 	APIKeyRatePerMinute   int    // requests one API key may make per minute; 0 = no limit
 	ChatEmptyRetrieval    string // chat | refuse
 	ChatMaxAnswerTokens   int    // the answer model's max_tokens, every chat
+	// ChatDetachedTimeout is how long an /api/v1/chat answer runs on after
+	// its client went away (0 stops it at once); ChatResumeTTL and
+	// ChatResumeMaxEvents bound the events kept for a client that resumes.
+	ChatDetachedTimeout time.Duration
+	ChatResumeTTL       time.Duration
+	ChatResumeMaxEvents int
 
 	APIKeyMaxTTL time.Duration // longest life of an API key, from its creation
 
@@ -358,6 +364,10 @@ func (c Config) validate() []error {
 		"RAGENT_FETCH_CONCURRENCY": c.FetchConcurrency, "RAGENT_FETCH_PER_KB": c.FetchPerKB,
 		"RAGENT_LOGIN_MAX_FAILURES_PER_IP": c.LoginMaxFailuresPerIP,
 		"RAGENT_CHAT_MAX_ANSWER_TOKENS":    c.ChatMaxAnswerTokens,
+		"RAGENT_CHAT_RESUME_MAX_EVENTS":    c.ChatResumeMaxEvents,
+	}
+	if c.ChatDetachedTimeout < 0 {
+		bad("RAGENT_CHAT_DETACHED_TIMEOUT must be 0 (a disconnect stops the answer) or more")
 	}
 	if c.ChatMaxRunningPerUser < 0 {
 		bad("RAGENT_CHAT_MAX_RUNNING_PER_USER must be at least 1 (unset: half of RAGENT_CHAT_MAX_CONCURRENT)")
@@ -395,6 +405,7 @@ func (c Config) validate() []error {
 		"RAGENT_EMBEDDING_QUERY_WAIT": c.EmbedQueryWait,
 		"RAGENT_FETCH_TIMEOUT":        c.FetchTimeout, "RAGENT_FETCH_MIN_REFRESH": c.FetchMinRefresh,
 		"RAGENT_WEBHOOK_BACKOFF": c.WebhookBackoff, "RAGENT_API_KEY_MAX_TTL": c.APIKeyMaxTTL,
+		"RAGENT_CHAT_RESUME_TTL": c.ChatResumeTTL,
 	} {
 		if d <= 0 {
 			bad("%s must be positive", name)
