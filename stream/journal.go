@@ -64,7 +64,7 @@ func NewJournal(rdb redis.UniversalClient, prefix string, cfg JournalConfig) *Jo
 		prefix:    prefix,
 		ttl:       cmp.Or(max(cfg.TTL, 0), 5*time.Minute),
 		maxEvents: int64(cmp.Or(max(cfg.MaxEvents, 0), 10000)),
-		block:     5 * time.Second,
+		block:     time.Second, // go-redis does not cut a blocked read when ctx ends
 		opTimeout: 2 * time.Second,
 		log:       cmp.Or(cfg.Logger, slog.New(slog.DiscardHandler)),
 	}
@@ -202,11 +202,22 @@ func (j *Journal) Reader(ctx context.Context, taskID string) (service.TaskReader
 // anything is emitted, means some of the events asked for are gone.
 func (j *Journal) Follow(ctx context.Context, taskID string, after int, done string, emit func(service.TaskEvent) error) error {
 	events := j.eventsKey(taskID)
-	first, err := j.rdb.XRangeN(ctx, events, "-", "+", 1).Result()
+	var (
+		kept   *redis.IntCmd
+		oldest *redis.XMessageSliceCmd
+	)
+	_, err := j.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		kept = p.Exists(ctx, j.readerKey(taskID))
+		oldest = p.XRangeN(ctx, events, "-", "+", 1)
+		return nil
+	})
 	if err != nil {
 		return unavailable("read the events of task "+taskID, err)
 	}
-	if len(first) == 1 {
+	if kept.Val() == 0 {
+		return fmt.Errorf("%w: %s (no events kept)", ErrNotFound, taskID)
+	}
+	if first := oldest.Val(); len(first) == 1 {
 		if seq, err := entrySeq(first[0].ID); err == nil && seq > after+1 && after >= 0 {
 			return fmt.Errorf("%w: task %s keeps events from %d on, after %d was asked for", ErrTrimmed, taskID, seq, after)
 		}
