@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"io"
 	"net/http"
 	"runtime"
 	"slices"
@@ -116,17 +117,35 @@ func BenchmarkChatDetachedMemory(b *testing.B) {
 			questions[i] = fmt.Sprintf("%s %d #gate", name, i)
 			metaSeen := make(chan struct{})
 			ctx, cancel := context.WithCancel(context.Background())
+			req, _ := http.NewRequestWithContext(ctx, "POST", c.base+"/api/v1/chat",
+				strings.NewReader(fmt.Sprintf(`{"question":%q}`, questions[i])))
+			req.Header.Set("Authorization", "Bearer "+c.token)
+			req.Header.Set("Content-Type", "application/json")
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
 				defer cancel()
-				c.chatStream(ctx, map[string]any{"question": questions[i]}, func(e sseEvent) bool {
-					if e.Name == "sources" {
-						close(metaSeen)
-						return !detach
+				resp, err := http.DefaultClient.Do(req)
+				if err != nil {
+					close(metaSeen)
+					return
+				}
+				defer resp.Body.Close()
+				// A lean client: a small buffer, reading to the sources event.
+				r := bufio.NewReaderSize(resp.Body, 512)
+				for {
+					line, err := r.ReadString('\n')
+					if err != nil {
+						return
 					}
-					return true
-				})
+					if line == "event: sources\n" {
+						close(metaSeen)
+						break
+					}
+				}
+				if !detach {
+					_, _ = io.Copy(io.Discard, r)
+				}
 			}()
 			<-metaSeen
 		}
