@@ -289,6 +289,14 @@ export function mountChat(root, ctx) {
       scrollToBottom(true);
     } catch (err) {
       if (token !== s.loadToken || s.destroyed) return;
+      const saved = savedAnswer();
+      if (err?.status === 404 && saved?.conversationId === id) {
+        // A first question still queued: its conversation is written once
+        // it gets a slot. Follow it meanwhile.
+        messages.replaceChildren();
+        resume(saved, true);
+        return;
+      }
       messages.replaceChildren(h('p', { class: 'form-error', role: 'alert' }, errorText(err)));
     }
   }
