@@ -26,6 +26,7 @@ var keyScopes = map[string][]service.Scope{
 	"POST /api/v1/search":                               {service.ScopeSearch},
 	"POST /api/v1/chat":                                 {service.ScopeChat},
 	"POST /api/v1/chat/tasks/:taskId/stop":              {service.ScopeChat},
+	"GET /api/v1/chat/tasks/:taskId/events":             {service.ScopeChat},
 	"PATCH /api/v1/conversations/:id":                   {service.ScopeChat},
 	"DELETE /api/v1/conversations/:id":                  {service.ScopeChat},
 	"POST /api/v1/knowledge-bases/:id/documents":        {service.ScopeIngest},

@@ -257,6 +257,7 @@ func NewRouter(deps Deps) *Router {
 		user.GET("/usage", s.usageReport)
 	}
 	user.POST("/chat/tasks/:taskId/stop", s.submitLock, s.stopChat)
+	user.GET("/chat/tasks/:taskId/events", s.chatEvents)
 	user.GET("/conversations", page(deps.Chat.Conversations, conversationCursor))
 	user.GET("/conversations/:id/messages", s.conversationMessages)
 	user.PATCH("/conversations/:id", withIDBody(s, http.StatusOK, s.renameConversation))

@@ -10,13 +10,13 @@ import (
 )
 
 // sseWriter writes Server-Sent Events: `event:`, `id:` and one `data:` line
-// per event, flushed at once. Headers go out with the first event, so a
+// per event, flushed at once. The id is the event's place in its task's
+// stream (chat.Event.ID), the same on a resumed stream. Headers go out with the first event, so a
 // request that fails before streaming still gets a plain JSON error.
 type sseWriter struct {
 	mu      sync.Mutex
 	w       http.ResponseWriter
 	rc      *http.ResponseController
-	seq     int
 	started bool
 	err     error // the first write error: the client is gone
 }
@@ -38,8 +38,9 @@ func (s *sseWriter) start() {
 	s.w.WriteHeader(http.StatusOK)
 }
 
-// event writes one event; data is JSON-encoded unless raw is set.
-func (s *sseWriter) event(name string, data any, raw string) error {
+// event writes one event; data is JSON-encoded unless raw is set. An id
+// of 0 writes no id line (an event of this stream only, not of the task's).
+func (s *sseWriter) event(id int, name string, data any, raw string) error {
 	var payload []byte
 	if data != nil {
 		b, err := json.Marshal(data)
@@ -56,13 +57,24 @@ func (s *sseWriter) event(name string, data any, raw string) error {
 		return s.err
 	}
 	s.start()
-	s.seq++
-	_, err := fmt.Fprintf(s.w, "event: %s\nid: %s\ndata: %s\n\n", name, strconv.Itoa(s.seq), payload)
+	var err error
+	if id > 0 {
+		_, err = fmt.Fprintf(s.w, "event: %s\nid: %s\ndata: %s\n\n", name, strconv.Itoa(id), payload)
+	} else {
+		_, err = fmt.Fprintf(s.w, "event: %s\ndata: %s\n\n", name, payload)
+	}
 	if err == nil {
 		err = s.rc.Flush()
 	}
 	s.err = err
 	return err
+}
+
+// state reports whether the stream started and whether its client is gone.
+func (s *sseWriter) state() (started, gone bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.started, s.err != nil
 }
 
 // ping writes a comment that keeps proxies from closing an idle stream.

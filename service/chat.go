@@ -128,3 +128,20 @@ type Embedder interface {
 	Model() string
 	Dim() int
 }
+
+// TaskEvent is one event of a chat task's stream as kept for a client that
+// resumes it: its place in the stream (the SSE id, from 1), its name and
+// its JSON payload (empty for done).
+type TaskEvent struct {
+	ID   int
+	Name string
+	Data []byte
+}
+
+// TaskReader says who may read a task's events again: its owner, through a
+// grant that reaches KnowledgeBaseIDs (KeyGrant.Within; nil when the turn
+// could search any knowledge base its owner reads).
+type TaskReader struct {
+	Owner            ID
+	KnowledgeBaseIDs []ID
+}

@@ -19,7 +19,24 @@ var (
 	requestIDKey = ctxKey[string]{"request id"}
 	clientIPKey  = ctxKey[string]{"client ip"}
 	principalKey = ctxKey[Principal]{"principal"}
+	shutdownKey  = ctxKey[context.Context]{"shutdown"}
 )
+
+// WithShutdown returns ctx carrying shutdown, a context cancelled (with
+// ErrShutdown) when the process begins to shut down: work that outlives
+// its request, like an answer whose client went away, stops with it.
+func WithShutdown(ctx, shutdown context.Context) context.Context {
+	return shutdownKey.with(ctx, shutdown)
+}
+
+// Shutdown returns the shutdown context carried by ctx; without one, a
+// context never cancelled.
+func Shutdown(ctx context.Context) context.Context {
+	if s, ok := shutdownKey.from(ctx); ok {
+		return s
+	}
+	return context.Background()
+}
 
 // WithRequestID returns ctx carrying the request id, which loggers add to
 // every line logged with that context.

@@ -352,15 +352,19 @@ func newApp(ctx context.Context, cfg Config, log *slog.Logger) (_ *App, err erro
 	}
 	tasks := stream.NewManager(a.rdb, cfg.RedisPrefix, cfg.InstanceID, stream.Config{Logger: log})
 	a.runners = append(a.runners, tasks.Run)
+	// Each answer's events are kept a while in Redis, so a client that lost
+	// its stream resumes it on any instance.
+	journal := stream.NewJournal(a.rdb, cfg.RedisPrefix, stream.JournalConfig{
+		TTL: cfg.ChatResumeTTL, MaxEvents: cfg.ChatResumeMaxEvents, Logger: log})
 	chatSvc := chat.New(chat.Deps{
-		Store: a.store, Limiter: limiter, Rate: rate, Tasks: tasks, Retriever: searcher, Access: access,
+		Store: a.store, Limiter: limiter, Rate: rate, Tasks: tasks, Journal: journal, Retriever: searcher, Access: access,
 		Intents: intentCache, Terms: termCache,
 		Model: answerModel, FastModel: fastModel, IDs: ids,
 	}, chat.Config{
 		Tracer:               tracer("service/chat"),
 		RefuseWithoutSources: cfg.ChatEmptyRetrieval == "refuse",
 		AnswerModel:          cfg.LLMChatModel, FastModel: cfg.LLMFastModel, Logger: log,
-		MaxAnswerTokens: cfg.ChatMaxAnswerTokens,
+		MaxAnswerTokens: cfg.ChatMaxAnswerTokens, DetachedTimeout: cfg.ChatDetachedTimeout,
 	})
 
 	// First start: the demo knowledge base, intents and term mappings, once
@@ -487,7 +491,9 @@ func (a *App) Run(ctx context.Context, ln net.Listener) error {
 	}
 	// Requests get their own base context, cancelled with ErrShutdown when
 	// shutdown begins, so a stream can tell a shutdown from a client that
-	// went away (whatever cancelled ctx).
+	// went away (whatever cancelled ctx). It is also carried as
+	// service.Shutdown, so answers that run on after their client left
+	// (RAGENT_CHAT_DETACHED_TIMEOUT) stop with it too.
 	reqCtx, cancelRequests := context.WithCancelCause(context.WithoutCancel(ctx))
 	defer cancelRequests(nil)
 	var srv *http.Server
@@ -496,7 +502,7 @@ func (a *App) Run(ctx context.Context, ln net.Listener) error {
 			Handler:           a.router,
 			ReadHeaderTimeout: 10 * time.Second,
 			IdleTimeout:       120 * time.Second,
-			BaseContext:       func(net.Listener) context.Context { return reqCtx },
+			BaseContext:       func(net.Listener) context.Context { return service.WithShutdown(reqCtx, reqCtx) },
 			ErrorLog:          slog.NewLogLogger(a.log.Handler(), slog.LevelWarn),
 		}
 		srv.RegisterOnShutdown(a.mcp.Shutdown)

@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"strings"
 	"sync"
@@ -101,9 +102,13 @@ func TestChatRetriesAfter429AndFailsCleanly(t *testing.T) {
 	}
 }
 
+// With RAGENT_CHAT_DETACHED_TIMEOUT=0 a disconnect stops the answer at
+// once (resume_test.go has the default, an answer that runs on).
 func TestChatDisconnectCancelsUpstream(t *testing.T) {
 	llm := newFakeLLM(t)
-	in := start(t, chatConfig(t, llm))
+	cfg := chatConfig(t, llm)
+	cfg.ChatDetachedTimeout = 0
+	in := start(t, cfg)
 	c := in.adminClient(t)
 	q := "long answer #slow disconnect"
 
@@ -536,7 +541,13 @@ func (c *client) chatStream(ctx context.Context, body map[string]any, onEvent fu
 	if resp.StatusCode != http.StatusOK {
 		return resp.StatusCode, nil
 	}
-	sc := bufio.NewScanner(resp.Body)
+	return resp.StatusCode, readEvents(resp.Body, onEvent)
+}
+
+// readEvents parses an event stream, calling onEvent for each event until
+// the stream ends or onEvent returns false.
+func readEvents(body io.Reader, onEvent func(sseEvent) bool) (events []sseEvent) {
+	sc := bufio.NewScanner(body)
 	sc.Buffer(make([]byte, 1<<20), 1<<20)
 	var cur sseEvent
 	for sc.Scan() {
@@ -546,7 +557,7 @@ func (c *client) chatStream(ctx context.Context, body map[string]any, onEvent fu
 			if cur.Name != "" {
 				events = append(events, cur)
 				if onEvent != nil && !onEvent(cur) {
-					return resp.StatusCode, events
+					return events
 				}
 			}
 			cur = sseEvent{}
@@ -559,7 +570,7 @@ func (c *client) chatStream(ctx context.Context, body map[string]any, onEvent fu
 			cur.Data = strings.TrimPrefix(line, "data: ")
 		}
 	}
-	return resp.StatusCode, events
+	return events
 }
 
 // collapse folds runs of one event (message message → message) for

@@ -170,6 +170,12 @@ type Config struct {
 	ChatMaxAnswerTokens   int           // the answer model's max_tokens, every chat
 	QuotasEnabled         bool          // check usage quotas before chats and searches
 	UsageFlushInterval    time.Duration // how often buffered usage records are written
+	// ChatDetachedTimeout is how long an /api/v1/chat answer runs on after
+	// its client went away (0 stops it at once); ChatResumeTTL and
+	// ChatResumeMaxEvents bound the events kept for a client that resumes.
+	ChatDetachedTimeout time.Duration
+	ChatResumeTTL       time.Duration
+	ChatResumeMaxEvents int
 
 	APIKeyMaxTTL time.Duration // longest life of an API key, from its creation
 
@@ -372,6 +378,10 @@ func (c Config) validate() []error {
 		"RAGENT_LOGIN_MAX_FAILURES_PER_IP": c.LoginMaxFailuresPerIP,
 		"RAGENT_CHAT_MAX_ANSWER_TOKENS":    c.ChatMaxAnswerTokens,
 		"RAGENT_MCP_MAX_SESSIONS":          c.MCPMaxSessions, "RAGENT_MCP_MAX_SESSIONS_PER_KEY": c.MCPMaxSessionsPerKey,
+		"RAGENT_CHAT_RESUME_MAX_EVENTS": c.ChatResumeMaxEvents,
+	}
+	if c.ChatDetachedTimeout < 0 {
+		bad("RAGENT_CHAT_DETACHED_TIMEOUT must be 0 (a disconnect stops the answer) or more")
 	}
 	if c.ChatMaxRunningPerUser < 0 {
 		bad("RAGENT_CHAT_MAX_RUNNING_PER_USER must be at least 1 (unset: half of RAGENT_CHAT_MAX_CONCURRENT)")
@@ -415,6 +425,7 @@ func (c Config) validate() []error {
 		"RAGENT_EMBEDDING_QUERY_WAIT": c.EmbedQueryWait,
 		"RAGENT_FETCH_TIMEOUT":        c.FetchTimeout, "RAGENT_FETCH_MIN_REFRESH": c.FetchMinRefresh,
 		"RAGENT_WEBHOOK_BACKOFF": c.WebhookBackoff, "RAGENT_API_KEY_MAX_TTL": c.APIKeyMaxTTL,
+		"RAGENT_CHAT_RESUME_TTL": c.ChatResumeTTL,
 	} {
 		if d <= 0 {
 			bad("%s must be positive", name)

@@ -20,6 +20,8 @@ import (
 // request is chosen by a marker in its last user message:
 //
 //	#slow     stream 40 pieces 50 ms apart (a long answer)
+//	#medium   stream 40 pieces 10 ms apart
+//	#crawl    stream 40 pieces 200 ms apart (a browser reloads meanwhile)
 //	#429      answer 429 with Retry-After: 1 once per question, then stream
 //	#500      always answer 500
 //	#firstslow wait 3 s before the first token
@@ -166,8 +168,14 @@ func (f *fakeLLM) serve(w http.ResponseWriter, r *http.Request) {
 		f.reason(w)
 	}
 	pieces, delay := []string{"Hello", " from", " the", " model", " [1]."}, 10*time.Millisecond
-	if strings.Contains(question, "#slow") {
+	if slow, medium, crawl := strings.Contains(question, "#slow"), strings.Contains(question, "#medium"), strings.Contains(question, "#crawl"); slow || medium || crawl {
 		pieces, delay = nil, 50*time.Millisecond
+		switch {
+		case medium:
+			delay = 10 * time.Millisecond
+		case crawl:
+			delay = 200 * time.Millisecond
+		}
 		for i := 0; i < 40; i++ {
 			pieces = append(pieces, fmt.Sprintf("part%d ", i))
 		}

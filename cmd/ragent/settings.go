@@ -132,6 +132,9 @@ func (c *Config) settings() []setting {
 		{"RAGENT_CHAT_MAX_ANSWER_TOKENS", "4096", intValue(&c.ChatMaxAnswerTokens), maskNone},
 		{"RAGENT_QUOTAS_ENABLED", "true", boolValue(&c.QuotasEnabled), maskNone},
 		{"RAGENT_USAGE_FLUSH_INTERVAL", "1s", durationValue(&c.UsageFlushInterval), maskNone},
+		{"RAGENT_CHAT_DETACHED_TIMEOUT", "2m", durationValue(&c.ChatDetachedTimeout), maskNone},
+		{"RAGENT_CHAT_RESUME_TTL", "5m", durationValue(&c.ChatResumeTTL), maskNone},
+		{"RAGENT_CHAT_RESUME_MAX_EVENTS", "10000", intValue(&c.ChatResumeMaxEvents), maskNone},
 
 		{"RAGENT_UPLOAD_MAX_CONCURRENT", "10", intValue(&c.UploadMaxConcurrent), maskNone},
 		{"RAGENT_UPLOAD_MAX_WAIT", "5s", durationValue(&c.UploadMaxWait), maskNone},

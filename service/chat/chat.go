@@ -88,6 +88,24 @@ type Tasks interface {
 	Cancel(ctx context.Context, taskID string) (local bool, err error)
 }
 
+// Journal keeps the events of resumable turns where every instance reads
+// them, for a while after the turn ends, so a client that lost its stream
+// can read what it missed and follow the rest.
+type Journal interface {
+	// Open starts taskID's journal, readable by reader. append queues an
+	// event and never waits for the store; close waits for the queued ones
+	// and is called once, after the last append.
+	Open(ctx context.Context, taskID string, reader service.TaskReader) (append func(service.TaskEvent), close func())
+	// Reader returns who may read taskID's events (service.ErrNotFound
+	// when none are kept).
+	Reader(ctx context.Context, taskID string) (service.TaskReader, error)
+	// Follow emits the events numbered after after, then the later ones as
+	// they come, until the event named done, ctx's end or emit's error. A
+	// reader asking for events no longer kept gets service.ErrConflict
+	// before any is emitted.
+	Follow(ctx context.Context, taskID string, after int, done string, emit func(service.TaskEvent) error) error
+}
+
 // Retriever finds relevant chunks among the knowledge bases p may read,
 // saying which knowledge bases it searched.
 type Retriever interface {
@@ -118,6 +136,9 @@ type Config struct {
 	TopK            int // sources per answer; default 5
 	AnswerModel     string
 	FastModel       string
+	// DetachedTimeout is how long a resumable turn runs on after its client
+	// went away (RAGENT_CHAT_DETACHED_TIMEOUT); 0 stops it at once.
+	DetachedTimeout time.Duration
 	Logger          *slog.Logger     // nil discards
 	Now             func() time.Time // nil is time.Now
 }
@@ -130,6 +151,7 @@ type Deps struct {
 	Limiter   Limiter   // nil: no queue
 	Rate      RateLimit // nil: no per-user chat rate
 	Tasks     Tasks     // required
+	Journal   Journal   // nil: no turn is resumable
 	Retriever Retriever
 	Access    *service.Access // which knowledge bases a caller may read
 	Intents   Intents
@@ -183,6 +205,10 @@ type Request struct {
 	// MaxTokens, when set, is the client's own cap on the answer, within
 	// Config.MaxAnswerTokens (the OpenAI-compatible API's max_tokens).
 	MaxTokens *int `json:"-"`
+	// Resumable turns keep their events in the Journal and run on for
+	// Config.DetachedTimeout after their client went away (POST /chat);
+	// the others stop when it goes (the OpenAI-compatible API).
+	Resumable bool `json:"-"`
 
 	// mapped is Question after term mappings, set by Validate.
 	mapped string
@@ -283,17 +309,40 @@ type turn struct {
 	// stored records that the conversation (when new) and the question are
 	// in the store: the turn got its LLM slot.
 	stored bool
-	// emitFailed records that the client is gone; later events are dropped.
+	// emitFailed records that the client is gone; later events go to the
+	// journal only.
 	emitFailed bool
+	// seq numbers the turn's events (Event.ID).
+	seq int
+	// journal appends to the turn's journal; nil when not resumable.
+	journal func(service.TaskEvent)
 }
 
 func (t *turn) send(name string, data any) {
+	t.seq++
+	e := Event{ID: t.seq, Name: name, Data: data}
+	if t.journal != nil {
+		t.record(e)
+	}
 	if t.emitFailed {
 		return
 	}
-	if err := t.emit(Event{Name: name, Data: data}); err != nil {
+	if err := t.emit(e); err != nil {
 		t.emitFailed = true
 	}
+}
+
+// record appends e to the journal, its payload as the stream writes it.
+func (t *turn) record(e Event) {
+	var data []byte
+	if e.Data != nil {
+		var err error
+		if data, err = json.Marshal(e.Data); err != nil {
+			t.log.Error("an event could not be journaled", "event", e.Name, "err", err)
+			return
+		}
+	}
+	t.journal(service.TaskEvent{ID: e.ID, Name: e.Name, Data: data})
 }
 
 // Chat runs one request to its end, emitting events in protocol order. It
@@ -318,15 +367,22 @@ func (s *Service) Chat(ctx context.Context, p service.Principal, req Request, em
 	t.log = s.cfg.Logger.With("conversation", t.conv.ID, "task", t.taskID, "user", p.UserID)
 
 	// The task context: a stop (on any instance) cancels it with a cause
-	// wrapping service.ErrStopped; a client disconnect or a shutdown cancels
-	// it through ctx.
-	taskCtx, cancel := context.WithCancelCause(ctx)
+	// wrapping service.ErrStopped; a shutdown cancels it at once, a client
+	// that went away after DetachedTimeout for a resumable turn, else at
+	// once (s.detach).
+	taskCtx, cancel := context.WithCancelCause(context.WithoutCancel(ctx))
 	defer cancel(nil)
+	defer s.detach(ctx, req.Resumable, cancel)()
 	unregister, err := s.d.Tasks.Register(ctx, t.taskID.String(), p.UserID.String(), cancel)
 	if err != nil {
 		return err
 	}
 	defer unregister()
+	if req.Resumable && s.d.Journal != nil {
+		append, closeJournal := s.d.Journal.Open(ctx, t.taskID.String(), service.TaskReader{Owner: p.UserID, KnowledgeBaseIDs: t.readerScope()})
+		t.journal = append
+		defer closeJournal()
+	}
 
 	t.send(EventMeta, Meta{ConversationID: t.conv.ID, TaskID: t.taskID, MessageID: t.answer.ID})
 	t.run(taskCtx)

@@ -8,6 +8,9 @@ import "github.com/ragent-go/ragent/service"
 // stream has always had. web/events_test.go checks web/static/chat.js
 // handles the same names.
 type Event struct {
+	// ID is the event's place in its task's stream, from 1: the SSE id a
+	// client resumes after (Service.Events).
+	ID   int
 	Name string
 	Data any
 }

@@ -163,20 +163,35 @@ export class SSEDecoder {
 }
 
 // streamChat posts a question and calls onEvent(name, data) for every SSE
-// event (data is parsed JSON, or the raw text for "done"). It resolves when
-// the stream ends and rejects with ApiError when the server refuses the request
-// before streaming (400, 401, 429, …). Aborting signal closes the connection,
-// which the server treats as a disconnect and cancels generation.
-export async function streamChat(body, onEvent, signal) {
+// event (data is parsed JSON, or the raw text for "done") and onId(id) with
+// each event's id. It resolves when the stream ends and rejects with
+// ApiError when the server refuses the request before streaming (400, 401,
+// 429, …) or the connection breaks (status 0). Aborting signal closes the
+// connection; the answer runs on on the server for a while
+// (RAGENT_CHAT_DETACHED_TIMEOUT), so resumeChat can pick it up again.
+export async function streamChat(body, onEvent, signal, onId) {
+  const res = await openStream(`${BASE}/chat`, {
+    method: 'POST',
+    headers: { 'Content-Type': 'application/json', Accept: 'text/event-stream' },
+    body: JSON.stringify(body),
+  }, signal);
+  await readStream(res, onEvent, onId);
+}
+
+// resumeChat reads a task's events after lastEventId ('' for all of them)
+// and then the live ones until done, like streamChat (README "Resuming an
+// answer"); a 404 ApiError means the answer is no longer kept.
+export async function resumeChat(taskId, lastEventId, onEvent, signal, onId) {
+  const headers = { Accept: 'text/event-stream' };
+  if (lastEventId) headers['Last-Event-ID'] = lastEventId;
+  const res = await openStream(`${BASE}/chat/tasks/${encodeURIComponent(taskId)}/events`, { method: 'GET', headers }, signal);
+  await readStream(res, onEvent, onId);
+}
+
+async function openStream(url, init, signal) {
   let res;
   try {
-    res = await fetch(`${BASE}/chat`, {
-      method: 'POST',
-      credentials: 'same-origin',
-      headers: { 'Content-Type': 'application/json', Accept: 'text/event-stream' },
-      body: JSON.stringify(body),
-      signal,
-    });
+    res = await fetch(url, { ...init, credentials: 'same-origin', signal });
   } catch (err) {
     throw networkError(err);
   }
@@ -184,7 +199,12 @@ export async function streamChat(body, onEvent, signal) {
   if (!(res.headers.get('Content-Type') ?? '').includes('text/event-stream') || !res.body) {
     throw new ApiError(res.status, 'bad_response', t('err.bad_response'));
   }
+  return res;
+}
+
+async function readStream(res, onEvent, onId) {
   const decoder = new SSEDecoder((ev) => {
+    if (ev.id && onId) onId(ev.id);
     if (ev.name === 'done') { onEvent('done', ev.data); return; }
     let data;
     try {

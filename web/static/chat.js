@@ -2,11 +2,23 @@
 // streamed answer (SSE over fetch, see DESIGN §6).
 import { t } from './i18n.js';
 import { h, icon, toast, errorText, setTrustedHTML, confirmDialog, promptDialog, formatTime } from './dom.js';
-import { get, post, patch, del, enc, streamChat } from './api.js';
+import { get, post, patch, del, enc, streamChat, resumeChat } from './api.js';
 import { renderMarkdown } from './markdown.js';
 
 const DEEP_KEY = 'ragent.deepThinking';
 const KB_KEY = 'ragent.kbFilter';
+// The answer being streamed, kept for this tab until its stream ends, so a
+// reload (or coming back to its conversation) resumes it.
+const ANSWER_KEY = 'ragent.answer';
+const RETRY_DELAYS = [250, 500, 1000, 2000, 4000, 8000, 8000, 8000, 8000, 8000];
+
+function savedAnswer() {
+  try {
+    return JSON.parse(sessionStorage.getItem(ANSWER_KEY) || 'null');
+  } catch {
+    return null;
+  }
+}
 
 export function mountChat(root, ctx) {
   const s = {
@@ -231,8 +243,9 @@ export function mountChat(root, ctx) {
 
   async function showConversation(id) {
     if (s.streaming && (id === null || s.streaming.conversationId !== id)) {
-      // Leaving the conversation closes the stream; the server sees the
-      // disconnect and cancels generation.
+      // Leaving the conversation closes the stream; the answer runs on on
+      // the server and is saved (or resumed when the user comes back).
+      s.streaming.leaving = true;
       s.streaming.controller.abort();
       s.streaming = null;
       setStreamingUI(false);
@@ -248,20 +261,42 @@ export function mountChat(root, ctx) {
       if (token !== s.loadToken || s.destroyed) return;
       messages.replaceChildren();
       let lastQuestion = '';
+      let last = null;
+      const saved = savedAnswer();
+      let answered = false;
       for (const m of res?.messages ?? []) {
+        last = m;
         if (m.role === 'user') {
           lastQuestion = m.content;
           messages.append(userMessage(m.content));
         } else if (m.role === 'assistant') {
+          if (saved && m.id === saved.messageId) answered = true;
           const v = assistantView(lastQuestion);
           v.loadHistory(m);
           messages.append(v.el);
+        }
+      }
+      if (saved?.conversationId === id) {
+        if (answered) sessionStorage.removeItem(ANSWER_KEY);
+        else {
+          // The answer was still streaming when this page left it: show it
+          // continuing (its question is in the history once it got a slot).
+          resume(saved, !(last?.role === 'user' && last.content === saved.question));
+          return;
         }
       }
       if (!messages.firstChild) showEmpty();
       scrollToBottom(true);
     } catch (err) {
       if (token !== s.loadToken || s.destroyed) return;
+      const saved = savedAnswer();
+      if (err?.status === 404 && saved?.conversationId === id) {
+        // A first question still queued: its conversation is written once
+        // it gets a slot. Follow it meanwhile.
+        messages.replaceChildren();
+        resume(saved, true);
+        return;
+      }
       messages.replaceChildren(h('p', { class: 'form-error', role: 'alert' }, errorText(err)));
     }
   }
@@ -299,12 +334,14 @@ export function mountChat(root, ctx) {
     const think = h('details', { class: 'thinking', 'data-testid': 'thinking', hidden: true }, thinkSummary, thinkBody);
     const body = h('div', { class: 'md answer', 'data-testid': 'answer' });
     const notice = h('div', { class: 'notice', hidden: true, 'data-testid': 'message-notice', role: 'status' });
+    const reconnect = h('div', { class: 'status-line', hidden: true, 'data-testid': 'reconnecting-indicator', role: 'status' },
+      h('span', { class: 'dots', 'aria-hidden': 'true' }, h('i'), h('i'), h('i')), t('chat.reconnecting'));
     const sourceList = h('ol', { class: 'source-list' });
     const sourcesPanel = h('details', { class: 'sources', 'data-testid': 'sources-panel', hidden: true, open: true },
       h('summary', {}, h('span', { class: 'sources-title' }, t('chat.sources'))), sourceList);
     const el = h('article', { class: 'msg assistant', 'data-testid': 'assistant-message', 'data-status': 'streaming', 'aria-busy': 'true' },
       h('div', { class: 'avatar', 'aria-hidden': 'true' }, 'R'),
-      h('div', { class: 'bubble' }, think, status, body, notice, sourcesPanel));
+      h('div', { class: 'bubble' }, think, status, body, reconnect, notice, sourcesPanel));
 
     function render() {
       frame = 0;
@@ -397,6 +434,7 @@ export function mountChat(root, ctx) {
         }
       },
       setSources,
+      reconnecting(on) { reconnect.hidden = !on; },
       delta(type, text) {
         if (status.isConnected) status.remove();
         if (type === 'think') {
@@ -444,16 +482,88 @@ export function mountChat(root, ctx) {
     if (s.selectedKbs.size > 0) body.knowledgeBaseIds = [...s.selectedKbs];
     if (deep.checked) body.deepThinking = true;
 
-    const st = { controller: new AbortController(), taskId: null, view, stopRequested: false, conversationId: s.current, finished: false, errorMessage: '' };
+    const st = newStream(view, question, s.current);
+    await follow(st, (onEvent, onId) => streamChat(body, onEvent, st.controller.signal, onId));
+  }
+
+  // resume shows an answer that was streaming when the page left it, from
+  // its first event, and follows it to its end.
+  async function resume(saved, withQuestion) {
+    if (s.streaming) return;
+    if (withQuestion) messages.append(userMessage(saved.question));
+    const view = assistantView(saved.question);
+    messages.append(view.el);
+    scrollToBottom(true);
+    const st = newStream(view, saved.question, saved.conversationId);
+    st.taskId = saved.taskId;
+    st.resumed = true;
+    await follow(st, (onEvent, onId) => resumeChat(st.taskId, '', onEvent, st.controller.signal, onId));
+  }
+
+  function newStream(view, question, conversationId) {
+    const st = { controller: new AbortController(), taskId: null, lastId: '', view, question, stopRequested: false, conversationId, finished: false, done: false, errorMessage: '' };
     s.streaming = st;
     setStreamingUI(true);
+    return st;
+  }
 
+  // follow reads an answer's stream to its end: open's first, then, after a
+  // dropped connection, the task's events after the last one seen, retrying
+  // while the server keeps the answer (it runs on without us).
+  async function follow(st, open) {
+    const { view } = st;
+    const onEvent = eventHandler(st);
+    const onId = (id) => { st.lastId = id; };
+    try {
+      for (let attempt = 0; ; attempt++) {
+        try {
+          await open(onEvent, onId);
+          if (st.done || st.finished || !st.taskId) break;
+        } catch (err) {
+          if (err?.name === 'AbortError' || !st.taskId || err?.status !== 0) throw err;
+        }
+        // Cut before done: pick the answer up again where it was.
+        if (attempt >= RETRY_DELAYS.length) break;
+        view.reconnecting(true);
+        await sleep(RETRY_DELAYS[attempt], st.controller.signal);
+        open = (onEvent, onId) => resumeChat(st.taskId, st.lastId, onEvent, st.controller.signal, onId);
+      }
+      view.reconnecting(false);
+      if (!st.finished && view.status === 'streaming') {
+        if (st.errorMessage) view.failed(st.errorMessage);
+        else view.failed(t('chat.streamEnded'));
+      }
+    } catch (err) {
+      view.reconnecting(false);
+      if (view.status === 'streaming') {
+        if (err?.name === 'AbortError') view.cancelled(st.stopRequested ? 'user' : 'disconnect');
+        else if (err?.status === 429) view.rejected(err.message);
+        else if (err?.status === 404 && st.taskId) view.failed(t('chat.resumeGone'));
+        else view.failed(errorText(err));
+      }
+    } finally {
+      // A page that leaves keeps the record so it can resume; an answer
+      // that ended (or cannot be resumed) forgets it.
+      if (!st.leaving && !s.destroyed && savedAnswer()?.taskId === st.taskId) sessionStorage.removeItem(ANSWER_KEY);
+      if (s.streaming === st) s.streaming = null;
+      if (!s.destroyed) setStreamingUI(false);
+    }
+  }
+
+  function eventHandler(st) {
+    const { view, question } = st;
     const onEvent = (name, data) => {
       if (s.destroyed) return;
+      view.reconnecting(false);
       switch (name) {
         case 'meta':
           st.taskId = data.taskId;
           view.setMessageId(data.messageId);
+          if (data.conversationId) {
+            sessionStorage.setItem(ANSWER_KEY, JSON.stringify({
+              taskId: data.taskId, messageId: data.messageId, conversationId: data.conversationId, question,
+            }));
+          }
           if (data.conversationId && !s.current) {
             s.current = data.conversationId;
             st.conversationId = data.conversationId;
@@ -505,31 +615,18 @@ export function mountChat(root, ctx) {
               history.replaceState(null, '', '#/chat');
             }
             renderConversations();
-          } else {
+          } else if (!st.resumed) {
             touchConversation(st.conversationId, data.title);
           }
+          break;
+        case 'done':
+          st.done = true;
           break;
         default:
           break; // unknown events are ignored so the server can add more
       }
     };
-
-    try {
-      await streamChat(body, onEvent, st.controller.signal);
-      if (!st.finished && view.status === 'streaming') {
-        if (st.errorMessage) view.failed(st.errorMessage);
-        else view.failed(t('chat.streamEnded'));
-      }
-    } catch (err) {
-      if (view.status === 'streaming') {
-        if (err?.name === 'AbortError') view.cancelled(st.stopRequested ? 'user' : 'disconnect');
-        else if (err?.status === 429) view.rejected(err.message);
-        else view.failed(errorText(err));
-      }
-    } finally {
-      if (s.streaming === st) s.streaming = null;
-      if (!s.destroyed) setStreamingUI(false);
-    }
+    return onEvent;
   }
 
   function touchConversation(id, newTitle) {
@@ -593,4 +690,14 @@ function safeJSON(text) {
   } catch {
     return [];
   }
+}
+
+// sleep waits ms, or rejects with an AbortError when signal aborts.
+function sleep(ms, signal) {
+  return new Promise((resolve, reject) => {
+    if (signal.aborted) { reject(new DOMException('aborted', 'AbortError')); return; }
+    const timer = setTimeout(() => { signal.removeEventListener('abort', onAbort); resolve(); }, ms);
+    function onAbort() { clearTimeout(timer); reject(new DOMException('aborted', 'AbortError')); }
+    signal.addEventListener('abort', onAbort, { once: true });
+  });
 }
