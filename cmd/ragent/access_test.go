@@ -354,8 +354,9 @@ var noKnowledgeBaseData = []string{
 	// Usage is a user's own (TestUsageRecordedAcrossInstances), quotas admins'.
 	"GET /api/v1/usage", "GET /api/v1/admin/quotas", "PUT /api/v1/admin/quotas", "DELETE /api/v1/admin/quotas/:subject/:id",
 	// A task id is not a conversation: stop answers 404 to anyone but the
-	// task's owner and admins (TestChatStopAcrossInstances).
-	"POST /api/v1/chat/tasks/:taskId/stop",
+	// task's owner and admins (TestChatStopAcrossInstances); its events
+	// only to the owner, within an API key's limits (TestChatResumeAccess).
+	"POST /api/v1/chat/tasks/:taskId/stop", "GET /api/v1/chat/tasks/:taskId/events",
 	// Intents name knowledge bases but are admin-only configuration.
 	"GET /api/v1/admin/intents", "POST /api/v1/admin/intents", "PUT /api/v1/admin/intents/:id", "DELETE /api/v1/admin/intents/:id",
 	"GET /api/v1/admin/term-mappings", "POST /api/v1/admin/term-mappings", "PUT /api/v1/admin/term-mappings/:id", "DELETE /api/v1/admin/term-mappings/:id",

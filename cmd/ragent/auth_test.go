@@ -52,6 +52,7 @@ var routeAccess = map[string]access{
 	"DELETE /api/v1/conversations/:id":                       anyUser,
 	"POST /api/v1/chat":                                      anyUser,
 	"POST /api/v1/chat/tasks/:taskId/stop":                   anyUser,
+	"GET /api/v1/chat/tasks/:taskId/events":                  anyUser,
 	"POST /api/v1/search":                                    anyUser,
 	"POST /api/v1/knowledge-bases":                           adminOnly, // decided in the service: only admins create
 	"PATCH /api/v1/knowledge-bases/:id":                      anyUser,   // managers: see TestIsolationMatrix
