@@ -42,6 +42,16 @@ type SearchDoc struct {
 	Vector []float32
 }
 
+// SearchHit is a chunk an external search engine ranked: its id, the
+// document and generation it was indexed under, and its score. Postgres
+// fills in the rest (or drops it: see repository.Store.ChunkResults).
+type SearchHit struct {
+	ChunkID    ID
+	DocumentID ID
+	Generation int
+	Score      float64
+}
+
 // SearchState is what an external search engine should hold of one
 // document, read from Postgres in one snapshot.
 type SearchState struct {
