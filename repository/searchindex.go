@@ -22,7 +22,8 @@ type searchIndex struct {
 // DeleteDocument then queue a service.SearchIndexMessage in their
 // transaction and mark the document's copy behind (search_pending_since),
 // and ReplaceChunks leaves the document running until SearchIndexed says
-// the engine holds its chunks. nextID numbers the outbox rows; vectors
+// the engine holds its chunks (ingestion uses ReplaceIndexedChunks, which
+// writes them to the engine itself). nextID numbers the outbox rows; vectors
 // says the engine keeps the chunks' vectors (otherwise the chunks read for
 // it come without them). Call it before the store is shared.
 func (s *Store) UseSearchIndex(nextID func() (service.ID, error), vectors bool) {

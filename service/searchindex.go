@@ -3,10 +3,12 @@ package service
 import "time"
 
 // SearchIndexTopic is the MQ topic of search-index messages: with an
-// external search engine (RAGENT_SEARCH_BACKEND=opensearch) every change to
-// a document's chunks (a new generation's chunks committed, the document
-// deleted) queues one in the same transaction, and a consumer brings the
-// engine's copy of that document in line with Postgres.
+// external search engine (RAGENT_SEARCH_BACKEND=opensearch) a change to a
+// document's chunks that ingestion did not write to the engine itself (the
+// document deleted, a replacement's removed chunks, a re-embedding's
+// switch, a generation committed while the engine did not answer) queues
+// one in the same transaction, and a consumer brings the engine's copy of
+// that document in line with Postgres.
 const SearchIndexTopic = "ragent-search-index"
 
 // SearchIndexMessage names the document whose chunks changed and the

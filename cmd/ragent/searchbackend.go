@@ -23,14 +23,16 @@ import (
 const searchIndexGroup = "ragent-search-indexer"
 
 // searchIndexConcurrency is the search-index handlers running at once per
-// instance. A handler mostly waits (two Postgres reads, a bulk write it
-// shares with the others, a commit), so more of them than ingestion
-// handlers keep up with ingestion, and their writes share bulk requests.
+// instance. Ingestion writes its chunks itself (ReplaceIndexedChunks); the
+// consumer mirrors deletions, a replacement's removed chunks, a
+// re-embedding's switch (every document of a knowledge base at once) and
+// copies the reaper re-queues. A handler mostly waits (two Postgres reads,
+// a bulk write it shares with the others, a commit), so many of them clear
+// such a burst, their writes sharing bulk requests.
 const searchIndexConcurrency = 16
 
 // openSearchConns is the connections kept open to OpenSearch: one per
-// ingestion handler (which writes a replacement's chunks) and search-index
-// handler, and 12 for searches.
+// ingestion handler and search-index handler, and 12 for searches.
 const openSearchConns = max(redisstream.DefaultConcurrency, rocketmq.DefaultConcurrency) + searchIndexConcurrency + 12
 
 // newOpenSearch is the OpenSearch client of the configuration, with ragent's
