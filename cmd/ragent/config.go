@@ -16,7 +16,7 @@ import (
 
 // Config is every setting, parsed once from RAGENT_* variables and passed
 // down as values. Each field is filled from its row in settings (settings.go),
-// which the README table mirrors (TestConfigREADME).
+// which docs/configuration.md mirrors (TestConfigReference).
 type Config struct {
 	HTTPAddr string
 	// MetricsAddr serves /metrics on its own listener (an address only the
@@ -195,7 +195,7 @@ type Config struct {
 	// its message was published before the reaper publishes it again.
 	IngestPendingTimeout time.Duration
 
-	// URL imports (README "For pipelines"): networks a fetch may reach
+	// URL imports (docs/pipelines.md "For pipelines"): networks a fetch may reach
 	// besides the public internet, one fetch's time limit, and the shortest
 	// refresh interval a pipeline may ask for.
 	FetchAllowNetworks []netip.Prefix
