@@ -12,6 +12,7 @@ import (
 
 	"github.com/ragent-go/ragent/internal/redisconn"
 	"github.com/ragent-go/ragent/llm"
+	"github.com/ragent-go/ragent/service/retrieve"
 )
 
 // Config is every setting, parsed once from RAGENT_* variables and passed
@@ -279,10 +280,10 @@ func loadConfig(getenv func(string) string) (Config, error) {
 	}
 	// Unset (or negative): the provider's default.
 	if strings.TrimSpace(getenv("RAGENT_SEARCH_MIN_VECTOR_SCORE")) == "" || c.SearchMinVectorScore < 0 {
-		c.SearchMinVectorScore = defaultMinVectorScore(c)
+		c.SearchMinVectorScore = retrieve.DefaultMinVectorScore(embedderKind(c))
 	}
 	if c.SearchFusion == "" {
-		c.SearchFusion = defaultFusion(c)
+		c.SearchFusion = string(retrieve.DefaultFusion(embedderKind(c)))
 	}
 	if c.LLMFastModel == "" {
 		c.LLMFastModel = c.LLMChatModel

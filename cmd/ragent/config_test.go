@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/ragent-go/ragent/service/retrieve"
 )
 
 func envOf(kv ...string) func(string) string {
@@ -35,7 +37,7 @@ func TestConfigDefaults(t *testing.T) {
 			"EmbedDim": 512, "ChatMaxConcurrent": 10, "ChatMaxWait": 15 * time.Second,
 			"ChatLease": 30 * time.Second, "ChatPollInterval": 200 * time.Millisecond, "ChatOnRedisError": "reject",
 			"ChatMaxQueue": 1000, "ChatMaxQueuedPerUser": 3, "UploadMaxBytes": int64(50 << 20),
-			"WorkerID": -1, "Demo": true, "SearchMinVectorScore": offlineMinVectorScore,
+			"WorkerID": -1, "Demo": true, "SearchMinVectorScore": retrieve.OfflineMinVectorScore,
 			"IngestParser": "process", "IngestParseTimeout": 2 * time.Minute, "IngestParserMemory": int64(1 << 30),
 			"IngestMaxTextBytes": int64(20 << 20), "IngestMaxChunks": 20_000,
 		}[name]
