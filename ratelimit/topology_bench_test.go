@@ -35,10 +35,10 @@ func BenchmarkGrantsPerTopology(b *testing.B) {
 		}
 		prefix := testenv.Prefix(b)
 		cleanupKeys(b, client(), prefix)
-		cfg := Config{MaxConcurrent: 50, MaxWait: 30 * time.Second, Lease: 10 * time.Second, NoPubSub: true}
+		cfg := Config{MaxConcurrent: 50, MaxWait: 30 * time.Second, Lease: 10 * time.Second}
 		ls := []*Limiter{startLimiter(b, client(), prefix, "chat", cfg), startLimiter(b, client(), prefix, "chat", cfg)}
 		// Latency: one acquirer, nothing else in flight.
-		const samples = 2000
+		const samples = 1000
 		lat := make([]time.Duration, 0, samples)
 		for i := range samples {
 			start := time.Now()
@@ -50,7 +50,7 @@ func BenchmarkGrantsPerTopology(b *testing.B) {
 			p.Release()
 		}
 		// Throughput: 100 acquirers on two instances.
-		const workers, grants = 100, 5000
+		const workers, grants = 100, 3000
 		var next atomic.Int64
 		var wg sync.WaitGroup
 		start := time.Now()
@@ -127,4 +127,3 @@ func withoutFence() (restore func()) {
 		enqueueScript, claimScript, renewScript, tryScript = saved[0], saved[1], saved[2], saved[3]
 	}
 }
-
