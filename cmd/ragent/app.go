@@ -162,6 +162,13 @@ func newApp(ctx context.Context, cfg Config, log *slog.Logger) (_ *App, err erro
 		return nil, fmt.Errorf("migrate and bootstrap: %w", err)
 	}
 	a.runners = append(a.runners, authSvc.Run) // forgets revocations of expired tokens
+	sso, err := newSSO(cfg, authSvc, a.store)
+	if err != nil {
+		return nil, fmt.Errorf("single sign-on: %w", err)
+	}
+	if sso != nil {
+		a.runners = append(a.runners, sso.Run) // forgets expired logins in flight and provider sessions
+	}
 
 	// Usage: every model call's tokens, buffered and written in batches
 	// (and on shutdown: the closer runs before Postgres closes); quotas
@@ -408,6 +415,9 @@ func newApp(ctx context.Context, cfg Config, log *slog.Logger) (_ *App, err erro
 	a.router = api.NewRouter(api.Deps{
 		Log:               log,
 		Auth:              authSvc,
+		SSO:               sso,
+		SSOName:           cfg.OIDCDisplayName,
+		PasswordLoginOff:  !cfg.PasswordLogin,
 		APIKeys:           apiKeys,
 		KeyRate:           keyRate,
 		SessionRate:       sessionRate,
