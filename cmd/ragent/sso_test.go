@@ -355,7 +355,8 @@ func TestSSOCallbackRefusals(t *testing.T) {
 	status, loc, session, _ = callback(t, in.url+"/api/v1/auth/oidc/callback?error=access_denied&state="+url.QueryEscape(fourth.state.Value), fourth.state)
 	ssoRefused(t, "provider error", status, loc, session)
 
-	// Every refusal is in the audit log.
+	// The refusals are in the audit log (repeats of one failure within
+	// RAGENT_AUDIT_COALESCE_WINDOW are one row).
 	admin := in.adminClient(t)
 	var audit struct {
 		Items []struct{ Action, Result string }
@@ -365,8 +366,8 @@ func TestSSOCallbackRefusals(t *testing.T) {
 	for _, e := range audit.Items {
 		results[e.Result]++
 	}
-	if results["success"] != 1 || results["denied"]+results["invalid"] < 6 {
-		t.Errorf("sso_login audit results %v, want 1 success and at least 6 refusals", results)
+	if results["success"] != 1 || results["denied"] < 1 || results["invalid"] < 1 {
+		t.Errorf("sso_login audit results %v, want 1 success, denied and invalid refusals", results)
 	}
 }
 
