@@ -280,6 +280,9 @@ func loadConfig(getenv func(string) string) (Config, error) {
 	if c.MetricsAddr == "off" {
 		c.MetricsAddr = ""
 	}
+	if c.OIDCGroupsClaim == "none" {
+		c.OIDCGroupsClaim = "" // no group mapping
+	}
 	c.Tracing = (getenv("OTEL_EXPORTER_OTLP_ENDPOINT") != "" || getenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") != "") &&
 		!strings.EqualFold(getenv("OTEL_SDK_DISABLED"), "true") && getenv("OTEL_TRACES_EXPORTER") != "none"
 	if c.EmbedQueryBaseURL != "" && !slices.Contains([]string{"openai", "ollama", "mistral"}, c.EmbedProvider) {
