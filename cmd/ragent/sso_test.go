@@ -535,7 +535,7 @@ func TestSSOBrowser(t *testing.T) {
 		}
 		// Signing in again asks for the password: no provider session is left.
 		tab.click(t, `[data-testid=login-sso]`)
-		tab.visible(t, `#kc-form-login`)
+		tab.waitFor(t, "keycloak login form", 60*time.Second, `#kc-form-login`)
 	})
 
 	bob := uniqueName("bob")
@@ -574,7 +574,7 @@ func TestSSOBrowser(t *testing.T) {
 		// And a new login is refused by Keycloak itself.
 		one.open(t, "/")
 		one.click(t, `[data-testid=login-sso]`)
-		one.visible(t, `#kc-form-login`)
+		one.waitFor(t, "keycloak login form", 60*time.Second, `#kc-form-login`)
 	})
 }
 
