@@ -47,7 +47,7 @@ func (f PingFunc) Ping(ctx context.Context) error { return f(ctx) }
 type Deps struct {
 	Log  *slog.Logger
 	Auth *auth.Service
-	// SSO is single sign-on (README "Single sign-on"); nil: off.
+	// SSO is single sign-on (docs/sso.md); nil: off.
 	SSO *auth.SSO
 	// SSOName is the provider's name on the login page's button.
 	SSOName string
@@ -242,7 +242,7 @@ func NewRouter(deps Deps) *Router {
 		upload = append([]gin.HandlerFunc{uploadGate(deps.UploadSemaphore, deps.UploadMaxWait)}, upload...)
 	}
 	user.POST("/knowledge-bases/:id/documents", append([]gin.HandlerFunc{s.checkUpload}, upload...)...)
-	// Pipelines (README "For pipelines"): lookup and status polling are
+	// Pipelines (docs/pipelines.md "For pipelines"): lookup and status polling are
 	// the listing's filters; the import is fetched by a worker.
 	user.DELETE("/knowledge-bases/:id/documents", s.deleteDocumentByExternalID)
 	user.POST(`/knowledge-bases/:id/documents\:import`, s.idempotentAfter(s.kbRole(service.KBEditor)), withIDBody(s, http.StatusAccepted, s.importDocument))

@@ -1,7 +1,7 @@
 // Package oidc is the OpenID Connect relying party: discovery, the
 // authorization code flow with PKCE (S256), ID token verification and the
 // refresh the re-check makes, on github.com/coreos/go-oidc/v3 and
-// golang.org/x/oauth2 (README "Single sign-on").
+// golang.org/x/oauth2 (docs/sso.md).
 //
 // Discovery is lazy: the first login (or re-check) asks the issuer, and a
 // failed discovery is tried again at the next one, so ragent starts while

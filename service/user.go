@@ -22,7 +22,7 @@ type User struct {
 	Disabled     bool   `json:"disabled"`
 	TokenVersion int64  `json:"-"` // bumped to end every session issued before
 	// OIDCIssuer and OIDCSubject name the user at the identity provider
-	// that created them (README "Single sign-on"); empty for local users.
+	// that created them (docs/sso.md); empty for local users.
 	OIDCIssuer  string `json:"-"`
 	OIDCSubject string `json:"-"`
 	// SSO is true for a user the identity provider manages: no password,

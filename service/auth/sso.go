@@ -56,7 +56,7 @@ type SSOConfig struct {
 }
 
 // SSO is single sign-on through one OpenID Connect provider
-// (README "Single sign-on"). Users are created at their first login and
+// (docs/sso.md). Users are created at their first login and
 // matched by the provider's issuer and subject; their memberships in
 // provider-managed groups follow the groups claim at every login and
 // re-check. Every request of an SSO session past the re-check interval
