@@ -454,7 +454,7 @@ func (c Config) validate() []error {
 		bad("RAGENT_SEARCH_MIN_VECTOR_SCORE must be a cosine similarity, at most 1")
 	}
 	if c.ChatLease < 3*time.Second {
-		bad("RAGENT_CHAT_LEASE must be at least 3s (it is renewed every lease/3)")
+		bad("RAGENT_CHAT_LEASE must be at least 3s (it is renewed every min(lease/3, 2s))")
 	}
 	if c.UploadMaxBytes < 1 {
 		bad("RAGENT_UPLOAD_MAX_BYTES must be positive")
