@@ -21,6 +21,9 @@ type documentRow struct {
 	Error      string
 	ChunkCount int
 	Generation int
+	// Kind and CuratedChunks: migration 0019 (chunk curation).
+	Kind          string
+	CuratedChunks int
 	Attempts   int
 	StartedAt  *time.Time
 	CreatedBy  *int64
@@ -37,6 +40,10 @@ func (r documentRow) doc() *service.Document {
 		SHA256: deref(r.Sha256), Status: service.DocumentStatus(r.Status), Error: r.Error, ChunkCount: r.ChunkCount,
 		Generation: r.Generation, Attempts: r.Attempts, ExternalID: deref(r.ExternalID),
 		CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt,
+		Kind: service.DocumentKind(r.Kind), CuratedChunks: r.CuratedChunks,
+	}
+	if d.Kind == "" {
+		d.Kind = service.DocumentFile
 	}
 	if r.CreatedBy != nil {
 		d.CreatedBy = service.ID(*r.CreatedBy)

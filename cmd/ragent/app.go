@@ -247,6 +247,7 @@ func newApp(ctx context.Context, cfg Config, log *slog.Logger) (_ *App, err erro
 		WebhookDeliveryRetention: cfg.WebhookDeliveryRetention,
 	})
 	ingestSvc.EnableWebhooks(a.store, signing)
+	ingestSvc.EnableCuration(a.store)
 	indexMetrics := newIndexMetrics(a.registry)
 	if osc != nil {
 		ingestSvc.EnableSearchIndex(a.store, measuredIndex{osc, indexMetrics})
@@ -359,7 +360,7 @@ func newApp(ctx context.Context, cfg Config, log *slog.Logger) (_ *App, err erro
 	chatSvc := chat.New(chat.Deps{
 		Store: a.store, Limiter: limiter, Rate: rate, Tasks: tasks, Journal: journal, Retriever: searcher, Access: access,
 		Intents: intentCache, Terms: termCache,
-		Model: answerModel, FastModel: fastModel, IDs: ids,
+		Model: answerModel, FastModel: fastModel, IDs: ids, Feedback: a.store,
 	}, chat.Config{
 		Tracer:               tracer("service/chat"),
 		RefuseWithoutSources: cfg.ChatEmptyRetrieval == "refuse",
