@@ -212,5 +212,5 @@ func (s *Store) ChunkIn(ctx context.Context, id service.ID, kbIDs []service.ID) 
 	r := rows[0]
 	return &service.Chunk{ID: service.ID(r.ID), DocumentID: service.ID(r.DocumentID), KnowledgeBaseID: service.ID(r.KbID),
 		Generation: r.Generation, Ordinal: r.Ordinal, Content: r.Content, Section: r.Section, TokenCount: r.TokenCount,
-			Enabled: r.Enabled, Manual: r.Manual, Revision: r.Revision}, nil
+		Enabled: r.Enabled, Manual: r.Manual, Revision: r.Revision}, nil
 }

@@ -24,12 +24,12 @@ type documentRow struct {
 	// Kind and CuratedChunks: migration 0019 (chunk curation).
 	Kind          string
 	CuratedChunks int
-	Attempts   int
-	StartedAt  *time.Time
-	CreatedBy  *int64
-	CreatedAt  time.Time
-	UpdatedAt  time.Time
-	DeletedAt  gorm.DeletedAt
+	Attempts      int
+	StartedAt     *time.Time
+	CreatedBy     *int64
+	CreatedAt     time.Time
+	UpdatedAt     time.Time
+	DeletedAt     gorm.DeletedAt
 }
 
 func (documentRow) TableName() string { return "documents" }
