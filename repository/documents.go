@@ -22,7 +22,7 @@ type documentRow struct {
 	ChunkCount int
 	Generation int
 	// Kind and CuratedChunks: migration 0019 (chunk curation).
-	Kind          string
+	Kind          string `gorm:"default:file"`
 	CuratedChunks int
 	Attempts      int
 	StartedAt     *time.Time
