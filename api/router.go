@@ -254,6 +254,14 @@ func NewRouter(deps Deps) *Router {
 	user.DELETE("/documents/:id", deleteByID(deps.Ingest.Delete))
 	user.POST("/documents/:id/reindex", byID(http.StatusAccepted, deps.Ingest.Reindex))
 	user.GET("/documents/:id/chunks", s.documentChunks)
+	// Chunk curation (README "Curating chunks"): editors of the chunk's
+	// knowledge base, checked by the ingest use case.
+	user.POST("/documents/:id/chunks", s.submitLock, withIDBody(s, http.StatusCreated, deps.Ingest.AddChunk))
+	user.POST("/knowledge-bases/:id/chunks", s.submitLock, withIDBody(s, http.StatusCreated, deps.Ingest.AddManualChunk))
+	user.PATCH("/chunks/:id", s.submitLock, withIDBody(s, http.StatusOK, deps.Ingest.UpdateChunk))
+	user.DELETE("/chunks/:id", deleteByID(deps.Ingest.DeleteChunk))
+	user.GET("/chunks/:id/revisions", all(deps.Ingest.ChunkRevisions))
+	user.POST("/chunks/:id/revisions/:revision/restore", s.submitLock, s.restoreChunk)
 	// Quotas are checked first: a refused request writes nothing.
 	gate := func(h ...gin.HandlerFunc) []gin.HandlerFunc {
 		if deps.Quotas == nil {
@@ -272,6 +280,9 @@ func NewRouter(deps Deps) *Router {
 	user.GET("/conversations/:id/messages", s.conversationMessages)
 	user.PATCH("/conversations/:id", withIDBody(s, http.StatusOK, s.renameConversation))
 	user.DELETE("/conversations/:id", deleteByID(deps.Chat.Delete))
+	// Answer feedback (README "Answer feedback"): whoever sees the
+	// answer's conversation rates it; admins read, judge and export.
+	user.POST("/messages/:id/feedback", s.submitLock, s.rateMessage)
 
 	adm := user.Group("", s.requireAdmin)
 	adm.GET("/users", page(deps.Auth.ListUsers, userCursor))
@@ -304,6 +315,9 @@ func NewRouter(deps Deps) *Router {
 	adm.DELETE("/admin/term-mappings/:id", deleteByID(anyCallerDelete(deps.Terms.Delete)))
 
 	adm.GET("/admin/audit", s.listAudit)
+	adm.GET("/admin/feedback", s.listFeedback)
+	adm.GET("/admin/feedback/export", s.exportFeedback)
+	adm.PUT("/admin/feedback/:id/chunks", s.idempotent, withIDBody(s, http.StatusOK, deps.Chat.Judge))
 
 	// The OpenAI-compatible API (openai.go) for API keys with the chat scope
 	// and sessions; the CSRF guard applies to cookie sessions as on /api/v1.

@@ -43,7 +43,7 @@ func (s *Store) ReplaceChunks(ctx context.Context, docID service.ID, generation 
 		if tx.search != nil {
 			// The document stays running until the search engine holds
 			// the new chunks (SearchIndexed).
-			return tx.searchChanged(row.ID, generation, removed, `chunk_count = ?, error = '', reembedded_space = ?`, len(chunks), reembedded)
+			return tx.searchChanged(row.ID, generation, removed, `chunk_count = ?, curated_chunks = 0, error = '', reembedded_space = ?`, len(chunks), reembedded)
 		}
 		return tx.chunksReady(row.ID, len(chunks), reembedded)
 	})
@@ -86,7 +86,7 @@ func (s *Store) ReplaceIndexedChunks(ctx context.Context, docID service.ID, gene
 			}
 			tx.log.WarnContext(ctx, "the search engine did not take a document's chunks; it stays running until the search-index consumer writes them",
 				"document", docID, "generation", generation, "err", err)
-			return tx.searchChanged(row.ID, generation, nil, `chunk_count = ?, error = '', reembedded_space = ?`, len(chunks), reembedded)
+			return tx.searchChanged(row.ID, generation, nil, `chunk_count = ?, curated_chunks = 0, error = '', reembedded_space = ?`, len(chunks), reembedded)
 		}
 		if len(removed) > 0 && tx.search != nil {
 			if err := tx.enqueueSearch(row.ID, generation, removed, true); err != nil {
@@ -153,7 +153,7 @@ func (s *Store) swapChunks(docID service.ID, generation int, space string, chunk
 // chunksReady marks a document ready with its new chunks, with its webhook
 // events.
 func (s *Store) chunksReady(docID int64, n int, reembedded string) error {
-	if err := s.db.Exec(`UPDATE documents SET status = 'ready', error = '', chunk_count = ?,
+	if err := s.db.Exec(`UPDATE documents SET status = 'ready', error = '', chunk_count = ?, curated_chunks = 0,
 		reembedded_space = ?, updated_at = now() WHERE id = ?`, n, reembedded, docID).Error; err != nil {
 		return translate(err)
 	}
@@ -259,8 +259,10 @@ func (s *Store) DocumentChunks(ctx context.Context, docID service.ID, afterOrdin
 		Generation, Ordinal  int
 		Content, Section     string
 		TokenCount           int
+		Enabled, Manual      bool
+		Revision             int
 	}
-	if err := s.conn(ctx).Raw(`SELECT id, document_id, kb_id, generation, ordinal, content, section, token_count
+	if err := s.conn(ctx).Raw(`SELECT id, document_id, kb_id, generation, ordinal, content, section, token_count, enabled, manual, revision
 		FROM chunks WHERE document_id = ? AND ordinal > ? ORDER BY ordinal LIMIT ?`,
 		int64(docID), afterOrdinal, limit).Scan(&rows).Error; err != nil {
 		return nil, translate(err)
@@ -268,7 +270,8 @@ func (s *Store) DocumentChunks(ctx context.Context, docID service.ID, afterOrdin
 	out := make([]service.Chunk, len(rows))
 	for i, r := range rows {
 		out[i] = service.Chunk{ID: service.ID(r.ID), DocumentID: service.ID(r.DocumentID), KnowledgeBaseID: service.ID(r.KbID),
-			Generation: r.Generation, Ordinal: r.Ordinal, Content: r.Content, Section: r.Section, TokenCount: r.TokenCount}
+			Generation: r.Generation, Ordinal: r.Ordinal, Content: r.Content, Section: r.Section, TokenCount: r.TokenCount,
+			Enabled: r.Enabled, Manual: r.Manual, Revision: r.Revision}
 	}
 	return out, nil
 }
@@ -282,8 +285,10 @@ func (s *Store) ChunkIn(ctx context.Context, id service.ID, kbIDs []service.ID) 
 		Generation, Ordinal  int
 		Content, Section     string
 		TokenCount           int
+		Enabled, Manual      bool
+		Revision             int
 	}
-	if err := s.conn(ctx).Raw(`SELECT id, document_id, kb_id, generation, ordinal, content, section, token_count
+	if err := s.conn(ctx).Raw(`SELECT id, document_id, kb_id, generation, ordinal, content, section, token_count, enabled, manual, revision
 		FROM chunks WHERE id = ? AND kb_id = ANY(?)`, int64(id), idArray(kbIDs)).Scan(&rows).Error; err != nil {
 		return nil, translate(err)
 	}
@@ -292,5 +297,6 @@ func (s *Store) ChunkIn(ctx context.Context, id service.ID, kbIDs []service.ID) 
 	}
 	r := rows[0]
 	return &service.Chunk{ID: service.ID(r.ID), DocumentID: service.ID(r.DocumentID), KnowledgeBaseID: service.ID(r.KbID),
-		Generation: r.Generation, Ordinal: r.Ordinal, Content: r.Content, Section: r.Section, TokenCount: r.TokenCount}, nil
+		Generation: r.Generation, Ordinal: r.Ordinal, Content: r.Content, Section: r.Section, TokenCount: r.TokenCount,
+		Enabled: r.Enabled, Manual: r.Manual, Revision: r.Revision}, nil
 }

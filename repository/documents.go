@@ -21,12 +21,15 @@ type documentRow struct {
 	Error      string
 	ChunkCount int
 	Generation int
-	Attempts   int
-	StartedAt  *time.Time
-	CreatedBy  *int64
-	CreatedAt  time.Time
-	UpdatedAt  time.Time
-	DeletedAt  gorm.DeletedAt
+	// Kind and CuratedChunks: migration 0019 (chunk curation).
+	Kind          string `gorm:"default:file"`
+	CuratedChunks int
+	Attempts      int
+	StartedAt     *time.Time
+	CreatedBy     *int64
+	CreatedAt     time.Time
+	UpdatedAt     time.Time
+	DeletedAt     gorm.DeletedAt
 }
 
 func (documentRow) TableName() string { return "documents" }
@@ -37,6 +40,10 @@ func (r documentRow) doc() *service.Document {
 		SHA256: deref(r.Sha256), Status: service.DocumentStatus(r.Status), Error: r.Error, ChunkCount: r.ChunkCount,
 		Generation: r.Generation, Attempts: r.Attempts, ExternalID: deref(r.ExternalID),
 		CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt,
+		Kind: service.DocumentKind(r.Kind), CuratedChunks: r.CuratedChunks,
+	}
+	if d.Kind == "" {
+		d.Kind = service.DocumentFile
 	}
 	if r.CreatedBy != nil {
 		d.CreatedBy = service.ID(*r.CreatedBy)

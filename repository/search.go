@@ -43,7 +43,7 @@ func (s *Store) VectorSearch(ctx context.Context, q service.VectorQuery) ([]serv
 	// match the partial index's exactly for the planner to use it.
 	sql := `SELECT c.id AS chunk_id, c.document_id, d.name AS document_name, c.kb_id, c.content, c.section, 1 - v.distance AS score
 		FROM (SELECT id, embedding::halfvec(` + dim + `) <=> ?::halfvec(` + dim + `) AS distance FROM chunks
-		      WHERE embedding_dim = ` + dim + ` AND kb_id = ANY(?) AND embedding_space = ?
+		      WHERE embedding_dim = ` + dim + ` AND kb_id = ANY(?) AND embedding_space = ? AND enabled
 		      ORDER BY embedding::halfvec(` + dim + `) <=> ?::halfvec(` + dim + `) LIMIT ?) v
 		JOIN chunks c ON c.id = v.id JOIN documents d ON d.id = c.document_id`
 	vec := pgvector.NewHalfVector(q.Vector)

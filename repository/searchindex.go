@@ -132,7 +132,7 @@ func (s *Store) SearchChunkIDs(ctx context.Context, docID service.ID) ([]service
 	if err := s.conn(ctx).Raw(`SELECT c.id FROM chunks c
 		JOIN knowledge_bases kb ON kb.id = c.kb_id AND kb.deleted_at IS NULL
 		JOIN documents d ON d.id = c.document_id AND d.deleted_at IS NULL
-		WHERE c.document_id = ? ORDER BY c.id`, int64(docID)).Scan(&ids).Error; err != nil {
+		WHERE c.document_id = ? AND c.enabled ORDER BY c.id`, int64(docID)).Scan(&ids).Error; err != nil {
 		return nil, translate(err)
 	}
 	out := make([]service.ID, len(ids))
@@ -160,7 +160,7 @@ func (s *Store) searchChunks(where, limit string, args ...any) ([]service.Chunk,
 	}
 	if err := s.db.Raw(`SELECT c.id, c.document_id, c.kb_id, c.generation, c.content, c.section, c.embedding_space, `+embedding+` FROM chunks c
 		JOIN knowledge_bases kb ON kb.id = c.kb_id AND kb.deleted_at IS NULL
-		WHERE `+where+` ORDER BY c.id `+limit, args...).Scan(&rows).Error; err != nil {
+		WHERE c.enabled AND `+where+` ORDER BY c.id `+limit, args...).Scan(&rows).Error; err != nil {
 		return nil, translate(err)
 	}
 	out := make([]service.Chunk, len(rows))
@@ -279,7 +279,7 @@ func (s *Store) ChunkResults(ctx context.Context, hits []service.SearchHit) (_ [
 	}
 	db := s.conn(ctx)
 	if err := db.Raw(`SELECT c.id, c.document_id, d.name, c.kb_id, c.content, c.section
-		FROM chunks c JOIN documents d ON d.id = c.document_id WHERE c.id = ANY(?)`, ids).Scan(&rows).Error; err != nil {
+		FROM chunks c JOIN documents d ON d.id = c.document_id WHERE c.id = ANY(?) AND c.enabled`, ids).Scan(&rows).Error; err != nil {
 		return nil, false, translate(err)
 	}
 	byID := make(map[int64]int, len(rows))
@@ -324,7 +324,7 @@ func (s *Store) ExistingChunks(ctx context.Context, ids []service.ID) (map[servi
 		arr[i] = int64(id)
 	}
 	var found []int64
-	if err := s.conn(ctx).Raw("SELECT id FROM chunks WHERE id = ANY(?)", arr).Scan(&found).Error; err != nil {
+	if err := s.conn(ctx).Raw("SELECT id FROM chunks WHERE id = ANY(?) AND enabled", arr).Scan(&found).Error; err != nil {
 		return nil, translate(err)
 	}
 	out := make(map[service.ID]bool, len(found))

@@ -91,6 +91,10 @@ const (
 	AuditWebhookDelete     = "webhook.delete"
 	AuditQuotaPut          = "quota.put"
 	AuditQuotaDelete       = "quota.delete"
+	AuditChunkCreate       = "chunk.create"
+	AuditChunkUpdate       = "chunk.update"
+	AuditChunkDelete       = "chunk.delete"
+	AuditChunkRestore      = "chunk.restore"
 )
 
 // The audited target types.
@@ -104,6 +108,7 @@ const (
 	TargetAPIKey        = "api_key"
 	TargetWebhook       = "webhook"
 	TargetQuota         = "quota"
+	TargetChunk         = "chunk"
 )
 
 // AuditEvent is one row of the append-only audit log. The actor is a user,

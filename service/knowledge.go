@@ -60,6 +60,12 @@ type Document struct {
 	// ExternalID is the pipeline's own name for the document (unique among
 	// a knowledge base's live documents); uploading it again replaces it.
 	ExternalID string `json:"externalId,omitempty"`
+	// Kind is DocumentFile, or DocumentManual for a knowledge base's own
+	// document of chunks added by hand (curation.go).
+	Kind DocumentKind `json:"kind"`
+	// CuratedChunks counts the current generation's chunks changed by hand:
+	// what a reindex of the file discards.
+	CuratedChunks int `json:"curatedChunks"`
 	// Source is where an imported document is fetched from.
 	Source *DocumentSource `json:"source,omitempty"`
 	// CreatedBy is the uploader, whom ingesting the document is spent for
@@ -75,15 +81,21 @@ const SectionSeparator = " > "
 
 // Chunk is a retrievable piece of a document.
 type Chunk struct {
-	ID              ID        `json:"id"`
-	DocumentID      ID        `json:"documentId"`
-	KnowledgeBaseID ID        `json:"knowledgeBaseId"`
-	Generation      int       `json:"generation"`
-	Ordinal         int       `json:"ordinal"`
-	Content         string    `json:"content"`
-	Section         string    `json:"section"` // heading path, joined by SectionSeparator
-	TokenCount      int       `json:"tokenCount"`
-	Embedding       []float32 `json:"-"`
+	ID              ID     `json:"id"`
+	DocumentID      ID     `json:"documentId"`
+	KnowledgeBaseID ID     `json:"knowledgeBaseId"`
+	Generation      int    `json:"generation"`
+	Ordinal         int    `json:"ordinal"`
+	Content         string `json:"content"`
+	Section         string `json:"section"` // heading path, joined by SectionSeparator
+	TokenCount      int    `json:"tokenCount"`
+	// Enabled is false for a chunk an editor disabled: stored, never
+	// retrieved. Manual says it was added by hand, not parsed from the
+	// file; Revision counts its changes (0 as parsed). See curation.go.
+	Enabled   bool      `json:"enabled"`
+	Manual    bool      `json:"manual"`
+	Revision  int       `json:"revision"`
+	Embedding []float32 `json:"-"`
 	// EmbeddingSpace is the key of Embedding's space, where a reader needs
 	// it (an external search engine's copy); empty otherwise.
 	EmbeddingSpace string `json:"-"`

@@ -128,6 +128,39 @@ func (f *accessFixture) viewerConversation(t *testing.T) string {
 	return events[0].json(t)["conversationId"].(string)
 }
 
+// firstChunk is the id of the fixture document's first chunk.
+func (f *accessFixture) firstChunk(t *testing.T) string {
+	t.Helper()
+	return f.admin.forTest(t).curatedChunks(f.doc)[0].ID
+}
+
+// freshChunk adds a chunk to the fixture document as the admin.
+func (f *accessFixture) freshChunk(t *testing.T) string {
+	t.Helper()
+	f.n++
+	r := f.admin.forTest(t).do("POST", "/api/v1/documents/"+f.doc+"/chunks", map[string]any{"content": fmt.Sprintf("fresh note %d", f.n)})
+	if r.Status != http.StatusCreated {
+		t.Fatalf("add chunk: %d %s", r.Status, r.Body)
+	}
+	var c struct{ ID string }
+	r.json(t, &c)
+	return c.ID
+}
+
+// answerID is the id of the answer in the viewer's conversation.
+func (f *accessFixture) answerID(t *testing.T) string {
+	t.Helper()
+	var msgs struct{ Messages []struct{ ID, Role string } }
+	f.admin.forTest(t).do("GET", "/api/v1/conversations/"+f.conv+"/messages", nil).json(t, &msgs)
+	for _, m := range msgs.Messages {
+		if m.Role == "assistant" {
+			return m.ID
+		}
+	}
+	t.Fatal("the viewer's conversation has no answer")
+	return ""
+}
+
 // freshDoc uploads a new document into the shared knowledge base.
 func (f *accessFixture) freshDoc(t *testing.T) string {
 	t.Helper()
@@ -247,6 +280,45 @@ var isolationMatrix = map[string]isolationRow{
 	"GET /api/v1/documents/:id/chunks": {[6]int{hidden, fine, fine, fine, fine, fine}, func(t *testing.T, f *accessFixture, _ string, c *client) int {
 		return c.do("GET", "/api/v1/documents/"+f.doc+"/chunks", nil).Status
 	}},
+	// Chunk curation: editors and above (a group's editors too); viewers
+	// read the chunks but may not change them.
+	"PATCH /api/v1/chunks/:id": {[6]int{hidden, denied, fine, fine, fine, fine}, func(t *testing.T, f *accessFixture, who string, c *client) int {
+		return c.do("PATCH", "/api/v1/chunks/"+f.firstChunk(t), map[string]any{"content": "The zebrafish policy grants fifteen days of leave (checked by " + who + ")."}).Status
+	}},
+	"POST /api/v1/documents/:id/chunks": {[6]int{hidden, denied, created, created, created, created}, func(t *testing.T, f *accessFixture, who string, c *client) int {
+		return c.do("POST", "/api/v1/documents/"+f.doc+"/chunks", map[string]any{"content": "A note added by " + who}).Status
+	}},
+	"POST /api/v1/knowledge-bases/:id/chunks": {[6]int{hidden, denied, created, created, created, created}, func(t *testing.T, f *accessFixture, who string, c *client) int {
+		return c.do("POST", "/api/v1/knowledge-bases/"+f.kb+"/chunks", map[string]any{"question": "Who wrote this?", "answer": who}).Status
+	}},
+	"DELETE /api/v1/chunks/:id": {[6]int{hidden, denied, gone, gone, gone, gone}, func(t *testing.T, f *accessFixture, _ string, c *client) int {
+		return c.do("DELETE", "/api/v1/chunks/"+f.freshChunk(t), nil).Status
+	}},
+	"GET /api/v1/chunks/:id/revisions": {[6]int{hidden, denied, fine, fine, fine, fine}, func(t *testing.T, f *accessFixture, _ string, c *client) int {
+		return c.do("GET", "/api/v1/chunks/"+f.freshChunk(t)+"/revisions", nil).Status
+	}},
+	"POST /api/v1/chunks/:id/revisions/:revision/restore": {[6]int{hidden, denied, fine, fine, fine, fine}, func(t *testing.T, f *accessFixture, _ string, c *client) int {
+		return c.do("POST", "/api/v1/chunks/"+f.freshChunk(t)+"/revisions/1/restore", nil).Status
+	}},
+	// Feedback: whoever sees the conversation (its owner, admins); the
+	// feedback pages are admins'.
+	"POST /api/v1/messages/:id/feedback": {[6]int{hidden, fine, hidden, hidden, hidden, fine}, func(t *testing.T, f *accessFixture, _ string, c *client) int {
+		return c.do("POST", "/api/v1/messages/"+f.answerID(t)+"/feedback", map[string]any{"rating": "down"}).Status
+	}},
+	"GET /api/v1/admin/feedback": {[6]int{denied, denied, denied, denied, denied, fine}, func(t *testing.T, f *accessFixture, _ string, c *client) int {
+		return c.do("GET", "/api/v1/admin/feedback?knowledgeBaseId="+f.kb, nil).Status
+	}},
+	// Nothing is judged in the other knowledge base: the admin's export
+	// finds nothing there.
+	"GET /api/v1/admin/feedback/export": {[6]int{denied, denied, denied, denied, denied, hidden}, func(t *testing.T, f *accessFixture, _ string, c *client) int {
+		return c.do("GET", "/api/v1/admin/feedback/export?knowledgeBaseId="+f.otherKB, nil).Status
+	}},
+	"PUT /api/v1/admin/feedback/:id/chunks": {[6]int{denied, denied, denied, denied, denied, fine}, func(t *testing.T, f *accessFixture, _ string, c *client) int {
+		r := f.admin.forTest(t).do("POST", "/api/v1/messages/"+f.answerID(t)+"/feedback", map[string]any{"rating": "down"})
+		var fb struct{ ID string }
+		r.json(t, &fb)
+		return c.do("PUT", "/api/v1/admin/feedback/"+fb.ID+"/chunks", map[string]any{"chunkIds": []string{f.firstChunk(t)}}).Status
+	}},
 	"POST /api/v1/search": {[6]int{hidden, fine, fine, fine, fine, fine}, func(t *testing.T, f *accessFixture, _ string, c *client) int {
 		r := c.do("POST", "/api/v1/search", map[string]any{"query": "zebrafish leave", "knowledgeBaseIds": []string{f.kb}})
 		if r.Status == http.StatusOK && !strings.Contains(string(r.Body), f.doc) {
@@ -323,6 +395,16 @@ var keyMatrix = map[string][3]int{
 	"DELETE /api/v1/documents/:id":                           {gone, denied, hidden},
 	"POST /api/v1/documents/:id/reindex":                     {accepted, denied, hidden},
 	"GET /api/v1/documents/:id/chunks":                       {fine, denied, hidden},
+	"PATCH /api/v1/chunks/:id":                               {fine, denied, hidden},
+	"POST /api/v1/documents/:id/chunks":                      {created, denied, hidden},
+	"POST /api/v1/knowledge-bases/:id/chunks":                {created, denied, hidden},
+	"DELETE /api/v1/chunks/:id":                              {gone, denied, hidden},
+	"GET /api/v1/chunks/:id/revisions":                       {fine, denied, hidden},
+	"POST /api/v1/chunks/:id/revisions/:revision/restore":    {fine, denied, hidden},
+	"POST /api/v1/messages/:id/feedback":                     {hidden, denied, hidden}, // the viewer's answer
+	"GET /api/v1/admin/feedback":                             {denied, denied, denied},
+	"GET /api/v1/admin/feedback/export":                      {denied, denied, denied},
+	"PUT /api/v1/admin/feedback/:id/chunks":                  {denied, denied, denied},
 	"POST /api/v1/search":                                    {fine, denied, hidden},
 	"POST /api/v1/chat":                                      {fine, denied, hidden},
 	"GET /api/v1/conversations":                              {hidden, denied, hidden}, // the viewer's conversation

@@ -266,6 +266,7 @@ func (a *App) buildIngestion(ctx context.Context, w *parts) error {
 		WebhookDeliveryRetention: cfg.WebhookDeliveryRetention,
 	})
 	ingestSvc.EnableWebhooks(a.store, w.signing)
+	ingestSvc.EnableCuration(a.store)
 	indexMetrics := newIndexMetrics(a.registry)
 	if w.osc != nil {
 		ingestSvc.EnableSearchIndex(a.store, measuredIndex{w.osc, indexMetrics})
@@ -379,7 +380,7 @@ func (a *App) buildChat(ctx context.Context, w *parts) error {
 	w.chatSvc = chat.New(chat.Deps{
 		Store: a.store, Limiter: limiter, Rate: rate, Tasks: tasks, Journal: journal, Retriever: a.searcher, Access: w.access,
 		Intents: w.intentCache, Terms: w.termCache,
-		Model: answerModel, FastModel: fastModel, IDs: w.ids,
+		Model: answerModel, FastModel: fastModel, IDs: w.ids, Feedback: a.store,
 	}, chat.Config{
 		Tracer:               w.tracer("service/chat"),
 		RefuseWithoutSources: cfg.ChatEmptyRetrieval == "refuse",

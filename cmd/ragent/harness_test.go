@@ -290,6 +290,9 @@ type docJSON struct {
 	Error      string `json:"error"`
 	ChunkCount int    `json:"chunkCount"`
 	Generation int    `json:"generation"`
+	// CuratedChunks: chunks changed by hand (curation_test.go).
+	CuratedChunks int    `json:"curatedChunks"`
+	Kind          string `json:"kind"`
 }
 
 // upload posts one file as multipart `file` and returns the response,

@@ -41,6 +41,8 @@ commands:
   migrate                            apply database migrations and exit
   eval     --dataset DIR [--mode all|hybrid|keyword|vector] [--limit-queries N] [--keep]
                                      ingest a BEIR folder through the pipeline, print nDCG@10 and recall@10
+  eval export-feedback --out DIR [--knowledge-base ID] [--since T] [--until T]
+                                     write downvoted answers' questions and the chunks marked right as a BEIR folder
   scalebench gen|run [flags]         synthetic corpora and the retrieval-at-scale benchmark (scripts/scalebench.sh)
   reindex-search                     rebuild the OpenSearch index from Postgres into a new index and swap the alias
   healthcheck [--timeout 5s]         exit 0 when this instance's /readyz answers 200 (the container's probe)
@@ -95,6 +97,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	case "healthcheck":
 		return healthcheck(ctx, cfg, args, stdout, stderr)
 	case "eval":
+		if len(args) > 0 && args[0] == "export-feedback" {
+			return exportFeedbackCommand(ctx, cfg, log, args[1:], stdout, stderr)
+		}
 		return evalCommand(ctx, cfg, log, args, stdout, stderr)
 	case "scalebench":
 		return scalebenchCommand(ctx, cfg, log, args, stdout, stderr)

@@ -159,6 +159,8 @@ type Deps struct {
 	Model     service.ChatModel
 	FastModel service.ChatModel
 	IDs       service.IDGenerator
+	// Feedback keeps answer feedback (feedback.go); nil: none.
+	Feedback FeedbackStore
 }
 
 // Service runs chats.

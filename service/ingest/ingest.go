@@ -226,9 +226,11 @@ type Service struct {
 	hookClient *http.Client
 	// The external search engine (searchindex.go), off until
 	// EnableSearchIndex.
-	search  *searchIndex
-	metrics *metrics
-	tracer  trace.Tracer
+	search *searchIndex
+	// Chunk curation (curate.go), off until EnableCuration.
+	curation CurationStore
+	metrics  *metrics
+	tracer   trace.Tracer
 }
 
 // New returns a Service. access decides who may read and change the
@@ -489,6 +491,9 @@ func (s *Service) reindex(ctx context.Context, p service.Principal, id service.I
 	doc, err := s.document(ctx, p, id, service.KBEditor)
 	if err != nil {
 		return nil, err
+	}
+	if doc.Kind == service.DocumentManual {
+		return nil, service.Errorf(service.ErrInvalid, "document %s holds the knowledge base's manual chunks: it has no file to reindex", id)
 	}
 	if doc.SHA256 == "" {
 		return nil, service.Errorf(service.ErrInvalid, "document %s has no content yet: its URL has not been fetched", id)

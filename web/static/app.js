@@ -86,6 +86,7 @@ import { mountIntents } from './intents.js';
 import { mountAudit } from './audit.js';
 import { mountAPIKeys } from './apikeys.js';
 import { mountUsage, monthUsage } from './usage.js';
+import { mountFeedback } from './feedback.js';
 
 // Each route names a page key (pages with the same key update in place
 // instead of remounting), whether it needs an admin, and its mount function.
@@ -99,6 +100,7 @@ const routes = [
   { pattern: /^\/admin\/groups$/, key: 'groups', admin: true, mount: mountGroups },
   { pattern: /^\/admin\/limiter$/, key: 'limiter', admin: true, mount: mountLimiter },
   { pattern: /^\/admin\/audit$/, key: 'audit', admin: true, mount: mountAudit },
+  { pattern: /^\/admin\/feedback$/, key: 'feedback', admin: true, mount: mountFeedback },
   { pattern: /^\/admin\/usage$/, key: 'usage', admin: true, mount: mountUsage },
   { pattern: /^\/api-keys$/, key: 'apikeys', mount: mountAPIKeys },
 ];
@@ -112,6 +114,7 @@ const navItems = [
   { href: '#/admin/groups', key: 'groups', label: 'nav.groups', testid: 'nav-groups', admin: true },
   { href: '#/admin/limiter', key: 'limiter', label: 'nav.limiter', testid: 'nav-limiter', admin: true },
   { href: '#/admin/audit', key: 'audit', label: 'nav.audit', testid: 'nav-audit', admin: true },
+  { href: '#/admin/feedback', key: 'feedback', label: 'nav.feedback', testid: 'nav-feedback', admin: true },
   { href: '#/admin/usage', key: 'usage', label: 'nav.usage', testid: 'nav-usage', admin: true },
   { href: '#/api-keys', key: 'apikeys', label: 'nav.apikeys', testid: 'nav-apikeys' },
 ];

@@ -12,6 +12,7 @@ const ACTIONS = [
   'group.sync', 'group.create', 'group.update', 'group.delete', 'group.member_add', 'group.member_remove',
   'kb.create', 'kb.update', 'kb.delete', 'kb.member_put', 'kb.member_remove',
   'document.upload', 'document.delete', 'document.reindex', 'document.import',
+  'chunk.create', 'chunk.update', 'chunk.restore', 'chunk.delete',
   'webhook.create', 'webhook.delete',
   'quota.put', 'quota.delete',
   'intent.create', 'intent.update', 'intent.delete',

@@ -404,7 +404,35 @@ export function mountChat(root, ctx) {
       }
     }
 
+    // feedback is the thumbs up/down of a completed answer, with an
+    // optional comment after a thumbs down (README "Answer feedback").
+    function feedbackBar() {
+      const id = el.dataset.messageId;
+      if (!id || el.querySelector('.feedback-bar')) return;
+      const comment = h('textarea', { class: 'feedback-comment', rows: 2, maxlength: 2000, 'data-testid': 'feedback-comment', 'aria-label': t('feedback.commentLabel'), placeholder: t('feedback.commentHint') });
+      const sendComment = h('button', { type: 'button', class: 'btn btn-sm', 'data-testid': 'feedback-send' }, t('feedback.send'));
+      const more = h('div', { class: 'feedback-more', hidden: true }, comment, sendComment);
+      const rate = async (rating, text) => {
+        try {
+          await post(`/messages/${enc(id)}/feedback`, { rating, comment: text ?? '' });
+          bar.dataset.rating = rating;
+          up.setAttribute('aria-pressed', String(rating === 'up'));
+          down.setAttribute('aria-pressed', String(rating === 'down'));
+          more.hidden = rating !== 'down';
+          if (text !== undefined) toast(t('feedback.thanks'), 'info');
+        } catch (err) {
+          toast(errorText(err));
+        }
+      };
+      const up = h('button', { type: 'button', class: 'icon-btn', 'data-testid': 'feedback-up', 'aria-pressed': 'false', title: t('feedback.up'), 'aria-label': t('feedback.up'), onClick: () => rate('up') }, '👍');
+      const down = h('button', { type: 'button', class: 'icon-btn', 'data-testid': 'feedback-down', 'aria-pressed': 'false', title: t('feedback.down'), 'aria-label': t('feedback.down'), onClick: () => rate('down') }, '👎');
+      sendComment.addEventListener('click', () => rate('down', comment.value));
+      const bar = h('div', { class: 'feedback-bar', 'data-testid': 'feedback-bar' }, up, down, more);
+      el.querySelector('.bubble').append(bar);
+    }
+
     function end(statusValue) {
+      if (statusValue === 'completed') queueMicrotask(feedbackBar);
       status.remove();
       el.dataset.status = statusValue;
       el.removeAttribute('aria-busy');

@@ -1,8 +1,8 @@
 // Documents of one knowledge base: drag-and-drop upload with per-file
 // progress, live ingestion status, chunk preview, reindex and delete.
 import { t } from './i18n.js';
-import { h, toast, errorText, modal, formatTime, formatBytes } from './dom.js';
-import { get, post, enc, upload } from './api.js';
+import { h, toast, errorText, modal, formatTime, formatBytes, confirmDialog } from './dom.js';
+import { get, post, patch, del, enc, upload } from './api.js';
 import { pageHeader, emptyRow, reembedBadge, rowAction, act, confirmDelete } from './admin.js';
 
 const POLL_MS = 2000;
@@ -42,10 +42,30 @@ export function mountDocuments(root, ctx) {
   const uploadCard = h('section', { class: 'card', 'aria-label': t('docs.upload'), hidden: !canEdit }, dropzone, uploads,
     h('div', { class: 'upload-foot' }, clearFinished));
 
+  // A question and its answer go into the knowledge base's manual
+  // document, which no reindex rebuilds.
+  const qaQuestion = h('input', { id: 'qa-question', 'data-testid': 'qa-question', autocomplete: 'off' });
+  const qaAnswer = h('textarea', { id: 'qa-answer', rows: 2, 'data-testid': 'qa-answer' });
+  const qaCard = h('form', { class: 'card form-card', 'data-testid': 'qa-form', hidden: !canEdit, 'aria-label': t('curate.qaTitle') },
+    h('h2', {}, t('curate.qaTitle')),
+    h('label', { for: 'qa-question' }, t('curate.question')), qaQuestion,
+    h('label', { for: 'qa-answer' }, t('curate.answer')), qaAnswer,
+    h('div', { class: 'form-actions' }, h('button', { type: 'submit', class: 'btn btn-primary', 'data-testid': 'qa-submit' }, t('curate.add'))));
+  qaCard.addEventListener('submit', async (e) => {
+    e.preventDefault();
+    try {
+      await post(`/knowledge-bases/${enc(kbId)}/chunks`, { question: qaQuestion.value, answer: qaAnswer.value });
+      qaQuestion.value = ''; qaAnswer.value = '';
+      toast(t('curate.saved'), 'info');
+      load();
+    } catch (err) { toast(errorText(err)); }
+  });
+
   root.append(h('div', { class: 'page' },
     h('p', { class: 'breadcrumb' }, h('a', { href: '#/admin/kb' }, '← ', t('nav.kb'))),
     heading,
     uploadCard,
+    qaCard,
     h('div', { class: 'section-head' }, h('h2', {}, t('docs.list')), pollNote,
       h('button', { type: 'button', class: 'btn btn-sm', onClick: () => load() }, t('common.refresh'))),
     h('div', { class: 'table-wrap card' }, h('table', { class: 'table', 'data-testid': 'doc-table' },
@@ -230,7 +250,7 @@ export function mountDocuments(root, ctx) {
       h('td', { class: 'muted' }, formatTime(d.updatedAt || d.createdAt)),
       h('td', { class: 'actions' },
         rowAction('doc-chunks', t('docs.preview'), d.name, () => previewChunks(d), { disabled: d.status !== 'ready' }),
-        !canEdit ? null : rowAction('doc-reindex', t('docs.reindex'), d.name, () => reindex(d), { disabled: d.status === 'pending' || d.status === 'running' }),
+        !canEdit || d.kind === 'manual' ? null : rowAction('doc-reindex', t('docs.reindex'), d.name, () => reindex(d), { disabled: d.status === 'pending' || d.status === 'running' }),
         !canEdit ? null : rowAction('doc-delete', t('common.delete'), d.name, () => remove(d), { danger: true })))));
     if (docs.length === 0) tbody.append(emptyRow(6, t('docs.empty')));
     for (const item of [...following]) item.follow(docs.find((d) => d.id === item.docId));
@@ -284,6 +304,7 @@ export function mountDocuments(root, ctx) {
       heading.querySelector('h1').textContent = t('docs.titleOf', { name: kb.name });
       canEdit = kb.role === 'editor' || kb.role === 'manager';
       uploadCard.hidden = !canEdit;
+      qaCard.hidden = !canEdit;
       render();
       subtitle.replaceChildren(kb.description || '', kb.description && kb.reembedding ? ' ' : '', reembedBadge(kb) ?? '');
       // The progress moves on its own; follow it until the switch.
@@ -295,26 +316,105 @@ export function mountDocuments(root, ctx) {
     }
   }
 
+  // previewChunks lists a document's chunks; editors edit, disable,
+  // enable, delete and add them and read and restore their revisions
+  // (README "Curating chunks"). Each change answers once both search
+  // backends serve it.
   async function previewChunks(d) {
     const list = h('ol', { class: 'chunk-list', 'data-testid': 'chunk-list' }, h('li', { class: 'muted' }, t('common.loading')));
-    modal(t('docs.chunksOf', { name: d.name }), list, 'chunk-dialog');
-    try {
-      const res = await get(`/documents/${enc(d.id)}/chunks?limit=500`);
-      const items = res?.items ?? [];
-      list.replaceChildren(...items.map((c) => h('li', { class: 'chunk-item', 'data-testid': 'chunk-item' },
+    const addBox = !canEdit ? null : h('div', { class: 'chunk-add', 'data-testid': 'chunk-add' },
+      h('textarea', { rows: 3, class: 'chunk-editor', 'data-testid': 'chunk-add-input', 'aria-label': t('curate.addLabel'), placeholder: t('curate.addHint') }),
+      h('button', { type: 'button', class: 'btn btn-sm', 'data-testid': 'chunk-add-save', onClick: addChunk }, t('curate.add')));
+    modal(t('docs.chunksOf', { name: d.name }), h('div', {}, d.kind === 'manual' ? null : h('p', { class: 'muted' }, t('curate.rule')), addBox, list), 'chunk-dialog');
+
+    async function addChunk() {
+      const input = addBox.querySelector('textarea');
+      try {
+        await post(`/documents/${enc(d.id)}/chunks`, { content: input.value });
+        input.value = '';
+        toast(t('curate.saved'), 'info');
+        await reloadChunks();
+        load();
+      } catch (err) { toast(errorText(err)); }
+    }
+
+    function chunkItem(c) {
+      const content = h('pre', { class: 'chunk-content', 'data-testid': 'chunk-content' }, c.content);
+      const history = h('ol', { class: 'chunk-history', 'data-testid': 'chunk-history', hidden: true });
+      const change = async (body) => {
+        try {
+          await patch(`/chunks/${enc(c.id)}`, { ...body, revision: c.revision });
+          toast(t('curate.saved'), 'info');
+          await reloadChunks();
+          load();
+        } catch (err) { toast(errorText(err)); }
+      };
+      const edit = () => {
+        const ta = h('textarea', { class: 'chunk-editor', rows: 6, 'data-testid': 'chunk-editor' });
+        ta.value = c.content;
+        const save = h('button', { type: 'button', class: 'btn btn-sm btn-primary', 'data-testid': 'chunk-save', onClick: () => change({ content: ta.value }) }, t('common.save'));
+        content.replaceWith(h('div', { class: 'chunk-edit' }, ta, save));
+        ta.focus();
+      };
+      const showHistory = async () => {
+        history.hidden = false;
+        try {
+          const res = await get(`/chunks/${enc(c.id)}/revisions`);
+          const revs = res?.items ?? [];
+          history.replaceChildren(...revs.map((r) => h('li', { 'data-testid': 'chunk-revision', 'data-revision': r.revision },
+            h('span', {}, `r${r.revision} ${t(`curate.action.${r.action}`, {}, r.action)} · ${r.actorName} · ${formatTime(r.createdAt)}`),
+            r.contentAfter != null ? h('pre', { class: 'chunk-content' }, r.contentAfter) : null,
+            h('button', { type: 'button', class: 'btn btn-sm', 'data-testid': 'chunk-restore', onClick: () => restore(r.revision) }, t('curate.restore')))),
+          revs.length ? h('li', {}, h('button', { type: 'button', class: 'btn btn-sm', 'data-testid': 'chunk-restore-original', onClick: () => restore(0) }, t('curate.restoreOriginal'))) : h('li', { class: 'muted' }, t('curate.noHistory')));
+        } catch (err) { history.replaceChildren(h('li', { class: 'form-error' }, errorText(err))); }
+      };
+      const restore = async (n) => {
+        try {
+          await post(`/chunks/${enc(c.id)}/revisions/${n}/restore`);
+          toast(t('curate.saved'), 'info');
+          await reloadChunks();
+        } catch (err) { toast(errorText(err)); }
+      };
+      const remove = async () => {
+        if (!await confirmDialog(t('curate.deleteConfirm'), { danger: true })) return;
+        try { await del(`/chunks/${enc(c.id)}`); await reloadChunks(); load(); } catch (err) { toast(errorText(err)); }
+      };
+      return h('li', { class: c.enabled === false ? 'chunk-item chunk-disabled' : 'chunk-item', 'data-testid': 'chunk-item', 'data-chunk-id': c.id, 'data-enabled': String(c.enabled !== false), 'data-revision': c.revision ?? 0 },
         h('div', { class: 'chunk-meta' },
           h('strong', {}, `#${c.ordinal}`),
           c.section ? h('span', { class: 'chunk-section' }, c.section) : null,
-          h('span', { class: 'muted' }, t('docs.tokens', { n: c.tokenCount ?? 0 }))),
-        h('pre', { class: 'chunk-content' }, c.content))));
-      if (items.length === 0) list.append(h('li', { class: 'muted' }, t('docs.noChunks')));
-      if (res?.nextCursor) list.append(h('li', { class: 'muted' }, t('docs.moreChunks')));
-    } catch (err) {
-      list.replaceChildren(h('li', { class: 'form-error', role: 'alert' }, errorText(err)));
+          h('span', { class: 'muted' }, t('docs.tokens', { n: c.tokenCount ?? 0 })),
+          c.manual ? h('span', { class: 'badge' }, t('curate.manual')) : null,
+          c.revision ? h('span', { class: 'badge' }, t('curate.edited', { n: c.revision })) : null,
+          c.enabled === false ? h('span', { class: 'badge' }, t('curate.disabled')) : null),
+        content,
+        !canEdit ? null : h('div', { class: 'chunk-actions' },
+          h('button', { type: 'button', class: 'btn btn-sm', 'data-testid': 'chunk-edit', onClick: edit }, t('curate.edit')),
+          h('button', { type: 'button', class: 'btn btn-sm', 'data-testid': 'chunk-toggle', onClick: () => change({ enabled: c.enabled === false }) },
+            c.enabled === false ? t('curate.enable') : t('curate.disable')),
+          h('button', { type: 'button', class: 'btn btn-sm', 'data-testid': 'chunk-history-button', onClick: showHistory }, t('curate.history')),
+          h('button', { type: 'button', class: 'btn btn-sm btn-danger', 'data-testid': 'chunk-delete', onClick: remove }, t('common.delete'))),
+        history);
     }
+
+    async function reloadChunks() {
+      try {
+        const res = await get(`/documents/${enc(d.id)}/chunks?limit=500`);
+        const items = res?.items ?? [];
+        list.replaceChildren(...items.map(chunkItem));
+        if (items.length === 0) list.append(h('li', { class: 'muted' }, t('docs.noChunks')));
+        if (res?.nextCursor) list.append(h('li', { class: 'muted' }, t('docs.moreChunks')));
+      } catch (err) {
+        list.replaceChildren(h('li', { class: 'form-error', role: 'alert' }, errorText(err)));
+      }
+    }
+    await reloadChunks();
   }
 
-  function reindex(d) {
+  // reindex rebuilds the chunks from the file, which discards the chunks
+  // edited by hand: it asks first when there are any.
+  async function reindex(d) {
+    if (d.curatedChunks > 0 && !await confirmDialog(t('curate.reindexWarning', { n: d.curatedChunks }), { danger: true })) return;
     return act(() => post(`/documents/${enc(d.id)}/reindex`), load, t('docs.reindexStarted', { name: d.name }));
   }
 

@@ -1,0 +1,74 @@
+package main
+
+import (
+	"fmt"
+	"testing"
+)
+
+// lastAnswer is the JavaScript for the text of the newest completed answer.
+const lastAnswer = `(() => {
+	const m = [...document.querySelectorAll('[data-testid=assistant-message][data-status=completed]')];
+	return m.length ? m[m.length - 1].querySelector('[data-testid=answer]').textContent : '';
+})()`
+
+// An admin sees a wrong answer, fixes the chunk it came from in the
+// document's chunk list, and the next answer says the new text; the admin
+// then gives it a thumbs down with a comment and finds it on the feedback
+// page.
+func TestBrowserCurationAndFeedback(t *testing.T) {
+	_, api, b := startBrowser(t, testConfig(t))
+	kb := api.createKB("handbook")
+	doc := api.uploadAccepted(kb, "leave.md", []byte("# Leave\n\nThe zebrafish policy grants fifteen days of paid leave per year.\n"))
+	api.waitReady(doc.ID)
+	const question = "How many days of leave does the zebrafish policy grant?"
+
+	step := steps(t)
+	tb := b.signedIn(t, "admin", false)
+	step("the answer quotes the parsed text", func(t *testing.T) {
+		tb.ask(t, question)
+		tb.poll(t, "an answer with fifteen days", stepTimeout, lastAnswer+`.includes('fifteen days')`)
+	})
+
+	step("the admin edits the chunk", func(t *testing.T) {
+		tb.open(t, "/#/admin/docs/"+kb)
+		row := fmt.Sprintf(`[data-testid=doc-row][data-doc-id=%q]`, doc.ID)
+		tb.click(t, row+` [data-testid=doc-chunks]`)
+		tb.visible(t, `[data-testid=chunk-dialog] [data-testid=chunk-edit]`)
+		tb.click(t, `[data-testid=chunk-dialog] [data-testid=chunk-edit]`)
+		tb.fill(t, `[data-testid=chunk-editor]`, "The zebrafish policy grants twenty-five days of paid leave per year.")
+		tb.click(t, `[data-testid=chunk-save]`)
+		tb.visible(t, `[data-testid=chunk-item][data-revision="1"]`)
+		tb.click(t, `[data-testid=chunk-history-button]`)
+		tb.visible(t, `[data-testid=chunk-revision][data-revision="1"]`)
+		tb.screenshot(t, "chunk-curation")
+		tb.click(t, `[data-testid=modal-close]`)
+	})
+
+	step("the next answer says the new text", func(t *testing.T) {
+		tb.click(t, `[data-testid=nav-chat]`)
+		tb.click(t, `[data-testid=new-chat-button]`)
+		tb.ask(t, question)
+		tb.poll(t, "an answer with twenty-five days", stepTimeout, lastAnswer+`.includes('twenty-five days')`)
+	})
+
+	step("a thumbs down reaches the feedback page", func(t *testing.T) {
+		last := `[data-testid=assistant-message][data-status=completed]:last-of-type`
+		tb.click(t, last+` [data-testid=feedback-down]`)
+		tb.visible(t, last+` [data-testid=feedback-comment]`)
+		tb.sendKeys(t, last+` [data-testid=feedback-comment]`, "should mention carry-over")
+		tb.click(t, last+` [data-testid=feedback-send]`)
+		tb.poll(t, "the rating recorded", stepTimeout, `document.querySelector('[data-testid=assistant-message][data-status=completed]:last-of-type [data-testid=feedback-bar]')?.dataset.rating === 'down'`)
+		tb.click(t, `[data-testid=nav-feedback]`)
+		tb.visible(t, `[data-testid=feedback-row][data-rating=down]`)
+		tb.waitText(t, `[data-testid=feedback-row][data-rating=down] [data-testid=feedback-question]`, "zebrafish")
+		tb.waitText(t, `[data-testid=feedback-row][data-rating=down] [data-testid=feedback-comment-text]`, "carry-over")
+		tb.eval(t, `document.querySelector('#feedback-rating').value = 'up'`)
+		tb.click(t, `[data-testid=feedback-search]`)
+		tb.poll(t, "no upvotes", stepTimeout, `document.querySelectorAll('[data-testid=feedback-row]').length === 0`)
+		tb.screenshot(t, "feedback-page")
+	})
+
+	for _, m := range tb.unexpectedConsole() {
+		t.Errorf("console: %s (%s:%d)", m.Text, m.URL, m.Line+1)
+	}
+}

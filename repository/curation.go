@@ -1,0 +1,349 @@
+package repository
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/pgvector/pgvector-go"
+
+	"github.com/ragent-go/ragent/service"
+)
+
+// Chunk curation (README "Curating chunks"). A change of one chunk runs in
+// one transaction that holds its document's row lock and then its own, so
+// the changes of a chunk (and a reindex of its document, which takes the
+// document's lock first too) are serialized: revisions are numbered
+// without gaps, and whatever the caller mirrors to the search engine under
+// the lock reaches it in the order of the commits.
+
+// curatedRow is a chunk as curation reads it under its lock.
+type curatedRow struct {
+	ID, DocumentID, KbID int64
+	Generation, Ordinal  int
+	Content, Section     string
+	TokenCount           int
+	TermCount            int64
+	Enabled, Manual      bool
+	Revision             int
+	EmbeddingSpace       string
+	Embedding            *pgvector.HalfVector
+}
+
+// chunk is the row as a chunk, with its vector when it has one in its
+// knowledge base's recorded space (the search engine's copy needs it).
+func (r curatedRow) chunk() *service.Chunk {
+	c := &service.Chunk{ID: service.ID(r.ID), DocumentID: service.ID(r.DocumentID), KnowledgeBaseID: service.ID(r.KbID),
+		Generation: r.Generation, Ordinal: r.Ordinal, Content: r.Content, Section: r.Section, TokenCount: r.TokenCount,
+		Enabled: r.Enabled, Manual: r.Manual, Revision: r.Revision}
+	if r.Embedding != nil && r.EmbeddingSpace != "" {
+		c.Embedding, c.EmbeddingSpace = r.Embedding.Slice(), r.EmbeddingSpace
+	}
+	return c
+}
+
+const curatedColumns = `id, document_id, kb_id, generation, ordinal, content, section, token_count, term_count, enabled, manual,
+	revision, embedding_space, embedding`
+
+// CurateChunk changes one chunk of the knowledge bases kbIDs: under the
+// document's and the chunk's row locks it calls change with the chunk's
+// current state, writes the change change returns (content, vector and
+// keyword postings, enabled, or the deletion) and its revision, and
+// commits. change runs under the locks so that what it mirrors elsewhere
+// (the search engine's copy) is in commit order; an error from it rolls
+// everything back. It returns the chunk after the change (nil when
+// deleted) and the revision. A chunk not in kbIDs is service.ErrNotFound.
+func (s *Store) CurateChunk(ctx context.Context, id service.ID, kbIDs []service.ID,
+	change func(cur *service.Chunk) (service.ChunkChange, error)) (*service.Chunk, *service.ChunkRevision, error) {
+	var (
+		after *service.Chunk
+		rev   *service.ChunkRevision
+	)
+	err := s.WithinTx(ctx, func(tx *Store) error {
+		var docIDs []int64
+		if err := tx.db.Raw(`SELECT document_id FROM chunks WHERE id = ? AND kb_id = ANY(?)`, int64(id), idArray(kbIDs)).
+			Scan(&docIDs).Error; err != nil {
+			return translate(err)
+		}
+		if len(docIDs) == 0 {
+			return service.ErrNotFound
+		}
+		doc, err := tx.lockLiveDocument(docIDs[0])
+		if err != nil {
+			return err
+		}
+		var rows []curatedRow
+		if err := tx.db.Raw(`SELECT `+curatedColumns+` FROM chunks WHERE id = ? FOR UPDATE`, int64(id)).Scan(&rows).Error; err != nil {
+			return translate(err)
+		}
+		if len(rows) == 0 {
+			return service.ErrNotFound // removed by a reindex that committed first
+		}
+		cur := rows[0]
+		ch, err := change(cur.chunk())
+		if err != nil {
+			return err
+		}
+		before := cur.chunk()
+		if ch.Delete {
+			if err := tx.db.Exec(`DELETE FROM chunks WHERE id = ?`, cur.ID).Error; err != nil {
+				return translate(err)
+			}
+			if cur.Enabled {
+				if err := tx.unindexChunks(cur.KbID, intArray{cur.ID}, 1, cur.TermCount); err != nil {
+					return err
+				}
+			}
+			if err := tx.db.Exec(`UPDATE documents SET chunk_count = greatest(chunk_count - 1, 0) WHERE id = ?`, doc.ID).Error; err != nil {
+				return translate(err)
+			}
+		} else {
+			if after, err = tx.applyChange(doc, cur, ch); err != nil {
+				return err
+			}
+		}
+		rev, err = tx.recordRevision(doc, before, after, ch)
+		return err
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	return after, rev, nil
+}
+
+// lockLiveDocument locks a live document's row for the rest of the
+// transaction.
+func (s *Store) lockLiveDocument(id int64) (*documentRow, error) {
+	var doc documentRow
+	if err := s.db.Clauses(lockForUpdate).Take(&doc, id).Error; err != nil {
+		return nil, translate(err)
+	}
+	return &doc, nil
+}
+
+// applyChange writes a chunk's new content and enabled state: its keyword
+// postings follow (a disabled chunk has none), and a new content takes its
+// new vector, as the chunk's vector or, while the knowledge base is being
+// re-embedded into the vector's space, as its next one (keyword search
+// finds it meanwhile, as a chunk ingested during a re-embedding).
+func (s *Store) applyChange(doc *documentRow, cur curatedRow, ch service.ChunkChange) (*service.Chunk, error) {
+	edited := ch.Embedding != nil
+	if cur.Enabled && (!ch.Enabled || edited) {
+		if err := s.unindexChunks(cur.KbID, intArray{cur.ID}, 1, cur.TermCount); err != nil {
+			return nil, err
+		}
+	}
+	if edited {
+		next, err := s.spaceRole(cur.KbID, ch.EmbeddingSpace, "FOR SHARE")
+		if err != nil {
+			return nil, err
+		}
+		vec, dim, space, nextVec := any(pgvector.NewHalfVector(ch.Embedding)), len(ch.Embedding), ch.EmbeddingSpace, any(nil)
+		if next {
+			vec, dim, space, nextVec = nil, 0, "", pgvector.NewHalfVector(ch.Embedding)
+		}
+		if err := s.db.Exec(`UPDATE chunks SET content = ?, token_count = ?, term_count = ?, embedding = ?, embedding_dim = ?,
+			embedding_space = ?, next_embedding = ?, enabled = ?, revision = revision + 1 WHERE id = ?`,
+			ch.Content, ch.TokenCount, ch.TermCount, vec, dim, space, nextVec, ch.Enabled, cur.ID).Error; err != nil {
+			return nil, translate(err)
+		}
+		cur.Content, cur.TokenCount, cur.TermCount = ch.Content, ch.TokenCount, int64(ch.TermCount)
+	} else if err := s.db.Exec(`UPDATE chunks SET enabled = ?, revision = revision + 1 WHERE id = ?`, ch.Enabled, cur.ID).Error; err != nil {
+		return nil, translate(err)
+	}
+	if ch.Enabled && (!cur.Enabled || edited) {
+		if err := s.indexChunks(cur.KbID, []service.Chunk{{ID: service.ID(cur.ID), Terms: ch.Terms, TermCount: ch.TermCount}}); err != nil {
+			return nil, err
+		}
+	}
+	cur.Enabled = ch.Enabled
+	cur.Revision++
+	return cur.chunk(), nil
+}
+
+// recordRevision writes a chunk's revision, recounts its document's
+// curated chunks and, with a search engine whose copy of the document is
+// being brought up to date, marks that copy behind again: the message in
+// flight may carry the state before this change, and would otherwise
+// write it over what this change mirrored.
+func (s *Store) recordRevision(doc *documentRow, before, after *service.Chunk, ch service.ChunkChange) (*service.ChunkRevision, error) {
+	rev := &service.ChunkRevision{ID: ch.RevisionID, DocumentID: service.ID(doc.ID), KnowledgeBaseID: service.ID(doc.KbID),
+		Generation: doc.Generation, Action: ch.Action, ActorUserID: ch.ActorUserID, ActorName: ch.ActorName}
+	if before != nil {
+		rev.ChunkID, rev.Revision = before.ID, before.Revision+1
+		rev.ContentBefore, rev.EnabledBefore = &before.Content, &before.Enabled
+	}
+	if after != nil {
+		rev.ChunkID, rev.Revision = after.ID, after.Revision
+		rev.ContentAfter, rev.EnabledAfter = &after.Content, &after.Enabled
+	}
+	var actor *int64
+	if ch.ActorUserID != 0 {
+		a := int64(ch.ActorUserID)
+		actor = &a
+	}
+	if err := s.db.Raw(`INSERT INTO chunk_revisions (id, chunk_id, document_id, kb_id, generation, revision, action,
+			content_before, content_after, enabled_before, enabled_after, actor_user_id, actor_name)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING created_at`,
+		int64(rev.ID), int64(rev.ChunkID), doc.ID, doc.KbID, doc.Generation, rev.Revision, string(rev.Action),
+		rev.ContentBefore, rev.ContentAfter, rev.EnabledBefore, rev.EnabledAfter, actor, rev.ActorName).
+		Scan(&rev.CreatedAt).Error; err != nil {
+		return nil, translate(err)
+	}
+	if err := s.db.Exec(`UPDATE documents SET curated_chunks = (SELECT count(DISTINCT chunk_id) FROM chunk_revisions
+		WHERE document_id = ? AND generation = ?), updated_at = now() WHERE id = ?`, doc.ID, doc.Generation, doc.ID).Error; err != nil {
+		return nil, translate(err)
+	}
+	if s.search != nil {
+		var pending []time.Time
+		if err := s.db.Raw(`SELECT search_pending_since FROM documents WHERE id = ? AND search_pending_since IS NOT NULL`, doc.ID).
+			Scan(&pending).Error; err != nil {
+			return nil, translate(err)
+		}
+		if len(pending) > 0 {
+			if err := s.searchChanged(doc.ID, doc.Generation, nil, ""); err != nil {
+				return nil, err
+			}
+		}
+	}
+	return rev, nil
+}
+
+// AddChunk adds a chunk written by hand to a live document of kbIDs, after
+// its last chunk, as revision 1 ("create"). mirror runs under the
+// document's lock with the chunk as it will be stored (its generation and
+// ordinal set), for the same reason as CurateChunk's change.
+func (s *Store) AddChunk(ctx context.Context, docID service.ID, kbIDs []service.ID, c service.Chunk, ch service.ChunkChange,
+	mirror func(c *service.Chunk) error) (*service.Chunk, *service.ChunkRevision, error) {
+	var rev *service.ChunkRevision
+	err := s.WithinTx(ctx, func(tx *Store) error {
+		var ids []int64
+		if err := tx.db.Raw(`SELECT id FROM documents WHERE id = ? AND kb_id = ANY(?) AND deleted_at IS NULL`, int64(docID), idArray(kbIDs)).
+			Scan(&ids).Error; err != nil {
+			return translate(err)
+		}
+		if len(ids) == 0 {
+			return service.ErrNotFound
+		}
+		doc, err := tx.lockLiveDocument(ids[0])
+		if err != nil {
+			return err
+		}
+		if doc.Kind == string(service.DocumentFile) && doc.Status != string(service.DocumentReady) {
+			return service.Errorf(service.ErrConflict, "document %s is %s: add chunks once it is ready", docID, doc.Status)
+		}
+		var last []int
+		if err := tx.db.Raw(`SELECT coalesce(max(ordinal), -1) FROM chunks WHERE document_id = ? AND generation = ?`, doc.ID, doc.Generation).
+			Scan(&last).Error; err != nil {
+			return translate(err)
+		}
+		c.DocumentID, c.KnowledgeBaseID, c.Generation, c.Ordinal = service.ID(doc.ID), service.ID(doc.KbID), doc.Generation, last[0]+1
+		c.Content, c.Enabled, c.Manual, c.Revision = ch.Content, true, true, 1
+		c.TokenCount, c.Terms, c.TermCount, c.Embedding = ch.TokenCount, ch.Terms, ch.TermCount, ch.Embedding
+		if err := mirror(&c); err != nil {
+			return err
+		}
+		next, err := tx.spaceRole(doc.KbID, ch.EmbeddingSpace, "FOR SHARE")
+		if err != nil {
+			return err
+		}
+		if err := tx.insertChunks(doc.ID, doc.KbID, doc.Generation, ch.EmbeddingSpace, next, []service.Chunk{c}); err != nil {
+			return err
+		}
+		if err := tx.db.Exec(`UPDATE chunks SET manual = true, revision = 1 WHERE id = ?`, int64(c.ID)).Error; err != nil {
+			return translate(err)
+		}
+		if err := tx.indexChunks(doc.KbID, []service.Chunk{c}); err != nil {
+			return err
+		}
+		if err := tx.db.Exec(`UPDATE documents SET chunk_count = chunk_count + 1 WHERE id = ?`, doc.ID).Error; err != nil {
+			return translate(err)
+		}
+		rev, err = tx.recordRevision(doc, nil, &c, ch)
+		return err
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	c.Embedding, c.Terms = nil, nil
+	return &c, rev, nil
+}
+
+// ManualDocument returns the live manual document of a knowledge base,
+// creating it (with id) when it has none; two first callers make one
+// document (the unique index documents_kb_manual_live).
+func (s *Store) ManualDocument(ctx context.Context, kbID, id service.ID, createdBy service.ID) (*service.Document, error) {
+	db := s.conn(ctx)
+	var by *int64
+	if createdBy != 0 {
+		b := int64(createdBy)
+		by = &b
+	}
+	if err := db.Exec(`INSERT INTO documents (id, kb_id, name, mime, size, status, kind, created_by)
+		SELECT ?, ?, ?, 'text/plain', 0, 'ready', 'manual', ? WHERE EXISTS (SELECT 1 FROM knowledge_bases WHERE id = ? AND deleted_at IS NULL)
+		ON CONFLICT (kb_id) WHERE kind = 'manual' AND deleted_at IS NULL DO NOTHING`,
+		int64(id), int64(kbID), service.ManualDocumentName, by, int64(kbID)).Error; err != nil {
+		return nil, translate(err)
+	}
+	return take(db.Where("kb_id = ? AND kind = 'manual'", int64(kbID)), documentRow.doc)
+}
+
+// revisionRow is a chunk_revisions row.
+type revisionRow struct {
+	ID, ChunkID, DocumentID, KbID int64
+	Generation, Revision          int
+	Action                        string
+	ContentBefore, ContentAfter   *string
+	EnabledBefore, EnabledAfter   *bool
+	ActorUserID                   *int64
+	ActorName                     string
+	CreatedAt                     time.Time
+}
+
+func (r revisionRow) revision() service.ChunkRevision {
+	out := service.ChunkRevision{ID: service.ID(r.ID), ChunkID: service.ID(r.ChunkID), DocumentID: service.ID(r.DocumentID),
+		KnowledgeBaseID: service.ID(r.KbID), Generation: r.Generation, Revision: r.Revision, Action: service.ChunkAction(r.Action),
+		ContentBefore: r.ContentBefore, ContentAfter: r.ContentAfter, EnabledBefore: r.EnabledBefore, EnabledAfter: r.EnabledAfter,
+		ActorName: r.ActorName, CreatedAt: r.CreatedAt}
+	if r.ActorUserID != nil {
+		out.ActorUserID = service.ID(*r.ActorUserID)
+	}
+	return out
+}
+
+// ChunkRevisions returns a chunk's revisions, newest first, when the chunk
+// (live or deleted) belongs to one of kbIDs; none otherwise.
+func (s *Store) ChunkRevisions(ctx context.Context, chunkID service.ID, kbIDs []service.ID) ([]service.ChunkRevision, error) {
+	var rows []revisionRow
+	if err := s.conn(ctx).Raw(`SELECT id, chunk_id, document_id, kb_id, generation, revision, action, content_before, content_after,
+			enabled_before, enabled_after, actor_user_id, actor_name, created_at
+		FROM chunk_revisions WHERE chunk_id = ? AND kb_id = ANY(?) ORDER BY revision DESC`, int64(chunkID), idArray(kbIDs)).
+		Scan(&rows).Error; err != nil {
+		return nil, translate(err)
+	}
+	return convert(rows, revisionRow.revision), nil
+}
+
+// errRevision is returned for a revision number the chunk does not have.
+func errRevision(chunkID service.ID, n int) error {
+	return fmt.Errorf("%w: chunk %s has no revision %d", service.ErrNotFound, chunkID, n)
+}
+
+// ChunkRevisionState returns the state a chunk had at revision n: the
+// state after revision n, or for n = 0 the state before its first
+// revision (as parsed).
+func (s *Store) ChunkRevisionState(ctx context.Context, chunkID service.ID, kbIDs []service.ID, n int) (content string, enabled bool, err error) {
+	revs, err := s.ChunkRevisions(ctx, chunkID, kbIDs)
+	if err != nil {
+		return "", false, err
+	}
+	for _, r := range revs {
+		switch {
+		case n == 0 && r.Revision == 1 && r.ContentBefore != nil:
+			return *r.ContentBefore, *r.EnabledBefore, nil
+		case n > 0 && r.Revision == n && r.ContentAfter != nil:
+			return *r.ContentAfter, *r.EnabledAfter, nil
+		}
+	}
+	return "", false, errRevision(chunkID, n)
+}

@@ -1,0 +1,131 @@
+// Answer feedback page (admins): every rating with its question, answer,
+// sources and conversation, filtered by knowledge base, rating and date;
+// for a thumbs down, the admin marks the chunks that should have been
+// found, and the export button downloads the judged downvotes as a BEIR
+// folder (README "Answer feedback").
+import { t } from './i18n.js';
+import { h, clear, formatTime, field, toast, errorText } from './dom.js';
+import { get, put } from './api.js';
+import { pageHeader, formError, showFormError, emptyRow, dataTable } from './admin.js';
+
+const PAGE = 50;
+
+export function mountFeedback(root, ctx) {
+  let cursor = null;
+  let destroyed = false;
+  let generation = 0;
+
+  const kb = h('select', { id: 'feedback-kb', 'data-testid': 'feedback-kb' }, h('option', { value: '' }, t('audit.any')));
+  const rating = h('select', { id: 'feedback-rating', 'data-testid': 'feedback-rating' },
+    h('option', { value: '' }, t('audit.any')),
+    h('option', { value: 'down' }, t('feedback.down')),
+    h('option', { value: 'up' }, t('feedback.up')));
+  const since = h('input', { id: 'feedback-since', type: 'date', 'data-testid': 'feedback-since' });
+  const until = h('input', { id: 'feedback-until', type: 'date', 'data-testid': 'feedback-until' });
+  const errBox = formError();
+  const exportBtn = h('button', { type: 'button', class: 'btn', 'data-testid': 'feedback-export' }, t('feedback.export'));
+  const form = h('form', { class: 'card form-card', 'data-testid': 'feedback-filters', 'aria-label': t('audit.filters') },
+    h('div', { class: 'form-grid' },
+      field(t('feedback.kb'), kb), field(t('feedback.rating'), rating),
+      field(t('audit.since'), since), field(t('audit.until'), until)),
+    errBox,
+    h('div', { class: 'form-actions' }, exportBtn,
+      h('button', { type: 'submit', class: 'btn btn-primary', 'data-testid': 'feedback-search' }, t('audit.search'))));
+  const tbody = h('tbody', { 'data-testid': 'feedback-table' });
+  const more = h('button', { type: 'button', class: 'btn', hidden: true, 'data-testid': 'feedback-load-more' }, t('chat.loadMore'));
+
+  root.append(h('div', { class: 'page' },
+    pageHeader(t('feedback.title'), t('feedback.subtitle')),
+    form,
+    dataTable([t('audit.time'), t('feedback.rating'), t('feedback.question'), t('feedback.answer'), t('feedback.sources')], tbody),
+    h('div', { class: 'form-actions' }, more)));
+
+  function query() {
+    const q = new URLSearchParams({ limit: String(PAGE) });
+    if (kb.value) q.set('knowledgeBaseId', kb.value);
+    if (rating.value) q.set('rating', rating.value);
+    if (since.value) q.set('since', since.value);
+    if (until.value) q.set('until', until.value);
+    if (cursor) q.set('cursor', cursor);
+    return q.toString();
+  }
+
+  function row(f) {
+    const marked = new Set(f.relevantChunkIds ?? []);
+    const boxes = (f.sources ?? []).map((src) => {
+      const box = h('input', { type: 'checkbox', 'data-testid': 'feedback-right-chunk', 'data-chunk-id': src.chunkId, checked: marked.has(src.chunkId) });
+      return h('li', {}, h('label', {}, box, ` [${src.index}] ${src.documentName || src.documentId}`), h('p', { class: 'muted' }, src.excerpt ?? ''));
+    });
+    // A right chunk the answer did not cite is added by id.
+    const extra = h('input', { 'data-testid': 'feedback-extra-chunks', placeholder: t('feedback.extraHint'), value: [...marked].filter((id) => !(f.sources ?? []).some((s) => s.chunkId === id)).join(' ') });
+    const save = h('button', { type: 'button', class: 'btn btn-sm', 'data-testid': 'feedback-judge', onClick: async () => {
+      const ids = [...tr.querySelectorAll('[data-testid=feedback-right-chunk]')].filter((b) => b.checked).map((b) => b.dataset.chunkId);
+      ids.push(...extra.value.split(/[\s,]+/).filter(Boolean));
+      try { await put(`/admin/feedback/${encodeURIComponent(f.id)}/chunks`, { chunkIds: ids }); toast(t('curate.saved'), 'info'); } catch (err) { toast(errorText(err)); }
+    } }, t('feedback.markRight'));
+    const tr = h('tr', { 'data-testid': 'feedback-row', 'data-rating': f.rating, 'data-message-id': f.messageId },
+      h('td', { title: f.createdAt }, formatTime(f.createdAt), h('br'), h('small', { class: 'muted' }, f.username || ''),
+        h('br'), h('a', { href: `#/chat/${encodeURIComponent(f.conversationId)}`, 'data-testid': 'feedback-conversation' }, t('feedback.conversation'))),
+      h('td', {}, h('span', { class: f.rating === 'down' ? 'badge badge-bad' : 'badge badge-ok' }, f.rating === 'down' ? '👎' : '👍'),
+        f.comment ? h('p', { class: 'wrap', 'data-testid': 'feedback-comment-text' }, f.comment) : null),
+      h('td', { class: 'wrap', 'data-testid': 'feedback-question' }, f.question || ''),
+      h('td', { class: 'wrap' }, h('pre', { class: 'chunk-content' }, f.answer || '')),
+      h('td', { class: 'wrap' }, h('ul', { class: 'feedback-sources' }, ...boxes), extra, save));
+    return tr;
+  }
+
+  async function load(append) {
+    const mine = ++generation;
+    if (!append) cursor = null;
+    more.disabled = true;
+    try {
+      const page = await get(`/admin/feedback?${query()}`);
+      if (destroyed || mine !== generation) return;
+      errBox.hidden = true;
+      if (!append) clear(tbody);
+      for (const f of page.items) tbody.append(row(f));
+      if (!tbody.firstChild) tbody.append(emptyRow(5, t('feedback.empty')));
+      cursor = page.nextCursor;
+      more.hidden = !cursor;
+    } catch (err) {
+      if (destroyed || mine !== generation) return;
+      if (err.status === 403) { ctx.forbidden(); return; }
+      showFormError(errBox, err);
+    } finally {
+      more.disabled = false;
+    }
+  }
+
+  async function loadKBs() {
+    try {
+      const res = await get('/knowledge-bases?limit=200');
+      if (destroyed) return;
+      kb.append(...(res?.items ?? []).map((k) => h('option', { value: k.id }, k.name)));
+    } catch { /* the filter stays "any" */ }
+  }
+
+  exportBtn.addEventListener('click', async () => {
+    const q = new URLSearchParams();
+    if (kb.value) q.set('knowledgeBaseId', kb.value);
+    if (since.value) q.set('since', since.value);
+    if (until.value) q.set('until', until.value);
+    const res = await fetch(`/api/v1/admin/feedback/export?${q}`, { credentials: 'same-origin' });
+    if (!res.ok) {
+      let msg = res.statusText;
+      try { msg = (await res.json()).error.message; } catch { /* keep the status text */ }
+      toast(msg);
+      return;
+    }
+    const url = URL.createObjectURL(await res.blob());
+    const a = h('a', { href: url, download: 'ragent-feedback.zip' });
+    document.body.append(a);
+    a.click();
+    a.remove();
+    setTimeout(() => URL.revokeObjectURL(url), 10000);
+  });
+  form.addEventListener('submit', (e) => { e.preventDefault(); load(false); });
+  more.addEventListener('click', () => load(true));
+  loadKBs();
+  load(false);
+  return { destroy() { destroyed = true; } };
+}
