@@ -233,6 +233,7 @@ func newApp(ctx context.Context, cfg Config, log *slog.Logger) (_ *App, err erro
 		Parser:             parser,
 		OutboxRetention:    cfg.OutboxRetention,
 		PendingTimeout:     cfg.IngestPendingTimeout,
+		ConfirmAfter:       cfg.IngestConfirmAfter,
 		Space:              space,
 		Net:                ingest.NetPolicy{Allow: cfg.FetchAllowNetworks},
 		FetchTimeout:       cfg.FetchTimeout,
