@@ -102,7 +102,8 @@ depcheck:
 # 2-core machine (2026-11-30); the timeout leaves room for a loaded one.
 # The Redis-backed suites run again on Sentinel and on a Redis Cluster
 # (RAGENT_TEST_REDIS_TOPOLOGY; the first run was on the single node): these
-# packages whole, and cmd/ragent's multi-instance queue and stop tests.
+# packages whole, and cmd/ragent's multi-instance tests of the queue, stop,
+# resume, usage and quotas, and the chat submit key behind a lost lock.
 # Tests that reach the single node directly (proxies, cut connections) skip
 # themselves in these passes. Both passes together, the e2e build included:
 # 284 s on a loaded 2-core machine (2026-12-01).
@@ -110,7 +111,7 @@ REDIS_PKGS := ./ratelimit/ ./idempotent/ ./stream/ ./cache/ ./internal/lease/ ./
 # cmd/ragent's test binary is built once for both passes (go test would
 # link and vet it again each time).
 REDIS_E2E_BIN := bin/ragent-e2e.test
-REDIS_E2E  := TestChatFairShareBetweenUsers|TestChatFairQueueAcrossInstances|TestChatStopAcrossInstances|TestOpenAIStopByTask|TestRedeliveryAfterLostConsumeMark
+REDIS_E2E  := TestChatFairShareBetweenUsers|TestChatFairQueueAcrossInstances|TestChatStopAcrossInstances|TestOpenAIStopByTask|TestRedeliveryAfterLostConsumeMark|TestChatResumeAcrossInstances|TestUsageRecordedAcrossInstances|TestQuotasAcrossInstances|TestChatSubmitKeyAfterLostLock
 
 .PHONY: test
 test: test-services vet lint depcheck

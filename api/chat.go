@@ -7,6 +7,7 @@ import (
 
 	"github.com/gin-gonic/gin"
 
+	"github.com/ragent-go/ragent/idempotent"
 	"github.com/ragent-go/ragent/service"
 	"github.com/ragent-go/ragent/service/chat"
 )
@@ -21,6 +22,17 @@ func (s *Server) chatStream(c *gin.Context) {
 		return
 	}
 	req.Resumable = true
+	// The Idempotency-Key of a chat is its submit key, kept in the
+	// database with the question: a retry with it follows the first
+	// answer instead of asking again, even when the Redis submit lock was
+	// lost in a failover.
+	if key := c.GetHeader(IdempotencyKeyHeader); key != "" {
+		if len(key) > idempotent.MaxKeyLen {
+			fail(c, service.Errorf(service.ErrInvalid, "%s must be 1 to %d bytes", IdempotencyKeyHeader, idempotent.MaxKeyLen))
+			return
+		}
+		req.SubmitKey = key
+	}
 	sse := newSSEWriter(c.Writer)
 	defer sse.keepAlive(s.deps.PingInterval)()
 	if err := s.deps.Chat.Chat(c.Request.Context(), principal(c), req, sse.chatEvent); err != nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/md5"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"time"
 
@@ -81,11 +82,26 @@ func (lk *Lock) Key() string { return lk.key }
 // Release stops the watchdog and deletes the lock if it still holds this
 // lock's token. It returns ErrNotOwner when the lock had expired (and maybe
 // been taken by another request), and an error wrapping ErrUnavailable when
-// Redis fails; then the lock expires by itself within the ttl. Pass a
-// context that outlives the request (context.WithoutCancel) so a client that
-// hung up does not leave the lock to expire.
+// Redis fails. A lock whose release failed on Redis would refuse every retry
+// of its request with ErrLocked until it expires, a whole ttl after the
+// request failed: so the release is retried in the background, with backoff,
+// until it lands or the lock has run out, and a retry gets through as soon
+// as Redis answers again. Pass a context that outlives the request
+// (context.WithoutCancel) so a client that hung up does not leave the lock
+// to expire.
 func (lk *Lock) Release(ctx context.Context) error {
 	lk.watchdog.Stop()
+	// The lock runs out at most a ttl after its last renewal, which was
+	// before this call.
+	expires := time.Now().Add(lk.locks.ttl)
+	err := lk.release(ctx)
+	if errors.Is(err, ErrUnavailable) {
+		go lk.retryRelease(context.WithoutCancel(ctx), expires)
+	}
+	return err
+}
+
+func (lk *Lock) release(ctx context.Context) error {
 	released, err := lease.Release(ctx, lk.locks.rdb, lk.key, lk.token, 0)
 	if err != nil {
 		return lk.locks.opt.redisError(ctx, componentLock, "release "+lk.key, err)
@@ -94,4 +110,35 @@ func (lk *Lock) Release(ctx context.Context) error {
 		return fmt.Errorf("idempotent: release %s: %w", lk.key, ErrNotOwner)
 	}
 	return nil
+}
+
+// Bounds of the pause between two tries of a failed release.
+const (
+	minReleaseBackoff = 50 * time.Millisecond
+	maxReleaseBackoff = time.Second
+)
+
+// retryRelease tries the compare-and-delete again until it lands, the lock
+// turns out not to be ours, or it expires: the token check keeps a late
+// try from deleting a lock another request took meanwhile.
+func (lk *Lock) retryRelease(ctx context.Context, expires time.Time) {
+	pause := minReleaseBackoff
+	for {
+		left := time.Until(expires)
+		if left <= 0 {
+			return
+		}
+		time.Sleep(min(pause, left))
+		pause = min(2*pause, maxReleaseBackoff)
+		callCtx, cancel := context.WithTimeout(ctx, min(maxReleaseBackoff, max(time.Until(expires), time.Millisecond)))
+		err := lk.release(callCtx)
+		cancel()
+		if !errors.Is(err, ErrUnavailable) {
+			if err == nil {
+				lk.locks.opt.metrics.lateReleases.Inc()
+				lk.locks.opt.log.InfoContext(ctx, "idempotent: submit lock released after Redis recovered", "key", lk.key)
+			}
+			return
+		}
+	}
 }

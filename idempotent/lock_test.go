@@ -4,12 +4,14 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/ragent-go/ragent/idempotent"
 	"github.com/ragent-go/ragent/internal/testenv"
+	"github.com/redis/go-redis/v9"
 )
 
 func TestLocksConcurrentAcquireOneWins(t *testing.T) {
@@ -198,5 +200,82 @@ func assertLockable(t *testing.T, locks *idempotent.Locks, key string) {
 	}
 	if err := lock.Release(context.Background()); err != nil {
 		t.Fatalf("release: %v", err)
+	}
+}
+
+// failingHook fails every command while set, as a Redis that went away
+// (or is being failed over) does.
+type failingHook struct{ failing atomic.Bool }
+
+var errRedisAway = errors.New("injected: redis is away")
+
+func (h *failingHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h *failingHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if h.failing.Load() {
+			cmd.SetErr(errRedisAway)
+			return errRedisAway
+		}
+		return next(ctx, cmd)
+	}
+}
+
+func (h *failingHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		if h.failing.Load() {
+			return errRedisAway
+		}
+		return next(ctx, cmds)
+	}
+}
+
+// A submit whose lock release failed because Redis was away must not leave
+// its retries refused as duplicates for the lock's whole ttl: once Redis
+// answers again the lock is gone within a few backoff rounds.
+func TestLockReleasedAfterRedisRecovers(t *testing.T) {
+	rdb := testenv.Redis(t)
+	hook := &failingHook{}
+	rdb.AddHook(hook)
+	reg := prometheus.NewRegistry()
+	const ttl = time.Minute // far longer than the test may take
+	locks := idempotent.NewLocks(rdb, testenv.Prefix(t), ttl, idempotent.Config{Registerer: reg})
+	ctx := context.Background()
+	body := []byte(`{"question":"released?"}`)
+
+	lock, err := locks.AcquireSubmit(ctx, "/api/v1/chat", "7", body)
+	if err != nil {
+		t.Fatalf("acquire: %v", err)
+	}
+	hook.failing.Store(true)
+	if err := lock.Release(ctx); !errors.Is(err, idempotent.ErrUnavailable) {
+		t.Fatalf("release while Redis is away = %v, want ErrUnavailable", err)
+	}
+	// A retry while Redis is away cannot take the lock either: the caller
+	// serves it without the guard (the database's unique keys remain).
+	if _, err := locks.AcquireSubmit(ctx, "/api/v1/chat", "7", body); !errors.Is(err, idempotent.ErrUnavailable) {
+		t.Fatalf("acquire while Redis is away = %v, want ErrUnavailable", err)
+	}
+	hook.failing.Store(false)
+
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		again, err := locks.AcquireSubmit(ctx, "/api/v1/chat", "7", body)
+		if err == nil {
+			if err := again.Release(ctx); err != nil {
+				t.Fatalf("release the retry's lock: %v", err)
+			}
+			break
+		}
+		if !errors.Is(err, idempotent.ErrLocked) {
+			t.Fatalf("retry: %v", err)
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("a retry still finds the failed request's lock 10 s after Redis returned (ttl %v)", ttl)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if got := counter(t, reg, "ragent_idempotent_late_releases_total", nil); got != 1 {
+		t.Errorf("late_releases_total = %v, want 1", got)
 	}
 }

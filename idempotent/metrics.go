@@ -16,6 +16,9 @@ const (
 type metrics struct {
 	locksAcquired prometheus.Counter
 	lockConflicts prometheus.Counter
+	// lateReleases counts submit locks released by a background retry
+	// after their release first failed on Redis.
+	lateReleases prometheus.Counter
 	// leasesLost counts watchdogs that found their key gone or taken over:
 	// the work outlived its lease, so a duplicate may have run beside it.
 	leasesLost  *prometheus.CounterVec // component
@@ -36,6 +39,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	return &metrics{
 		locksAcquired: counter("locks_acquired_total", "Submit locks acquired."),
 		lockConflicts: counter("lock_conflicts_total", "Submit lock attempts refused because another request held the lock."),
+		lateReleases:  counter("late_releases_total", "Submit locks released by a retry after their release failed on Redis."),
 		leasesLost: counterVec("leases_lost_total",
 			"Watchdogs that found their lock or consume marker expired or taken over.", "component"),
 		keyOutcomes: counterVec("key_outcomes_total",

@@ -56,12 +56,38 @@ func (m *Metrics) Delivered(msg Message, o Outcome) {
 	}
 }
 
-// Producer returns p counting its publications.
+// Tracker is a Producer whose queue may lose a publication it
+// acknowledged (Redis Streams after a failover) and can tell: see
+// redisstream.Producer.PublishTracked and Holds.
+type Tracker interface {
+	PublishTracked(ctx context.Context, topic, key string, body []byte) (ref string, err error)
+	Holds(ctx context.Context, topic, ref string) (bool, error)
+}
+
+// Producer returns p counting its publications; a Tracker stays one.
 func (m *Metrics) Producer(p Producer) Producer {
 	if m == nil {
 		return p
 	}
+	if t, ok := p.(Tracker); ok {
+		return measuredTracker{measuredProducer{p: p, m: m}, t}
+	}
 	return measuredProducer{p: p, m: m}
+}
+
+type measuredTracker struct {
+	measuredProducer
+	t Tracker
+}
+
+func (p measuredTracker) PublishTracked(ctx context.Context, topic, key string, body []byte) (string, error) {
+	ref, err := p.t.PublishTracked(ctx, topic, key, body)
+	p.count(topic, err)
+	return ref, err
+}
+
+func (p measuredTracker) Holds(ctx context.Context, topic, ref string) (bool, error) {
+	return p.t.Holds(ctx, topic, ref)
 }
 
 type measuredProducer struct {
@@ -71,6 +97,11 @@ type measuredProducer struct {
 
 func (p measuredProducer) Publish(ctx context.Context, topic, key string, body []byte) error {
 	err := p.p.Publish(ctx, topic, key, body)
+	p.count(topic, err)
+	return err
+}
+
+func (p measuredProducer) count(topic string, err error) {
 	outcome := "ok"
 	if err != nil && !errors.Is(err, context.Canceled) {
 		outcome = "error"
@@ -78,7 +109,6 @@ func (p measuredProducer) Publish(ctx context.Context, topic, key string, body [
 	if err == nil || outcome == "error" {
 		p.m.published.WithLabelValues(topic, outcome).Inc()
 	}
-	return err
 }
 
 // Backlog is a consumer group's position in its topic, for drivers that can

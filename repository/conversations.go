@@ -3,6 +3,7 @@ package repository
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"time"
 
 	"gorm.io/gorm"
@@ -176,6 +177,89 @@ func (s *Store) RecentMessages(ctx context.Context, conversationID service.ID, n
 // SaveMessage inserts a message and marks its conversation active; a title,
 // when given, is set in the same transaction.
 func (s *Store) SaveMessage(ctx context.Context, m *service.Message, title string) error {
+	return s.WithinTx(ctx, func(tx *Store) error { return tx.saveMessage(m, title) })
+}
+
+// SaveQuestion writes a turn's question in one transaction with its new
+// conversation (conv, nil for an existing one) and its submit key (submit,
+// nil without one). A submit key already taken fails it with
+// service.ErrDuplicateRequest and writes nothing: the unique key is what
+// keeps a duplicate that passed the Redis submit lock from making a second
+// conversation or question. With submit.Replaces the key moves from that
+// failed attempt to this one, unless another retry moved it first.
+func (s *Store) SaveQuestion(ctx context.Context, conv *service.Conversation, q *service.Message, submit *service.ChatSubmit) error {
+	return s.WithinTx(ctx, func(tx *Store) error {
+		if conv != nil {
+			row := conversationRow{ID: int64(conv.ID), UserID: int64(conv.UserID), Title: conv.Title}
+			if err := tx.db.Create(&row).Error; err != nil {
+				return translate(err)
+			}
+			conv.CreatedAt, conv.UpdatedAt = row.CreatedAt, row.UpdatedAt
+		}
+		if submit != nil {
+			if err := tx.takeSubmit(submit); err != nil {
+				return err
+			}
+		}
+		return tx.saveMessage(q, "")
+	})
+}
+
+func (s *Store) takeSubmit(sub *service.ChatSubmit) error {
+	duplicate := service.Errorf(service.ErrDuplicateRequest, "this %s was already submitted", "Idempotency-Key")
+	if sub.Replaces != 0 {
+		res := s.db.Exec(`UPDATE chat_submits SET conversation_id = ?, message_id = ?, task_id = ?, created_at = now()
+			WHERE user_id = ? AND request_key = ? AND message_id = ?`,
+			int64(sub.ConversationID), int64(sub.MessageID), int64(sub.TaskID), int64(sub.UserID), sub.Key, int64(sub.Replaces))
+		if res.Error != nil {
+			return translate(res.Error)
+		}
+		if res.RowsAffected == 0 {
+			return duplicate
+		}
+		return nil
+	}
+	res := s.db.Exec(`INSERT INTO chat_submits (user_id, request_key, conversation_id, message_id, task_id)
+		VALUES (?, ?, ?, ?, ?) ON CONFLICT DO NOTHING`,
+		int64(sub.UserID), sub.Key, int64(sub.ConversationID), int64(sub.MessageID), int64(sub.TaskID))
+	if res.Error != nil {
+		return translate(res.Error)
+	}
+	if res.RowsAffected == 0 {
+		return duplicate
+	}
+	return nil
+}
+
+// ChatSubmit returns userID's turn submitted under key, with its saved
+// answer's status ("" while none is saved); service.ErrNotFound when none.
+func (s *Store) ChatSubmit(ctx context.Context, userID service.ID, key string) (*service.ChatSubmit, error) {
+	var rows []struct {
+		ConversationID int64
+		MessageID      int64
+		TaskID         int64
+		AnswerStatus   *string
+	}
+	if err := s.conn(ctx).Raw(`SELECT cs.conversation_id, cs.message_id, cs.task_id,
+			(SELECT a.status FROM messages a WHERE a.conversation_id = cs.conversation_id AND a.reply_to = cs.message_id
+				AND a.role = 'assistant' ORDER BY a.id LIMIT 1) AS answer_status
+		FROM chat_submits cs WHERE cs.user_id = ? AND cs.request_key = ?`, int64(userID), key).Scan(&rows).Error; err != nil {
+		return nil, translate(err)
+	}
+	if len(rows) == 0 {
+		return nil, fmt.Errorf("chat submit: %w", service.ErrNotFound)
+	}
+	r := rows[0]
+	sub := &service.ChatSubmit{UserID: userID, Key: key, ConversationID: service.ID(r.ConversationID),
+		MessageID: service.ID(r.MessageID), TaskID: service.ID(r.TaskID)}
+	if r.AnswerStatus != nil {
+		sub.AnswerStatus = service.MessageStatus(*r.AnswerStatus)
+	}
+	return sub, nil
+}
+
+// saveMessage is SaveMessage inside the receiver's transaction.
+func (s *Store) saveMessage(m *service.Message, title string) error {
 	sources := []byte(m.Sources)
 	if len(sources) == 0 {
 		sources = []byte("[]")
@@ -193,15 +277,13 @@ func (s *Store) SaveMessage(ctx context.Context, m *service.Message, title strin
 		r := int64(m.ReplyTo)
 		row.ReplyTo = &r
 	}
-	return s.WithinTx(ctx, func(tx *Store) error {
-		if err := tx.db.Create(&row).Error; err != nil {
-			return translate(err)
-		}
-		m.CreatedAt = row.CreatedAt
-		updates := map[string]any{"updated_at": time.Now().UTC()}
-		if title != "" {
-			updates["title"] = title
-		}
-		return translate(tx.db.Model(&conversationRow{ID: row.ConversationID}).Updates(updates).Error)
-	})
+	if err := s.db.Create(&row).Error; err != nil {
+		return translate(err)
+	}
+	m.CreatedAt = row.CreatedAt
+	updates := map[string]any{"updated_at": time.Now().UTC()}
+	if title != "" {
+		updates["title"] = title
+	}
+	return translate(s.db.Model(&conversationRow{ID: row.ConversationID}).Updates(updates).Error)
 }

@@ -14,11 +14,12 @@ func (s *Store) enqueue(m service.OutboxMessage) error {
 }
 
 // RelayOutbox publishes up to limit unsent rows, oldest first, and marks
-// each one sent after its publish succeeds. The rows are locked with SKIP
+// each one sent after its publish succeeds, keeping the MQ's name for the
+// stored message (publish's ref, "" when it gives none) for CheckSent. The rows are locked with SKIP
 // LOCKED, so relays on several instances share the work without sending a
 // row twice at once (the MQ is at-least-once anyway: a crash between publish
 // and commit re-sends, and the consume guard drops the duplicate).
-func (s *Store) RelayOutbox(ctx context.Context, limit int, publish func(ctx context.Context, m service.OutboxMessage) error) (sent, failed int, err error) {
+func (s *Store) RelayOutbox(ctx context.Context, limit int, publish func(ctx context.Context, m service.OutboxMessage) (ref string, err error)) (sent, failed int, err error) {
 	err = s.WithinTx(ctx, func(tx *Store) error {
 		var rows []struct {
 			ID      int64
@@ -31,7 +32,7 @@ func (s *Store) RelayOutbox(ctx context.Context, limit int, publish func(ctx con
 			return translate(err)
 		}
 		for _, r := range rows {
-			perr := publish(ctx, service.OutboxMessage{ID: service.ID(r.ID), Topic: r.Topic, Key: r.Key, Payload: r.Payload})
+			ref, perr := publish(ctx, service.OutboxMessage{ID: service.ID(r.ID), Topic: r.Topic, Key: r.Key, Payload: r.Payload})
 			if perr != nil {
 				failed++
 				if err := tx.db.Exec("UPDATE outbox SET attempts = attempts + 1, last_error = ? WHERE id = ?",
@@ -42,13 +43,68 @@ func (s *Store) RelayOutbox(ctx context.Context, limit int, publish func(ctx con
 				break
 			}
 			sent++
-			if err := tx.db.Exec("UPDATE outbox SET sent_at = now() WHERE id = ?", r.ID).Error; err != nil {
+			if err := tx.db.Exec("UPDATE outbox SET sent_at = now(), sent_ref = ? WHERE id = ?", ref, r.ID).Error; err != nil {
 				return translate(err)
 			}
 		}
 		return nil
 	})
 	return sent, failed, err
+}
+
+// CheckSent asks holds whether the MQ still holds the messages of up to
+// limit ingest rows sent (with a ref) before cutoff and not asked about
+// since, whose document still waits for them (pending, same generation).
+// A row whose message is gone (a Redis failover lost the acknowledged
+// XADD) is made unsent again, so the relay publishes it again; rows whose
+// document moved on were delivered and are confirmed, never asked about
+// again. It returns how many rows it made unsent. A second delivery is
+// harmless: the consume guard, the claim and the chunks' unique key drop it.
+func (s *Store) CheckSent(ctx context.Context, cutoff time.Time, limit int, holds func(ctx context.Context, ref string) (bool, error)) (resent int, err error) {
+	var askErr error
+	const waiting = `EXISTS (SELECT 1 FROM documents d WHERE d.status = 'pending' AND d.deleted_at IS NULL
+		AND o.key = d.id || ':' || d.generation)`
+	if err := s.conn(ctx).Exec(`UPDATE outbox o SET confirmed_at = now()
+		WHERE o.topic = ? AND o.sent_ref <> '' AND o.confirmed_at IS NULL AND NOT `+waiting,
+		service.IngestTopic).Error; err != nil {
+		return 0, translate(err)
+	}
+	err = s.WithinTx(ctx, func(tx *Store) error {
+		var rows []struct {
+			ID      int64
+			SentRef string
+		}
+		if err := tx.db.Raw(`SELECT o.id, o.sent_ref FROM outbox o
+			WHERE o.topic = ? AND o.sent_ref <> '' AND o.confirmed_at IS NULL AND o.sent_at < ?
+				AND (o.checked_at IS NULL OR o.checked_at < ?) AND `+waiting+`
+			ORDER BY o.checked_at NULLS FIRST, o.id LIMIT ? FOR UPDATE OF o SKIP LOCKED`,
+			service.IngestTopic, cutoff, cutoff, limit).Scan(&rows).Error; err != nil {
+			return translate(err)
+		}
+		for _, r := range rows {
+			held, err := holds(ctx, r.SentRef)
+			if err != nil {
+				// The MQ is likely down: keep what was decided, ask the
+				// rest next round.
+				askErr = err
+				break
+			}
+			q := "UPDATE outbox SET checked_at = now() WHERE id = ?"
+			if !held {
+				resent++
+				q = `UPDATE outbox SET sent_at = NULL, sent_ref = '', checked_at = NULL, attempts = attempts + 1,
+					last_error = 'the MQ lost the published message, a failover; sent again' WHERE id = ?`
+			}
+			if err := tx.db.Exec(q, r.ID).Error; err != nil {
+				return translate(err)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return 0, err
+	}
+	return resent, askErr
 }
 
 // PruneOutbox deletes up to limit rows sent before the cutoff and returns

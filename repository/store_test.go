@@ -249,13 +249,16 @@ func TestRelayOutbox(t *testing.T) {
 	seedDoc(t, s, kb, "b")
 	seedDoc(t, s, kb, "c")
 
-	failing := func(context.Context, service.OutboxMessage) error { return errors.New("mq down") }
+	failing := func(context.Context, service.OutboxMessage) (string, error) { return "", errors.New("mq down") }
 	sent, failed, err := s.RelayOutbox(ctx, 10, failing)
 	if err != nil || sent != 0 || failed != 1 {
 		t.Fatalf("relay with MQ down: sent %d failed %d err %v", sent, failed, err)
 	}
 	var keys []string
-	ok := func(_ context.Context, m service.OutboxMessage) error { keys = append(keys, m.Key); return nil }
+	ok := func(_ context.Context, m service.OutboxMessage) (string, error) {
+		keys = append(keys, m.Key)
+		return "", nil
+	}
 	sent, _, err = s.RelayOutbox(ctx, 10, ok)
 	if err != nil || sent != 3 || len(keys) != 3 {
 		t.Fatalf("relay: sent %d keys %v err %v", sent, keys, err)
@@ -274,11 +277,11 @@ func TestPruneOutbox(t *testing.T) {
 	}
 	// Three of the five rows are sent; two stay unsent (the MQ went down).
 	n := 0
-	sent, _, err := s.RelayOutbox(ctx, 10, func(context.Context, service.OutboxMessage) error {
+	sent, _, err := s.RelayOutbox(ctx, 10, func(context.Context, service.OutboxMessage) (string, error) {
 		if n++; n > 3 {
-			return errors.New("mq down")
+			return "", errors.New("mq down")
 		}
-		return nil
+		return "", nil
 	})
 	if err != nil || sent != 3 {
 		t.Fatalf("relay: sent %d, err %v", sent, err)

@@ -23,6 +23,25 @@ type Conversation struct {
 	UpdatedAt time.Time `json:"updatedAt"`
 }
 
+// ChatSubmit is a chat turn written under its client's Idempotency-Key:
+// the database's unique key behind the Redis submit lock, so a retried
+// submit that a lost lock let through follows the original turn instead of
+// writing a second conversation or question.
+type ChatSubmit struct {
+	UserID         ID
+	Key            string
+	ConversationID ID
+	MessageID      ID // the question
+	TaskID         ID
+	// AnswerStatus is the saved answer's status; "" while none is saved
+	// (the turn runs, or the instance that ran it died).
+	AnswerStatus MessageStatus
+	// Replaces, when a submit is written, is the question of a failed or
+	// cancelled attempt under the same key that this one retries; the
+	// write fails with ErrDuplicateRequest when another retry took it over.
+	Replaces ID
+}
+
 // MessageStatus is how a chat turn ended.
 type MessageStatus string
 

@@ -252,6 +252,7 @@ func (a *App) buildIngestion(ctx context.Context, w *parts) error {
 		Parser:             parser,
 		OutboxRetention:    cfg.OutboxRetention,
 		PendingTimeout:     cfg.IngestPendingTimeout,
+		ConfirmAfter:       cfg.IngestConfirmAfter,
 		Space:              w.space,
 		Net:                ingest.NetPolicy{Allow: cfg.FetchAllowNetworks},
 		FetchTimeout:       cfg.FetchTimeout,

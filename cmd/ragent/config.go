@@ -195,6 +195,10 @@ type Config struct {
 	// IngestPendingTimeout is how long a document may stay pending after
 	// its message was published before the reaper publishes it again.
 	IngestPendingTimeout time.Duration
+	// IngestConfirmAfter is how long after publishing an ingest message on
+	// Redis Streams, and then how often while its document waits, the
+	// relay checks the stream still holds it (a failover may lose it).
+	IngestConfirmAfter time.Duration
 
 	// URL imports (docs/pipelines.md "For pipelines"): networks a fetch may reach
 	// besides the public internet, one fetch's time limit, and the shortest
@@ -476,6 +480,9 @@ func (c Config) validate() []error {
 	}
 	if c.IngestPendingTimeout < time.Second {
 		bad("RAGENT_INGEST_PENDING_TIMEOUT must be at least 1s")
+	}
+	if c.IngestConfirmAfter < 100*time.Millisecond || c.IngestConfirmAfter > c.IngestPendingTimeout {
+		bad("RAGENT_INGEST_CONFIRM_AFTER must be between 100ms and RAGENT_INGEST_PENDING_TIMEOUT")
 	}
 	if c.LoginMaxFailuresPerUser < c.LoginMaxFailures {
 		bad("RAGENT_LOGIN_MAX_FAILURES_PER_USER must be at least RAGENT_LOGIN_MAX_FAILURES")

@@ -153,6 +153,7 @@ func (c *Config) settings() []setting {
 		{"RAGENT_UPLOAD_MAX_BYTES", "52428800", int64Value(&c.UploadMaxBytes), maskNone},
 		{"RAGENT_OUTBOX_RETENTION", "168h", durationValue(&c.OutboxRetention), maskNone},
 		{"RAGENT_INGEST_PENDING_TIMEOUT", "10m", durationValue(&c.IngestPendingTimeout), maskNone},
+		{"RAGENT_INGEST_CONFIRM_AFTER", "10s", durationValue(&c.IngestConfirmAfter), maskNone},
 		{"RAGENT_FETCH_ALLOW_NETWORKS", "", (*prefixesValue)(&c.FetchAllowNetworks), maskNone},
 		{"RAGENT_FETCH_TIMEOUT", "30s", durationValue(&c.FetchTimeout), maskNone},
 		{"RAGENT_FETCH_MIN_REFRESH", "1m", durationValue(&c.FetchMinRefresh), maskNone},

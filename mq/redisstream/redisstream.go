@@ -67,6 +67,7 @@ type Producer struct {
 var (
 	_ mq.Producer = (*Producer)(nil)
 	_ mq.Pinger   = (*Producer)(nil)
+	_ mq.Tracker  = (*Producer)(nil)
 )
 
 // NewProducer returns a Producer that writes through rdb.
@@ -77,16 +78,36 @@ func NewProducer(rdb redis.UniversalClient, cfg ProducerConfig) *Producer {
 
 // Publish appends the message to the topic's stream.
 func (p *Producer) Publish(ctx context.Context, topic, key string, body []byte) error {
-	err := p.rdb.XAdd(ctx, &redis.XAddArgs{
+	_, err := p.PublishTracked(ctx, topic, key, body)
+	return err
+}
+
+// PublishTracked appends the message to the topic's stream and returns its
+// entry ID, for Holds. Redis acknowledges an XADD before any replica has it,
+// so a failover may promote a replica that never got the entry: the caller
+// (the outbox relay) asks Holds later and publishes again what was lost.
+func (p *Producer) PublishTracked(ctx context.Context, topic, key string, body []byte) (string, error) {
+	id, err := p.rdb.XAdd(ctx, &redis.XAddArgs{
 		Stream: StreamKey(p.prefix, topic),
 		MaxLen: p.maxLen,
 		Approx: true,
 		Values: []any{fieldKey, key, fieldBody, body},
-	}).Err()
+	}).Result()
 	if err != nil {
-		return fmt.Errorf("redisstream: publish to %s: %w", topic, err)
+		return "", fmt.Errorf("redisstream: publish to %s: %w", topic, err)
 	}
-	return nil
+	return id, nil
+}
+
+// Holds reports whether topic's stream still has the entry PublishTracked
+// returned. Consumed entries stay (acknowledged, not deleted) until the
+// MAXLEN trim, so false means lost, or trimmed long after its delivery.
+func (p *Producer) Holds(ctx context.Context, topic, id string) (bool, error) {
+	entries, err := p.rdb.XRangeN(ctx, StreamKey(p.prefix, topic), id, id, 1).Result()
+	if err != nil {
+		return false, fmt.Errorf("redisstream: look up %s in %s: %w", id, topic, err)
+	}
+	return len(entries) > 0, nil
 }
 
 // Ping reports whether Redis answers.

@@ -39,7 +39,14 @@ import (
 
 // Store keeps conversations and messages.
 type Store interface {
-	CreateConversation(ctx context.Context, c *service.Conversation) error
+	// SaveQuestion writes a turn's question in one transaction with its new
+	// conversation (nil for an existing one) and its submit key (nil
+	// without one); a key already taken fails it with
+	// service.ErrDuplicateRequest, writing nothing.
+	SaveQuestion(ctx context.Context, conv *service.Conversation, q *service.Message, submit *service.ChatSubmit) error
+	// ChatSubmit returns userID's turn submitted under key
+	// (service.ErrNotFound when none).
+	ChatSubmit(ctx context.Context, userID service.ID, key string) (*service.ChatSubmit, error)
 	Conversation(ctx context.Context, id service.ID) (*service.Conversation, error)
 	// Conversations lists userID's conversations; within, when not nil,
 	// keeps those whose every message searched knowledge bases among it.
@@ -211,6 +218,9 @@ type Request struct {
 	// Config.DetachedTimeout after their client went away (POST /chat);
 	// the others stop when it goes (the OpenAI-compatible API).
 	Resumable bool `json:"-"`
+	// SubmitKey is the client's Idempotency-Key: a turn with a key already
+	// stored (service.ChatSubmit) is not run again but followed (see Chat).
+	SubmitKey string `json:"-"`
 
 	// mapped is Question after term mappings, set by Validate.
 	mapped string
@@ -318,6 +328,12 @@ type turn struct {
 	seq int
 	// journal appends to the turn's journal; nil when not resumable.
 	journal func(service.TaskEvent)
+	// submit is the turn's submit key, written with its question; nil
+	// without SubmitKey.
+	submit *service.ChatSubmit
+	// duplicate records that another turn under the same submit key wrote
+	// its question first: this one writes nothing.
+	duplicate bool
 }
 
 func (t *turn) send(name string, data any) {
@@ -363,6 +379,10 @@ func (s *Service) Chat(ctx context.Context, p service.Principal, req Request, em
 	defer span.End()
 	t := &turn{s: s, p: p, req: req, emit: emit, started: s.cfg.Now()}
 	if err := t.begin(ctx); err != nil {
+		var dup *duplicateSubmit
+		if errors.As(err, &dup) {
+			return s.followSubmit(ctx, p, dup.sub, emit)
+		}
 		return err
 	}
 	span.SetAttributes(attribute.String("ragent.conversation", t.conv.ID.String()), attribute.String("ragent.task", t.taskID.String()))
@@ -392,9 +412,25 @@ func (s *Service) Chat(ctx context.Context, p service.Principal, req Request, em
 }
 
 // begin loads the conversation (or names a new one) and reserves the ids of
-// the task, the question and the answer. It writes nothing: see store.
+// the task, the question and the answer. It writes nothing: see store. A
+// submit key already stored makes it fail with *duplicateSubmit, unless that
+// turn failed or was cancelled: then this one retries it in its
+// conversation.
 func (t *turn) begin(ctx context.Context) error {
 	s := t.s
+	var replaces service.ID
+	if t.req.SubmitKey != "" {
+		prev, err := t.retries(ctx)
+		if err != nil {
+			return err
+		}
+		if prev != nil {
+			replaces = prev.MessageID
+			if t.req.ConversationID == 0 {
+				t.req.ConversationID = prev.ConversationID
+			}
+		}
+	}
 	if t.req.ConversationID != 0 {
 		c, err := s.ownConversation(ctx, t.p, t.req.ConversationID, false)
 		if err != nil {
@@ -422,18 +458,24 @@ func (t *turn) begin(ctx context.Context) error {
 	t.question = service.Message{ID: ids[1], ConversationID: t.conv.ID, Role: "user", Content: t.req.Question,
 		Status: service.MessageCompleted, KnowledgeBaseIDs: t.kbIDs}
 	t.answer = service.Message{ID: ids[2], ConversationID: t.conv.ID, Role: "assistant", ReplyTo: t.question.ID}
+	if t.req.SubmitKey != "" {
+		t.submit = &service.ChatSubmit{UserID: t.p.UserID, Key: t.req.SubmitKey, ConversationID: t.conv.ID,
+			MessageID: t.question.ID, TaskID: t.taskID, Replaces: replaces}
+	}
 	return nil
 }
 
-// store writes a new conversation and the question, once the turn holds its
-// LLM slot.
+// store writes a new conversation, the question and its submit key in one
+// transaction, once the turn holds its LLM slot.
 func (t *turn) store(ctx context.Context) error {
+	var conv *service.Conversation
 	if t.isNew {
-		if err := t.s.d.Store.CreateConversation(ctx, t.conv); err != nil {
-			return err
-		}
+		conv = t.conv
 	}
-	if err := t.s.d.Store.SaveMessage(ctx, &t.question, ""); err != nil {
+	if err := t.s.d.Store.SaveQuestion(ctx, conv, &t.question, t.submit); err != nil {
+		if errors.Is(err, service.ErrDuplicateRequest) {
+			t.duplicate = true
+		}
 		return err
 	}
 	t.stored = true
@@ -479,8 +521,9 @@ func (t *turn) run(ctx context.Context) {
 		if err := s.d.Store.SaveMessage(saveCtx, &t.answer, title); err != nil {
 			t.log.ErrorContext(ctx, "saving the answer failed", "err", err)
 		}
-	case t.isNew:
-		// No slot, no conversation: a refused first question leaves nothing.
+	case t.isNew, t.duplicate:
+		// No slot, no conversation: a refused first question leaves nothing;
+		// nor does a duplicate of a turn already stored.
 		saved, title = false, ""
 	default:
 		// No slot in an existing conversation: keep the question, marked with
@@ -545,6 +588,13 @@ func (t *turn) generate(ctx context.Context) (service.MessageStatus, *Error) {
 	if err := t.store(ctx); err != nil {
 		if ctx.Err() != nil {
 			return service.MessageCancelled, nil
+		}
+		if t.duplicate {
+			// Two submits with one key passed the Redis lock (lost in a
+			// failover) at once; the other wrote first and answers.
+			t.log.WarnContext(ctx, "a duplicate submit reached the database's unique key", "key", t.req.SubmitKey)
+			return service.MessageFailed, &Error{Code: service.CodeOf(err),
+				Message: "an identical request with this Idempotency-Key is already being answered; resubmit it to follow that answer"}
 		}
 		t.log.ErrorContext(ctx, "saving the question failed", "err", err)
 		return service.MessageFailed, &Error{Code: service.CodeOf(err), Message: "the question could not be saved"}

@@ -33,11 +33,17 @@ func (f *fakeStore) Conversation(_ context.Context, id service.ID) (*service.Con
 	return nil, service.ErrNotFound
 }
 
-func (f *fakeStore) CreateConversation(_ context.Context, c *service.Conversation) error {
+func (f *fakeStore) SaveQuestion(ctx context.Context, c *service.Conversation, q *service.Message, _ *service.ChatSubmit) error {
 	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.convs = append(f.convs, c.ID)
-	return nil
+	if f.fail != nil {
+		f.mu.Unlock()
+		return f.fail
+	}
+	if c != nil {
+		f.convs = append(f.convs, c.ID)
+	}
+	f.mu.Unlock()
+	return f.SaveMessage(ctx, q, "")
 }
 
 func (f *fakeStore) SaveMessage(_ context.Context, m *service.Message, title string) error {
@@ -305,8 +311,9 @@ func TestTurnOutcomes(t *testing.T) {
 			case wantAnswer && (a == nil || a.Status != tt.status || a.Content != tt.answer):
 				t.Errorf("answer stored as %+v, want %q %q", a, tt.status, tt.answer)
 			}
-			// (A failing question save comes after the conversation's.)
-			if created := len(store.convs) > 0; created != (!tt.existing && (q != nil || tt.saveFails != nil)) {
+			// (The conversation and the question are one transaction: a
+			// failing question save leaves no conversation either.)
+			if created := len(store.convs) > 0; created != (!tt.existing && q != nil) {
 				t.Errorf("conversation created: %v, want it only for a new one that got a slot", created)
 			}
 			if tt.status == service.MessageCompleted && !tt.existing && store.title == "" {

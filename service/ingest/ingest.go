@@ -61,7 +61,10 @@ type Store interface {
 	StuckDocuments(ctx context.Context, cutoff time.Time, limit int) ([]*service.Document, error)
 	Requeue(ctx context.Context, d *service.Document, msg service.OutboxMessage) (bool, error)
 	RepublishPending(ctx context.Context, cutoff time.Time, limit int, queue service.MessageFor) (int, error)
-	RelayOutbox(ctx context.Context, limit int, publish func(context.Context, service.OutboxMessage) error) (sent, failed int, err error)
+	RelayOutbox(ctx context.Context, limit int, publish func(context.Context, service.OutboxMessage) (ref string, err error)) (sent, failed int, err error)
+	// CheckSent asks holds about ingest messages sent before cutoff whose
+	// document still waits, and makes those the MQ lost unsent again.
+	CheckSent(ctx context.Context, cutoff time.Time, limit int, holds func(ctx context.Context, ref string) (bool, error)) (resent int, err error)
 	PruneOutbox(ctx context.Context, sentBefore time.Time, limit int) (int, error)
 	// Pipelines (pipeline.go, fetch.go).
 	FindDocuments(ctx context.Context, kbID service.ID, q service.DocumentQuery) ([]*service.Document, error)
@@ -74,6 +77,16 @@ type Store interface {
 // Publisher sends a message to the MQ.
 type Publisher interface {
 	Publish(ctx context.Context, topic, key string, body []byte) error
+}
+
+// Tracker is a Publisher whose queue may lose a publication it has
+// acknowledged — Redis Streams, whose replication is asynchronous, after a
+// failover — and can tell: PublishTracked names the stored message, Holds
+// says later whether the queue still has it. The relay then sends a lost
+// ingest message again within ConfirmAfter instead of PendingTimeout.
+type Tracker interface {
+	PublishTracked(ctx context.Context, topic, key string, body []byte) (ref string, err error)
+	Holds(ctx context.Context, topic, ref string) (bool, error)
 }
 
 // ErrGaveUp marks a transient failure that was retried MaxAttempts times:
@@ -93,6 +106,10 @@ type Config struct {
 	// lost it); default 10m.
 	PendingTimeout time.Duration
 	RelayInterval  time.Duration // outbox poll; default 1s
+	// ConfirmAfter is how long after its publication, and then how often
+	// while its document waits, the relay asks a Tracker whether it still
+	// holds an ingest message (RAGENT_INGEST_CONFIRM_AFTER); default 10s.
+	ConfirmAfter time.Duration
 	// ReaperInterval is the reaper's period; default 1m, or half of
 	// PendingTimeout when that is shorter.
 	ReaperInterval time.Duration
@@ -158,6 +175,9 @@ func (c *Config) defaults() {
 	}
 	if c.RelayInterval <= 0 {
 		c.RelayInterval = time.Second
+	}
+	if c.ConfirmAfter <= 0 {
+		c.ConfirmAfter = 10 * time.Second
 	}
 	if c.ReaperInterval <= 0 {
 		c.ReaperInterval = min(time.Minute, c.PendingTimeout/2)
@@ -698,13 +718,26 @@ func (s *Service) wakeRelay() {
 // RunRelay publishes outbox rows until ctx ends: at once after an upload on
 // this instance, and every RelayInterval for rows written by other instances
 // or left behind while the MQ was down.
+//
+// With a Tracker it also asks, every ConfirmAfter, whether the queue still
+// holds the ingest messages whose documents wait, and sends those it lost
+// again (confirmSent).
 func (s *Service) RunRelay(ctx context.Context, pub Publisher) error {
 	t := time.NewTicker(s.cfg.RelayInterval)
 	defer t.Stop()
-	publish := func(ctx context.Context, m service.OutboxMessage) error {
-		return pub.Publish(ctx, m.Topic, m.Key, m.Payload)
+	tracker, _ := pub.(Tracker)
+	publish := func(ctx context.Context, m service.OutboxMessage) (string, error) {
+		if tracker != nil && m.Topic == service.IngestTopic {
+			return tracker.PublishTracked(ctx, m.Topic, m.Key, m.Payload)
+		}
+		return "", pub.Publish(ctx, m.Topic, m.Key, m.Payload)
 	}
+	var lastCheck time.Time
 	for {
+		if tracker != nil && s.now().Sub(lastCheck) >= s.cfg.ConfirmAfter/2 {
+			lastCheck = s.now()
+			s.confirmSent(ctx, tracker)
+		}
 		for {
 			sent, failed, err := s.store.RelayOutbox(ctx, 100, publish)
 			if err != nil && ctx.Err() == nil {
@@ -723,6 +756,25 @@ func (s *Service) RunRelay(ctx context.Context, pub Publisher) error {
 		case <-t.C:
 		case <-s.kick:
 		}
+	}
+}
+
+// confirmSent sends again the ingest messages the queue lost although it
+// acknowledged them: a Redis failover promotes a replica that never got the
+// last XADDs. Each waiting document's message is asked about every
+// ConfirmAfter until the document moves on, so a failover after one check
+// is caught by the next.
+func (s *Service) confirmSent(ctx context.Context, tracker Tracker) {
+	const batch = 100
+	holds := func(ctx context.Context, ref string) (bool, error) {
+		return tracker.Holds(ctx, service.IngestTopic, ref)
+	}
+	resent, err := s.store.CheckSent(ctx, s.now().Add(-s.cfg.ConfirmAfter), batch, holds)
+	if err != nil && ctx.Err() == nil {
+		s.log.WarnContext(ctx, "could not confirm published ingest messages", "err", err)
+	}
+	if resent > 0 {
+		s.log.WarnContext(ctx, "the queue lost published ingest messages (a Redis failover?); sending them again", "messages", resent)
 	}
 }
 
