@@ -70,7 +70,7 @@ run: services build
 # OpenAI-compatible API's tests, the local embedding model for the semantic
 # ones, an OpenSearch node for the opensearch search backend's, and curl and
 # jq for the README's pipeline script.
-TEST_SERVICES := postgres redis redis-sentinel redis-cluster rocketmq browser clients embedder opensearch tools
+TEST_SERVICES := postgres redis redis-sentinel redis-cluster rocketmq browser clients embedder opensearch tools ocr
 
 .PHONY: test-services
 test-services:
