@@ -224,11 +224,14 @@ func newApp(ctx context.Context, cfg Config, log *slog.Logger) (_ *App, err erro
 		return nil, err
 	}
 	a.closers = append(a.closers, func(context.Context) error { return closeParser() })
+	if cfg.Role != "api" {
+		checkOCR(ctx, cfg, log)
+	}
 	ingestSvc := ingest.New(a.store, access, embedder, ids, audit, ingest.Config{
 		Registerer: a.registry, Tracer: tracer("service/ingest"),
 
 		MaxBytes:           cfg.UploadMaxBytes,
-		Limits:             parse.Limits{MaxTextBytes: cfg.IngestMaxTextBytes, Timeout: cfg.IngestParseTimeout},
+		Limits:             parse.Limits{MaxTextBytes: cfg.IngestMaxTextBytes, Timeout: cfg.IngestParseTimeout, OCR: ocrConfig(cfg)},
 		MaxChunks:          cfg.IngestMaxChunks,
 		Parser:             parser,
 		OutboxRetention:    cfg.OutboxRetention,

@@ -98,7 +98,7 @@ func (c *chunker) section() string {
 	if c.page > 0 {
 		label := "Page " + strconv.Itoa(c.page)
 		if c.ocr {
-			label += OCRSectionSuffix
+			label += service.OCRSectionSuffix
 		}
 		parts = append(parts, label)
 	}

@@ -43,11 +43,6 @@ const (
 // DefaultOCRLanguages are the Tesseract languages used when none are set.
 const DefaultOCRLanguages = "chi_sim+eng"
 
-// OCRSectionSuffix ends the section of a chunk read by OCR ("Page 3 (OCR)"):
-// the page label tells a reader where to look, and the suffix is how a
-// document is known to have been read by OCR.
-const OCRSectionSuffix = " (OCR)"
-
 // OCR configures reading text from images with Tesseract: images, and PDF
 // pages without a usable text layer, which pdftoppm renders first. Every
 // page is checked for size before a program sees it, and each run of
@@ -457,7 +452,7 @@ func runLimited(pctx context.Context, name string, args []string, o OCR) ([]byte
 	err := cmd.Wait()
 	if err != nil {
 		msg := toolMessage(stderr.String())
-		if strings.Contains(msg, "alloc") || strings.Contains(msg, "memory") || strings.Contains(err.Error(), "signal: killed") && pctx.Err() == nil {
+		if strings.Contains(msg, "alloc") || strings.Contains(msg, "memory") || strings.Contains(msg, "failed to map") || strings.Contains(err.Error(), "signal: killed") && pctx.Err() == nil {
 			return nil, fmt.Errorf("%s %w (%s)", name, errOutOfMemory, formatBytes(o.MemoryLimit))
 		}
 		if msg != "" {
