@@ -111,9 +111,10 @@ func OCRLanguages(ctx context.Context) ([]string, error) {
 	return langs, nil
 }
 
-// progressKey carries the func an OCR step calls after each page, so the
-// deadline of a long document moves with its progress (see guard and
-// ChildParser).
+// progressKey carries the func an OCR step calls as it starts and ends
+// each page, so the deadline of a long document moves with its progress:
+// each page may take OCR.PageTimeout, on top of the parse timeout (see
+// guard and ChildParser).
 type progressKey struct{}
 
 func withProgress(ctx context.Context, f func()) context.Context {
@@ -150,6 +151,7 @@ func parseImage(mime string) parser {
 		if err := copyToFile(file, r, size); err != nil {
 			return nil, err
 		}
+		progress(ctx)
 		if pages == 1 {
 			file = deskew(file) // x/image/tiff decodes a TIFF's first page only: a multi-page one goes as it is
 		}
@@ -326,6 +328,7 @@ func ocrPDFPages(ctx context.Context, r io.ReaderAt, size int64, pages []int, si
 		go func() {
 			defer wg.Done()
 			for page := range next {
+				progress(ctx) // this page has its own PageTimeout, however long the pages before it took
 				s, err := ocrPDFPage(ctx, dir, pdfFile, page, sizes[page], o)
 				mu.Lock()
 				if err != nil && firstErr == nil {
