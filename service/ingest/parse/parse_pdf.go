@@ -56,7 +56,7 @@ func parsePDF(ctx context.Context, r io.ReaderAt, size int64, limits Limits) (*T
 			return nil, doc.textErr()
 		}
 		texts[i] = s
-		if limits.OCR.Mode != OCROff && !usableText(s) {
+		if limits.OCR.Mode != OCROff && !usableText(s) && hasImage(page.V) {
 			scanned = append(scanned, i+1)
 			sizes[i+1] = pageSize(page.V)
 		}
@@ -77,6 +77,43 @@ func parsePDF(ctx context.Context, r io.ReaderAt, size int64, limits Limits) (*T
 		}
 	}
 	return doc, nil
+}
+
+// hasImage reports whether a page draws an image: an image XObject among
+// its resources (inherited from its parents), or among those of a form it
+// draws, a few forms deep. A page with little text and no image is just a
+// short page, not a scan, and keeps its text layer.
+func hasImage(page pdf.Value) bool {
+	res := pdf.Value{}
+	for v, depth := page, 0; !v.IsNull() && depth <= maxPDFTreeDepth; v, depth = v.Key("Parent"), depth+1 {
+		if r := v.Key("Resources"); !r.IsNull() {
+			res = r
+			break
+		}
+	}
+	return resourcesHaveImage(res, 0)
+}
+
+func resourcesHaveImage(res pdf.Value, depth int) bool {
+	if res.IsNull() || depth > 3 {
+		return false
+	}
+	xo := res.Key("XObject")
+	for i, k := range xo.Keys() {
+		if i >= 256 {
+			break
+		}
+		x := xo.Key(k)
+		switch x.Key("Subtype").Name() {
+		case "Image":
+			return true
+		case "Form":
+			if resourcesHaveImage(x.Key("Resources"), depth+1) {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // pageSize is a page's MediaBox width and height in points, inherited from
