@@ -13,11 +13,12 @@ import (
 	"github.com/ragent-go/ragent/internal/redisconn"
 	"github.com/ragent-go/ragent/llm"
 	"github.com/ragent-go/ragent/service/ingest/parse"
+	"github.com/ragent-go/ragent/service/retrieve"
 )
 
 // Config is every setting, parsed once from RAGENT_* variables and passed
 // down as values. Each field is filled from its row in settings (settings.go),
-// which the README table mirrors (TestConfigREADME).
+// which docs/configuration.md mirrors (TestConfigReference).
 type Config struct {
 	HTTPAddr string
 	// MetricsAddr serves /metrics on its own listener (an address only the
@@ -196,7 +197,7 @@ type Config struct {
 	// its message was published before the reaper publishes it again.
 	IngestPendingTimeout time.Duration
 
-	// URL imports (README "For pipelines"): networks a fetch may reach
+	// URL imports (docs/pipelines.md "For pipelines"): networks a fetch may reach
 	// besides the public internet, one fetch's time limit, and the shortest
 	// refresh interval a pipeline may ask for.
 	FetchAllowNetworks []netip.Prefix
@@ -288,10 +289,10 @@ func loadConfig(getenv func(string) string) (Config, error) {
 	}
 	// Unset (or negative): the provider's default.
 	if strings.TrimSpace(getenv("RAGENT_SEARCH_MIN_VECTOR_SCORE")) == "" || c.SearchMinVectorScore < 0 {
-		c.SearchMinVectorScore = defaultMinVectorScore(c)
+		c.SearchMinVectorScore = retrieve.DefaultMinVectorScore(embedderKind(c))
 	}
 	if c.SearchFusion == "" {
-		c.SearchFusion = defaultFusion(c)
+		c.SearchFusion = string(retrieve.DefaultFusion(embedderKind(c)))
 	}
 	if c.LLMFastModel == "" {
 		c.LLMFastModel = c.LLMChatModel

@@ -151,8 +151,11 @@ func TestOCRImageUploads(t *testing.T) {
 		t.Fatalf("search for the image's marker: %+v", hits)
 	}
 
-	// A GIF is still refused at upload, by its content.
-	if r := c.upload(kb, "a.gif", []byte("GIF89a\x01\x00\x01\x00\x00\x00\x00;")); r.Status != http.StatusUnsupportedMediaType {
+	// A GIF is still refused, by its content: stored failed, saying why.
+	r := c.upload(kb, "a.gif", []byte("GIF89a\x01\x00\x01\x00\x00\x00\x00;"))
+	var gif docJSON
+	r.json(t, &gif)
+	if r.Status != http.StatusAccepted || gif.Status != "failed" || !strings.Contains(gif.Error, "GIF image") {
 		t.Fatalf("GIF upload: %d %s", r.Status, r.Body)
 	}
 }

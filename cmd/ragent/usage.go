@@ -15,7 +15,7 @@ import (
 	"github.com/ragent-go/ragent/text"
 )
 
-// usageMetrics are the Prometheus series of usage and quotas (README
+// usageMetrics are the Prometheus series of usage and quotas (docs/usage-and-quotas.md
 // "Usage and quotas").
 type usageMetrics struct {
 	tokens   *prometheus.CounterVec
