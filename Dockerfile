@@ -54,3 +54,24 @@ ENV RAGENT_HTTP_ADDR=:8080
 HEALTHCHECK --interval=10s --timeout=6s --start-period=60s --retries=6 CMD ["/ragent", "healthcheck"]
 ENTRYPOINT ["/ragent"]
 CMD ["serve"]
+
+# ragent-ocr: the same binary on Debian with Tesseract (eng, chi_sim) and
+# poppler's pdftoppm, installed by the same step as on a development
+# machine (scripts/services.sh install ocr), for scanned PDFs and images
+# (README "OCR"). Far bigger than the scratch image above (Tesseract's and
+# poppler's libraries, ICU among them); compose builds it with
+# RAGENT_IMAGE_TARGET=ragent-ocr (the default is the small image above).
+FROM debian:bookworm-slim AS ragent-ocr
+RUN printf '#!/bin/sh\nexit 101\n' >/usr/sbin/policy-rc.d && chmod 755 /usr/sbin/policy-rc.d
+COPY scripts/services.sh /tmp/services.sh
+RUN bash /tmp/services.sh install ocr && rm -rf /var/lib/apt/lists/* /tmp/services.sh \
+	&& tesseract --list-langs | grep -qx chi_sim && command -v pdftoppm
+COPY --from=build /out/passwd /etc/passwd
+COPY --from=build /out/group /etc/group
+COPY --from=build /out/ragent /ragent
+USER 10001:10001
+EXPOSE 8080
+ENV RAGENT_HTTP_ADDR=:8080
+HEALTHCHECK --interval=10s --timeout=6s --start-period=60s --retries=6 CMD ["/ragent", "healthcheck"]
+ENTRYPOINT ["/ragent"]
+CMD ["serve"]

@@ -69,9 +69,9 @@ run: services build
 # the browser tests, the official OpenAI SDKs (Python and Node) for the
 # OpenAI-compatible API's tests, the local embedding model for the semantic
 # ones, an OpenSearch node for the opensearch search backend's, curl and jq
-# for the pipeline script of docs/pipelines.md, and Keycloak (the identity
-# provider of the single sign-on tests).
-TEST_SERVICES := postgres redis redis-sentinel redis-cluster rocketmq browser clients embedder opensearch keycloak tools
+# for the pipeline script of docs/pipelines.md, Keycloak (the identity
+# provider of the single sign-on tests), and Tesseract with pdftoppm for OCR.
+TEST_SERVICES := postgres redis redis-sentinel redis-cluster rocketmq browser clients embedder opensearch keycloak tools ocr
 
 .PHONY: test-services
 test-services:

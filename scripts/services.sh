@@ -4,10 +4,10 @@
 # NameServer + Broker; on request also the headless Chromium of the browser
 # tests, the local embedding model server and an OpenSearch node.
 #
-#   scripts/services.sh start  [postgres|redis|redis-sentinel|redis-cluster|rocketmq|browser|clients|embedder|opensearch|keycloak|tantivy|tools ...]
-#   scripts/services.sh stop   [postgres|redis|redis-sentinel|redis-cluster|rocketmq|browser|clients|embedder|opensearch|keycloak|tantivy|tools ...]
-#   scripts/services.sh status [postgres|redis|redis-sentinel|redis-cluster|rocketmq|browser|clients|embedder|opensearch|keycloak|tantivy|tools ...]
-#   scripts/services.sh install postgres|redis|rocketmq|embedder|opensearch ...
+#   scripts/services.sh start  [postgres|redis|redis-sentinel|redis-cluster|rocketmq|browser|clients|embedder|opensearch|keycloak|tantivy|tools|ocr ...]
+#   scripts/services.sh stop   [postgres|redis|redis-sentinel|redis-cluster|rocketmq|browser|clients|embedder|opensearch|keycloak|tantivy|tools|ocr ...]
+#   scripts/services.sh status [postgres|redis|redis-sentinel|redis-cluster|rocketmq|browser|clients|embedder|opensearch|keycloak|tantivy|tools|ocr ...]
+#   scripts/services.sh install postgres|redis|rocketmq|embedder|opensearch|ocr ...
 #
 # `install` only installs (packages, the pgvector build, jars, the embedder's
 # venv and model) and starts nothing: the project's container images
@@ -51,7 +51,7 @@
 set -euo pipefail
 
 readonly ALL_SERVICES="postgres redis rocketmq"
-readonly KNOWN_SERVICES="$ALL_SERVICES redis-sentinel redis-cluster browser clients embedder opensearch keycloak tantivy tools"
+readonly KNOWN_SERVICES="$ALL_SERVICES redis-sentinel redis-cluster browser clients embedder opensearch keycloak tantivy tools ocr"
 SCRIPT_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 readonly SCRIPT_DIR
 
@@ -1692,6 +1692,40 @@ status_tools() {
 	fi
 }
 
+# --- ocr ----------------------------------------------------------------------
+
+# Scanned PDFs and images are read by Tesseract inside the parser process
+# (service/ingest/parse/ocr.go), with PDF pages rendered by poppler's
+# pdftoppm and measured by pdfinfo. The OCR tests (and their generated test
+# pages) need the same programs. Nothing runs between parses: start only
+# installs and checks that both languages of RAGENT_OCR_LANGUAGES' default
+# are there.
+readonly OCR_PACKAGES="tesseract-ocr tesseract-ocr-eng tesseract-ocr-chi-sim poppler-utils"
+
+ocr_languages() { tesseract --list-langs 2>/dev/null | tail -n +2 | tr '\n' ' '; }
+
+start_ocr() {
+	install_ocr
+	local langs
+	langs=$(ocr_languages)
+	[[ " $langs " == *" chi_sim "* && " $langs " == *" eng "* ]] ||
+		die "tesseract lacks chi_sim or eng (has: $langs)"
+	log "ocr: $(tesseract --version 2>&1 | head -n1), languages: $langs, $(pdftoppm -v 2>&1 | head -n1)"
+}
+
+stop_ocr() { :; }
+
+status_ocr() {
+	local langs
+	if command -v pdftoppm >/dev/null && langs=$(ocr_languages) &&
+		[[ " $langs " == *" chi_sim "* && " $langs " == *" eng "* ]]; then
+		echo "ocr       up    tesseract ($langs), pdftoppm"
+	else
+		echo "ocr       down  tesseract with chi_sim+eng, pdftoppm"
+		return 1
+	fi
+}
+
 # --- install (container images) ----------------------------------------------
 
 install_postgres() {
@@ -1699,6 +1733,8 @@ install_postgres() {
 	ensure_pgvector
 }
 install_redis() { ensure_packages redis-server; }
+# shellcheck disable=SC2086 # the list splits into packages
+install_ocr() { ensure_packages $OCR_PACKAGES; }
 install_rocketmq() {
 	ensure_packages openjdk-17-jre-headless
 	ensure_rocketmq_jars
@@ -1770,7 +1806,7 @@ print_settings() {
 }
 
 usage() {
-	echo "usage: $0 start|stop|status|install [postgres|redis|redis-sentinel|redis-cluster|rocketmq|browser|clients|embedder|opensearch|keycloak|tantivy|tools ...]  (default: \$SERVICES or the three servers)" >&2
+	echo "usage: $0 start|stop|status|install [postgres|redis|redis-sentinel|redis-cluster|rocketmq|browser|clients|embedder|opensearch|keycloak|tantivy|tools|ocr ...]  (default: \$SERVICES or the three servers)" >&2
 	exit 2
 }
 

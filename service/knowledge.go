@@ -68,12 +68,21 @@ type Document struct {
 	CuratedChunks int `json:"curatedChunks"`
 	// Source is where an imported document is fetched from.
 	Source *DocumentSource `json:"source,omitempty"`
+	// OCR says that some of the document's text was read from images by
+	// OCR (a scan, or an image file): its chunks' sections end with
+	// OCRSectionSuffix.
+	OCR bool `json:"ocr,omitempty"`
 	// CreatedBy is the uploader, whom ingesting the document is spent for
 	// (usage); 0 when unknown (documents stored before it was recorded).
 	CreatedBy ID        `json:"-"`
 	CreatedAt time.Time `json:"createdAt"`
 	UpdatedAt time.Time `json:"updatedAt"`
 }
+
+// OCRSectionSuffix ends the section of a chunk read by OCR ("Page 3
+// (OCR)"): the page label tells a reader where to look, and the suffix is
+// how a document is known to have been read by OCR.
+const OCRSectionSuffix = " (OCR)"
 
 // SectionSeparator joins the headings of a chunk's section path
 // ("Install > Linux"), and the names on an intent node's path.

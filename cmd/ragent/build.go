@@ -247,7 +247,7 @@ func (a *App) buildIngestion(ctx context.Context, w *parts) error {
 		Registerer: a.registry, Tracer: w.tracer("service/ingest"),
 
 		MaxBytes:           cfg.UploadMaxBytes,
-		Limits:             parse.Limits{MaxTextBytes: cfg.IngestMaxTextBytes, Timeout: cfg.IngestParseTimeout},
+		Limits:             parse.Limits{MaxTextBytes: cfg.IngestMaxTextBytes, Timeout: cfg.IngestParseTimeout, OCR: ocrConfig(cfg)},
 		MaxChunks:          cfg.IngestMaxChunks,
 		Parser:             parser,
 		OutboxRetention:    cfg.OutboxRetention,

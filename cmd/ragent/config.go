@@ -12,6 +12,7 @@ import (
 
 	"github.com/ragent-go/ragent/internal/redisconn"
 	"github.com/ragent-go/ragent/llm"
+	"github.com/ragent-go/ragent/service/ingest/parse"
 	"github.com/ragent-go/ragent/service/retrieve"
 )
 
@@ -223,6 +224,14 @@ type Config struct {
 	IngestParserMemory int64 // resident memory cap of a parser process, bytes
 	IngestMaxTextBytes int64
 	IngestMaxChunks    int
+
+	// OCR of images and scanned PDF pages (service/ingest/parse/ocr.go):
+	// auto or off, Tesseract's languages, pages read at once per document,
+	// and the time one page may take.
+	OCR            string
+	OCRLanguages   string
+	OCRProcesses   int
+	OCRPageTimeout time.Duration
 
 	WorkerID int // -1: lease from Redis
 	// WorkerLeaseTTL is the Redis lease of a leased worker id: an
@@ -471,6 +480,18 @@ func (c Config) validate() []error {
 	}
 	if c.IngestMaxTextBytes < 1 {
 		bad("RAGENT_INGEST_MAX_TEXT_BYTES must be positive")
+	}
+	if c.OCR != parse.OCRAuto && c.OCR != parse.OCROff {
+		bad("RAGENT_OCR must be auto or off")
+	}
+	if !parse.ValidOCRLanguages(c.OCRLanguages) {
+		bad("RAGENT_OCR_LANGUAGES must be Tesseract language names joined by + (e.g. chi_sim+eng)")
+	}
+	if c.OCRProcesses < 1 || c.OCRProcesses > 16 {
+		bad("RAGENT_OCR_PROCESSES must be between 1 and 16")
+	}
+	if c.OCRPageTimeout < time.Second {
+		bad("RAGENT_OCR_PAGE_TIMEOUT must be at least 1s")
 	}
 	if c.WorkerID > 1023 || c.WorkerID < -1 {
 		bad("RAGENT_WORKER_ID must be between 0 and 1023")

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"image"
 	"io"
 	"log/slog"
 	"net"
@@ -13,6 +14,7 @@ import (
 	"time"
 
 	"github.com/ragent-go/ragent/internal/eval"
+	"github.com/ragent-go/ragent/internal/scanpage"
 	"github.com/ragent-go/ragent/service"
 	"github.com/ragent-go/ragent/service/admin"
 )
@@ -28,6 +30,7 @@ type evalOptions struct {
 	vectorWeight float64 // < 0: the embedding provider's default
 	uploaders    int
 	reuse        string // id of a kept evaluation knowledge base
+	scanDPI      int    // > 0: upload each document as a scanned PDF of its text at this resolution
 }
 
 func parseEvalFlags(args []string, stderr io.Writer) (evalOptions, error) {
@@ -44,6 +47,7 @@ func parseEvalFlags(args []string, stderr io.Writer) (evalOptions, error) {
 	fs.IntVar(&o.chunkOverlap, "chunk-overlap", 64, "overlap tokens between chunks")
 	fs.Float64Var(&o.vectorWeight, "vector-weight", -1, "hybrid weight of the vector list (default: the embedding provider's)")
 	fs.IntVar(&o.uploaders, "uploaders", 4, "concurrent uploads")
+	fs.IntVar(&o.scanDPI, "scan", 0, "upload each document as a scanned PDF of its text at this many dpi (no text layer: read by OCR); 0: as text")
 	fs.StringVar(&o.reuse, "knowledge-base", "", "score a knowledge base kept by an earlier run (--keep) instead of ingesting again")
 	if err := fs.Parse(args); err != nil {
 		return o, err
@@ -113,7 +117,11 @@ func evalCommand(ctx context.Context, cfg Config, log *slog.Logger, args []strin
 		fmt.Fprintf(stderr, "eval: knowledge base %s (id %s, chunk size %d, vector weight %.2f, mq %s)\n",
 			kb.Name, kb.ID, kb.ChunkSize, kb.VectorWeight, cfg.MQDriver)
 		var st eval.IngestStats
-		if st, docs, err = eval.Ingest(ctx, a.ingestSvc, kb.ID, ds.Corpus, opts.uploaders, stderr); err != nil {
+		file := eval.TextFile
+		if opts.scanDPI > 0 {
+			file = scannedFile(opts.scanDPI)
+		}
+		if st, docs, err = eval.IngestFiles(ctx, a.ingestSvc, kb.ID, ds.Corpus, opts.uploaders, stderr, file); err != nil {
 			return err
 		}
 		fmt.Fprintf(stdout, "ingest documents=%d failed=%d chunks=%d seconds=%.1f chunks_per_s=%.1f\n",
@@ -194,6 +202,24 @@ func startAll(ctx context.Context, cfg Config, log *slog.Logger, ln net.Listener
 		<-done
 		a.Close(context.Background())
 	}, nil
+}
+
+// scannedFile lays a corpus document's title and text out on A4 pages at
+// dpi and wraps them in a PDF without a text layer, as a scanner would:
+// what the OCR'd copies of a dataset are made of (internal/scanpage).
+func scannedFile(dpi int) func(eval.Document) (string, []byte, error) {
+	return func(e eval.Document) (string, []byte, error) {
+		pages, _, err := scanpage.Text(strings.TrimSpace(e.Title+"\n\n"+e.Text), scanpage.Options{DPI: dpi})
+		if err != nil {
+			return "", nil, err
+		}
+		imgs := make([]image.Image, len(pages))
+		for i, p := range pages {
+			imgs[i] = p
+		}
+		pdf, err := scanpage.PDF(imgs)
+		return e.ID + ".pdf", pdf, err
+	}
 }
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }

@@ -169,6 +169,10 @@ func (c *Config) settings() []setting {
 		{"RAGENT_INGEST_PARSER_MEMORY", "1073741824", int64Value(&c.IngestParserMemory), maskNone},
 		{"RAGENT_INGEST_MAX_TEXT_BYTES", "20971520", int64Value(&c.IngestMaxTextBytes), maskNone},
 		{"RAGENT_INGEST_MAX_CHUNKS", "20000", intValue(&c.IngestMaxChunks), maskNone},
+		{"RAGENT_OCR", "auto", strValue(&c.OCR), maskNone},
+		{"RAGENT_OCR_LANGUAGES", "chi_sim+eng", strValue(&c.OCRLanguages), maskNone},
+		{"RAGENT_OCR_PROCESSES", "2", intValue(&c.OCRProcesses), maskNone},
+		{"RAGENT_OCR_PAGE_TIMEOUT", "2m", durationValue(&c.OCRPageTimeout), maskNone},
 
 		{"RAGENT_WORKER_ID", "-1", intValue(&c.WorkerID), maskNone},
 		{"RAGENT_WORKER_LEASE_TTL", "5m", durationValue(&c.WorkerLeaseTTL), maskNone},

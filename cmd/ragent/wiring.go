@@ -7,6 +7,9 @@ import (
 	"log/slog"
 	"math"
 	"os"
+	"os/exec"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -122,6 +125,9 @@ func newQueue(ctx context.Context, cfg Config, rdb redis.UniversalClient, a *App
 // the memory cap really stops (a goroutine cannot be stopped from outside).
 // The returned func ends the idle children.
 func newParser(cfg Config, log *slog.Logger) (parse.Parser, func() error, error) {
+	if cfg.Role != "api" {
+		checkOCR(context.Background(), cfg, log) // a worker says at start what OCR it can do
+	}
 	if cfg.IngestParser == "inprocess" {
 		return parse.InProcess{}, func() error { return nil }, nil
 	}
@@ -256,4 +262,33 @@ func (c chatRate) Allow(ctx context.Context, userID string) error {
 			Message: fmt.Sprintf("too many questions; try again in %d s", secs)}
 	}
 	return nil
+}
+
+// ocrConfig is the OCR part of the parser limits.
+func ocrConfig(cfg Config) parse.OCR {
+	return parse.OCR{Mode: cfg.OCR, Languages: cfg.OCRLanguages, Processes: cfg.OCRProcesses, PageTimeout: cfg.OCRPageTimeout}
+}
+
+// checkOCR tells at start-up what OCR will do on this instance: a worker
+// without Tesseract or without one of the configured languages still
+// starts (an image without OCR only serves text documents), but says so,
+// and such documents fail with the same explanation.
+func checkOCR(ctx context.Context, cfg Config, log *slog.Logger) {
+	if cfg.OCR == parse.OCROff {
+		log.InfoContext(ctx, "ocr is off: scanned PDF pages stay empty and images are refused")
+		return
+	}
+	have, err := parse.OCRLanguages(ctx)
+	if err != nil {
+		log.WarnContext(ctx, "ocr: tesseract is not installed here; scanned PDFs and images will fail (use the image with OCR, or install tesseract-ocr and poppler-utils)", "err", err)
+		return
+	}
+	if _, err := exec.LookPath("pdftoppm"); err != nil {
+		log.WarnContext(ctx, "ocr: pdftoppm (poppler-utils) is not installed here; scanned PDFs will fail", "err", err)
+	}
+	for _, l := range strings.Split(cfg.OCRLanguages, "+") {
+		if !slices.Contains(have, l) {
+			log.WarnContext(ctx, "ocr: a language of RAGENT_OCR_LANGUAGES is not installed", "language", l, "installed", strings.Join(have, "+"))
+		}
+	}
 }

@@ -6,6 +6,7 @@ package eval
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -143,6 +144,19 @@ type IngestStats struct {
 // Ingest uploads every corpus entry as a text document and waits until
 // all of them are ready or failed. It returns the corpus id of each document.
 func Ingest(ctx context.Context, svc Ingester, kbID service.ID, corpus []Document, uploaders int, progress io.Writer) (IngestStats, map[service.ID]string, error) {
+	return IngestFiles(ctx, svc, kbID, corpus, uploaders, progress, TextFile)
+}
+
+// TextFile is a corpus document as the text file Ingest uploads: its title,
+// a blank line, its text.
+func TextFile(e Document) (string, []byte, error) {
+	return e.ID + ".txt", []byte(strings.TrimSpace(e.Title + "\n\n" + e.Text)), nil
+}
+
+// IngestFiles is Ingest with each document uploaded as the file that file
+// makes of it (a scanned PDF of its text, say).
+func IngestFiles(ctx context.Context, svc Ingester, kbID service.ID, corpus []Document, uploaders int, progress io.Writer,
+	file func(Document) (string, []byte, error)) (IngestStats, map[service.ID]string, error) {
 	start := time.Now()
 	var (
 		mu       sync.Mutex
@@ -159,8 +173,11 @@ func Ingest(ctx context.Context, svc Ingester, kbID service.ID, corpus []Documen
 		go func() {
 			defer wg.Done()
 			for e := range next {
-				body := strings.TrimSpace(e.Title + "\n\n" + e.Text)
-				doc, err := svc.Upload(uctx, service.SystemPrincipal(), kbID, e.ID+".txt", strings.NewReader(body))
+				name, body, err := file(e)
+				var doc *service.Document
+				if err == nil {
+					doc, err = svc.Upload(uctx, service.SystemPrincipal(), kbID, name, bytes.NewReader(body))
+				}
 				var se *service.Error
 				if errors.As(err, &se) && errors.Is(err, service.ErrConflict) && se.Details["documentId"] != "" {
 					// The same text under two ids: one document answers for

@@ -11,7 +11,7 @@ const PARALLEL_UPLOADS = 3;
 // for up to this many pages.
 const PAGE_SIZE = 200;
 const MAX_PAGES = 25;
-const ACCEPT = '.txt,.md,.markdown,.html,.htm,.pdf,.docx,.pptx,.xlsx,.csv';
+const ACCEPT = '.txt,.md,.markdown,.html,.htm,.pdf,.docx,.pptx,.xlsx,.csv,.png,.jpg,.jpeg,.tif,.tiff,.webp';
 
 export function mountDocuments(root, ctx) {
   const kbId = ctx.params.kbId;
@@ -243,6 +243,7 @@ export function mountDocuments(root, ctx) {
   function render() {
     tbody.replaceChildren(...docs.map((d) => h('tr', { 'data-testid': 'doc-row', 'data-doc-id': d.id, 'data-name': d.name, 'data-status': d.status },
       h('th', { scope: 'row', class: 'wrap' }, d.name,
+        d.ocr ? h('span', { class: 'badge badge-ocr', 'data-testid': 'doc-ocr', title: t('docs.ocrTitle') }, t('docs.ocr')) : null,
         d.status === 'failed' && d.error ? h('p', { class: 'doc-error', 'data-testid': 'doc-error', role: 'note' }, d.error) : null),
       h('td', {}, statusBadge(d)),
       h('td', { class: 'num' }, d.chunkCount ?? 0),

@@ -257,6 +257,7 @@ func (p *ChildParser) run(ctx context.Context, blob []byte, mime string, limits 
 		err  error
 	}
 	answered := make(chan answer, 1)
+	progressed := make(chan struct{}, 1)
 	go func() {
 		if _, err := c.stdin.Write(append(head, '\n')); err != nil {
 			answered <- answer{err: err}
@@ -266,10 +267,23 @@ func (p *ChildParser) run(ctx context.Context, blob []byte, mime string, limits 
 			answered <- answer{err: err}
 			return
 		}
-		line, err := readLine(c.stdout, maxOut)
-		answered <- answer{line, err}
+		for {
+			line, err := readLine(c.stdout, maxOut)
+			if err == nil && bytes.HasPrefix(line, progressLine[:len(progressLine)-1]) {
+				select {
+				case progressed <- struct{}{}:
+				default:
+				}
+				continue
+			}
+			answered <- answer{line, err}
+			return
+		}
 	}()
 
+	// Each page the child reads by OCR moves the deadline to at least
+	// OCR.PageTimeout from then, as guard does in process.
+	deadline := start.Add(limits.Timeout)
 	timer := time.NewTimer(limits.Timeout)
 	defer timer.Stop()
 	ticker := time.NewTicker(poll)
@@ -286,8 +300,13 @@ wait:
 			break wait
 		case <-ctx.Done():
 			reason = ctx.Err() // the caller gave up (shutdown): not the file's fault
+		case <-progressed:
+			if d := time.Now().Add(limits.OCR.PageTimeout); d.After(deadline) {
+				deadline = d
+				timer.Reset(time.Until(d))
+			}
 		case <-timer.C:
-			reason = fmt.Errorf("%w: parsing took longer than %s", ErrTooLarge, limits.Timeout)
+			reason = fmt.Errorf("%w: parsing took longer than %s", ErrTooLarge, deadline.Sub(start).Round(time.Second))
 		case <-ticker.C:
 			if rss, ok := processRSS(pid); ok {
 				peak = max(peak, rss)
@@ -358,6 +377,10 @@ func memoryError(limit int64) error {
 }
 
 var errAnswerTooLong = errors.New("answer too long")
+
+// progressLine is what a child writes after each page it read by OCR,
+// before its answer.
+var progressLine = []byte("{\"progress\":1}\n")
 
 // readLine reads one newline-terminated line of at most max bytes.
 func readLine(r *bufio.Reader, max int64) ([]byte, error) {
@@ -472,8 +495,18 @@ func ServeChild(ctx context.Context, r io.Reader, w io.Writer) error {
 		// running in a process about to be reused.
 		limits := req.Limits
 		limits.Timeout = limits.withDefaults().Timeout + time.Hour
+		if limits.OCR.MemoryLimit <= 0 {
+			limits.OCR.MemoryLimit = req.MemoryLimit // an OCR program may use as much as this process
+		}
+		var mu sync.Mutex // pages are read in parallel
+		pctx := withProgress(ctx, func() {
+			mu.Lock()
+			defer mu.Unlock()
+			_, _ = bw.Write(progressLine)
+			_ = bw.Flush()
+		})
 		var resp childResponse
-		doc, err := Parse(ctx, bytes.NewReader(blob), req.Size, req.Mime, limits)
+		doc, err := Parse(pctx, bytes.NewReader(blob), req.Size, req.Mime, limits)
 		if err != nil {
 			resp.Error = &childError{Kind: errorKind(err), Message: err.Error()}
 		} else {

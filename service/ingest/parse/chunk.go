@@ -1,6 +1,7 @@
 package parse
 
 import (
+	"strconv"
 	"strings"
 	"unicode"
 	"unicode/utf8"
@@ -47,6 +48,16 @@ func Split(doc *Text, opts ChunkOptions) []Chunk {
 		if opts.MaxChunks > 0 && len(c.out) > opts.MaxChunks {
 			return c.out
 		}
+		if b.Page != c.page || b.OCR != c.ocr {
+			// A page read by OCR is a section of its own: its chunks say
+			// which page to look at, and that it was read from an image.
+			if c.hasBody {
+				c.flush(false)
+			} else if c.overlaps == len(c.units) {
+				c.units, c.tokens, c.overlaps = nil, 0, 0 // no overlap across pages
+			}
+			c.page, c.ocr = b.Page, b.OCR
+		}
 		if b.Kind == Heading {
 			c.heading(b)
 			continue
@@ -75,12 +86,21 @@ type chunker struct {
 	tokens   int
 	hasBody  bool // units holds more than headings and overlap
 	overlaps int  // leading units that repeat the previous chunk
+	page     int  // page of the pending blocks, when they carry one
+	ocr      bool // the pending blocks were read by OCR
 }
 
 func (c *chunker) section() string {
 	parts := make([]string, len(c.path))
 	for i, h := range c.path {
 		parts[i] = strings.Join(strings.Fields(h.Text), " ")
+	}
+	if c.page > 0 {
+		label := "Page " + strconv.Itoa(c.page)
+		if c.ocr {
+			label += service.OCRSectionSuffix
+		}
+		parts = append(parts, label)
 	}
 	return strings.Join(parts, service.SectionSeparator)
 }

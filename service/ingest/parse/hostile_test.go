@@ -250,7 +250,7 @@ func TestChildParser(t *testing.T) {
 		if !errors.Is(err, ErrCorrupt) || !IsPermanent(err) || !errors.Is(err, service.ErrInvalid) || !strings.Contains(err.Error(), "loops back") {
 			t.Fatalf("err = %v, want corrupt", err)
 		}
-		_, err = testChild(t, "serve").Parse(ctx, []byte("just text"), "image/png", Limits{})
+		_, err = testChild(t, "serve").Parse(ctx, []byte("just text"), "image/gif", Limits{})
 		if !errors.Is(err, ErrUnsupported) {
 			t.Fatalf("err = %v, want unsupported", err)
 		}

@@ -14,6 +14,7 @@ import (
 	"fmt"
 	"io"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/ragent-go/ragent/service"
@@ -95,6 +96,8 @@ type Block struct {
 	Kind  BlockKind
 	Level int // heading level, 1 = top; 0 for other kinds
 	Text  string
+	Page  int  `json:",omitempty"` // 1-based page of a block read by OCR; 0 otherwise
+	OCR   bool `json:",omitempty"` // the text was read from an image by OCR
 }
 
 // Text is the format-independent result of parsing a file: its text as
@@ -171,7 +174,8 @@ type Limits struct {
 	MaxZipEntries        int64         // entries in a zip container (docx, pptx, xlsx)
 	MaxPages             int64         // PDF pages
 	MaxRows              int64         // spreadsheet and CSV rows, all sheets together
-	Timeout              time.Duration // wall time for one Parse
+	Timeout              time.Duration // wall time for one Parse; each page read by OCR extends it by up to OCR.PageTimeout
+	OCR                  OCR           // reading images and scanned pages
 }
 
 // DefaultLimits are generous for real documents and small enough that one
@@ -195,6 +199,7 @@ func (l Limits) withDefaults() Limits {
 	l.MaxPages = positiveOr(l.MaxPages, d.MaxPages)
 	l.MaxRows = positiveOr(l.MaxRows, d.MaxRows)
 	l.Timeout = positiveOr(l.Timeout, d.Timeout)
+	l.OCR = l.OCR.withDefaults()
 	return l
 }
 
@@ -217,6 +222,7 @@ type parser func(ctx context.Context, r io.ReaderAt, size int64, limits Limits) 
 var parsers = map[string]parser{
 	MimeText: textParser(parsePlain), MimeMarkdown: textParser(parseMarkdown), MimeHTML: textParser(parseHTML),
 	MimeCSV: parseCSV, MimePDF: parsePDF, MimeDOCX: parseDOCX, MimePPTX: parsePPTX, MimeXLSX: parseXLSX,
+	MimePNG: parseImage(MimePNG), MimeJPEG: parseImage(MimeJPEG), MimeTIFF: parseImage(MimeTIFF), MimeWebP: parseImage(MimeWebP),
 }
 
 // Parse reads the file r of the given size as the media type mime (one of
@@ -243,7 +249,7 @@ func Parse(ctx context.Context, r io.ReaderAt, size int64, mime string, limits L
 	if !ok {
 		return nil, fmt.Errorf("%w: %q", ErrUnsupported, mime)
 	}
-	doc, err := guard(ctx, limits.Timeout, func(ctx context.Context) (*Text, error) { return parse(ctx, r, size, limits) })
+	doc, err := guard(ctx, limits.Timeout, limits.OCR.PageTimeout, func(ctx context.Context) (*Text, error) { return parse(ctx, r, size, limits) })
 	if err != nil {
 		return nil, err
 	}
@@ -258,10 +264,26 @@ func Parse(ctx context.Context, r io.ReaderAt, size int64, mime string, limits L
 
 // guard runs parse with a deadline and turns its panics into ErrCorrupt.
 // The parse runs in its own goroutine so a library that ignores ctx cannot
-// hold the caller past the deadline.
-func guard(ctx context.Context, timeout time.Duration, parse func(context.Context) (*Text, error)) (*Text, error) {
-	pctx, cancel := context.WithTimeout(ctx, timeout)
+// hold the caller past the deadline. Each page read by OCR moves the
+// deadline to at least perPage from then: a long scan ends when a page
+// stalls, not when the document is long.
+func guard(ctx context.Context, timeout, perPage time.Duration, parse func(context.Context) (*Text, error)) (*Text, error) {
+	pctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	var (
+		mu       sync.Mutex
+		deadline = time.Now().Add(timeout)
+		timer    = time.NewTimer(timeout)
+	)
+	defer timer.Stop()
+	pctx = withProgress(pctx, func() {
+		mu.Lock()
+		defer mu.Unlock()
+		if d := time.Now().Add(perPage); d.After(deadline) {
+			deadline = d
+			timer.Reset(time.Until(d))
+		}
+	})
 	type result struct {
 		doc *Text
 		err error
@@ -278,11 +300,11 @@ func guard(ctx context.Context, timeout time.Duration, parse func(context.Contex
 	}()
 	select {
 	case res := <-done:
-		if res.err != nil && pctx.Err() != nil {
-			return nil, deadlineError(ctx, timeout)
-		}
 		return res.doc, res.err
-	case <-pctx.Done():
+	case <-timer.C:
+		cancel()
+		return nil, deadlineError(ctx, timeout)
+	case <-ctx.Done():
 		return nil, deadlineError(ctx, timeout)
 	}
 }

@@ -13,8 +13,9 @@ import (
 	"github.com/ragent-go/ragent/text"
 )
 
-// parsePDF extracts the text layer page by page. Scanned PDFs have none and
-// end as ErrEmpty: OCR is out of scope.
+// parsePDF extracts the text layer page by page. A page without a usable
+// one (a scan) is rendered and read by OCR unless OCR is off; with OCR off
+// a scanned PDF ends as ErrEmpty.
 func parsePDF(ctx context.Context, r io.ReaderAt, size int64, limits Limits) (*Text, error) {
 	pr, err := pdf.NewReader(r, size)
 	if err != nil {
@@ -33,6 +34,10 @@ func parsePDF(ctx context.Context, r io.ReaderAt, size int64, limits Limits) (*T
 	}
 	doc := newText(limits)
 	fonts := map[string]*pdf.Font{} // shared across pages: parsing a font's charmap is costly
+	texts := make([]string, len(pages))
+	var scanned []int // 1-based pages without a usable text layer
+	sizes := map[int][2]float64{}
+	var layerBytes int
 	for i, page := range pages {
 		if err := ctx.Err(); err != nil {
 			return nil, err
@@ -47,14 +52,89 @@ func parsePDF(ctx context.Context, r io.ReaderAt, size int64, limits Limits) (*T
 		if err != nil {
 			return nil, fmt.Errorf("%w: pdf page %d: %v", ErrCorrupt, i+1, err)
 		}
-		if err := doc.fits(len(s)); err != nil {
+		if layerBytes += len(s); doc.fits(layerBytes) != nil {
+			return nil, doc.textErr()
+		}
+		texts[i] = s
+		if limits.OCR.Mode != OCROff && !usableText(s) && hasImage(page.V) {
+			scanned = append(scanned, i+1)
+			sizes[i+1] = pageSize(page.V)
+		}
+	}
+	var read map[int]string
+	if len(scanned) > 0 {
+		if read, err = ocrPDFPages(ctx, r, size, scanned, sizes, limits.OCR); err != nil {
 			return nil, err
+		}
+	}
+	for i, s := range texts {
+		if t, ok := read[i+1]; ok && strings.TrimSpace(t) != "" {
+			addOCRPage(doc, i+1, t)
+			continue
 		}
 		for _, p := range splitParagraphs(cleanText(s)) {
 			doc.add(Paragraph, 0, joinLines(p))
 		}
 	}
 	return doc, nil
+}
+
+// hasImage reports whether a page draws an image: an image XObject among
+// its resources (inherited from its parents), or among those of a form it
+// draws, a few forms deep. A page with little text and no image is just a
+// short page, not a scan, and keeps its text layer.
+func hasImage(page pdf.Value) bool {
+	res := pdf.Value{}
+	for v, depth := page, 0; !v.IsNull() && depth <= maxPDFTreeDepth; v, depth = v.Key("Parent"), depth+1 {
+		if r := v.Key("Resources"); !r.IsNull() {
+			res = r
+			break
+		}
+	}
+	return resourcesHaveImage(res, 0)
+}
+
+func resourcesHaveImage(res pdf.Value, depth int) bool {
+	if res.IsNull() || depth > 3 {
+		return false
+	}
+	xo := res.Key("XObject")
+	for i, k := range xo.Keys() {
+		if i >= 256 {
+			break
+		}
+		x := xo.Key(k)
+		switch x.Key("Subtype").Name() {
+		case "Image":
+			return true
+		case "Form":
+			if resourcesHaveImage(x.Key("Resources"), depth+1) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// pageSize is a page's MediaBox width and height in points, inherited from
+// its parents (whose chain checkParentChain bounded), or zeros.
+func pageSize(page pdf.Value) [2]float64 {
+	for v, depth := page, 0; !v.IsNull() && depth <= maxPDFTreeDepth; v, depth = v.Key("Parent"), depth+1 {
+		box := v.Key("MediaBox")
+		if box.Kind() == pdf.Array && box.Len() == 4 {
+			w := box.Index(2).Float64() - box.Index(0).Float64()
+			h := box.Index(3).Float64() - box.Index(1).Float64()
+			return [2]float64{abs(w), abs(h)}
+		}
+	}
+	return [2]float64{}
+}
+
+func abs(f float64) float64 {
+	if f < 0 {
+		return -f
+	}
+	return f
 }
 
 // maxPDFTreeDepth bounds the nesting of a PDF's page tree and the length of

@@ -321,7 +321,7 @@ func TestParseTimeout(t *testing.T) {
 }
 
 func TestGuardRecoversPanics(t *testing.T) {
-	_, err := guard(context.Background(), time.Second, func(context.Context) (*Text, error) {
+	_, err := guard(context.Background(), time.Second, time.Second, func(context.Context) (*Text, error) {
 		var m map[string]int
 		m["boom"]++ //lint:ignore SA5000 the panic is what this test needs
 		return nil, nil

@@ -24,8 +24,6 @@ var binaryMagics = []struct {
 	magic []byte
 	name  string
 }{
-	{[]byte("\x89PNG\r\n\x1a\n"), "PNG image"},
-	{[]byte("\xFF\xD8\xFF"), "JPEG image"},
 	{[]byte("GIF8"), "GIF image"},
 	{[]byte("\x1F\x8B"), "gzip archive"},
 	{[]byte("Rar!"), "RAR archive"},
@@ -61,6 +59,9 @@ func Sniff(head []byte, filename string) (string, error) {
 		return "", fmt.Errorf("%w: encrypted or legacy Office format (.doc, .xls, .ppt or a password-protected file); save it as an unprotected .docx, .xlsx or .pptx", ErrEncrypted)
 	case bytes.HasPrefix(head, zipMagic):
 		return sniffZipHead(head, ext)
+	}
+	if m := sniffImage(head); m != "" {
+		return m, nil
 	}
 	for _, m := range binaryMagics {
 		if bytes.HasPrefix(head, m.magic) {
@@ -202,4 +203,19 @@ func sniffText(head []byte, ext string) string {
 		return MimeHTML
 	}
 	return MimeText
+}
+
+// sniffImage names the image formats Parse reads by OCR.
+func sniffImage(head []byte) string {
+	switch {
+	case bytes.HasPrefix(head, []byte("\x89PNG\r\n\x1a\n")):
+		return MimePNG
+	case bytes.HasPrefix(head, []byte("\xFF\xD8\xFF")):
+		return MimeJPEG
+	case bytes.HasPrefix(head, []byte("II*\x00")), bytes.HasPrefix(head, []byte("MM\x00*")):
+		return MimeTIFF
+	case len(head) >= 12 && bytes.HasPrefix(head, []byte("RIFF")) && string(head[8:12]) == "WEBP":
+		return MimeWebP
+	}
+	return ""
 }
