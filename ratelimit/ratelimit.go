@@ -37,6 +37,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"sync/atomic"
 	"time"
 
@@ -105,6 +106,10 @@ type Config struct {
 	// below it waits (lua/lib.lua); alone, a user still gets every permit.
 	MaxRunningPerUser int
 	OnRedisError      Policy // Limiter only: a Semaphore always refuses
+
+	// Budget, when set, makes every grant also spend a model endpoint's
+	// requests and tokens per window (budget.go, Limiter only).
+	Budget Budget
 
 	// NoPubSub turns off the notification subscription, so waiters only
 	// poll. Releases still publish, for instances that do subscribe.
@@ -205,6 +210,7 @@ type Limiter struct {
 	m     *metrics
 	n     *notifier
 	local *localSemaphore // the PolicyLocal fallback
+	bm    *budgetMetrics  // Config.Budget's series (budget.go)
 
 	// downUntil (unix ns) skips Redis for a moment after it failed, so
 	// during an outage each Acquire does not first wait for the client's
@@ -218,8 +224,10 @@ func New(rdb redis.UniversalClient, prefix, name string, cfg Config) *Limiter {
 	cfg = cfg.withDefaults(defaultMaxWait, defaultLease)
 	k := newKeys(prefix, name)
 	m, n := cfg.setup(rdb, k, name)
-	return &Limiter{name: name, rdb: rdb, cfg: cfg, keys: k, m: m, n: n,
+	l := &Limiter{name: name, rdb: rdb, cfg: cfg, keys: k, m: m, n: n,
 		local: newLocalSemaphore(cfg.MaxConcurrent)}
+	l.bm = registerBudgetMetrics(l) // budget.go
+	return l
 }
 
 // Run holds the notification subscription until ctx ends; with PolicyLocal
@@ -265,6 +273,10 @@ type Class struct {
 	// is granted only while more than Reserve permits are free (at least one
 	// permit is always left it).
 	Reserve int
+
+	// cost and place are AcquireCost's (budget.go).
+	cost  *Cost
+	place float64
 }
 
 // AcquireClass is Acquire for a request of class c.
@@ -320,6 +332,13 @@ type claimReply struct {
 	free     int   // waiting: permits free when the script ran
 	inUse    int   // granted: permits held
 	nowUS    int64 // Redis TIME of the call
+
+	// With a budget (budget.go): waiting only for the budget, and how long
+	// until it has room; granted: the tokens reserved and the place held.
+	budgetOnly bool
+	budgetWait time.Duration
+	reserved   int
+	score      float64
 }
 
 const (
@@ -346,8 +365,15 @@ func parseClaim(v []any) (claimReply, error) {
 	switch {
 	case r.status == statusGranted && len(n) >= 4:
 		r.inUse, r.queued, r.nowUS = int(n[1]), int(n[2]), n[3]
+		r.reserved = -1
+		if len(n) >= 6 { // a budget's grant
+			r.reserved, r.score = int(n[4]), float64(n[5])
+		}
 	case r.status == statusWaiting && len(n) >= 5:
 		r.position, r.queued, r.nowUS, r.free = int(n[1]), int(n[2]), n[3], int(n[4])
+		if len(n) >= 7 { // a budget's wait
+			r.budgetOnly, r.budgetWait = n[5] == 1, time.Duration(max(n[6], 0))*time.Millisecond
+		}
 	case r.status == statusLost && len(n) >= 4:
 		r.queued, r.nowUS = int(n[2]), n[3]
 	case r.status == statusQueueFull || r.status == statusUserFull:
@@ -371,10 +397,14 @@ func (l *Limiter) enqueue(ctx context.Context, id, user string, c Class) (claimR
 	if d, ok := ctx.Deadline(); ok {
 		ttl = markerGrace + time.Until(d)
 	}
-	v, err := enqueueScript.Run(ctx, l.rdb,
-		[]string{l.keys.seq, l.keys.queue, l.keys.permits, l.keys.users, l.keys.owners, l.keys.held, l.keys.deadlines, l.keys.entry},
-		id, user, l.max(c), l.cfg.Lease.Milliseconds(), ttl.Milliseconds(),
-		l.cfg.MaxQueue, l.cfg.MaxQueuedPerUser, headWindow, c.Level, max(l.cfg.MaxRunningPerUser, 0)).Slice()
+	ks := []string{l.keys.seq, l.keys.queue, l.keys.permits, l.keys.users, l.keys.owners, l.keys.held, l.keys.deadlines, l.keys.entry}
+	args := []any{id, user, l.max(c), l.cfg.Lease.Milliseconds(), ttl.Milliseconds(),
+		l.cfg.MaxQueue, l.cfg.MaxQueuedPerUser, headWindow, c.Level, max(l.cfg.MaxRunningPerUser, 0)}
+	// A budget's key and arguments follow (budget.go).
+	if bk, bargs := l.budgetEnqueueArgs(c); bk != "" {
+		ks, args = append(ks, bk), append(args, bargs...)
+	}
+	v, err := enqueueScript.Run(ctx, l.rdb, ks, args...).Slice()
 	if err != nil {
 		return claimReply{}, err
 	}
@@ -382,8 +412,12 @@ func (l *Limiter) enqueue(ctx context.Context, id, user string, c Class) (claimR
 }
 
 func (l *Limiter) claim(ctx context.Context, id string, c Class) (claimReply, error) {
-	v, err := claimScript.Run(ctx, l.rdb, l.queueKeys(),
-		id, l.max(c), l.cfg.Lease.Milliseconds(), headWindow, max(l.cfg.MaxRunningPerUser, 0)).Slice()
+	ks, args := l.queueKeys(), []any{id, l.max(c), l.cfg.Lease.Milliseconds(), headWindow, max(l.cfg.MaxRunningPerUser, 0)}
+	// A budget's key and arguments follow (budget.go).
+	if l.cfg.Budget.enabled() {
+		ks, args = append(ks, l.keys.budget()), append(args, l.cfg.Budget.args()...)
+	}
+	v, err := claimScript.Run(ctx, l.rdb, ks, args...).Slice()
 	if err != nil {
 		return claimReply{}, err
 	}
@@ -406,6 +440,9 @@ func (l *Limiter) acquireRedis(ctx, waitCtx context.Context, id, user string, c 
 
 	res, err := l.enqueue(waitCtx, id, user, c)
 	lastPosition, woken := 0, false
+	var lastWait Wait // AcquireCost's (budget.go)
+	budgetWaiting := false
+	defer l.bm.wait(&budgetWaiting, false)
 	for {
 		if err != nil {
 			return nil, l.abandon(ctx, waitCtx, id, err)
@@ -417,7 +454,7 @@ func (l *Limiter) acquireRedis(ctx, waitCtx context.Context, id, user string, c 
 			}
 			l.m.permitsInUse.Set(float64(res.inUse))
 			l.m.queueLength.Set(float64(res.queued))
-			return newRedisPermit(l.lease(id)), nil
+			return l.budgetPermit(newRedisPermit(l.lease(id)), id, c, res), nil
 		case statusQueueFull:
 			l.m.rejections.WithLabelValues(reasonQueueFull).Inc()
 			return nil, ErrQueueFull
@@ -445,6 +482,14 @@ func (l *Limiter) acquireRedis(ctx, waitCtx context.Context, id, user string, c 
 		// still polls every tick, which is what catches expired leases and
 		// zombies; a thousand waiters then cost a fraction of the claims.
 		skip := min(max(gap, 1), maxPollSkip)
+		// A request with a free permit that waits for the budget (budget.go)
+		// claims again when the budget should have room: releases do not
+		// refill it.
+		c.reportWait(res, &lastWait)
+		l.bm.wait(&budgetWaiting, res.budgetOnly)
+		if res.budgetOnly {
+			gap, skip = math.MaxInt32, l.budgetSkip(res.budgetWait)
+		}
 	wait:
 		for {
 			select {

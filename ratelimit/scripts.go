@@ -14,8 +14,10 @@ var luaFiles embed.FS
 // (the queue's shared functions) are preludes, prepended to the scripts that
 // use them.
 var (
-	enqueueScript = lease.Script(luaFiles, "clock.lua", "lib.lua", "enqueue.lua")
-	claimScript   = lease.Script(luaFiles, "clock.lua", "lib.lua", "claim.lua")
+	// budget.lua comes before lib.lua: its functions are the hooks of
+	// lib.lua's claim for a limiter with a budget.
+	enqueueScript = lease.Script(luaFiles, "clock.lua", "budget.lua", "lib.lua", "enqueue.lua")
+	claimScript   = lease.Script(luaFiles, "clock.lua", "budget.lua", "lib.lua", "claim.lua")
 	leaveScript   = lease.Script(luaFiles, "clock.lua", "lib.lua", "leave.lua")
 	releaseScript = lease.Script(luaFiles, "clock.lua", "lib.lua", "release.lua")
 	renewScript   = lease.Script(luaFiles, "clock.lua", "renew.lua")
@@ -23,4 +25,9 @@ var (
 	statsScript   = lease.Script(luaFiles, "clock.lua", "stats.lua")
 	rateScript    = lease.Script(luaFiles, "clock.lua", "rate.lua")
 	pauseScript   = lease.Script(luaFiles, "pause.lua")
+
+	// Budgets (budget.go).
+	settleScript      = lease.Script(luaFiles, "clock.lua", "budget.lua", "lib.lua", "settle.lua")
+	throttleScript    = lease.Script(luaFiles, "clock.lua", "budget.lua", "throttle.lua")
+	budgetStatsScript = lease.Script(luaFiles, "clock.lua", "budget.lua", "budgetstats.lua")
 )

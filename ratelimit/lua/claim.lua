@@ -2,5 +2,9 @@
 --
 -- KEYS: queue, permits, users, owners, held, deadlines, entry_prefix
 -- ARGV: id, max, lease_ms, window, cap (the running cap, 0 for none)
+-- A limiter with a budget adds KEYS[8] budget and ARGV[6..8] req_limit,
+-- tok_limit, window_ms (budget.lua).
+local now = now_us()
 return claim(KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7],
-  ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5] or '0'), now_us(), false)
+  ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5] or '0'), now, false,
+  budget_args(KEYS[8], 6, math.floor(now / 1000)))

@@ -9,6 +9,11 @@
 -- granted is a no-op, so a retried call does not enqueue twice. The request's
 -- place follows the fairness rule in lib.lua: its level is its user's
 -- requests in flight (held + queued) at this moment.
+--
+-- A limiter with a budget (budget.lua) adds KEYS[9] budget and ARGV[11..15]:
+-- tokens (the request's cost), req_limit, tok_limit, window_ms and a score
+-- (a request the provider refused takes back the place it had; 0 for a new
+-- place).
 local seq, queue, permits, users, owners, held, deadlines, entry_prefix =
   KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8]
 local id, user = ARGV[1], ARGV[2]
@@ -30,11 +35,20 @@ if not redis.call('ZSCORE', queue, id) and not redis.call('ZSCORE', permits, id)
   if max_per_user > 0 and tonumber(redis.call('HGET', users, user) or '0') >= max_per_user then
     return {-3}
   end
-  redis.call('ZADD', queue, score(users, held, user, redis.call('INCR', seq), base), id)
+  local place = tonumber(ARGV[15] or '0')
+  if place > 0 then
+    redis.call('ZADD', queue, string.format('%.0f', place), id)
+  else
+    redis.call('ZADD', queue, score(users, held, user, redis.call('INCR', seq), base), id)
+  end
+  if KEYS[9] then
+    redis.call('SET', entry_prefix .. id .. ':cost', ARGV[11], 'PX', ttl_ms)
+  end
   -- The marker holds the enqueue time (ms) for the oldest-wait statistic.
   redis.call('SET', entry_prefix .. id, string.format('%.0f', now_ms), 'PX', ttl_ms)
   redis.call('ZADD', deadlines, now_ms + ttl_ms, id)
   redis.call('HSET', owners, id, user)
   redis.call('HINCRBY', users, user, 1)
 end
-return claim(queue, permits, users, owners, held, deadlines, entry_prefix, id, max, lease_ms, window, cap, now, true)
+return claim(queue, permits, users, owners, held, deadlines, entry_prefix, id, max, lease_ms, window, cap, now, true,
+  budget_args(KEYS[9], 12, now_ms))
