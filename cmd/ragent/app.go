@@ -322,6 +322,10 @@ func newApp(ctx context.Context, cfg Config, log *slog.Logger) (_ *App, err erro
 	// cross-instance stop.
 	modelCfg := llmConfig(cfg, log)
 	modelCfg.Cooldowns, modelCfg.Metrics = cache.NewCooldowns(a.rdb, cfg.RedisPrefix), llm.NewMetrics(a.registry)
+	// Each endpoint's requests and tokens per minute (budget.go).
+	budgets, runBudgets := chatBudgets(a.rdb, cfg, a.registry, log)
+	modelCfg.Budgets, modelCfg.AnswerReservation, modelCfg.BudgetWait = budgets, cfg.LLMTokenReservation, cfg.ChatMaxWait
+	a.runners = append(a.runners, runBudgets...)
 	models, err := llm.NewChatModels(modelCfg)
 	if err != nil {
 		return nil, fmt.Errorf("chat models: %w", err)
