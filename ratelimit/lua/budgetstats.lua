@@ -7,11 +7,4 @@ local b = budget_args(KEYS[1], 1, now_ms())
 if not b then
   return {0, 0, 1000}
 end
-local r, t = 0, 0
-if b.rl > 0 then
-  r = math.floor((b.rt - b.now) / budget_interval(b, b.rl))
-end
-if b.tl > 0 then
-  t = math.floor((b.tt - b.now) / budget_interval(b, b.tl))
-end
-return {r, t, math.floor(b.scale * 1000)}
+return {b.n, math.floor(b.used), math.floor(b.scale * 1000)}
