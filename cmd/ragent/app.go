@@ -179,6 +179,8 @@ func newApp(ctx context.Context, cfg Config, log *slog.Logger) (_ *App, err erro
 	})
 	a.meter, a.quotas = meter, quotas
 	a.runners = append(a.runners, func(ctx context.Context) error { meter.Run(ctx); return nil })
+	retention := usage.Retention{Store: a.store, Age: cfg.UsageCallRetention, Logger: log}
+	a.runners = append(a.runners, func(ctx context.Context) error { retention.Run(ctx); return nil })
 	a.closers = append(a.closers, func(ctx context.Context) error { return meter.Close(ctx) })
 
 	// Knowledge: embeddings (every call behind one cluster-wide fair
