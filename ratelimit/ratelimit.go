@@ -37,7 +37,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math"
 	"sync/atomic"
 	"time"
 
@@ -483,12 +482,12 @@ func (l *Limiter) acquireRedis(ctx, waitCtx context.Context, id, user string, c 
 		// zombies; a thousand waiters then cost a fraction of the claims.
 		skip := min(max(gap, 1), maxPollSkip)
 		// A request with a free permit that waits for the budget (budget.go)
-		// claims again when the budget should have room: releases do not
-		// refill it.
+		// claims again when the window should have room, or at the next
+		// release, whose settlement may give reserved tokens back.
 		c.reportWait(res, &lastWait)
 		l.bm.wait(&budgetWaiting, res.budgetOnly)
 		if res.budgetOnly {
-			gap, skip = math.MaxInt32, l.budgetSkip(res.budgetWait)
+			gap, skip = 1, l.budgetSkip(res.budgetWait)
 		}
 	wait:
 		for {

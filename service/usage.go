@@ -6,7 +6,7 @@ import (
 	"time"
 )
 
-// UsageKind says what a model call was for (README "Usage and quotas").
+// UsageKind says what a model call was for (README "Budgets, usage and quotas").
 type UsageKind string
 
 const (

@@ -165,7 +165,7 @@ func newApp(ctx context.Context, cfg Config, log *slog.Logger) (_ *App, err erro
 
 	// Usage: every model call's tokens, buffered and written in batches
 	// (and on shutdown: the closer runs before Postgres closes); quotas
-	// checked against counters in Redis (README "Usage and quotas").
+	// checked against counters in Redis (README "Budgets, usage and quotas").
 	usageMetrics := newUsageMetrics(a.registry)
 	meter := usage.NewMeter(a.store, newCallID, usage.MeterConfig{
 		FlushInterval: cfg.UsageFlushInterval, Logger: log,

@@ -28,7 +28,8 @@ type limitedLLM struct {
 	completion                int // tokens of an answer; titles get 4
 	mu                        sync.Mutex
 	open                      int
-	log                       []spent // accepted requests, oldest first
+	log                       []spent // accepted requests of the last window, oldest first
+	all                       []spent // every accepted request
 	accepted, refused, titles int
 	reasons                   map[string]int
 	first, last               time.Time
@@ -107,6 +108,7 @@ func (f *limitedLLM) serve(w http.ResponseWriter, r *http.Request) {
 		f.titles++
 	}
 	f.log = append(f.log, spent{now, cost})
+	f.all = append(f.all, spent{now, cost})
 	f.total += cost
 	if f.first.IsZero() {
 		f.first = now
@@ -179,54 +181,60 @@ func runBudgetLoad(t testing.TB, f *limitedLLM, rpm, tpm, chats, users, concurre
 		tokens[i] = ins[0].login(t, name, name+"-password")
 	}
 	f.mu.Lock()
-	f.accepted, f.refused, f.total, f.titles, f.first, f.last, f.log = 0, 0, 0, 0, time.Time{}, time.Time{}, nil
+	f.accepted, f.refused, f.total, f.titles, f.first, f.last, f.log, f.all = 0, 0, 0, 0, time.Time{}, time.Time{}, nil, nil
 	f.mu.Unlock()
 
+	// Each user asks its share of the questions, concurrency/users at a
+	// time: every user keeps as many questions in flight as the others.
 	var (
 		mu    sync.Mutex
 		res   = budgetLoad{shares: map[string]int{}}
 		order []string
 		wg    sync.WaitGroup
-		next  = make(chan int)
 		begin = time.Now()
 	)
-	for range concurrency {
-		wg.Go(func() {
-			for i := range next {
-				user := i % users
-				in := ins[i%len(ins)]
-				_, events := in.client(t, tokens[user]).chatStream(context.Background(),
-					map[string]any{"question": fmt.Sprintf("question %d of user %d", i, user)}, nil)
-				status, waits := "", 0
-				for _, e := range events {
-					switch e.Name {
-					case "finish":
-						status, _ = e.json(t)["status"].(string)
-					case "queue":
-						if e.json(t)["waiting"] == "budget" {
-							waits++
-						}
-					}
-				}
-				mu.Lock()
-				res.budgetWaits += waits
-				switch status {
-				case "completed":
-					res.answered++
-					order = append(order, fmt.Sprint("u", user))
-				case "rejected":
-					res.rejected++
-				default:
-					res.failed++
-				}
-				mu.Unlock()
-			}
-		})
+	perUser := make([]chan int, users)
+	for u := range users {
+		perUser[u] = make(chan int, chats)
 	}
 	for i := range chats {
-		next <- i
+		perUser[i%users] <- i
 	}
-	close(next)
+	for u := range users {
+		close(perUser[u])
+		for w := range max(concurrency/users, 1) {
+			wg.Go(func() {
+				for i := range perUser[u] {
+					in := ins[(u+w)%len(ins)]
+					_, events := in.client(t, tokens[u]).chatStream(context.Background(),
+						map[string]any{"question": fmt.Sprintf("question %d of user %d", i, u)}, nil)
+					status, waits := "", 0
+					for _, e := range events {
+						switch e.Name {
+						case "finish":
+							status, _ = e.json(t)["status"].(string)
+						case "queue":
+							if e.json(t)["waiting"] == "budget" {
+								waits++
+							}
+						}
+					}
+					mu.Lock()
+					res.budgetWaits += waits
+					switch status {
+					case "completed":
+						res.answered++
+						order = append(order, fmt.Sprint("u", u))
+					case "rejected":
+						res.rejected++
+					default:
+						res.failed++
+					}
+					mu.Unlock()
+				}
+			})
+		}
+	}
 	wg.Wait()
 	res.elapsed = time.Since(begin)
 	// Shares while every user still had questions waiting: the first half
@@ -237,8 +245,18 @@ func runBudgetLoad(t testing.TB, f *limitedLLM, rpm, tpm, chats, users, concurre
 	}
 	f.mu.Lock()
 	res.calls, res.refused = f.accepted+f.refused, f.refused
-	if span := f.last.Sub(f.first); span > 0 {
-		res.utilization = float64(f.total) / (float64(f.tpw) * (span.Seconds()/f.window.Seconds() + 1))
+	// Tokens accepted per consecutive window from the first accepted call,
+	// over the complete windows (the last, partial one is the queue
+	// draining).
+	windows := int(f.last.Sub(f.first) / f.window)
+	if windows > 0 {
+		used := 0
+		for _, s := range f.all {
+			if s.at.Sub(f.first) < time.Duration(windows)*f.window {
+				used += s.tokens
+			}
+		}
+		res.utilization = float64(used) / float64(windows*f.tpw)
 	}
 	f.mu.Unlock()
 	for _, in := range ins {

@@ -16,7 +16,7 @@ import (
 )
 
 // usageMetrics are the Prometheus series of usage and quotas (README
-// "Usage and quotas").
+// "Budgets, usage and quotas").
 type usageMetrics struct {
 	tokens   *prometheus.CounterVec
 	refusals *prometheus.CounterVec
