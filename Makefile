@@ -69,7 +69,7 @@ run: services build
 # the browser tests, the official OpenAI SDKs (Python and Node) for the
 # OpenAI-compatible API's tests, the local embedding model for the semantic
 # ones, an OpenSearch node for the opensearch search backend's, and curl and
-# jq for the README's pipeline script.
+# jq for the pipeline script of docs/pipelines.md.
 TEST_SERVICES := postgres redis redis-sentinel redis-cluster rocketmq browser clients embedder opensearch tools
 
 .PHONY: test-services
@@ -126,7 +126,7 @@ test: test-services vet lint depcheck
 
 # The Docker Compose stack (docker-compose.yml) built, started on a project
 # of its own and smoke-tested through ragent's published port, then the
-# scale profile through its load balancer (scripts/compose.sh; README
+# scale profile through its load balancer (scripts/compose.sh; docs/operations.md
 # "Docker Compose").
 .PHONY: compose-test
 compose-test:

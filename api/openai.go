@@ -15,7 +15,7 @@ import (
 	"github.com/ragent-go/ragent/service/chat"
 )
 
-// The OpenAI-compatible API (README "OpenAI-compatible API"): POST
+// The OpenAI-compatible API (docs/openai-api.md "OpenAI-compatible API"): POST
 // /v1/chat/completions and GET /v1/models, so chat clients and bots built on
 // OpenAI's SDKs talk to ragent's RAG pipeline unchanged. A "model" is a view
 // of ragent: "ragent" routes by the intent tree as the web UI does,
@@ -272,7 +272,7 @@ func (s *Server) resolveModel(c *gin.Context, model string) ([]service.ID, error
 	case 1:
 		return named, nil
 	}
-	// Names are unique only among what their namer reads (README
+	// Names are unique only among what their namer reads (docs/security.md
 	// "Knowledge-base isolation"), so a reader may see two.
 	return nil, service.Errorf(service.ErrInvalid, "several knowledge bases you read are named %q; name one by id: %s<id> (GET /v1/models lists them)", want, modelPrefix)
 }

@@ -60,7 +60,7 @@ func newCompletionWriter(c *gin.Context, in oaiRequest, now time.Time) *completi
 }
 
 // oaiSource is one source of the answer, in the sources extension field of
-// the final message or chunk (README "OpenAI-compatible API"); index is the
+// the final message or chunk (docs/openai-api.md "OpenAI-compatible API"); index is the
 // n of the answer's [n] citations.
 type oaiSource struct {
 	Index        int        `json:"index"`

@@ -232,7 +232,7 @@ func NewRouter(deps Deps) *Router {
 		upload = append([]gin.HandlerFunc{uploadGate(deps.UploadSemaphore, deps.UploadMaxWait)}, upload...)
 	}
 	user.POST("/knowledge-bases/:id/documents", append([]gin.HandlerFunc{s.checkUpload}, upload...)...)
-	// Pipelines (README "For pipelines"): lookup and status polling are
+	// Pipelines (docs/pipelines.md "For pipelines"): lookup and status polling are
 	// the listing's filters; the import is fetched by a worker.
 	user.DELETE("/knowledge-bases/:id/documents", s.deleteDocumentByExternalID)
 	user.POST(`/knowledge-bases/:id/documents\:import`, s.idempotentAfter(s.kbRole(service.KBEditor)), withIDBody(s, http.StatusAccepted, s.importDocument))

@@ -22,7 +22,7 @@ func (s *Server) search(ctx context.Context, p service.Principal, q retrieve.Que
 	out := gin.H{"results": res.Results}
 	if len(res.KeywordOnly) > 0 {
 		// Knowledge bases whose vectors are in a space this instance cannot
-		// embed (README "Embedding model changes").
+		// embed (docs/embeddings.md "Embedding model changes").
 		out["keywordOnly"] = res.KeywordOnly
 	}
 	return out, nil

@@ -11,7 +11,7 @@ import (
 )
 
 // Gate admits the calls of a remote embedder to its provider. cmd/ragent
-// backs it with the cluster-wide fair limiter (README "Embedding traffic"):
+// backs it with the cluster-wide fair limiter (docs/embeddings.md "Embedding traffic"):
 // at most so many calls at once from every instance together, queries ahead
 // of document batches, and document batches held back cluster-wide while
 // the provider asks to wait.

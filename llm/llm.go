@@ -3,7 +3,7 @@
 // chains several model endpoints with failover (failover.go).
 //
 // Providers are chosen by Config.Provider (chat) and Config.EmbeddingProvider
-// (embeddings); README "Model providers" lists them and why each takes its
+// (embeddings); docs/model-providers.md "Model providers" lists them and why each takes its
 // path:
 //
 //   - "offline" needs no network: an extractive chat model that quotes the

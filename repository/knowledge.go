@@ -17,7 +17,7 @@ type knowledgeBaseRow struct {
 	EmbeddingModel string
 	EmbeddingDim   int
 	// The rest of the recorded embedding space, and the re-embedding target
-	// (NULL when none) with its progress (README "Embedding model changes").
+	// (NULL when none) with its progress (docs/embeddings.md "Embedding model changes").
 	EmbeddingQueryPrefix    string
 	EmbeddingDocumentPrefix string
 	EmbeddingSpace          string

@@ -10,7 +10,7 @@ import (
 )
 
 // Re-embedding moves a knowledge base's vectors into another embedding
-// space without ever mixing two spaces (README "Embedding model changes"):
+// space without ever mixing two spaces (docs/embeddings.md "Embedding model changes"):
 // the new vectors go to chunks.next_embedding, document by document, while
 // search keeps using chunks.embedding in the recorded space; FinishReembed
 // swaps them in one transaction once every document with chunks is done.

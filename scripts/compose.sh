@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs the Docker Compose stack (docker-compose.yml) on a Debian 12 machine,
-# installing what is missing first (README "Docker Compose"):
+# installing what is missing first (docs/operations.md "Docker Compose"):
 #
 #   scripts/compose.sh setup    the engine (Debian's docker.io) and Compose v2 when missing,
 #                               dockerd when not running (no systemd: in the background,

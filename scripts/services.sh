@@ -239,7 +239,7 @@ ensure_pg_cluster() {
 }
 
 # pg_settings prints the server settings ragent's Postgres runs with
-# (README "Postgres settings"), sized from the machine's memory: a quarter
+# (docs/operations.md "Postgres settings"), sized from the machine's memory: a quarter
 # of it for shared_buffers (capped at 4 GB: the vector index, the chunks
 # and the keyword blocks a knowledge base of a million chunks reads),
 # half for the planner's view of the page cache. WAL: lz4 compression of
@@ -252,7 +252,7 @@ pg_settings() {
 	((buffers_mb > 4096)) && buffers_mb=4096
 	((buffers_mb < 128)) && buffers_mb=128
 	cat <<CONF
-# Written by scripts/services.sh (README "Postgres settings"); it rewrites
+# Written by scripts/services.sh (docs/operations.md "Postgres settings"); it rewrites
 # this file when the settings change, so edit them there.
 shared_buffers = ${buffers_mb}MB
 effective_cache_size = $((mem_mb / 2))MB
@@ -440,7 +440,7 @@ status_redis() {
 }
 
 # --- redis-sentinel and redis-cluster -----------------------------------------
-# The two replicated topologies of README "Running Redis in production", for
+# The two replicated topologies of docs/operations.md "Running Redis in production", for
 # the test passes that run the Redis-backed suites against each (make test).
 # They use their own ports and state directories and never touch the single
 # node on $REDIS_PORT. Nothing is persisted (--save "", no AOF): a node that
@@ -1357,7 +1357,7 @@ path.data: $OS_STATE/data
 path.logs: $OS_STATE/logs
 # A development node on a shared disk: a disk filling up with other
 # projects' files must not turn ragent's indices read-only mid-test.
-# Production clusters keep the watermarks (README "Operating OpenSearch").
+# Production clusters keep the watermarks (docs/search-backends.md "Operating OpenSearch").
 cluster.routing.allocation.disk.threshold_enabled: false
 EOF
 	# Read by the distribution's launcher only; kept so the layout is the
@@ -1494,7 +1494,7 @@ status_tantivy() {
 
 # --- tools --------------------------------------------------------------------
 
-# The README's "For pipelines" script (run by TestPipelineREADMEScript) uses
+# The pipeline script of docs/pipelines.md (run by TestPipelineREADMEScript) uses
 # curl and jq, as a pipeline would. Nothing runs: start only installs.
 start_tools() {
 	ensure_packages curl jq

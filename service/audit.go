@@ -53,7 +53,7 @@ func AuditResultOf(err error) AuditResult {
 	return AuditFailed
 }
 
-// The audited actions (README "Audit log").
+// The audited actions (docs/security.md "Audit log").
 const (
 	AuditLogin             = "auth.login"
 	AuditPasswordChange    = "auth.password_change"

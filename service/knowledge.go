@@ -14,7 +14,7 @@ type KnowledgeBase struct {
 	EmbeddingQueryPrefix    string `json:"embeddingQueryPrefix"`
 	EmbeddingDocumentPrefix string `json:"embeddingDocumentPrefix"`
 	// Reembedding is set while the chunks are re-embedded into the
-	// configured space (README "Embedding model changes").
+	// configured space (docs/embeddings.md "Embedding model changes").
 	Reembedding  *Reembedding `json:"reembedding,omitempty"`
 	ChunkSize    int          `json:"chunkSize"`    // target tokens per chunk
 	ChunkOverlap int          `json:"chunkOverlap"` // tokens repeated between chunks

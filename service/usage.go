@@ -6,7 +6,7 @@ import (
 	"time"
 )
 
-// UsageKind says what a model call was for (README "Budgets, usage and quotas").
+// UsageKind says what a model call was for (docs/usage-and-quotas.md "Usage and quotas").
 type UsageKind string
 
 const (

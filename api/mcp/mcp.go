@@ -48,7 +48,7 @@ type Deps struct {
 	Chat           *chat.Service
 }
 
-// Config bounds the sessions (README "MCP server").
+// Config bounds the sessions (docs/mcp.md "MCP server").
 type Config struct {
 	// MaxSessions bounds the open sessions of this instance; a new one past
 	// it is refused (503) until one ends. Default 1000.

@@ -15,7 +15,7 @@ import (
 	"github.com/ragent-go/ragent/service"
 )
 
-// Budgets (README "Budgets, usage and quotas"): every chat endpoint with
+// Budgets (docs/usage-and-quotas.md "Budgets"): every chat endpoint with
 // requests or tokens per minute set gets a fair queue of its own, named
 // "llm:<endpoint>", in which each model call of a turn (rewrite, intent,
 // answer, title) waits for room after the turn holds its chat slot. The

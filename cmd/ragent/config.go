@@ -12,11 +12,12 @@ import (
 
 	"github.com/ragent-go/ragent/internal/redisconn"
 	"github.com/ragent-go/ragent/llm"
+	"github.com/ragent-go/ragent/service/retrieve"
 )
 
 // Config is every setting, parsed once from RAGENT_* variables and passed
 // down as values. Each field is filled from its row in settings (settings.go),
-// which the README table mirrors (TestConfigREADME).
+// which docs/configuration.md mirrors (TestConfigReference).
 type Config struct {
 	HTTPAddr string
 	// MetricsAddr serves /metrics on its own listener (an address only the
@@ -126,7 +127,7 @@ type Config struct {
 	// EmbedQueryWait is how long a query's embedding waits for a slot.
 	EmbedConcurrency int
 	EmbedQueryWait   time.Duration
-	// Budgets (README "Budgets, usage and quotas"): what the embedding
+	// Budgets (docs/usage-and-quotas.md "Budgets"): what the embedding
 	// endpoint and the primary chat endpoint allow per minute, across all
 	// instances (0 = unlimited); a fallback endpoint sets its own in
 	// RAGENT_LLM_FALLBACKS_FILE. LLMTokenReservation is what a model call
@@ -209,7 +210,7 @@ type Config struct {
 	// its message was published before the reaper publishes it again.
 	IngestPendingTimeout time.Duration
 
-	// URL imports (README "For pipelines"): networks a fetch may reach
+	// URL imports (docs/pipelines.md "For pipelines"): networks a fetch may reach
 	// besides the public internet, one fetch's time limit, and the shortest
 	// refresh interval a pipeline may ask for.
 	FetchAllowNetworks []netip.Prefix
@@ -293,10 +294,10 @@ func loadConfig(getenv func(string) string) (Config, error) {
 	}
 	// Unset (or negative): the provider's default.
 	if strings.TrimSpace(getenv("RAGENT_SEARCH_MIN_VECTOR_SCORE")) == "" || c.SearchMinVectorScore < 0 {
-		c.SearchMinVectorScore = defaultMinVectorScore(c)
+		c.SearchMinVectorScore = retrieve.DefaultMinVectorScore(embedderKind(c))
 	}
 	if c.SearchFusion == "" {
-		c.SearchFusion = defaultFusion(c)
+		c.SearchFusion = string(retrieve.DefaultFusion(embedderKind(c)))
 	}
 	if c.LLMFastModel == "" {
 		c.LLMFastModel = c.LLMChatModel

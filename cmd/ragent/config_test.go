@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/ragent-go/ragent/service/retrieve"
 )
 
 func envOf(kv ...string) func(string) string {
@@ -35,7 +37,7 @@ func TestConfigDefaults(t *testing.T) {
 			"EmbedDim": 512, "ChatMaxConcurrent": 10, "ChatMaxWait": 15 * time.Second,
 			"ChatLease": 30 * time.Second, "ChatPollInterval": 200 * time.Millisecond, "ChatOnRedisError": "reject",
 			"ChatMaxQueue": 1000, "ChatMaxQueuedPerUser": 3, "UploadMaxBytes": int64(50 << 20),
-			"WorkerID": -1, "Demo": true, "SearchMinVectorScore": offlineMinVectorScore,
+			"WorkerID": -1, "Demo": true, "SearchMinVectorScore": retrieve.OfflineMinVectorScore,
 			"IngestParser": "process", "IngestParseTimeout": 2 * time.Minute, "IngestParserMemory": int64(1 << 30),
 			"IngestMaxTextBytes": int64(20 << 20), "IngestMaxChunks": 20_000,
 		}[name]
@@ -143,36 +145,37 @@ func TestConfigOutboxRetention(t *testing.T) {
 	}
 }
 
-// TestConfigREADME holds the README's configuration table to the settings
-// table: the same variables both ways, and a default the README shows as a
-// literal (`30s`) is the one the loader uses; a README "—" means no default.
-func TestConfigREADME(t *testing.T) {
-	readme, err := os.ReadFile("../../README.md")
+// TestConfigReference holds the configuration reference to the settings
+// table: docs/configuration.md is what writeConfigReference makes (run go
+// generate ./cmd/ragent after changing either), every setting has exactly
+// one row and every row's variables are settings, and a default the page
+// shows as a literal (`30s`) is the one the loader uses; "—" means none.
+func TestConfigReference(t *testing.T) {
+	var want strings.Builder
+	if err := writeConfigReference(&want); err != nil {
+		t.Fatal(err)
+	}
+	page, err := os.ReadFile("../../docs/configuration.md")
 	if err != nil {
 		t.Fatal(err)
 	}
+	if string(page) != want.String() {
+		t.Error("docs/configuration.md is not what the settings table makes: run go generate ./cmd/ragent")
+	}
 	documented := map[string]string{} // variable -> its default cell
-	for _, line := range strings.Split(string(readme), "\n") {
-		if !strings.HasPrefix(line, "| `RAGENT_") {
-			continue
-		}
-		cells := strings.Split(line, " | ")
-		if len(cells) < 3 {
-			t.Fatalf("README row without a default: %s", line)
-		}
-		names := strings.Split(strings.TrimPrefix(cells[0], "| "), ", ")
-		defs := []string{cells[1]}
+	for _, d := range settingDocs {
+		names := strings.Split(d.names, ", ")
+		defs := []string{d.def}
 		if len(names) > 1 {
-			defs = strings.Split(cells[1], ", ")
+			defs = strings.Split(d.def, ", ")
 		}
 		for i, name := range names {
 			def := defs[len(defs)-1]
 			if i < len(defs) {
 				def = defs[i]
 			}
-			name = strings.Trim(name, "`")
 			if _, dup := documented[name]; dup {
-				t.Errorf("%s has more than one row in the README's configuration table", name)
+				t.Errorf("%s has more than one row in the configuration reference", name)
 			}
 			documented[name] = def
 		}
@@ -184,18 +187,28 @@ func TestConfigREADME(t *testing.T) {
 		cell, ok := documented[s.name]
 		switch {
 		case !ok:
-			t.Errorf("%s is not in the README's configuration table", s.name)
+			t.Errorf("%s is not in the configuration reference", s.name)
 		case strings.HasPrefix(cell, "`"):
 			if shown := strings.SplitN(cell, "`", 3)[1]; shown != s.def {
-				t.Errorf("%s: README default %q, code default %q", s.name, shown, s.def)
+				t.Errorf("%s: documented default %q, code default %q", s.name, shown, s.def)
 			}
 		case strings.HasPrefix(cell, "—") && s.def != "":
-			t.Errorf("%s: README shows no default, code default %q", s.name, s.def)
+			t.Errorf("%s: documented without a default, code default %q", s.name, s.def)
 		}
 	}
 	for name := range documented {
 		if !known[name] {
-			t.Errorf("README documents %s, which no setting reads", name)
+			t.Errorf("the configuration reference documents %s, which no setting reads", name)
+		}
+	}
+	// A row of the page is a row of the table: nothing else lists a variable.
+	for _, line := range strings.Split(string(page), "\n") {
+		if strings.HasPrefix(line, "| `RAGENT_") {
+			for _, name := range strings.Split(strings.Trim(strings.SplitN(line, " | ", 2)[0], "| "), ", ") {
+				if !known[strings.Trim(name, "`")] {
+					t.Errorf("docs/configuration.md lists %s, which no setting reads", name)
+				}
+			}
 		}
 	}
 }

@@ -18,7 +18,7 @@ import (
 	"github.com/ragent-go/ragent/service/retrieve"
 )
 
-// Embedding traffic (README "Embedding traffic"): every call to the
+// Embedding traffic (docs/embeddings.md "Embedding traffic"): every call to the
 // embedding provider, from every instance, takes a permit of one fair
 // limiter named "embed" with RAGENT_EMBEDDING_CONCURRENCY permits, and
 // spends its budget (RAGENT_EMBEDDING_REQUESTS_PER_MINUTE and

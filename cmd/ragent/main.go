@@ -44,10 +44,11 @@ commands:
   scalebench gen|run [flags]         synthetic corpora and the retrieval-at-scale benchmark (scripts/scalebench.sh)
   reindex-search                     rebuild the OpenSearch index from Postgres into a new index and swap the alias
   healthcheck [--timeout 5s]         exit 0 when this instance's /readyz answers 200 (the container's probe)
+  config-reference                   print docs/configuration.md, the settings table as markdown
   version                            print the version
   parse                              (internal) parse one file from stdin for the ingestion worker
 
-Configuration comes from RAGENT_* environment variables; see README.md.`
+Configuration comes from RAGENT_* environment variables; see docs/configuration.md.`
 
 func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
@@ -58,6 +59,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	if cmd == "version" {
 		fmt.Fprintln(stdout, "ragent", version)
 		return nil
+	}
+	if cmd == "config-reference" {
+		return writeConfigReference(stdout)
 	}
 	if cmd == "parse" {
 		// The ingestion worker's parser process: it needs no configuration

@@ -14,6 +14,7 @@ import (
 	"github.com/ragent-go/ragent/internal/testenv"
 	"github.com/ragent-go/ragent/mq/redisstream"
 	"github.com/ragent-go/ragent/service"
+	"github.com/ragent-go/ragent/service/ingest"
 )
 
 // TestOpenSearchDownLosesNothing cuts OpenSearch away (a proxy in front of
@@ -139,7 +140,7 @@ func TestSearchConsistencyUnderReindex(t *testing.T) {
 				}
 			default:
 			}
-			if _, err := reindexSearch(ctx, in.app.store, osc, testLogger(t)); err != nil {
+			if _, err := ingest.RebuildSearchIndex(ctx, in.app.store, osc, testLogger(t)); err != nil {
 				rebuilt <- err
 				return
 			}

@@ -11,31 +11,31 @@ import (
 	"github.com/ragent-go/ragent/internal/testenv"
 )
 
-// readmeScript returns the bash block after the marker in README.md.
+// readmeScript returns the bash block after the marker in docs/pipelines.md.
 func readmeScript(t *testing.T, marker string) string {
 	t.Helper()
-	b, err := os.ReadFile(filepath.Join("..", "..", "README.md"))
+	b, err := os.ReadFile(filepath.Join("..", "..", "docs", "pipelines.md"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	_, rest, ok := strings.Cut(string(b), marker+"\n```bash\n")
 	if !ok {
-		t.Fatalf("README has no bash block after %s", marker)
+		t.Fatalf("docs/pipelines.md has no bash block after %s", marker)
 	}
 	script, _, ok := strings.Cut(rest, "\n```")
 	if !ok {
-		t.Fatal("the README's script block is not closed")
+		t.Fatal("the pipelines page's script block is not closed")
 	}
 	return script
 }
 
-// The "For pipelines" script in the README runs as written against an
+// The script in docs/pipelines.md runs as written against an
 // instance: it makes a key, uploads by external id, waits and searches.
 func TestPipelineREADMEScript(t *testing.T) {
 	for _, tool := range []string{"bash", "curl", "jq"} {
 		if _, err := exec.LookPath(tool); err != nil {
 			if testenv.Required() {
-				t.Fatalf("%s is needed to run the README's pipeline script (apt-get install %s)", tool, tool)
+				t.Fatalf("%s is needed to run the pipeline script of docs/pipelines.md (apt-get install %s)", tool, tool)
 			}
 			t.Skipf("%s not installed", tool)
 		}
@@ -62,7 +62,7 @@ func TestPipelineREADMEScript(t *testing.T) {
 		}()
 		out, err := cmd.CombinedOutput()
 		if err != nil {
-			t.Fatalf("the README script failed: %v\n%s", err, out)
+			t.Fatalf("the pipelines page's script failed: %v\n%s", err, out)
 		}
 		return string(out)
 	}

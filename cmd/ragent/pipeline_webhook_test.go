@@ -17,7 +17,7 @@ import (
 	"time"
 )
 
-// verifySignature is what a receiver does, written from the README's
+// verifySignature is what a receiver does, written from docs/pipelines.md's
 // description (not with ragent's own Sign): HMAC-SHA256 keyed by the
 // secret over "<timestamp>.<body>", hex, after "v1=".
 func verifySignature(secret, timestamp, signature string, body []byte) bool {

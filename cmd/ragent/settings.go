@@ -13,8 +13,8 @@ import (
 )
 
 // setting is one row of the configuration table: the loader, the start-up
-// log and the README check (TestConfigREADME) all read this one list, so a
-// new setting is added in one place (plus its README row, which the test
+// log and the configuration reference (docs/configuration.md, TestConfigReference) all read this one list, so a
+// new setting is added in one place (plus its row in settings_doc.go, which the test
 // demands).
 type setting struct {
 	name  string // environment variable

@@ -15,8 +15,8 @@ import (
 	"github.com/ragent-go/ragent/text"
 )
 
-// usageMetrics are the Prometheus series of usage and quotas (README
-// "Budgets, usage and quotas").
+// usageMetrics are the Prometheus series of usage and quotas (docs/usage-and-quotas.md
+// "Usage and quotas").
 type usageMetrics struct {
 	tokens   *prometheus.CounterVec
 	refusals *prometheus.CounterVec

@@ -31,58 +31,16 @@ import (
 // ingestGroup is the consumer group of the ingestion workers.
 const ingestGroup = "ragent-ingest"
 
-// offlineVectorWeight is the hybrid weight of the vector list for knowledge
-// bases embedded by the offline hashing embedder. That embedder hashes the
-// same terms BM25 scores, so its list carries no signal BM25 lacks, only
-// noise: measured with `ragent eval` (BENCHMARKS.md), every weight from 0.02
-// up lowered nDCG@10 on at least one eval set (0.3: SciFact 0.676 → 0.620,
-// CMRC 0.986 → 0.954). At 0.005 the largest boost a vector rank gives,
-// 0.005/(60+1), is smaller than the smallest gap between two adjacent
-// keyword ranks of a 50-candidate RRF list, 1/(60+49) − 1/(60+50): fusion
-// keeps BM25's order, vector search only breaks exact ties and appends the
-// chunks BM25 missed, so hybrid never ranks below keyword.
-const offlineVectorWeight = 0.005
-
-// offlineMinVectorScore is the relevance gate for chunks found only by the
-// offline embedder: related texts score about 0.25 (Chinese) to 0.55
-// (English), unrelated ones about 0 (llm package tests), and a gate of 0.2
-// to 0.5 left SciFact's hybrid nDCG@10 within 0.005 (BENCHMARKS.md).
-const offlineMinVectorScore = 0.15
-
-// localMinVectorScore is the relevance gate for the local model
-// (multilingual-e5-small), whose cosines crowd into 0.7–0.95: measured with
-// its vectors of the Chinese eval set (BENCHMARKS.md), every question's
-// relevant paragraph scored at least 0.84 when vector search found it at
-// all, while the best paragraph for each of SciFact's 300 English claims
-// (about nothing in that set) scored 0.75–0.81, and unrelated questions to
-// the demo 0.72–0.79. So at 0.82 a question about nothing in a knowledge
-// base gets no vector hits ("no relevant documents" in chat) and no
-// relevant hit is lost. It does not tell a relevant paragraph from an
-// unrelated one on the same subject: those score 0.86 too.
-const localMinVectorScore = 0.82
-
-// defaultMinVectorScore is the relevance gate when none is configured: the
-// offline embedder's and the local model's are measured; another model's
-// cosine range is unknown, so it has none.
-func defaultMinVectorScore(cfg Config) float64 {
+// embedderKind is the kind of the configured embedder, which the tuned
+// retrieval defaults depend on (retrieve.DefaultFusion and the others).
+func embedderKind(cfg Config) retrieve.EmbedderKind {
 	switch {
 	case cfg.EmbedProvider == "offline":
-		return offlineMinVectorScore
+		return retrieve.OfflineEmbedder
 	case llm.IsLocalEmbeddingModel(cfg.EmbedModel):
-		return localMinVectorScore
+		return retrieve.LocalEmbedder
 	}
-	return 0
-}
-
-// defaultFusion: the offline embedder's list is fused by rank with a weight
-// that cannot reorder BM25 (offlineVectorWeight); a trained model's by
-// score, which measured better than every RRF setting with the local model
-// (retrieve.FusionConvex, BENCHMARKS.md).
-func defaultFusion(cfg Config) string {
-	if cfg.EmbedProvider == "offline" {
-		return string(retrieve.FusionRRF)
-	}
-	return string(retrieve.FusionConvex)
+	return retrieve.OtherEmbedder
 }
 
 func llmConfig(cfg Config, log *slog.Logger) llm.Config {
@@ -103,13 +61,6 @@ func llmConfig(cfg Config, log *slog.Logger) llm.Config {
 		Logger:               log,
 		EmbeddingConcurrency: cfg.EmbedConcurrency,
 	}
-}
-
-func vectorWeight(cfg Config) float64 {
-	if cfg.EmbedProvider == "offline" {
-		return offlineVectorWeight
-	}
-	return 1
 }
 
 // queue is the configured MQ driver's producer and a way to build consumers.

@@ -25,7 +25,7 @@ import (
 )
 
 // services the stack runs, each with a healthcheck: the default
-// profile's, the scale profile's with COMPOSE_PROFILES=scale (README
+// profile's, the scale profile's with COMPOSE_PROFILES=scale (docs/operations.md
 // "Docker Compose"), and the opensearch node with COMPOSE_PROFILES=opensearch.
 func services() []string {
 	out := []string{"postgres", "redis", "namesrv", "broker", "embedder", "ragent"}

@@ -1,6 +1,6 @@
 // Package redisconn opens the one Redis client every ragent mechanism shares,
 // on whichever of three topologies runs Redis: a single node, a primary with
-// replicas behind Sentinel, or a Redis Cluster (README "Running Redis in
+// replicas behind Sentinel, or a Redis Cluster (docs/operations.md "Running Redis in
 // production").
 //
 // The mechanisms take a redis.UniversalClient and keep each script's keys

@@ -97,7 +97,7 @@ type Config struct {
 	// PendingTimeout when that is shorter.
 	ReaperInterval time.Duration
 	EmbedBatch     int // texts per Embed call; default 64
-	// Space is the embedding space the embedder makes (README "Embedding
+	// Space is the embedding space the embedder makes (docs/embeddings.md "Embedding
 	// model changes"); zero takes the embedder's model and dimension with
 	// no prefixes.
 	Space service.EmbeddingSpace

@@ -9,7 +9,7 @@ import (
 	"github.com/ragent-go/ragent/service"
 )
 
-// The embedding space is part of a knowledge base's identity (README
+// The embedding space is part of a knowledge base's identity (docs/embeddings.md
 // "Embedding model changes"). When the configured space differs from a
 // knowledge base's recorded one, PlanReembed (at start, once for all
 // instances) makes it move: one ingest message per document with chunks

@@ -1,5 +1,5 @@
 // Package usage records what every model call spends and enforces the
-// quotas admins set on users, groups and API keys (README "Usage and
+// quotas admins set on users, groups and API keys (docs/usage-and-quotas.md "Usage and
 // quotas").
 //
 // A Meter buffers usage records in the process and flushes them to the

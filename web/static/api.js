@@ -179,7 +179,7 @@ export async function streamChat(body, onEvent, signal, onId) {
 }
 
 // resumeChat reads a task's events after lastEventId ('' for all of them)
-// and then the live ones until done, like streamChat (README "Resuming an
+// and then the live ones until done, like streamChat (docs/streaming.md "Resuming an
 // answer"); a 404 ApiError means the answer is no longer kept.
 export async function resumeChat(taskId, lastEventId, onEvent, signal, onId) {
   const headers = { Accept: 'text/event-stream' };

@@ -363,7 +363,7 @@ function openAccount() {
       submit.disabled = false;
     }
   });
-  // This month's own usage (README "Usage and quotas").
+  // This month's own usage (docs/usage-and-quotas.md "Usage and quotas").
   const monthText = h('p', { class: 'muted' }, '…');
   const month = h('section', { class: 'dialog-section', 'data-testid': 'account-usage', 'aria-labelledby': 'account-usage-title' },
     h('h3', { id: 'account-usage-title' }, t('account.usageTitle')), monthText);

@@ -5,7 +5,7 @@ import { h, clear, formatTime, field } from './dom.js';
 import { get } from './api.js';
 import { pageHeader, formError, showFormError, emptyRow, dataTable } from './admin.js';
 
-// The recorded actions (README "Audit log"); the filter offers these.
+// The recorded actions (docs/security.md "Audit log"); the filter offers these.
 const ACTIONS = [
   'auth.login', 'auth.password_change',
   'user.create', 'user.update', 'user.delete',

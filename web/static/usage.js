@@ -1,5 +1,5 @@
 // Usage page (admins): tokens per day as a bar chart, the top users and API
-// keys of a date range, and the quotas (README "Usage and quotas").
+// keys of a date range, and the quotas (docs/usage-and-quotas.md "Usage and quotas").
 import { t } from './i18n.js';
 import { h, clear, field, toast, errorText } from './dom.js';
 import { get, put, del, enc } from './api.js';
