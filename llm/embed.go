@@ -156,7 +156,7 @@ func (e *remoteEmbedder) embedBatch(ctx context.Context, kind service.EmbedKind,
 	err = e.retry.do(ctx, func() (bool, error) {
 		// The gate is passed once per attempt, so no permit is held while
 		// a retry waits.
-		release, err := e.admit(ctx, kind)
+		release, err := e.admit(ctx, kind, texts)
 		if err != nil {
 			return false, err
 		}

@@ -27,6 +27,12 @@ type Endpoint struct {
 	ThinkingModel  string `json:"thinkingModel"`
 	Thinking       string `json:"thinking"`
 	ThinkingBudget int    `json:"thinkingBudget"`
+
+	// RequestsPerMinute and TokensPerMinute are the endpoint's budget,
+	// shared by every instance (0 = unlimited; the primary's come from
+	// RAGENT_LLM_REQUESTS_PER_MINUTE and RAGENT_LLM_TOKENS_PER_MINUTE).
+	RequestsPerMinute int `json:"requestsPerMinute"`
+	TokensPerMinute   int `json:"tokensPerMinute"`
 }
 
 // primary is the endpoint the flat Config fields describe.
@@ -68,6 +74,9 @@ func (e Endpoint) validate() error {
 	}
 	if e.ChatModel == "" {
 		return service.Errorf(service.ErrInvalid, "llm: endpoint %s: a chatModel is required", e.Name)
+	}
+	if e.RequestsPerMinute < 0 || e.TokensPerMinute < 0 {
+		return service.Errorf(service.ErrInvalid, "llm: endpoint %s: requestsPerMinute and tokensPerMinute must be 0 (unlimited) or more", e.Name)
 	}
 	switch e.Thinking {
 	case ThinkingAuto, ThinkingEnable, ThinkingOff:
@@ -122,4 +131,14 @@ func (e Endpoint) modelFor(model string, thinking bool) string {
 		return e.ThinkingModel
 	}
 	return model
+}
+
+// Endpoints lists the chat endpoints of c, the primary first, as
+// NewChatModels uses them (defaults applied); none offline.
+func (c Config) Endpoints() []Endpoint {
+	c = c.withDefaults()
+	if c.Provider == ProviderOffline {
+		return nil
+	}
+	return append([]Endpoint{c.primary()}, c.Fallbacks...)
 }

@@ -95,9 +95,22 @@ func NewChatModels(cfg Config) (ChatModels, error) {
 				model = ep.FastModel
 				ep.ThinkingModel = "" // fast calls never think
 			}
-			m, err := newEndpointChat(cfg, ep, model, retries)
+			// An endpoint with a budget retries its 429s in the budget's
+			// queue (budget.go), not by backing off on its own.
+			var budget Budget
+			if cfg.Budgets != nil {
+				budget = cfg.Budgets(ep.Name)
+			}
+			epRetries := retries
+			if budget != nil {
+				epRetries = 0
+			}
+			m, err := newEndpointChat(cfg, ep, model, epRetries)
 			if err != nil {
 				return nil, err
+			}
+			if budget != nil {
+				m = &budgetedChat{model: m, budget: budget, reserve: cfg.AnswerReservation, maxWait: cfg.BudgetWait, now: cfg.Now}
 			}
 			f.endpoints = append(f.endpoints, endpointModel{name: ep.Name, model: m})
 		}

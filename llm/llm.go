@@ -105,6 +105,14 @@ type Config struct {
 	// Fallbacks are tried in order when an earlier endpoint fails before
 	// its first token (429, 5xx, a connection error, a timeout).
 	Fallbacks []Endpoint
+	// Budgets, when set, returns the budget of the endpoint named name (nil
+	// for none): its calls wait for room in it, and its 429s are absorbed
+	// (budget.go). AnswerReservation is what a call naming no max_tokens
+	// reserves for its answer (default DefaultAnswerReservation); BudgetWait
+	// bounds how long 429s may keep a call waiting (default 15 s).
+	Budgets           func(name string) Budget
+	AnswerReservation int
+	BudgetWait        time.Duration
 	// Cooldown is how long an endpoint that failed so is skipped when it
 	// sent no Retry-After.
 	Cooldown time.Duration
@@ -194,6 +202,8 @@ func (c Config) withDefaults() Config {
 	positiveOr(&c.EmbeddingBatchSize, DefaultEmbeddingBatchSize)
 	positiveOr(&c.EmbeddingConcurrency, DefaultEmbeddingConcurrency)
 	positiveOr(&c.Cooldown, DefaultCooldown)
+	positiveOr(&c.AnswerReservation, DefaultAnswerReservation)
+	positiveOr(&c.BudgetWait, 15*time.Second)
 	positiveOr(&c.BackoffBase, 500*time.Millisecond)
 	positiveOr(&c.BackoffMax, 10*time.Second)
 	if c.HTTPClient == nil {

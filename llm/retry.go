@@ -1,6 +1,7 @@
 package llm
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -43,7 +44,7 @@ func readStatusError(resp *http.Response, now time.Time) *statusError {
 	body, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
 	return &statusError{
 		code:       resp.StatusCode,
-		retryAfter: parseRetryAfter(resp.Header.Get("Retry-After"), now),
+		retryAfter: cmp.Or(parseRetryAfter(resp.Header.Get("Retry-After"), now), rateLimitReset(resp.Header)),
 		body:       strings.TrimSpace(string(body)),
 	}
 }
@@ -67,6 +68,22 @@ func parseRetryAfter(v string, now time.Time) time.Duration {
 		}
 	}
 	return 0
+}
+
+// rateLimitReset reads OpenAI's x-ratelimit-* headers: when the requests
+// or tokens remaining are 0, how long until that limit resets ("1s",
+// "6m0s", "20ms"); 0 when neither is spent or the headers are absent.
+func rateLimitReset(h http.Header) time.Duration {
+	var d time.Duration
+	for _, dim := range []string{"requests", "tokens"} {
+		if strings.TrimSpace(h.Get("X-Ratelimit-Remaining-"+dim)) != "0" {
+			continue
+		}
+		if r, err := time.ParseDuration(strings.TrimSpace(h.Get("X-Ratelimit-Reset-" + dim))); err == nil {
+			d = max(d, r)
+		}
+	}
+	return d
 }
 
 // retrier decides whether and how long to wait before another attempt.

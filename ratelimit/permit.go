@@ -25,6 +25,12 @@ type Permit struct {
 	once    sync.Once
 	local   bool
 	renewal *lease.Renewer // nil for local permits
+
+	// A budgeted limiter's permit (budget.go): its place in the queue, for
+	// a retry, and the tokens its call spent (-1: as reserved).
+	score    float64
+	used     int
+	usedOnce sync.Once
 }
 
 // Release gives the permit back and wakes the waiters. It is safe to call

@@ -106,6 +106,10 @@ type Config struct {
 	MaxRunningPerUser int
 	OnRedisError      Policy // Limiter only: a Semaphore always refuses
 
+	// Budget, when set, makes every grant also spend a model endpoint's
+	// requests and tokens per window (budget.go, Limiter only).
+	Budget Budget
+
 	// NoPubSub turns off the notification subscription, so waiters only
 	// poll. Releases still publish, for instances that do subscribe.
 	NoPubSub bool
@@ -209,6 +213,7 @@ type Limiter struct {
 	n     *notifier
 	local *localSemaphore // the PolicyLocal fallback
 	fence *fence
+	bm    *budgetMetrics // Config.Budget's series (budget.go)
 
 	// downUntil (unix ns) skips Redis for a moment after it failed, so
 	// during an outage each Acquire does not first wait for the client's
@@ -222,8 +227,10 @@ func New(rdb redis.UniversalClient, prefix, name string, cfg Config) *Limiter {
 	cfg = cfg.withDefaults(defaultMaxWait, defaultLease)
 	k := newKeys(prefix, name)
 	m, n := cfg.setup(rdb, k, name)
-	return &Limiter{name: name, rdb: rdb, cfg: cfg, keys: k, m: m, n: n,
+	l := &Limiter{name: name, rdb: rdb, cfg: cfg, keys: k, m: m, n: n,
 		local: newLocalSemaphore(cfg.MaxConcurrent), fence: newFence(k, cfg.Lease)}
+	l.bm = registerBudgetMetrics(l) // budget.go
+	return l
 }
 
 // Run holds the notification subscription until ctx ends; with PolicyLocal
@@ -269,6 +276,10 @@ type Class struct {
 	// is granted only while more than Reserve permits are free (at least one
 	// permit is always left it).
 	Reserve int
+
+	// cost and place are AcquireCost's (budget.go).
+	cost  *Cost
+	place float64
 }
 
 // AcquireClass is Acquire for a request of class c.
@@ -325,6 +336,13 @@ type claimReply struct {
 	inUse    int   // granted: permits held
 	nowUS    int64 // Redis TIME of the call
 	fenced   bool  // waiting: the failover fence holds grants (fence.go)
+
+	// With a budget (budget.go): waiting only for the budget, and how long
+	// until it has room; granted: the tokens reserved and the place held.
+	budgetOnly bool
+	budgetWait time.Duration
+	reserved   int
+	score      float64
 }
 
 const (
@@ -351,9 +369,16 @@ func parseClaim(v []any) (claimReply, error) {
 	switch {
 	case r.status == statusGranted && len(n) >= 4:
 		r.inUse, r.queued, r.nowUS = int(n[1]), int(n[2]), n[3]
+		r.reserved = -1
+		if len(n) >= 6 { // a budget's grant
+			r.reserved, r.score = int(n[4]), float64(n[5])
+		}
 	case r.status == statusWaiting && len(n) >= 5:
 		r.position, r.queued, r.nowUS, r.free = int(n[1]), int(n[2]), n[3], int(n[4])
-		r.fenced = len(n) >= 6 && n[5] == 1
+		if len(n) >= 7 { // a budget's wait
+			r.budgetOnly, r.budgetWait = n[5] == 1, time.Duration(max(n[6], 0))*time.Millisecond
+		}
+		r.fenced = len(n) >= 8 && n[7] == 1
 	case r.status == statusLost && len(n) >= 4:
 		r.queued, r.nowUS = int(n[2]), n[3]
 	case r.status == statusQueueFull || r.status == statusUserFull:
@@ -377,11 +402,15 @@ func (l *Limiter) enqueue(ctx context.Context, id, user string, c Class) (claimR
 	if d, ok := ctx.Deadline(); ok {
 		ttl = markerGrace + time.Until(d)
 	}
-	// The fence's key and arguments go last (fence.go).
-	v, err := enqueueScript.Run(ctx, l.rdb,
-		l.fence.withKey(l.keys.seq, l.keys.queue, l.keys.permits, l.keys.users, l.keys.owners, l.keys.held, l.keys.deadlines, l.keys.entry),
-		l.fence.withArgs(id, user, l.max(c), l.cfg.Lease.Milliseconds(), ttl.Milliseconds(),
-			l.cfg.MaxQueue, l.cfg.MaxQueuedPerUser, headWindow, c.Level, max(l.cfg.MaxRunningPerUser, 0))...).Slice()
+	ks := []string{l.keys.seq, l.keys.queue, l.keys.permits, l.keys.users, l.keys.owners, l.keys.held, l.keys.deadlines, l.keys.entry}
+	args := []any{id, user, l.max(c), l.cfg.Lease.Milliseconds(), ttl.Milliseconds(),
+		l.cfg.MaxQueue, l.cfg.MaxQueuedPerUser, headWindow, c.Level, max(l.cfg.MaxRunningPerUser, 0)}
+	// A budget's key and arguments follow (budget.go), then the fence's
+	// go last (fence.go).
+	if bk, bargs := l.budgetEnqueueArgs(c); bk != "" {
+		ks, args = append(ks, bk), append(args, bargs...)
+	}
+	v, err := enqueueScript.Run(ctx, l.rdb, l.fence.withKey(ks...), l.fence.withArgs(args...)...).Slice()
 	if err != nil {
 		return claimReply{}, err
 	}
@@ -390,9 +419,13 @@ func (l *Limiter) enqueue(ctx context.Context, id, user string, c Class) (claimR
 }
 
 func (l *Limiter) claim(ctx context.Context, id string, c Class) (claimReply, error) {
-	// The fence's key and arguments go last (fence.go).
-	v, err := claimScript.Run(ctx, l.rdb, l.fence.withKey(l.queueKeys()...),
-		l.fence.withArgs(id, l.max(c), l.cfg.Lease.Milliseconds(), headWindow, max(l.cfg.MaxRunningPerUser, 0))...).Slice()
+	ks, args := l.queueKeys(), []any{id, l.max(c), l.cfg.Lease.Milliseconds(), headWindow, max(l.cfg.MaxRunningPerUser, 0)}
+	// A budget's key and arguments follow (budget.go), then the fence's
+	// go last (fence.go).
+	if l.cfg.Budget.enabled() {
+		ks, args = append(ks, l.keys.budget()), append(args, l.cfg.Budget.args()...)
+	}
+	v, err := claimScript.Run(ctx, l.rdb, l.fence.withKey(ks...), l.fence.withArgs(args...)...).Slice()
 	if err != nil {
 		return claimReply{}, err
 	}
@@ -416,6 +449,9 @@ func (l *Limiter) acquireRedis(ctx, waitCtx context.Context, id, user string, c 
 
 	res, err := l.enqueue(waitCtx, id, user, c)
 	lastPosition, woken := 0, false
+	var lastWait Wait // AcquireCost's (budget.go)
+	budgetWaiting := false
+	defer l.bm.wait(&budgetWaiting, false)
 	for {
 		if err != nil {
 			return nil, l.abandon(ctx, waitCtx, id, err)
@@ -427,7 +463,7 @@ func (l *Limiter) acquireRedis(ctx, waitCtx context.Context, id, user string, c 
 			}
 			l.m.permitsInUse.Set(float64(res.inUse))
 			l.m.queueLength.Set(float64(res.queued))
-			return l.redisPermit(id, user), nil
+			return l.budgetPermit(l.redisPermit(id, user), id, c, res), nil
 		case statusQueueFull:
 			l.m.rejections.WithLabelValues(reasonQueueFull).Inc()
 			return nil, ErrQueueFull
@@ -455,6 +491,14 @@ func (l *Limiter) acquireRedis(ctx, waitCtx context.Context, id, user string, c 
 		// still polls every tick, which is what catches expired leases and
 		// zombies; a thousand waiters then cost a fraction of the claims.
 		skip := min(max(gap, 1), maxPollSkip)
+		// A request with a free permit that waits for the budget (budget.go)
+		// claims again when the window should have room, or at the next
+		// release, whose settlement may give reserved tokens back.
+		c.reportWait(res, &lastWait)
+		l.bm.wait(&budgetWaiting, res.budgetOnly)
+		if res.budgetOnly {
+			gap, skip = 1, l.budgetSkip(res.budgetWait)
+		}
 		if res.fenced {
 			// No release is published when the fence's hold ends: poll.
 			skip = 1

@@ -15,8 +15,10 @@ var luaFiles embed.FS
 // use them. fence.lua is the failover fence's prelude (lua/fence.lua,
 // fence.go): the grant scripts and renew take its key and arguments last.
 var (
-	enqueueScript = lease.Script(luaFiles, "clock.lua", "lib.lua", "fence.lua", "enqueue.lua")
-	claimScript   = lease.Script(luaFiles, "clock.lua", "lib.lua", "fence.lua", "claim.lua")
+	// budget.lua comes before lib.lua: its functions are the hooks of
+	// lib.lua's claim for a limiter with a budget.
+	enqueueScript = lease.Script(luaFiles, "clock.lua", "budget.lua", "lib.lua", "fence.lua", "enqueue.lua")
+	claimScript   = lease.Script(luaFiles, "clock.lua", "budget.lua", "lib.lua", "fence.lua", "claim.lua")
 	leaveScript   = lease.Script(luaFiles, "clock.lua", "lib.lua", "leave.lua")
 	releaseScript = lease.Script(luaFiles, "clock.lua", "lib.lua", "release.lua")
 	renewScript   = lease.Script(luaFiles, "clock.lua", "fence.lua", "renew.lua")
@@ -24,4 +26,9 @@ var (
 	statsScript   = lease.Script(luaFiles, "clock.lua", "stats.lua")
 	rateScript    = lease.Script(luaFiles, "clock.lua", "rate.lua")
 	pauseScript   = lease.Script(luaFiles, "pause.lua")
+
+	// Budgets (budget.go).
+	settleScript      = lease.Script(luaFiles, "clock.lua", "budget.lua", "lib.lua", "settle.lua")
+	throttleScript    = lease.Script(luaFiles, "clock.lua", "budget.lua", "throttle.lua")
+	budgetStatsScript = lease.Script(luaFiles, "clock.lua", "budget.lua", "budgetstats.lua")
 )

@@ -223,3 +223,11 @@ func groupOrdinal(dims []service.UsageGroupBy, i int) string {
 	}
 	return strconv.Itoa(pos)
 }
+
+// PruneUsageCalls deletes up to limit usage_calls rows made before t,
+// oldest first (usage.Retention); usage_daily keeps their totals.
+func (s *Store) PruneUsageCalls(ctx context.Context, before time.Time, limit int) (int64, error) {
+	res := s.conn(ctx).Exec(`DELETE FROM usage_calls WHERE call_id IN (
+		SELECT call_id FROM usage_calls WHERE at < ? ORDER BY at LIMIT ?)`, before, limit)
+	return res.RowsAffected, translate(res.Error)
+}

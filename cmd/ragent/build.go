@@ -185,6 +185,8 @@ func (a *App) buildAccounts(ctx context.Context, w *parts) error {
 	})
 	a.meter, a.quotas = meter, quotas
 	a.runners = append(a.runners, func(ctx context.Context) error { meter.Run(ctx); return nil })
+	retention := usage.Retention{Store: a.store, Age: cfg.UsageCallRetention, Logger: log}
+	a.runners = append(a.runners, func(ctx context.Context) error { retention.Run(ctx); return nil })
 	a.closers = append(a.closers, func(ctx context.Context) error { return meter.Close(ctx) })
 	return nil
 }
@@ -345,6 +347,10 @@ func (a *App) buildChat(ctx context.Context, w *parts) error {
 	// cross-instance stop.
 	modelCfg := llmConfig(cfg, log)
 	modelCfg.Cooldowns, modelCfg.Metrics = cache.NewCooldowns(a.rdb, cfg.RedisPrefix), llm.NewMetrics(a.registry)
+	// Each endpoint's requests and tokens per minute (budget.go).
+	budgets, runBudgets := chatBudgets(a.rdb, cfg, a.registry, log)
+	modelCfg.Budgets, modelCfg.AnswerReservation, modelCfg.BudgetWait = budgets, cfg.LLMTokenReservation, cfg.ChatMaxWait
+	a.runners = append(a.runners, runBudgets...)
 	models, err := llm.NewChatModels(modelCfg)
 	if err != nil {
 		return fmt.Errorf("chat models: %w", err)

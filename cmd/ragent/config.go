@@ -128,6 +128,19 @@ type Config struct {
 	// EmbedQueryWait is how long a query's embedding waits for a slot.
 	EmbedConcurrency int
 	EmbedQueryWait   time.Duration
+	// Budgets (docs/usage-and-quotas.md "Budgets"): what the embedding
+	// endpoint and the primary chat endpoint allow per minute, across all
+	// instances (0 = unlimited); a fallback endpoint sets its own in
+	// RAGENT_LLM_FALLBACKS_FILE. LLMTokenReservation is what a model call
+	// naming no max_tokens reserves for its answer.
+	EmbedRequestsPerMinute int
+	EmbedTokensPerMinute   int
+	LLMRequestsPerMinute   int
+	LLMTokensPerMinute     int
+	LLMTokenReservation    int
+	// BudgetWindow replaces the budgets' minute (tests and benchmarks only;
+	// no setting): the provider fakes count per this window.
+	BudgetWindow time.Duration
 
 	AdminUsername string
 	AdminPassword string
@@ -172,6 +185,7 @@ type Config struct {
 	ChatMaxAnswerTokens   int           // the answer model's max_tokens, every chat
 	QuotasEnabled         bool          // check usage quotas before chats and searches
 	UsageFlushInterval    time.Duration // how often buffered usage records are written
+	UsageCallRetention    time.Duration // usage_calls rows older than this are pruned (0 keeps them)
 	// ChatDetachedTimeout is how long an /api/v1/chat answer runs on after
 	// its client went away (0 stops it at once); ChatResumeTTL and
 	// ChatResumeMaxEvents bound the events kept for a client that resumes.
@@ -420,6 +434,22 @@ func (c Config) validate() []error {
 	}
 	if c.UsageFlushInterval <= 0 {
 		bad("RAGENT_USAGE_FLUSH_INTERVAL must be positive")
+	}
+	for name, v := range map[string]int{
+		"RAGENT_LLM_REQUESTS_PER_MINUTE": c.LLMRequestsPerMinute, "RAGENT_LLM_TOKENS_PER_MINUTE": c.LLMTokensPerMinute,
+		"RAGENT_EMBEDDING_REQUESTS_PER_MINUTE": c.EmbedRequestsPerMinute, "RAGENT_EMBEDDING_TOKENS_PER_MINUTE": c.EmbedTokensPerMinute,
+	} {
+		if v < 0 {
+			bad("%s must be 0 (unlimited) or more", name)
+		}
+	}
+	if c.LLMTokenReservation < 1 {
+		bad("RAGENT_LLM_TOKEN_RESERVATION must be at least 1")
+	}
+	if c.UsageCallRetention != 0 && c.UsageCallRetention < 24*time.Hour {
+		// The per-day totals quotas and the usage page read are kept apart
+		// (usage_daily), but a month's records should outlive the month.
+		bad("RAGENT_USAGE_CALL_RETENTION must be 0 (keep) or at least 24h")
 	}
 	if c.ChatRatePerMinute < 0 {
 		bad("RAGENT_CHAT_RATE_PER_MINUTE must be 0 (no limit) or more")

@@ -20,7 +20,14 @@ import (
 
 // Embedding traffic (docs/embeddings.md "Embedding traffic"): every call to the
 // embedding provider, from every instance, takes a permit of one fair
-// limiter named "embed" with RAGENT_EMBEDDING_CONCURRENCY permits.
+// limiter named "embed" with RAGENT_EMBEDDING_CONCURRENCY permits, and
+// spends its budget (RAGENT_EMBEDDING_REQUESTS_PER_MINUTE and
+// _TOKENS_PER_MINUTE) in the same grant. Document batches queue as the
+// "user" documents:<knowledge base>:<uploader>, so the fair queue serves
+// knowledge bases (and the uploaders within one) in turn: a big import's
+// batches in flight raise its level, and a small upload into another
+// knowledge base goes ahead of the import's next batches. Re-embedding
+// takes the same lane.
 
 // documentClass puts document batches behind every query embedding in the
 // queue and keeps one permit for queries, so a query waits for at most one
@@ -45,6 +52,7 @@ type embedGate struct {
 func newEmbedGate(rdb redis.UniversalClient, cfg Config, reg prometheus.Registerer, log *slog.Logger) (*embedGate, func(context.Context) error) {
 	l := ratelimit.New(rdb, cfg.RedisPrefix, "embed", ratelimit.Config{
 		MaxConcurrent: cfg.EmbedConcurrency, MaxWait: documentWait, Lease: time.Minute,
+		Budget: ratelimit.Budget{Requests: cfg.EmbedRequestsPerMinute, Tokens: cfg.EmbedTokensPerMinute, Window: cfg.BudgetWindow},
 		// A Redis outage should not stop embedding: each instance then
 		// keeps to the cap on its own.
 		OnRedisError: ratelimit.PolicyLocal, Logger: log, Registerer: reg,
@@ -58,7 +66,7 @@ var errQueryWait = errors.New("no embedding slot for the query within RAGENT_EMB
 // queries' lane (fair between users); a document batch first waits out a
 // pause, then queues behind the queries, and waits again if a pause began
 // while it queued.
-func (g *embedGate) Admit(ctx context.Context, kind service.EmbedKind) (func(), error) {
+func (g *embedGate) Admit(ctx context.Context, kind service.EmbedKind, tokens int) (func(), error) {
 	id, err := requestID()
 	if err != nil {
 		return nil, err
@@ -70,7 +78,7 @@ func (g *embedGate) Admit(ctx context.Context, kind service.EmbedKind) (func(), 
 		}
 		qctx, cancel := context.WithTimeoutCause(ctx, g.queryWait, errQueryWait)
 		defer cancel()
-		permit, err := g.limiter.AcquireClass(qctx, id, user, ratelimit.Class{}, nil)
+		permit, err := g.limiter.AcquireCost(qctx, id, user, ratelimit.Class{}, ratelimit.Cost{Tokens: tokens})
 		if err != nil {
 			if ctx.Err() == nil && (errors.Is(err, ratelimit.ErrTimeout) || context.Cause(qctx) == errQueryWait) {
 				return nil, fmt.Errorf("%w: %v", service.ErrBusy, errQueryWait)
@@ -86,7 +94,7 @@ func (g *embedGate) Admit(ctx context.Context, kind service.EmbedKind) (func(), 
 			}
 			g.log.WarnContext(ctx, "embedding pause unreadable; going ahead", "err", err)
 		}
-		permit, err := g.limiter.AcquireClass(ctx, id, "documents", documentClass, nil)
+		permit, err := g.limiter.AcquireCost(ctx, id, documentLane(ctx), documentClass, ratelimit.Cost{Tokens: tokens})
 		if err != nil {
 			if errors.Is(err, ratelimit.ErrTimeout) {
 				return nil, fmt.Errorf("%w: no embedding slot for a document batch within %s", service.ErrUnavailable, documentWait)
@@ -100,9 +108,18 @@ func (g *embedGate) Admit(ctx context.Context, kind service.EmbedKind) (func(), 
 	}
 }
 
+// documentLane is the queue "user" of a document batch: its knowledge base
+// and uploader, so imports share the lane fairly.
+func documentLane(ctx context.Context) string {
+	s := service.UsageScopeFrom(ctx)
+	return "documents:" + s.KnowledgeBaseID.String() + ":" + s.UserID.String()
+}
+
 // Throttled implements llm.Gate: whatever call was told to wait, document
-// batches on every instance wait that long.
+// batches on every instance wait that long, and the embedding budget
+// shrinks for every instance.
 func (g *embedGate) Throttled(ctx context.Context, kind service.EmbedKind, d time.Duration) {
+	g.limiter.Throttled(ctx, nil, d)
 	if err := g.pause.Extend(context.WithoutCancel(ctx), d); err != nil {
 		g.log.WarnContext(ctx, "could not pause document embedding", "err", err)
 		return

@@ -36,13 +36,17 @@ local function fence_held(now_ms)
   return until_ms > now_ms
 end
 
--- fenced_reply marks a waiting claim reply held by the fence: a sixth
--- element 1, and no free permits, so the waiter polls on every tick (no
--- release is published when the hold ends) instead of counting releases.
+-- fenced_reply marks a waiting claim reply held by the fence: an eighth
+-- element 1 (the sixth and seventh are a budget's wait, budget.lua: not
+-- waiting for the budget), and no free permits, so the waiter polls on
+-- every tick (no release is published when the hold ends) instead of
+-- counting releases.
 local function fenced_reply(r, fenced)
   if fenced and r[1] == 0 then
     r[5] = 0
-    r[6] = 1
+    r[6] = 0
+    r[7] = 0
+    r[8] = 1
   end
   return r
 end

@@ -132,7 +132,11 @@ local function uncapped_waiting(queue, owners, held, entry_prefix, user, cap, wi
   return false
 end
 
-local function claim(queue, permits, users, owners, held, deadlines, entry_prefix, id, max, lease_ms, window, cap, now, swept)
+-- budget (budget.lua; nil for a limiter without one) makes a grant also
+-- need room in the budget after the live requests ahead; the waiting reply
+-- then carries two more fields: 1 when only the budget is missing, and the
+-- ms until it has room.
+local function claim(queue, permits, users, owners, held, deadlines, entry_prefix, id, max, lease_ms, window, cap, now, swept, budget)
   local now_ms = math.floor(now / 1000)
   if not swept then
     expire(permits, owners, held, now_ms)
@@ -163,6 +167,7 @@ local function claim(queue, permits, users, owners, held, deadlines, entry_prefi
           passed = passed + 1
         else
           live_ahead = live_ahead + 1
+          if budget then budget_ahead(budget, entry_prefix, m) end
           -- Enough is known to refuse; with the running cap the scan goes
           -- on to count who yields, for the position.
           if live_ahead >= free and (cap == 0 or me_capped) then
@@ -177,10 +182,16 @@ local function claim(queue, permits, users, owners, held, deadlines, entry_prefi
   end
   -- Members beyond the scanned window are counted as live: granting needs
   -- every member ahead to have been seen.
-  if scan == rank and live_ahead < free and
-    not (me_capped and uncapped_waiting(queue, owners, held, entry_prefix, user, cap, window)) then
+  local slot = scan == rank and live_ahead < free and
+    not (me_capped and uncapped_waiting(queue, owners, held, entry_prefix, user, cap, window))
+  local budget_ms = 0
+  if slot and budget then budget_ms = budget_wait(budget, entry_prefix, id) end
+  if slot and budget_ms <= 0 then
     -- Move the request from queued to held; its owner entry stays for the
     -- permit's release or expiry.
+    -- With a budget the grant's reply carries the request's place, for a
+    -- retry after the provider refused the call (budget.lua).
+    local place = budget and redis.call('ZSCORE', queue, id)
     redis.call('DEL', entry_prefix .. id)
     redis.call('ZREM', deadlines, id)
     redis.call('ZREM', queue, id)
@@ -189,7 +200,14 @@ local function claim(queue, permits, users, owners, held, deadlines, entry_prefi
       redis.call('HINCRBY', held, user, 1)
     end
     redis.call('ZADD', permits, now_ms + lease_ms, id)
+    if budget then
+      budget_take(budget, entry_prefix, id)
+      return {1, in_use + 1, redis.call('ZCARD', queue), now, budget.cost, tonumber(place)}
+    end
     return {1, in_use + 1, redis.call('ZCARD', queue), now}
+  end
+  if budget then
+    return {0, rank - dropped - passed + 1, redis.call('ZCARD', queue), now, free, slot and 1 or 0, budget_ms}
   end
   return {0, rank - dropped - passed + 1, redis.call('ZCARD', queue), now, free}
 end

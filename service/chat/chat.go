@@ -557,7 +557,7 @@ func (t *turn) generate(ctx context.Context) (service.MessageStatus, *Error) {
 		release, err := s.d.Limiter.Acquire(qctx, t.taskID.String(), t.p.UserID.String(), func(position, queued int) {
 			if position != last {
 				last = position
-				t.send(EventQueue, Queue{Position: position, Queued: queued})
+				t.send(EventQueue, Queue{Position: position, Queued: queued, Waiting: service.WaitSlot})
 			}
 		})
 		wait.End()
@@ -585,6 +585,15 @@ func (t *turn) generate(ctx context.Context) (service.MessageStatus, *Error) {
 		}
 	}
 
+	// The turn's model calls wait for their endpoint's budget, if one is
+	// set, and say so in queue events.
+	var lastWait service.QueueWait
+	ctx = service.WithQueueReport(ctx, func(w service.QueueWait) {
+		if w != lastWait {
+			lastWait = w
+			t.send(EventQueue, Queue{Position: w.Position, Queued: w.Queued, Waiting: w.For})
+		}
+	})
 	if err := t.store(ctx); err != nil {
 		if ctx.Err() != nil {
 			return service.MessageCancelled, nil

@@ -38,10 +38,13 @@ type Meta struct {
 	TaskID         service.ID `json:"taskId"`
 }
 
-// Queue is the request's place in line while it waits for an LLM slot.
+// Queue is the request's place in line while it waits for an LLM slot
+// (Waiting "slot") or, holding one, for room in a model endpoint's
+// requests or tokens per minute (Waiting "budget").
 type Queue struct {
-	Position int `json:"position"`
-	Queued   int `json:"queued"`
+	Position int    `json:"position"`
+	Queued   int    `json:"queued"`
+	Waiting  string `json:"waiting,omitempty"`
 }
 
 // Sources are the retrieved chunks the answer may cite.

@@ -1,0 +1,132 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/ragent-go/ragent/llm"
+	"github.com/ragent-go/ragent/ratelimit"
+	"github.com/ragent-go/ragent/service"
+)
+
+// Budgets (docs/usage-and-quotas.md "Budgets"): every chat endpoint with
+// requests or tokens per minute set gets a fair queue of its own, named
+// "llm:<endpoint>", in which each model call of a turn (rewrite, intent,
+// answer, title) waits for room after the turn holds its chat slot. The
+// embedding endpoint's budget is checked in the "embed" limiter's own
+// grant (embedding.go), beside its concurrency.
+
+// budgetMaxConcurrent leaves a chat endpoint's budget queue without a
+// concurrency bound of its own: the chat queue bounds the turns.
+const budgetMaxConcurrent = 1 << 20
+
+// chatBudgets builds the budget of every chat endpoint that has one, and
+// returns them by endpoint name with the runners of their notifications.
+func chatBudgets(rdb redis.UniversalClient, cfg Config, reg prometheus.Registerer, log *slog.Logger) (func(string) llm.Budget, []func(context.Context) error) {
+	budgets := map[string]llm.Budget{}
+	var runners []func(context.Context) error
+	for i, ep := range llmConfig(cfg, log).Endpoints() {
+		rpm, tpm := ep.RequestsPerMinute, ep.TokensPerMinute
+		if i == 0 {
+			rpm, tpm = cfg.LLMRequestsPerMinute, cfg.LLMTokensPerMinute
+		}
+		if rpm <= 0 && tpm <= 0 {
+			continue
+		}
+		l := ratelimit.New(rdb, cfg.RedisPrefix, "llm:"+ep.Name, ratelimit.Config{
+			MaxConcurrent: budgetMaxConcurrent, MaxWait: cfg.ChatMaxWait, Lease: cfg.ChatLease,
+			PollInterval: cfg.ChatPollInterval,
+			Budget:       ratelimit.Budget{Requests: rpm, Tokens: tpm, Window: cfg.BudgetWindow},
+			// Redis away: calls go out unbudgeted rather than not at all
+			// (the chat queue's own policy has admitted the turn).
+			OnRedisError: ratelimit.PolicyLocal, Logger: log, Registerer: reg,
+		})
+		budgets[ep.Name] = endpointBudget{l: l}
+		runners = append(runners, l.Run)
+	}
+	if len(budgets) == 0 {
+		return nil, nil
+	}
+	return func(name string) llm.Budget {
+		if b, ok := budgets[name]; ok {
+			return b
+		}
+		return nil
+	}, runners
+}
+
+// endpointBudget is llm.Budget on an endpoint's fair queue: fair between
+// the users whose calls wait, each call's wait told to the turn (queue
+// events saying "budget").
+type endpointBudget struct{ l *ratelimit.Limiter }
+
+func (b endpointBudget) Admit(ctx context.Context, tokens int, retry llm.BudgetGrant) (llm.BudgetGrant, error) {
+	var prev *ratelimit.Permit
+	id := ""
+	if g, ok := retry.(*permitGrant); ok {
+		prev, id = g.p, g.id
+	}
+	if id == "" {
+		var err error
+		if id, err = requestID(); err != nil {
+			return nil, err
+		}
+	}
+	user := "system"
+	if p, ok := service.PrincipalFrom(ctx); ok {
+		user = p.UserID.String()
+	} else if s := service.UsageScopeFrom(ctx); s.UserID != 0 {
+		user = s.UserID.String()
+	}
+	p, err := b.l.AcquireCost(ctx, id, user, ratelimit.Class{}, ratelimit.Cost{Tokens: tokens, Retry: prev, OnWait: reportTo(ctx)})
+	if err != nil {
+		return nil, budgetError(err)
+	}
+	return &permitGrant{l: b.l, p: p, id: id, ctx: ctx}, nil
+}
+
+// reportTo turns a limiter's waits into ctx's queue report, if any.
+func reportTo(ctx context.Context) func(ratelimit.Wait) {
+	report := service.QueueReportFrom(ctx)
+	if report == nil {
+		return nil
+	}
+	return func(w ratelimit.Wait) {
+		what := service.WaitSlot
+		if w.Budget {
+			what = service.WaitBudget
+		}
+		report(service.QueueWait{Position: w.Position, Queued: w.Queued, For: what})
+	}
+}
+
+// budgetError translates a budget queue's refusal.
+func budgetError(err error) error {
+	switch {
+	case errors.Is(err, ratelimit.ErrTimeout), errors.Is(err, ratelimit.ErrQueueFull):
+		return fmt.Errorf("%w: no room in the model's budget within the wait", service.ErrBusy)
+	case errors.Is(err, ratelimit.ErrUnavailable):
+		return fmt.Errorf("%w: %v", service.ErrUnavailable, err)
+	}
+	return err
+}
+
+// permitGrant is one admitted call: its permit settles the reservation.
+type permitGrant struct {
+	l   *ratelimit.Limiter
+	p   *ratelimit.Permit
+	id  string
+	ctx context.Context
+}
+
+func (g *permitGrant) Done(tokens int) { g.p.ReleaseUsed(tokens) }
+
+func (g *permitGrant) Throttled(retryAfter time.Duration) {
+	g.l.Throttled(g.ctx, g.p, retryAfter)
+}

@@ -1,0 +1,351 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/ragent-go/ragent/text"
+)
+
+// limitedLLM is an OpenAI-compatible provider of our own that enforces what
+// real ones do, per key: at most maxConcurrent requests at once, requests
+// and tokens (prompt + completion) per sliding window. A request over any
+// of them is answered 429 with x-ratelimit-* headers saying how long until
+// it would fit. Every answer is completion tokens long (one token per
+// piece) and reports its usage.
+type limitedLLM struct {
+	srv                       *httptest.Server
+	maxConcurrent, rpw, tpw   int
+	window                    time.Duration
+	completion                int // tokens of an answer; titles get 4
+	mu                        sync.Mutex
+	open                      int
+	log                       []spent // accepted requests of the last window, oldest first
+	all                       []spent // every accepted request
+	accepted, refused, titles int
+	reasons                   map[string]int
+	first, last               time.Time
+	total                     int // tokens of every accepted request
+}
+
+type spent struct {
+	at     time.Time
+	tokens int
+}
+
+func newLimitedLLM(t testing.TB, window time.Duration) *limitedLLM {
+	f := &limitedLLM{maxConcurrent: 10, rpw: 120, tpw: 30000, window: window, completion: 800}
+	f.srv = httptest.NewServer(http.HandlerFunc(f.serve))
+	t.Cleanup(f.srv.Close)
+	return f
+}
+
+func (f *limitedLLM) URL() string { return f.srv.URL + "/v1" }
+
+func (f *limitedLLM) serve(w http.ResponseWriter, r *http.Request) {
+	var req struct {
+		Messages []struct{ Content string } `json:"messages"`
+	}
+	if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	prompt := 0
+	for _, m := range req.Messages {
+		prompt += text.CountTokens(m.Content) + 4 // as ragent estimates
+	}
+	completion := f.completion
+	title := len(req.Messages) > 0 && containsTitle(req.Messages[0].Content)
+	if title {
+		completion = 4
+	}
+	cost := prompt + completion
+	now := time.Now()
+	f.mu.Lock()
+	for len(f.log) > 0 && now.Sub(f.log[0].at) >= f.window {
+		f.log = f.log[1:]
+	}
+	used := 0
+	for _, s := range f.log {
+		used += s.tokens
+	}
+	var reason string
+	switch {
+	case f.open >= f.maxConcurrent:
+		reason = "concurrency"
+	case len(f.log) >= f.rpw:
+		reason = "requests"
+	case used+cost > f.tpw:
+		reason = "tokens"
+	}
+	if reason != "" {
+		f.refused++
+		if f.reasons == nil {
+			f.reasons = map[string]int{}
+		}
+		f.reasons[reason]++
+		reset := f.window / 10
+		if len(f.log) > 0 {
+			reset = f.window - now.Sub(f.log[0].at)
+		}
+		f.mu.Unlock()
+		w.Header().Set("X-Ratelimit-Remaining-Requests", "0")
+		w.Header().Set("X-Ratelimit-Reset-Requests", reset.String())
+		http.Error(w, `{"error":{"message":"rate limit: `+reason+`"}}`, http.StatusTooManyRequests)
+		return
+	}
+	f.open++
+	f.accepted++
+	if title {
+		f.titles++
+	}
+	f.log = append(f.log, spent{now, cost})
+	f.all = append(f.all, spent{now, cost})
+	f.total += cost
+	if f.first.IsZero() {
+		f.first = now
+	}
+	f.last = now
+	f.mu.Unlock()
+	// The stream ends with the [DONE] line; the request stops counting
+	// against the concurrency just before, as the client sees it end.
+	end := func() { f.mu.Lock(); f.open--; f.mu.Unlock() }
+
+	w.Header().Set("Content-Type", "text/event-stream")
+	fl := w.(http.Flusher)
+	const pieces = 20
+	for i := range pieces {
+		n := completion / pieces
+		if i < completion%pieces {
+			n++
+		}
+		if n == 0 {
+			continue
+		}
+		chunk, _ := json.Marshal(map[string]any{"id": "x", "object": "chat.completion.chunk",
+			"choices": []any{map[string]any{"index": 0, "delta": map[string]string{"content": fmt.Sprintf("%*s", n, "w")}}}})
+		fmt.Fprintf(w, "data: %s\n\n", chunk)
+		fl.Flush()
+	}
+	done, _ := json.Marshal(map[string]any{"id": "x", "object": "chat.completion.chunk",
+		"choices": []any{map[string]any{"index": 0, "delta": map[string]string{}, "finish_reason": "stop"}},
+		"usage":   map[string]int{"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": cost}})
+	end()
+	fmt.Fprintf(w, "data: %s\n\ndata: [DONE]\n\n", done)
+	fl.Flush()
+}
+
+func containsTitle(s string) bool { return strings.Contains(s, "short title") }
+
+// budgetLoad is one run of the budget scenario's load and what it measured.
+type budgetLoad struct {
+	answered, failed, rejected int
+	calls, refused             int
+	budgetWaits                int     // queue events saying "budget"
+	utilization                float64 // tokens accepted / what the provider allowed over the run
+	shares                     map[string]int
+	firstHalf                  int
+	elapsed                    time.Duration
+}
+
+// runBudgetLoad sends chats questions from users users, concurrency at a
+// time, spread over the instances, against provider f, with ragent's
+// budget rpm requests and tpm tokens per window (0: none).
+func runBudgetLoad(t testing.TB, f *limitedLLM, rpm, tpm, chats, users, concurrency, instances int) budgetLoad {
+	t.Helper()
+	cfg := testConfig(t)
+	cfg.LLMProvider, cfg.LLMBaseURL, cfg.LLMChatModel, cfg.LLMFastModel = "openai", f.URL(), "test-model", "test-fast"
+	cfg.ChatMaxConcurrent, cfg.ChatMaxWait, cfg.ChatMaxQueuedPerUser, cfg.ChatMaxQueue = f.maxConcurrent, 5*time.Minute, concurrency, 10*concurrency
+	cfg.ChatPollInterval = 20 * time.Millisecond
+	cfg.ChatMaxAnswerTokens = 2 * f.completion
+	cfg.LLMTokenReservation = 64 // titles
+	cfg.BudgetWindow = f.window
+	cfg.LLMRequestsPerMinute, cfg.LLMTokensPerMinute = rpm, tpm
+	var ins []*instance
+	for range instances {
+		ins = append(ins, start(t, cfg))
+	}
+	admin := ins[0].login(t, "admin", "admin-password")
+	tokens := make([]string, users)
+	for i := range users {
+		name := fmt.Sprintf("u%02d", i)
+		ins[0].createUser(t, admin, name, name+"-password", "user")
+		tokens[i] = ins[0].login(t, name, name+"-password")
+	}
+	f.mu.Lock()
+	f.accepted, f.refused, f.total, f.titles, f.first, f.last, f.log, f.all = 0, 0, 0, 0, time.Time{}, time.Time{}, nil, nil
+	f.mu.Unlock()
+
+	// Each user asks its share of the questions, concurrency/users at a
+	// time: every user keeps as many questions in flight as the others.
+	var (
+		mu    sync.Mutex
+		res   = budgetLoad{shares: map[string]int{}}
+		order []string
+		wg    sync.WaitGroup
+		begin = time.Now()
+	)
+	perUser := make([]chan int, users)
+	for u := range users {
+		perUser[u] = make(chan int, chats)
+	}
+	for i := range chats {
+		perUser[i%users] <- i
+	}
+	for u := range users {
+		close(perUser[u])
+		for w := range max(concurrency/users, 1) {
+			wg.Go(func() {
+				for i := range perUser[u] {
+					in := ins[(u+w)%len(ins)]
+					_, events := in.client(t, tokens[u]).chatStream(context.Background(),
+						map[string]any{"question": fmt.Sprintf("question %d of user %d", i, u)}, nil)
+					status, waits := "", 0
+					for _, e := range events {
+						switch e.Name {
+						case "finish":
+							status, _ = e.json(t)["status"].(string)
+						case "queue":
+							if e.json(t)["waiting"] == "budget" {
+								waits++
+							}
+						}
+					}
+					mu.Lock()
+					res.budgetWaits += waits
+					switch status {
+					case "completed":
+						res.answered++
+						order = append(order, fmt.Sprint("u", u))
+					case "rejected":
+						res.rejected++
+					default:
+						res.failed++
+					}
+					mu.Unlock()
+				}
+			})
+		}
+	}
+	wg.Wait()
+	res.elapsed = time.Since(begin)
+	// Shares while every user still had questions waiting: the first half
+	// of the answers.
+	res.firstHalf = len(order) / 2
+	for _, u := range order[:res.firstHalf] {
+		res.shares[u]++
+	}
+	f.mu.Lock()
+	res.calls, res.refused = f.accepted+f.refused, f.refused
+	// Tokens accepted per consecutive window from the first accepted call,
+	// over the complete windows (the last, partial one is the queue
+	// draining).
+	windows := int(f.last.Sub(f.first) / f.window)
+	if windows > 0 {
+		used := 0
+		for _, s := range f.all {
+			if s.at.Sub(f.first) < time.Duration(windows)*f.window {
+				used += s.tokens
+			}
+		}
+		res.utilization = float64(used) / float64(windows*f.tpw)
+	}
+	f.mu.Unlock()
+	for _, in := range ins {
+		in.stop()
+	}
+	return res
+}
+
+func (r budgetLoad) refusedShare() float64 { return float64(r.refused) / float64(max(r.calls, 1)) }
+
+// shareSpread is the largest deviation of a user's share of the first half
+// of the answers from an equal share.
+func (r budgetLoad) shareSpread(users int) float64 {
+	equal := float64(r.firstHalf) / float64(users)
+	worst := 0.0
+	for i := range users {
+		d := (float64(r.shares[fmt.Sprint("u", i)]) - equal) / equal
+		worst = max(worst, d, -d)
+	}
+	return worst
+}
+
+// TestBudgetsAbsorbProviderLimits runs chats from several users over two
+// instances against a provider that enforces 10 at once, 120 requests and
+// 30,000 tokens per window (a window of 5 s stands in for the minute): with
+// the budgets set every chat is answered, at most 1 % of the calls draw a
+// 429, the turns said they waited for the budget, and the window's tokens
+// were mostly used.
+func TestBudgetsAbsorbProviderLimits(t *testing.T) {
+	// At a 2 s window the scheduling jitter of a loaded machine between
+	// Redis TIME and the fake's clock drew 3-4 429s in 243 calls (2 of 3
+	// runs); 5 s, as the benchmark.
+	f := newLimitedLLM(t, 5*time.Second)
+	r := runBudgetLoad(t, f, f.rpw, f.tpw, 120, 8, 40, 2)
+	t.Logf("budgets: %+v refused %.2f%% %v", r, 100*r.refusedShare(), f.reasons)
+	if r.answered != 120 {
+		t.Fatalf("%d of 120 answered (%d failed, %d rejected)", r.answered, r.failed, r.rejected)
+	}
+	if r.refusedShare() > 0.01 {
+		t.Errorf("%d of %d provider calls refused, want at most 1%%", r.refused, r.calls)
+	}
+	if r.budgetWaits == 0 {
+		t.Error("no queue event said a turn waited for the budget")
+	}
+	if s := r.shareSpread(8); s > 0.5 {
+		t.Errorf("a user's share of the first half of the answers is %.0f%% off an equal share", 100*s)
+	}
+}
+
+// TestProviderRefusalsAbsorbed: the provider refuses more than its budget
+// allows, and ragent's budget is set twice too high, as if another client
+// shared the key: the 429s shrink the budget and the calls queue again, so
+// every chat is answered though many calls were refused.
+func TestProviderRefusalsAbsorbed(t *testing.T) {
+	f := newLimitedLLM(t, 2*time.Second)
+	f.rpw, f.tpw = 40, 12000
+	r := runBudgetLoad(t, f, 2*f.rpw, 2*f.tpw, 60, 6, 30, 2)
+	t.Logf("over-budget: %+v refused %.2f%%", r, 100*r.refusedShare())
+	if r.answered != 60 {
+		t.Fatalf("%d of 60 answered (%d failed, %d rejected): 429s reached the users", r.answered, r.failed, r.rejected)
+	}
+	if r.refused == 0 {
+		t.Fatal("the provider refused nothing: the test did not exercise 429s")
+	}
+}
+
+// BenchmarkBudgets is the issue's scenario (BENCHMARKS.md "Budgets"): 300
+// chats from 20 users at concurrency 100 over three instances, against the
+// limited provider with its window scaled to BUDGET_BENCH_WINDOW (default
+// 5 s for the minute), with and without budgets, in one run.
+func BenchmarkBudgets(b *testing.B) {
+	window := 5 * time.Second
+	if v := os.Getenv("BUDGET_BENCH_WINDOW"); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil {
+			b.Fatal(err)
+		}
+		window = d
+	}
+	for range b.N {
+		for _, on := range []bool{false, true} {
+			f := newLimitedLLM(b, window)
+			rpm, tpm := 0, 0
+			if on {
+				rpm, tpm = f.rpw, f.tpw
+			}
+			r := runBudgetLoad(b, f, rpm, tpm, 300, 20, 100, 3)
+			b.Logf("budgets=%v: answered %d failed %d rejected %d; provider calls %d refused %d (%.2f%%); tokens used %.1f%% of the budget over the run; worst user share %+.0f%% (first %d answers); %d budget waits; %s",
+				on, r.answered, r.failed, r.rejected, r.calls, r.refused, 100*r.refusedShare(), 100*r.utilization, 100*r.shareSpread(20), r.firstHalf, r.budgetWaits, r.elapsed.Round(time.Second))
+		}
+	}
+}

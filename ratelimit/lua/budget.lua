@@ -1,0 +1,131 @@
+-- Budgets (Config.Budget, budget.go): a limiter whose grants also spend a
+-- model endpoint's requests and tokens per window, shared by every
+-- instance. A request is granted when a permit is free (lib.lua's claim)
+-- AND the budget has room for it after the live requests ahead of it, so a
+-- large request is not overtaken by small ones behind it.
+--
+-- The budget is a sliding window, as providers count: a log of the grants
+-- of the last window (key..':log', id -> grant time ms) with each grant's
+-- tokens (key..':cost', id -> tokens, settled to what the call spent when it
+-- ends). A grant fits while the log's requests + 1 and tokens + its own stay
+-- within limit * scale. (A token bucket would let a full bucket plus a
+-- window's refill through in one window, which a provider counting per
+-- sliding window refuses.) scale (BUDGET_MIN_SCALE..1) is halved by each
+-- refusal of the provider (throttle.lua) and climbs back by BUDGET_RECOVERY
+-- per window; until (ms) holds every grant back while a Retry-After lasts.
+--
+-- The budget hash: used (tokens in the log), scale, sts (ms when scale was
+-- written), until. A queued request's token cost waits in
+-- entry_prefix .. id .. ':cost', which expires with its entry marker.
+
+local BUDGET_MIN_SCALE = 0.0625
+local BUDGET_RECOVERY = 0.5
+-- BUDGET_SCAN bounds the log entries a wait estimate reads.
+local BUDGET_SCAN = 256
+
+-- budget_load reads a budget at now_ms, dropping the grants older than a
+-- window. rl and tl are the limits per window (0: that one is unlimited).
+local function budget_load(key, rl, tl, window, now_ms)
+  local log, costs = key .. ':log', key .. ':cost'
+  local v = redis.call('HMGET', key, 'used', 'scale', 'sts', 'until')
+  local used = tonumber(v[1] or '0')
+  local old = redis.call('ZRANGEBYSCORE', log, '-inf', now_ms - window)
+  if #old > 0 then
+    for _, id in ipairs(old) do
+      used = used - tonumber(redis.call('HGET', costs, id) or '0')
+      redis.call('HDEL', costs, id)
+    end
+    redis.call('ZREMRANGEBYSCORE', log, '-inf', now_ms - window)
+    used = math.max(used, 0)
+    redis.call('HSET', key, 'used', used)
+  end
+  local scale = tonumber(v[2] or '1')
+  if v[3] then
+    scale = math.min(1, scale + (now_ms - tonumber(v[3])) / window * BUDGET_RECOVERY)
+  end
+  return {key = key, log = log, costs = costs, rl = rl, tl = tl, window = window, now = now_ms,
+    scale = scale, used = used, n = redis.call('ZCARD', log), untl = tonumber(v[4] or '0'),
+    ahead_r = 0, ahead_t = 0, cost = 0}
+end
+
+-- budget_args builds the budget a claim checks from its budget key and
+-- ARGV[first..first+2] (request limit, token limit, window ms); nil when the
+-- limiter has none (the key is '' or both limits are 0).
+local function budget_args(key, first, now_ms)
+  local rl, tl = tonumber(ARGV[first] or '0'), tonumber(ARGV[first + 1] or '0')
+  if not key or key == '' or (rl <= 0 and tl <= 0) then
+    return nil
+  end
+  return budget_load(key, rl, tl, tonumber(ARGV[first + 2]), now_ms)
+end
+
+-- budget_limit is a dimension's limit now (at least 1).
+local function budget_limit(b, limit)
+  return math.max(math.floor(limit * b.scale), 1)
+end
+
+-- budget_cost is the token cost of the queued request whose cost key is
+-- ckey, never more than the (shrunk) budget holds, so it can always fit.
+local function budget_cost(b, ckey)
+  local t = tonumber(redis.call('GET', ckey) or '0')
+  if b.tl > 0 then
+    t = math.min(t, budget_limit(b, b.tl))
+  end
+  return t
+end
+
+-- budget_ahead counts live request m ahead of the claimer: it is served
+-- first, so its cost is spent first.
+local function budget_ahead(b, entry_prefix, m)
+  b.ahead_r = b.ahead_r + 1
+  b.ahead_t = b.ahead_t + budget_cost(b, entry_prefix .. m .. ':cost')
+end
+
+-- budget_wait returns how long (ms) until the budget should have room for
+-- request id after the requests ahead (0: it fits now): when enough of the
+-- log's oldest grants leave the window.
+local function budget_wait(b, entry_prefix, id)
+  b.cost = budget_cost(b, entry_prefix .. id .. ':cost')
+  local wait = math.max(b.untl - b.now, 0)
+  local over_r, over_t = 0, 0
+  if b.rl > 0 then
+    over_r = b.n + b.ahead_r + 1 - budget_limit(b, b.rl)
+  end
+  if b.tl > 0 and b.cost > 0 then
+    over_t = b.used + b.ahead_t + b.cost - budget_limit(b, b.tl)
+  end
+  if over_r <= 0 and over_t <= 0 then
+    return math.ceil(wait)
+  end
+  local oldest = redis.call('ZRANGE', b.log, 0, BUDGET_SCAN - 1, 'WITHSCORES')
+  local free_at = b.now + b.window -- nothing known: a window
+  local freed_r, freed_t = 0, 0
+  for i = 1, #oldest, 2 do
+    freed_r = freed_r + 1
+    freed_t = freed_t + tonumber(redis.call('HGET', b.costs, oldest[i]) or '0')
+    if freed_r >= over_r and freed_t >= over_t then
+      free_at = tonumber(oldest[i + 1]) + b.window
+      break
+    end
+  end
+  return math.ceil(math.max(wait, free_at - b.now, 1))
+end
+
+local function budget_save(b)
+  redis.call('HSET', b.key, 'used', b.used, 'scale', tostring(b.scale), 'sts', string.format('%.0f', b.now))
+  -- Unused for long enough, the log is empty and the scale back at 1.
+  local ttl = math.ceil(b.window * (1 / BUDGET_RECOVERY + 1) + math.max(b.untl - b.now, 0))
+  for _, k in ipairs({b.key, b.log, b.costs}) do
+    redis.call('PEXPIRE', k, ttl)
+  end
+end
+
+-- budget_take spends request id's cost (budget_wait ran first). A retry
+-- under the same id replaces the refused try's entry.
+local function budget_take(b, entry_prefix, id)
+  b.used = b.used - tonumber(redis.call('HGET', b.costs, id) or '0') + b.cost
+  redis.call('ZADD', b.log, b.now, id)
+  redis.call('HSET', b.costs, id, b.cost)
+  budget_save(b)
+  redis.call('DEL', entry_prefix .. id .. ':cost')
+end
