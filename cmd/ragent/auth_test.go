@@ -19,6 +19,10 @@ const (
 	anyUser
 	adminOnly
 	apiKeyOnly // the MCP server: sessions are refused like anonymous callers
+	// widgetKeyOnly: the chat widget's routes take a widget key from an
+	// allowed origin and nothing else; sessions and anonymous callers are
+	// refused (401 or 403). TestWidgetKeyLimits checks the key itself.
+	widgetKeyOnly
 )
 
 // routeAccess lists every route with who may call it. TestAuthorizationMatrix
@@ -95,6 +99,14 @@ var routeAccess = map[string]access{
 	"POST /mcp":                                              apiKeyOnly,
 	"DELETE /mcp":                                            apiKeyOnly,
 	"GET /":                                                  public,
+	"GET /widget.js":                                         public,
+	"POST /api/v1/widget-keys":                               adminOnly, // decided in the service
+	"POST /api/v1/widget/chat":                               widgetKeyOnly,
+	"POST /api/v1/widget/chat/tasks/:taskId/stop":            widgetKeyOnly,
+	"GET /api/v1/widget/chat/tasks/:taskId/events":           widgetKeyOnly,
+	"OPTIONS /api/v1/widget/chat":                            widgetKeyOnly,
+	"OPTIONS /api/v1/widget/chat/tasks/:taskId/stop":         widgetKeyOnly,
+	"OPTIONS /api/v1/widget/chat/tasks/:taskId/events":       widgetKeyOnly,
 	"GET /assets/*filepath":                                  public,
 	"HEAD /assets/*filepath":                                 public,
 }
@@ -132,6 +144,10 @@ func TestAuthorizationMatrix(t *testing.T) {
 				}
 				resp := in.client(t, who.token).do(r.Method, path, "{}")
 				switch {
+				case want == widgetKeyOnly:
+					if resp.Status != http.StatusUnauthorized && resp.Status != http.StatusForbidden {
+						t.Fatalf("%s got %d on a widget route, want 401 or 403: %s", who.name, resp.Status, resp.Body)
+					}
 				case want == public:
 					if resp.Status == http.StatusUnauthorized || resp.Status == http.StatusForbidden {
 						t.Fatalf("public route answered %d", resp.Status)

@@ -439,10 +439,12 @@ func (a *App) buildHTTP(ctx context.Context, w *parts) error {
 	})
 
 	a.router = api.NewRouter(api.Deps{
-		Log:               log,
-		Auth:              w.authSvc,
-		APIKeys:           apiKeys,
-		KeyRate:           keyRate,
+		Log:     log,
+		Auth:    w.authSvc,
+		APIKeys: apiKeys,
+		KeyRate: keyRate,
+		// Widget keys carry their own per-origin and per-visitor rates.
+		WidgetRate:        ratelimit.NewRate(a.rdb, cfg.RedisPrefix, "widget", 0, time.Minute),
 		SessionRate:       sessionRate,
 		KnowledgeBases:    a.kbs,
 		Groups:            admin.NewGroups(a.store, w.ids, w.audit),
