@@ -45,13 +45,13 @@ func (f PingFunc) Ping(ctx context.Context) error { return f(ctx) }
 
 // Deps is everything the HTTP layer needs, built by cmd/ragent.
 type Deps struct {
-	Log            *slog.Logger
-	Auth           *auth.Service
-	APIKeys        *auth.APIKeys   // nil: bearer tokens starting rk_ are refused
-	KeyRate        *ratelimit.Rate // requests per API key; nil: no limit
+	Log     *slog.Logger
+	Auth    *auth.Service
+	APIKeys *auth.APIKeys   // nil: bearer tokens starting rk_ are refused
+	KeyRate *ratelimit.Rate // requests per API key; nil: no limit
 	// WidgetRate counts widget chats per visitor and per origin, each with
 	// its key's own limit per minute (Rate.AllowLimit); nil: no limit.
-	WidgetRate *ratelimit.Rate
+	WidgetRate     *ratelimit.Rate
 	SessionRate    *ratelimit.Rate // requests per user with session tokens; nil: no limit
 	KnowledgeBases *admin.KnowledgeBases
 	Groups         *admin.Groups
