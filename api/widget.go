@@ -48,6 +48,10 @@ func widgetKey(c *gin.Context) string {
 // lists, else 403 without CORS headers (the browser then sends nothing).
 func (s *Server) widgetPreflight(c *gin.Context) {
 	origin := c.GetHeader("Origin")
+	if origin == "" {
+		fail(c, service.Errorf(service.ErrForbidden, "widget requests must come from a page (the Origin header is required)"))
+		return
+	}
 	if _, err := s.deps.APIKeys.AuthenticateWidget(c.Request.Context(), widgetKey(c), origin, widgetPreflightVisitor); err != nil {
 		fail(c, err)
 		return
