@@ -68,9 +68,10 @@ run: services build
 # Redis Cluster (the topology passes below), Chromium with CJK fonts for
 # the browser tests, the official OpenAI SDKs (Python and Node) for the
 # OpenAI-compatible API's tests, the local embedding model for the semantic
-# ones, an OpenSearch node for the opensearch search backend's, and curl and
-# jq for the pipeline script of docs/pipelines.md.
-TEST_SERVICES := postgres redis redis-sentinel redis-cluster rocketmq browser clients embedder opensearch tools
+# ones, an OpenSearch node for the opensearch search backend's, curl and jq
+# for the pipeline script of docs/pipelines.md, and Keycloak (the identity
+# provider of the single sign-on tests).
+TEST_SERVICES := postgres redis redis-sentinel redis-cluster rocketmq browser clients embedder opensearch keycloak tools
 
 .PHONY: test-services
 test-services:

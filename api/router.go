@@ -45,10 +45,17 @@ func (f PingFunc) Ping(ctx context.Context) error { return f(ctx) }
 
 // Deps is everything the HTTP layer needs, built by cmd/ragent.
 type Deps struct {
-	Log     *slog.Logger
-	Auth    *auth.Service
-	APIKeys *auth.APIKeys   // nil: bearer tokens starting rk_ are refused
-	KeyRate *ratelimit.Rate // requests per API key; nil: no limit
+	Log  *slog.Logger
+	Auth *auth.Service
+	// SSO is single sign-on (docs/sso.md); nil: off.
+	SSO *auth.SSO
+	// SSOName is the provider's name on the login page's button.
+	SSOName string
+	// PasswordLoginOff tells the login page that only the break-glass
+	// admin signs in with a password (the use case enforces it).
+	PasswordLoginOff bool
+	APIKeys          *auth.APIKeys   // nil: bearer tokens starting rk_ are refused
+	KeyRate          *ratelimit.Rate // requests per API key; nil: no limit
 	// WidgetRate counts widget chats per visitor and per origin, each with
 	// its key's own limit per minute (Rate.AllowLimit); nil: no limit.
 	WidgetRate     *ratelimit.Rate
@@ -203,9 +210,12 @@ func NewRouter(deps Deps) *Router {
 
 	v1 := r.Group("/api/v1")
 	v1.POST("/auth/login", s.login)
+	v1.GET("/auth/providers", s.authProviders)
+	v1.GET("/auth/oidc/login", s.oidcLogin)
+	v1.GET("/auth/oidc/callback", s.oidcCallback)
 
 	user := v1.Group("", s.authenticate, s.csrfGuard(uploadRoute))
-	user.POST("/auth/logout", s.endSessions(deps.Auth.Logout))
+	user.POST("/auth/logout", s.logout)
 	user.POST("/auth/logout-all", s.endSessions(deps.Auth.LogoutEverywhere))
 	user.GET("/me", s.me)
 	user.GET("/limits", s.limits)

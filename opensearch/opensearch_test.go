@@ -107,7 +107,7 @@ func doc(id, docID, kb int64, gen int, terms ...string) service.SearchDoc {
 		Generation: gen, Terms: terms}
 }
 
-func ids(rs []service.SearchResult) []int64 {
+func ids(rs []service.SearchHit) []int64 {
 	out := make([]int64, len(rs))
 	for i, r := range rs {
 		out[i] = int64(r.ChunkID)
@@ -148,6 +148,13 @@ func TestIndexSearchDelete(t *testing.T) {
 	}
 	if got := search([]service.ID{100}, "walrus"); len(got) != 2 || got[0] != 1 || got[1] != 2 {
 		t.Fatalf("walrus in kb 100: %v (higher tf and shorter chunk first; kb 200 filtered out)", got)
+	}
+	// A hit carries the document and generation its chunk was indexed
+	// under (what a search checks a dropped hit against).
+	if rs, err := c.KeywordSearch(ctx, service.KeywordQuery{KnowledgeBaseIDs: []service.ID{100},
+		Terms: []service.TermCount{{Term: "floe", Count: 1}}, Limit: 10}); err != nil || len(rs) != 1 ||
+		rs[0].ChunkID != 3 || rs[0].DocumentID != 11 || rs[0].Generation != 1 {
+		t.Fatalf("hit of floe: %+v %v", rs, err)
 	}
 	if got := search([]service.ID{100, 200}, "walrus"); len(got) != 3 || got[0] != 4 {
 		t.Fatalf("walrus in both: %v", got)

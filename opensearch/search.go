@@ -11,12 +11,12 @@ import (
 )
 
 // KeywordSearch ranks the chunks of q's knowledge bases by BM25 over q's
-// terms and returns the top q.Limit with ChunkID and Score set; the caller
-// reads the rest from Postgres (see repository.Store.ChunkResults).
+// terms and returns the top q.Limit; the caller reads the rest from
+// Postgres (see repository.Store.ChunkResults).
 // The knowledge-base filter is part of the query, so other knowledge bases'
 // chunks are never candidates. q.K1 and q.B are the index's (set when it
 // was created). Ties keep chunk id order, as in Postgres.
-func (c *Client) KeywordSearch(ctx context.Context, q service.KeywordQuery) ([]service.SearchResult, error) {
+func (c *Client) KeywordSearch(ctx context.Context, q service.KeywordQuery) ([]service.SearchHit, error) {
 	if len(q.Terms) == 0 || len(q.KnowledgeBaseIDs) == 0 || q.Limit <= 0 {
 		return nil, nil
 	}
@@ -48,11 +48,11 @@ func (c *Client) KeywordSearch(ctx context.Context, q service.KeywordQuery) ([]s
 }
 
 // VectorSearch returns the q.Limit chunks of q's knowledge bases nearest to
-// q.Vector in q.Space by cosine similarity (ChunkID and Score set), through
+// q.Vector in q.Space by cosine similarity, through
 // the k-NN plugin's Lucene engine with the knowledge-base filter inside the
 // search. The engine scores (1 + cos) / 2; Score is the cosine, as
 // Postgres returns it, so the same relevance gate applies.
-func (c *Client) VectorSearch(ctx context.Context, q service.VectorQuery) ([]service.SearchResult, error) {
+func (c *Client) VectorSearch(ctx context.Context, q service.VectorQuery) ([]service.SearchHit, error) {
 	if len(q.Vector) == 0 || len(q.KnowledgeBaseIDs) == 0 || q.Limit <= 0 || q.Space == "" {
 		return nil, nil
 	}
@@ -84,14 +84,20 @@ func (c *Client) VectorSearch(ctx context.Context, q service.VectorQuery) ([]ser
 	return results, nil
 }
 
-// search runs a query on the alias and returns its hits' chunk ids and
-// scores.
-func (c *Client) search(ctx context.Context, body map[string]any) ([]service.SearchResult, error) {
+// search runs a query on the alias and returns its hits, with the
+// document and generation each chunk was indexed under (doc values, not
+// the source).
+func (c *Client) search(ctx context.Context, body map[string]any) ([]service.SearchHit, error) {
+	body["docvalue_fields"] = []string{fieldDocument, fieldGeneration}
 	var out struct {
 		Hits struct {
 			Hits []struct {
-				ID    string  `json:"_id"`
-				Score float64 `json:"_score"`
+				ID     string  `json:"_id"`
+				Score  float64 `json:"_score"`
+				Fields struct {
+					Document   []int64 `json:"document_id"`
+					Generation []int   `json:"generation"`
+				} `json:"fields"`
 			} `json:"hits"`
 		} `json:"hits"`
 	}
@@ -103,13 +109,17 @@ func (c *Client) search(ctx context.Context, body map[string]any) ([]service.Sea
 		}
 		return nil, err
 	}
-	results := make([]service.SearchResult, 0, len(out.Hits.Hits))
+	results := make([]service.SearchHit, 0, len(out.Hits.Hits))
 	for _, h := range out.Hits.Hits {
 		id, err := service.ParseID(h.ID)
 		if err != nil {
 			continue
 		}
-		results = append(results, service.SearchResult{ChunkID: id, Score: h.Score})
+		hit := service.SearchHit{ChunkID: id, Score: h.Score}
+		if f := h.Fields; len(f.Document) == 1 && len(f.Generation) == 1 {
+			hit.DocumentID, hit.Generation = service.ID(f.Document[0]), f.Generation[0]
+		}
+		results = append(results, hit)
 	}
 	return results, nil
 }

@@ -19,14 +19,20 @@ var presenceScript = lease.Script(luaFiles, "clock.lua", "presence.lua")
 // within MaxConcurrent. The share of an instance of rank r among k is
 // N/k, plus one for the first N mod k ranks: the shares add up to N. An
 // instance that never reached Redis knows of no other and takes all N.
+//
+// The share covers every permit of the instance still in flight, not only
+// the local ones: Redis permits granted before the outage run on while it
+// lasts, so they take their place in the share until released (without
+// them, three instances with N = 4 once ran 7 calls at once).
 type localSemaphore struct {
 	id    string // this instance among the live ones
 	max   int
 	share atomic.Int64
 
-	mu   sync.Mutex
-	held int
-	free chan struct{} // closed and replaced at each release
+	mu    sync.Mutex
+	held  int           // local permits held
+	redis int           // Redis permits of this instance in flight
+	free  chan struct{} // closed and replaced at each release
 }
 
 func newLocalSemaphore(max int) *localSemaphore {
@@ -52,7 +58,7 @@ func (s *localSemaphore) see(live, rank int) {
 func (s *localSemaphore) acquire(waitCtx context.Context) error {
 	for {
 		s.mu.Lock()
-		if s.held < int(s.share.Load()) {
+		if s.held+s.redis < int(s.share.Load()) {
 			s.held++
 			s.mu.Unlock()
 			return nil
@@ -70,9 +76,25 @@ func (s *localSemaphore) acquire(waitCtx context.Context) error {
 func (s *localSemaphore) release() {
 	s.mu.Lock()
 	s.held--
+	s.wake()
+	s.mu.Unlock()
+}
+
+// redisHeld counts a Redis permit of this instance granted (+1) or
+// released (-1).
+func (s *localSemaphore) redisHeld(delta int) {
+	s.mu.Lock()
+	s.redis += delta
+	if delta < 0 {
+		s.wake()
+	}
+	s.mu.Unlock()
+}
+
+// wake wakes the waiters; s.mu is held.
+func (s *localSemaphore) wake() {
 	close(s.free)
 	s.free = make(chan struct{})
-	s.mu.Unlock()
 }
 
 // heartbeat registers this instance among the limiter's live ones every

@@ -4,6 +4,7 @@ import (
 	"context"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -17,7 +18,8 @@ const releaseTimeout = 3 * time.Second
 
 // Permit is the right to run one chat generation (or upload). Hold it for the
 // whole piece of work and call Release when done; while held, a Redis-backed
-// permit renews its lease every lease/3 in the background.
+// permit renews its lease every min(lease/3, 2 s) in the background (a
+// local one too, so Redis counts it once it answers again).
 type Permit struct {
 	release func(ctx context.Context)
 	once    sync.Once
@@ -54,12 +56,28 @@ type permitLease struct {
 	duration time.Duration
 	log      *slog.Logger
 	m        *metrics
+	fence    *fence
+	// user is the permit's owner for the limiter's bookkeeping when renew
+	// re-creates it ("" for a semaphore's).
+	user string
+	// local marks a permit of the local policy: its renewals create it in
+	// Redis once Redis answers, so new grants count it (renew.lua).
+	local bool
+	// inRedis (local permits) is set once a renewal reached Redis, so the
+	// release gives the permit back there too.
+	inRedis *atomic.Bool
+	// done, if set, runs once at release (the local policy's count of the
+	// Redis permits this instance holds).
+	done func()
 }
 
 // newRedisPermit returns a permit for a lease already granted in Redis and
 // starts its renewal.
 func newRedisPermit(l permitLease) *Permit {
 	p := &Permit{release: func(ctx context.Context) {
+		if l.done != nil {
+			l.done()
+		}
 		n, err := releaseScript.Run(ctx, l.rdb, l.keys.releaseKeys(), l.id, l.keys.notify).Int()
 		if err != nil {
 			l.m.redisErrors.Inc()
@@ -69,19 +87,42 @@ func newRedisPermit(l permitLease) *Permit {
 		}
 		l.m.permitsInUse.Set(float64(n))
 	}}
-	every := l.duration / 3
-	// A failed call is retried at the next turn: two more chances remain
-	// before the lease ends.
-	p.renewal = lease.Every(context.Background(), every, func(ctx context.Context) time.Duration {
+	p.renewal = l.renew()
+	return p
+}
+
+// renew starts the renewal of l. A failed call is retried at the next turn:
+// two more chances remain before the lease ends.
+func (l permitLease) renew() *lease.Renewer {
+	every := renewEvery(l.duration)
+	force := "0"
+	if l.local {
+		force = "1"
+	}
+	return lease.Every(context.Background(), every, func(ctx context.Context) time.Duration {
 		callCtx, cancel := context.WithTimeout(ctx, every)
-		held, err := renewScript.Run(callCtx, l.rdb, []string{l.keys.permits}, l.id, l.duration.Milliseconds()).Int()
+		// The fence's key and arguments go last (fence.go).
+		held, err := renewScript.Run(callCtx, l.rdb, l.fence.withKey(l.keys.permits, l.keys.owners, l.keys.held),
+			l.fence.withArgs(l.id, l.duration.Milliseconds(), l.user, force)...).Int()
 		cancel()
+		if err == nil {
+			l.fence.saw()
+			if held > 0 && l.inRedis != nil {
+				l.inRedis.Store(true)
+			}
+		}
 		switch {
 		case ctx.Err() != nil:
 			return 0 // released meanwhile
+		case err != nil && l.local:
+			// Redis is still away: the local permit is retried quietly.
 		case err != nil:
 			l.m.redisErrors.Inc()
 			l.log.Warn("ratelimit: lease renewal failed", "permit", l.id, "err", err)
+		case held == 2 && !l.local:
+			// Redis lost the permit in a failover; the fence let its holder
+			// take it back before any new grant.
+			l.log.Warn("ratelimit: permit re-asserted after a failover", "permit", l.id)
 		case held == 0:
 			// The lease expired while Redis was unreachable, or Redis lost
 			// its data: the slot may be someone else's now. The work goes
@@ -92,5 +133,4 @@ func newRedisPermit(l permitLease) *Permit {
 		}
 		return every
 	})
-	return p
 }

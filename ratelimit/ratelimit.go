@@ -170,6 +170,8 @@ type keys struct {
 
 	// instances are the live limiter instances (local.go).
 	instances string
+	// fence is the failover fence's hash (fence.go).
+	fence string
 }
 
 func newKeys(prefix, name string) keys {
@@ -188,6 +190,7 @@ func newKeys(prefix, name string) keys {
 		held:      base + "held",
 		deadlines: base + "deadlines",
 		instances: base + "instances",
+		fence:     base + "fence",
 	}
 }
 
@@ -205,6 +208,7 @@ type Limiter struct {
 	m     *metrics
 	n     *notifier
 	local *localSemaphore // the PolicyLocal fallback
+	fence *fence
 
 	// downUntil (unix ns) skips Redis for a moment after it failed, so
 	// during an outage each Acquire does not first wait for the client's
@@ -219,7 +223,7 @@ func New(rdb redis.UniversalClient, prefix, name string, cfg Config) *Limiter {
 	k := newKeys(prefix, name)
 	m, n := cfg.setup(rdb, k, name)
 	return &Limiter{name: name, rdb: rdb, cfg: cfg, keys: k, m: m, n: n,
-		local: newLocalSemaphore(cfg.MaxConcurrent)}
+		local: newLocalSemaphore(cfg.MaxConcurrent), fence: newFence(k, cfg.Lease)}
 }
 
 // Run holds the notification subscription until ctx ends; with PolicyLocal
@@ -294,7 +298,7 @@ func (l *Limiter) AcquireClass(ctx context.Context, requestID, userID string, c 
 		l.m.fallbacks.Inc()
 		l.cfg.Logger.Warn("ratelimit: Redis failed, using the local semaphore",
 			"limiter", l.name, "max", l.cfg.MaxConcurrent, "err", rerr.err)
-		p, err := l.acquireLocal(ctx, waitCtx)
+		p, err := l.acquireLocal(ctx, waitCtx, requestID, userID)
 		if err == nil {
 			l.m.waitSeconds.Observe(l.cfg.Now().Sub(start).Seconds())
 		}
@@ -320,6 +324,7 @@ type claimReply struct {
 	free     int   // waiting: permits free when the script ran
 	inUse    int   // granted: permits held
 	nowUS    int64 // Redis TIME of the call
+	fenced   bool  // waiting: the failover fence holds grants (fence.go)
 }
 
 const (
@@ -348,6 +353,7 @@ func parseClaim(v []any) (claimReply, error) {
 		r.inUse, r.queued, r.nowUS = int(n[1]), int(n[2]), n[3]
 	case r.status == statusWaiting && len(n) >= 5:
 		r.position, r.queued, r.nowUS, r.free = int(n[1]), int(n[2]), n[3], int(n[4])
+		r.fenced = len(n) >= 6 && n[5] == 1
 	case r.status == statusLost && len(n) >= 4:
 		r.queued, r.nowUS = int(n[2]), n[3]
 	case r.status == statusQueueFull || r.status == statusUserFull:
@@ -371,22 +377,26 @@ func (l *Limiter) enqueue(ctx context.Context, id, user string, c Class) (claimR
 	if d, ok := ctx.Deadline(); ok {
 		ttl = markerGrace + time.Until(d)
 	}
+	// The fence's key and arguments go last (fence.go).
 	v, err := enqueueScript.Run(ctx, l.rdb,
-		[]string{l.keys.seq, l.keys.queue, l.keys.permits, l.keys.users, l.keys.owners, l.keys.held, l.keys.deadlines, l.keys.entry},
-		id, user, l.max(c), l.cfg.Lease.Milliseconds(), ttl.Milliseconds(),
-		l.cfg.MaxQueue, l.cfg.MaxQueuedPerUser, headWindow, c.Level, max(l.cfg.MaxRunningPerUser, 0)).Slice()
+		l.fence.withKey(l.keys.seq, l.keys.queue, l.keys.permits, l.keys.users, l.keys.owners, l.keys.held, l.keys.deadlines, l.keys.entry),
+		l.fence.withArgs(id, user, l.max(c), l.cfg.Lease.Milliseconds(), ttl.Milliseconds(),
+			l.cfg.MaxQueue, l.cfg.MaxQueuedPerUser, headWindow, c.Level, max(l.cfg.MaxRunningPerUser, 0))...).Slice()
 	if err != nil {
 		return claimReply{}, err
 	}
+	l.fence.saw()
 	return parseClaim(v)
 }
 
 func (l *Limiter) claim(ctx context.Context, id string, c Class) (claimReply, error) {
-	v, err := claimScript.Run(ctx, l.rdb, l.queueKeys(),
-		id, l.max(c), l.cfg.Lease.Milliseconds(), headWindow, max(l.cfg.MaxRunningPerUser, 0)).Slice()
+	// The fence's key and arguments go last (fence.go).
+	v, err := claimScript.Run(ctx, l.rdb, l.fence.withKey(l.queueKeys()...),
+		l.fence.withArgs(id, l.max(c), l.cfg.Lease.Milliseconds(), headWindow, max(l.cfg.MaxRunningPerUser, 0))...).Slice()
 	if err != nil {
 		return claimReply{}, err
 	}
+	l.fence.saw()
 	return parseClaim(v)
 }
 
@@ -417,7 +427,7 @@ func (l *Limiter) acquireRedis(ctx, waitCtx context.Context, id, user string, c 
 			}
 			l.m.permitsInUse.Set(float64(res.inUse))
 			l.m.queueLength.Set(float64(res.queued))
-			return newRedisPermit(l.lease(id)), nil
+			return l.redisPermit(id, user), nil
 		case statusQueueFull:
 			l.m.rejections.WithLabelValues(reasonQueueFull).Inc()
 			return nil, ErrQueueFull
@@ -445,6 +455,10 @@ func (l *Limiter) acquireRedis(ctx, waitCtx context.Context, id, user string, c 
 		// still polls every tick, which is what catches expired leases and
 		// zombies; a thousand waiters then cost a fraction of the claims.
 		skip := min(max(gap, 1), maxPollSkip)
+		if res.fenced {
+			// No release is published when the fence's hold ends: poll.
+			skip = 1
+		}
 	wait:
 		for {
 			select {
@@ -498,7 +512,10 @@ func (l *Limiter) abandon(ctx, waitCtx context.Context, id string, cause error) 
 }
 
 // acquireLocal takes a permit from the in-process fallback semaphore.
-func (l *Limiter) acquireLocal(ctx, waitCtx context.Context) (*Permit, error) {
+// While held it tries to renew itself in Redis, which creates it there once
+// Redis answers again (renew.lua's force): from then on new grants on every
+// instance count it, and its release gives it back there too.
+func (l *Limiter) acquireLocal(ctx, waitCtx context.Context, id, user string) (*Permit, error) {
 	if err := l.local.acquire(waitCtx); err != nil {
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
@@ -506,12 +523,34 @@ func (l *Limiter) acquireLocal(ctx, waitCtx context.Context) (*Permit, error) {
 		l.m.rejections.WithLabelValues(reasonTimeout).Inc()
 		return nil, ErrTimeout
 	}
-	return &Permit{release: func(context.Context) { l.local.release() }, local: true}, nil
+	pl := l.lease(id, user)
+	pl.local, pl.inRedis = true, new(atomic.Bool)
+	p := &Permit{local: true, release: func(ctx context.Context) {
+		l.local.release()
+		if pl.inRedis.Load() {
+			// Counted in Redis since it answered again: give it back there.
+			if err := releaseScript.Run(ctx, l.rdb, l.keys.releaseKeys(), id, l.keys.notify).Err(); err != nil {
+				l.m.redisErrors.Inc()
+			}
+		}
+	}}
+	p.renewal = pl.renew()
+	return p, nil
 }
 
-func (l *Limiter) lease(id string) permitLease {
-	return permitLease{rdb: l.rdb, keys: l.keys, id: id,
-		duration: l.cfg.Lease, log: l.cfg.Logger, m: l.m}
+// redisPermit returns the permit Redis granted to request id of user, and
+// counts it among this instance's Redis permits in flight, which the local
+// policy's share takes into account.
+func (l *Limiter) redisPermit(id, user string) *Permit {
+	l.local.redisHeld(1)
+	pl := l.lease(id, user)
+	pl.done = func() { l.local.redisHeld(-1) }
+	return newRedisPermit(pl)
+}
+
+func (l *Limiter) lease(id, user string) permitLease {
+	return permitLease{rdb: l.rdb, keys: l.keys, id: id, user: user,
+		duration: l.cfg.Lease, log: l.cfg.Logger, m: l.m, fence: l.fence}
 }
 
 // RetryAfter estimates when a refused request may find room: when the

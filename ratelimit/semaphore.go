@@ -15,11 +15,12 @@ import (
 // particular order. Redis failures are always ErrUnavailable (an upload is
 // refused rather than run unbounded).
 type Semaphore struct {
-	rdb  redis.UniversalClient
-	keys keys
-	cfg  Config
-	m    *metrics
-	n    *notifier
+	rdb   redis.UniversalClient
+	keys  keys
+	cfg   Config
+	m     *metrics
+	n     *notifier
+	fence *fence
 }
 
 // NewSemaphore returns a semaphore named name (the upload one is "upload")
@@ -30,7 +31,7 @@ func NewSemaphore(rdb redis.UniversalClient, prefix, name string, cfg Config) *S
 	cfg = cfg.withDefaults(5*time.Second, 300*time.Second)
 	k := newKeys(prefix, name)
 	m, n := cfg.setup(rdb, k, name)
-	return &Semaphore{rdb: rdb, keys: k, cfg: cfg, m: m, n: n}
+	return &Semaphore{rdb: rdb, keys: k, cfg: cfg, m: m, n: n, fence: newFence(k, cfg.Lease)}
 }
 
 // Run holds the notification subscription until ctx ends.
@@ -57,8 +58,12 @@ func (s *Semaphore) Acquire(ctx context.Context) (*Permit, error) {
 	poll := time.NewTicker(s.cfg.PollInterval)
 	defer poll.Stop()
 	for {
-		v, err := tryScript.Run(waitCtx, s.rdb, []string{s.keys.permits},
-			holderID, s.cfg.MaxConcurrent, s.cfg.Lease.Milliseconds()).Int64Slice()
+		// The fence's key and arguments go last (fence.go).
+		v, err := tryScript.Run(waitCtx, s.rdb, s.fence.withKey(s.keys.permits),
+			s.fence.withArgs(holderID, s.cfg.MaxConcurrent, s.cfg.Lease.Milliseconds())...).Int64Slice()
+		if err == nil {
+			s.fence.saw()
+		}
 		switch {
 		case waitCtx.Err() != nil:
 			return nil, s.giveUp(ctx, holderID)
@@ -66,13 +71,13 @@ func (s *Semaphore) Acquire(ctx context.Context) (*Permit, error) {
 			s.m.redisErrors.Inc()
 			s.m.rejections.WithLabelValues(reasonUnavailable).Inc()
 			return nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
-		case len(v) != 2:
+		case len(v) < 2:
 			return nil, fmt.Errorf("ratelimit: unexpected script reply %v", v)
 		}
 		s.m.permitsInUse.Set(float64(v[1]))
 		if v[0] == 1 {
 			s.m.waitSeconds.Observe(s.cfg.Now().Sub(start).Seconds())
-			return newRedisPermit(permitLease{rdb: s.rdb, keys: s.keys,
+			return newRedisPermit(permitLease{rdb: s.rdb, keys: s.keys, fence: s.fence,
 				id: holderID, duration: s.cfg.Lease, log: s.cfg.Logger, m: s.m}), nil
 		}
 		select {

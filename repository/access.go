@@ -45,6 +45,7 @@ type groupRow struct {
 	ID          int64
 	Name        string
 	Description string
+	ManagedBy   string
 	CreatedAt   time.Time
 	UpdatedAt   time.Time
 	MemberCount int `gorm:"->;-:migration"`
@@ -54,7 +55,7 @@ func (groupRow) TableName() string { return "groups" }
 
 func (r groupRow) group() *service.Group {
 	return &service.Group{
-		ID: service.ID(r.ID), Name: r.Name, Description: r.Description, MemberCount: r.MemberCount,
+		ID: service.ID(r.ID), Name: r.Name, Description: r.Description, MemberCount: r.MemberCount, ManagedBy: r.ManagedBy,
 		CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt,
 	}
 }

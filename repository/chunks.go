@@ -36,42 +36,128 @@ var lockForUpdate = clause.Locking{Strength: "UPDATE"}
 // locks never have to be upgraded (which would deadlock them).
 func (s *Store) ReplaceChunks(ctx context.Context, docID service.ID, generation int, space string, chunks []service.Chunk) error {
 	return s.WithinTx(ctx, func(tx *Store) error {
-		var row documentRow
-		if err := tx.db.Clauses(lockForUpdate).Take(&row, int64(docID)).Error; err != nil {
-			return translate(err)
-		}
-		if row.Generation != generation {
-			return fmt.Errorf("%w: document %d is at generation %d, not %d", service.ErrNotFound, docID, row.Generation, generation)
-		}
-		next, err := tx.spaceRole(row.KbID, space, "FOR SHARE")
+		row, removed, reembedded, err := tx.swapChunks(docID, generation, space, chunks)
 		if err != nil {
 			return err
-		}
-		removed, err := tx.removeChunks(row.ID, row.KbID)
-		if err != nil {
-			return err
-		}
-		if err := tx.insertChunks(row.ID, row.KbID, generation, space, next, chunks); err != nil {
-			return err
-		}
-		if err := tx.indexChunks(row.KbID, chunks); err != nil {
-			return err
-		}
-		reembedded := ""
-		if next {
-			reembedded = space
 		}
 		if tx.search != nil {
 			// The document stays running until the search engine holds
 			// the new chunks (SearchIndexed).
 			return tx.searchChanged(row.ID, generation, removed, `chunk_count = ?, error = '', reembedded_space = ?`, len(chunks), reembedded)
 		}
-		if err := tx.db.Exec(`UPDATE documents SET status = 'ready', error = '', chunk_count = ?,
-			reembedded_space = ?, updated_at = now() WHERE id = ?`, len(chunks), reembedded, row.ID).Error; err != nil {
+		return tx.chunksReady(row.ID, len(chunks), reembedded)
+	})
+}
+
+// ReplaceIndexedChunks is ReplaceChunks for a search engine written in the
+// commit's own path (RAGENT_SEARCH_BACKEND=opensearch), with no second hop
+// through the search-index consumer: in the transaction, once the chunks
+// are in Postgres, index writes them to the engine, and the document turns
+// ready at the commit. visible asks index to return only once they are
+// searchable: the commit removes an earlier generation's chunks, which stay
+// searchable until then, so the new ones must be found from the commit on.
+// vectors is false when the chunks' vectors are not their knowledge base's
+// current ones (it is being re-embedded into their space). The removed
+// chunks' deletion from the engine is queued as a search-index message.
+//
+// The transaction holds the search-rebuild lock shared: a rebuild
+// (WithSearchRebuildLock) begins either before index reads where to write
+// (and the write reaches the rebuilt index too) or after the commit (and
+// its backfill reads these chunks).
+//
+// When index fails and the commit removes nothing (a first generation),
+// the chunks are committed as ReplaceChunks does (the document running, the
+// search-index message queued), so an engine outage holds back readiness,
+// not ingestion; a permanent error (service.ErrPermanent) or a replacement
+// whose new chunks are not searchable rolls back and returns the error.
+func (s *Store) ReplaceIndexedChunks(ctx context.Context, docID service.ID, generation int, space string, chunks []service.Chunk,
+	index func(ctx context.Context, visible, vectors bool) error) error {
+	return s.WithinTx(ctx, func(tx *Store) error {
+		row, removed, reembedded, err := tx.swapChunks(docID, generation, space, chunks)
+		if err != nil {
+			return err
+		}
+		if err := tx.db.Exec("SELECT pg_advisory_xact_lock_shared(?)", searchRebuildLockKey).Error; err != nil {
 			return translate(err)
 		}
-		return tx.documentEvent(row.ID)
+		if err := index(ctx, len(removed) > 0, reembedded == ""); err != nil {
+			if len(removed) > 0 || errors.Is(err, service.ErrPermanent) || ctx.Err() != nil || tx.search == nil {
+				return err
+			}
+			tx.log.WarnContext(ctx, "the search engine did not take a document's chunks; it stays running until the search-index consumer writes them",
+				"document", docID, "generation", generation, "err", err)
+			return tx.searchChanged(row.ID, generation, nil, `chunk_count = ?, error = '', reembedded_space = ?`, len(chunks), reembedded)
+		}
+		if len(removed) > 0 && tx.search != nil {
+			if err := tx.enqueueSearch(row.ID, generation, removed, true); err != nil {
+				return err
+			}
+			if err := tx.db.Exec(`UPDATE documents SET search_pending_since = now() WHERE id = ?`, row.ID).Error; err != nil {
+				return translate(err)
+			}
+		}
+		return tx.chunksReady(row.ID, len(chunks), reembedded)
 	})
+}
+
+// searchRebuildLockKey is the advisory lock between the writers of a
+// search engine's index in a commit's path (shared) and the start of a
+// rebuild (exclusive).
+const searchRebuildLockKey = 0x73726368 // "srch"
+
+// WithSearchRebuildLock runs fn holding the search-rebuild lock
+// exclusively: no ReplaceIndexedChunks is between its write to the engine
+// and its commit meanwhile. A rebuild begins under it.
+func (s *Store) WithSearchRebuildLock(ctx context.Context, fn func(ctx context.Context) error) error {
+	return s.WithinTx(ctx, func(tx *Store) error {
+		if err := tx.db.Exec("SELECT pg_advisory_xact_lock(?)", searchRebuildLockKey).Error; err != nil {
+			return translate(err)
+		}
+		return fn(ctx)
+	})
+}
+
+// swapChunks locks a document at generation, removes its chunks and writes
+// chunks in their place, with the keyword index; it returns the row, the
+// removed chunks' ids and the space of a re-embedding ("" when the vectors
+// are the knowledge base's current ones).
+func (s *Store) swapChunks(docID service.ID, generation int, space string, chunks []service.Chunk) (*documentRow, intArray, string, error) {
+	var row documentRow
+	if err := s.db.Clauses(lockForUpdate).Take(&row, int64(docID)).Error; err != nil {
+		return nil, nil, "", translate(err)
+	}
+	if row.Generation != generation {
+		return nil, nil, "", fmt.Errorf("%w: document %d is at generation %d, not %d", service.ErrNotFound, docID, row.Generation, generation)
+	}
+	next, err := s.spaceRole(row.KbID, space, "FOR SHARE")
+	if err != nil {
+		return nil, nil, "", err
+	}
+	removed, err := s.removeChunks(row.ID, row.KbID)
+	if err != nil {
+		return nil, nil, "", err
+	}
+	if err := s.insertChunks(row.ID, row.KbID, generation, space, next, chunks); err != nil {
+		return nil, nil, "", err
+	}
+	if err := s.indexChunks(row.KbID, chunks); err != nil {
+		return nil, nil, "", err
+	}
+	reembedded := ""
+	if next {
+		reembedded = space
+	}
+	return &row, removed, reembedded, nil
+}
+
+// chunksReady marks a document ready with its new chunks, with its webhook
+// events.
+func (s *Store) chunksReady(docID int64, n int, reembedded string) error {
+	if err := s.db.Exec(`UPDATE documents SET status = 'ready', error = '', chunk_count = ?,
+		reembedded_space = ?, updated_at = now() WHERE id = ?`, n, reembedded, docID).Error; err != nil {
+		return translate(err)
+	}
+	return s.documentEvent(docID)
 }
 
 // chunkBatch is the number of chunks per multi-row INSERT: 13 parameters

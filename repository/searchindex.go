@@ -22,7 +22,8 @@ type searchIndex struct {
 // DeleteDocument then queue a service.SearchIndexMessage in their
 // transaction and mark the document's copy behind (search_pending_since),
 // and ReplaceChunks leaves the document running until SearchIndexed says
-// the engine holds its chunks. nextID numbers the outbox rows; vectors
+// the engine holds its chunks (ingestion uses ReplaceIndexedChunks, which
+// writes them to the engine itself). nextID numbers the outbox rows; vectors
 // says the engine keeps the chunks' vectors (otherwise the chunks read for
 // it come without them). Call it before the store is shared.
 func (s *Store) UseSearchIndex(nextID func() (service.ID, error), vectors bool) {
@@ -255,13 +256,18 @@ func (s *Store) RequeueSearchIndex(ctx context.Context, cutoff time.Time, limit 
 }
 
 // ChunkResults fills in the rows of search hits found by an external
-// engine (only ChunkID and Score set), in their order, and drops the
-// chunks Postgres no longer has: a deleted document's, or a generation's
-// that a newer one replaced, whose removal from the engine is still on its
-// way. Postgres is the source of truth, so a search never returns them.
-func (s *Store) ChunkResults(ctx context.Context, hits []service.SearchResult) ([]service.SearchResult, error) {
+// engine, in their order, and drops the chunks Postgres does not have: a
+// deleted document's, a generation's that a newer one replaced, whose
+// removal from the engine is still on its way, or a new generation's not
+// committed yet. Postgres is the source of truth, so a search never
+// returns them. superseded says some hit was dropped because its document
+// has committed a newer generation than the hit's, and the answer holds
+// no newer one of it: the engine may have answered before that generation
+// was searchable, and asked again it finds it (a replacement is searchable
+// in the engine before it commits).
+func (s *Store) ChunkResults(ctx context.Context, hits []service.SearchHit) (_ []service.SearchResult, superseded bool, _ error) {
 	if len(hits) == 0 {
-		return nil, nil
+		return nil, false, nil
 	}
 	ids := make(intArray, len(hits))
 	for i, h := range hits {
@@ -271,15 +277,17 @@ func (s *Store) ChunkResults(ctx context.Context, hits []service.SearchResult) (
 		ID, DocumentID, KbID   int64
 		Name, Content, Section string
 	}
-	if err := s.conn(ctx).Raw(`SELECT c.id, c.document_id, d.name, c.kb_id, c.content, c.section
+	db := s.conn(ctx)
+	if err := db.Raw(`SELECT c.id, c.document_id, d.name, c.kb_id, c.content, c.section
 		FROM chunks c JOIN documents d ON d.id = c.document_id WHERE c.id = ANY(?)`, ids).Scan(&rows).Error; err != nil {
-		return nil, translate(err)
+		return nil, false, translate(err)
 	}
 	byID := make(map[int64]int, len(rows))
 	for i, r := range rows {
 		byID[r.ID] = i
 	}
 	out := make([]service.SearchResult, 0, len(rows))
+	kept := map[service.ID]int{} // the newest generation kept of each document
 	for _, h := range hits {
 		i, ok := byID[int64(h.ChunkID)]
 		if !ok {
@@ -288,8 +296,25 @@ func (s *Store) ChunkResults(ctx context.Context, hits []service.SearchResult) (
 		r := rows[i]
 		out = append(out, service.SearchResult{ChunkID: h.ChunkID, DocumentID: service.ID(r.DocumentID), DocumentName: r.Name,
 			KnowledgeBaseID: service.ID(r.KbID), Content: r.Content, Section: r.Section, Score: h.Score})
+		kept[h.DocumentID] = max(kept[h.DocumentID], h.Generation)
 	}
-	return out, nil
+	// A dropped hit of a document the answer also holds in a newer
+	// generation came after that generation was searchable: asked again,
+	// the engine would answer the same.
+	var goneDocs, goneGens intArray
+	for _, h := range hits {
+		if _, ok := byID[int64(h.ChunkID)]; !ok && h.DocumentID != 0 && kept[h.DocumentID] <= h.Generation {
+			goneDocs, goneGens = append(goneDocs, int64(h.DocumentID)), append(goneGens, int64(h.Generation))
+		}
+	}
+	if len(goneDocs) == 0 {
+		return out, false, nil
+	}
+	if err := db.Raw(`SELECT EXISTS (SELECT 1 FROM unnest(?::int8[], ?::int8[]) AS h(doc, gen)
+		JOIN chunks c ON c.document_id = h.doc AND c.generation > h.gen)`, goneDocs, goneGens).Scan(&superseded).Error; err != nil {
+		return nil, false, translate(err)
+	}
+	return out, superseded, nil
 }
 
 // ExistingChunks reports which of ids Postgres still has.

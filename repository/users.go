@@ -18,6 +18,8 @@ type userRow struct {
 	Role         string
 	Disabled     bool
 	TokenVersion int64
+	OIDCIssuer   string `gorm:"column:oidc_issuer"`
+	OIDCSubject  string `gorm:"column:oidc_subject"`
 	CreatedAt    time.Time
 	UpdatedAt    time.Time
 	DeletedAt    gorm.DeletedAt
@@ -29,6 +31,7 @@ func (r userRow) user() *service.User {
 	return &service.User{
 		ID: service.ID(r.ID), Username: r.Username, PasswordHash: r.PasswordHash,
 		Role: service.Role(r.Role), Disabled: r.Disabled, TokenVersion: r.TokenVersion, CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt,
+		OIDCIssuer: r.OIDCIssuer, OIDCSubject: r.OIDCSubject, SSO: r.OIDCSubject != "",
 	}
 }
 
@@ -36,7 +39,7 @@ func (r userRow) user() *service.User {
 func (s *Store) CreateUser(ctx context.Context, u *service.User) error {
 	row := userRow{
 		ID: int64(u.ID), Username: u.Username, PasswordHash: u.PasswordHash,
-		Role: string(u.Role), Disabled: u.Disabled,
+		Role: string(u.Role), Disabled: u.Disabled, OIDCIssuer: u.OIDCIssuer, OIDCSubject: u.OIDCSubject,
 	}
 	if err := s.conn(ctx).Create(&row).Error; err != nil {
 		return translate(err)
@@ -127,10 +130,10 @@ func (s *Store) SessionUser(ctx context.Context, id service.ID, tokenID string) 
 		r       userRow
 		revoked bool
 	)
-	err := s.conn(ctx).Raw(`SELECT u.id, u.username, u.password_hash, u.role, u.disabled, u.token_version, u.created_at, u.updated_at,
+	err := s.conn(ctx).Raw(`SELECT u.id, u.username, u.password_hash, u.role, u.disabled, u.token_version, u.oidc_issuer, u.oidc_subject, u.created_at, u.updated_at,
 			EXISTS (SELECT 1 FROM revoked_tokens t WHERE t.token_id = ?)
 		FROM users u WHERE u.id = ? AND u.deleted_at IS NULL`, tokenID, int64(id)).Row().
-		Scan(&r.ID, &r.Username, &r.PasswordHash, &r.Role, &r.Disabled, &r.TokenVersion, &r.CreatedAt, &r.UpdatedAt, &revoked)
+		Scan(&r.ID, &r.Username, &r.PasswordHash, &r.Role, &r.Disabled, &r.TokenVersion, &r.OIDCIssuer, &r.OIDCSubject, &r.CreatedAt, &r.UpdatedAt, &revoked)
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, false, service.ErrNotFound
 	}

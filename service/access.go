@@ -59,12 +59,15 @@ func (k MemberKind) Valid() bool { return k == MemberUser || k == MemberGroup }
 
 // Group is an admin-managed set of users that knowledge bases are shared with.
 type Group struct {
-	ID          ID        `json:"id"`
-	Name        string    `json:"name"`
-	Description string    `json:"description"`
-	MemberCount int       `json:"memberCount"`
-	CreatedAt   time.Time `json:"createdAt"`
-	UpdatedAt   time.Time `json:"updatedAt"`
+	ID          ID     `json:"id"`
+	Name        string `json:"name"`
+	Description string `json:"description"`
+	MemberCount int    `json:"memberCount"`
+	// ManagedBy is "oidc" for a group the identity provider's groups claim
+	// manages: its members follow the provider and admins cannot edit it.
+	ManagedBy string    `json:"managedBy,omitempty"`
+	CreatedAt time.Time `json:"createdAt"`
+	UpdatedAt time.Time `json:"updatedAt"`
 }
 
 // KBMember grants a user or a group a role on a knowledge base.

@@ -57,6 +57,11 @@ func AuditResultOf(err error) AuditResult {
 const (
 	AuditLogin             = "auth.login"
 	AuditPasswordChange    = "auth.password_change"
+	AuditSSOLogin          = "auth.sso_login"
+	AuditSSORecheck        = "auth.sso_recheck"
+	AuditSSOLogout         = "auth.sso_logout"
+	AuditUserProvision     = "user.provision"
+	AuditGroupSync         = "group.sync"
 	AuditUserCreate        = "user.create"
 	AuditUserUpdate        = "user.update"
 	AuditUserDelete        = "user.delete"

@@ -3,10 +3,12 @@ package service
 import "time"
 
 // SearchIndexTopic is the MQ topic of search-index messages: with an
-// external search engine (RAGENT_SEARCH_BACKEND=opensearch) every change to
-// a document's chunks (a new generation's chunks committed, the document
-// deleted) queues one in the same transaction, and a consumer brings the
-// engine's copy of that document in line with Postgres.
+// external search engine (RAGENT_SEARCH_BACKEND=opensearch) a change to a
+// document's chunks that ingestion did not write to the engine itself (the
+// document deleted, a replacement's removed chunks, a re-embedding's
+// switch, a generation committed while the engine did not answer) queues
+// one in the same transaction, and a consumer brings the engine's copy of
+// that document in line with Postgres.
 const SearchIndexTopic = "ragent-search-index"
 
 // SearchIndexMessage names the document whose chunks changed and the
@@ -40,6 +42,16 @@ type SearchDoc struct {
 	// chunk without a vector (one written during a re-embedding).
 	Space  string
 	Vector []float32
+}
+
+// SearchHit is a chunk an external search engine ranked: its id, the
+// document and generation it was indexed under, and its score. Postgres
+// fills in the rest (or drops it: see repository.Store.ChunkResults).
+type SearchHit struct {
+	ChunkID    ID
+	DocumentID ID
+	Generation int
+	Score      float64
 }
 
 // SearchState is what an external search engine should hold of one

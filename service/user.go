@@ -15,14 +15,21 @@ func (r Role) Valid() bool { return r == RoleAdmin || r == RoleUser }
 
 // User is a person who logs in.
 type User struct {
-	ID           ID        `json:"id"`
-	Username     string    `json:"username"`
-	PasswordHash string    `json:"-"`
-	Role         Role      `json:"role"`
-	Disabled     bool      `json:"disabled"`
-	TokenVersion int64     `json:"-"` // bumped to end every session issued before
-	CreatedAt    time.Time `json:"createdAt"`
-	UpdatedAt    time.Time `json:"updatedAt"`
+	ID           ID     `json:"id"`
+	Username     string `json:"username"`
+	PasswordHash string `json:"-"`
+	Role         Role   `json:"role"`
+	Disabled     bool   `json:"disabled"`
+	TokenVersion int64  `json:"-"` // bumped to end every session issued before
+	// OIDCIssuer and OIDCSubject name the user at the identity provider
+	// that created them (docs/sso.md); empty for local users.
+	OIDCIssuer  string `json:"-"`
+	OIDCSubject string `json:"-"`
+	// SSO is true for a user the identity provider manages: no password,
+	// groups and (with RAGENT_OIDC_ADMIN_GROUPS) role follow the provider.
+	SSO       bool      `json:"sso"`
+	CreatedAt time.Time `json:"createdAt"`
+	UpdatedAt time.Time `json:"updatedAt"`
 }
 
 // IsAdmin reports whether u has the admin role.
@@ -64,3 +71,37 @@ func (p Principal) IsAdmin() bool { return p.Role == RoleAdmin }
 // people. An admin's API key keeps to its owner's own, since another
 // user's answers may quote knowledge bases outside the key's list.
 func (p Principal) OverridesOwnership() bool { return p.IsAdmin() && p.Key == nil }
+
+// Identity is what an OpenID Connect provider says about a user at a login
+// or a re-check: from a verified ID token (or, after a refresh without one,
+// the userinfo endpoint).
+type Identity struct {
+	Issuer   string
+	Subject  string
+	Username string   // from the configured username claim
+	Groups   []string // from the configured groups claim; nil when the claim is absent
+	// RefreshToken and IDToken are kept for the re-check and the logout
+	// hint; both may be empty.
+	RefreshToken string
+	IDToken      string
+}
+
+// OIDCLogin is a login in flight between the redirect to the provider and
+// the callback.
+type OIDCLogin struct {
+	State    string
+	Nonce    string
+	Verifier string // the PKCE code verifier
+	ReturnTo string // the UI route to land on
+	Expires  time.Time
+}
+
+// OIDCSession is the provider's side of one ragent session.
+type OIDCSession struct {
+	TokenID      string
+	UserID       ID
+	RefreshToken string
+	IDToken      string
+	CheckedAt    time.Time // when the provider last confirmed the user
+	Expires      time.Time // the ragent session's expiry
+}

@@ -352,6 +352,8 @@ var noKnowledgeBaseData = []string{
 	"OPTIONS /api/v1/widget/chat", "OPTIONS /api/v1/widget/chat/tasks/:taskId/stop", "OPTIONS /api/v1/widget/chat/tasks/:taskId/events",
 	"GET /healthz", "GET /readyz", "GET /metrics", "GET /", "GET /assets/*filepath", "HEAD /assets/*filepath",
 	"POST /api/v1/auth/login", "POST /api/v1/auth/logout", "POST /api/v1/auth/logout-all",
+	// Single sign-on: the login page's buttons, the redirect and the callback.
+	"GET /api/v1/auth/providers", "GET /api/v1/auth/oidc/login", "GET /api/v1/auth/oidc/callback",
 	"GET /api/v1/me", "POST /api/v1/me/password", "GET /api/v1/limits",
 	// Keys are listed and revoked by id; TestAPIKeys checks who may.
 	"GET /api/v1/api-keys", "DELETE /api/v1/api-keys/:id",

@@ -66,7 +66,8 @@ type parts struct {
 	ids     idSource
 	audit   *service.Auditor
 	authSvc *auth.Service
-	signing []byte // also seals the webhooks' secrets
+	sso     *auth.SSO // nil without single sign-on
+	signing []byte    // also seals the webhooks' secrets
 	access  *service.Access
 
 	embedder service.Embedder
@@ -161,6 +162,12 @@ func (a *App) buildAccounts(ctx context.Context, w *parts) error {
 		return fmt.Errorf("migrate and bootstrap: %w", err)
 	}
 	a.runners = append(a.runners, w.authSvc.Run) // forgets revocations of expired tokens
+	if w.sso, err = newSSO(cfg, w.authSvc, a.store); err != nil {
+		return fmt.Errorf("single sign-on: %w", err)
+	}
+	if w.sso != nil {
+		a.runners = append(a.runners, w.sso.Run) // forgets expired logins in flight and provider sessions
+	}
 
 	// Usage: every model call's tokens, buffered and written in batches
 	// (and on shutdown: the closer runs before Postgres closes); quotas
@@ -439,10 +446,13 @@ func (a *App) buildHTTP(ctx context.Context, w *parts) error {
 	})
 
 	a.router = api.NewRouter(api.Deps{
-		Log:     log,
-		Auth:    w.authSvc,
-		APIKeys: apiKeys,
-		KeyRate: keyRate,
+		Log:              log,
+		Auth:             w.authSvc,
+		SSO:              w.sso,
+		SSOName:          cfg.OIDCDisplayName,
+		PasswordLoginOff: !cfg.PasswordLogin,
+		APIKeys:          apiKeys,
+		KeyRate:          keyRate,
 		// Widget keys carry their own per-origin and per-visitor rates.
 		WidgetRate:        ratelimit.NewRate(a.rdb, cfg.RedisPrefix, "widget", 0, time.Minute),
 		SessionRate:       sessionRate,

@@ -238,6 +238,20 @@ type Config struct {
 	PprofAddr       string // serve net/http/pprof here (e.g. 127.0.0.1:6060); empty: off
 	SecureCookie    bool
 	InstanceID      string
+
+	// Single sign-on (docs/sso.md): on when OIDCIssuer is set.
+	OIDCIssuer        string
+	OIDCClientID      string
+	OIDCClientSecret  string
+	OIDCRedirectURL   string
+	OIDCScopes        []string
+	OIDCDisplayName   string
+	OIDCUsernameClaim string
+	OIDCGroupsClaim   string
+	OIDCAdminGroups   []string
+	OIDCRecheck       time.Duration
+	OIDCPostLogoutURL string
+	PasswordLogin     bool
 }
 
 // loadConfig reads the environment through getenv and validates the result.
@@ -266,6 +280,9 @@ func loadConfig(getenv func(string) string) (Config, error) {
 	}
 	if c.MetricsAddr == "off" {
 		c.MetricsAddr = ""
+	}
+	if c.OIDCGroupsClaim == "none" {
+		c.OIDCGroupsClaim = "" // no group mapping
 	}
 	c.Tracing = (getenv("OTEL_EXPORTER_OTLP_ENDPOINT") != "" || getenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") != "") &&
 		!strings.EqualFold(getenv("OTEL_SDK_DISABLED"), "true") && getenv("OTEL_TRACES_EXPORTER") != "none"
@@ -320,6 +337,7 @@ func (c Config) redisOptions() redisconn.Options {
 func (c Config) validate() []error {
 	var errs []error
 	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
+	errs = append(errs, c.validateOIDC()...)
 	oneOf := func(name, v string, allowed ...string) {
 		for _, a := range allowed {
 			if v == a {
@@ -436,7 +454,7 @@ func (c Config) validate() []error {
 		bad("RAGENT_SEARCH_MIN_VECTOR_SCORE must be a cosine similarity, at most 1")
 	}
 	if c.ChatLease < 3*time.Second {
-		bad("RAGENT_CHAT_LEASE must be at least 3s (it is renewed every lease/3)")
+		bad("RAGENT_CHAT_LEASE must be at least 3s (it is renewed every min(lease/3, 2s))")
 	}
 	if c.UploadMaxBytes < 1 {
 		bad("RAGENT_UPLOAD_MAX_BYTES must be positive")
@@ -507,4 +525,65 @@ func chatRunningCap(c Config) int {
 		return c.ChatMaxRunningPerUser
 	}
 	return max(1, c.ChatMaxConcurrent/2)
+}
+
+// validateOIDC checks the single sign-on settings.
+func (c Config) validateOIDC() []error {
+	var errs []error
+	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
+	absolute := func(name, v string) {
+		u, err := url.Parse(v)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			bad("%s=%q: must be an absolute http(s) URL", name, v)
+		}
+	}
+	if c.OIDCIssuer == "" {
+		for name, v := range map[string]string{"RAGENT_OIDC_CLIENT_ID": c.OIDCClientID, "RAGENT_OIDC_REDIRECT_URL": c.OIDCRedirectURL} {
+			if v != "" {
+				bad("%s is set but RAGENT_OIDC_ISSUER is not: single sign-on needs the issuer", name)
+			}
+		}
+		if !c.PasswordLogin {
+			bad("RAGENT_PASSWORD_LOGIN=false needs single sign-on (RAGENT_OIDC_ISSUER): nobody but the break-glass admin could sign in")
+		}
+		return errs
+	}
+	absolute("RAGENT_OIDC_ISSUER", c.OIDCIssuer)
+	if c.OIDCClientID == "" {
+		bad("RAGENT_OIDC_CLIENT_ID is required with RAGENT_OIDC_ISSUER")
+	}
+	if c.OIDCRedirectURL == "" {
+		bad("RAGENT_OIDC_REDIRECT_URL is required with RAGENT_OIDC_ISSUER (this server's /api/v1/auth/oidc/callback as the provider calls it)")
+	} else {
+		absolute("RAGENT_OIDC_REDIRECT_URL", c.OIDCRedirectURL)
+		if u, err := url.Parse(c.OIDCRedirectURL); err == nil && u.Path != "/api/v1/auth/oidc/callback" {
+			bad("RAGENT_OIDC_REDIRECT_URL=%q: the path must be /api/v1/auth/oidc/callback", c.OIDCRedirectURL)
+		}
+	}
+	if c.OIDCPostLogoutURL != "" {
+		absolute("RAGENT_OIDC_POST_LOGOUT_URL", c.OIDCPostLogoutURL)
+	}
+	if c.OIDCUsernameClaim == "" {
+		bad("RAGENT_OIDC_USERNAME_CLAIM must not be empty")
+	}
+	if c.OIDCRecheck <= 0 || c.OIDCRecheck > c.TokenTTL {
+		bad("RAGENT_OIDC_RECHECK=%s: must be above 0 and at most RAGENT_TOKEN_TTL (%s)", c.OIDCRecheck, c.TokenTTL)
+	}
+	if len(c.OIDCAdminGroups) > 0 && c.OIDCGroupsClaim == "" {
+		bad("RAGENT_OIDC_ADMIN_GROUPS needs RAGENT_OIDC_GROUPS_CLAIM: the admin groups are read from it")
+	}
+	return errs
+}
+
+// oidcPostLogoutURL is where the provider returns the browser after
+// logout: the setting, else the root of the redirect URL's origin.
+func (c Config) oidcPostLogoutURL() string {
+	if c.OIDCPostLogoutURL != "" {
+		return c.OIDCPostLogoutURL
+	}
+	u, err := url.Parse(c.OIDCRedirectURL)
+	if err != nil {
+		return ""
+	}
+	return u.Scheme + "://" + u.Host + "/"
 }

@@ -72,15 +72,23 @@ func testLogger(t testing.TB) *slog.Logger {
 // start runs an instance until the test ends.
 func start(t testing.TB, cfg Config) *instance {
 	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return startOn(t, cfg, ln)
+}
+
+// startOn runs an instance on ln until the test ends: for a configuration
+// that needs the instance's address (the single sign-on redirect URL).
+func startOn(t testing.TB, cfg Config, ln net.Listener) *instance {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	app, err := newApp(ctx, cfg, testLogger(t))
 	if err != nil {
 		cancel()
+		ln.Close()
 		t.Fatalf("start instance: %v", err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
 	}
 	done := make(chan error, 1)
 	go func() { done <- app.Run(ctx, ln) }()

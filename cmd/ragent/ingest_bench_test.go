@@ -50,10 +50,13 @@ func BenchmarkIngestBackends(b *testing.B) {
 			if backend == "opensearch" {
 				cfg = openSearchConfig(b, "")
 			}
+			self, engine := cpuSeconds(b, "self"), cpuSeconds(b, "opensearch")
 			n, d := ingestOnce(b, cfg, texts)
 			chunks[backend] += n
 			elapsed[backend] += d
-			b.Logf("round %d %s: %d chunks in %.2f s, %.1f chunks/s", round+1, backend, n, d.Seconds(), float64(n)/d.Seconds())
+			b.Logf("round %d %s: %d chunks in %.2f s, %.1f chunks/s; CPU: ragent %.1f s, OpenSearch node %.1f s; load average %s",
+				round+1, backend, n, d.Seconds(), float64(n)/d.Seconds(),
+				cpuSeconds(b, "self")-self, cpuSeconds(b, "opensearch")-engine, loadAverage())
 		}
 	}
 	rate := func(backend string) float64 { return float64(chunks[backend]) / elapsed[backend].Seconds() }
@@ -124,4 +127,46 @@ func ingestOnce(b *testing.B, cfg Config, texts []string) (int, time.Duration) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+}
+
+// cpuSeconds is the user and system CPU time of this process ("self") or
+// of the OpenSearch node on this machine ("opensearch"; 0 when it is not
+// found), from /proc: where an ingestion round's CPU went.
+func cpuSeconds(b *testing.B, who string) float64 {
+	pid := "self"
+	if who == "opensearch" {
+		pid = ""
+		dirs, _ := os.ReadDir("/proc")
+		for _, d := range dirs {
+			cmd, err := os.ReadFile("/proc/" + d.Name() + "/cmdline")
+			if err == nil && strings.Contains(string(cmd), "org.opensearch.bootstrap.OpenSearch") {
+				pid = d.Name()
+				break
+			}
+		}
+		if pid == "" {
+			return 0
+		}
+	}
+	stat, err := os.ReadFile("/proc/" + pid + "/stat")
+	if err != nil {
+		b.Logf("cpu of %s: %v", who, err)
+		return 0
+	}
+	// The fields after the command's closing parenthesis: utime and stime
+	// are the 12th and 13th, in clock ticks (100 per second on Linux).
+	f := strings.Fields(string(stat[strings.LastIndexByte(string(stat), ')')+1:]))
+	var utime, stime float64
+	fmt.Sscan(f[11], &utime)
+	fmt.Sscan(f[12], &stime)
+	return (utime + stime) / 100
+}
+
+// loadAverage is the machine's one-minute load average.
+func loadAverage() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "?"
+	}
+	return strings.Fields(string(b))[0]
 }

@@ -410,10 +410,18 @@ func TestLogLinesCarryTraceIDs(t *testing.T) {
 }
 
 // On the OpenSearch backend a document's bulk write is timed, and the
-// search-index topic is counted like the ingest topic.
+// search-index topic (a deletion goes through it; ingestion writes its
+// chunks itself) is counted like the ingest topic.
 func TestMetricsOpenSearchBulk(t *testing.T) {
 	in, c, kb := ingestEnv(t, openSearchConfig(t, ""))
-	c.waitReady(c.uploadAccepted(kb, "bulk.txt", []byte("Bulk writes carry the chunks of this document to the index.")).ID)
+	d := c.uploadAccepted(kb, "bulk.txt", []byte("Bulk writes carry the chunks of this document to the index."))
+	c.waitReady(d.ID)
+	if r := c.do("DELETE", "/api/v1/documents/"+d.ID, nil); r.Status != http.StatusNoContent {
+		t.Fatalf("delete: %d %s", r.Status, r.Body)
+	}
+	testenv.Eventually(t, 30*time.Second, "the deletion's search-index message delivered", func() bool {
+		return sample(gathered(t, in), "ragent_mq_delivered_total", "topic", "ragent-search-index") >= 1
+	})
 	mfs := gathered(t, in)
 	if v := sample(mfs, "ragent_opensearch_bulk_seconds", "op", "index"); v < 1 {
 		t.Errorf("ragent_opensearch_bulk_seconds{op=index} counted %v writes", v)

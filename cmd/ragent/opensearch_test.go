@@ -8,6 +8,7 @@ import (
 	"net/url"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -15,6 +16,8 @@ import (
 	"github.com/ragent-go/ragent/mq/redisstream"
 	"github.com/ragent-go/ragent/service"
 	"github.com/ragent-go/ragent/service/ingest"
+	"github.com/ragent-go/ragent/service/retrieve"
+	"github.com/ragent-go/ragent/text"
 )
 
 // TestOpenSearchDownLosesNothing cuts OpenSearch away (a proxy in front of
@@ -308,5 +311,87 @@ func getJSON(t *testing.T, url string, out any) {
 	defer resp.Body.Close()
 	if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
 		t.Fatalf("%s: %v", url, err)
+	}
+}
+
+// gapEngine is OpenSearch with between run once, right after its first
+// answer and before the caller reads the hits' rows from Postgres.
+type gapEngine struct {
+	searchEngine
+	calls   atomic.Int32
+	between func()
+}
+
+func (e *gapEngine) KeywordSearch(ctx context.Context, q service.KeywordQuery) ([]service.SearchHit, error) {
+	hits, err := e.searchEngine.KeywordSearch(ctx, q)
+	if e.calls.Add(1) == 1 {
+		e.between()
+	}
+	return hits, err
+}
+
+func (e *gapEngine) VectorSearch(ctx context.Context, q service.VectorQuery) ([]service.SearchHit, error) {
+	hits, err := e.searchEngine.VectorSearch(ctx, q)
+	if e.calls.Add(1) == 1 {
+		e.between()
+	}
+	return hits, err
+}
+
+// TestOpenSearchReplaceBetweenReads forces the gap every search on the
+// OpenSearch backend has between OpenSearch's answer (chunk ids) and
+// Postgres's rows: a replacement commits right there, so Postgres no longer
+// has the old chunk OpenSearch answered with, and the answer predates the
+// new one. The search must still find the document, in its new version,
+// not in neither (TestPipelineReplaceByExternalID/opensearch failed now and
+// then on this gap: 2 of 65 searches found nothing).
+func TestOpenSearchReplaceBetweenReads(t *testing.T) {
+	for _, vectors := range []bool{false, true} {
+		t.Run(fmt.Sprintf("vectors=%t", vectors), func(t *testing.T) {
+			cfg := openSearchConfig(t, "")
+			cfg.OpenSearchVectors = vectors
+			in, c, kb := ingestEnv(t, cfg)
+			ctx := context.Background()
+			version := func(n string) []byte {
+				return []byte("Quokka memo version " + n + ": the zorbulon threshold is set by the " + n + " committee.")
+			}
+			r := c.uploadExternal(kb, "memo", "memo.txt", version("ONE"))
+			var d pipelineDoc
+			r.json(t, &d)
+			c.waitReady(d.ID)
+			docID, _ := service.ParseID(d.ID)
+			kbID, _ := service.ParseID(kb)
+			st, err := in.app.store.DocumentSearchState(ctx, docID)
+			if err != nil || len(st.Chunks) != 1 {
+				t.Fatalf("state: %+v %v", st, err)
+			}
+
+			engine := &gapEngine{searchEngine: openSearchClient(t, cfg), between: func() {
+				r := c.uploadExternal(kb, "memo", "memo-v2.txt", version("TWO"))
+				if r.Status != http.StatusAccepted {
+					t.Errorf("second upload: %d %s", r.Status, r.Body)
+					return
+				}
+				c.waitReady(d.ID)
+			}}
+			store := openSearchStore{Store: in.app.store, os: engine}
+			var res []service.SearchResult
+			if vectors {
+				res, err = store.VectorSearch(ctx, service.VectorQuery{KnowledgeBaseIDs: []service.ID{kbID},
+					Space: st.Chunks[0].EmbeddingSpace, Vector: st.Chunks[0].Embedding, Limit: 10})
+			} else {
+				res, err = store.KeywordSearch(ctx, service.KeywordQuery{KnowledgeBaseIDs: []service.ID{kbID},
+					Terms: retrieve.TermCounts(text.Tokenize("zorbulon threshold")), K1: 0.9, B: 0.4, Limit: 10})
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(res) != 1 || res[0].DocumentID != docID || !strings.Contains(res[0].Content, "version TWO") {
+				t.Fatalf("a search across the replace's commit found %+v, want the new version", res)
+			}
+			if n := engine.calls.Load(); n != 2 {
+				t.Fatalf("OpenSearch asked %d times, want twice (once more after the commit)", n)
+			}
+		})
 	}
 }

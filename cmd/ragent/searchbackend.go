@@ -23,14 +23,16 @@ import (
 const searchIndexGroup = "ragent-search-indexer"
 
 // searchIndexConcurrency is the search-index handlers running at once per
-// instance. A handler mostly waits (two Postgres reads, a bulk write it
-// shares with the others, a commit), so more of them than ingestion
-// handlers keep up with ingestion, and their writes share bulk requests.
+// instance. Ingestion writes its chunks itself (ReplaceIndexedChunks); the
+// consumer mirrors deletions, a replacement's removed chunks, a
+// re-embedding's switch (every document of a knowledge base at once) and
+// copies the reaper re-queues. A handler mostly waits (two Postgres reads,
+// a bulk write it shares with the others, a commit), so many of them clear
+// such a burst, their writes sharing bulk requests.
 const searchIndexConcurrency = 16
 
 // openSearchConns is the connections kept open to OpenSearch: one per
-// ingestion handler (which writes a replacement's chunks) and search-index
-// handler, and 12 for searches.
+// ingestion handler and search-index handler, and 12 for searches.
 const openSearchConns = max(redisstream.DefaultConcurrency, rocketmq.DefaultConcurrency) + searchIndexConcurrency + 12
 
 // newOpenSearch is the OpenSearch client of the configuration, with ragent's
@@ -65,29 +67,52 @@ func refreshSearch(ctx context.Context, cfg Config) error {
 // search stay in Postgres, vector search too unless RAGENT_OPENSEARCH_VECTORS.
 type openSearchStore struct {
 	*repository.Store
-	os *opensearch.Client
+	os searchEngine
 }
 
+// searchEngine is what openSearchStore asks of OpenSearch
+// (*opensearch.Client).
+type searchEngine interface {
+	KeywordSearch(ctx context.Context, q service.KeywordQuery) ([]service.SearchHit, error)
+	VectorSearch(ctx context.Context, q service.VectorQuery) ([]service.SearchHit, error)
+	Vectors() bool
+}
+
+// searchAgain bounds the times a search is asked again because a document
+// committed a newer generation between the engine's answer and the rows'
+// read (see openSearchStore.rows).
+const searchAgain = 2
+
 // The engine is asked for twice the results: some of its hits may be
-// chunks Postgres no longer has, or does not have yet (a replacement's new
-// generation is indexed before its commit), which ChunkResults drops.
+// chunks Postgres no longer has, or does not have yet (a new generation is
+// indexed before its commit), which ChunkResults drops.
 func (s openSearchStore) KeywordSearch(ctx context.Context, q service.KeywordQuery) ([]service.SearchResult, error) {
 	limit := q.Limit
 	q.Limit *= 2
-	hits, err := s.os.KeywordSearch(ctx, q)
-	if err != nil {
-		return nil, err
-	}
-	return s.rows(ctx, hits, limit)
+	return s.rows(ctx, limit, func() ([]service.SearchHit, error) { return s.os.KeywordSearch(ctx, q) })
 }
 
-// rows are the first limit hits Postgres has, with their rows.
-func (s openSearchStore) rows(ctx context.Context, hits []service.SearchResult, limit int) ([]service.SearchResult, error) {
-	out, err := s.ChunkResults(ctx, hits)
-	if err != nil {
-		return nil, err
+// rows are the first limit hits of search that Postgres has, with their
+// rows. The engine answers at one moment and Postgres at a later one: a
+// replacement that commits in between has taken the old chunks out of
+// Postgres, and the engine's answer predates the new ones, so the document
+// would be found in neither version. ChunkResults tells (superseded), and
+// the search runs again: the engine holds a replacement's chunks,
+// searchable, before its commit, so the next answer has them.
+func (s openSearchStore) rows(ctx context.Context, limit int, search func() ([]service.SearchHit, error)) ([]service.SearchResult, error) {
+	for again := 0; ; again++ {
+		hits, err := search()
+		if err != nil {
+			return nil, err
+		}
+		out, superseded, err := s.ChunkResults(ctx, hits)
+		if err != nil {
+			return nil, err
+		}
+		if !superseded || again == searchAgain {
+			return out[:min(len(out), limit)], nil
+		}
 	}
-	return out[:min(len(out), limit)], nil
 }
 
 // VectorSearch runs in OpenSearch with RAGENT_OPENSEARCH_VECTORS, in
@@ -98,11 +123,7 @@ func (s openSearchStore) VectorSearch(ctx context.Context, q service.VectorQuery
 	}
 	limit := q.Limit
 	q.Limit *= 2
-	hits, err := s.os.VectorSearch(ctx, q)
-	if err != nil {
-		return nil, err
-	}
-	return s.rows(ctx, hits, limit)
+	return s.rows(ctx, limit, func() ([]service.SearchHit, error) { return s.os.VectorSearch(ctx, q) })
 }
 
 // searchIndexHandler mirrors one document to OpenSearch. It needs no

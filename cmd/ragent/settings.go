@@ -112,6 +112,18 @@ func (c *Config) settings() []setting {
 		{"RAGENT_AUDIT_COALESCE_WINDOW", "1m", durationValue(&c.AuditCoalesceWindow), maskNone},
 		{"RAGENT_REDIS_ALLOW_EVICTION", "false", boolValue(&c.RedisAllowEviction), maskNone},
 		{"RAGENT_SECURE_COOKIE", "false", boolValue(&c.SecureCookie), maskNone},
+		{"RAGENT_PASSWORD_LOGIN", "true", boolValue(&c.PasswordLogin), maskNone},
+		{"RAGENT_OIDC_ISSUER", "", strValue(&c.OIDCIssuer), maskNone},
+		{"RAGENT_OIDC_CLIENT_ID", "", strValue(&c.OIDCClientID), maskNone},
+		{"RAGENT_OIDC_CLIENT_SECRET", "", strValue(&c.OIDCClientSecret), maskSecret},
+		{"RAGENT_OIDC_REDIRECT_URL", "", strValue(&c.OIDCRedirectURL), maskNone},
+		{"RAGENT_OIDC_SCOPES", "openid,profile,email", (*listValue)(&c.OIDCScopes), maskNone},
+		{"RAGENT_OIDC_DISPLAY_NAME", "single sign-on", strValue(&c.OIDCDisplayName), maskNone},
+		{"RAGENT_OIDC_USERNAME_CLAIM", "preferred_username", strValue(&c.OIDCUsernameClaim), maskNone},
+		{"RAGENT_OIDC_GROUPS_CLAIM", "groups", strValue(&c.OIDCGroupsClaim), maskNone},
+		{"RAGENT_OIDC_ADMIN_GROUPS", "", (*listValue)(&c.OIDCAdminGroups), maskNone},
+		{"RAGENT_OIDC_RECHECK", "5m", durationValue(&c.OIDCRecheck), maskNone},
+		{"RAGENT_OIDC_POST_LOGOUT_URL", "", strValue(&c.OIDCPostLogoutURL), maskNone},
 
 		{"RAGENT_CHAT_LIMITER_ENABLED", "true", boolValue(&c.ChatLimiterEnabled), maskNone},
 		{"RAGENT_CHAT_MAX_CONCURRENT", "10", intValue(&c.ChatMaxConcurrent), maskNone},
@@ -302,6 +314,16 @@ func (v *addrsValue) Set(s string) error {
 }
 
 func (v *addrsValue) String() string { return strings.Join(*v, ",") }
+
+// listValue is a comma-separated list (spaces around items dropped).
+type listValue []string
+
+func (v *listValue) Set(s string) error {
+	*v = splitList(s)
+	return nil
+}
+
+func (v *listValue) String() string { return strings.Join(*v, ",") }
 
 // splitList splits a comma-separated value, dropping empty items.
 func splitList(s string) []string {

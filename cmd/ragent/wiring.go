@@ -17,6 +17,7 @@ import (
 	"github.com/ragent-go/ragent/mq"
 	"github.com/ragent-go/ragent/mq/redisstream"
 	"github.com/ragent-go/ragent/mq/rocketmq"
+	"github.com/ragent-go/ragent/oidc"
 	"github.com/ragent-go/ragent/ratelimit"
 	"github.com/ragent-go/ragent/service"
 	"github.com/ragent-go/ragent/service/auth"
@@ -166,8 +167,28 @@ func authConfig(cfg Config, secret []byte, log *slog.Logger) auth.Config {
 		Secret: secret, TokenTTL: cfg.TokenTTL,
 		MaxFailures: cfg.LoginMaxFailures, MaxUserFailures: cfg.LoginMaxFailuresPerUser,
 		MaxClientFailures: cfg.LoginMaxFailuresPerIP, FailWindow: cfg.LoginFailWindow,
+		PasswordLoginOff: !cfg.PasswordLogin, BreakGlassUser: cfg.AdminUsername,
 		Logger: log,
 	}
+}
+
+// newSSO turns single sign-on on when RAGENT_OIDC_ISSUER is set; nil
+// otherwise. It asks the provider nothing yet (package oidc discovers at
+// the first login).
+func newSSO(cfg Config, authSvc *auth.Service, store auth.SSOStore) (*auth.SSO, error) {
+	if cfg.OIDCIssuer == "" {
+		return nil, nil
+	}
+	idp, err := oidc.New(oidc.Config{
+		Issuer: cfg.OIDCIssuer, ClientID: cfg.OIDCClientID, ClientSecret: cfg.OIDCClientSecret,
+		RedirectURL: cfg.OIDCRedirectURL, Scopes: cfg.OIDCScopes,
+		UsernameClaim: cfg.OIDCUsernameClaim, GroupsClaim: cfg.OIDCGroupsClaim,
+		PostLogoutRedirectURL: cfg.oidcPostLogoutURL(),
+	})
+	if err != nil {
+		return nil, err
+	}
+	return auth.NewSSO(authSvc, store, idp, auth.SSOConfig{Recheck: cfg.OIDCRecheck, AdminGroups: cfg.OIDCAdminGroups}), nil
 }
 
 // loginAttempts adapts the Redis attempt counters to the auth use case's

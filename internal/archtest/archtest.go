@@ -21,7 +21,7 @@ type Package struct {
 }
 
 var (
-	adapters   = []string{"repository", "cache", "stream", "mq", "llm", "idgen", "opensearch"}
+	adapters   = []string{"repository", "cache", "stream", "mq", "llm", "idgen", "opensearch", "oidc"}
 	mechanisms = []string{"ratelimit", "idempotent"}
 	// leasePkg is the one module package mechanisms may import: pure Redis
 	// lease mechanics (scripts, renewal timer), no domain.

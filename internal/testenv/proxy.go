@@ -57,7 +57,10 @@ func (p *Proxy) serve() {
 }
 
 func (p *Proxy) forward(c net.Conn) {
-	u, err := net.Dial("tcp", p.target)
+	p.mu.Lock()
+	target := p.target
+	p.mu.Unlock()
+	u, err := net.Dial("tcp", target)
 	if err != nil {
 		c.Close()
 		return
@@ -99,4 +102,16 @@ func (p *Proxy) Up() {
 	p.mu.Lock()
 	p.down = false
 	p.mu.Unlock()
+}
+
+// Retarget cuts every open connection and forwards new ones to target: to
+// its clients, the service failed over to another address.
+func (p *Proxy) Retarget(target string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.target = target
+	for c := range p.conns {
+		c.Close()
+	}
+	p.conns = map[net.Conn]struct{}{}
 }

@@ -100,8 +100,16 @@ func pingedRedisURL(t testing.TB) string {
 // database 0, so there tests are kept apart by their key prefix alone.
 func RedisOptions(t testing.TB) redisconn.Options {
 	t.Helper()
+	return RedisOptionsOf(t, RedisTopology())
+}
+
+// RedisOptionsOf is RedisOptions for topology top, whatever
+// RAGENT_TEST_REDIS_TOPOLOGY says (benchmarks that compare the topologies
+// in one run).
+func RedisOptionsOf(t testing.TB, top redisconn.Topology) redisconn.Options {
+	t.Helper()
 	var o redisconn.Options
-	switch top := RedisTopology(); top {
+	switch top {
 	case redisconn.Single:
 		return redisconn.Options{URL: pingedRedisURL(t)}
 	case redisconn.Sentinel:
@@ -122,13 +130,13 @@ func RedisOptions(t testing.TB) redisconn.Options {
 	}
 	c, err := redisconn.New(o)
 	if err != nil {
-		t.Fatalf("redis %s: %v", RedisTopology(), err)
+		t.Fatalf("redis %s: %v", top, err)
 	}
 	defer c.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	if err := c.Ping(ctx).Err(); err != nil {
-		unavailable(t, "redis "+string(RedisTopology()), err)
+		unavailable(t, "redis "+string(top), err)
 	}
 	return o
 }

@@ -3,6 +3,7 @@
 --
 -- KEYS: seq, queue, permits, users, owners, held, deadlines, entry_prefix
 -- ARGV: id, user, max, lease_ms, marker_ttl_ms, max_queue, max_per_user, window, base_level, cap
+-- Last KEY and last two ARGV: the failover fence's (fence.lua).
 --
 -- Replies as claim, plus {-2} when the queue is full and {-3} when the user
 -- has too many queued requests. Enqueueing an id that is already queued or
@@ -37,4 +38,7 @@ if not redis.call('ZSCORE', queue, id) and not redis.call('ZSCORE', permits, id)
   redis.call('HSET', owners, id, user)
   redis.call('HINCRBY', users, user, 1)
 end
-return claim(queue, permits, users, owners, held, deadlines, entry_prefix, id, max, lease_ms, window, cap, now, true)
+-- Fence: after a failover, queue but grant nothing until holders re-asserted.
+local fenced = fence_held(now_ms)
+local r = claim(queue, permits, users, owners, held, deadlines, entry_prefix, id, fenced and 0 or max, lease_ms, window, cap, now, true)
+return fenced_reply(r, fenced)

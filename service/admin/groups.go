@@ -62,6 +62,24 @@ func requireAdmin(p service.Principal) error {
 	return nil
 }
 
+// managedGroup refuses changes to a group the identity provider manages:
+// its next login or re-check would undo them.
+func managedGroup(g *service.Group) error {
+	if g.ManagedBy != "" {
+		return service.Errorf(service.ErrConflict, "group %q is managed by the identity provider; change it there", g.Name)
+	}
+	return nil
+}
+
+// editableGroup loads a group an admin may change.
+func (s *Groups) editableGroup(ctx context.Context, id service.ID) (*service.Group, error) {
+	g, err := s.store.Group(ctx, id)
+	if err != nil {
+		return nil, groupNotFound(err, id)
+	}
+	return g, managedGroup(g)
+}
+
 func groupNotFound(err error, id service.ID) error {
 	if errors.Is(err, service.ErrNotFound) {
 		return service.Errorf(service.ErrNotFound, "group %s not found", id)
@@ -127,9 +145,9 @@ func (s *Groups) update(ctx context.Context, p service.Principal, id service.ID,
 	if err := requireAdmin(p); err != nil {
 		return nil, err
 	}
-	g, err := s.store.Group(ctx, id)
+	g, err := s.editableGroup(ctx, id)
 	if err != nil {
-		return nil, groupNotFound(err, id)
+		return nil, err
 	}
 	if err := in.apply(g); err != nil {
 		return nil, err
@@ -148,6 +166,9 @@ func (s *Groups) Delete(ctx context.Context, p service.Principal, id service.ID)
 	ev := service.AuditEvent{Action: service.AuditGroupDelete, TargetType: service.TargetGroup, TargetID: id.String()}
 	return s.audit.Do(ctx, ev, func(ctx context.Context, _ *service.AuditEvent) error {
 		if err := requireAdmin(p); err != nil {
+			return err
+		}
+		if _, err := s.editableGroup(ctx, id); err != nil {
 			return err
 		}
 		return groupNotFound(s.store.DeleteGroup(ctx, id), id)
@@ -188,8 +209,8 @@ func (s *Groups) addMember(ctx context.Context, p service.Principal, id service.
 	if err := requireAdmin(p); err != nil {
 		return nil, err
 	}
-	if _, err := s.store.Group(ctx, id); err != nil {
-		return nil, groupNotFound(err, id)
+	if _, err := s.editableGroup(ctx, id); err != nil {
+		return nil, err
 	}
 	name := strings.TrimSpace(in.Username)
 	if in.UserID == 0 && name == "" {
@@ -211,6 +232,9 @@ func (s *Groups) RemoveMember(ctx context.Context, p service.Principal, id, user
 		Detail: "user=" + userID.String()}
 	return s.audit.Do(ctx, ev, func(ctx context.Context, _ *service.AuditEvent) error {
 		if err := requireAdmin(p); err != nil {
+			return err
+		}
+		if _, err := s.editableGroup(ctx, id); err != nil {
 			return err
 		}
 		err := s.store.RemoveGroupMember(ctx, id, userID)

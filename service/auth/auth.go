@@ -72,16 +72,20 @@ type Store interface {
 // Config tunes the service. NewAPIKeys reads only Logger and Now,
 // LimitFailures also MaxClientFailures and FailWindow.
 type Config struct {
-	Secret          []byte           // HMAC key shared by every instance
-	TokenTTL        time.Duration    // default 24h
-	MaxFailures     int              // failed logins per username+IP (and per trusted device) before a pause; default 5
-	MaxUserFailures int              // failed logins per username from any address; default 20
-	FailWindow      time.Duration    // default 15m
-	BcryptCost      int              // default bcrypt.DefaultCost
-	MinPassword     int              // default 8
-	KeyMaxTTL       time.Duration    // an API key's longest life from its creation; default DefaultKeyMaxTTL
-	Logger          *slog.Logger     // nil discards
-	Now             func() time.Time // nil is time.Now
+	Secret          []byte        // HMAC key shared by every instance
+	TokenTTL        time.Duration // default 24h
+	MaxFailures     int           // failed logins per username+IP (and per trusted device) before a pause; default 5
+	MaxUserFailures int           // failed logins per username from any address; default 20
+	FailWindow      time.Duration // default 15m
+	BcryptCost      int           // default bcrypt.DefaultCost
+	MinPassword     int           // default 8
+	// PasswordLoginOff refuses password logins of everyone but
+	// BreakGlassUser, a local admin (RAGENT_PASSWORD_LOGIN=false).
+	PasswordLoginOff bool
+	BreakGlassUser   string
+	KeyMaxTTL        time.Duration    // an API key's longest life from its creation; default DefaultKeyMaxTTL
+	Logger           *slog.Logger     // nil discards
+	Now              func() time.Time // nil is time.Now
 
 	// MaxClientFailures bounds failed logins from one client address (an
 	// IPv6 /64) across all usernames, and, in a counter of their own, failed
@@ -115,6 +119,8 @@ type Service struct {
 	compare func(hash, password []byte) error
 	// deviceSecret signs device cookies (device.go).
 	deviceSecret []byte
+	// sso, when single sign-on is on (NewSSO), re-checks SSO sessions.
+	sso *SSO
 }
 
 // New returns a Service. Logins, password changes and user changes are
@@ -167,6 +173,8 @@ type Session struct {
 	// Device is a fresh device cookie after a login (device.go), for the
 	// client to keep for DeviceTTL; empty after a password change.
 	Device string `json:"-"`
+	// TokenID identifies the token (its jti).
+	TokenID string `json:"-"`
 }
 
 // Credentials is one login attempt.
@@ -216,6 +224,9 @@ func (s *Service) login(ctx context.Context, in Credentials, ip string) (*Sessio
 	if err := validLogin(in.Username, in.Password); err != nil {
 		return nil, err
 	}
+	if s.cfg.PasswordLoginOff && !strings.EqualFold(in.Username, s.cfg.BreakGlassUser) {
+		return nil, service.Errorf(service.ErrForbidden, "password sign-in is turned off; use single sign-on")
+	}
 	u, err := s.store.UserByUsername(ctx, in.Username)
 	if err != nil && !errors.Is(err, service.ErrNotFound) {
 		return nil, err
@@ -240,7 +251,10 @@ func (s *Service) login(ctx context.Context, in Credentials, ip string) (*Sessio
 		hash = []byte(u.PasswordHash)
 	}
 	match := s.compare(hash, []byte(in.Password)) == nil
-	if u == nil || u.Disabled || !match {
+	// With password sign-in off only the break-glass admin gets here, and
+	// only while they are a local admin.
+	refused := s.cfg.PasswordLoginOff && (u == nil || u.SSO || !u.IsAdmin())
+	if u == nil || u.Disabled || !match || refused {
 		// The reserved attempts stay counted as the failure.
 		return nil, errBadCredentials
 	}
@@ -287,11 +301,11 @@ func (s *Service) accountCounters(username, ip string) []Counter {
 }
 
 func (s *Service) session(u *service.User) (*Session, error) {
-	token, exp, err := s.issue(u)
+	token, jti, exp, err := s.issue(u)
 	if err != nil {
 		return nil, err
 	}
-	return &Session{Token: token, User: u, Expires: exp}, nil
+	return &Session{Token: token, User: u, Expires: exp, TokenID: jti}, nil
 }
 
 type claims struct {
@@ -303,26 +317,27 @@ type claims struct {
 	jwt.RegisteredClaims
 }
 
-func (s *Service) issue(u *service.User) (string, time.Time, error) {
+func (s *Service) issue(u *service.User) (token, jti string, exp time.Time, err error) {
 	now := s.now()
-	exp := now.Add(s.cfg.TokenTTL)
-	var jti [16]byte
-	if _, err := rand.Read(jti[:]); err != nil {
-		return "", time.Time{}, err
+	exp = now.Add(s.cfg.TokenTTL)
+	var id [16]byte
+	if _, err := rand.Read(id[:]); err != nil {
+		return "", "", time.Time{}, err
 	}
+	jti = hex.EncodeToString(id[:])
 	c := claims{
 		Role:    string(u.Role),
 		Version: u.TokenVersion,
 		RegisteredClaims: jwt.RegisteredClaims{
 			Subject:   u.ID.String(),
-			ID:        hex.EncodeToString(jti[:]),
+			ID:        jti,
 			IssuedAt:  jwt.NewNumericDate(now),
 			ExpiresAt: jwt.NewNumericDate(exp),
 			Issuer:    "ragent",
 		},
 	}
-	token, err := jwt.NewWithClaims(jwt.SigningMethodHS256, c).SignedString(s.cfg.Secret)
-	return token, exp, err
+	token, err = jwt.NewWithClaims(jwt.SigningMethodHS256, c).SignedString(s.cfg.Secret)
+	return token, jti, exp, err
 }
 
 // Authenticate verifies a token and returns its principal. It rejects
@@ -357,6 +372,11 @@ func (s *Service) Authenticate(ctx context.Context, token string) (service.Princ
 	}
 	if c.Version != u.TokenVersion {
 		return service.Principal{}, service.Errorf(service.ErrUnauthenticated, "this session has ended; sign in again")
+	}
+	if u.SSO && s.sso != nil {
+		if err := s.sso.recheck(ctx, u, c.ID); err != nil {
+			return service.Principal{}, err
+		}
 	}
 	return service.Principal{UserID: u.ID, Username: u.Username, Role: u.Role, TokenID: c.ID, Expires: c.ExpiresAt.Time}, nil
 }
@@ -628,6 +648,9 @@ func (s *Service) updateUser(ctx context.Context, p service.Principal, id servic
 		u.Disabled = *in.Disabled
 	}
 	if in.Password != nil {
+		if u.SSO {
+			return nil, service.Errorf(service.ErrConflict, "%s signs in through the identity provider and has no password here", u.Username)
+		}
 		if u.PasswordHash, err = s.hash(*in.Password); err != nil {
 			return nil, err
 		}

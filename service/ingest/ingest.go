@@ -613,11 +613,10 @@ func (s *Service) index(ctx context.Context, doc *service.Document) (int, error)
 		return 0, err
 	}
 	ictx, end := s.stage(ctx, stageIndex)
-	undo, err := s.indexBeforeCommit(ictx, doc, chunks)
-	if err == nil {
-		if err = s.store.ReplaceChunks(ictx, doc.ID, doc.Generation, s.cfg.Space.Key(), chunks); err != nil {
-			undo()
-		}
+	if s.search != nil {
+		err = s.commitIndexed(ictx, doc, chunks)
+	} else {
+		err = s.store.ReplaceChunks(ictx, doc.ID, doc.Generation, s.cfg.Space.Key(), chunks)
 	}
 	end(err)
 	if err != nil {

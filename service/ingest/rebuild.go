@@ -12,6 +12,9 @@ import (
 type RebuildStore interface {
 	// WithStartupLock runs fn under the lock instances start under.
 	WithStartupLock(ctx context.Context, fn func(ctx context.Context) error) error
+	// WithSearchRebuildLock runs fn while no ingestion is between its
+	// write to the engine and its commit (ReplaceIndexedChunks).
+	WithSearchRebuildLock(ctx context.Context, fn func(ctx context.Context) error) error
 	// ChunksAfter is up to limit chunks with ids above after, in id order.
 	ChunksAfter(ctx context.Context, after service.ID, limit int) ([]service.Chunk, error)
 	// ExistingChunks says which of ids the store still has.
@@ -48,12 +51,20 @@ func RebuildSearchIndex(ctx context.Context, store RebuildStore, idx RebuildInde
 	if err := store.WithStartupLock(ctx, idx.EnsureIndex); err != nil {
 		return 0, err
 	}
-	index, err := idx.BeginRebuild(ctx)
+	// Under the rebuild lock no ingestion is between its write to the
+	// engine and its commit: every change committed from now on reaches the
+	// new index (an ingestion's own write or the search-index consumer's,
+	// both through the next alias); everything committed before is read
+	// below, from the store.
+	var index string
+	err := store.WithSearchRebuildLock(ctx, func(ctx context.Context) error {
+		var err error
+		index, err = idx.BeginRebuild(ctx)
+		return err
+	})
 	if err != nil {
 		return 0, err
 	}
-	// Every change committed from now on reaches the new index through its
-	// consumer; everything committed before is read below, from Postgres.
 	total, err := backfill(ctx, store, idx, index)
 	if err != nil {
 		return total, err

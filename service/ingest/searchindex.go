@@ -35,6 +35,11 @@ type SearchIndexStore interface {
 	DocumentSearchState(ctx context.Context, docID service.ID) (service.SearchState, error)
 	// SearchChunkIDs is the ids of the chunks DocumentSearchState returns.
 	SearchChunkIDs(ctx context.Context, docID service.ID) ([]service.ID, error)
+	// ReplaceIndexedChunks is Store.ReplaceChunks with the chunks written
+	// to the engine by index in the transaction (see
+	// repository.Store.ReplaceIndexedChunks).
+	ReplaceIndexedChunks(ctx context.Context, docID service.ID, generation int, space string, chunks []service.Chunk,
+		index func(ctx context.Context, visible, vectors bool) error) error
 	SearchIndexed(ctx context.Context, docID service.ID, generation int, pendingSince time.Time) error
 	SearchFailed(ctx context.Context, docID service.ID, generation int, pendingSince time.Time, reason string) error
 	RequeueSearchIndex(ctx context.Context, cutoff time.Time, limit int) (int, error)
@@ -129,35 +134,46 @@ func (s *Service) ProcessSearchIndex(ctx context.Context, body []byte) error {
 	return s.search.store.SearchIndexed(ctx, msg.DocumentID, st.Generation, *st.PendingSince)
 }
 
-// indexBeforeCommit writes a new generation's chunks to the search engine
-// and waits until they are searchable, before the commit that removes the
-// previous generation's chunks from Postgres: a search then finds the old
-// version until the commit and the new one from it, never neither. A
-// first generation has nothing to keep searchable and skips this (its
-// chunks reach the engine through the search-index message). It returns a
-// func that removes the chunks again, for a commit that fails.
-func (s *Service) indexBeforeCommit(ctx context.Context, doc *service.Document, chunks []service.Chunk) (undo func(), err error) {
-	if s.search == nil || doc.Generation <= 1 {
-		return func() {}, nil
-	}
-	stored := make([]service.Chunk, len(chunks))
-	ids := make([]service.ID, len(chunks))
-	for i, c := range chunks {
-		c.EmbeddingSpace = s.cfg.Space.Key()
-		stored[i], ids[i] = c, c.ID
-	}
-	if err := s.search.index.IndexSearchable(ctx, SearchDocs(stored)); err != nil {
-		return nil, err
-	}
-	return func() {
+// commitIndexed commits a generation's chunks and writes them to the
+// search engine in the commit's path (ReplaceIndexedChunks): the document
+// is ready at the commit, committed and indexed, and searchable at the
+// engine's next refresh; a replacement's chunks are searchable before the
+// commit that removes the old ones, so a search finds the old version until
+// the commit and the new one from it, never neither. If the commit fails
+// after the write, the chunks are removed from the engine again.
+func (s *Service) commitIndexed(ctx context.Context, doc *service.Document, chunks []service.Chunk) error {
+	space := s.cfg.Space.Key()
+	written := false
+	err := s.search.store.ReplaceIndexedChunks(ctx, doc.ID, doc.Generation, space, chunks, func(ctx context.Context, visible, vectors bool) error {
+		stored := make([]service.Chunk, len(chunks))
+		for i, c := range chunks {
+			if vectors {
+				c.EmbeddingSpace = space
+			} else {
+				c.Embedding = nil
+			}
+			stored[i] = c
+		}
+		written = true
+		if visible {
+			return s.search.index.IndexSearchable(ctx, SearchDocs(stored))
+		}
+		return s.search.index.Index(ctx, SearchDocs(stored))
+	})
+	if err != nil && written {
 		// Never returned meanwhile (Postgres does not have them); a chunk
 		// left behind when this fails too is swept by ragent
 		// reindex-search.
-		if err := s.search.index.DeleteChunks(context.WithoutCancel(ctx), ids); err != nil {
-			s.log.WarnContext(ctx, "could not remove the chunks of an uncommitted generation from the search engine",
-				"document", doc.ID, "generation", doc.Generation, "err", err)
+		ids := make([]service.ID, len(chunks))
+		for i, c := range chunks {
+			ids[i] = c.ID
 		}
-	}, nil
+		if derr := s.search.index.DeleteChunks(context.WithoutCancel(ctx), ids); derr != nil {
+			s.log.WarnContext(ctx, "could not remove the chunks of an uncommitted generation from the search engine",
+				"document", doc.ID, "generation", doc.Generation, "err", derr)
+		}
+	}
+	return err
 }
 
 // SearchDocs turns chunks read from Postgres into the engine's documents:

@@ -608,14 +608,17 @@ export function mountGroups(root, ctx) {
     tbody,
     cols: 4,
     empty: t('groups.empty'),
-    row: (g) => h('tr', { 'data-testid': 'group-row', 'data-id': g.id, 'data-name': g.name },
-      h('th', { scope: 'row' }, g.name),
+    // A group the identity provider manages follows its groups claim:
+    // its members are shown, nothing about it can be changed here.
+    row: (g) => h('tr', { 'data-testid': 'group-row', 'data-id': g.id, 'data-name': g.name, 'data-managed': g.managedBy || '' },
+      h('th', { scope: 'row' }, g.name,
+        g.managedBy ? h('span', { class: 'badge', 'data-testid': 'group-managed', title: t('groups.managedHint') }, t('groups.managed')) : null),
       h('td', { class: 'wrap' }, g.description || '—'),
       h('td', { class: 'num' }, g.memberCount ?? 0),
       h('td', { class: 'actions' },
         rowAction('group-members', t('kb.members'), g.name, () => openGroupMembers(g, load)),
-        rowAction('group-rename', t('common.edit'), g.name, () => rename(g)),
-        rowAction('group-delete', t('common.delete'), g.name, () => remove(g), { danger: true }))),
+        g.managedBy ? null : rowAction('group-rename', t('common.edit'), g.name, () => rename(g)),
+        g.managedBy ? null : rowAction('group-delete', t('common.delete'), g.name, () => remove(g), { danger: true }))),
   });
 
   load();
@@ -640,9 +643,10 @@ function openGroupMembers(g, changed) {
       changed();
     },
   });
+  const managed = Boolean(g.managedBy);
   modal(t('groups.membersOf', { name: g.name }), h('div', {},
     dataTable([t('users.username'), t('common.actions')], list, { card: false }),
-    form), 'group-members-dialog');
+    managed ? h('p', { class: 'muted', 'data-testid': 'group-managed-note' }, t('groups.managedHint')) : form), 'group-members-dialog');
 
   async function load() {
     try {
@@ -651,7 +655,7 @@ function openGroupMembers(g, changed) {
       list.replaceChildren(...users.map((u) => h('tr', { 'data-testid': 'group-member-row', 'data-username': u.username },
         h('th', { scope: 'row' }, u.username),
         h('td', { class: 'actions' },
-          rowAction(null, t('members.remove'), u.username, () => remove(u), { danger: true })))));
+          managed ? null : rowAction(null, t('members.remove'), u.username, () => remove(u), { danger: true })))));
       if (users.length === 0) list.append(emptyRow(2, t('members.empty')));
     } catch (err) {
       showFormError(errBox, err);

@@ -7,9 +7,9 @@ import { pageHeader, formError, showFormError, emptyRow, dataTable } from './adm
 
 // The recorded actions (docs/security.md "Audit log"); the filter offers these.
 const ACTIONS = [
-  'auth.login', 'auth.password_change',
-  'user.create', 'user.update', 'user.delete',
-  'group.create', 'group.update', 'group.delete', 'group.member_add', 'group.member_remove',
+  'auth.login', 'auth.password_change', 'auth.sso_login', 'auth.sso_recheck', 'auth.sso_logout',
+  'user.create', 'user.update', 'user.delete', 'user.provision',
+  'group.sync', 'group.create', 'group.update', 'group.delete', 'group.member_add', 'group.member_remove',
   'kb.create', 'kb.update', 'kb.delete', 'kb.member_put', 'kb.member_remove',
   'document.upload', 'document.delete', 'document.reindex', 'document.import',
   'webhook.create', 'webhook.delete',

@@ -135,6 +135,10 @@ const zh = {
   'login.password': '密码',
   'login.submit': '登录',
   'login.failed': '用户名或密码错误',
+  'login.sso': '使用 {name} 登录',
+  'login.or': '或',
+  'login.breakGlass': '管理员密码登录',
+  'login.ssoFailed': '单点登录失败：{reason}',
 
   'chat.new': '新对话',
   'chat.conversations': '对话列表',
@@ -241,6 +245,8 @@ const zh = {
   'groups.rename': '重命名用户组“{name}”',
   'groups.deleteConfirm': '删除用户组“{name}”？它在各知识库上的授权也会一并删除。',
   'groups.empty': '还没有用户组',
+  'groups.managed': '身份提供方管理',
+  'groups.managedHint': '该用户组由单点登录的身份提供方管理，成员随其变化，请在那里修改',
   'groups.membersOf': '用户组“{name}”的成员',
   'groups.addMember': '添加成员',
 
@@ -524,6 +530,10 @@ const en = {
   'login.password': 'Password',
   'login.submit': 'Sign in',
   'login.failed': 'Wrong username or password',
+  'login.sso': 'Sign in with {name}',
+  'login.or': 'or',
+  'login.breakGlass': 'Administrator sign-in with a password',
+  'login.ssoFailed': 'Single sign-on failed: {reason}',
 
   'chat.new': 'New chat',
   'chat.conversations': 'Conversations',
@@ -630,6 +640,8 @@ const en = {
   'groups.rename': 'Rename the group “{name}”',
   'groups.deleteConfirm': 'Delete the group “{name}”? Its grants on knowledge bases go with it.',
   'groups.empty': 'No groups yet',
+  'groups.managed': 'identity provider',
+  'groups.managedHint': 'Managed by the single sign-on identity provider: its members follow the provider; change it there',
   'groups.membersOf': 'Members of the group “{name}”',
   'groups.addMember': 'Add member',
 
