@@ -56,9 +56,12 @@ type Deps struct {
 	PasswordLoginOff bool
 	APIKeys          *auth.APIKeys   // nil: bearer tokens starting rk_ are refused
 	KeyRate          *ratelimit.Rate // requests per API key; nil: no limit
-	SessionRate      *ratelimit.Rate // requests per user with session tokens; nil: no limit
-	KnowledgeBases   *admin.KnowledgeBases
-	Groups           *admin.Groups
+	// WidgetRate counts widget chats per visitor and per origin, each with
+	// its key's own limit per minute (Rate.AllowLimit); nil: no limit.
+	WidgetRate     *ratelimit.Rate
+	SessionRate    *ratelimit.Rate // requests per user with session tokens; nil: no limit
+	KnowledgeBases *admin.KnowledgeBases
+	Groups         *admin.Groups
 	// Quotas checks usage quotas before chats and searches and answers
 	// usage reports; nil: no quotas, no /usage.
 	Quotas       *usage.Quotas
@@ -224,6 +227,9 @@ func NewRouter(deps Deps) *Router {
 	user.GET("/api-keys", page(deps.APIKeys.List, apiKeyCursor))
 	user.POST("/api-keys", s.submitLock, noStore, withBody(s, http.StatusCreated, deps.APIKeys.Create))
 	user.DELETE("/api-keys/:id", deleteByID(deps.APIKeys.Revoke))
+	// Widget keys (widget.go) are listed and revoked with the API keys;
+	// only admins create them (in the service).
+	user.POST("/widget-keys", s.submitLock, noStore, withBody(s, http.StatusCreated, deps.APIKeys.CreateWidget))
 
 	// Knowledge bases and documents: every logged-in user reaches these;
 	// the service layer decides per knowledge base (service.Access):
@@ -323,6 +329,10 @@ func NewRouter(deps Deps) *Router {
 	// and sessions; the CSRF guard applies to cookie sessions as on /api/v1.
 	// No submit lock on completions: OpenAI's SDKs retry by themselves, and
 	// a bot asks the same question for different people at once.
+	// The chat widget (widget.go): its script and the three routes a
+	// public widget key reaches.
+	s.registerWidget(r, gate)
+
 	oai := r.Group("/v1", openAIErrors, s.authenticate, s.csrfGuard(uploadRoute))
 	oai.GET("/models", s.listModels)
 	oai.POST("/chat/completions", gate(s.chatCompletions)...)

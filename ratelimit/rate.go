@@ -37,10 +37,16 @@ func NewRate(rdb redis.UniversalClient, prefix, name string, limit int, window t
 // wait when the key is over its limit, and ErrUnavailable when Redis fails
 // (what to do then is the caller's policy).
 func (r *Rate) Allow(ctx context.Context, key string) (ok bool, retryAfter time.Duration, err error) {
-	if r.limit <= 0 {
+	return r.AllowLimit(ctx, key, r.limit)
+}
+
+// AllowLimit is Allow with a limit of the key's own (a widget key's
+// per-origin and per-visitor rates), in the same window.
+func (r *Rate) AllowLimit(ctx context.Context, key string, limit int) (ok bool, retryAfter time.Duration, err error) {
+	if limit <= 0 {
 		return true, 0, nil
 	}
-	v, err := rateScript.Run(ctx, r.rdb, []string{r.prefix + key}, r.limit, r.window.Milliseconds()).Int64Slice()
+	v, err := rateScript.Run(ctx, r.rdb, []string{r.prefix + key}, limit, r.window.Milliseconds()).Int64Slice()
 	if err != nil {
 		return false, 0, fmt.Errorf("%w: %w", ErrUnavailable, err)
 	}

@@ -23,6 +23,10 @@ type apiKeyRow struct {
 	LastUsedAt    *time.Time
 	RevokedAt     *time.Time
 	CreatedAt     time.Time
+	Kind          string
+	Origins       *jsonList[string] // widget keys only
+	OriginRate    *int
+	VisitorRate   *int
 }
 
 func (apiKeyRow) TableName() string { return "api_keys" }
@@ -31,7 +35,23 @@ func (r apiKeyRow) key() *service.APIKey {
 	k := &service.APIKey{
 		ID: service.ID(r.ID), UserID: service.ID(r.UserID), Username: r.Username, Name: r.Name, Prefix: r.Prefix,
 		Scopes: make([]service.Scope, len(r.Scopes)), ExpiresAt: r.ExpiresAt, LastUsedAt: r.LastUsedAt,
-		CreatedAt: r.CreatedAt, Hash: r.KeyHash,
+		CreatedAt: r.CreatedAt, Hash: r.KeyHash, Kind: service.KeyKind(r.Kind),
+	}
+	if k.Kind == "" {
+		k.Kind = service.KeyKindAPI
+	}
+	if k.Kind == service.KeyKindWidget {
+		w := &service.WidgetSettings{}
+		if r.Origins != nil {
+			w.Origins = []string(*r.Origins)
+		}
+		if r.OriginRate != nil {
+			w.OriginRate = *r.OriginRate
+		}
+		if r.VisitorRate != nil {
+			w.VisitorRate = *r.VisitorRate
+		}
+		k.Widget = w
 	}
 	for i, s := range r.Scopes {
 		k.Scopes[i] = service.Scope(s)
@@ -52,7 +72,14 @@ func (r apiKeyRow) key() *service.APIKey {
 func (s *Store) CreateAPIKey(ctx context.Context, k *service.APIKey, max int) error {
 	row := apiKeyRow{
 		ID: int64(k.ID), UserID: int64(k.UserID), Name: k.Name, Prefix: k.Prefix, KeyHash: k.Hash,
-		Scopes: make(jsonList[string], len(k.Scopes)), ExpiresAt: k.ExpiresAt,
+		Scopes: make(jsonList[string], len(k.Scopes)), ExpiresAt: k.ExpiresAt, Kind: string(k.Kind),
+	}
+	if row.Kind == "" {
+		row.Kind = string(service.KeyKindAPI)
+	}
+	if w := k.Widget; w != nil {
+		origins := jsonList[string](w.Origins)
+		row.Origins, row.OriginRate, row.VisitorRate = &origins, &w.OriginRate, &w.VisitorRate
 	}
 	for i, sc := range k.Scopes {
 		row.Scopes[i] = string(sc)
@@ -85,7 +112,7 @@ func (s *Store) CreateAPIKey(ctx context.Context, k *service.APIKey, max int) er
 }
 
 const apiKeyColumns = `k.id, k.user_id, u.username, k.name, k.prefix, k.key_hash, k.scopes, k.kb_ids,
-	k.expires_at, k.last_used_at, k.revoked_at, k.created_at`
+	k.expires_at, k.last_used_at, k.revoked_at, k.created_at, k.kind, k.origins, k.origin_rate, k.visitor_rate`
 
 // APIKeyByHash returns the live key with this SHA-256 and its owner, in one
 // indexed lookup: revoked keys and keys of deleted users are

@@ -1,7 +1,9 @@
 package service
 
 import (
+	"net/url"
 	"slices"
+	"strings"
 	"time"
 )
 
@@ -27,6 +29,31 @@ func (s Scope) Valid() bool { return slices.Contains(Scopes, s) }
 // (and secret scanners can find leaked keys).
 const APIKeyPrefix = "rk_"
 
+// WidgetKeyPrefix starts every public widget key. A widget key is a kind of
+// API key published in a web page (docs/widget.md): it only chats, only
+// with its knowledge bases, only from its allowed origins, and every
+// visitor is a user of their own (Principal.Visitor).
+const WidgetKeyPrefix = "pk_"
+
+// KeyKind tells API keys from widget keys.
+type KeyKind string
+
+const (
+	KeyKindAPI    KeyKind = "api"
+	KeyKindWidget KeyKind = "widget"
+)
+
+// WidgetSettings are what a widget key adds to an API key.
+type WidgetSettings struct {
+	// Origins are the only page origins ("https://intranet.example.com")
+	// the widget answers; normalized, lowercase, without a trailing slash.
+	Origins []string `json:"origins"`
+	// OriginRate and VisitorRate bound chats per minute from one origin and
+	// from one visitor.
+	OriginRate  int `json:"originRate"`
+	VisitorRate int `json:"visitorRate"`
+}
+
 // APIKey is a long-lived credential a machine uses to act as its owner.
 // The key itself is shown once at creation; storage keeps only its SHA-256.
 type APIKey struct {
@@ -44,6 +71,9 @@ type APIKey struct {
 	LastUsedAt       *time.Time `json:"lastUsedAt"`
 	CreatedAt        time.Time  `json:"createdAt"`
 	Hash             []byte     `json:"-"` // SHA-256 of the key
+	// Kind is api or widget; Widget is set for widget keys.
+	Kind   KeyKind         `json:"kind"`
+	Widget *WidgetSettings `json:"widget,omitempty"`
 }
 
 // KeyGrant is what an API key narrows its owner's principal to.
@@ -91,4 +121,38 @@ func (g *KeyGrant) HistoryLimit() []ID {
 		return nil
 	}
 	return g.KnowledgeBaseIDs
+}
+
+// NormalizeOrigin turns "scheme://host[:port]" into the form browsers send
+// in the Origin header: lower case, without the scheme's default port. It
+// refuses anything with a path, query, user or a scheme other than http(s).
+func NormalizeOrigin(s string) (string, bool) {
+	u, err := url.Parse(strings.TrimSpace(s))
+	if err != nil || u.Host == "" || u.User != nil || u.RawQuery != "" || u.Fragment != "" || (u.Path != "" && u.Path != "/") {
+		return "", false
+	}
+	scheme := strings.ToLower(u.Scheme)
+	if scheme != "http" && scheme != "https" {
+		return "", false
+	}
+	host := strings.ToLower(u.Host)
+	if port := u.Port(); (scheme == "http" && port == "80") || (scheme == "https" && port == "443") {
+		host = strings.TrimSuffix(host, ":"+port)
+	}
+	return scheme + "://" + host, true
+}
+
+// ValidVisitorID reports whether v is a widget visitor id as the widget
+// makes them: 16 to 64 characters of [A-Za-z0-9_-] (a random id the page
+// keeps). Anything else is refused before it names a queue or a rate key.
+func ValidVisitorID(v string) bool {
+	if len(v) < 16 || len(v) > 64 {
+		return false
+	}
+	for _, r := range v {
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '_' || r == '-') {
+			return false
+		}
+	}
+	return true
 }

@@ -163,4 +163,7 @@ type TaskEvent struct {
 type TaskReader struct {
 	Owner            ID
 	KnowledgeBaseIDs []ID
+	// Visitor, for a widget visitor's turn, is the visitor (Principal.
+	// Visitor), the only one who reads it again.
+	Visitor string
 }

@@ -45,6 +45,22 @@ type Principal struct {
 	// Key is set when the caller authenticated with an API key: the owner's
 	// current role, narrowed by the key's scopes and knowledge bases.
 	Key *KeyGrant
+	// Visitor is set for an anonymous visitor of a chat widget (a widget
+	// key, service.WidgetKeyPrefix): "w:<keyId>:<visitor id>". The visitor,
+	// not the key's owner, is then who queues, is rate limited and owns the
+	// turn (Actor); the owner only lends the key's knowledge bases.
+	Visitor string
+}
+
+// Actor names who a chat turn belongs to: the fair queue's user, the
+// chat rate's key, a task's owner. It is the user id, or a widget
+// visitor's own identity, so every visitor of a widget is a user of its own
+// and never reaches another's tasks.
+func (p Principal) Actor() string {
+	if p.Visitor != "" {
+		return p.Visitor
+	}
+	return p.UserID.String()
 }
 
 // IsAdmin reports whether p has the admin role.

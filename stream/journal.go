@@ -84,7 +84,7 @@ func (j *Journal) Open(ctx context.Context, taskID string, reader service.TaskRe
 	defer cancel()
 	key := j.readerKey(taskID)
 	_, err := j.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
-		p.HSet(ctx, key, "owner", reader.Owner.String(), "kbs", encodeKBs(reader.KnowledgeBaseIDs))
+		p.HSet(ctx, key, "owner", reader.Owner.String(), "kbs", encodeKBs(reader.KnowledgeBaseIDs), "visitor", reader.Visitor)
 		p.PExpire(ctx, key, j.ttl)
 		return nil
 	})
@@ -192,7 +192,7 @@ func (j *Journal) Reader(ctx context.Context, taskID string) (service.TaskReader
 	if err != nil {
 		return service.TaskReader{}, fmt.Errorf("stream: reader of task %s: %w", taskID, err)
 	}
-	return service.TaskReader{Owner: owner, KnowledgeBaseIDs: kbs}, nil
+	return service.TaskReader{Owner: owner, KnowledgeBaseIDs: kbs, Visitor: vals["visitor"]}, nil
 }
 
 // Follow emits taskID's events numbered after after, then the later ones as

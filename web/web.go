@@ -20,7 +20,7 @@ import (
 	"sync"
 )
 
-//go:embed static
+//go:embed static widget
 var embedded embed.FS
 
 // versionPlaceholder is the token in index.html that Index replaces.
@@ -92,4 +92,12 @@ func hashFS(fsys fs.FS) (string, error) {
 		}
 	}
 	return hex.EncodeToString(h.Sum(nil))[:16], nil
+}
+
+// Widget returns the embeddable chat widget's script (widget/widget.js,
+// served at /widget.js for other sites' pages), which is not one of the UI's
+// modules.
+func Widget() ([]byte, bool) {
+	b, err := fs.ReadFile(embedded, "widget/widget.js")
+	return b, err == nil
 }

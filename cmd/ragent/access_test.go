@@ -425,6 +425,13 @@ var noKnowledgeBaseData = []string{
 	// The MCP server takes API keys only; TestMCPAccess checks its tools
 	// against the same rules.
 	"GET /mcp", "POST /mcp", "DELETE /mcp",
+	// The chat widget takes widget keys only, which reach their own
+	// knowledge bases and nothing else: TestWidgetKeyLimits checks another
+	// knowledge base, other routes, origins, rates and a visitor's tasks.
+	// Widget keys are created by admins only (TestAuthorizationMatrix).
+	"GET /widget.js", "POST /api/v1/widget-keys",
+	"POST /api/v1/widget/chat", "POST /api/v1/widget/chat/tasks/:taskId/stop", "GET /api/v1/widget/chat/tasks/:taskId/events",
+	"OPTIONS /api/v1/widget/chat", "OPTIONS /api/v1/widget/chat/tasks/:taskId/stop", "OPTIONS /api/v1/widget/chat/tasks/:taskId/events",
 	"GET /healthz", "GET /readyz", "GET /metrics", "GET /", "GET /assets/*filepath", "HEAD /assets/*filepath",
 	"POST /api/v1/auth/login", "POST /api/v1/auth/logout", "POST /api/v1/auth/logout-all",
 	// Single sign-on: the login page's buttons, the redirect and the callback.

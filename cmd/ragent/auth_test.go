@@ -19,6 +19,10 @@ const (
 	anyUser
 	adminOnly
 	apiKeyOnly // the MCP server: sessions are refused like anonymous callers
+	// widgetKeyOnly: the chat widget's routes take a widget key from an
+	// allowed origin and nothing else; sessions and anonymous callers are
+	// refused (401 or 403). TestWidgetKeyLimits checks the key itself.
+	widgetKeyOnly
 )
 
 // routeAccess lists every route with who may call it. TestAuthorizationMatrix
@@ -79,39 +83,47 @@ var routeAccess = map[string]access{
 	"GET /api/v1/chunks/:id/revisions":                    anyUser,
 	"POST /api/v1/chunks/:id/revisions/:revision/restore": anyUser,
 	// Answer feedback: whoever sees the conversation rates; admins read.
-	"POST /api/v1/messages/:id/feedback":        anyUser,
-	"GET /api/v1/admin/feedback":                adminOnly,
-	"GET /api/v1/admin/feedback/export":         adminOnly,
-	"PUT /api/v1/admin/feedback/:id/chunks":     adminOnly,
-	"GET /api/v1/groups":                        adminOnly,
-	"POST /api/v1/groups":                       adminOnly,
-	"PATCH /api/v1/groups/:id":                  adminOnly,
-	"DELETE /api/v1/groups/:id":                 adminOnly,
-	"GET /api/v1/groups/:id/members":            adminOnly,
-	"POST /api/v1/groups/:id/members":           adminOnly,
-	"DELETE /api/v1/groups/:id/members/:userId": adminOnly,
-	"GET /api/v1/admin/limiter":                 adminOnly,
-	"GET /api/v1/admin/intents":                 adminOnly,
-	"POST /api/v1/admin/intents":                adminOnly,
-	"PUT /api/v1/admin/intents/:id":             adminOnly,
-	"DELETE /api/v1/admin/intents/:id":          adminOnly,
-	"GET /api/v1/admin/term-mappings":           adminOnly,
-	"POST /api/v1/admin/term-mappings":          adminOnly,
-	"PUT /api/v1/admin/term-mappings/:id":       adminOnly,
-	"DELETE /api/v1/admin/term-mappings/:id":    adminOnly,
-	"GET /api/v1/admin/audit":                   adminOnly,
-	"GET /api/v1/usage":                         anyUser,
-	"GET /api/v1/admin/quotas":                  adminOnly,
-	"PUT /api/v1/admin/quotas":                  adminOnly,
-	"DELETE /api/v1/admin/quotas/:subject/:id":  adminOnly,
-	"GET /v1/models":                            anyUser,
-	"POST /v1/chat/completions":                 anyUser,
-	"GET /mcp":                                  apiKeyOnly,
-	"POST /mcp":                                 apiKeyOnly,
-	"DELETE /mcp":                               apiKeyOnly,
-	"GET /":                                     public,
-	"GET /assets/*filepath":                     public,
-	"HEAD /assets/*filepath":                    public,
+	"POST /api/v1/messages/:id/feedback":               anyUser,
+	"GET /api/v1/admin/feedback":                       adminOnly,
+	"GET /api/v1/admin/feedback/export":                adminOnly,
+	"PUT /api/v1/admin/feedback/:id/chunks":            adminOnly,
+	"GET /api/v1/groups":                               adminOnly,
+	"POST /api/v1/groups":                              adminOnly,
+	"PATCH /api/v1/groups/:id":                         adminOnly,
+	"DELETE /api/v1/groups/:id":                        adminOnly,
+	"GET /api/v1/groups/:id/members":                   adminOnly,
+	"POST /api/v1/groups/:id/members":                  adminOnly,
+	"DELETE /api/v1/groups/:id/members/:userId":        adminOnly,
+	"GET /api/v1/admin/limiter":                        adminOnly,
+	"GET /api/v1/admin/intents":                        adminOnly,
+	"POST /api/v1/admin/intents":                       adminOnly,
+	"PUT /api/v1/admin/intents/:id":                    adminOnly,
+	"DELETE /api/v1/admin/intents/:id":                 adminOnly,
+	"GET /api/v1/admin/term-mappings":                  adminOnly,
+	"POST /api/v1/admin/term-mappings":                 adminOnly,
+	"PUT /api/v1/admin/term-mappings/:id":              adminOnly,
+	"DELETE /api/v1/admin/term-mappings/:id":           adminOnly,
+	"GET /api/v1/admin/audit":                          adminOnly,
+	"GET /api/v1/usage":                                anyUser,
+	"GET /api/v1/admin/quotas":                         adminOnly,
+	"PUT /api/v1/admin/quotas":                         adminOnly,
+	"DELETE /api/v1/admin/quotas/:subject/:id":         adminOnly,
+	"GET /v1/models":                                   anyUser,
+	"POST /v1/chat/completions":                        anyUser,
+	"GET /mcp":                                         apiKeyOnly,
+	"POST /mcp":                                        apiKeyOnly,
+	"DELETE /mcp":                                      apiKeyOnly,
+	"GET /":                                            public,
+	"GET /widget.js":                                   public,
+	"POST /api/v1/widget-keys":                         adminOnly, // decided in the service
+	"POST /api/v1/widget/chat":                         widgetKeyOnly,
+	"POST /api/v1/widget/chat/tasks/:taskId/stop":      widgetKeyOnly,
+	"GET /api/v1/widget/chat/tasks/:taskId/events":     widgetKeyOnly,
+	"OPTIONS /api/v1/widget/chat":                      widgetKeyOnly,
+	"OPTIONS /api/v1/widget/chat/tasks/:taskId/stop":   widgetKeyOnly,
+	"OPTIONS /api/v1/widget/chat/tasks/:taskId/events": widgetKeyOnly,
+	"GET /assets/*filepath":                            public,
+	"HEAD /assets/*filepath":                           public,
 }
 
 func TestAuthorizationMatrix(t *testing.T) {
@@ -148,6 +160,10 @@ func TestAuthorizationMatrix(t *testing.T) {
 				}
 				resp := in.client(t, who.token).do(r.Method, path, "{}")
 				switch {
+				case want == widgetKeyOnly:
+					if resp.Status != http.StatusUnauthorized && resp.Status != http.StatusForbidden {
+						t.Fatalf("%s got %d on a widget route, want 401 or 403: %s", who.name, resp.Status, resp.Body)
+					}
 				case want == public:
 					if resp.Status == http.StatusUnauthorized || resp.Status == http.StatusForbidden {
 						t.Fatalf("public route answered %d", resp.Status)

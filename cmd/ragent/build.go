@@ -454,13 +454,15 @@ func (a *App) buildHTTP(ctx context.Context, w *parts) error {
 	})
 
 	a.router = api.NewRouter(api.Deps{
-		Log:               log,
-		Auth:              w.authSvc,
-		SSO:               w.sso,
-		SSOName:           cfg.OIDCDisplayName,
-		PasswordLoginOff:  !cfg.PasswordLogin,
-		APIKeys:           apiKeys,
-		KeyRate:           keyRate,
+		Log:              log,
+		Auth:             w.authSvc,
+		SSO:              w.sso,
+		SSOName:          cfg.OIDCDisplayName,
+		PasswordLoginOff: !cfg.PasswordLogin,
+		APIKeys:          apiKeys,
+		KeyRate:          keyRate,
+		// Widget keys carry their own per-origin and per-visitor rates.
+		WidgetRate:        ratelimit.NewRate(a.rdb, cfg.RedisPrefix, "widget", 0, time.Minute),
 		SessionRate:       sessionRate,
 		KnowledgeBases:    a.kbs,
 		Groups:            admin.NewGroups(a.store, w.ids, w.audit),

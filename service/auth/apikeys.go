@@ -148,7 +148,7 @@ func (a *APIKeys) Create(ctx context.Context, p service.Principal, in KeyInput) 
 		if err != nil {
 			return err
 		}
-		secret, err := newKey()
+		secret, err := newKey(service.APIKeyPrefix)
 		if err != nil {
 			return err
 		}
@@ -244,7 +244,7 @@ const base62 = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
 
 // newKey returns "rk_" and 32 random bytes in base62 (43 characters, left
 // padded so every key has the same length).
-func newKey() (string, error) {
+func newKey(prefix string) (string, error) {
 	var b [keyRandomBytes]byte
 	if _, err := rand.Read(b[:]); err != nil {
 		return "", err
@@ -260,7 +260,7 @@ func newKey() (string, error) {
 		digits = append(digits, base62[0])
 	}
 	slices.Reverse(digits)
-	return service.APIKeyPrefix + string(digits), nil
+	return prefix + string(digits), nil
 }
 
 var errBadKey = service.Errorf(service.ErrUnauthenticated, "invalid, expired or revoked API key")
@@ -299,7 +299,7 @@ func (a *APIKeys) authenticate(ctx context.Context, key string) (service.Princip
 	}
 	now := a.now()
 	expires := a.expiry(k)
-	if owner.Disabled || !now.Before(expires) {
+	if owner.Disabled || !now.Before(expires) || k.Kind == service.KeyKindWidget {
 		return service.Principal{}, errBadKey
 	}
 	if k.LastUsedAt == nil || now.Sub(*k.LastUsedAt) >= touchEvery {

@@ -216,7 +216,7 @@ func TestAPIKeyRefusals(t *testing.T) {
 func TestNewKeyFormat(t *testing.T) {
 	seen := map[string]bool{}
 	for range 1000 {
-		k, err := newKey()
+		k, err := newKey(service.APIKeyPrefix)
 		if err != nil || len(k) != 46 || seen[k] {
 			t.Fatalf("key %q (%d), %v", k, len(k), err)
 		}

@@ -221,6 +221,10 @@ type Request struct {
 	// SubmitKey is the client's Idempotency-Key: a turn with a key already
 	// stored (service.ChatSubmit) is not run again but followed (see Chat).
 	SubmitKey string `json:"-"`
+	// Ephemeral turns store no conversation and no message: a widget
+	// visitor's (Principal.Visitor), whose history is kept by the widget
+	// and sent as History. Usage is recorded all the same.
+	Ephemeral bool `json:"-"`
 
 	// mapped is Question after term mappings, set by Validate.
 	mapped string
@@ -257,6 +261,9 @@ func (s *Service) Validate(ctx context.Context, p service.Principal, req *Reques
 	if err := s.checkReadable(ctx, p, req.KnowledgeBaseIDs); err != nil {
 		return err
 	}
+	if p.Visitor != "" && !req.Ephemeral {
+		return service.Errorf(service.ErrForbidden, "a widget visitor's turns are not stored")
+	}
 	if req.ConversationID != 0 {
 		if _, err := s.ownConversation(ctx, p, req.ConversationID, false); err != nil {
 			return err
@@ -280,7 +287,7 @@ func (s *Service) ownConversation(ctx context.Context, p service.Principal, id s
 		}
 		return nil, err
 	}
-	if c.UserID != p.UserID && !(readOnly && p.OverridesOwnership()) {
+	if c.UserID != p.UserID && !(readOnly && p.OverridesOwnership()) || p.Visitor != "" {
 		return nil, notFound
 	}
 	if within := p.Key.HistoryLimit(); within != nil {
@@ -371,7 +378,7 @@ func (s *Service) Chat(ctx context.Context, p service.Principal, req Request, em
 		return err
 	}
 	if s.d.Rate != nil {
-		if err := s.d.Rate.Allow(ctx, p.UserID.String()); err != nil {
+		if err := s.d.Rate.Allow(ctx, p.Actor()); err != nil {
 			return err
 		}
 	}
@@ -395,13 +402,13 @@ func (s *Service) Chat(ctx context.Context, p service.Principal, req Request, em
 	taskCtx, cancel := context.WithCancelCause(context.WithoutCancel(ctx))
 	defer cancel(nil)
 	defer s.detach(ctx, req.Resumable, cancel)()
-	unregister, err := s.d.Tasks.Register(ctx, t.taskID.String(), p.UserID.String(), cancel)
+	unregister, err := s.d.Tasks.Register(ctx, t.taskID.String(), p.Actor(), cancel)
 	if err != nil {
 		return err
 	}
 	defer unregister()
 	if req.Resumable && s.d.Journal != nil {
-		append, closeJournal := s.d.Journal.Open(ctx, t.taskID.String(), service.TaskReader{Owner: p.UserID, KnowledgeBaseIDs: t.readerScope()})
+		append, closeJournal := s.d.Journal.Open(ctx, t.taskID.String(), service.TaskReader{Owner: p.UserID, KnowledgeBaseIDs: t.readerScope(), Visitor: p.Visitor})
 		t.journal = append
 		defer closeJournal()
 	}
@@ -468,6 +475,10 @@ func (t *turn) begin(ctx context.Context) error {
 // store writes a new conversation, the question and its submit key in one
 // transaction, once the turn holds its LLM slot.
 func (t *turn) store(ctx context.Context) error {
+	if t.req.Ephemeral {
+		t.stored = true
+		return nil
+	}
 	var conv *service.Conversation
 	if t.isNew {
 		conv = t.conv
@@ -517,6 +528,8 @@ func (t *turn) run(ctx context.Context) {
 	defer cancel()
 	saved := true
 	switch {
+	case t.req.Ephemeral:
+		saved, title = false, ""
 	case t.stored:
 		if err := s.d.Store.SaveMessage(saveCtx, &t.answer, title); err != nil {
 			t.log.ErrorContext(ctx, "saving the answer failed", "err", err)
@@ -554,7 +567,7 @@ func (t *turn) generate(ctx context.Context) (service.MessageStatus, *Error) {
 	if s.d.Limiter != nil {
 		last := -1
 		qctx, wait := s.span(ctx, "chat.queue_wait")
-		release, err := s.d.Limiter.Acquire(qctx, t.taskID.String(), t.p.UserID.String(), func(position, queued int) {
+		release, err := s.d.Limiter.Acquire(qctx, t.taskID.String(), t.p.Actor(), func(position, queued int) {
 			if position != last {
 				last = position
 				t.send(EventQueue, Queue{Position: position, Queued: queued, Waiting: service.WaitSlot})
@@ -609,7 +622,7 @@ func (t *turn) generate(ctx context.Context) (service.MessageStatus, *Error) {
 		return service.MessageFailed, &Error{Code: service.CodeOf(err), Message: "the question could not be saved"}
 	}
 	status, errEvent := t.answerTurn(ctx)
-	if status == service.MessageCompleted && t.isNew {
+	if status == service.MessageCompleted && t.isNew && !t.req.Ephemeral {
 		tctx, span := s.span(ctx, "chat.title")
 		t.newTitle = t.title(tctx)
 		span.End()
@@ -701,7 +714,7 @@ func (s *Service) Stop(ctx context.Context, p service.Principal, taskID service.
 		return service.Errorf(service.ErrNotFound, "task %s not found or already finished", id)
 	case err != nil:
 		return fmt.Errorf("%w: cannot reach the task registry: %v", service.ErrUnavailable, err)
-	case owner != p.UserID.String() && !p.OverridesOwnership():
+	case owner != p.Actor() && !p.OverridesOwnership():
 		return service.Errorf(service.ErrNotFound, "task %s not found", id)
 	}
 	// A task of this instance is stopped even when the stop cannot be

@@ -80,7 +80,7 @@ func (s *Service) Events(ctx context.Context, p service.Principal, taskID servic
 		return notFound
 	case err != nil:
 		return fmt.Errorf("%w: cannot reach the task journal: %v", service.ErrUnavailable, err)
-	case reader.Owner != p.UserID || !p.Key.Within(reader.KnowledgeBaseIDs):
+	case reader.Owner != p.UserID || reader.Visitor != p.Visitor || !p.Key.Within(reader.KnowledgeBaseIDs):
 		return notFound
 	}
 	err = s.d.Journal.Follow(ctx, id, after, EventDone, func(e service.TaskEvent) error {
