@@ -85,6 +85,15 @@ func (s *Server) widgetAuth(c *gin.Context) {
 	}
 	w, err := s.deps.APIKeys.AuthenticateWidget(c.Request.Context(), widgetKey(c), origin, c.GetHeader(widgetVisitorHeader))
 	if err != nil {
+		// The refusal itself is readable by the page, so the widget can say
+		// why it cannot answer (this site is not allowed, the key is
+		// revoked) instead of a bare network error. It carries nothing but
+		// the error; a preflight from such an origin still fails, so only a
+		// simple request (the widget's probe) ever gets here from it.
+		if origin != "null" {
+			c.Header("Access-Control-Allow-Origin", origin)
+			c.Writer.Header().Add("Vary", "Origin")
+		}
 		fail(c, err)
 		return
 	}

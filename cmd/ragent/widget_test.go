@@ -131,10 +131,20 @@ func TestWidgetKeyLimits(t *testing.T) {
 	})
 
 	t.Run("origins", func(t *testing.T) {
+		// A refusal is readable by the refused page (the widget says why it
+		// cannot answer), and it is nothing but the error: no answer, no
+		// preflight grant. Without Origin, or from "null", not even that.
 		for _, origin := range []string{"", "http://evil.example", "http://allowed.example:8001", "https://allowed.example:8000", "null"} {
-			r, _ := widgetCall(t, in, "POST", "/api/v1/widget/chat", key, origin, visitorA, ask)
-			if r.Status != http.StatusForbidden && r.Status != http.StatusUnauthorized || r.Header.Get("Access-Control-Allow-Origin") != "" {
-				t.Errorf("origin %q: %d ACAO %q: %s", origin, r.Status, r.Header.Get("Access-Control-Allow-Origin"), r.Body)
+			for _, visitor := range []string{visitorA, ""} { // "": the widget's probe names no visitor
+				r, _ := widgetCall(t, in, "POST", "/api/v1/widget/chat", key, origin, visitor, ask)
+				wantACAO := origin
+				if origin == "null" {
+					wantACAO = ""
+				}
+				if r.Status != http.StatusForbidden || r.Header.Get("Access-Control-Allow-Origin") != wantACAO ||
+					r.Header.Get("Access-Control-Allow-Headers") != "" || !strings.Contains(string(r.Body), `"forbidden"`) {
+					t.Errorf("origin %q visitor %q: %d ACAO %q: %s", origin, visitor, r.Status, r.Header.Get("Access-Control-Allow-Origin"), r.Body)
+				}
 			}
 		}
 		pre := func(origin string) response {
