@@ -62,3 +62,33 @@ func TestDocumentOCRFollowsItsChunks(t *testing.T) {
 	want[scan.ID] = false
 	check("delivery without OCR")
 }
+
+// Migration 0025 marks the documents stored before it whose current
+// generation has a chunk the chunker labelled as an OCR'd page, and no
+// other: not one whose heading ends in "(OCR)", not one whose OCR'd chunks
+// belong to an earlier generation.
+func TestMigration0025BackfillsOCR(t *testing.T) {
+	s := upgraded(t, "0025",
+		`INSERT INTO knowledge_bases (id, name, embedding_model, embedding_dim) VALUES (1, 'old', 'm', 4)`,
+		`INSERT INTO document_blobs (sha256, bytes, size) VALUES ('aa', 'x', 1), ('bb', 'y', 1), ('cc', 'z', 1)`,
+		`INSERT INTO documents (id, kb_id, name, mime, size, sha256, status, chunk_count, generation) VALUES
+			(2, 1, 'scan.pdf', 'application/pdf', 1, 'aa', 'ready', 2, 1),
+			(3, 1, 'scanner.md', 'text/markdown', 1, 'bb', 'ready', 1, 1),
+			(4, 1, 'retyped.pdf', 'application/pdf', 1, 'cc', 'ready', 1, 2)`,
+		`INSERT INTO chunks (id, document_id, kb_id, generation, ordinal, content, section, token_count, term_count, embedding_dim) VALUES
+			(10, 2, 1, 1, 0, 'cover', 'Report', 1, 1, 4),
+			(11, 2, 1, 1, 1, 'page two', 'Report > Page 2 (OCR)', 2, 2, 4),
+			(12, 3, 1, 1, 0, 'setup', 'Scanner setup (OCR)', 1, 1, 4),
+			(13, 4, 1, 1, 0, 'old scan', 'Page 1 (OCR)', 2, 2, 4),
+			(14, 4, 1, 2, 0, 'typed', 'Page 1', 1, 1, 4)`)
+	ctx := t.Context()
+	for id, want := range map[service.ID]bool{2: true, 3: false, 4: false} {
+		d, err := s.Document(ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d.OCR != want {
+			t.Errorf("document %s (%s) OCR %v, want %v", id, d.Name, d.OCR, want)
+		}
+	}
+}
