@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/pgvector/pgvector-go"
@@ -142,6 +143,13 @@ func (s *Store) swapChunks(docID service.ID, generation int, space string, chunk
 	}
 	if err := s.indexChunks(row.KbID, chunks); err != nil {
 		return nil, nil, "", err
+	}
+	ocr := slices.ContainsFunc(chunks, func(c service.Chunk) bool { return c.OCR })
+	if ocr != row.OCR {
+		if err := s.db.Exec(`UPDATE documents SET ocr = ? WHERE id = ?`, ocr, row.ID).Error; err != nil {
+			return nil, nil, "", translate(err)
+		}
+		row.OCR = ocr
 	}
 	reembedded := ""
 	if next {

@@ -24,12 +24,14 @@ type documentRow struct {
 	// Kind and CuratedChunks: migration 0019 (chunk curation).
 	Kind          string `gorm:"default:file"`
 	CuratedChunks int
-	Attempts      int
-	StartedAt     *time.Time
-	CreatedBy     *int64
-	CreatedAt     time.Time
-	UpdatedAt     time.Time
-	DeletedAt     gorm.DeletedAt
+	// OCR: migration 0025, set with the chunks (swapChunks).
+	OCR       bool `gorm:"column:ocr"`
+	Attempts  int
+	StartedAt *time.Time
+	CreatedBy *int64
+	CreatedAt time.Time
+	UpdatedAt time.Time
+	DeletedAt gorm.DeletedAt
 }
 
 func (documentRow) TableName() string { return "documents" }
@@ -40,7 +42,7 @@ func (r documentRow) doc() *service.Document {
 		SHA256: deref(r.Sha256), Status: service.DocumentStatus(r.Status), Error: r.Error, ChunkCount: r.ChunkCount,
 		Generation: r.Generation, Attempts: r.Attempts, ExternalID: deref(r.ExternalID),
 		CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt,
-		Kind: service.DocumentKind(r.Kind), CuratedChunks: r.CuratedChunks,
+		Kind: service.DocumentKind(r.Kind), CuratedChunks: r.CuratedChunks, OCR: r.OCR,
 	}
 	if d.Kind == "" {
 		d.Kind = service.DocumentFile

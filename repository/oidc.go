@@ -119,6 +119,12 @@ func (s *Store) PruneOIDC(ctx context.Context, before time.Time) (int64, error) 
 // managed groups not among names are removed. Memberships of local groups
 // stay. It returns the group names joined and left.
 func (s *Store) SyncOIDCGroups(ctx context.Context, userID service.ID, names []string, newID func() (service.ID, error)) (joined, left []string, err error) {
+	// Most logins bring the groups the user already has: one read, and no
+	// transaction, settles those (every held managed group is already the
+	// provider's, so nothing needs adopting either).
+	if same, err := s.holdsExactly(ctx, userID, names); err != nil || same {
+		return nil, nil, err
+	}
 	err = s.WithinTx(ctx, func(tx *Store) error {
 		joined, left = nil, nil
 		want := make(map[int64]string, len(names))
@@ -172,4 +178,21 @@ func (s *Store) SyncOIDCGroups(ctx context.Context, userID service.ID, names []s
 	slices.SortFunc(joined, func(a, b string) int { return strings.Compare(strings.ToLower(a), strings.ToLower(b)) })
 	slices.SortFunc(left, func(a, b string) int { return strings.Compare(strings.ToLower(a), strings.ToLower(b)) })
 	return joined, left, err
+}
+
+// holdsExactly reports whether the user's memberships in managed groups
+// are exactly names (case-insensitively).
+func (s *Store) holdsExactly(ctx context.Context, userID service.ID, names []string) (bool, error) {
+	var have []string
+	if err := s.conn(ctx).Raw(`SELECT lower(g.name) FROM group_members gm JOIN groups g ON g.id = gm.group_id
+		WHERE gm.user_id = ? AND g.managed_by = 'oidc'`, int64(userID)).Scan(&have).Error; err != nil {
+		return false, translate(err)
+	}
+	want := make([]string, len(names))
+	for i, n := range names {
+		want[i] = strings.ToLower(n)
+	}
+	slices.Sort(have)
+	slices.Sort(want)
+	return slices.Equal(have, slices.Compact(want)), nil
 }

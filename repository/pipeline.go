@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"time"
 
 	"gorm.io/gorm"
@@ -305,8 +304,7 @@ func (s *Store) FinishFetch(ctx context.Context, docID service.ID, f service.Fet
 	return doc, err
 }
 
-// attachSources fills in the source of the imported documents among docs,
-// and which of docs were read by OCR.
+// attachSources fills in the source of the imported documents among docs.
 func (s *Store) attachSources(docs []*service.Document) error {
 	if len(docs) == 0 {
 		return nil
@@ -325,22 +323,6 @@ func (s *Store) attachSources(docs []*service.Document) error {
 	}
 	for _, d := range docs {
 		d.Source = by[int64(d.ID)]
-	}
-	return s.attachOCR(docs, ids)
-}
-
-// attachOCR marks the documents of ids whose current chunks include one
-// read by OCR: one query over those documents' chunks (the chunks'
-// (document_id, generation, ordinal) index), no column to keep in step.
-func (s *Store) attachOCR(docs []*service.Document, ids []int64) error {
-	var read []int64
-	err := s.db.Raw(`SELECT DISTINCT c.document_id FROM chunks c JOIN documents d ON d.id = c.document_id AND d.generation = c.generation
-		WHERE c.document_id IN ? AND c.section LIKE ?`, ids, "%"+service.OCRSectionSuffix).Scan(&read).Error
-	if err != nil {
-		return translate(err)
-	}
-	for _, d := range docs {
-		d.OCR = slices.Contains(read, int64(d.ID))
 	}
 	return nil
 }

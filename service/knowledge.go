@@ -68,9 +68,9 @@ type Document struct {
 	CuratedChunks int `json:"curatedChunks"`
 	// Source is where an imported document is fetched from.
 	Source *DocumentSource `json:"source,omitempty"`
-	// OCR says that some of the document's text was read from images by
-	// OCR (a scan, or an image file): its chunks' sections end with
-	// OCRSectionSuffix.
+	// OCR says that some of the current generation's text was read from
+	// images by OCR (a scan, or an image file): ingestion records it with
+	// the chunks (Chunk.OCR), whatever their sections say.
 	OCR bool `json:"ocr,omitempty"`
 	// CreatedBy is the uploader, whom ingesting the document is spent for
 	// (usage); 0 when unknown (documents stored before it was recorded).
@@ -80,8 +80,8 @@ type Document struct {
 }
 
 // OCRSectionSuffix ends the section of a chunk read by OCR ("Page 3
-// (OCR)"): the page label tells a reader where to look, and the suffix is
-// how a document is known to have been read by OCR.
+// (OCR)"): the page label tells a reader where to look and how the text
+// was read. It is for readers only: Document.OCR is what the system goes by.
 const OCRSectionSuffix = " (OCR)"
 
 // SectionSeparator joins the headings of a chunk's section path
@@ -101,9 +101,13 @@ type Chunk struct {
 	// Enabled is false for a chunk an editor disabled: stored, never
 	// retrieved. Manual says it was added by hand, not parsed from the
 	// file; Revision counts its changes (0 as parsed). See curation.go.
-	Enabled   bool      `json:"enabled"`
-	Manual    bool      `json:"manual"`
-	Revision  int       `json:"revision"`
+	Enabled  bool `json:"enabled"`
+	Manual   bool `json:"manual"`
+	Revision int  `json:"revision"`
+	// OCR says the chunk's text was read from an image by OCR; a document
+	// is marked OCR when one of the chunks it is given is (not stored per
+	// chunk).
+	OCR       bool      `json:"-"`
 	Embedding []float32 `json:"-"`
 	// EmbeddingSpace is the key of Embedding's space, where a reader needs
 	// it (an external search engine's copy); empty otherwise.

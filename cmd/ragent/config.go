@@ -3,6 +3,7 @@ package main
 import (
 	"errors"
 	"fmt"
+	"net/http"
 	"net/netip"
 	"net/url"
 	"os"
@@ -279,6 +280,11 @@ type Config struct {
 	OIDCRecheck       time.Duration
 	OIDCPostLogoutURL string
 	PasswordLogin     bool
+
+	// oidcTransport, when set, carries ragent's calls to the identity
+	// provider (not a setting: the tests time the provider's share of a
+	// login with it).
+	oidcTransport http.RoundTripper
 }
 
 // loadConfig reads the environment through getenv and validates the result.

@@ -162,6 +162,40 @@ func TestOCRImageUploads(t *testing.T) {
 	}
 }
 
+// A text document whose heading ends in "(OCR)" is not taken for a scan:
+// its chunk's section says "(OCR)", the document does not.
+func TestOCRFlagNotFromHeadings(t *testing.T) {
+	in := start(t, testConfig(t))
+	c := in.adminClient(t)
+	kb := c.createKB("manuals")
+	doc := c.uploadAccepted(kb, "scanner.md", []byte("# Scanner setup (OCR)\n\nInstall the driver before the first scan.\n"))
+	if d := c.waitDone(doc.ID, time.Minute); d.Status != "ready" {
+		t.Fatalf("the document ended %s: %s", d.Status, d.Error)
+	}
+	var chunks struct {
+		Items []struct {
+			Section string `json:"section"`
+		}
+	}
+	c.do("GET", "/api/v1/documents/"+doc.ID+"/chunks", nil).json(t, &chunks)
+	if len(chunks.Items) != 1 || !strings.HasSuffix(chunks.Items[0].Section, "(OCR)") {
+		t.Fatalf("chunks %+v, want one whose section ends in (OCR)", chunks.Items)
+	}
+	if c.ocrDocument(doc.ID).OCR {
+		t.Fatal("a text document with an (OCR) heading says it was read by OCR")
+	}
+	var list struct {
+		Items []struct {
+			ID  string `json:"id"`
+			OCR bool   `json:"ocr"`
+		}
+	}
+	c.do("GET", "/api/v1/knowledge-bases/"+kb+"/documents", nil).json(t, &list)
+	if len(list.Items) != 1 || list.Items[0].OCR {
+		t.Fatalf("the documents list says %+v", list.Items)
+	}
+}
+
 // pngClaiming is a PNG whose header claims w×h gray pixels, with a tiny
 // body: a decompression bomb up to where a decoder would allocate.
 func pngClaiming(w, h uint32) []byte {

@@ -14,6 +14,7 @@ import (
 	"fmt"
 	"html"
 	"io"
+	"math"
 	"net"
 	"net/http"
 	"net/http/cookiejar"
@@ -22,6 +23,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -371,25 +373,102 @@ func TestSSOCallbackRefusals(t *testing.T) {
 	}
 }
 
-// TestSSOLoginLatency times ragent's side of the login (the callback
-// request to the redirect to the UI, which includes the code exchange with
-// Keycloak and the ID token's verification) against a password login on
-// the same instance.
+// providerClock is a RoundTripper that adds up the time ragent's calls to
+// the identity provider take, from sending the request to the end of the
+// response body (what the oauth2 and go-oidc clients wait for).
+type providerClock struct {
+	next  http.RoundTripper
+	mu    sync.Mutex
+	total time.Duration
+	calls int
+}
+
+func (p *providerClock) RoundTrip(req *http.Request) (*http.Response, error) {
+	began := time.Now()
+	resp, err := p.next.RoundTrip(req)
+	if err != nil {
+		p.add(time.Since(began))
+		return nil, err
+	}
+	resp.Body = &clockedBody{ReadCloser: resp.Body, done: func() { p.add(time.Since(began)) }}
+	return resp, nil
+}
+
+func (p *providerClock) add(d time.Duration) {
+	p.mu.Lock()
+	p.total += d
+	p.calls++
+	p.mu.Unlock()
+}
+
+// read returns the time and number of calls so far.
+func (p *providerClock) read() (time.Duration, int) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.total, p.calls
+}
+
+// clockedBody stops its call's clock at the first EOF or Close.
+type clockedBody struct {
+	io.ReadCloser
+	once sync.Once
+	done func()
+}
+
+func (b *clockedBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if err != nil {
+		b.once.Do(b.done)
+	}
+	return n, err
+}
+
+func (b *clockedBody) Close() error {
+	b.once.Do(b.done)
+	return b.ReadCloser.Close()
+}
+
+// nearestRank is the p-th percentile (nearest rank) of sorted d.
+func nearestRank(d []time.Duration, p float64) time.Duration {
+	i := int(math.Ceil(p/100*float64(len(d)))) - 1
+	return d[max(0, min(i, len(d)-1))]
+}
+
+// TestSSOLoginLatency measures ragent's side of the login: the callback
+// request to the redirect to the UI, less the time ragent spends waiting
+// for Keycloak in the same request (the code exchange at its token
+// endpoint; a JWKS fetch if one happens), timed by a RoundTripper on
+// ragent's provider client. The password login on the same instance is the
+// baseline. It logs the figures; it asserts only that each login worked
+// and that the code exchange is the only provider call of a warm login
+// (discovery and the signing keys are fetched once, not per login).
 func TestSSOLoginLatency(t *testing.T) {
-	in, kc := ssoInstance(t, time.Minute, nil)
+	clock := &providerClock{next: http.DefaultTransport}
+	in, kc := ssoInstance(t, time.Minute, func(c *Config) { c.oidcTransport = clock })
 	name := uniqueName("lena")
 	kc.createUser(name, "finance", "staff")
-	const rounds = 10
-	var sso []time.Duration
+	rounds := 30
+	if testing.Short() {
+		rounds = 3
+	}
+	var total, provider, own []time.Duration
 	for i := range rounds + 1 {
 		login := startHTTPLogin(t, in, name)
+		before, calls := clock.read()
 		status, _, session, took := callback(t, login.callback.String(), login.state)
+		after, callsAfter := clock.read()
 		if status != http.StatusSeeOther || session == "" {
 			t.Fatalf("login %d: %d", i, status)
 		}
-		if i > 0 { // the first fetches the signing keys
-			sso = append(sso, took)
+		if i == 0 { // the first fetches the signing keys
+			continue
 		}
+		if n := callsAfter - calls; n != 1 {
+			t.Errorf("login %d made %d calls to the provider, want 1 (the code exchange)", i, n)
+		}
+		total = append(total, took)
+		provider = append(provider, after-before)
+		own = append(own, took-(after-before))
 	}
 	var local []time.Duration
 	for range rounds {
@@ -397,17 +476,19 @@ func TestSSOLoginLatency(t *testing.T) {
 		in.login(t, "admin", "admin-password")
 		local = append(local, time.Since(began))
 	}
-	slices.Sort(sso)
-	slices.Sort(local)
-	med := func(d []time.Duration) time.Duration { return d[len(d)/2] }
-	t.Logf("callback → redirect: median %v, max %v over %d logins; password login median %v (ratio %.2f)",
-		med(sso), sso[len(sso)-1], len(sso), med(local), float64(med(sso))/float64(med(local)))
-	if testing.Short() {
-		return
+	for _, d := range [][]time.Duration{total, provider, own, local} {
+		slices.Sort(d)
 	}
-	if med(sso) > 50*time.Millisecond && os.Getenv("RAGENT_SSO_LATENCY_STRICT") == "1" {
-		t.Errorf("median callback %v, over the 50 ms target", med(sso))
+	ms := func(d time.Duration) string { return fmt.Sprintf("%.1f ms", float64(d.Microseconds())/1000) }
+	row := func(what string, d []time.Duration) {
+		t.Logf("%-38s p50 %9s  p95 %9s  max %9s", what, ms(nearestRank(d, 50)), ms(nearestRank(d, 95)), ms(d[len(d)-1]))
 	}
+	t.Logf("%d SSO logins, %d password logins:", len(total), len(local))
+	row("callback → redirect (total)", total)
+	row("of which provider calls", provider)
+	row("ragent's side (total − provider)", own)
+	row("password login (baseline)", local)
+	t.Logf("ragent's side / password login, p50: %.2f", float64(nearestRank(own, 50))/float64(nearestRank(local, 50)))
 }
 
 // TestSSOBrowser drives the real Keycloak login page in Chromium: the

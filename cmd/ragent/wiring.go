@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"net/http"
 	"os"
 	"os/exec"
 	"slices"
@@ -185,8 +186,13 @@ func newSSO(cfg Config, authSvc *auth.Service, store auth.SSOStore) (*auth.SSO, 
 	if cfg.OIDCIssuer == "" {
 		return nil, nil
 	}
+	var client *http.Client
+	if cfg.oidcTransport != nil {
+		client = &http.Client{Timeout: 10 * time.Second, Transport: cfg.oidcTransport}
+	}
 	idp, err := oidc.New(oidc.Config{
-		Issuer: cfg.OIDCIssuer, ClientID: cfg.OIDCClientID, ClientSecret: cfg.OIDCClientSecret,
+		HTTPClient: client,
+		Issuer:     cfg.OIDCIssuer, ClientID: cfg.OIDCClientID, ClientSecret: cfg.OIDCClientSecret,
 		RedirectURL: cfg.OIDCRedirectURL, Scopes: cfg.OIDCScopes,
 		UsernameClaim: cfg.OIDCUsernameClaim, GroupsClaim: cfg.OIDCGroupsClaim,
 		PostLogoutRedirectURL: cfg.oidcPostLogoutURL(),

@@ -627,7 +627,7 @@ func (s *Service) index(ctx context.Context, doc *service.Document) (int, error)
 		}
 		tf, n := IndexTerms(p)
 		chunks[i] = service.Chunk{ID: id, DocumentID: doc.ID, KnowledgeBaseID: kb.ID, Generation: doc.Generation,
-			Ordinal: p.Ordinal, Content: p.Content, Section: p.Section, TokenCount: p.TokenCount, Terms: tf, TermCount: n}
+			Ordinal: p.Ordinal, Content: p.Content, Section: p.Section, TokenCount: p.TokenCount, OCR: p.OCR, Terms: tf, TermCount: n}
 		texts[i] = p.Content
 	}
 	ectx, end := s.stage(ctx, stageEmbed)

@@ -126,7 +126,8 @@ func TestMeterDropsOldestWhenFull(t *testing.T) {
 // for its interval.
 func TestMeterRunFlushesAFullBatch(t *testing.T) {
 	sink := newMemorySink()
-	done := make(chan struct{})
+	// Buffered: the flush may report before the test waits for it.
+	done := make(chan struct{}, 2)
 	m := NewMeter(sink, counter(), MeterConfig{BatchSize: 2, FlushInterval: time.Hour,
 		Recorded: func(service.UsageRecord) {
 			select {

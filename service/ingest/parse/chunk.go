@@ -29,6 +29,7 @@ type Chunk struct {
 	Content    string // the text, starting with the section's headings in a section's first chunk
 	Section    string // the heading path, e.g. "Install > Linux"; empty before the first heading
 	TokenCount int    // text.CountTokens(Content)
+	OCR        bool   // the text was read from an image by OCR
 }
 
 // Split cuts doc into chunks by structure. A heading always starts a new
@@ -151,6 +152,7 @@ func (c *chunker) flush(overlap bool) {
 			Content:    content,
 			Section:    c.section(),
 			TokenCount: text.CountTokens(content),
+			OCR:        c.ocr,
 		})
 	}
 	var keep []unit

@@ -176,3 +176,21 @@ func BenchmarkSplit(b *testing.B) {
 		Split(doc, DefaultChunkOptions())
 	}
 }
+
+// A chunk says it was read by OCR when its blocks were, whatever its
+// section says: a heading ending in "(OCR)" does not make a chunk OCR'd.
+func TestSplitMarksOCRChunks(t *testing.T) {
+	scanned := p("Read from the scan.")
+	scanned.Page, scanned.OCR = 2, true
+	doc := &Text{Blocks: []Block{h(1, "Scanner setup (OCR)"), p("Typed text."), scanned}}
+	got := Split(doc, ChunkOptions{TargetTokens: 100})
+	if len(got) != 2 {
+		t.Fatalf("got %d chunks %+v, want 2", len(got), got)
+	}
+	if got[0].OCR || got[0].Section != "Scanner setup (OCR)" {
+		t.Errorf("typed chunk %+v, want not OCR", got[0])
+	}
+	if !got[1].OCR || got[1].Section != "Scanner setup (OCR) > Page 2 (OCR)" {
+		t.Errorf("scanned chunk %+v, want OCR on page 2", got[1])
+	}
+}
