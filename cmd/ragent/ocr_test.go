@@ -2,9 +2,7 @@ package main
 
 import (
 	"bytes"
-	"encoding/binary"
 	"fmt"
-	"hash/crc32"
 	"image"
 	"image/png"
 	"net/http"
@@ -128,7 +126,7 @@ func TestOCRImageUploads(t *testing.T) {
 	c := in.adminClient(t)
 	kb := c.createKB("images")
 
-	bomb := c.uploadAccepted(kb, "bomb.png", pngClaiming(50_000, 50_000))
+	bomb := c.uploadAccepted(kb, "bomb.png", scanpage.PNGClaiming(50_000, 50_000))
 	d := c.waitDone(bomb.ID, time.Minute)
 	if d.Status != "failed" || !strings.Contains(d.Error, "50000×50000 pixels") {
 		t.Fatalf("the bomb ended %s: %q", d.Status, d.Error)
@@ -194,25 +192,4 @@ func TestOCRFlagNotFromHeadings(t *testing.T) {
 	if len(list.Items) != 1 || list.Items[0].OCR {
 		t.Fatalf("the documents list says %+v", list.Items)
 	}
-}
-
-// pngClaiming is a PNG whose header claims w×h gray pixels, with a tiny
-// body: a decompression bomb up to where a decoder would allocate.
-func pngClaiming(w, h uint32) []byte {
-	var buf bytes.Buffer
-	buf.WriteString("\x89PNG\r\n\x1a\n")
-	chunk := func(typ string, data []byte) {
-		_ = binary.Write(&buf, binary.BigEndian, uint32(len(data)))
-		c := append([]byte(typ), data...)
-		buf.Write(c)
-		_ = binary.Write(&buf, binary.BigEndian, crc32.ChecksumIEEE(c))
-	}
-	ihdr := make([]byte, 13)
-	binary.BigEndian.PutUint32(ihdr[0:], w)
-	binary.BigEndian.PutUint32(ihdr[4:], h)
-	ihdr[8] = 8
-	chunk("IHDR", ihdr)
-	chunk("IDAT", []byte{0x78, 0x9c, 0x03, 0x00, 0x00, 0x00, 0x00, 0x01})
-	chunk("IEND", nil)
-	return buf.Bytes()
 }

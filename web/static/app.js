@@ -353,28 +353,6 @@ function openAccount() {
     errorBox.hidden = false;
     focus?.select();
   };
-  // Single sign-on (GET /auth/providers): a "Sign in with …" button above
-  // the form; with password sign-in off the form is only the break-glass
-  // admin's, folded away. A failed SSO callback lands here with ?sso_error=.
-  const ssoError = new URLSearchParams(location.search).get('sso_error');
-  if (ssoError) {
-    errorBox.textContent = t('login.ssoFailed', { reason: ssoError });
-    errorBox.hidden = false;
-    history.replaceState(null, '', location.pathname + location.hash);
-  }
-  get('/auth/providers').then((info) => {
-    if (!info?.sso || !form.isConnected) return;
-    const back = sessionStorage.getItem('ragent.returnTo') || '';
-    const href = info.sso.loginUrl + (back.startsWith('#/') && back !== '#/login' ? `?returnTo=${encodeURIComponent(back)}` : '');
-    const button = h('a', { class: 'btn btn-primary btn-block', href, 'data-testid': 'login-sso' }, t('login.sso', { name: info.sso.name }));
-    const fields = [...form.querySelectorAll('.field'), submit];
-    form.querySelector('.muted').after(button, h('p', { class: 'muted login-or' }, t('login.or')));
-    submit.className = 'btn btn-block';
-    if (!info.passwordLogin) {
-      const fold = h('details', { 'data-testid': 'login-break-glass' }, h('summary', {}, t('login.breakGlass')), ...fields);
-      errorBox.before(fold);
-    }
-  }, () => {});
   form.addEventListener('submit', async (e) => {
     e.preventDefault();
     errorBox.hidden = true;

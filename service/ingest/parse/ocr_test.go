@@ -6,7 +6,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"hash/crc32"
 	"image"
 	"image/png"
 	"strings"
@@ -271,28 +270,6 @@ func TestOCRDeadlineMovesWithPages(t *testing.T) {
 	}
 }
 
-// pngHeader is a PNG signature and IHDR chunk claiming w×h 8-bit gray
-// pixels, followed by a small IDAT: what a decompression bomb looks like
-// up to the point where a decoder would allocate.
-func pngHeader(w, h uint32) []byte {
-	var buf bytes.Buffer
-	buf.WriteString("\x89PNG\r\n\x1a\n")
-	chunk := func(typ string, data []byte) {
-		_ = binary.Write(&buf, binary.BigEndian, uint32(len(data)))
-		c := append([]byte(typ), data...)
-		buf.Write(c)
-		_ = binary.Write(&buf, binary.BigEndian, crc32.ChecksumIEEE(c))
-	}
-	ihdr := make([]byte, 13)
-	binary.BigEndian.PutUint32(ihdr[0:], w)
-	binary.BigEndian.PutUint32(ihdr[4:], h)
-	ihdr[8], ihdr[9] = 8, 0 // 8-bit grayscale
-	chunk("IHDR", ihdr)
-	chunk("IDAT", []byte{0x78, 0x9c, 0x03, 0x00, 0x00, 0x00, 0x00, 0x01})
-	chunk("IEND", nil)
-	return buf.Bytes()
-}
-
 func tiffHeader(w, h uint32, loop bool) []byte {
 	var b bytes.Buffer
 	b.WriteString("II*\x00")
@@ -356,10 +333,10 @@ func TestOCRHostileImages(t *testing.T) {
 		want       error
 		says       string
 	}{
-		{"png 50000x50000", MimePNG, pngHeader(50_000, 50_000), ErrTooLarge, "50000×50000 pixels"},
-		{"png 1x100000000", MimePNG, pngHeader(1, 100_000_000), ErrTooLarge, "pixels"},
-		{"png 1x4000000000", MimePNG, pngHeader(1, 4_000_000_000), ErrCorrupt, "PNG"},
-		{"png zero width", MimePNG, pngHeader(0, 10), ErrCorrupt, "PNG"},
+		{"png 50000x50000", MimePNG, scanpage.PNGClaiming(50_000, 50_000), ErrTooLarge, "50000×50000 pixels"},
+		{"png 1x100000000", MimePNG, scanpage.PNGClaiming(1, 100_000_000), ErrTooLarge, "pixels"},
+		{"png 1x4000000000", MimePNG, scanpage.PNGClaiming(1, 4_000_000_000), ErrCorrupt, "PNG"},
+		{"png zero width", MimePNG, scanpage.PNGClaiming(0, 10), ErrCorrupt, "PNG"},
 		{"png garbage after the signature", MimePNG, append([]byte("\x89PNG\r\n\x1a\n"), bytes.Repeat([]byte{0xAB}, 100)...), ErrCorrupt, "not a readable PNG image"},
 		{"png truncated", MimePNG, truncated, ErrCorrupt, "OCR failed"},
 		{"jpeg 50000x50000", MimeJPEG, jpegHeader(50_000, 50_000), ErrTooLarge, "50000×50000 pixels"},
