@@ -107,7 +107,12 @@ func widgetSettings(in WidgetInput) (*service.WidgetSettings, error) {
 	return w, nil
 }
 
-var errBadWidgetKey = service.Errorf(service.ErrUnauthenticated, "invalid, expired or revoked widget key")
+// A widget's refusals are read by the refused page (docs/security.md), so
+// their messages are fixed: they say what failed, nothing about the key.
+var (
+	errBadWidgetKey = service.Errorf(service.ErrUnauthenticated, "invalid, expired or revoked widget key")
+	errWidgetOrigin = service.Errorf(service.ErrForbidden, "this widget key does not serve pages of this origin")
+)
 
 // Widget is an authenticated widget request: the visitor's principal and
 // the key's settings (its rates are the caller's to apply).
@@ -156,7 +161,7 @@ func (a *APIKeys) authenticateWidget(ctx context.Context, key, origin, visitor s
 		return Widget{}, errBadWidgetKey
 	}
 	if o, ok := service.NormalizeOrigin(origin); !ok || !slices.Contains(k.Widget.Origins, o) {
-		return Widget{}, service.Errorf(service.ErrForbidden, "this widget key does not serve pages of origin %q", origin)
+		return Widget{}, errWidgetOrigin
 	}
 	// After the origin: a page the key does not serve learns that first,
 	// whatever it sends (the widget's probe names no visitor).
