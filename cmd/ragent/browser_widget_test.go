@@ -14,11 +14,19 @@ import (
 )
 
 // widgetPage serves a customer's page that embeds the widget from ragent
-// (another origin) with the key *key holds when the page is asked for: its
-// own hostile CSS, a button of its own, and a hook that keeps the widget's
-// closed shadow root reachable for the test (a page may do that; the
-// widget still asks for a closed one).
+// (another origin) with the key *key holds when the page is asked for.
 func widgetPage(t *testing.T, ragent string, key *atomic.Pointer[string]) *httptest.Server {
+	t.Helper()
+	return customerPage(t, func() string {
+		return fmt.Sprintf(`<script src="%s/widget.js" data-key="%s" data-lang="en"></script>`, ragent, html.EscapeString(*key.Load()))
+	})
+}
+
+// customerPage serves a customer's page that carries embed() (the widget's
+// snippet) as it is: its own hostile CSS, a button of its own, and a hook
+// that keeps the widget's closed shadow root reachable for the test (a page
+// may do that; the widget still asks for a closed one).
+func customerPage(t *testing.T, embed func() string) *httptest.Server {
 	t.Helper()
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
@@ -42,8 +50,8 @@ func widgetPage(t *testing.T, ragent string, key *atomic.Pointer[string]) *httpt
   };
 </script></head>
 <body><h1>Customer site</h1><button id="page-button">Page button</button>
-<script src="%s/widget.js" data-key="%s" data-lang="en"></script>
-</body></html>`, ragent, html.EscapeString(*key.Load()))
+%s
+</body></html>`, embed())
 	}))
 	t.Cleanup(srv.Close)
 	return srv
