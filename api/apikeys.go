@@ -36,6 +36,7 @@ var keyScopes = map[string][]service.Scope{
 	"PATCH /api/v1/chunks/:id":                            {service.ScopeIngest},
 	"DELETE /api/v1/chunks/:id":                           {service.ScopeIngest},
 	"GET /api/v1/chunks/:id/revisions":                    {service.ScopeIngest},
+	"GET /api/v1/documents/:id/deleted-chunks":            {service.ScopeIngest},
 	"POST /api/v1/chunks/:id/revisions/:revision/restore": {service.ScopeIngest},
 	"POST /api/v1/messages/:id/feedback":                  {service.ScopeChat},
 	"DELETE /api/v1/documents/:id":                        {service.ScopeIngest},

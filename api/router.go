@@ -267,6 +267,7 @@ func NewRouter(deps Deps) *Router {
 	user.PATCH("/chunks/:id", s.submitLock, withIDBody(s, http.StatusOK, deps.Ingest.UpdateChunk))
 	user.DELETE("/chunks/:id", deleteByID(deps.Ingest.DeleteChunk))
 	user.GET("/chunks/:id/revisions", all(deps.Ingest.ChunkRevisions))
+	user.GET("/documents/:id/deleted-chunks", all(deps.Ingest.DeletedChunks))
 	user.POST("/chunks/:id/revisions/:revision/restore", s.submitLock, s.restoreChunk)
 	// Quotas are checked first: a refused request writes nothing.
 	gate := func(h ...gin.HandlerFunc) []gin.HandlerFunc {

@@ -169,13 +169,19 @@ func (s *Store) applyChange(doc *documentRow, cur curatedRow, ch service.ChunkCh
 func (s *Store) recordRevision(doc *documentRow, before, after *service.Chunk, ch service.ChunkChange) (*service.ChunkRevision, error) {
 	rev := &service.ChunkRevision{ID: ch.RevisionID, DocumentID: service.ID(doc.ID), KnowledgeBaseID: service.ID(doc.KbID),
 		Generation: doc.Generation, Action: ch.Action, ActorUserID: ch.ActorUserID, ActorName: ch.ActorName}
+	place := func(c *service.Chunk) {
+		ordinal, manual := c.Ordinal, c.Manual
+		rev.Ordinal, rev.Section, rev.Manual = &ordinal, c.Section, &manual
+	}
 	if before != nil {
 		rev.ChunkID, rev.Revision = before.ID, before.Revision+1
 		rev.ContentBefore, rev.EnabledBefore = &before.Content, &before.Enabled
+		place(before)
 	}
 	if after != nil {
 		rev.ChunkID, rev.Revision = after.ID, after.Revision
 		rev.ContentAfter, rev.EnabledAfter = &after.Content, &after.Enabled
+		place(after)
 	}
 	var actor *int64
 	if ch.ActorUserID != 0 {
@@ -183,10 +189,11 @@ func (s *Store) recordRevision(doc *documentRow, before, after *service.Chunk, c
 		actor = &a
 	}
 	if err := s.db.Raw(`INSERT INTO chunk_revisions (id, chunk_id, document_id, kb_id, generation, revision, action,
-			content_before, content_after, enabled_before, enabled_after, actor_user_id, actor_name)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING created_at`,
+			content_before, content_after, enabled_before, enabled_after, actor_user_id, actor_name, ordinal, section, manual)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING created_at`,
 		int64(rev.ID), int64(rev.ChunkID), doc.ID, doc.KbID, doc.Generation, rev.Revision, string(rev.Action),
-		rev.ContentBefore, rev.ContentAfter, rev.EnabledBefore, rev.EnabledAfter, actor, rev.ActorName).
+		rev.ContentBefore, rev.ContentAfter, rev.EnabledBefore, rev.EnabledAfter, actor, rev.ActorName,
+		rev.Ordinal, rev.Section, rev.Manual).
 		Scan(&rev.CreatedAt).Error; err != nil {
 		return nil, translate(err)
 	}
@@ -298,25 +305,30 @@ type revisionRow struct {
 	ActorUserID                   *int64
 	ActorName                     string
 	CreatedAt                     time.Time
+	Ordinal                       *int
+	Section                       *string
+	Manual                        *bool
 }
 
 func (r revisionRow) revision() service.ChunkRevision {
 	out := service.ChunkRevision{ID: service.ID(r.ID), ChunkID: service.ID(r.ChunkID), DocumentID: service.ID(r.DocumentID),
 		KnowledgeBaseID: service.ID(r.KbID), Generation: r.Generation, Revision: r.Revision, Action: service.ChunkAction(r.Action),
 		ContentBefore: r.ContentBefore, ContentAfter: r.ContentAfter, EnabledBefore: r.EnabledBefore, EnabledAfter: r.EnabledAfter,
-		ActorName: r.ActorName, CreatedAt: r.CreatedAt}
+		ActorName: r.ActorName, CreatedAt: r.CreatedAt, Ordinal: r.Ordinal, Section: deref(r.Section), Manual: r.Manual}
 	if r.ActorUserID != nil {
 		out.ActorUserID = service.ID(*r.ActorUserID)
 	}
 	return out
 }
 
+const revisionColumns = `id, chunk_id, document_id, kb_id, generation, revision, action, content_before, content_after,
+	enabled_before, enabled_after, actor_user_id, actor_name, created_at, ordinal, section, manual`
+
 // ChunkRevisions returns a chunk's revisions, newest first, when the chunk
 // (live or deleted) belongs to one of kbIDs; none otherwise.
 func (s *Store) ChunkRevisions(ctx context.Context, chunkID service.ID, kbIDs []service.ID) ([]service.ChunkRevision, error) {
 	var rows []revisionRow
-	if err := s.conn(ctx).Raw(`SELECT id, chunk_id, document_id, kb_id, generation, revision, action, content_before, content_after,
-			enabled_before, enabled_after, actor_user_id, actor_name, created_at
+	if err := s.conn(ctx).Raw(`SELECT `+revisionColumns+`
 		FROM chunk_revisions WHERE chunk_id = ? AND kb_id = ANY(?) ORDER BY revision DESC`, int64(chunkID), idArray(kbIDs)).
 		Scan(&rows).Error; err != nil {
 		return nil, translate(err)
@@ -346,4 +358,129 @@ func (s *Store) ChunkRevisionState(ctx context.Context, chunkID service.ID, kbID
 		}
 	}
 	return "", false, errRevision(chunkID, n)
+}
+
+// DeletedChunks returns the deletions of a live document's current chunks
+// that no restore has undone, newest first, when the document belongs to
+// one of kbIDs: the chunks a restore can bring back (those of an earlier
+// generation went with the file's old chunks at a reindex).
+func (s *Store) DeletedChunks(ctx context.Context, docID service.ID, kbIDs []service.ID) ([]service.ChunkRevision, error) {
+	var rows []revisionRow
+	if err := s.conn(ctx).Raw(`SELECT `+revisionColumns+` FROM chunk_revisions r
+		WHERE r.document_id = ? AND r.kb_id = ANY(?) AND r.action = 'delete'
+		  AND r.generation = (SELECT generation FROM documents WHERE id = ? AND deleted_at IS NULL)
+		  AND NOT EXISTS (SELECT 1 FROM chunk_revisions l WHERE l.chunk_id = r.chunk_id AND l.revision > r.revision)
+		  AND NOT EXISTS (SELECT 1 FROM chunks c WHERE c.id = r.chunk_id)
+		ORDER BY r.created_at DESC, r.id DESC LIMIT ?`, int64(docID), idArray(kbIDs), int64(docID), maxDeletedChunks).
+		Scan(&rows).Error; err != nil {
+		return nil, translate(err)
+	}
+	return convert(rows, revisionRow.revision), nil
+}
+
+// maxDeletedChunks bounds DeletedChunks: a document's chunk list is read
+// 500 at a time, and a deletion list longer than that is a reindex's job.
+const maxDeletedChunks = 500
+
+// RestoreDeleted writes a deleted chunk back, as the new revision after
+// its deletion del: c holds its content and enabled state, ch the vector
+// and keyword terms of that content. Under the document's lock it checks
+// that del is still the chunk's last revision and of the document's
+// current generation (a reindex since put the file's chunks back instead:
+// a conflict), puts the chunk at its old ordinal when that is free (after
+// the last chunk otherwise) with its old section, calls mirror with it as
+// it will be stored (for the same reason as CurateChunk's change), and
+// indexes it when enabled.
+func (s *Store) RestoreDeleted(ctx context.Context, del service.ChunkRevision, c service.Chunk, ch service.ChunkChange,
+	mirror func(c *service.Chunk) error) (*service.Chunk, *service.ChunkRevision, error) {
+	var rev *service.ChunkRevision
+	err := s.WithinTx(ctx, func(tx *Store) error {
+		var ids []int64
+		if err := tx.db.Raw(`SELECT id FROM documents WHERE id = ? AND kb_id = ? AND deleted_at IS NULL`,
+			int64(del.DocumentID), int64(del.KnowledgeBaseID)).Scan(&ids).Error; err != nil {
+			return translate(err)
+		}
+		if len(ids) == 0 {
+			return service.Errorf(service.ErrNotFound, "document %s of chunk %s was deleted", del.DocumentID, del.ChunkID)
+		}
+		doc, err := tx.lockLiveDocument(ids[0])
+		if err != nil {
+			return err
+		}
+		if doc.Generation != del.Generation {
+			return service.Errorf(service.ErrConflict, "document %d was reindexed since chunk %s was deleted: its chunks come from its file again", doc.ID, del.ChunkID)
+		}
+		if doc.Kind == string(service.DocumentFile) && doc.Status != string(service.DocumentReady) {
+			return service.Errorf(service.ErrConflict, "document %d is %s: restore chunks once it is ready", doc.ID, doc.Status)
+		}
+		var state struct {
+			Last int
+			Live bool
+		}
+		if err := tx.db.Raw(`SELECT (SELECT coalesce(max(revision), 0) FROM chunk_revisions WHERE chunk_id = ?) AS last,
+				EXISTS (SELECT 1 FROM chunks WHERE id = ?) AS live`, int64(del.ChunkID), int64(del.ChunkID)).Scan(&state).Error; err != nil {
+			return translate(err)
+		}
+		if state.Live || state.Last != del.Revision {
+			return service.Errorf(service.ErrConflict, "chunk %s changed meanwhile (revision %d): reload it", del.ChunkID, state.Last)
+		}
+		var free []bool
+		if del.Ordinal != nil {
+			if err := tx.db.Raw(`SELECT NOT EXISTS (SELECT 1 FROM chunks WHERE document_id = ? AND generation = ? AND ordinal = ?)`,
+				doc.ID, doc.Generation, *del.Ordinal).Scan(&free).Error; err != nil {
+				return translate(err)
+			}
+		}
+		if len(free) == 1 && free[0] {
+			c.Ordinal = *del.Ordinal
+		} else {
+			var last []int
+			if err := tx.db.Raw(`SELECT coalesce(max(ordinal), -1) FROM chunks WHERE document_id = ? AND generation = ?`, doc.ID, doc.Generation).
+				Scan(&last).Error; err != nil {
+				return translate(err)
+			}
+			c.Ordinal = last[0] + 1
+		}
+		manual := del.Manual != nil && *del.Manual
+		if del.Manual == nil {
+			var created []bool
+			if err := tx.db.Raw(`SELECT EXISTS (SELECT 1 FROM chunk_revisions WHERE chunk_id = ? AND revision = 1 AND action = 'create')`,
+				int64(del.ChunkID)).Scan(&created).Error; err != nil {
+				return translate(err)
+			}
+			manual = len(created) == 1 && created[0]
+		}
+		c.ID, c.DocumentID, c.KnowledgeBaseID, c.Generation = del.ChunkID, service.ID(doc.ID), service.ID(doc.KbID), doc.Generation
+		c.Section, c.Manual, c.Revision = del.Section, manual, del.Revision+1
+		c.TokenCount, c.Terms, c.TermCount, c.Embedding = ch.TokenCount, ch.Terms, ch.TermCount, ch.Embedding
+		if err := mirror(&c); err != nil {
+			return err
+		}
+		next, err := tx.spaceRole(doc.KbID, ch.EmbeddingSpace, "FOR SHARE")
+		if err != nil {
+			return err
+		}
+		if err := tx.insertChunks(doc.ID, doc.KbID, doc.Generation, ch.EmbeddingSpace, next, []service.Chunk{c}); err != nil {
+			return err
+		}
+		if err := tx.db.Exec(`UPDATE chunks SET manual = ?, revision = ?, enabled = ? WHERE id = ?`,
+			c.Manual, c.Revision, c.Enabled, int64(c.ID)).Error; err != nil {
+			return translate(err)
+		}
+		if c.Enabled {
+			if err := tx.indexChunks(doc.KbID, []service.Chunk{c}); err != nil {
+				return err
+			}
+		}
+		if err := tx.db.Exec(`UPDATE documents SET chunk_count = chunk_count + 1 WHERE id = ?`, doc.ID).Error; err != nil {
+			return translate(err)
+		}
+		rev, err = tx.recordRevision(doc, nil, &c, ch)
+		return err
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	c.Embedding, c.Terms = nil, nil
+	return &c, rev, nil
 }

@@ -60,6 +60,12 @@ type ChunkRevision struct {
 	ActorUserID     ID          `json:"actorUserId,omitempty"`
 	ActorName       string      `json:"actorName"`
 	CreatedAt       time.Time   `json:"createdAt"`
+	// Where the chunk stood and its section (migration 0026): what a
+	// restore of a deleted chunk puts back. Nil and empty for revisions
+	// recorded before them.
+	Ordinal *int   `json:"ordinal,omitempty"`
+	Section string `json:"section,omitempty"`
+	Manual  *bool  `json:"-"`
 }
 
 // ChunkChange is the new state of a chunk a curation writes under the

@@ -28,6 +28,7 @@ var toolRoutes = map[string]string{
 	"ask":                  "POST /api/v1/chat",
 	"get_document":         "GET /api/v1/documents/:id",
 	"get_chunk":            "GET /api/v1/documents/:id/chunks",
+	"feedback":             "POST /api/v1/messages/:id/feedback",
 }
 
 // schemaTypes are how the domain's types look on the wire: ids are decimal
@@ -37,6 +38,7 @@ var schemaTypes = map[reflect.Type]*jsonschema.Schema{
 	reflect.TypeFor[time.Time]():  {Type: "string", Format: "date-time"},
 	reflect.TypeFor[service.SearchMode](): {Type: "string", Enum: []any{
 		string(service.SearchHybrid), string(service.SearchKeyword), string(service.SearchVector)}},
+	reflect.TypeFor[service.Rating](): {Type: "string", Enum: []any{string(service.RatingUp), string(service.RatingDown)}},
 }
 
 func schema[T any]() *jsonschema.Schema {
@@ -174,6 +176,9 @@ func (h *Handler) addTools() {
 		"Answers a question from the knowledge bases, citing its sources as numbered markers [n] that index the returned sources. "+
 			"Pass conversationId from an earlier answer to ask a follow-up. The question waits in the same fair queue as every chat; "+
 			"progress notifications tell its place in line, then carry the answer as it is written. Needs the chat scope.", h.ask)
+	tool(h, "feedback", "Rate an answer",
+		"Records a thumbs up or down, with an optional comment, on an answer ask gave (its messageId), for the knowledge base's admins "+
+			"to review; rating the same answer again replaces the rating. Only answers this key can see. Needs the chat scope.", h.feedback)
 	tool(h, "get_document", "Read a document",
 		"Returns a document's details and a page of its chunks in order (limit, default 20, at most 100; continue with fromOrdinal).", h.getDocument)
 	tool(h, "get_chunk", "Read a chunk",
@@ -510,4 +515,34 @@ func (h *Handler) getChunk(ctx context.Context, c *caller, _ *mcp.CallToolReques
 	}
 	return nil, getChunkOut{ID: ch.ID, DocumentID: ch.DocumentID, DocumentName: doc.Name, KnowledgeBaseID: ch.KnowledgeBaseID,
 		Ordinal: ch.Ordinal, Section: ch.Section, Content: ch.Content, Link: documentLink(c, ch.DocumentID)}, nil
+}
+
+// --- feedback ---
+
+type feedbackIn struct {
+	MessageID service.ID     `json:"messageId" jsonschema:"the messageId of an answer from ask"`
+	Rating    service.Rating `json:"rating" jsonschema:"up (the answer helped) or down (it did not)"`
+	Comment   string         `json:"comment,omitempty" jsonschema:"what was wrong or missing, for the admins (optional)"`
+}
+
+type feedbackOut struct {
+	ID             service.ID     `json:"id"`
+	MessageID      service.ID     `json:"messageId"`
+	ConversationID service.ID     `json:"conversationId"`
+	Rating         service.Rating `json:"rating"`
+	Comment        string         `json:"comment"`
+	UpdatedAt      time.Time      `json:"updatedAt"`
+}
+
+// feedback rates an answer through the use case of POST
+// /api/v1/messages/{id}/feedback: the message must be an answer in a
+// conversation of the key's owner within the key's knowledge bases, or it
+// is not found.
+func (h *Handler) feedback(ctx context.Context, c *caller, _ *mcp.CallToolRequest, in feedbackIn) (*mcp.CallToolResult, feedbackOut, error) {
+	f, err := h.deps.Chat.Rate(ctx, c.p, in.MessageID, chat.FeedbackInput{Rating: in.Rating, Comment: in.Comment})
+	if err != nil {
+		return nil, feedbackOut{}, err
+	}
+	return nil, feedbackOut{ID: f.ID, MessageID: f.MessageID, ConversationID: f.ConversationID, Rating: f.Rating,
+		Comment: f.Comment, UpdatedAt: f.UpdatedAt}, nil
 }

@@ -300,6 +300,11 @@ var isolationMatrix = map[string]isolationRow{
 	"POST /api/v1/chunks/:id/revisions/:revision/restore": {[6]int{hidden, denied, fine, fine, fine, fine}, func(t *testing.T, f *accessFixture, _ string, c *client) int {
 		return c.do("POST", "/api/v1/chunks/"+f.freshChunk(t)+"/revisions/1/restore", nil).Status
 	}},
+	// The deletions hold text no longer in the document: editors, as the
+	// history (restoring a deleted chunk: TestRestoreDeletedChunkAccess).
+	"GET /api/v1/documents/:id/deleted-chunks": {[6]int{hidden, denied, fine, fine, fine, fine}, func(t *testing.T, f *accessFixture, _ string, c *client) int {
+		return c.do("GET", "/api/v1/documents/"+f.doc+"/deleted-chunks", nil).Status
+	}},
 	// Feedback: whoever sees the conversation (its owner, admins); the
 	// feedback pages are admins'.
 	"POST /api/v1/messages/:id/feedback": {[6]int{hidden, fine, hidden, hidden, hidden, fine}, func(t *testing.T, f *accessFixture, _ string, c *client) int {
@@ -401,6 +406,7 @@ var keyMatrix = map[string][3]int{
 	"DELETE /api/v1/chunks/:id":                              {gone, denied, hidden},
 	"GET /api/v1/chunks/:id/revisions":                       {fine, denied, hidden},
 	"POST /api/v1/chunks/:id/revisions/:revision/restore":    {fine, denied, hidden},
+	"GET /api/v1/documents/:id/deleted-chunks":               {fine, denied, hidden},
 	"POST /api/v1/messages/:id/feedback":                     {hidden, denied, hidden}, // the viewer's answer
 	"GET /api/v1/admin/feedback":                             {denied, denied, denied},
 	"GET /api/v1/admin/feedback/export":                      {denied, denied, denied},

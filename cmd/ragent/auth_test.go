@@ -81,6 +81,7 @@ var routeAccess = map[string]access{
 	"PATCH /api/v1/chunks/:id":                            anyUser,
 	"DELETE /api/v1/chunks/:id":                           anyUser,
 	"GET /api/v1/chunks/:id/revisions":                    anyUser,
+	"GET /api/v1/documents/:id/deleted-chunks":            anyUser,
 	"POST /api/v1/chunks/:id/revisions/:revision/restore": anyUser,
 	// Answer feedback: whoever sees the conversation rates; admins read.
 	"POST /api/v1/messages/:id/feedback":               anyUser,

@@ -72,3 +72,62 @@ func TestBrowserCurationAndFeedback(t *testing.T) {
 		t.Errorf("console: %s (%s:%d)", m.Text, m.URL, m.Line+1)
 	}
 }
+
+// An admin deletes the chunk an answer came from, finds it under the
+// document's deleted chunks, reads its history there and restores it: the
+// answer loses the text and gets it back.
+func TestBrowserRestoreDeletedChunk(t *testing.T) {
+	_, api, b := startBrowser(t, testConfig(t))
+	kb := api.createKB("handbook")
+	doc := api.uploadAccepted(kb, "leave.md", []byte("# Leave\n\nThe zebrafish policy grants fifteen days of paid leave per year.\n"))
+	api.waitReady(doc.ID)
+	chunk := api.curatedChunks(doc.ID)[0]
+	const question = "How many days of leave does the zebrafish policy grant?"
+	item := fmt.Sprintf(`[data-testid=chunk-item][data-chunk-id=%q]`, chunk.ID)
+	gone := fmt.Sprintf(`[data-testid=chunk-deleted-item][data-chunk-id=%q]`, chunk.ID)
+
+	step := steps(t)
+	tb := b.signedIn(t, "admin", false)
+	openChunks := func(t *testing.T) {
+		tb.open(t, "/#/admin/docs/"+kb)
+		tb.click(t, fmt.Sprintf(`[data-testid=doc-row][data-doc-id=%q] [data-testid=doc-chunks]`, doc.ID))
+		tb.visible(t, `[data-testid=chunk-dialog]`)
+	}
+	step("the admin deletes the chunk", func(t *testing.T) {
+		openChunks(t)
+		tb.click(t, item+` [data-testid=chunk-delete]`)
+		tb.click(t, `[data-testid=confirm-ok]`)
+		tb.visible(t, gone)
+		tb.waitText(t, gone+` [data-testid=chunk-content]`, "fifteen days")
+		tb.poll(t, "the chunk left the list", stepTimeout, fmt.Sprintf(`!document.querySelector('[data-testid=chunk-item][data-chunk-id=%q]')`, chunk.ID))
+		tb.click(t, gone+` [data-testid=chunk-history-button]`)
+		tb.visible(t, gone+` [data-testid=chunk-revision][data-action=delete]`)
+		tb.screenshot(t, "chunk-deleted")
+		tb.click(t, `[data-testid=modal-close]`)
+	})
+	step("the answer no longer has the text", func(t *testing.T) {
+		tb.click(t, `[data-testid=nav-chat]`)
+		tb.click(t, `[data-testid=new-chat-button]`)
+		tb.ask(t, question)
+		tb.poll(t, "an answer without fifteen days", stepTimeout, lastAnswer+` !== '' && !`+lastAnswer+`.includes('fifteen days')`)
+	})
+	step("the admin restores it", func(t *testing.T) {
+		openChunks(t)
+		tb.click(t, gone+` [data-testid=chunk-undelete]`)
+		tb.visible(t, item)
+		tb.poll(t, "the deletions emptied", stepTimeout, `document.querySelector('[data-testid=chunk-deleted]').hidden`)
+		tb.click(t, `[data-testid=modal-close]`)
+	})
+	step("the next answer has the text again", func(t *testing.T) {
+		tb.click(t, `[data-testid=nav-chat]`)
+		tb.click(t, `[data-testid=new-chat-button]`)
+		tb.ask(t, question)
+		tb.poll(t, "an answer with fifteen days", stepTimeout, lastAnswer+`.includes('fifteen days')`)
+	})
+	if got := api.revisions(chunk.ID); len(got) != 2 || got[0].Action != "restore" {
+		t.Errorf("history after the restore in the browser: %+v", got)
+	}
+	for _, m := range tb.unexpectedConsole() {
+		t.Errorf("console: %s (%s:%d)", m.Text, m.URL, m.Line+1)
+	}
+}

@@ -16,6 +16,7 @@ type curatedChunk struct {
 	ID         string `json:"id"`
 	DocumentID string `json:"documentId"`
 	Ordinal    int    `json:"ordinal"`
+	Section    string `json:"section"`
 	Content    string `json:"content"`
 	Enabled    bool   `json:"enabled"`
 	Manual     bool   `json:"manual"`
@@ -30,6 +31,9 @@ type revisionJSON struct {
 	EnabledBefore *bool   `json:"enabledBefore"`
 	EnabledAfter  *bool   `json:"enabledAfter"`
 	ActorName     string  `json:"actorName"`
+	ChunkID       string  `json:"chunkId"`
+	Ordinal       *int    `json:"ordinal"`
+	Section       string  `json:"section"`
 }
 
 func (c *client) curatedChunks(docID string) []curatedChunk {

@@ -40,13 +40,17 @@ func mcpClients(t *testing.T) (python, nodePath string) {
 // TestMCPOfficialClients runs the official MCP SDKs — Python (PyPI mcp)
 // and TypeScript (npm @modelcontextprotocol/sdk), code nobody here wrote —
 // against a running instance over Streamable HTTP (testdata/mcp/client.*):
-// the tools, a search, an ask with progress and citations, refusals outside
+// the tools, a search, an ask with progress and citations, feedback on its
+// answer by message id, refusals outside
 // the key's knowledge bases (not found), a refused ask for a key without
 // the chat scope, list_knowledge_bases paged with nextCursor, and a
 // refused bad key.
 func TestMCPOfficialClients(t *testing.T) {
 	python, nodePath := mcpClients(t)
 	f := newMCPFixture(t, nil)
+	// An answer the clients' key may not rate: the owner's, from the
+	// knowledge base outside that key's limit.
+	otherMessage := mcpAnswer(t, f, f.unlimited, map[string]any{"question": "When are salaries paid?", "knowledgeBaseIds": []string{f.other}})
 	clients := []struct {
 		name string
 		cmd  []string
@@ -60,7 +64,8 @@ func TestMCPOfficialClients(t *testing.T) {
 			defer cancel()
 			cmd := exec.CommandContext(ctx, c.cmd[0], c.cmd[1:]...)
 			cmd.Env = append(os.Environ(), "RAGENT_URL="+f.in.url, "RAGENT_KEY="+f.full, "RAGENT_NOCHAT_KEY="+f.noChat, "RAGENT_ALL_KEY="+f.unlimited,
-				"RAGENT_KB="+f.kb, "RAGENT_OTHER_KB="+f.other, "RAGENT_OTHER_CHUNK="+f.otherChunk, "NODE_PATH="+nodePath)
+				"RAGENT_KB="+f.kb, "RAGENT_OTHER_KB="+f.other, "RAGENT_OTHER_CHUNK="+f.otherChunk,
+				"RAGENT_OTHER_MESSAGE="+otherMessage, "NODE_PATH="+nodePath)
 			out, err := cmd.CombinedOutput()
 			if err != nil || !strings.Contains(string(out), "mcp: ok") {
 				t.Fatalf("%v: %v\n%s", c.cmd, err, out)

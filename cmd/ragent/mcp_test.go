@@ -206,7 +206,7 @@ func TestMCPTools(t *testing.T) {
 		}
 	}
 	slices.Sort(names)
-	if want := []string{"ask", "get_chunk", "get_document", "list_knowledge_bases", "search"}; !slices.Equal(names, want) {
+	if want := []string{"ask", "feedback", "get_chunk", "get_document", "list_knowledge_bases", "search"}; !slices.Equal(names, want) {
 		t.Fatalf("tools %v, want %v", names, want)
 	}
 

@@ -40,7 +40,8 @@
 //             upload-progress, upload-retry, doc-table,
 //             doc-row (data-doc-id, data-name, data-status), doc-status,
 //             doc-error, doc-chunks, doc-reindex, doc-delete, chunk-list,
-//             chunk-item
+//             chunk-item, chunk-deleted (the deletions: chunk-deleted-item
+//             with data-chunk-id, chunk-undelete, chunk-history-button)
 //   intents:  intent-tree, intent-node (data-id, data-code), intent-add-root,
 //             intent-add-child, intent-form, intent-parent, intent-code,
 //             intent-name, intent-description, intent-examples, intent-kind,

@@ -326,7 +326,54 @@ export function mountDocuments(root, ctx) {
     const addBox = !canEdit ? null : h('div', { class: 'chunk-add', 'data-testid': 'chunk-add' },
       h('textarea', { rows: 3, class: 'chunk-editor', 'data-testid': 'chunk-add-input', 'aria-label': t('curate.addLabel'), placeholder: t('curate.addHint') }),
       h('button', { type: 'button', class: 'btn btn-sm', 'data-testid': 'chunk-add-save', onClick: addChunk }, t('curate.add')));
-    modal(t('docs.chunksOf', { name: d.name }), h('div', {}, d.kind === 'manual' ? null : h('p', { class: 'muted' }, t('curate.rule')), addBox, list), 'chunk-dialog');
+    // The deletions an editor can undo (GET /documents/{id}/deleted-chunks):
+    // each with the text it had, restored at its old place and section.
+    const deleted = !canEdit ? null : h('ol', { class: 'chunk-list chunk-deleted-list', 'data-testid': 'chunk-deleted-list' });
+    const deletedBox = !canEdit ? null : h('section', { class: 'chunk-deleted', 'data-testid': 'chunk-deleted', hidden: true },
+      h('h3', { class: 'chunk-deleted-title', 'data-testid': 'chunk-deleted-title' }), deleted);
+    modal(t('docs.chunksOf', { name: d.name }), h('div', {}, d.kind === 'manual' ? null : h('p', { class: 'muted' }, t('curate.rule')), addBox, list, deletedBox), 'chunk-dialog');
+
+    // showHistory lists chunk id's revisions into el, each with a restore
+    // button (not on a deletion, which has no state to go back to).
+    async function showHistory(id, el) {
+      el.hidden = false;
+      try {
+        const res = await get(`/chunks/${enc(id)}/revisions`);
+        const revs = res?.items ?? [];
+        const parsed = revs.length && revs[revs.length - 1].action !== 'create';
+        el.replaceChildren(...revs.map((r) => h('li', { 'data-testid': 'chunk-revision', 'data-revision': r.revision, 'data-action': r.action },
+          h('span', {}, `r${r.revision} ${t(`curate.action.${r.action}`, {}, r.action)} · ${r.actorName} · ${formatTime(r.createdAt)}`),
+          r.contentAfter != null ? h('pre', { class: 'chunk-content' }, r.contentAfter) : null,
+          r.action === 'delete' ? null : h('button', { type: 'button', class: 'btn btn-sm', 'data-testid': 'chunk-restore', onClick: () => restoreTo(id, r.revision) }, t('curate.restore')))),
+        parsed ? h('li', {}, h('button', { type: 'button', class: 'btn btn-sm', 'data-testid': 'chunk-restore-original', onClick: () => restoreTo(id, 0) }, t('curate.restoreOriginal')))
+          : revs.length ? null : h('li', { class: 'muted' }, t('curate.noHistory')));
+      } catch (err) { el.replaceChildren(h('li', { class: 'form-error' }, errorText(err))); }
+    }
+
+    // restoreTo brings chunk id back to its state after revision n (0: as
+    // parsed); a deleted chunk comes back into the list.
+    async function restoreTo(id, n) {
+      try {
+        await post(`/chunks/${enc(id)}/revisions/${n}/restore`);
+        toast(t('curate.saved'), 'info');
+        await reloadChunks();
+        load();
+      } catch (err) { toast(errorText(err)); }
+    }
+
+    function deletedItem(r) {
+      const history = h('ol', { class: 'chunk-history', 'data-testid': 'chunk-history', hidden: true });
+      return h('li', { class: 'chunk-item chunk-deleted-item', 'data-testid': 'chunk-deleted-item', 'data-chunk-id': r.chunkId, 'data-revision': r.revision },
+        h('div', { class: 'chunk-meta' },
+          r.ordinal != null ? h('strong', {}, `#${r.ordinal}`) : null,
+          r.section ? h('span', { class: 'chunk-section' }, r.section) : null,
+          h('span', { class: 'badge' }, t('curate.deletedBy', { who: r.actorName || '—', when: formatTime(r.createdAt) }))),
+        h('pre', { class: 'chunk-content', 'data-testid': 'chunk-content' }, r.contentBefore ?? ''),
+        h('div', { class: 'chunk-actions' },
+          h('button', { type: 'button', class: 'btn btn-sm btn-primary', 'data-testid': 'chunk-undelete', onClick: () => restoreTo(r.chunkId, r.revision - 1) }, t('curate.undelete')),
+          h('button', { type: 'button', class: 'btn btn-sm', 'data-testid': 'chunk-history-button', onClick: () => showHistory(r.chunkId, history) }, t('curate.history'))),
+        history);
+    }
 
     async function addChunk() {
       const input = addBox.querySelector('textarea');
@@ -357,25 +404,6 @@ export function mountDocuments(root, ctx) {
         content.replaceWith(h('div', { class: 'chunk-edit' }, ta, save));
         ta.focus();
       };
-      const showHistory = async () => {
-        history.hidden = false;
-        try {
-          const res = await get(`/chunks/${enc(c.id)}/revisions`);
-          const revs = res?.items ?? [];
-          history.replaceChildren(...revs.map((r) => h('li', { 'data-testid': 'chunk-revision', 'data-revision': r.revision },
-            h('span', {}, `r${r.revision} ${t(`curate.action.${r.action}`, {}, r.action)} · ${r.actorName} · ${formatTime(r.createdAt)}`),
-            r.contentAfter != null ? h('pre', { class: 'chunk-content' }, r.contentAfter) : null,
-            h('button', { type: 'button', class: 'btn btn-sm', 'data-testid': 'chunk-restore', onClick: () => restore(r.revision) }, t('curate.restore')))),
-          revs.length ? h('li', {}, h('button', { type: 'button', class: 'btn btn-sm', 'data-testid': 'chunk-restore-original', onClick: () => restore(0) }, t('curate.restoreOriginal'))) : h('li', { class: 'muted' }, t('curate.noHistory')));
-        } catch (err) { history.replaceChildren(h('li', { class: 'form-error' }, errorText(err))); }
-      };
-      const restore = async (n) => {
-        try {
-          await post(`/chunks/${enc(c.id)}/revisions/${n}/restore`);
-          toast(t('curate.saved'), 'info');
-          await reloadChunks();
-        } catch (err) { toast(errorText(err)); }
-      };
       const remove = async () => {
         if (!await confirmDialog(t('curate.deleteConfirm'), { danger: true })) return;
         try { await del(`/chunks/${enc(c.id)}`); await reloadChunks(); load(); } catch (err) { toast(errorText(err)); }
@@ -393,7 +421,7 @@ export function mountDocuments(root, ctx) {
           h('button', { type: 'button', class: 'btn btn-sm', 'data-testid': 'chunk-edit', onClick: edit }, t('curate.edit')),
           h('button', { type: 'button', class: 'btn btn-sm', 'data-testid': 'chunk-toggle', onClick: () => change({ enabled: c.enabled === false }) },
             c.enabled === false ? t('curate.enable') : t('curate.disable')),
-          h('button', { type: 'button', class: 'btn btn-sm', 'data-testid': 'chunk-history-button', onClick: showHistory }, t('curate.history')),
+          h('button', { type: 'button', class: 'btn btn-sm', 'data-testid': 'chunk-history-button', onClick: () => showHistory(c.id, history) }, t('curate.history')),
           h('button', { type: 'button', class: 'btn btn-sm btn-danger', 'data-testid': 'chunk-delete', onClick: remove }, t('common.delete'))),
         history);
     }
@@ -407,6 +435,16 @@ export function mountDocuments(root, ctx) {
         if (res?.nextCursor) list.append(h('li', { class: 'muted' }, t('docs.moreChunks')));
       } catch (err) {
         list.replaceChildren(h('li', { class: 'form-error', role: 'alert' }, errorText(err)));
+      }
+      if (!deleted) return;
+      try {
+        const gone = (await get(`/documents/${enc(d.id)}/deleted-chunks`))?.items ?? [];
+        deleted.replaceChildren(...gone.map(deletedItem));
+        deletedBox.querySelector('h3').textContent = t('curate.deletedTitle', { n: gone.length });
+        deletedBox.hidden = gone.length === 0;
+      } catch (err) {
+        deletedBox.hidden = false;
+        deleted.replaceChildren(h('li', { class: 'form-error', role: 'alert' }, errorText(err)));
       }
     }
     await reloadChunks();

@@ -34,7 +34,7 @@ function refused(res, code, what) {
 async function main() {
   const s = await connect(env.RAGENT_KEY);
   const tools = (await s.listTools()).tools.map((t) => t.name).sort();
-  check(JSON.stringify(tools) === JSON.stringify(['ask', 'get_chunk', 'get_document', 'list_knowledge_bases', 'search']), `tools ${tools}`);
+  check(JSON.stringify(tools) === JSON.stringify(['ask', 'feedback', 'get_chunk', 'get_document', 'list_knowledge_bases', 'search']), `tools ${tools}`);
 
   const kbs = (await s.callTool({ name: 'list_knowledge_bases', arguments: {} })).structuredContent.knowledgeBases;
   check(kbs.length === 1 && kbs[0].id === env.RAGENT_KB, `knowledge bases ${JSON.stringify(kbs)}`);
@@ -55,6 +55,12 @@ async function main() {
   check(text(asked).includes('[1] vpn.md ('), `ask text ${text(asked)}`);
   check(progress.map((p) => p.message || '').join('').includes(answer.answer), `progress ${JSON.stringify(progress)}`);
 
+  // The answer's message id rates it; an answer the key cannot see is not found.
+  const rated = await s.callTool({ name: 'feedback', arguments: { messageId: answer.messageId, rating: 'down', comment: 'typescript client' } });
+  const fb = rated.structuredContent;
+  check(!rated.isError && fb.messageId === answer.messageId && fb.rating === 'down' && fb.comment === 'typescript client', `feedback ${JSON.stringify(rated)}`);
+  refused(await s.callTool({ name: 'feedback', arguments: { messageId: env.RAGENT_OTHER_MESSAGE, rating: 'down' } }), 'not_found', 'feedback outside the limit');
+
   // Outside the key's knowledge bases: not found, on every path.
   refused(await s.callTool({ name: 'search', arguments: { query: 'salaries', knowledgeBaseIds: [env.RAGENT_OTHER_KB] } }), 'not_found', 'search outside the limit');
   refused(await s.callTool({ name: 'get_chunk', arguments: { chunkId: env.RAGENT_OTHER_CHUNK } }), 'not_found', 'chunk outside the limit');
@@ -65,6 +71,7 @@ async function main() {
   const res = await n.callTool({ name: 'ask', arguments: { question: 'How do I connect to the VPN?' } });
   refused(res, 'forbidden', 'ask without the chat scope');
   check(text(res).includes('chat scope'), `refusal ${text(res)}`);
+  refused(await n.callTool({ name: 'feedback', arguments: { messageId: env.RAGENT_OTHER_MESSAGE, rating: 'up' } }), 'forbidden', 'feedback without the chat scope');
   const nf = await n.callTool({ name: 'search', arguments: { query: 'VPN' } });
   check(!nf.isError && nf.structuredContent.results.length > 0, `search with the no-chat key ${JSON.stringify(nf)}`);
   await n.close();

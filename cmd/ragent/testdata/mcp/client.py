@@ -43,7 +43,7 @@ async def main():
     kb, other, other_chunk = os.environ["RAGENT_KB"], os.environ["RAGENT_OTHER_KB"], os.environ["RAGENT_OTHER_CHUNK"]
     async with connect(os.environ["RAGENT_KEY"]) as s:
         tools = sorted(t.name for t in (await s.list_tools()).tools)
-        check(tools == ["ask", "get_chunk", "get_document", "list_knowledge_bases", "search"], f"tools {tools}")
+        check(tools == ["ask", "feedback", "get_chunk", "get_document", "list_knowledge_bases", "search"], f"tools {tools}")
 
         kbs = (await s.call_tool("list_knowledge_bases", {})).structured_content["knowledgeBases"]
         check([k["id"] for k in kbs] == [kb], f"knowledge bases {kbs}, want only {kb}")
@@ -66,6 +66,12 @@ async def main():
         check("[1] vpn.md (" in text(asked), f"ask text {text(asked)!r}")
         check(progress and "".join(m or "" for _, m in progress).find(answer["answer"]) >= 0, f"progress {progress}")
 
+        # The answer's message id rates it; an answer the key cannot see is not found.
+        rated = await s.call_tool("feedback", {"messageId": answer["messageId"], "rating": "down", "comment": "python client"})
+        fb = rated.structured_content
+        check(not rated.is_error and fb["messageId"] == answer["messageId"] and fb["rating"] == "down" and fb["comment"] == "python client", f"feedback {rated}")
+        refused(await s.call_tool("feedback", {"messageId": os.environ["RAGENT_OTHER_MESSAGE"], "rating": "down"}), "not_found", "feedback outside the limit")
+
         # Outside the key's knowledge bases: not found, on every path.
         refused(await s.call_tool("search", {"query": "salaries", "knowledgeBaseIds": [other]}), "not_found", "search outside the limit")
         refused(await s.call_tool("get_chunk", {"chunkId": other_chunk}), "not_found", "chunk outside the limit")
@@ -75,6 +81,7 @@ async def main():
         res = await s.call_tool("ask", {"question": "How do I connect to the VPN?"})
         refused(res, "forbidden", "ask without the chat scope")
         check("chat scope" in text(res), f"refusal {text(res)!r}")
+        refused(await s.call_tool("feedback", {"messageId": os.environ["RAGENT_OTHER_MESSAGE"], "rating": "up"}), "forbidden", "feedback without the chat scope")
         found = await s.call_tool("search", {"query": "VPN"})
         check(not found.is_error and found.structured_content["results"], f"search with the no-chat key {found}")
 
