@@ -77,3 +77,79 @@ func TestLocalPolicySharesTheCap(t *testing.T) {
 		p.Release()
 	}
 }
+
+// An instance that held more than its share when Redis went away keeps its
+// holders running; the other instances' local shares make room for them,
+// so the instances together still run at most MaxConcurrent (before the
+// excess was counted, three instances with N = 4 ran 6: the 4 of the busy
+// instance and a share of 1 on each of the others).
+func TestLocalPolicyCountsAnotherInstancesExcess(t *testing.T) {
+	t.Parallel()
+	const n = 4
+	_, prefix := cleanRedis(t)
+	cfg := Config{MaxConcurrent: n, MaxWait: time.Second, Lease: 3 * time.Second,
+		PollInterval: 50 * time.Millisecond, OnRedisError: PolicyLocal, NoPubSub: true}
+	var (
+		clients  []*switchableClient
+		limiters []*Limiter
+	)
+	for range 3 {
+		c := newSwitchableClient(t)
+		clients = append(clients, c)
+		limiters = append(limiters, startLimiter(t, c, prefix, "chat", cfg))
+	}
+	busy := limiters[0]
+	testenv.Eventually(t, 10*time.Second, "every instance sees the other two", func() bool {
+		return limiters[1].local.share.Load()+limiters[2].local.share.Load()+busy.local.share.Load() == n
+	})
+	// The busy instance takes every permit from the shared queue.
+	var held []*Permit
+	for i := range n {
+		held = append(held, mustAcquire(t, busy, fmt.Sprintf("busy%d", i), "u"))
+	}
+	excess := n - busy.local.share.Load()
+	testenv.Eventually(t, 10*time.Second, "the others to learn the busy instance's excess", func() bool {
+		return limiters[1].local.excess.Load() == excess && limiters[2].local.excess.Load() == excess
+	})
+	for _, c := range clients {
+		c.cut(t)
+	}
+	// The others grant nothing while the busy instance's holders run on
+	// (three tries each: the first may time out still trying Redis on a
+	// loaded machine; the next go to the local semaphore at once)...
+	granted := 0
+	for i, l := range limiters[1:] {
+		for j := range 3 {
+			p, err := l.Acquire(t.Context(), fmt.Sprintf("r%d-%d", i, j), "v", nil)
+			switch {
+			case errors.Is(err, ErrTimeout):
+			case err != nil:
+				t.Fatalf("instance %d: %v", i+1, err)
+			default:
+				granted++
+				defer p.Release()
+			}
+		}
+	}
+	if granted > 0 {
+		t.Errorf("%d local permits beside the busy instance's %d: %d in flight with a cap of %d", granted, n, n+granted, n)
+	}
+	// ...and the busy instance none until it is back under its share.
+	if p, err := busy.Acquire(t.Context(), "busy-more", "u", nil); !errors.Is(err, ErrTimeout) {
+		t.Errorf("the busy instance granted a %dth permit during the outage: %v", n+1, err)
+		if p != nil {
+			p.Release()
+		}
+	}
+	for _, p := range held[:n-int(busy.local.share.Load())+1] {
+		p.Release()
+	}
+	p, err := busy.Acquire(t.Context(), "busy-again", "u", nil)
+	if err != nil {
+		t.Fatalf("the busy instance, under its share again: %v", err)
+	}
+	p.Release()
+	for _, p := range held {
+		p.Release()
+	}
+}

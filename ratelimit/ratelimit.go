@@ -172,8 +172,9 @@ func (c Config) setup(rdb redis.UniversalClient, k keys, name string) (*metrics,
 type keys struct {
 	queue, seq, permits, entry, notify, users, owners, held, deadlines string
 
-	// instances are the live limiter instances (local.go).
-	instances string
+	// instances are the live limiter instances, inflight the permits
+	// each has in flight (local.go).
+	instances, inflight string
 	// fence is the failover fence's hash (fence.go).
 	fence string
 }
@@ -194,6 +195,7 @@ func newKeys(prefix, name string) keys {
 		held:      base + "held",
 		deadlines: base + "deadlines",
 		instances: base + "instances",
+		inflight:  base + "inflight",
 		fence:     base + "fence",
 	}
 }
