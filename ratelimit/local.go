@@ -10,14 +10,8 @@ import (
 	"github.com/ragent-go/ragent/internal/lease"
 )
 
-// presenceScript keeps the set of live instances of a limiter and the
-// permits each has in flight (presence.lua).
+// presenceScript keeps the set of live instances of a limiter (presence.lua).
 var presenceScript = lease.Script(luaFiles, "clock.lua", "presence.lua")
-
-// maxBeatEvery bounds the presence heartbeat's period: what the other
-// instances held, as this one knows it when Redis goes away, is at most
-// that old.
-const maxBeatEvery = 500 * time.Millisecond
 
 // localSemaphore is PolicyLocal's fallback: while Redis is away an instance
 // grants at most its share of MaxConcurrent, from the number of live
@@ -31,43 +25,44 @@ const maxBeatEvery = 500 * time.Millisecond
 // lasts, so they take their place in the share until released (without
 // them, three instances with N = 4 once ran 7 calls at once).
 //
-// And an instance that held more than its share when Redis went away (the
-// shared queue gives permits to whichever instance asks) keeps those
-// holders running: the others' shares must make room for them. So each
-// instance publishes its permits in flight at every heartbeat (and at once
-// when the number changes), and learns in reply the excess: how many
-// permits the other live instances held beyond their shares. Its local
-// bound is its share less that excess. The shares less every other
-// instance's excess add up to at most N whatever the holdings (an instance
-// over its share grants nothing until it is back under; one under it gives
-// up the others' whole excess), so the instances together stay within N.
-// The excess is as old as the last heartbeat before the outage (at most
-// maxBeatEvery, or a round trip after a change); the others' releases
-// during the outage are not seen, so the bound errs on the low side until
-// Redis answers again.
+// And the shared queue gives permits to whichever instance asks, so when
+// Redis goes an instance may hold more than its share while another holds
+// less; the first keeps its holders running, and were the second to fill
+// its share the instances together would run more than N (the failover
+// test, RELIABILITY.md, saw 5 with N = 4, and with one busy instance 7).
+// What each other instance held at that moment cannot be known without
+// Redis (a snapshot of the last heartbeat is already stale under load). So
+// among several instances each is bounded by what it held itself when it
+// first found Redis failing (a grant, renewal, release or heartbeat that
+// failed), and by its share: min(share, in flight then).
+// Its holders that end are replaced by local permits, up to that bound;
+// since nothing is granted from Redis while it is away, the bounds add up
+// to at most N. An instance that held nothing then grants nothing until
+// Redis answers (its requests wait, then get ErrTimeout); a lone instance
+// (or one that never reached Redis) takes its share, all N. The bound is
+// lifted as soon as a script reaches Redis again.
 type localSemaphore struct {
-	id     string // this instance among the live ones
-	max    int
-	share  atomic.Int64
-	excess atomic.Int64 // the other instances' permits beyond their shares
-	// changed wakes the heartbeat when the permits in flight change.
-	changed chan struct{}
+	id    string // this instance among the live ones
+	max   int
+	share atomic.Int64
+	live  atomic.Int64 // live instances last seen (0: never reached Redis)
 
 	mu    sync.Mutex
 	held  int           // local permits held
 	redis int           // Redis permits of this instance in flight
+	away  bool          // Redis failed, and has not answered since
+	bound int           // while away: the permits this instance may have in flight
 	free  chan struct{} // closed and replaced at each release
 }
 
 func newLocalSemaphore(max int) *localSemaphore {
-	s := &localSemaphore{id: rand.Text(), max: max, free: make(chan struct{}), changed: make(chan struct{}, 1)}
+	s := &localSemaphore{id: rand.Text(), max: max, free: make(chan struct{})}
 	s.share.Store(int64(max))
 	return s
 }
 
-// see records that the instance of rank (0-based) was one of live
-// instances, and the others' excess over their shares.
-func (s *localSemaphore) see(live, rank, excess int) {
+// see records that the instance of rank (0-based) was one of live instances.
+func (s *localSemaphore) see(live, rank int) {
 	if live < 1 {
 		return
 	}
@@ -76,35 +71,48 @@ func (s *localSemaphore) see(live, rank, excess int) {
 		share++
 	}
 	s.share.Store(int64(share))
-	s.excess.Store(int64(max(excess, 0)))
-	s.mu.Lock()
-	s.wake() // a lower excess may let a waiter in
-	s.mu.Unlock()
+	s.live.Store(int64(live))
 }
 
-// bound is how many permits this instance may have in flight while Redis
-// is away: its share less the others' excess.
-func (s *localSemaphore) bound() int {
-	return int(s.share.Load() - s.excess.Load())
-}
-
-// inFlight is the number of permits of this instance in flight, local and
-// from Redis.
-func (s *localSemaphore) inFlight() int {
+// failed records that Redis failed. The first failure since Redis last
+// answered fixes the bound: the share, and among several instances no more
+// than this instance had in flight at that moment.
+func (s *localSemaphore) failed() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.held + s.redis
+	if s.away {
+		return
+	}
+	s.away = true
+	s.bound = int(s.share.Load())
+	if s.live.Load() > 1 {
+		s.bound = min(s.bound, s.held+s.redis)
+	}
 }
 
-// acquire takes a local permit, waiting until one of the bound is free or
-// waitCtx ends (then it returns waitCtx's error).
+// answered records that a script reached Redis: the outage's bound is
+// lifted (Redis' own bound holds again).
+func (s *localSemaphore) answered() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.away {
+		s.away = false
+		s.wake()
+	}
+}
+
+// acquire takes a local permit, waiting until one within the bound is free
+// or waitCtx ends (then it returns waitCtx's error).
 func (s *localSemaphore) acquire(waitCtx context.Context) error {
 	for {
 		s.mu.Lock()
-		if s.held+s.redis < s.bound() {
+		bound := int(s.share.Load())
+		if s.away {
+			bound = s.bound
+		}
+		if s.held+s.redis < bound {
 			s.held++
 			s.mu.Unlock()
-			s.notify()
 			return nil
 		}
 		free := s.free
@@ -122,7 +130,6 @@ func (s *localSemaphore) release() {
 	s.held--
 	s.wake()
 	s.mu.Unlock()
-	s.notify()
 }
 
 // redisHeld counts a Redis permit of this instance granted (+1) or
@@ -134,7 +141,6 @@ func (s *localSemaphore) redisHeld(delta int) {
 		s.wake()
 	}
 	s.mu.Unlock()
-	s.notify()
 }
 
 // wake wakes the waiters; s.mu is held.
@@ -143,41 +149,24 @@ func (s *localSemaphore) wake() {
 	s.free = make(chan struct{})
 }
 
-// notify tells the heartbeat that the permits in flight changed.
-func (s *localSemaphore) notify() {
-	select {
-	case s.changed <- struct{}{}:
-	default:
-	}
-}
-
-// heartbeat registers this instance among the limiter's live ones, with
-// its permits in flight, every third of a lease (at most maxBeatEvery)
-// and whenever that number changes, until ctx ends; it updates the local
-// share and the others' excess from the reply. After a failed beat only
-// the period retries, so an outage is not hammered at every grant.
+// heartbeat registers this instance among the limiter's live ones every
+// third of a lease until ctx ends, and updates its local share.
 func (l *Limiter) heartbeat(ctx context.Context) {
-	every := min(l.cfg.Lease/3, maxBeatEvery)
-	tick := time.NewTicker(every)
-	defer tick.Stop()
+	every := l.cfg.Lease / 3
 	for {
 		cctx, cancel := context.WithTimeout(ctx, every)
-		v, err := presenceScript.Run(cctx, l.rdb, []string{l.keys.instances, l.keys.inflight},
-			l.local.id, l.cfg.Lease.Milliseconds(), l.local.inFlight(), l.cfg.MaxConcurrent).Int64Slice()
+		v, err := presenceScript.Run(cctx, l.rdb, []string{l.keys.instances}, l.local.id, l.cfg.Lease.Milliseconds()).Int64Slice()
 		cancel()
-		ok := err == nil && len(v) == 3
-		if ok {
-			l.local.see(int(v[0]), int(v[1]), int(v[2]))
-		}
-		changed := l.local.changed
-		if !ok {
-			changed = nil
+		if err == nil && len(v) == 2 {
+			l.local.see(int(v[0]), int(v[1]))
+			l.local.answered()
+		} else if ctx.Err() == nil {
+			l.local.failed()
 		}
 		select {
 		case <-ctx.Done():
 			return
-		case <-tick.C:
-		case <-changed:
+		case <-time.After(every):
 		}
 	}
 }

@@ -11,7 +11,8 @@ import (
 
 // With Redis wholly away, instances on the local policy together grant at
 // most MaxConcurrent permits: each takes its share from the number of live
-// instances it last saw (4 over 3 instances: 2, 1 and 1), not N each.
+// instances it last saw (4 over 3 instances: 2, 1 and 1), not N each, in
+// place of the Redis permits it ran when Redis went.
 func TestLocalPolicySharesTheCap(t *testing.T) {
 	t.Parallel()
 	const n = 4
@@ -40,8 +41,19 @@ func TestLocalPolicySharesTheCap(t *testing.T) {
 		return sum == n
 	})
 
+	// Each instance runs its share from Redis when Redis goes; those end
+	// during the outage, and local permits take their places.
+	var fromRedis []*Permit
+	for i, l := range limiters {
+		for j := range int(l.local.share.Load()) {
+			fromRedis = append(fromRedis, mustAcquire(t, l, fmt.Sprintf("redis%d-%d", i, j), "u"))
+		}
+	}
 	for _, c := range clients {
 		c.cut(t)
+	}
+	for _, p := range fromRedis {
+		p.Release()
 	}
 	var granted []*Permit
 	for i, l := range limiters {
@@ -79,10 +91,12 @@ func TestLocalPolicySharesTheCap(t *testing.T) {
 }
 
 // An instance that held more than its share when Redis went away keeps its
-// holders running; the other instances' local shares make room for them,
-// so the instances together still run at most MaxConcurrent (before the
-// excess was counted, three instances with N = 4 ran 6: the 4 of the busy
-// instance and a share of 1 on each of the others).
+// holders running; the others, whose snapshots of it would be stale, grant
+// no more than they held themselves (here nothing), so the instances
+// together still run at most MaxConcurrent (counting the shares alone,
+// three instances with N = 4 ran 7: the 4 of the busy instance and the
+// shares of the others). The busy instance replaces its holders only once
+// it is under its share.
 func TestLocalPolicyCountsAnotherInstancesExcess(t *testing.T) {
 	t.Parallel()
 	const n = 4
@@ -107,15 +121,11 @@ func TestLocalPolicyCountsAnotherInstancesExcess(t *testing.T) {
 	for i := range n {
 		held = append(held, mustAcquire(t, busy, fmt.Sprintf("busy%d", i), "u"))
 	}
-	excess := n - busy.local.share.Load()
-	testenv.Eventually(t, 10*time.Second, "the others to learn the busy instance's excess", func() bool {
-		return limiters[1].local.excess.Load() == excess && limiters[2].local.excess.Load() == excess
-	})
 	for _, c := range clients {
 		c.cut(t)
 	}
-	// The others grant nothing while the busy instance's holders run on
-	// (three tries each: the first may time out still trying Redis on a
+	// The others grant nothing while the busy instance's holders run on,
+	// whatever their shares (three tries each: the first may time out still trying Redis on a
 	// loaded machine; the next go to the local semaphore at once)...
 	granted := 0
 	for i, l := range limiters[1:] {
