@@ -160,10 +160,15 @@ func (l permitLease) renew() *lease.Renewer {
 		case ctx.Err() != nil:
 			return 0 // released meanwhile
 		case err != nil && l.local:
-			// Redis is still away: the local permit is retried quietly.
+			// Redis is still away: the local permit is retried quietly,
+			// and soon, to be counted before the fence lifts (fence.go).
+			return min(every, releaseRetry)
 		case err != nil:
 			l.m.redisErrors.Inc()
 			l.log.Warn("ratelimit: lease renewal failed", "permit", l.id, "err", err)
+			// Retried soon: after a failover the holder must re-assert
+			// its permit within the fence's hold.
+			return min(every, releaseRetry)
 		case held == 2 && !l.local:
 			// Redis lost the permit in a failover; the fence let its holder
 			// take it back before any new grant.

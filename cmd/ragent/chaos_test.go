@@ -180,7 +180,7 @@ func (c *outageChaos) setting() string {
 // chaosResult is one scenario's row.
 type chaosResult struct {
 	topology, setting                 string
-	maxCalls                          int32
+	maxCalls, maxCallsBefore          int32
 	answered, failed, hung            int
 	lateChats                         []string // chats that ended later than MaxWait + 5 s after the kill
 	answeredAfterKill, recoveredAfter time.Duration
@@ -372,9 +372,10 @@ func runChaos(t *testing.T, top chaosTopology) *chaosResult {
 		t.Fatalf("the load ended before %d chats were answered", chaosKillAfter)
 	}
 
+	r.maxCallsBefore = llm.maxCalls.Load()
 	top.kill(t)
 	killedAt := time.Now()
-	t.Logf("%s: Redis killed", top.name())
+	t.Logf("%s: Redis killed (%d model calls at once so far)", top.name(), r.maxCallsBefore)
 
 	// The stop, one second after the kill, through another instance,
 	// retried while refused.
@@ -573,4 +574,3 @@ func chaosUpload(base, token, kb string, d int) (string, time.Duration) {
 	}
 	return "", retry
 }
-
