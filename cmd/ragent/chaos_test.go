@@ -108,10 +108,9 @@ func (c *sentinelChaos) setting() string {
 // clusterChaos: SIGKILL the master of the chat limiter's slot; its replica
 // takes over once the others see it fail.
 type clusterChaos struct {
-	c       *testenv.ClusterTopology
-	key     string
-	victim  string
-	started time.Time
+	c      *testenv.ClusterTopology
+	key    string
+	victim string
 }
 
 func (*clusterChaos) name() string { return "cluster" }

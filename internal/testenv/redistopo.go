@@ -218,13 +218,20 @@ func slotOwner(ctx context.Context, nc *redis.Client, key string) string {
 	if err != nil || !strings.Contains(info, "cluster_state:ok") {
 		return ""
 	}
-	slots, err := nc.ClusterSlots(ctx).Result()
+	shards, err := nc.ClusterShards(ctx).Result()
 	if err != nil {
 		return ""
 	}
-	for _, s := range slots {
-		if int64(s.Start) <= slot && slot <= int64(s.End) && len(s.Nodes) > 0 {
-			return s.Nodes[0].Addr
+	for _, sh := range shards {
+		for _, r := range sh.Slots {
+			if r.Start > slot || slot > r.End {
+				continue
+			}
+			for _, n := range sh.Nodes {
+				if n.Role == "master" && n.Health == "online" {
+					return net.JoinHostPort(n.IP, strconv.FormatInt(n.Port, 10))
+				}
+			}
 		}
 	}
 	return ""
