@@ -122,6 +122,9 @@ test: test-services vet lint depcheck
 		(cd cmd/ragent && RAGENT_REQUIRE_SERVICES=1 RAGENT_TEST_REDIS_TOPOLOGY=$$topology \
 			$(CURDIR)/$(REDIS_E2E_BIN) -test.count=1 -test.timeout=10m -test.run '^($(REDIS_E2E))$$'); \
 	done
+	# The Redis failover test (RELIABILITY.md), without the race detector:
+	# it measures timing. About 3 minutes.
+	bash scripts/chaos.sh redis-failover
 	RAGENT_REQUIRE_SERVICES=1 $(GO) test -count=1 -timeout 15m ./mq/rocketmq/...
 	RAGENT_REQUIRE_SERVICES=1 $(GO) test -count=1 -timeout 10m -run RocketMQ ./cmd/ragent/
 	$(MAKE) compose-test

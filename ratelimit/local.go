@@ -24,14 +24,34 @@ var presenceScript = lease.Script(luaFiles, "clock.lua", "presence.lua")
 // the local ones: Redis permits granted before the outage run on while it
 // lasts, so they take their place in the share until released (without
 // them, three instances with N = 4 once ran 7 calls at once).
+//
+// And the shared queue gives permits to whichever instance asks, so when
+// Redis goes an instance may hold more than its share while another holds
+// less; the first keeps its holders running, and were the second to fill
+// its share the instances together would run more than N (the failover
+// test, RELIABILITY.md, saw 5 with N = 4, and with one busy instance 7).
+// What each other instance held at that moment cannot be known without
+// Redis (a snapshot of the last heartbeat is already stale under load). So
+// among several instances each is bounded by what it held itself when it
+// first found Redis failing (a grant, renewal, release or heartbeat that
+// failed), and by its share: min(share, in flight then).
+// Its holders that end are replaced by local permits, up to that bound;
+// since nothing is granted from Redis while it is away, the bounds add up
+// to at most N. An instance that held nothing then grants nothing until
+// Redis answers (its requests wait, then get ErrTimeout); a lone instance
+// (or one that never reached Redis) takes its share, all N. The bound is
+// lifted as soon as a script reaches Redis again.
 type localSemaphore struct {
 	id    string // this instance among the live ones
 	max   int
 	share atomic.Int64
+	live  atomic.Int64 // live instances last seen (0: never reached Redis)
 
 	mu    sync.Mutex
 	held  int           // local permits held
 	redis int           // Redis permits of this instance in flight
+	away  bool          // Redis failed, and has not answered since
+	bound int           // while away: the permits this instance may have in flight
 	free  chan struct{} // closed and replaced at each release
 }
 
@@ -51,14 +71,46 @@ func (s *localSemaphore) see(live, rank int) {
 		share++
 	}
 	s.share.Store(int64(share))
+	s.live.Store(int64(live))
 }
 
-// acquire takes a local permit, waiting until one of the share is free or
-// waitCtx ends (then it returns waitCtx's error).
+// failed records that Redis failed. The first failure since Redis last
+// answered fixes the bound: the share, and among several instances no more
+// than this instance had in flight at that moment.
+func (s *localSemaphore) failed() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.away {
+		return
+	}
+	s.away = true
+	s.bound = int(s.share.Load())
+	if s.live.Load() > 1 {
+		s.bound = min(s.bound, s.held+s.redis)
+	}
+}
+
+// answered records that a script reached Redis: the outage's bound is
+// lifted (Redis' own bound holds again).
+func (s *localSemaphore) answered() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.away {
+		s.away = false
+		s.wake()
+	}
+}
+
+// acquire takes a local permit, waiting until one within the bound is free
+// or waitCtx ends (then it returns waitCtx's error).
 func (s *localSemaphore) acquire(waitCtx context.Context) error {
 	for {
 		s.mu.Lock()
-		if s.held+s.redis < int(s.share.Load()) {
+		bound := int(s.share.Load())
+		if s.away {
+			bound = s.bound
+		}
+		if s.held+s.redis < bound {
 			s.held++
 			s.mu.Unlock()
 			return nil
@@ -107,6 +159,9 @@ func (l *Limiter) heartbeat(ctx context.Context) {
 		cancel()
 		if err == nil && len(v) == 2 {
 			l.local.see(int(v[0]), int(v[1]))
+			l.local.answered()
+		} else if ctx.Err() == nil {
+			l.local.failed()
 		}
 		select {
 		case <-ctx.Done():

@@ -11,7 +11,8 @@ import (
 
 // With Redis wholly away, instances on the local policy together grant at
 // most MaxConcurrent permits: each takes its share from the number of live
-// instances it last saw (4 over 3 instances: 2, 1 and 1), not N each.
+// instances it last saw (4 over 3 instances: 2, 1 and 1), not N each, in
+// place of the Redis permits it ran when Redis went.
 func TestLocalPolicySharesTheCap(t *testing.T) {
 	t.Parallel()
 	const n = 4
@@ -40,8 +41,19 @@ func TestLocalPolicySharesTheCap(t *testing.T) {
 		return sum == n
 	})
 
+	// Each instance runs its share from Redis when Redis goes; those end
+	// during the outage, and local permits take their places.
+	var fromRedis []*Permit
+	for i, l := range limiters {
+		for j := range int(l.local.share.Load()) {
+			fromRedis = append(fromRedis, mustAcquire(t, l, fmt.Sprintf("redis%d-%d", i, j), "u"))
+		}
+	}
 	for _, c := range clients {
 		c.cut(t)
+	}
+	for _, p := range fromRedis {
+		p.Release()
 	}
 	var granted []*Permit
 	for i, l := range limiters {
@@ -74,6 +86,80 @@ func TestLocalPolicySharesTheCap(t *testing.T) {
 		t.Errorf("%d local permits granted on 3 instances (shares %v), want %d in all", len(granted), each, n)
 	}
 	for _, p := range granted {
+		p.Release()
+	}
+}
+
+// An instance that held more than its share when Redis went away keeps its
+// holders running; the others, whose snapshots of it would be stale, grant
+// no more than they held themselves (here nothing), so the instances
+// together still run at most MaxConcurrent (counting the shares alone,
+// three instances with N = 4 ran 7: the 4 of the busy instance and the
+// shares of the others). The busy instance replaces its holders only once
+// it is under its share.
+func TestLocalPolicyCountsAnotherInstancesExcess(t *testing.T) {
+	t.Parallel()
+	const n = 4
+	_, prefix := cleanRedis(t)
+	cfg := Config{MaxConcurrent: n, MaxWait: time.Second, Lease: 3 * time.Second,
+		PollInterval: 50 * time.Millisecond, OnRedisError: PolicyLocal, NoPubSub: true}
+	var (
+		clients  []*switchableClient
+		limiters []*Limiter
+	)
+	for range 3 {
+		c := newSwitchableClient(t)
+		clients = append(clients, c)
+		limiters = append(limiters, startLimiter(t, c, prefix, "chat", cfg))
+	}
+	busy := limiters[0]
+	testenv.Eventually(t, 10*time.Second, "every instance sees the other two", func() bool {
+		return limiters[1].local.share.Load()+limiters[2].local.share.Load()+busy.local.share.Load() == n
+	})
+	// The busy instance takes every permit from the shared queue.
+	var held []*Permit
+	for i := range n {
+		held = append(held, mustAcquire(t, busy, fmt.Sprintf("busy%d", i), "u"))
+	}
+	for _, c := range clients {
+		c.cut(t)
+	}
+	// The others grant nothing while the busy instance's holders run on,
+	// whatever their shares (three tries each: the first may time out still trying Redis on a
+	// loaded machine; the next go to the local semaphore at once)...
+	granted := 0
+	for i, l := range limiters[1:] {
+		for j := range 3 {
+			p, err := l.Acquire(t.Context(), fmt.Sprintf("r%d-%d", i, j), "v", nil)
+			switch {
+			case errors.Is(err, ErrTimeout):
+			case err != nil:
+				t.Fatalf("instance %d: %v", i+1, err)
+			default:
+				granted++
+				defer p.Release()
+			}
+		}
+	}
+	if granted > 0 {
+		t.Errorf("%d local permits beside the busy instance's %d: %d in flight with a cap of %d", granted, n, n+granted, n)
+	}
+	// ...and the busy instance none until it is back under its share.
+	if p, err := busy.Acquire(t.Context(), "busy-more", "u", nil); !errors.Is(err, ErrTimeout) {
+		t.Errorf("the busy instance granted a %dth permit during the outage: %v", n+1, err)
+		if p != nil {
+			p.Release()
+		}
+	}
+	for _, p := range held[:n-int(busy.local.share.Load())+1] {
+		p.Release()
+	}
+	p, err := busy.Acquire(t.Context(), "busy-again", "u", nil)
+	if err != nil {
+		t.Fatalf("the busy instance, under its share again: %v", err)
+	}
+	p.Release()
+	for _, p := range held {
 		p.Release()
 	}
 }

@@ -75,26 +75,63 @@ type permitLease struct {
 	// done, if set, runs once at release (the local policy's count of the
 	// Redis permits this instance holds).
 	done func()
+	// failed, if set, is told of every renewal or release that failed (the
+	// local policy's outage bound, local.go).
+	failed func()
+}
+
+func (l permitLease) redisFailed() {
+	if l.failed != nil {
+		l.failed()
+	}
 }
 
 // newRedisPermit returns a permit for a lease already granted in Redis and
 // starts its renewal.
 func newRedisPermit(l permitLease) *Permit {
 	p := &Permit{release: func(ctx context.Context) {
+		// Counted in flight until the release was tried: a release that
+		// finds Redis gone fixes the outage bound with this permit in it.
 		if l.done != nil {
-			l.done()
+			defer l.done()
 		}
 		n, err := releaseScript.Run(ctx, l.rdb, l.keys.releaseKeys(), l.id, l.keys.notify).Int()
 		if err != nil {
+			l.redisFailed()
 			l.m.redisErrors.Inc()
-			l.log.Warn("ratelimit: release failed; the permit expires with its lease",
+			l.log.Warn("ratelimit: release failed; retrying until Redis answers or the lease ends",
 				"permit", l.id, "lease", l.duration, "err", err)
+			l.releaseLater()
 			return
 		}
 		l.m.permitsInUse.Set(float64(n))
 	}}
 	p.renewal = l.renew()
 	return p
+}
+
+// releaseRetry is how often a release that failed is tried again.
+const releaseRetry = 250 * time.Millisecond
+
+// releaseLater retries a failed release in the background until it reaches
+// Redis or the lease has run out (the permit is gone by then anyway). A
+// release lost in a failover would otherwise keep its slot taken on the
+// promoted replica for a whole lease: the failover test (RELIABILITY.md)
+// saw chats time out in the queue behind such permits.
+func (l permitLease) releaseLater() {
+	go func() {
+		end := time.Now().Add(l.duration)
+		for time.Now().Before(end) {
+			time.Sleep(releaseRetry)
+			ctx, cancel := context.WithTimeout(context.Background(), releaseTimeout)
+			n, err := releaseScript.Run(ctx, l.rdb, l.keys.releaseKeys(), l.id, l.keys.notify).Int()
+			cancel()
+			if err == nil {
+				l.m.permitsInUse.Set(float64(n))
+				return
+			}
+		}
+	}()
 }
 
 // renew starts the renewal of l. A failed call is retried at the next turn:
@@ -116,15 +153,22 @@ func (l permitLease) renew() *lease.Renewer {
 			if held > 0 && l.inRedis != nil {
 				l.inRedis.Store(true)
 			}
+		} else if ctx.Err() == nil {
+			l.redisFailed()
 		}
 		switch {
 		case ctx.Err() != nil:
 			return 0 // released meanwhile
 		case err != nil && l.local:
-			// Redis is still away: the local permit is retried quietly.
+			// Redis is still away: the local permit is retried quietly,
+			// and soon, to be counted before the fence lifts (fence.go).
+			return min(every, releaseRetry)
 		case err != nil:
 			l.m.redisErrors.Inc()
 			l.log.Warn("ratelimit: lease renewal failed", "permit", l.id, "err", err)
+			// Retried soon: after a failover the holder must re-assert
+			// its permit within the fence's hold.
+			return min(every, releaseRetry)
 		case held == 2 && !l.local:
 			// Redis lost the permit in a failover; the fence let its holder
 			// take it back before any new grant.

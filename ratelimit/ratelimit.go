@@ -306,6 +306,7 @@ func (l *Limiter) AcquireClass(ctx context.Context, requestID, userID string, c 
 	case !errors.As(err, &rerr):
 		return nil, err
 	case l.cfg.OnRedisError == PolicyLocal:
+		l.local.failed()
 		l.m.fallbacks.Inc()
 		l.cfg.Logger.Warn("ratelimit: Redis failed, using the local semaphore",
 			"limiter", l.name, "max", l.cfg.MaxConcurrent, "err", rerr.err)
@@ -415,6 +416,7 @@ func (l *Limiter) enqueue(ctx context.Context, id, user string, c Class) (claimR
 		return claimReply{}, err
 	}
 	l.fence.saw()
+	l.local.answered()
 	return parseClaim(v)
 }
 
@@ -430,6 +432,7 @@ func (l *Limiter) claim(ctx context.Context, id string, c Class) (claimReply, er
 		return claimReply{}, err
 	}
 	l.fence.saw()
+	l.local.answered()
 	return parseClaim(v)
 }
 
@@ -575,6 +578,7 @@ func (l *Limiter) acquireLocal(ctx, waitCtx context.Context, id, user string) (*
 			// Counted in Redis since it answered again: give it back there.
 			if err := releaseScript.Run(ctx, l.rdb, l.keys.releaseKeys(), id, l.keys.notify).Err(); err != nil {
 				l.m.redisErrors.Inc()
+				pl.releaseLater()
 			}
 		}
 	}}
@@ -594,7 +598,7 @@ func (l *Limiter) redisPermit(id, user string) *Permit {
 
 func (l *Limiter) lease(id, user string) permitLease {
 	return permitLease{rdb: l.rdb, keys: l.keys, id: id, user: user,
-		duration: l.cfg.Lease, log: l.cfg.Logger, m: l.m, fence: l.fence}
+		duration: l.cfg.Lease, log: l.cfg.Logger, m: l.m, fence: l.fence, failed: l.local.failed}
 }
 
 // RetryAfter estimates when a refused request may find room: when the

@@ -22,6 +22,7 @@ import (
 //	#slow     stream 40 pieces 50 ms apart (a long answer)
 //	#medium   stream 40 pieces 10 ms apart
 //	#crawl    stream 40 pieces 200 ms apart (a browser reloads meanwhile)
+//	#endless  stream 300 pieces 200 ms apart (an answer only a stop ends)
 //	#429      answer 429 with Retry-After: 1 once per question, then stream
 //	#500      always answer 500
 //	#firstslow wait 3 s before the first token
@@ -168,15 +169,18 @@ func (f *fakeLLM) serve(w http.ResponseWriter, r *http.Request) {
 		f.reason(w)
 	}
 	pieces, delay := []string{"Hello", " from", " the", " model", " [1]."}, 10*time.Millisecond
-	if slow, medium, crawl := strings.Contains(question, "#slow"), strings.Contains(question, "#medium"), strings.Contains(question, "#crawl"); slow || medium || crawl {
+	if slow, medium, crawl, endless := strings.Contains(question, "#slow"), strings.Contains(question, "#medium"), strings.Contains(question, "#crawl"), strings.Contains(question, "#endless"); slow || medium || crawl || endless {
 		pieces, delay = nil, 50*time.Millisecond
+		n := 40
 		switch {
 		case medium:
 			delay = 10 * time.Millisecond
 		case crawl:
 			delay = 200 * time.Millisecond
+		case endless:
+			n, delay = 300, 200*time.Millisecond
 		}
-		for i := 0; i < 40; i++ {
+		for i := 0; i < n; i++ {
 			pieces = append(pieces, fmt.Sprintf("part%d ", i))
 		}
 	}
