@@ -125,9 +125,9 @@ func (t *turn) begin(ctx context.Context) error {
 	}
 	t.taskID = ids[0]
 	t.kbIDs = append([]service.ID{}, t.req.KnowledgeBaseIDs...)
-	t.question = service.Message{ID: ids[1], ConversationID: t.conv.ID, Role: "user", Content: t.req.Question,
+	t.question = service.Message{ID: ids[1], ConversationID: t.conv.ID, Role: service.ChatUser, Content: t.req.Question,
 		Status: service.MessageCompleted, KnowledgeBaseIDs: t.kbIDs}
-	t.answer = service.Message{ID: ids[2], ConversationID: t.conv.ID, Role: "assistant", ReplyTo: t.question.ID}
+	t.answer = service.Message{ID: ids[2], ConversationID: t.conv.ID, Role: service.ChatAssistant, ReplyTo: t.question.ID}
 	if t.req.SubmitKey != "" {
 		t.submit = &service.ChatSubmit{UserID: t.p.UserID, Key: t.req.SubmitKey, ConversationID: t.conv.ID,
 			MessageID: t.question.ID, TaskID: t.taskID, Replaces: replaces}
@@ -326,12 +326,12 @@ func (t *turn) stream(ctx context.Context, req *service.ChatRequest) error {
 		if d.Text == "" {
 			return nil
 		}
-		kind := "response"
+		kind := service.DeltaResponse
 		if d.Kind == service.DeltaThink {
 			if !t.req.DeepThinking {
 				return nil
 			}
-			kind = "think"
+			kind = service.DeltaThink
 			t.thinking.WriteString(d.Text)
 		} else {
 			t.content.WriteString(d.Text)
