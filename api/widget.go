@@ -85,7 +85,7 @@ func (s *Server) widgetAuth(c *gin.Context) {
 	}
 	w, err := s.deps.APIKeys.AuthenticateWidget(c.Request.Context(), widgetKey(c), origin, c.GetHeader(widgetVisitorHeader))
 	if err != nil {
-		fail(c, err)
+		s.widgetRefusal(c, origin, err)
 		return
 	}
 	h := c.Writer.Header()
@@ -99,6 +99,27 @@ func (s *Server) widgetAuth(c *gin.Context) {
 }
 
 const ctxWidget = "ragent.widget"
+
+// widgetRefusal answers a widget request that failed authentication. A
+// refusal proper (401: a bad, expired or revoked key; 403: an origin the
+// key does not list) is readable by the refused page, so the widget can
+// say why it cannot answer instead of showing a bare network error: it
+// carries Access-Control-Allow-Origin for the requesting origin, never
+// Access-Control-Allow-Credentials (the page's cookies for ragent are not
+// sent, and the answer could not be read if they were), and a body that is
+// the error's fixed code and message, nothing from the key or ragent's
+// data. Every other failure (429 after too many bad keys, 5xx) and an
+// opaque "null" origin get no CORS headers: the page learns nothing. A
+// preflight from such an origin still fails (widgetPreflight), so only a
+// simple request, the widget's probe, ever reads a refusal
+// (docs/security.md, "The widget's refusals").
+func (s *Server) widgetRefusal(c *gin.Context, origin string, err error) {
+	if status, _ := classify(err); (status == http.StatusUnauthorized || status == http.StatusForbidden) && origin != "null" {
+		c.Header("Access-Control-Allow-Origin", origin)
+		c.Writer.Header().Add("Vary", "Origin")
+	}
+	fail(c, err)
+}
 
 // widgetRate counts a chat against the visitor's rate, then the origin's:
 // a visitor over their own rate spends none of the origin's, and a flood of

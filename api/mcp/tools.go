@@ -1,7 +1,9 @@
 package mcp
 
 import (
+	"cmp"
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -163,7 +165,8 @@ func (h *Handler) toolError(ctx context.Context, tool string, err error) error {
 
 func (h *Handler) addTools() {
 	tool(h, "list_knowledge_bases", "List knowledge bases",
-		"Lists the knowledge bases this API key can read (at most 200), with their ids for search and ask.", h.listKnowledgeBases)
+		"Lists the knowledge bases this API key can read, with their ids for search and ask, a page at a time "+
+			"(limit, default 100, at most 200): while the result has nextCursor, call again with it as cursor for the rest.", h.listKnowledgeBases)
 	tool(h, "search", "Search the knowledge bases",
 		"Finds the passages (chunks) most relevant to a query, in the named knowledge bases or every one the key can read. "+
 			"Each result has its document's name, section, relevance score, text and a link. Needs the search scope.", h.search)
@@ -179,7 +182,12 @@ func (h *Handler) addTools() {
 
 // --- list_knowledge_bases ---
 
-type listKBsIn struct{}
+// listKBsIn pages as MCP's list methods do (the spec's "Pagination"): an
+// opaque cursor from the previous page's nextCursor.
+type listKBsIn struct {
+	Cursor string `json:"cursor,omitempty" jsonschema:"nextCursor of the previous page (opaque); omitted: the first page"`
+	Limit  int    `json:"limit,omitempty" jsonschema:"knowledge bases per page, 1 to 200 (default 100)"`
+}
 
 type knowledgeBase struct {
 	ID            service.ID `json:"id"`
@@ -191,14 +199,57 @@ type knowledgeBase struct {
 
 type listKBsOut struct {
 	KnowledgeBases []knowledgeBase `json:"knowledgeBases"`
+	NextCursor     string          `json:"nextCursor,omitempty" jsonschema:"pass as cursor for the next page; absent on the last page"`
 }
 
-func (h *Handler) listKnowledgeBases(ctx context.Context, c *caller, _ *mcp.CallToolRequest, _ listKBsIn) (*mcp.CallToolResult, listKBsOut, error) {
-	kbs, err := h.deps.KnowledgeBases.List(ctx, c.p, 0, 200)
+const (
+	defaultKBPage = 100
+	maxKBPage     = 200
+)
+
+// A cursor is the last id of its page, encoded so that clients treat it as
+// the opaque token the spec says it is.
+func kbCursor(id service.ID) string {
+	return base64.RawURLEncoding.EncodeToString([]byte("kb:" + id.String()))
+}
+
+func parseKBCursor(cursor string) (service.ID, error) {
+	if cursor == "" {
+		return 0, nil
+	}
+	b, err := base64.RawURLEncoding.DecodeString(cursor)
+	rest, ok := strings.CutPrefix(string(b), "kb:")
+	if err != nil || !ok {
+		return 0, service.Errorf(service.ErrInvalid, "invalid cursor: pass nextCursor from the previous page as it is")
+	}
+	id, err := service.ParseID(rest)
+	if err != nil {
+		return 0, service.Errorf(service.ErrInvalid, "invalid cursor: pass nextCursor from the previous page as it is")
+	}
+	return id, nil
+}
+
+func (h *Handler) listKnowledgeBases(ctx context.Context, c *caller, _ *mcp.CallToolRequest, in listKBsIn) (*mcp.CallToolResult, listKBsOut, error) {
+	limit := cmp.Or(in.Limit, defaultKBPage)
+	if limit < 1 || limit > maxKBPage {
+		return nil, listKBsOut{}, service.Errorf(service.ErrInvalid, "limit must be between 1 and %d", maxKBPage)
+	}
+	after, err := parseKBCursor(in.Cursor)
 	if err != nil {
 		return nil, listKBsOut{}, err
 	}
-	out := listKBsOut{KnowledgeBases: make([]knowledgeBase, len(kbs))}
+	// One more than the page tells whether another follows, so the last
+	// page has no cursor (no empty page to fetch).
+	kbs, err := h.deps.KnowledgeBases.List(ctx, c.p, after, limit+1)
+	if err != nil {
+		return nil, listKBsOut{}, err
+	}
+	var out listKBsOut
+	if len(kbs) > limit {
+		kbs = kbs[:limit]
+		out.NextCursor = kbCursor(kbs[limit-1].ID)
+	}
+	out.KnowledgeBases = make([]knowledgeBase, len(kbs))
 	for i, kb := range kbs {
 		out.KnowledgeBases[i] = knowledgeBase{ID: kb.ID, Name: kb.Name, Description: kb.Description, DocumentCount: kb.DocumentCount, Role: string(kb.Role)}
 	}

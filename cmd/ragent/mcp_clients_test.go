@@ -42,7 +42,8 @@ func mcpClients(t *testing.T) (python, nodePath string) {
 // against a running instance over Streamable HTTP (testdata/mcp/client.*):
 // the tools, a search, an ask with progress and citations, refusals outside
 // the key's knowledge bases (not found), a refused ask for a key without
-// the chat scope, and a refused bad key.
+// the chat scope, list_knowledge_bases paged with nextCursor, and a
+// refused bad key.
 func TestMCPOfficialClients(t *testing.T) {
 	python, nodePath := mcpClients(t)
 	f := newMCPFixture(t, nil)
@@ -58,7 +59,7 @@ func TestMCPOfficialClients(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 			defer cancel()
 			cmd := exec.CommandContext(ctx, c.cmd[0], c.cmd[1:]...)
-			cmd.Env = append(os.Environ(), "RAGENT_URL="+f.in.url, "RAGENT_KEY="+f.full, "RAGENT_NOCHAT_KEY="+f.noChat,
+			cmd.Env = append(os.Environ(), "RAGENT_URL="+f.in.url, "RAGENT_KEY="+f.full, "RAGENT_NOCHAT_KEY="+f.noChat, "RAGENT_ALL_KEY="+f.unlimited,
 				"RAGENT_KB="+f.kb, "RAGENT_OTHER_KB="+f.other, "RAGENT_OTHER_CHUNK="+f.otherChunk, "NODE_PATH="+nodePath)
 			out, err := cmd.CombinedOutput()
 			if err != nil || !strings.Contains(string(out), "mcp: ok") {

@@ -7,6 +7,8 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+
+	"github.com/ragent-go/ragent/api"
 )
 
 const (
@@ -131,10 +133,20 @@ func TestWidgetKeyLimits(t *testing.T) {
 	})
 
 	t.Run("origins", func(t *testing.T) {
+		// A refusal is readable by the refused page (the widget says why it
+		// cannot answer), and it is nothing but the error: no answer, no
+		// preflight grant. Without Origin, or from "null", not even that.
 		for _, origin := range []string{"", "http://evil.example", "http://allowed.example:8001", "https://allowed.example:8000", "null"} {
-			r, _ := widgetCall(t, in, "POST", "/api/v1/widget/chat", key, origin, visitorA, ask)
-			if r.Status != http.StatusForbidden && r.Status != http.StatusUnauthorized || r.Header.Get("Access-Control-Allow-Origin") != "" {
-				t.Errorf("origin %q: %d ACAO %q: %s", origin, r.Status, r.Header.Get("Access-Control-Allow-Origin"), r.Body)
+			for _, visitor := range []string{visitorA, ""} { // "": the widget's probe names no visitor
+				r, _ := widgetCall(t, in, "POST", "/api/v1/widget/chat", key, origin, visitor, ask)
+				wantACAO := origin
+				if origin == "null" {
+					wantACAO = ""
+				}
+				if r.Status != http.StatusForbidden || r.Header.Get("Access-Control-Allow-Origin") != wantACAO ||
+					r.Header.Get("Access-Control-Allow-Headers") != "" || !strings.Contains(string(r.Body), `"forbidden"`) {
+					t.Errorf("origin %q visitor %q: %d ACAO %q: %s", origin, visitor, r.Status, r.Header.Get("Access-Control-Allow-Origin"), r.Body)
+				}
 			}
 		}
 		pre := func(origin string) response {
@@ -273,5 +285,158 @@ func TestWidgetRateLimits(t *testing.T) {
 	// Another origin of the key has its own.
 	if r := chat("http://second.example", "visitor-dddddddddddddddd"); r.Status != http.StatusOK {
 		t.Fatalf("another origin: %d %s", r.Status, r.Body)
+	}
+}
+
+// TestWidgetRefusalCORS pins down what a page may read of a widget
+// request's answer (docs/security.md, "The widget's refusals"): a refusal
+// (401 for a bad or revoked key, 403 for an origin the key does not list)
+// carries Access-Control-Allow-Origin for the requesting origin, so the
+// widget can say why it cannot answer, but never
+// Access-Control-Allow-Credentials, no other CORS grant, and a body that is
+// the error's fixed code and message only; every other failure from such
+// an origin (429 after too many bad keys) and an opaque origin get no CORS
+// at all; a preflight from it is refused; answers go to listed origins only.
+func TestWidgetRefusalCORS(t *testing.T) {
+	in := start(t, testConfig(t))
+	admin := in.login(t, "admin", "admin-password")
+	kb := seedKnowledge(t, in, admin)
+	keyID, key := createWidgetKey(t, in, admin, map[string]any{"name": "site", "knowledgeBaseIds": []string{kb}, "origins": []string{widgetOrigin}})
+	revokedID, revoked := createWidgetKey(t, in, admin, map[string]any{"name": "old site", "knowledgeBaseIds": []string{kb}, "origins": []string{widgetOrigin}})
+	if r := in.client(t, admin).do("DELETE", "/api/v1/api-keys/"+revokedID, nil); r.Status != http.StatusNoContent {
+		t.Fatalf("revoke: %d %s", r.Status, r.Body)
+	}
+	const evil = "http://evil.example"
+	ask := map[string]any{"question": "How do I connect to the VPN?"}
+
+	// An answer the test can tell a refusal from: a task of visitor A.
+	r, events := widgetCall(t, in, "POST", "/api/v1/widget/chat", key, widgetOrigin, visitorA, ask)
+	meta, ok := eventNamed(events, "meta")
+	if r.Status != http.StatusOK || !ok {
+		t.Fatalf("chat from the listed origin: %d %s %v", r.Status, r.Body, events)
+	}
+	if r.Header.Get("Access-Control-Allow-Origin") != widgetOrigin || r.Header.Get("Access-Control-Allow-Credentials") != "" {
+		t.Fatalf("answer's CORS: %v", r.Header)
+	}
+	task := meta.json(t)["taskId"].(string)
+	secrets := []string{kb, keyID, key, key[:10], revoked, task, widgetOrigin, "vpn", "VPN", "admin"}
+
+	fixed := map[string]string{
+		"forbidden":       "this widget key does not serve pages of this origin",
+		"unauthenticated": "invalid, expired or revoked widget key",
+	}
+	refusal := func(t *testing.T, name string, r response, status int, origin string) {
+		t.Helper()
+		h := r.Header
+		wantACAO := origin
+		if origin == "null" {
+			wantACAO = ""
+		}
+		if r.Status != status || h.Get("Access-Control-Allow-Origin") != wantACAO {
+			t.Errorf("%s: %d ACAO %q, want %d ACAO %q: %s", name, r.Status, h.Get("Access-Control-Allow-Origin"), status, wantACAO, r.Body)
+		}
+		for _, hd := range []string{"Access-Control-Allow-Credentials", "Access-Control-Allow-Headers", "Access-Control-Allow-Methods", "Access-Control-Expose-Headers", "Access-Control-Max-Age"} {
+			if v := h.Get(hd); v != "" {
+				t.Errorf("%s: %s: %q on a refusal", name, hd, v)
+			}
+		}
+		if wantACAO != "" && !strings.Contains(strings.Join(h.Values("Vary"), ","), "Origin") {
+			t.Errorf("%s: a reflected origin without Vary: Origin (%v)", name, h.Values("Vary"))
+		}
+		// The body is {"error":{"code","message"}} with a fixed message:
+		// nothing else, strictly.
+		var body map[string]map[string]any
+		if err := json.Unmarshal(r.Body, &body); err != nil || len(body) != 1 || len(body["error"]) != 2 {
+			t.Fatalf("%s: body %s, want the error's code and message only", name, r.Body)
+		}
+		code, _ := body["error"]["code"].(string)
+		if msg, _ := body["error"]["message"].(string); fixed[code] == "" || msg != fixed[code] {
+			t.Errorf("%s: %s: %q %q, want a fixed refusal", name, r.Body, code, msg)
+		}
+		for _, s := range secrets {
+			if strings.Contains(string(r.Body), s) {
+				t.Errorf("%s: the refusal carries %q: %s", name, s, r.Body)
+			}
+		}
+	}
+
+	stop, taskEvents := "/api/v1/widget/chat/tasks/"+task+"/stop", "/api/v1/widget/chat/tasks/"+task+"/events"
+	for _, c := range []struct {
+		name, method, path, key, origin, visitor string
+		body                                     any
+		status                                   int
+	}{
+		{"chat from an unlisted origin", "POST", "/api/v1/widget/chat", key, evil, visitorA, ask, http.StatusForbidden},
+		{"the widget's probe (no visitor, no body)", "POST", "/api/v1/widget/chat", key, evil, "", nil, http.StatusForbidden},
+		{"same host, another port", "POST", "/api/v1/widget/chat", key, "http://allowed.example:8001", visitorA, ask, http.StatusForbidden},
+		{"same host, https", "POST", "/api/v1/widget/chat", key, "https://allowed.example:8000", visitorA, ask, http.StatusForbidden},
+		{"stop from an unlisted origin", "POST", stop, key, evil, visitorA, map[string]any{}, http.StatusForbidden},
+		{"events from an unlisted origin", "GET", taskEvents, key, evil, visitorA, nil, http.StatusForbidden},
+		{"a revoked key from its origin", "POST", "/api/v1/widget/chat", revoked, widgetOrigin, visitorA, ask, http.StatusUnauthorized},
+		{"a revoked key from elsewhere", "POST", "/api/v1/widget/chat", revoked, evil, visitorA, ask, http.StatusUnauthorized},
+		{"events with a revoked key", "GET", taskEvents, revoked, widgetOrigin, visitorA, nil, http.StatusUnauthorized},
+		{"an unknown key", "POST", "/api/v1/widget/chat", "pk_" + strings.Repeat("x", 40), widgetOrigin, visitorA, ask, http.StatusUnauthorized},
+		{"no key", "POST", "/api/v1/widget/chat", "", evil, visitorA, ask, http.StatusUnauthorized},
+		{"an opaque origin", "POST", "/api/v1/widget/chat", key, "null", visitorA, ask, http.StatusForbidden},
+		{"no origin", "POST", "/api/v1/widget/chat", key, "", visitorA, ask, http.StatusForbidden},
+	} {
+		r, events := widgetCall(t, in, c.method, c.path, c.key, c.origin, c.visitor, c.body)
+		if len(events) > 0 {
+			t.Errorf("%s: %d, events %v", c.name, r.Status, events)
+			continue
+		}
+		if c.origin == "" { // no Origin: the message is about that, and nothing is reflected
+			if r.Status != c.status || r.Header.Get("Access-Control-Allow-Origin") != "" || r.Header.Get("Access-Control-Allow-Credentials") != "" {
+				t.Errorf("%s: %d %v", c.name, r.Status, r.Header)
+			}
+			continue
+		}
+		refusal(t, c.name, r, c.status, c.origin)
+	}
+
+	// The admin's session, as a cookie and as a bearer token, changes
+	// nothing: the widget's routes take the widget key only.
+	req, _ := http.NewRequest("POST", in.url+"/api/v1/widget/chat?key="+key, strings.NewReader(`{"question":"vpn"}`))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Origin", evil)
+	req.Header.Set(widgetVisitor, visitorA)
+	req.Header.Set("Authorization", "Bearer "+admin)
+	req.AddCookie(&http.Cookie{Name: api.SessionCookie, Value: admin})
+	refusal(t, "with the admin's session", roundTrip(t, req), http.StatusForbidden, evil)
+
+	// Still no preflight grant for the refused origin: it cannot send the
+	// visitor header or a JSON body, so it never chats.
+	pre, _ := http.NewRequest("OPTIONS", in.url+"/api/v1/widget/chat?key="+key, nil)
+	pre.Header.Set("Origin", evil)
+	pre.Header.Set("Access-Control-Request-Method", "POST")
+	pre.Header.Set("Access-Control-Request-Headers", "content-type,x-widget-visitor")
+	if r := roundTrip(t, pre); r.Status != http.StatusForbidden || r.Header.Get("Access-Control-Allow-Origin") != "" || r.Header.Get("Access-Control-Allow-Headers") != "" {
+		t.Errorf("preflight from an unlisted origin: %d %v", r.Status, r.Header)
+	}
+	pre.Header.Set("Origin", widgetOrigin)
+	if r := roundTrip(t, pre); r.Status != http.StatusNoContent || r.Header.Get("Access-Control-Allow-Origin") != widgetOrigin || r.Header.Get("Access-Control-Allow-Credentials") != "" {
+		t.Errorf("preflight from the listed origin: %d %v", r.Status, r.Header)
+	}
+
+	// Other failures are not refusals of the page: after too many bad keys
+	// from this address, the 429 carries no CORS, so a page cannot read it.
+	var busy response
+	for range 200 {
+		r, _ := widgetCall(t, in, "POST", "/api/v1/widget/chat", "pk_guess-"+strings.Repeat("y", 30), evil, visitorA, ask)
+		if r.Status == http.StatusTooManyRequests {
+			busy = r
+			break
+		}
+		if r.Status != http.StatusUnauthorized {
+			t.Fatalf("a guessed key: %d %s", r.Status, r.Body)
+		}
+	}
+	if busy.Status != http.StatusTooManyRequests {
+		t.Fatalf("200 guessed keys and no 429")
+	}
+	for _, hd := range []string{"Access-Control-Allow-Origin", "Access-Control-Allow-Credentials"} {
+		if v := busy.Header.Get(hd); v != "" {
+			t.Errorf("the 429 after guessed keys carries %s: %q", hd, v)
+		}
 	}
 }

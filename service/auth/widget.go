@@ -107,7 +107,12 @@ func widgetSettings(in WidgetInput) (*service.WidgetSettings, error) {
 	return w, nil
 }
 
-var errBadWidgetKey = service.Errorf(service.ErrUnauthenticated, "invalid, expired or revoked widget key")
+// A widget's refusals are read by the refused page (docs/security.md), so
+// their messages are fixed: they say what failed, nothing about the key.
+var (
+	errBadWidgetKey = service.Errorf(service.ErrUnauthenticated, "invalid, expired or revoked widget key")
+	errWidgetOrigin = service.Errorf(service.ErrForbidden, "this widget key does not serve pages of this origin")
+)
 
 // Widget is an authenticated widget request: the visitor's principal and
 // the key's settings (its rates are the caller's to apply).
@@ -121,11 +126,9 @@ type Widget struct {
 // service.ValidVisitorID). The principal is the key's owner narrowed to
 // chat and the key's knowledge bases, with the visitor as its actor
 // (Principal.Visitor). An origin the key does not list is
-// service.ErrForbidden; failures count like API keys' (LimitFailures).
+// service.ErrForbidden, checked before the visitor id; failures count like
+// API keys' (LimitFailures).
 func (a *APIKeys) AuthenticateWidget(ctx context.Context, key, origin, visitor string) (Widget, error) {
-	if !service.ValidVisitorID(visitor) {
-		return Widget{}, service.Errorf(service.ErrInvalid, "the visitor id must be 16 to 64 characters of letters, digits, '-' and '_'")
-	}
 	if a.failures == nil {
 		return a.authenticateWidget(ctx, key, origin, visitor)
 	}
@@ -158,7 +161,12 @@ func (a *APIKeys) authenticateWidget(ctx context.Context, key, origin, visitor s
 		return Widget{}, errBadWidgetKey
 	}
 	if o, ok := service.NormalizeOrigin(origin); !ok || !slices.Contains(k.Widget.Origins, o) {
-		return Widget{}, service.Errorf(service.ErrForbidden, "this widget key does not serve pages of origin %q", origin)
+		return Widget{}, errWidgetOrigin
+	}
+	// After the origin: a page the key does not serve learns that first,
+	// whatever it sends (the widget's probe names no visitor).
+	if !service.ValidVisitorID(visitor) {
+		return Widget{}, service.Errorf(service.ErrInvalid, "the visitor id must be 16 to 64 characters of letters, digits, '-' and '_'")
 	}
 	if k.LastUsedAt == nil || now.Sub(*k.LastUsedAt) >= touchEvery {
 		if err := a.store.TouchAPIKey(ctx, k.ID, now, now.Add(-touchEvery)); err != nil {

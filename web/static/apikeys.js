@@ -51,7 +51,8 @@ export function mountAPIKeys(root, ctx) {
   const table = dataTable(head, tbody, { testid: 'apikey-table' });
   root.append(h('div', { class: 'page' },
     pageHeader(t('apikeys.title'), t(isAdmin ? 'apikeys.subtitleAdmin' : 'apikeys.subtitle')),
-    form, table));
+    form, table,
+    isAdmin ? h('p', { class: 'muted' }, h('a', { href: '#/admin/widgets', 'data-testid': 'apikey-widgets-link' }, t('apikeys.widgetsElsewhere'))) : null));
 
   async function revoke(k) {
     if (!(await confirmDialog(t('apikeys.revokeConfirm', { name: k.name, prefix: k.prefix }), { okLabel: t('apikeys.revoke'), danger: true }))) return;
@@ -96,7 +97,8 @@ export function mountAPIKeys(root, ctx) {
   async function load() {
     try {
       const res = await get('/api-keys?limit=200');
-      if (!destroyed) render(res?.items ?? []);
+      // Widget keys have a page of their own (widgets.js).
+      if (!destroyed) render((res?.items ?? []).filter((k) => k.kind !== 'widget'));
     } catch (err) {
       toast(errorText(err));
     }

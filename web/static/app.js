@@ -76,6 +76,13 @@
 //             apikey-submit, apikey-table, apikey-row (data-id, data-name),
 //             apikey-revoke, apikey-dialog, apikey-value, apikey-copy,
 //             apikey-dialog-close
+//   widgets:  nav-widgets, widgetkey-form, widgetkey-name (#widgetkey-name),
+//             widgetkey-origins, widgetkey-origin-rate, widgetkey-visitor-rate,
+//             widgetkey-kbs, widgetkey-kb (data-kb-id), widgetkey-submit,
+//             widgetkey-table, widgetkey-row (data-id, data-name),
+//             widgetkey-row-origins, widgetkey-revoke, widgetkey-dialog,
+//             widgetkey-snippet, widgetkey-copy (data-copied once copied),
+//             widgetkey-dialog-close
 import { t, getLang, setLang } from './i18n.js';
 import { h, clear, toast, errorText, confirmDialog, field } from './dom.js';
 import { get, post, ApiError } from './api.js';
@@ -87,6 +94,7 @@ import { mountAudit } from './audit.js';
 import { mountAPIKeys } from './apikeys.js';
 import { mountUsage, monthUsage } from './usage.js';
 import { mountFeedback } from './feedback.js';
+import { mountWidgets } from './widgets.js';
 
 // Each route names a page key (pages with the same key update in place
 // instead of remounting), whether it needs an admin, and its mount function.
@@ -102,6 +110,7 @@ const routes = [
   { pattern: /^\/admin\/audit$/, key: 'audit', admin: true, mount: mountAudit },
   { pattern: /^\/admin\/feedback$/, key: 'feedback', admin: true, mount: mountFeedback },
   { pattern: /^\/admin\/usage$/, key: 'usage', admin: true, mount: mountUsage },
+  { pattern: /^\/admin\/widgets$/, key: 'widgets', admin: true, mount: mountWidgets },
   { pattern: /^\/api-keys$/, key: 'apikeys', mount: mountAPIKeys },
 ];
 
@@ -116,6 +125,7 @@ const navItems = [
   { href: '#/admin/audit', key: 'audit', label: 'nav.audit', testid: 'nav-audit', admin: true },
   { href: '#/admin/feedback', key: 'feedback', label: 'nav.feedback', testid: 'nav-feedback', admin: true },
   { href: '#/admin/usage', key: 'usage', label: 'nav.usage', testid: 'nav-usage', admin: true },
+  { href: '#/admin/widgets', key: 'widgets', label: 'nav.widgets', testid: 'nav-widgets', admin: true },
   { href: '#/api-keys', key: 'apikeys', label: 'nav.apikeys', testid: 'nav-apikeys' },
 ];
 

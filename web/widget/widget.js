@@ -16,9 +16,11 @@
   const text = {
     en: { open: "Ask a question", title: "Ask the knowledge base", placeholder: "Type your question…", send: "Send",
       stop: "Stop", sources: "Sources", busy: "Busy, please try again later.", failed: "Something went wrong.",
-      stopped: "(stopped)", refused: "This site may not use this assistant.", close: "Close" },
+      stopped: "(stopped)", refused: "This site may not use this assistant.",
+      revoked: "This assistant's key is invalid or revoked.", close: "Close" },
     zh: { open: "提问", title: "知识库问答", placeholder: "输入你的问题…", send: "发送", stop: "停止", sources: "来源",
-      busy: "系统繁忙，请稍后再试。", failed: "出错了。", stopped: "（已停止）", refused: "此网站无权使用该助手。", close: "关闭" },
+      busy: "系统繁忙，请稍后再试。", failed: "出错了。", stopped: "（已停止）", refused: "此网站无权使用该助手。",
+      revoked: "该助手的密钥无效或已被撤销。", close: "关闭" },
   }[lang];
 
   // The visitor id: random, kept by this browser for this site, never a
@@ -152,9 +154,28 @@
     }
   });
 
+  // refusal names what a refused status means to the visitor.
+  const refusal = (status) =>
+    status === 429 ? text.busy : status === 403 ? text.refused : status === 401 ? text.revoked : text.failed;
+
+  // probe tells why a chat failed before any answer: a page the key does
+  // not serve has its preflight refused, which the browser reports as a
+  // bare network error. A simple request (no custom header, no body) needs
+  // no preflight and its refusal is readable, so it says "not allowed"
+  // (403) or "revoked" (401); it never chats, since it names no visitor.
+  const probe = async () => {
+    try {
+      const resp = await fetch(api("/chat"), { method: "POST" });
+      return resp.status === 403 || resp.status === 401 ? resp.status : 0;
+    } catch {
+      return 0;
+    }
+  };
+
   const ask = async (question) => {
     log.append(el("div", "msg user", question));
     const box = el("div", "msg assistant", "…");
+    box.dataset.state = "streaming";
     log.append(box);
     log.scrollTop = log.scrollHeight;
     const abort = new AbortController();
@@ -166,7 +187,8 @@
         body: JSON.stringify({ question, history: history.slice(-20) }),
       });
       if (!resp.ok) {
-        box.textContent = resp.status === 429 ? text.busy : resp.status === 403 ? text.refused : text.failed;
+        box.textContent = refusal(resp.status);
+        box.dataset.state = "refused";
         return;
       }
       const reader = resp.body.pipeThrough(new TextDecoderStream()).getReader();
@@ -198,8 +220,16 @@
         }
       }
       if (answer) history.push({ role: "user", content: question }, { role: "assistant", content: answer });
+      box.dataset.state = note === text.stopped ? "stopped" : note ? "failed" : "done";
     } catch {
-      render(box, answer + (answer ? "\n" : "") + (abort.signal.aborted ? text.stopped : text.failed), sources);
+      const status = !answer && !abort.signal.aborted ? await probe() : 0;
+      if (status) {
+        box.textContent = refusal(status);
+        box.dataset.state = "refused";
+      } else {
+        render(box, answer + (answer ? "\n" : "") + (abort.signal.aborted ? text.stopped : text.failed), sources);
+        box.dataset.state = "failed";
+      }
     } finally {
       setRunning(null);
     }

@@ -69,6 +69,22 @@ async function main() {
   check(!nf.isError && nf.structuredContent.results.length > 0, `search with the no-chat key ${JSON.stringify(nf)}`);
   await n.close();
 
+  // The unlimited key reads both knowledge bases: a page of one at a time,
+  // following nextCursor, gets each once, in order.
+  const all = await connect(env.RAGENT_ALL_KEY);
+  const ids = [];
+  let args = { limit: 1 };
+  for (let i = 0; i < 10; i++) {
+    const page = await all.callTool({ name: 'list_knowledge_bases', arguments: args });
+    check(!page.isError && page.structuredContent.knowledgeBases.length === 1, `page ${JSON.stringify(page)}`);
+    ids.push(...page.structuredContent.knowledgeBases.map((k) => k.id));
+    if (page.structuredContent.nextCursor === undefined) break;
+    args = { limit: 1, cursor: page.structuredContent.nextCursor };
+  }
+  check(JSON.stringify(ids) === JSON.stringify([env.RAGENT_KB, env.RAGENT_OTHER_KB]), `paged knowledge bases ${ids}`);
+  refused(await all.callTool({ name: 'list_knowledge_bases', arguments: { cursor: 'forged' } }), 'invalid', 'a forged cursor');
+  await all.close();
+
   let err;
   try {
     await connect('rk_not-a-key');

@@ -78,6 +78,20 @@ async def main():
         found = await s.call_tool("search", {"query": "VPN"})
         check(not found.is_error and found.structured_content["results"], f"search with the no-chat key {found}")
 
+    # The unlimited key reads both knowledge bases: a page of one at a
+    # time, following nextCursor, gets each once, in order.
+    async with connect(os.environ["RAGENT_ALL_KEY"]) as s:
+        ids, args = [], {"limit": 1}
+        for _ in range(10):
+            page = await s.call_tool("list_knowledge_bases", args)
+            check(not page.is_error and len(page.structured_content["knowledgeBases"]) == 1, f"page {page}")
+            ids += [k["id"] for k in page.structured_content["knowledgeBases"]]
+            if "nextCursor" not in page.structured_content:
+                break
+            args = {"limit": 1, "cursor": page.structured_content["nextCursor"]}
+        check(ids == [kb, other], f"paged knowledge bases {ids}, want {[kb, other]}")
+        refused(await s.call_tool("list_knowledge_bases", {"cursor": "forged"}), "invalid", "a forged cursor")
+
     try:
         async with connect("rk_not-a-key") as s:
             await s.list_tools()
