@@ -248,7 +248,7 @@ func (p *ChildParser) run(ctx context.Context, blob []byte, mime string, limits 
 	// per-block overhead, so a longer answer means a misbehaving child.
 	maxOut := 2*limits.MaxTextBytes + 1<<20
 	answered, progressed := c.converse(head, blob, maxOut)
-	ans, reason, peak := c.watch(ctx, answered, progressed, limits, memLimit, poll, start)
+	ans, peak, reason := c.watch(ctx, answered, progressed, limits, memLimit, poll, start)
 	usage := childUsage{Pid: pid, MaxRSS: max(peak, PeakRSS(pid)), Elapsed: time.Since(start)}
 	if p.Log != nil {
 		p.Log.DebugContext(ctx, "parser process answered", "pid", pid, "mime", mime, "bytes", len(blob),
@@ -339,7 +339,7 @@ func (c *parserProc) converse(head, blob []byte, maxOut int64) (answered <-chan 
 // one is killed, and reason says why. Each page the child reads by OCR
 // moves the deadline to at least OCR.PageTimeout from then, as guard does
 // in process. peak is the highest resident memory sampled.
-func (c *parserProc) watch(ctx context.Context, answered <-chan answer, progressed <-chan struct{}, limits Limits, memLimit int64, poll time.Duration, start time.Time) (ans answer, reason error, peak int64) {
+func (c *parserProc) watch(ctx context.Context, answered <-chan answer, progressed <-chan struct{}, limits Limits, memLimit int64, poll time.Duration, start time.Time) (ans answer, peak int64, reason error) {
 	pid := c.cmd.Process.Pid
 	deadline := start.Add(limits.Timeout)
 	timer := time.NewTimer(limits.Timeout)
@@ -349,7 +349,7 @@ func (c *parserProc) watch(ctx context.Context, answered <-chan answer, progress
 	for {
 		select {
 		case ans = <-answered:
-			return ans, nil, peak
+			return ans, peak, nil
 		case <-ctx.Done():
 			reason = ctx.Err() // the caller gave up (shutdown): not the file's fault
 		case <-progressed:
@@ -368,12 +368,12 @@ func (c *parserProc) watch(ctx context.Context, answered <-chan answer, progress
 			}
 		case <-c.exited:
 			// Crashed: its answer, if any, is already in the pipe.
-			return <-answered, nil, peak
+			return <-answered, peak, nil
 		}
 		if reason != nil {
 			c.kill()
 			<-answered // the session ends once the pipes are closed
-			return answer{}, reason, peak
+			return answer{}, peak, reason
 		}
 	}
 }
