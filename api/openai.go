@@ -192,7 +192,7 @@ func (s *Server) chatRequest(c *gin.Context, in oaiRequest) (chat.Request, error
 		case m.Role == "system" || m.Role == "developer":
 			instructions = append(instructions, text)
 		case m.Role == "user" || m.Role == "assistant":
-			req.History = append(req.History, service.ChatMessage{Role: m.Role, Content: text})
+			req.History = append(req.History, service.ChatMessage{Role: service.ChatRole(m.Role), Content: text})
 		default:
 			return req, service.Errorf(service.ErrInvalid, "messages[%d] has role %q; supported roles are system, developer, user and assistant", i, m.Role)
 		}

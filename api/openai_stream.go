@@ -165,7 +165,7 @@ func statusOf(code string) int {
 
 func (w *completionWriter) message(d chat.Message) {
 	if !w.stream {
-		if d.Type == "think" {
+		if d.Type == service.DeltaThink {
 			w.reasoning.WriteString(d.Delta)
 		} else {
 			w.content.WriteString(d.Delta)
@@ -174,7 +174,7 @@ func (w *completionWriter) message(d chat.Message) {
 	}
 	w.role()
 	delta := &oaiContent{}
-	if d.Type == "think" {
+	if d.Type == service.DeltaThink {
 		delta.ReasoningContent = d.Delta
 	} else {
 		delta.Content = &d.Delta

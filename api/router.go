@@ -144,8 +144,51 @@ func (r *Router) Routes() []Route {
 	return out
 }
 
-// NewRouter builds the router. Every route is registered here.
+// NewRouter builds the router. Every route is registered here, area by
+// area: the probes, sign-in, the account, knowledge, chat, administration,
+// the widget, the OpenAI-compatible API and MCP.
 func NewRouter(deps Deps) *Router {
+	deps = deps.withDefaults()
+	s := &Server{deps: deps, started: time.Now(), sessionRateWarn: everyInterval{every: time.Minute}}
+	r := newEngine(deps)
+	s.routeProbes(r)
+
+	v1 := r.Group("/api/v1")
+	v1.POST("/auth/login", s.login)
+	v1.GET("/auth/providers", s.authProviders)
+	v1.GET("/auth/oidc/login", s.oidcLogin)
+	v1.GET("/auth/oidc/callback", s.oidcCallback)
+
+	user := v1.Group("", s.authenticate, s.csrfGuard(uploadRoute))
+	s.routeAccount(user)
+	s.routeKnowledge(user)
+	s.routeChat(user)
+	s.routeAdmin(user.Group("", s.requireAdmin))
+
+	// The chat widget (widget.go): its script and the three routes a
+	// public widget key reaches.
+	s.registerWidget(r, s.gated)
+
+	// The OpenAI-compatible API (openai.go) for API keys with the chat scope
+	// and sessions; the CSRF guard applies to cookie sessions as on /api/v1.
+	// No submit lock on completions: OpenAI's SDKs retry by themselves, and
+	// a bot asks the same question for different people at once.
+	oai := r.Group("/v1", openAIErrors, s.authenticate, s.csrfGuard(uploadRoute))
+	oai.GET("/models", s.listModels)
+	oai.POST("/chat/completions", s.gated(s.chatCompletions)...)
+
+	if deps.MCP != nil {
+		mcp := gin.WrapH(deps.MCP)
+		r.GET("/mcp", mcp)
+		r.POST("/mcp", mcp)
+		r.DELETE("/mcp", mcp)
+	}
+
+	return &Router{r}
+}
+
+// withDefaults fills in the limits and helpers a caller left unset.
+func (deps Deps) withDefaults() Deps {
 	if deps.Log == nil {
 		deps.Log = slog.New(slog.DiscardHandler)
 	}
@@ -170,8 +213,12 @@ func NewRouter(deps Deps) *Router {
 	if deps.UploadBodyTimeout <= 0 {
 		deps.UploadBodyTimeout = deps.BodyTimeout + 10*time.Minute
 	}
-	s := &Server{deps: deps, started: time.Now(), sessionRateWarn: everyInterval{every: time.Minute}}
+	return deps
+}
 
+// newEngine is the Gin engine with the middleware every route passes
+// through and the errors of unknown routes and methods.
+func newEngine(deps Deps) *gin.Engine {
 	gin.SetMode(gin.ReleaseMode)
 	r := gin.New()
 	r.HandleMethodNotAllowed = true
@@ -201,20 +248,25 @@ func NewRouter(deps Deps) *Router {
 		failCode(c, http.StatusMethodNotAllowed, "method_not_allowed", "method not allowed")
 	})
 
+	return r
+}
+
+// routeProbes registers the health and readiness probes, the web app and,
+// unless it is served elsewhere, /metrics.
+func (s *Server) routeProbes(r *gin.Engine) {
+	deps := s.deps
 	r.GET("/healthz", s.healthz)
 	r.GET("/readyz", s.readyz)
 	serveWeb(r)
 	if !deps.MetricsElsewhere {
 		r.GET("/metrics", gin.WrapH(promhttp.HandlerFor(deps.Registry, promhttp.HandlerOpts{Registry: deps.Registry})))
 	}
+}
 
-	v1 := r.Group("/api/v1")
-	v1.POST("/auth/login", s.login)
-	v1.GET("/auth/providers", s.authProviders)
-	v1.GET("/auth/oidc/login", s.oidcLogin)
-	v1.GET("/auth/oidc/callback", s.oidcCallback)
-
-	user := v1.Group("", s.authenticate, s.csrfGuard(uploadRoute))
+// routeAccount registers what a signed-in user does with their own
+// account: sessions, password, API and widget keys.
+func (s *Server) routeAccount(user *gin.RouterGroup) {
+	deps := s.deps
 	user.POST("/auth/logout", s.logout)
 	user.POST("/auth/logout-all", s.endSessions(deps.Auth.LogoutEverywhere))
 	user.GET("/me", s.me)
@@ -230,7 +282,12 @@ func NewRouter(deps Deps) *Router {
 	// Widget keys (widget.go) are listed and revoked with the API keys;
 	// only admins create them (in the service).
 	user.POST("/widget-keys", s.submitLock, noStore, withBody(s, http.StatusCreated, deps.APIKeys.CreateWidget))
+}
 
+// routeKnowledge registers knowledge bases, their members, documents,
+// webhooks and chunks.
+func (s *Server) routeKnowledge(user *gin.RouterGroup) {
+	deps := s.deps
 	// Knowledge bases and documents: every logged-in user reaches these;
 	// the service layer decides per knowledge base (service.Access):
 	// unreadable → 404, readable with too small a role → 403.
@@ -269,15 +326,23 @@ func NewRouter(deps Deps) *Router {
 	user.GET("/chunks/:id/revisions", all(deps.Ingest.ChunkRevisions))
 	user.GET("/documents/:id/deleted-chunks", all(deps.Ingest.DeletedChunks))
 	user.POST("/chunks/:id/revisions/:revision/restore", s.submitLock, s.restoreChunk)
-	// Quotas are checked first: a refused request writes nothing.
-	gate := func(h ...gin.HandlerFunc) []gin.HandlerFunc {
-		if deps.Quotas == nil {
-			return h
-		}
-		return append([]gin.HandlerFunc{s.quotaGate}, h...)
+}
+
+// gated puts the quota check before h, when quotas are on: a refused
+// request writes nothing.
+func (s *Server) gated(h ...gin.HandlerFunc) []gin.HandlerFunc {
+	if s.deps.Quotas == nil {
+		return h
 	}
-	user.POST("/search", gate(withBody(s, http.StatusOK, s.search))...)
-	user.POST("/chat", gate(s.submitLock, s.chatStream)...)
+	return append([]gin.HandlerFunc{s.quotaGate}, h...)
+}
+
+// routeChat registers search, chat, its tasks, conversations and answer
+// feedback.
+func (s *Server) routeChat(user *gin.RouterGroup) {
+	deps := s.deps
+	user.POST("/search", s.gated(withBody(s, http.StatusOK, s.search))...)
+	user.POST("/chat", s.gated(s.submitLock, s.chatStream)...)
 	if deps.Quotas != nil {
 		user.GET("/usage", s.usageReport)
 	}
@@ -290,8 +355,12 @@ func NewRouter(deps Deps) *Router {
 	// Answer feedback (README "Answer feedback"): whoever sees the
 	// answer's conversation rates it; admins read, judge and export.
 	user.POST("/messages/:id/feedback", s.submitLock, s.rateMessage)
+}
 
-	adm := user.Group("", s.requireAdmin)
+// routeAdmin registers the administrators' routes: users, groups, the
+// limiter, quotas, intents, term mappings, the audit log and feedback.
+func (s *Server) routeAdmin(adm *gin.RouterGroup) {
+	deps := s.deps
 	adm.GET("/users", page(deps.Auth.ListUsers, userCursor))
 	adm.POST("/users", s.idempotent, withBody(s, http.StatusCreated, deps.Auth.CreateUser))
 	adm.PATCH("/users/:id", s.idempotent, withIDBody(s, http.StatusOK, deps.Auth.UpdateUser))
@@ -325,25 +394,4 @@ func NewRouter(deps Deps) *Router {
 	adm.GET("/admin/feedback", s.listFeedback)
 	adm.GET("/admin/feedback/export", s.exportFeedback)
 	adm.PUT("/admin/feedback/:id/chunks", s.idempotent, withIDBody(s, http.StatusOK, deps.Chat.Judge))
-
-	// The OpenAI-compatible API (openai.go) for API keys with the chat scope
-	// and sessions; the CSRF guard applies to cookie sessions as on /api/v1.
-	// No submit lock on completions: OpenAI's SDKs retry by themselves, and
-	// a bot asks the same question for different people at once.
-	// The chat widget (widget.go): its script and the three routes a
-	// public widget key reaches.
-	s.registerWidget(r, gate)
-
-	oai := r.Group("/v1", openAIErrors, s.authenticate, s.csrfGuard(uploadRoute))
-	oai.GET("/models", s.listModels)
-	oai.POST("/chat/completions", gate(s.chatCompletions)...)
-
-	if deps.MCP != nil {
-		mcp := gin.WrapH(deps.MCP)
-		r.GET("/mcp", mcp)
-		r.POST("/mcp", mcp)
-		r.DELETE("/mcp", mcp)
-	}
-
-	return &Router{r}
 }

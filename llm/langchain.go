@@ -137,9 +137,9 @@ func (c *langchainChat) Stream(ctx context.Context, req service.ChatRequest, onD
 	for _, m := range req.Messages {
 		role := llms.ChatMessageTypeHuman
 		switch m.Role {
-		case "system":
+		case service.ChatSystem:
 			role = llms.ChatMessageTypeSystem
-		case "assistant":
+		case service.ChatAssistant:
 			role = llms.ChatMessageTypeAI
 		}
 		msgs = append(msgs, llms.TextParts(role, m.Content))

@@ -190,7 +190,7 @@ func offlineAnswer(req service.ChatRequest) string {
 func offlineQuestion(req service.ChatRequest) string {
 	var q string
 	for i := len(req.Messages) - 1; i >= 0; i-- {
-		if req.Messages[i].Role == "user" {
+		if req.Messages[i].Role == service.ChatUser {
 			q = req.Messages[i].Content
 			break
 		}

@@ -49,7 +49,7 @@ func (messageRow) TableName() string { return "messages" }
 
 func (r messageRow) message() service.Message {
 	m := service.Message{
-		ID: service.ID(r.ID), ConversationID: service.ID(r.ConversationID), Role: r.Role, Content: r.Content,
+		ID: service.ID(r.ID), ConversationID: service.ID(r.ConversationID), Role: service.ChatRole(r.Role), Content: r.Content,
 		Thinking: r.Thinking, Status: service.MessageStatus(r.Status), Sources: json.RawMessage(r.Sources),
 		Usage: service.Usage{PromptTokens: r.PromptTokens, CompletionTokens: r.CompletionTokens,
 			TotalTokens: r.PromptTokens + r.CompletionTokens},
@@ -265,7 +265,7 @@ func (s *Store) saveMessage(m *service.Message, title string) error {
 		sources = []byte("[]")
 	}
 	row := messageRow{
-		ID: int64(m.ID), ConversationID: int64(m.ConversationID), Role: m.Role, Content: m.Content,
+		ID: int64(m.ID), ConversationID: int64(m.ConversationID), Role: string(m.Role), Content: m.Content,
 		Thinking: m.Thinking, Status: string(m.Status), Sources: sources,
 		PromptTokens: m.Usage.PromptTokens, CompletionTokens: m.Usage.CompletionTokens, LatencyMs: m.LatencyMS,
 	}

@@ -52,11 +52,21 @@ const (
 	MessageFailed    MessageStatus = "failed"
 )
 
+// ChatRole says who speaks a message: the user or the assistant in a
+// conversation, the system too in a prompt.
+type ChatRole string
+
+const (
+	ChatSystem    ChatRole = "system"
+	ChatUser      ChatRole = "user"
+	ChatAssistant ChatRole = "assistant"
+)
+
 // Message is one turn of a conversation.
 type Message struct {
 	ID             ID              `json:"id"`
 	ConversationID ID              `json:"conversationId"`
-	Role           string          `json:"role"` // "user" or "assistant"
+	Role           ChatRole        `json:"role"` // ChatUser or ChatAssistant
 	Content        string          `json:"content"`
 	Thinking       string          `json:"thinking,omitempty"`
 	Status         MessageStatus   `json:"status"`
@@ -94,8 +104,8 @@ type Usage struct {
 
 // ChatMessage is one message of an LLM prompt.
 type ChatMessage struct {
-	Role    string `json:"role"` // system, user, assistant
-	Content string `json:"content"`
+	Role    ChatRole `json:"role"`
+	Content string   `json:"content"`
 }
 
 // ChatRequest asks a model for a completion.

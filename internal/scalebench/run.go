@@ -125,113 +125,21 @@ var notKeyword = map[string]bool{"chunks": true, "documents": true, "document_bl
 // Run loads each size in turn (adding to what the previous size loaded),
 // measures it and writes one JSON line per size to out.
 func Run(ctx context.Context, env Env, gen *Generator, opt Options, out io.Writer) error {
-	dim := env.Embedder.Dim()
 	startDB, startTables, err := env.Store.StorageSizes(ctx)
 	if err != nil {
 		return err
 	}
-	loader := &Loader{Store: env.Store, IDs: env.IDs, Embedder: env.Embedder, Gen: gen, KB: env.KB, Space: env.Space}
-	loaded, ingested := 0, 0
-	var postings int64
-	// Pipeline documents come after every corpus document, so they never
-	// collide with a query's source.
-	nextFresh := opt.Sizes[len(opt.Sizes)-1]
+	b := &bench{env: env, gen: gen, opt: opt, dim: env.Embedder.Dim(), startDB: startDB, startTables: startTables,
+		loader: &Loader{Store: env.Store, IDs: env.IDs, Embedder: env.Embedder, Gen: gen, KB: env.KB, Space: env.Space},
+		// Pipeline documents come after every corpus document, so they
+		// never collide with a query's source.
+		nextFresh: opt.Sizes[len(opt.Sizes)-1],
+	}
 	for i, size := range opt.Sizes {
 		r := Result{Size: size, Queries: opt.Queries}
-		fmt.Fprintf(opt.Log, "scalebench: loading chunks %d..%d\n", loaded, size)
-		if err := env.Store.DropVectorIndex(ctx, dim); err != nil {
-			return err
-		}
-		st, err := loader.Load(ctx, loaded, size)
-		if err != nil {
-			return err
-		}
-		loaded, postings = size, postings+st.Postings
-		r.LoadSeconds, r.LoadChunksPerS = st.Elapsed.Seconds(), float64(st.Chunks)/st.Elapsed.Seconds()
-		fmt.Fprintf(opt.Log, "scalebench: loaded %d chunks in %.0fs; waiting until they are searchable\n", st.Chunks, r.LoadSeconds)
-		t := time.Now()
-		if err := WaitSearchable(ctx, env.Ingester, env.KB); err != nil {
-			return err
-		}
-		if err := env.settle(ctx); err != nil {
-			return err
-		}
-		r.SyncSeconds = time.Since(t).Seconds()
-		fmt.Fprintf(opt.Log, "scalebench: searchable after %.0fs more; building the HNSW index\n", r.SyncSeconds)
-		t = time.Now()
-		if err := env.Store.BuildVectorIndex(ctx, dim, opt.IndexMemMB); err != nil {
-			return err
-		}
-		r.HNSWSeconds = time.Since(t).Seconds()
-		t = time.Now()
-		if err := env.Store.SettleKeywords(ctx); err != nil {
-			return err
-		}
-		r.SettleSeconds = time.Since(t).Seconds()
-		if err := env.Store.Vacuum(ctx); err != nil {
-			return err
-		}
-		r.Chunks = loaded + ingested
-
-		queries := gen.Queries(opt.Queries, size)
-		if opt.QueriesDir != "" {
-			if err := writeQueries(filepath.Join(opt.QueriesDir, "queries-"+strconv.Itoa(size)+".jsonl"), queries); err != nil {
+		for _, step := range []func(context.Context, *Result) error{b.load, b.timeQueries, b.measureStorage, b.ingest} {
+			if err := step(ctx, &r); err != nil {
 				return err
-			}
-		}
-		fmt.Fprintf(opt.Log, "scalebench: HNSW built in %.0fs; timing %d queries\n", r.HNSWSeconds, len(queries))
-		modes := []service.SearchMode{service.SearchKeyword, service.SearchVector, service.SearchHybrid}
-		timing, err := Time(ctx, queries, modes, map[string]SearchFunc{
-			"store": InProcess(env.Searcher, service.SystemPrincipal(), env.KB),
-			"http":  env.HTTP,
-		})
-		if err != nil {
-			return err
-		}
-		r.Latency = map[string]map[string]LatencyMS{}
-		for mode, paths := range timing {
-			r.Latency[string(mode)] = map[string]LatencyMS{}
-			for path, l := range paths {
-				r.Latency[string(mode)][path] = l.inMS()
-			}
-		}
-
-		// Storage before the pipeline adds its documents: what the
-		// bulk-loaded corpus costs.
-		db, tables, err := env.Store.StorageSizes(ctx)
-		if err != nil {
-			return err
-		}
-		r.DBBytes = db - startDB
-		for name, n := range tables {
-			if !notKeyword[name] && n != startTables[name] {
-				if r.KeywordTables == nil {
-					r.KeywordTables = map[string]int64{}
-				}
-				r.KeywordTables[name] = n - startTables[name]
-				r.KeywordBytes += n - startTables[name]
-			}
-		}
-		r.ChunksBytes = tables["chunks"] - startTables["chunks"]
-		r.Postings = postings
-		r.BytesPerChunk = float64(r.DBBytes) / float64(r.Chunks)
-		r.BytesPerPost = float64(r.KeywordBytes) / float64(max(1, postings))
-
-		if opt.Ingest > 0 {
-			fmt.Fprintf(opt.Log, "scalebench: ingesting %d documents through the pipeline\n", opt.Ingest)
-			var is IngestStats
-			err := profile(ctx, env.Store, opt.ProfileDir, size, &r.IngestWaits, func() (err error) {
-				is, err = Ingest(ctx, env.Ingester, gen, env.KB, nextFresh, opt.Ingest, opt.Uploaders)
-				return err
-			})
-			if err != nil {
-				return err
-			}
-			nextFresh += opt.Ingest
-			ingested += is.Documents
-			r.IngestDocs, r.IngestChunks, r.IngestSeconds, r.IngestChunksPS = is.Documents, is.Chunks, is.Elapsed.Seconds(), is.ChunksPerSecond()
-			if is.Failed > 0 {
-				return fmt.Errorf("scalebench: %d pipeline documents failed", is.Failed)
 			}
 		}
 		if i == len(opt.Sizes)-1 && i > 0 && opt.GrowthPasses > 0 {
@@ -246,6 +154,140 @@ func Run(ctx context.Context, env Env, gen *Generator, opt Options, out io.Write
 		if _, err := fmt.Fprintf(out, "%s\n", line); err != nil {
 			return err
 		}
+	}
+	return nil
+}
+
+// bench is the state of a Run from one size to the next.
+type bench struct {
+	env    Env
+	gen    *Generator
+	opt    Options
+	dim    int
+	loader *Loader
+	// The database's sizes before the first load.
+	startDB     int64
+	startTables map[string]int64
+	// loaded counts the bulk-loaded chunks so far, postings their keyword
+	// postings, ingested the pipeline's documents; nextFresh numbers the
+	// pipeline's next document.
+	loaded, ingested, nextFresh int
+	postings                    int64
+}
+
+// load bulk-loads the chunks up to r.Size, waits until they are
+// searchable, then builds the HNSW index, settles the keyword index and
+// vacuums.
+func (b *bench) load(ctx context.Context, r *Result) error {
+	env, size := b.env, r.Size
+	fmt.Fprintf(b.opt.Log, "scalebench: loading chunks %d..%d\n", b.loaded, size)
+	if err := env.Store.DropVectorIndex(ctx, b.dim); err != nil {
+		return err
+	}
+	st, err := b.loader.Load(ctx, b.loaded, size)
+	if err != nil {
+		return err
+	}
+	b.loaded, b.postings = size, b.postings+st.Postings
+	r.LoadSeconds, r.LoadChunksPerS = st.Elapsed.Seconds(), float64(st.Chunks)/st.Elapsed.Seconds()
+	fmt.Fprintf(b.opt.Log, "scalebench: loaded %d chunks in %.0fs; waiting until they are searchable\n", st.Chunks, r.LoadSeconds)
+	t := time.Now()
+	if err := WaitSearchable(ctx, env.Ingester, env.KB); err != nil {
+		return err
+	}
+	if err := env.settle(ctx); err != nil {
+		return err
+	}
+	r.SyncSeconds = time.Since(t).Seconds()
+	fmt.Fprintf(b.opt.Log, "scalebench: searchable after %.0fs more; building the HNSW index\n", r.SyncSeconds)
+	t = time.Now()
+	if err := env.Store.BuildVectorIndex(ctx, b.dim, b.opt.IndexMemMB); err != nil {
+		return err
+	}
+	r.HNSWSeconds = time.Since(t).Seconds()
+	t = time.Now()
+	if err := env.Store.SettleKeywords(ctx); err != nil {
+		return err
+	}
+	r.SettleSeconds = time.Since(t).Seconds()
+	if err := env.Store.Vacuum(ctx); err != nil {
+		return err
+	}
+	r.Chunks = b.loaded + b.ingested
+	return nil
+}
+
+// timeQueries times the size's queries in every mode, in process and over
+// HTTP (and writes them to QueriesDir for the peer engine).
+func (b *bench) timeQueries(ctx context.Context, r *Result) error {
+	queries := b.gen.Queries(b.opt.Queries, r.Size)
+	if b.opt.QueriesDir != "" {
+		if err := writeQueries(filepath.Join(b.opt.QueriesDir, "queries-"+strconv.Itoa(r.Size)+".jsonl"), queries); err != nil {
+			return err
+		}
+	}
+	fmt.Fprintf(b.opt.Log, "scalebench: HNSW built in %.0fs; timing %d queries\n", r.HNSWSeconds, len(queries))
+	modes := []service.SearchMode{service.SearchKeyword, service.SearchVector, service.SearchHybrid}
+	timing, err := Time(ctx, queries, modes, map[string]SearchFunc{
+		"store": InProcess(b.env.Searcher, service.SystemPrincipal(), b.env.KB),
+		"http":  b.env.HTTP,
+	})
+	if err != nil {
+		return err
+	}
+	r.Latency = map[string]map[string]LatencyMS{}
+	for mode, paths := range timing {
+		r.Latency[string(mode)] = map[string]LatencyMS{}
+		for path, l := range paths {
+			r.Latency[string(mode)][path] = l.inMS()
+		}
+	}
+	return nil
+}
+
+// measureStorage records the storage before the pipeline adds its
+// documents: what the bulk-loaded corpus costs.
+func (b *bench) measureStorage(ctx context.Context, r *Result) error {
+	db, tables, err := b.env.Store.StorageSizes(ctx)
+	if err != nil {
+		return err
+	}
+	r.DBBytes = db - b.startDB
+	for name, n := range tables {
+		if !notKeyword[name] && n != b.startTables[name] {
+			if r.KeywordTables == nil {
+				r.KeywordTables = map[string]int64{}
+			}
+			r.KeywordTables[name] = n - b.startTables[name]
+			r.KeywordBytes += n - b.startTables[name]
+		}
+	}
+	r.ChunksBytes = tables["chunks"] - b.startTables["chunks"]
+	r.Postings = b.postings
+	r.BytesPerChunk = float64(r.DBBytes) / float64(r.Chunks)
+	r.BytesPerPost = float64(r.KeywordBytes) / float64(max(1, b.postings))
+	return nil
+}
+
+// ingest runs Options.Ingest documents through the pipeline, if any.
+func (b *bench) ingest(ctx context.Context, r *Result) error {
+	if b.opt.Ingest <= 0 {
+		return nil
+	}
+	fmt.Fprintf(b.opt.Log, "scalebench: ingesting %d documents through the pipeline\n", b.opt.Ingest)
+	var is IngestStats
+	err := profile(ctx, b.env.Store, b.opt.ProfileDir, r.Size, &r.IngestWaits, func() (err error) {
+		is, err = Ingest(ctx, b.env.Ingester, b.gen, b.env.KB, b.nextFresh, b.opt.Ingest, b.opt.Uploaders)
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	b.nextFresh += b.opt.Ingest
+	b.ingested += is.Documents
+	r.IngestDocs, r.IngestChunks, r.IngestSeconds, r.IngestChunksPS = is.Documents, is.Chunks, is.Elapsed.Seconds(), is.ChunksPerSecond()
+	if is.Failed > 0 {
+		return fmt.Errorf("scalebench: %d pipeline documents failed", is.Failed)
 	}
 	return nil
 }

@@ -52,10 +52,11 @@ type Sources struct {
 	Sources []service.Source `json:"sources"`
 }
 
-// Message is a piece of the answer; Type is "think" or "response".
+// Message is a piece of the answer: its reasoning (service.DeltaThink,
+// sent only to a deep-thinking chat) or its text (service.DeltaResponse).
 type Message struct {
-	Delta string `json:"delta"`
-	Type  string `json:"type"`
+	Delta string            `json:"delta"`
+	Type  service.DeltaKind `json:"type"`
 }
 
 // Cancel says the generation stopped; Reason is one of the Reason constants.

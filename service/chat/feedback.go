@@ -66,7 +66,7 @@ func (s *Service) Rate(ctx context.Context, p service.Principal, messageID servi
 		}
 		return nil, err
 	}
-	if m.Role != "assistant" {
+	if m.Role != service.ChatAssistant {
 		return nil, service.Errorf(service.ErrInvalid, "message %s is a question; rate its answer", messageID)
 	}
 	id, err := s.d.IDs.NextID()

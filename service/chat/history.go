@@ -40,7 +40,7 @@ func (t *turn) history(ctx context.Context) ([]service.Message, error) {
 // earlier turns (user or assistant, each bounded) and instructions.
 func validateClientContext(req *Request) error {
 	for i, m := range req.History {
-		if m.Role != "user" && m.Role != "assistant" {
+		if m.Role != service.ChatUser && m.Role != service.ChatAssistant {
 			return service.Errorf(service.ErrInvalid, "history message %d has role %q; only user and assistant turns are history", i, m.Role)
 		}
 		if !utf8.ValidString(m.Content) {
@@ -49,7 +49,7 @@ func validateClientContext(req *Request) error {
 		// A user's turn is bounded like a question, an answer by
 		// MaxHistoryMessageRunes.
 		limit := service.MaxHistoryMessageRunes
-		if m.Role == "user" {
+		if m.Role == service.ChatUser {
 			limit = service.MaxQuestionRunes
 		}
 		if utf8.RuneCountInString(m.Content) > limit {

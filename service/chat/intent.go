@@ -151,7 +151,7 @@ func (t *turn) classifyLLM(ctx context.Context, question string, leaves []*servi
 	}
 	out, err := t.complete(ctx, service.UsageIntent, service.ChatRequest{
 		Model: t.s.cfg.FastModel, JSON: true, MaxTokens: 400,
-		Messages: []service.ChatMessage{{Role: "system", Content: b.String()}, {Role: "user", Content: question}},
+		Messages: []service.ChatMessage{{Role: service.ChatSystem, Content: b.String()}, {Role: service.ChatUser, Content: question}},
 	})
 	if err != nil {
 		return nil, err

@@ -90,7 +90,7 @@ func (t *turn) prepare(ctx context.Context) (*service.ChatRequest, error) {
 	if len(t.sources) == 0 {
 		if s.cfg.RefuseWithoutSources {
 			t.content.WriteString(NoSourcesAnswer)
-			t.send(EventMessage, Message{Type: "response", Delta: NoSourcesAnswer})
+			t.send(EventMessage, Message{Type: service.DeltaResponse, Delta: NoSourcesAnswer})
 			return nil, nil
 		}
 		return t.request(noSourcesPrompt, intent, history, question, nil), nil
@@ -154,11 +154,11 @@ func (t *turn) request(system string, intent *service.IntentNode, history []serv
 		b.WriteString("\n\nInstructions from the client application:\n")
 		b.WriteString(t.req.Instructions)
 	}
-	msgs := []service.ChatMessage{{Role: "system", Content: b.String()}}
+	msgs := []service.ChatMessage{{Role: service.ChatSystem, Content: b.String()}}
 	for _, m := range history {
 		msgs = append(msgs, service.ChatMessage{Role: m.Role, Content: m.Content})
 	}
-	msgs = append(msgs, service.ChatMessage{Role: "user", Content: question})
+	msgs = append(msgs, service.ChatMessage{Role: service.ChatUser, Content: question})
 	maxTokens := t.s.cfg.MaxAnswerTokens
 	if t.req.MaxTokens != nil {
 		maxTokens = *t.req.MaxTokens
@@ -196,7 +196,7 @@ func (t *turn) rewrite(ctx context.Context, history []service.Message, question 
 	fmt.Fprintf(&conv, "user: %s", question)
 	out, err := t.complete(ctx, service.UsageRewrite, service.ChatRequest{
 		Model: t.s.cfg.FastModel, MaxTokens: 200,
-		Messages: []service.ChatMessage{{Role: "system", Content: rewritePrompt}, {Role: "user", Content: conv.String()}},
+		Messages: []service.ChatMessage{{Role: service.ChatSystem, Content: rewritePrompt}, {Role: service.ChatUser, Content: conv.String()}},
 	})
 	out = strings.TrimSpace(out)
 	if n := utf8.RuneCountInString(out); err != nil || out == "" || n > 4*utf8.RuneCountInString(question)+200 || n > service.MaxQuestionRunes {
@@ -237,7 +237,7 @@ func (t *turn) title(ctx context.Context) string {
 	}
 	out, err := t.complete(ctx, service.UsageTitle, service.ChatRequest{
 		Model: t.s.cfg.FastModel, MaxTokens: 40,
-		Messages: []service.ChatMessage{{Role: "system", Content: titlePrompt}, {Role: "user", Content: t.req.Question}},
+		Messages: []service.ChatMessage{{Role: service.ChatSystem, Content: titlePrompt}, {Role: service.ChatUser, Content: t.req.Question}},
 	})
 	out = strings.Trim(strings.TrimSpace(out), `"'“”「」《》`)
 	if err != nil || out == "" {

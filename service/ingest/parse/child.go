@@ -7,13 +7,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"os"
 	"os/exec"
-	"runtime"
-	"runtime/debug"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -248,83 +244,11 @@ func (p *ChildParser) run(ctx context.Context, blob []byte, mime string, limits 
 	resetPeakRSS(pid)
 	start := time.Now()
 
-	// The session writes the request and reads the one-line answer. JSON
-	// at most doubles text (escaped newlines and tabs); the rest is
+	// JSON at most doubles text (escaped newlines and tabs); the rest is
 	// per-block overhead, so a longer answer means a misbehaving child.
 	maxOut := 2*limits.MaxTextBytes + 1<<20
-	type answer struct {
-		line []byte
-		err  error
-	}
-	answered := make(chan answer, 1)
-	progressed := make(chan struct{}, 1)
-	go func() {
-		if _, err := c.stdin.Write(append(head, '\n')); err != nil {
-			answered <- answer{err: err}
-			return
-		}
-		if _, err := c.stdin.Write(blob); err != nil {
-			answered <- answer{err: err}
-			return
-		}
-		for {
-			line, err := readLine(c.stdout, maxOut)
-			if err == nil && bytes.HasPrefix(line, progressLine[:len(progressLine)-1]) {
-				select {
-				case progressed <- struct{}{}:
-				default:
-				}
-				continue
-			}
-			answered <- answer{line, err}
-			return
-		}
-	}()
-
-	// Each page the child reads by OCR moves the deadline to at least
-	// OCR.PageTimeout from then, as guard does in process.
-	deadline := start.Add(limits.Timeout)
-	timer := time.NewTimer(limits.Timeout)
-	defer timer.Stop()
-	ticker := time.NewTicker(poll)
-	defer ticker.Stop()
-	var (
-		ans    answer
-		reason error // why the child was killed
-		peak   int64
-	)
-wait:
-	for {
-		select {
-		case ans = <-answered:
-			break wait
-		case <-ctx.Done():
-			reason = ctx.Err() // the caller gave up (shutdown): not the file's fault
-		case <-progressed:
-			if d := time.Now().Add(limits.OCR.PageTimeout); d.After(deadline) {
-				deadline = d
-				timer.Reset(time.Until(d))
-			}
-		case <-timer.C:
-			reason = fmt.Errorf("%w: parsing took longer than %s", ErrTooLarge, deadline.Sub(start).Round(time.Second))
-		case <-ticker.C:
-			if rss, ok := processRSS(pid); ok {
-				peak = max(peak, rss)
-				if rss > memLimit {
-					reason = memoryError(memLimit)
-				}
-			}
-		case <-c.exited:
-			// Crashed: its answer, if any, is already in the pipe.
-			ans = <-answered
-			break wait
-		}
-		if reason != nil {
-			c.kill()
-			<-answered // the session ends once the pipes are closed
-			break wait
-		}
-	}
+	answered, progressed := c.converse(head, blob, maxOut)
+	ans, peak, reason := c.watch(ctx, answered, progressed, limits, memLimit, poll, start)
 	usage := childUsage{Pid: pid, MaxRSS: max(peak, PeakRSS(pid)), Elapsed: time.Since(start)}
 	if p.Log != nil {
 		p.Log.DebugContext(ctx, "parser process answered", "pid", pid, "mime", mime, "bytes", len(blob),
@@ -372,8 +296,86 @@ wait:
 	return doc, usage, nil
 }
 
-func memoryError(limit int64) error {
-	return fmt.Errorf("%w: parsing needed more than %s of memory", ErrTooLarge, formatBytes(limit))
+// answer is a child's one-line reply to a request, or why none came.
+type answer struct {
+	line []byte
+	err  error
+}
+
+// converse writes the request (its header line, then the file) and reads
+// the child's reply in the background: a progress line after each page
+// read by OCR goes to progressed; the answer, or the failure to read one,
+// to answered.
+func (c *parserProc) converse(head, blob []byte, maxOut int64) (answered <-chan answer, progressed <-chan struct{}) {
+	ans := make(chan answer, 1)
+	prog := make(chan struct{}, 1)
+	go func() {
+		if _, err := c.stdin.Write(append(head, '\n')); err != nil {
+			ans <- answer{err: err}
+			return
+		}
+		if _, err := c.stdin.Write(blob); err != nil {
+			ans <- answer{err: err}
+			return
+		}
+		for {
+			line, err := readLine(c.stdout, maxOut)
+			if err == nil && bytes.HasPrefix(line, progressLine[:len(progressLine)-1]) {
+				select {
+				case prog <- struct{}{}:
+				default:
+				}
+				continue
+			}
+			ans <- answer{line, err}
+			return
+		}
+	}()
+	return ans, prog
+}
+
+// watch waits for the child's answer while it holds to the parse's
+// deadline, its memory cap and the caller's context; a child that breaks
+// one is killed, and reason says why. Each page the child reads by OCR
+// moves the deadline to at least OCR.PageTimeout from then, as guard does
+// in process. peak is the highest resident memory sampled.
+func (c *parserProc) watch(ctx context.Context, answered <-chan answer, progressed <-chan struct{}, limits Limits, memLimit int64, poll time.Duration, start time.Time) (ans answer, peak int64, reason error) {
+	pid := c.cmd.Process.Pid
+	deadline := start.Add(limits.Timeout)
+	timer := time.NewTimer(limits.Timeout)
+	defer timer.Stop()
+	ticker := time.NewTicker(poll)
+	defer ticker.Stop()
+	for {
+		select {
+		case ans = <-answered:
+			return ans, peak, nil
+		case <-ctx.Done():
+			reason = ctx.Err() // the caller gave up (shutdown): not the file's fault
+		case <-progressed:
+			if d := time.Now().Add(limits.OCR.PageTimeout); d.After(deadline) {
+				deadline = d
+				timer.Reset(time.Until(d))
+			}
+		case <-timer.C:
+			reason = fmt.Errorf("%w: parsing took longer than %s", ErrTooLarge, deadline.Sub(start).Round(time.Second))
+		case <-ticker.C:
+			if rss, ok := processRSS(pid); ok {
+				peak = max(peak, rss)
+				if rss > memLimit {
+					reason = memoryError(memLimit)
+				}
+			}
+		case <-c.exited:
+			// Crashed: its answer, if any, is already in the pipe.
+			return <-answered, peak, nil
+		}
+		if reason != nil {
+			c.kill()
+			<-answered // the session ends once the pipes are closed
+			return answer{}, peak, reason
+		}
+	}
 }
 
 var errAnswerTooLong = errors.New("answer too long")
@@ -411,131 +413,6 @@ func childEnv() []string {
 		}
 	}
 	return env
-}
-
-// processRSS reads a process's resident set size from /proc. It reports
-// false where /proc is missing (not Linux): there only the parse timeout
-// bounds a child.
-func processRSS(pid int) (int64, bool) {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/statm")
-	if err != nil {
-		return 0, false
-	}
-	f := strings.Fields(string(b))
-	if len(f) < 2 {
-		return 0, false
-	}
-	pages, err := strconv.ParseInt(f[1], 10, 64)
-	if err != nil {
-		return 0, false
-	}
-	return pages * int64(os.Getpagesize()), true
-}
-
-// resetPeakRSS restarts a process's peak resident set size (VmHWM) from its
-// current size, so peakRSS measures one parse of a reused child. Where the
-// kernel does not allow it, peakRSS stays the child's lifetime peak, which
-// only errs on the side of the cap.
-func resetPeakRSS(pid int) {
-	_ = os.WriteFile("/proc/"+strconv.Itoa(pid)+"/clear_refs", []byte("5"), 0)
-}
-
-// PeakRSS reads a process's peak resident set size (VmHWM), or 0 where
-// /proc does not tell (tests read their parser processes' peaks with it).
-func PeakRSS(pid int) int64 {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
-	if err != nil {
-		return 0
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if rest, ok := strings.CutPrefix(line, "VmHWM:"); ok {
-			kb, _ := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 10, 64)
-			return kb << 10
-		}
-	}
-	return 0
-}
-
-// ServeChild is the child side of ChildParser (the `ragent parse`
-// command): it reads requests (a JSON header line, then the file) from r
-// until r ends, parses each, and answers each with one line of JSON on w:
-// the blocks or the parse failure. It returns an error only when a request
-// itself is unreadable, which ends the process.
-func ServeChild(ctx context.Context, r io.Reader, w io.Writer) error {
-	br := bufio.NewReaderSize(r, 64<<10)
-	bw := bufio.NewWriterSize(w, 64<<10)
-	enc := json.NewEncoder(bw)
-	enc.SetEscapeHTML(false)
-	for {
-		line, err := br.ReadSlice('\n')
-		if errors.Is(err, io.EOF) && len(line) == 0 {
-			return nil // the parent is done with this process
-		}
-		if err != nil {
-			return fmt.Errorf("parse: read the request: %w", err)
-		}
-		var req childRequest
-		if err := json.Unmarshal(line, &req); err != nil {
-			return fmt.Errorf("parse: bad request: %w", err)
-		}
-		if req.Size < 0 || req.Size > 1<<32 {
-			return fmt.Errorf("parse: bad file size %d", req.Size)
-		}
-		if req.MemoryLimit > 0 {
-			// A soft target: the collector works harder well before the
-			// parent's hard cap kills the process.
-			debug.SetMemoryLimit(req.MemoryLimit / 4 * 3)
-		}
-		blob := make([]byte, req.Size)
-		if _, err := io.ReadFull(br, blob); err != nil {
-			return fmt.Errorf("parse: read the file: %w", err)
-		}
-		// The parent's deadline is the one that counts: it kills this
-		// process. One here would answer while the abandoned parse kept
-		// running in a process about to be reused.
-		limits := req.Limits
-		limits.Timeout = limits.withDefaults().Timeout + time.Hour
-		if limits.OCR.MemoryLimit <= 0 {
-			limits.OCR.MemoryLimit = req.MemoryLimit // an OCR program may use as much as this process
-		}
-		var mu sync.Mutex // pages are read in parallel
-		pctx := withProgress(ctx, func() {
-			mu.Lock()
-			defer mu.Unlock()
-			_, _ = bw.Write(progressLine)
-			_ = bw.Flush()
-		})
-		var resp childResponse
-		doc, err := Parse(pctx, bytes.NewReader(blob), req.Size, req.Mime, limits)
-		if err != nil {
-			resp.Error = &childError{Kind: errorKind(err), Message: err.Error()}
-		} else {
-			resp.Blocks = doc.Blocks
-		}
-		if err := enc.Encode(resp); err != nil {
-			return err
-		}
-		if err := bw.Flush(); err != nil {
-			return err
-		}
-		// Give a big parse's memory back before the next one, so that the
-		// parent's cap measures each parse, not what the last one left.
-		// (Forcing it after every small file would double their cost.)
-		var ms runtime.MemStats
-		runtime.ReadMemStats(&ms)
-		if ms.HeapInuse > 64<<20 || ms.HeapSys-ms.HeapReleased > 128<<20 {
-			debug.FreeOSMemory()
-		}
-	}
-}
-
-func errorKind(err error) string {
-	for k, sentinel := range childKinds {
-		if errors.Is(err, sentinel) {
-			return k
-		}
-	}
-	return ""
 }
 
 // headBuffer keeps the first max bytes written to it: the start of a crash
