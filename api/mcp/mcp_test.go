@@ -18,8 +18,8 @@ func TestToolRoutesHaveScopes(t *testing.T) {
 		}
 		n++
 	}
-	if n != 5 {
-		t.Fatalf("%d tools in toolRoutes, want 5", n)
+	if n != 6 {
+		t.Fatalf("%d tools in toolRoutes, want 6 (list_knowledge_bases, search, ask, get_document, get_chunk, feedback)", n)
 	}
 }
 
