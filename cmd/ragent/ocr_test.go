@@ -6,6 +6,8 @@ import (
 	"image"
 	"image/png"
 	"net/http"
+	"os"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -61,12 +63,14 @@ func (c *client) ocrDocument(id string) ocrDocJSON {
 	return d
 }
 
-// A 20-page scan, through the real pipeline (upload, outbox, MQ, a parser
+// A multi-page scan, through the real pipeline (upload, outbox, MQ, a parser
 // process with two OCR processes), turns ready; the time it took is logged
-// (the under-two-minutes target is measured on a quiet machine and kept in
-// BENCHMARKS.md, not asserted here: a loaded machine is slower); every
-// page's chunk says its page and that it was read by OCR; the document says
-// it was read by OCR; a word only page 17 holds finds page 17.
+// (the 20-page, under-two-minutes target is measured with
+// RAGENT_OCR_SCAN_PAGES=20 and kept in docs/benchmarks/, not asserted here:
+// a loaded machine is slower; make test scans 4 pages, which proves the same
+// paths in a quarter of the time); every page's chunk says its page and that
+// it was read by OCR; the document says it was read by OCR; a word only one
+// page holds (page 17 of 20, the last of fewer) finds that page.
 func TestOCRScanReady(t *testing.T) {
 	testenv.OCR(t)
 	cfg := testConfig(t)
@@ -77,7 +81,15 @@ func TestOCRScanReady(t *testing.T) {
 	in := start(t, cfg)
 	c := in.adminClient(t)
 	kb := c.createKB("scans")
-	const pages = 20
+	pages := 4
+	if v := os.Getenv("RAGENT_OCR_SCAN_PAGES"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > 100 {
+			t.Fatalf("RAGENT_OCR_SCAN_PAGES=%q: want a page count from 1 to 100", v)
+		}
+		pages = n
+	}
+	marked := min(17, pages)
 	file := scannedPDF(t, pages, 300)
 
 	begin := time.Now()
@@ -87,7 +99,7 @@ func TestOCRScanReady(t *testing.T) {
 	if d.Status != "ready" {
 		t.Fatalf("the scan ended %s: %s", d.Status, d.Error)
 	}
-	t.Logf("ocr-scan pages=%d processes=2 seconds=%.1f pages_per_minute=%.1f", pages, took.Seconds(), pages/took.Minutes())
+	t.Logf("ocr-scan pages=%d processes=2 seconds=%.1f pages_per_minute=%.1f", pages, took.Seconds(), float64(pages)/took.Minutes())
 	if !c.ocrDocument(doc.ID).OCR {
 		t.Fatal("the document does not say it was read by OCR")
 	}
@@ -102,8 +114,8 @@ func TestOCRScanReady(t *testing.T) {
 	seen := map[string]bool{}
 	for _, ch := range chunks.Items {
 		seen[ch.Section] = true
-		if m := ocrMarker(17); strings.Contains(ch.Content, m) && ch.Section != "Page 17 (OCR)" {
-			t.Errorf("page 17's marker is in a chunk of section %q", ch.Section)
+		if m := ocrMarker(marked); strings.Contains(ch.Content, m) && ch.Section != fmt.Sprintf("Page %d (OCR)", marked) {
+			t.Errorf("page %d's marker is in a chunk of section %q", marked, ch.Section)
 		}
 	}
 	for i := 1; i <= pages; i++ {
@@ -111,9 +123,9 @@ func TestOCRScanReady(t *testing.T) {
 			t.Errorf("no chunk of section %q; sections: %v", s, seen)
 		}
 	}
-	hits := c.search(kb, ocrMarker(17), "keyword")
+	hits := c.search(kb, ocrMarker(marked), "keyword")
 	if len(hits) == 0 || hits[0].DocumentID != doc.ID {
-		t.Fatalf("search for page 17's marker: %+v", hits)
+		t.Fatalf("search for page %d's marker: %+v", marked, hits)
 	}
 }
 

@@ -359,8 +359,11 @@ func (s *stack) chatCites(token, kb, question, when string) {
 			}
 		}
 	}
-	if got := strings.Join(names, " "); got != "meta sources message finish done" {
-		s.t.Fatalf("%s: chat stream %q, want meta sources message finish done:\n%s", when, got, body)
+	// A queue event may come first after Redis restarted: its replication
+	// id changed, so the failover fence holds new grants until running
+	// holders could re-assert theirs (docs/operations.md).
+	if got := strings.Join(names, " "); got != "meta sources message finish done" && got != "meta queue sources message finish done" {
+		s.t.Fatalf("%s: chat stream %q, want meta [queue] sources message finish done:\n%s", when, got, body)
 	}
 	if !strings.Contains(sources, "年假.md") || !citation.MatchString(answer) {
 		s.t.Fatalf("%s: chat without citations: sources %s, answer %s", when, sources, answer)
