@@ -161,62 +161,83 @@ func (b *batcher) flush(batch []entry) {
 	}
 }
 
-// send writes entries in one bulk request through the write aliases, or in
-// halves when the encoded request is over the byte cap or OpenSearch
-// refuses it as too large; it returns each entry's error. A single chunk
-// that OpenSearch refuses as too large is a permanent failure: retrying
-// cannot shrink it.
+// send writes entries through the live alias and, while a rebuild runs,
+// the next one, in one bulk request or in halves when the encoded request
+// is over the byte cap or OpenSearch refuses it as too large; it returns
+// each entry's error. A single chunk that OpenSearch refuses as too large
+// is a permanent failure: retrying cannot shrink it.
+//
+// Whether a rebuild runs is asked in the write itself, not before it: the
+// request to the live alias carries one more action, a delete of an id no
+// chunk has (probeID) through the next alias, which OpenSearch resolves
+// against the same cluster state as the writes. Only when that alias
+// exists (a rebuild began before the request) do the entries go out once
+// more, to it. So a write costs one round trip, and a rebuild that begins
+// after it (under the rebuild lock, after the writer's commit) reads the
+// chunks from Postgres.
 func (b *batcher) send(ctx context.Context, batch []entry) []error {
-	errs := b.sendOnce(ctx, batch)
-	for _, err := range errs {
+	errs, next := b.sendTo(ctx, b.c.Alias(), batch, true)
+	if !next {
+		return errs
+	}
+	nextErrs, _ := b.sendTo(ctx, b.c.nextAlias(), batch, false)
+	for i, err := range nextErrs {
 		if isStatus(err, http.StatusNotFound) {
-			// An alias moved between reading the aliases and the write (a
-			// rebuild finished): once more, through the aliases as they
-			// are now.
-			return b.sendOnce(ctx, batch)
+			// The rebuild finished between the two requests and the next
+			// alias is gone: the live alias is on the rebuilt index now,
+			// which the first request may have missed.
+			return b.send(ctx, batch)
+		}
+		if errs[i] == nil {
+			errs[i] = err
 		}
 	}
 	return errs
 }
 
-func (b *batcher) sendOnce(ctx context.Context, batch []entry) []error {
+// probeID is the _id of the delete that asks whether the next alias
+// exists: chunk ids are decimal numbers, so it never deletes one.
+const probeID = "rebuild-probe"
+
+// sendTo writes entries through alias, with the probe of the next alias
+// when probe is set, and reports whether the probe found it.
+func (b *batcher) sendTo(ctx context.Context, alias string, batch []entry, probe bool) ([]error, bool) {
 	errs := make([]error, len(batch))
-	fill := func(err error) []error {
+	fill := func(err error) ([]error, bool) {
 		for i := range errs {
 			errs[i] = err
 		}
-		return errs
+		return errs, false
 	}
-	aliases, err := b.c.writeAliases(ctx)
-	if err != nil {
+	if err := b.c.ensureVectorFields(ctx, []string{alias}, batch); err != nil {
 		return fill(err)
 	}
-	if err := b.c.ensureVectorFields(ctx, aliases, batch); err != nil {
-		return fill(err)
-	}
-	body, visible, err := encodeBulk(aliases, batch)
+	body, visible, err := encodeBulk([]string{alias}, batch)
 	if err != nil {
 		return fill(err)
 	}
 	tooLarge := len(body) > b.maxBytes
 	if !tooLarge {
+		n := len(batch)
+		if probe {
+			body = append(body, `{"delete":{"_index":"`+b.c.nextAlias()+`","_id":"`+probeID+`"}}`+"\n"...)
+			n++
+		}
 		path := "/_bulk?require_alias=true"
-		if visible {
+		if visible && probe {
 			path += "&refresh=wait_for"
 		}
-		var itemErrs []error
-		itemErrs, err = b.c.bulkItems(ctx, path, body, len(aliases)*len(batch))
+		var results []bulkResult
+		results, err = b.c.bulkResults(ctx, path, body, n)
 		tooLarge = isStatus(err, http.StatusRequestEntityTooLarge)
 		if err == nil {
-			// Each entry has one result per alias, alias by alias.
-			for a := range aliases {
-				for i := range batch {
-					if e := itemErrs[a*len(batch)+i]; e != nil && errs[i] == nil {
-						errs[i] = e
-					}
-				}
+			for i := range batch {
+				errs[i] = results[i].err
 			}
-			return errs
+			// The probe: a delete through an alias that exists finds
+			// nothing (404, no error); one through a name that is no
+			// alias fails (404, index_not_found_exception).
+			return errs, probe && results[n-1].status == http.StatusNotFound && !results[n-1].failed
 		}
 	}
 	if !tooLarge {
@@ -227,7 +248,9 @@ func (b *batcher) sendOnce(ctx context.Context, batch []entry) []error {
 			service.ErrPermanent, service.ErrTooLarge, batch[0].item.id, len(body)))
 	}
 	half := len(batch) / 2
-	return append(b.sendOnce(ctx, batch[:half]), b.sendOnce(ctx, batch[half:])...)
+	first, next1 := b.sendTo(ctx, alias, batch[:half], probe)
+	second, next2 := b.sendTo(ctx, alias, batch[half:], probe)
+	return append(first, second...), next1 || next2
 }
 
 // encodeBulk is the NDJSON of entries written to every alias, and whether
@@ -255,11 +278,21 @@ func encodeBulk(aliases []string, batch []entry) ([]byte, bool, error) {
 	return buf.Bytes(), visible, nil
 }
 
-// bulkItems sends an NDJSON bulk body of n actions and returns each
-// action's error, in request order: nil for success and for the delete of a document already
-// gone; ErrSearchUnavailable for a rejected item (a full queue, an alias
-// swapped away), which a retry of the idempotent write settles.
-func (c *Client) bulkItems(ctx context.Context, path string, body []byte, n int) ([]error, error) {
+// bulkResult is one action's outcome: its status, whether OpenSearch
+// reported an error for it, and the error ragent sees (nil for success
+// and for the delete of a document already gone).
+type bulkResult struct {
+	status int
+	failed bool
+	err    error
+}
+
+// bulkResults sends an NDJSON bulk body of n actions and returns each
+// action's result, in request order. A rejected item (a full queue, an
+// alias swapped away) is ErrSearchUnavailable, which a retry of the
+// idempotent write settles; one whose alias does not exist also answers
+// isStatus(err, 404).
+func (c *Client) bulkResults(ctx context.Context, path string, body []byte, n int) ([]bulkResult, error) {
 	var out struct {
 		Errors bool `json:"errors"`
 		Items  []map[string]struct {
@@ -270,16 +303,30 @@ func (c *Client) bulkItems(ctx context.Context, path string, body []byte, n int)
 	if err := c.do(ctx, http.MethodPost, path, body, &out); err != nil {
 		return nil, err
 	}
-	errs := make([]error, n)
-	if !out.Errors {
-		return errs, nil
-	}
+	res := make([]bulkResult, n)
 	for i, item := range out.Items {
+		if i >= n {
+			break
+		}
 		for op, r := range item {
-			if r.Status/100 != 2 && (op != "delete" || r.Status != http.StatusNotFound) && i < len(errs) {
-				errs[i] = fmt.Errorf("%w: bulk %s: %w", service.ErrSearchUnavailable, op, &statusError{status: r.Status, body: string(r.Error)})
+			res[i].status, res[i].failed = r.Status, len(r.Error) > 0 && string(r.Error) != "null"
+			if r.Status/100 != 2 && (op != "delete" || r.Status != http.StatusNotFound || res[i].failed) {
+				res[i].err = fmt.Errorf("%w: bulk %s: %w", service.ErrSearchUnavailable, op, &statusError{status: r.Status, body: string(r.Error)})
 			}
 		}
+	}
+	return res, nil
+}
+
+// bulkItems is bulkResults's errors.
+func (c *Client) bulkItems(ctx context.Context, path string, body []byte, n int) ([]error, error) {
+	res, err := c.bulkResults(ctx, path, body, n)
+	if err != nil {
+		return nil, err
+	}
+	errs := make([]error, n)
+	for i, r := range res {
+		errs[i] = r.err
 	}
 	return errs, nil
 }

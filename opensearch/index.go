@@ -109,19 +109,6 @@ func (c *Client) aliasIndexes(ctx context.Context, alias string) ([]string, erro
 	return names, nil
 }
 
-// writeAliases are the aliases a change must reach: the live one and,
-// during a rebuild, the next one.
-func (c *Client) writeAliases(ctx context.Context) ([]string, error) {
-	next, err := c.aliasIndexes(ctx, c.nextAlias())
-	if err != nil {
-		return nil, err
-	}
-	if len(next) > 0 {
-		return []string{c.Alias(), c.nextAlias()}, nil
-	}
-	return []string{c.Alias()}, nil
-}
-
 // Index writes chunks to the live index and, during a rebuild, to the
 // next one, in bulk requests shared with concurrent callers; it returns
 // once OpenSearch has indexed them, and they turn searchable at the index's
@@ -179,15 +166,12 @@ func vectorField(space string) string { return "vec_" + space }
 // the chunks of a replaced generation. The removal is searchable when it
 // returns.
 func (c *Client) DeleteDocument(ctx context.Context, docID service.ID, keep []service.ID) error {
-	aliases, err := c.writeAliases(ctx)
-	if err != nil {
-		return err
-	}
 	query := map[string]any{"bool": map[string]any{
 		"filter":   []any{map[string]any{"term": map[string]any{fieldDocument: docID}}},
 		"must_not": []any{map[string]any{"ids": map[string]any{"values": idStrings(keep)}}},
 	}}
-	return c.deleteMatching(ctx, strings.Join(aliases, ","), query)
+	// The search ignores the next alias when no rebuild runs.
+	return c.deleteMatching(ctx, c.Alias()+","+c.nextAlias(), query)
 }
 
 // SweepChunks removes chunks by id from one physical index: the rebuild's

@@ -429,3 +429,95 @@ func TestBulkSplitsLargeWrites(t *testing.T) {
 		t.Fatalf("a chunk over the cluster's limit: %v, want a permanent too-large error", err)
 	}
 }
+
+// requestLog passes requests to the test node and records their method
+// and path; before, when set, runs first (outside the log) on each bulk
+// request.
+type requestLog struct {
+	mu     sync.Mutex
+	reqs   []string
+	before func(req *http.Request)
+}
+
+func (l *requestLog) RoundTrip(req *http.Request) (*http.Response, error) {
+	l.mu.Lock()
+	l.reqs = append(l.reqs, req.Method+" "+req.URL.Path)
+	before := l.before
+	l.mu.Unlock()
+	if before != nil && req.URL.Path == "/_bulk" {
+		before(req)
+	}
+	return http.DefaultTransport.RoundTrip(req)
+}
+
+func (l *requestLog) take() []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	out := l.reqs
+	l.reqs = nil
+	return out
+}
+
+// A write is one bulk request, with no lookup of the aliases before it;
+// while a rebuild runs it is two (live, then next), and a rebuild that
+// finishes between the two is caught: the write reaches the index that is
+// live afterwards.
+func TestWriteRoundTrips(t *testing.T) {
+	log := &requestLog{}
+	c := client(t, Config{Client: &http.Client{Transport: log}})
+	ctx := context.Background()
+	log.take()
+	if err := c.Index(ctx, []service.SearchDoc{doc(1, 10, 100, 1, "walrus")}); err != nil {
+		t.Fatal(err)
+	}
+	if got := log.take(); !slices.Equal(got, []string{"POST /_bulk"}) {
+		t.Errorf("a write sent %v, want one bulk request", got)
+	}
+	if err := c.DeleteChunks(ctx, []service.ID{1}); err != nil {
+		t.Fatal(err)
+	}
+	if got := log.take(); !slices.Equal(got, []string{"POST /_bulk"}) {
+		t.Errorf("a delete sent %v, want one bulk request", got)
+	}
+
+	index, err := c.BeginRebuild(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	log.take()
+	if err := c.Index(ctx, []service.SearchDoc{doc(2, 11, 100, 1, "during")}); err != nil {
+		t.Fatal(err)
+	}
+	if got := log.take(); !slices.Equal(got, []string{"POST /_bulk", "POST /_bulk"}) {
+		t.Errorf("a write during a rebuild sent %v, want two bulk requests", got)
+	}
+	// The rebuild finishes after the live index took the write and
+	// before the next one does.
+	bulks := 0
+	log.mu.Lock()
+	log.before = func(req *http.Request) {
+		if bulks++; bulks == 2 {
+			if err := c.FinishRebuild(ctx, index); err != nil {
+				t.Error(err)
+			}
+		}
+	}
+	log.mu.Unlock()
+	if err := c.Index(ctx, []service.SearchDoc{doc(3, 12, 100, 1, "raced")}); err != nil {
+		t.Fatal(err)
+	}
+	log.mu.Lock()
+	log.before = nil
+	log.mu.Unlock()
+	if err := c.Refresh(ctx, c.Alias()); err != nil {
+		t.Fatal(err)
+	}
+	got, err := c.ChunkIDs(ctx, c.Alias(), 0, 10)
+	if err != nil || !slices.Equal(got, []service.ID{2, 3}) {
+		t.Fatalf("the rebuilt live index holds %v (%v), want [2 3]", got, err)
+	}
+	live, err := c.aliasIndexes(ctx, c.Alias())
+	if err != nil || len(live) != 1 || live[0] != index {
+		t.Fatalf("alias on %v (%v), want %s", live, err, index)
+	}
+}

@@ -209,6 +209,7 @@ func (a *App) buildIngestion(ctx context.Context, w *parts) error {
 		FetchPerKB:               cfg.FetchPerKB,
 		WebhookConcurrency:       cfg.WebhookConcurrency,
 		WebhookDeliveryRetention: cfg.WebhookDeliveryRetention,
+		WorkConcurrency:          ingestWorkConcurrency(cfg),
 	})
 	ingestSvc.EnableWebhooks(a.store, w.signing)
 	ingestSvc.EnableCuration(a.store)
@@ -251,7 +252,7 @@ func (a *App) buildIngestion(ctx context.Context, w *parts) error {
 	if cfg.Role != "api" {
 		idem := idempotent.Config{Logger: log, Registerer: a.registry}
 		guard := idempotent.NewGuard(a.rdb, cfg.RedisPrefix, consumingTTL, consumedTTL, idem)
-		consumer, err := q.consumer(ingestGroup, service.IngestTopic, ingestHandler(ingestSvc, guard), 0)
+		consumer, err := q.consumer(ingestGroup, service.IngestTopic, ingestHandler(ingestSvc, guard), ingestHandlers(cfg))
 		if err != nil {
 			return err
 		}

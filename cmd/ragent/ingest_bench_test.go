@@ -1,11 +1,18 @@
 package main
 
 import (
+	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"io"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -42,13 +49,19 @@ func BenchmarkIngestBackends(b *testing.B) {
 	for _, q := range ds.Queries {
 		texts = append(texts, q.Text)
 	}
+	backends := strings.Fields(cmp.Or(os.Getenv("RAGENT_BENCH_BACKENDS"), "postgres opensearch"))
+	count := os.Getenv("RAGENT_BENCH_COUNT_REQUESTS") != ""
 	chunks := map[string]int{}
 	elapsed := map[string]time.Duration{}
 	for round := range b.N {
-		for _, backend := range []string{"postgres", "opensearch"} {
+		for _, backend := range backends {
 			cfg := testConfig(b)
+			var counter *requestCounter
 			if backend == "opensearch" {
 				cfg = openSearchConfig(b, "")
+				if count {
+					counter = countRequests(b, &cfg)
+				}
 			}
 			self, engine := cpuSeconds(b, "self"), cpuSeconds(b, "opensearch")
 			n, d := ingestOnce(b, cfg, texts)
@@ -57,12 +70,82 @@ func BenchmarkIngestBackends(b *testing.B) {
 			b.Logf("round %d %s: %d chunks in %.2f s, %.1f chunks/s; CPU: ragent %.1f s, OpenSearch node %.1f s; load average %s",
 				round+1, backend, n, d.Seconds(), float64(n)/d.Seconds(),
 				cpuSeconds(b, "self")-self, cpuSeconds(b, "opensearch")-engine, loadAverage())
+			if counter != nil {
+				b.Logf("round %d %s: OpenSearch requests per document: %s", round+1, backend, counter.report(n))
+			}
 		}
 	}
 	rate := func(backend string) float64 { return float64(chunks[backend]) / elapsed[backend].Seconds() }
-	b.ReportMetric(rate("postgres"), "postgres_chunks/s")
-	b.ReportMetric(rate("opensearch"), "opensearch_chunks/s")
-	b.ReportMetric(rate("opensearch")/rate("postgres"), "opensearch/postgres")
+	for _, backend := range backends {
+		b.ReportMetric(rate(backend), backend+"_chunks/s")
+	}
+	if len(backends) == 2 {
+		b.ReportMetric(rate("opensearch")/rate("postgres"), "opensearch/postgres")
+	}
+}
+
+// requestCounter counts the requests an instance sends to OpenSearch, by
+// method and first path segment, with the time they took
+// (RAGENT_BENCH_COUNT_REQUESTS=1: the proxy costs CPU of its own, so the
+// rates of such a run are not the benchmark's).
+type requestCounter struct {
+	mu    sync.Mutex
+	n     map[string]int
+	total map[string]time.Duration
+	items map[string]int // bulk actions
+}
+
+// countRequests points cfg's OpenSearch URL at a counting reverse proxy.
+func countRequests(b *testing.B, cfg *Config) *requestCounter {
+	target, err := url.Parse(cfg.OpenSearchURL)
+	if err != nil {
+		b.Fatal(err)
+	}
+	rc := &requestCounter{n: map[string]int{}, total: map[string]time.Duration{}, items: map[string]int{}}
+	proxy := httputil.NewSingleHostReverseProxy(target)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		seg := strings.SplitN(strings.TrimPrefix(r.URL.Path, "/"), "/", 2)
+		key := r.Method + " /" + seg[0]
+		if strings.HasPrefix(seg[0], cfg.OpenSearchIndex) {
+			key = r.Method + " /<index>"
+			if len(seg) > 1 {
+				key += "/" + seg[1]
+			}
+		}
+		if r.URL.Path == "/_bulk" && r.Body != nil {
+			body, _ := io.ReadAll(r.Body)
+			r.Body = io.NopCloser(bytes.NewReader(body))
+			rc.mu.Lock()
+			rc.items[key] += bytes.Count(body, []byte(`{"index":`)) + bytes.Count(body, []byte(`{"delete":`))
+			rc.mu.Unlock()
+		}
+		start := time.Now()
+		proxy.ServeHTTP(w, r)
+		rc.mu.Lock()
+		rc.n[key]++
+		rc.total[key] += time.Since(start)
+		rc.mu.Unlock()
+	}))
+	b.Cleanup(srv.Close)
+	cfg.OpenSearchURL = srv.URL
+	return rc
+}
+
+// report is the requests per document of each kind, with their mean time
+// (and the actions per bulk request).
+func (rc *requestCounter) report(docs int) string {
+	rc.mu.Lock()
+	defer rc.mu.Unlock()
+	var parts []string
+	for key, n := range rc.n {
+		part := fmt.Sprintf("%s %.2f (%d, mean %.1f ms", key, float64(n)/float64(docs), n, float64(rc.total[key].Microseconds())/1000/float64(n))
+		if it := rc.items[key]; it > 0 {
+			part += fmt.Sprintf(", %.1f actions each", float64(it)/float64(n))
+		}
+		parts = append(parts, part+")")
+	}
+	slices.Sort(parts)
+	return strings.Join(parts, "; ")
 }
 
 // ingestOnce starts an instance on cfg, uploads texts (four uploaders) into
@@ -109,21 +192,29 @@ func ingestOnce(b *testing.B, cfg Config, texts []string) (int, time.Duration) {
 	}
 	close(next)
 	wg.Wait()
+	// The wait polls one count by status (the database is this round's
+	// own): reading every document's row each time cost more CPU than
+	// ingesting them, and the more the longer a round took.
 	for {
-		st, err := eval.DocumentStats(ctx, a.ingestSvc, kb.ID)
+		counts, err := a.store.DocumentCounts(ctx)
 		if err != nil {
 			b.Fatal(err)
 		}
-		if st.Ready+st.Failed >= uploaded {
+		if int(counts[service.DocumentReady]+counts[service.DocumentFailed]) >= uploaded {
+			took := time.Since(start)
+			st, err := eval.DocumentStats(ctx, a.ingestSvc, kb.ID)
+			if err != nil {
+				b.Fatal(err)
+			}
 			// CMRC has two questions without text: two documents fail
 			// with nothing to index, on both backends.
 			if st.Failed > 2 {
 				b.Errorf("%d documents failed", st.Failed)
 			}
-			return st.Chunks, time.Since(start)
+			return st.Chunks, took
 		}
 		if time.Since(start) > 10*time.Minute {
-			b.Fatalf("after 10 minutes %d of %d documents ready", st.Ready, uploaded)
+			b.Fatalf("after 10 minutes %d of %d documents ready", counts[service.DocumentReady], uploaded)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}

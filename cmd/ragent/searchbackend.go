@@ -31,9 +31,37 @@ const searchIndexGroup = "ragent-search-indexer"
 // such a burst, their writes sharing bulk requests.
 const searchIndexConcurrency = 16
 
+// openSearchIngestHandlers is the ingestion handlers per instance on the
+// OpenSearch backend, of which ingestWorkConcurrency parse, chunk and
+// embed at once: the others wait in the commit's path, where a document's
+// chunks go to OpenSearch in a bulk request shared with the documents in
+// flight. With the MQ's default of 4 handlers a bulk request carried about
+// one document, and each document waited for a whole round trip of its
+// own (issue 24, item 14; docs/benchmarks/opensearch-backend.md).
+const openSearchIngestHandlers = 12
+
+// ingestHandlers is the ingestion handlers per instance (0: the MQ's
+// default).
+func ingestHandlers(cfg Config) int {
+	if cfg.SearchBackend == "opensearch" {
+		return openSearchIngestHandlers
+	}
+	return 0
+}
+
+// ingestWorkConcurrency is the documents parsed, chunked and embedded at
+// once per instance: the MQ's default handlers, also when there are more
+// (0: as many as there are handlers).
+func ingestWorkConcurrency(cfg Config) int {
+	if cfg.SearchBackend == "opensearch" {
+		return max(redisstream.DefaultConcurrency, rocketmq.DefaultConcurrency)
+	}
+	return 0
+}
+
 // openSearchConns is the connections kept open to OpenSearch: one per
 // ingestion handler and search-index handler, and 12 for searches.
-const openSearchConns = max(redisstream.DefaultConcurrency, rocketmq.DefaultConcurrency) + searchIndexConcurrency + 12
+const openSearchConns = openSearchIngestHandlers + searchIndexConcurrency + 12
 
 // newOpenSearch is the OpenSearch client of the configuration, with ragent's
 // BM25 parameters for the indexes it creates.

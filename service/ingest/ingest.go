@@ -152,6 +152,13 @@ type Config struct {
 	// failed and skipped deliveries are kept (default 30 days).
 	WebhookConcurrency       int
 	WebhookDeliveryRetention time.Duration
+
+	// WorkConcurrency caps the documents parsed, chunked and embedded at
+	// once per instance (0: no cap beyond the MQ handlers'). With more MQ
+	// handlers than that, the others wait in the commit's path (the
+	// OpenSearch backend's shared bulk write) without adding parse
+	// processes or CPU work.
+	WorkConcurrency int
 }
 
 func (c *Config) defaults() {
@@ -229,6 +236,7 @@ func (c *Config) defaults() {
 
 // Service runs uploads and ingestion.
 type Service struct {
+	work     chan struct{} // WorkConcurrency's slots; nil without a cap
 	store    Store
 	access   *service.Access
 	embedder service.Embedder
@@ -262,7 +270,11 @@ func New(store Store, access *service.Access, embedder service.Embedder, ids ser
 		cfg.Space = service.EmbeddingSpace{Model: embedder.Model(), Dim: embedder.Dim()}
 	}
 	m := newMetrics(cfg.Registerer)
-	return &Service{store: store, access: access, embedder: embedder, ids: ids, audit: audit, cfg: cfg, log: cfg.Logger, now: cfg.Now, kick: make(chan struct{}, 1),
+	var work chan struct{}
+	if cfg.WorkConcurrency > 0 {
+		work = make(chan struct{}, cfg.WorkConcurrency)
+	}
+	return &Service{work: work, store: store, access: access, embedder: embedder, ids: ids, audit: audit, cfg: cfg, log: cfg.Logger, now: cfg.Now, kick: make(chan struct{}, 1),
 		fetchNow: make(chan struct{}, 1), client: m.measure(cfg.Net.Client(cfg.FetchTimeout), "fetch"),
 		metrics: m, tracer: tracerOr(cfg.Tracer)}
 }
@@ -614,26 +626,7 @@ func (s *Service) index(ctx context.Context, doc *service.Document) (int, error)
 	if err := s.canEmbed(kb); err != nil {
 		return 0, err
 	}
-	pieces, err := s.parseAndSplit(ctx, doc, kb)
-	if err != nil {
-		return 0, err
-	}
-	chunks := make([]service.Chunk, len(pieces))
-	texts := make([]string, len(pieces))
-	for i, p := range pieces {
-		id, err := s.ids.NextID()
-		if err != nil {
-			return 0, err
-		}
-		tf, n := IndexTerms(p)
-		chunks[i] = service.Chunk{ID: id, DocumentID: doc.ID, KnowledgeBaseID: kb.ID, Generation: doc.Generation,
-			Ordinal: p.Ordinal, Content: p.Content, Section: p.Section, TokenCount: p.TokenCount, OCR: p.OCR, Terms: tf, TermCount: n}
-		texts[i] = p.Content
-	}
-	ectx, end := s.stage(ctx, stageEmbed)
-	ectx = service.WithUsageScope(ectx, service.UsageScope{UserID: doc.CreatedBy, KnowledgeBaseID: kb.ID})
-	err = s.embedChunks(ectx, fmt.Sprintf("embed:%s:%d", doc.ID, doc.Generation), chunks, texts)
-	end(err)
+	chunks, err := s.prepare(ctx, doc, kb)
 	if err != nil {
 		return 0, err
 	}
@@ -648,6 +641,43 @@ func (s *Service) index(ctx context.Context, doc *service.Document) (int, error)
 		return 0, err
 	}
 	return len(chunks), nil
+}
+
+// prepare parses, chunks and embeds a document generation, in one of the
+// WorkConcurrency slots.
+func (s *Service) prepare(ctx context.Context, doc *service.Document, kb *service.KnowledgeBase) ([]service.Chunk, error) {
+	if s.work != nil {
+		select {
+		case s.work <- struct{}{}:
+			defer func() { <-s.work }()
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+	pieces, err := s.parseAndSplit(ctx, doc, kb)
+	if err != nil {
+		return nil, err
+	}
+	chunks := make([]service.Chunk, len(pieces))
+	texts := make([]string, len(pieces))
+	for i, p := range pieces {
+		id, err := s.ids.NextID()
+		if err != nil {
+			return nil, err
+		}
+		tf, n := IndexTerms(p)
+		chunks[i] = service.Chunk{ID: id, DocumentID: doc.ID, KnowledgeBaseID: kb.ID, Generation: doc.Generation,
+			Ordinal: p.Ordinal, Content: p.Content, Section: p.Section, TokenCount: p.TokenCount, OCR: p.OCR, Terms: tf, TermCount: n}
+		texts[i] = p.Content
+	}
+	ectx, end := s.stage(ctx, stageEmbed)
+	ectx = service.WithUsageScope(ectx, service.UsageScope{UserID: doc.CreatedBy, KnowledgeBaseID: kb.ID})
+	err = s.embedChunks(ectx, fmt.Sprintf("embed:%s:%d", doc.ID, doc.Generation), chunks, texts)
+	end(err)
+	if err != nil {
+		return nil, err
+	}
+	return chunks, nil
 }
 
 // parseAndSplit turns a document's file into chunks. The file and its
