@@ -250,23 +250,7 @@ func (s *Store) AddChunk(ctx context.Context, docID service.ID, kbIDs []service.
 		if err := mirror(&c); err != nil {
 			return err
 		}
-		next, err := tx.spaceRole(doc.KbID, ch.EmbeddingSpace, "FOR SHARE")
-		if err != nil {
-			return err
-		}
-		if err := tx.insertChunks(doc.ID, doc.KbID, doc.Generation, ch.EmbeddingSpace, next, []service.Chunk{c}); err != nil {
-			return err
-		}
-		if err := tx.db.Exec(`UPDATE chunks SET manual = true, revision = 1 WHERE id = ?`, int64(c.ID)).Error; err != nil {
-			return translate(err)
-		}
-		if err := tx.indexChunks(doc.KbID, []service.Chunk{c}); err != nil {
-			return err
-		}
-		if err := tx.db.Exec(`UPDATE documents SET chunk_count = chunk_count + 1 WHERE id = ?`, doc.ID).Error; err != nil {
-			return translate(err)
-		}
-		rev, err = tx.recordRevision(doc, nil, &c, ch)
+		rev, err = tx.putChunk(doc, c, ch)
 		return err
 	})
 	if err != nil {
@@ -456,26 +440,7 @@ func (s *Store) RestoreDeleted(ctx context.Context, del service.ChunkRevision, c
 		if err := mirror(&c); err != nil {
 			return err
 		}
-		next, err := tx.spaceRole(doc.KbID, ch.EmbeddingSpace, "FOR SHARE")
-		if err != nil {
-			return err
-		}
-		if err := tx.insertChunks(doc.ID, doc.KbID, doc.Generation, ch.EmbeddingSpace, next, []service.Chunk{c}); err != nil {
-			return err
-		}
-		if err := tx.db.Exec(`UPDATE chunks SET manual = ?, revision = ?, enabled = ? WHERE id = ?`,
-			c.Manual, c.Revision, c.Enabled, int64(c.ID)).Error; err != nil {
-			return translate(err)
-		}
-		if c.Enabled {
-			if err := tx.indexChunks(doc.KbID, []service.Chunk{c}); err != nil {
-				return err
-			}
-		}
-		if err := tx.db.Exec(`UPDATE documents SET chunk_count = chunk_count + 1 WHERE id = ?`, doc.ID).Error; err != nil {
-			return translate(err)
-		}
-		rev, err = tx.recordRevision(doc, nil, &c, ch)
+		rev, err = tx.putChunk(doc, c, ch)
 		return err
 	})
 	if err != nil {
@@ -483,4 +448,31 @@ func (s *Store) RestoreDeleted(ctx context.Context, del service.ChunkRevision, c
 	}
 	c.Embedding, c.Terms = nil, nil
 	return &c, rev, nil
+}
+
+// putChunk writes one chunk back into a document's live generation — a new
+// manual chunk or a restored one — with its manual flag, revision and
+// enabled state, indexes it when enabled, counts it on the document and
+// records the revision that made it.
+func (s *Store) putChunk(doc *documentRow, c service.Chunk, ch service.ChunkChange) (*service.ChunkRevision, error) {
+	next, err := s.spaceRole(doc.KbID, ch.EmbeddingSpace, "FOR SHARE")
+	if err != nil {
+		return nil, err
+	}
+	if err := s.insertChunks(doc.ID, doc.KbID, doc.Generation, ch.EmbeddingSpace, next, []service.Chunk{c}); err != nil {
+		return nil, err
+	}
+	if err := s.db.Exec(`UPDATE chunks SET manual = ?, revision = ?, enabled = ? WHERE id = ?`,
+		c.Manual, c.Revision, c.Enabled, int64(c.ID)).Error; err != nil {
+		return nil, translate(err)
+	}
+	if c.Enabled {
+		if err := s.indexChunks(doc.KbID, []service.Chunk{c}); err != nil {
+			return nil, err
+		}
+	}
+	if err := s.db.Exec(`UPDATE documents SET chunk_count = chunk_count + 1 WHERE id = ?`, doc.ID).Error; err != nil {
+		return nil, translate(err)
+	}
+	return s.recordRevision(doc, nil, &c, ch)
 }
