@@ -95,9 +95,12 @@ depcheck:
 
 # Everything CI runs. Missing services fail the run (RAGENT_REQUIRE_SERVICES=1).
 # Last, the Docker Compose stack's smoke tests (compose-test, both profiles):
-# warm (images cached on the machine) 4–8 min for both; cold (engine,
-# Compose, base image and every image built) about 30 min on a loaded
-# 2-core machine (2026-12-02).
+# warm (images cached on the machine) 4–8 min for both. Their images are
+# built in the background from the start (compose.sh prebuild; the smoke
+# waits for it): a cold build (engine, Compose from source, base image,
+# every image) took 17.5 min but only 4 CPU-minutes on a loaded 2-core
+# machine (2026-12-02) — downloads, which the Go tests hide. Each phase
+# prints its start time, for reading a CI log.
 # cmd/ragent's end-to-end tests take about 14–21 minutes under -race on a
 # 2-core machine (2026-11-30); the timeout leaves room for a loaded one.
 # The Redis-backed suites run again on Sentinel and on a Redis Cluster
@@ -114,7 +117,11 @@ REDIS_E2E_BIN := bin/ragent-e2e.test
 REDIS_E2E  := TestChatFairShareBetweenUsers|TestChatFairQueueAcrossInstances|TestChatStopAcrossInstances|TestOpenAIStopByTask|TestRedeliveryAfterLostConsumeMark|TestChatResumeAcrossInstances|TestUsageRecordedAcrossInstances|TestQuotasAcrossInstances|TestChatSubmitKeyAfterLostLock
 
 .PHONY: test
-test: test-services vet lint depcheck
+test: test-services
+	bash scripts/compose.sh prebuild
+	@echo "make test: vet, lint, depcheck from $$(date -u +%T)"
+	$(MAKE) vet lint depcheck
+	@echo "make test: race suite from $$(date -u +%T)"
 	RAGENT_REQUIRE_SERVICES=1 $(GO) test -race -count=1 -timeout 45m $(RACE_PKGS)
 	$(GO) test -race -c -o $(REDIS_E2E_BIN) ./cmd/ragent/
 	for topology in sentinel cluster; do \
@@ -122,10 +129,14 @@ test: test-services vet lint depcheck
 		(cd cmd/ragent && RAGENT_REQUIRE_SERVICES=1 RAGENT_TEST_REDIS_TOPOLOGY=$$topology \
 			$(CURDIR)/$(REDIS_E2E_BIN) -test.count=1 -test.timeout=10m -test.run '^($(REDIS_E2E))$$'); \
 	done
+	@echo "make test: Redis failover test from $$(date -u +%T)"
 	bash scripts/chaos.sh redis-failover
+	@echo "make test: RocketMQ from $$(date -u +%T)"
 	RAGENT_REQUIRE_SERVICES=1 $(GO) test -count=1 -timeout 15m ./mq/rocketmq/...
 	RAGENT_REQUIRE_SERVICES=1 $(GO) test -count=1 -timeout 10m -run RocketMQ ./cmd/ragent/
+	@echo "make test: compose from $$(date -u +%T)"
 	$(MAKE) compose-test
+	@echo "make test: passed at $$(date -u +%T)"
 
 # The Docker Compose stack (docker-compose.yml) built, started on a project
 # of its own and smoke-tested through ragent's published port, then the

@@ -83,8 +83,8 @@ func fail(c *gin.Context, err error) {
 	}
 	var de *service.Error
 	retry := errors.As(err, &de) && de.RetryAfter > 0
-	if (status == http.StatusTooManyRequests || retry) && c.Writer.Header().Get("Retry-After") == "" {
-		seconds := 1
+	if (status == http.StatusTooManyRequests || status == http.StatusServiceUnavailable || retry) && c.Writer.Header().Get("Retry-After") == "" {
+		seconds := defaultRetryAfter(status)
 		if retry {
 			seconds = int(math.Ceil(de.RetryAfter.Seconds()))
 		}
@@ -95,6 +95,22 @@ func fail(c *gin.Context, err error) {
 		return
 	}
 	c.AbortWithStatusJSON(status, errorBody{Error: detail})
+}
+
+// unavailableRetryAfter is the Retry-After of a 503 whose error names no
+// wait of its own: a dependency that went away (Redis, Postgres, the MQ) is
+// usually back, or failed over, within seconds, and clients (OpenAI's SDKs
+// among them) retry after the header rather than at once.
+const unavailableRetryAfter = 5
+
+// defaultRetryAfter is the Retry-After, in seconds, of a refusal with status
+// whose error does not carry one: a second for a 429, unavailableRetryAfter
+// for a 503.
+func defaultRetryAfter(status int) int {
+	if status == http.StatusServiceUnavailable {
+		return unavailableRetryAfter
+	}
+	return 1
 }
 
 // failCode writes an error with an explicit status and code.

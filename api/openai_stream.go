@@ -187,9 +187,12 @@ func (w *completionWriter) message(d chat.Message) {
 func (w *completionWriter) fail(status int, code, message string) {
 	if !w.started {
 		w.dropHeaders()
-		if status == http.StatusTooManyRequests {
-			// The queue's estimate (chat.Reject), else a second.
-			w.c.Header("Retry-After", strconv.Itoa(max(w.retryAfter, 1)))
+		switch {
+		case w.retryAfter > 0 && (status == http.StatusTooManyRequests || status == http.StatusServiceUnavailable):
+			// The queue's estimate (chat.Reject).
+			w.c.Header("Retry-After", strconv.Itoa(w.retryAfter))
+		case status == http.StatusTooManyRequests || status == http.StatusServiceUnavailable:
+			w.c.Header("Retry-After", strconv.Itoa(defaultRetryAfter(status)))
 		}
 		failOpenAI(w.c, status, code, message)
 		w.ended = true

@@ -1,6 +1,8 @@
 package repository
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"strings"
 
@@ -37,7 +39,7 @@ func (s *Store) lockKeywords(kbID int64, exclusive bool) error {
 // (its stale block postings stay listed in keyword_dead, which applies to
 // block postings only), so nothing here assumes ids are fresh.
 func (s *Store) indexChunks(kbID int64, chunks []service.Chunk) error {
-	if len(chunks) == 0 {
+	if len(chunks) == 0 || !s.keywordsKept() {
 		return nil
 	}
 	var (
@@ -76,6 +78,9 @@ func (s *Store) indexChunks(kbID int64, chunks []service.Chunk) error {
 // compactor rewrites those blocks), and their share of the statistics is
 // subtracted.
 func (s *Store) unindexChunks(kbID int64, ids intArray, chunks, terms int64) error {
+	if !s.keywordsKept() {
+		return nil
+	}
 	if err := s.lockKeywords(kbID, false); err != nil {
 		return err
 	}
@@ -107,4 +112,109 @@ func (s *Store) dropKeywordIndex(kbID int64) error {
 		}
 	}
 	return nil
+}
+
+// keywordIndexSetting is the settings row that says the keyword index has
+// not been kept since some moment (its value "stale"): an instance on the
+// OpenSearch backend stopped writing it (SkipKeywordIndex), and it misses
+// the chunks added and still holds those removed since. Only
+// RebuildKeywordIndex removes the row.
+const keywordIndexSetting = "keyword_index"
+
+// keywordsKept says chunk writes maintain the keyword index.
+func (s *Store) keywordsKept() bool { return s.search == nil || !s.search.noKeywords }
+
+// SkipKeywordIndex stops maintaining the keyword index: with a search
+// engine serving keyword search (RAGENT_SEARCH_BACKEND=opensearch, after
+// UseSearchIndex) nothing searches it, and its postings, term lists and
+// statistics cost Postgres work in every commit of chunks. The index is
+// recorded stale first, so an instance on the Postgres backend rebuilds it
+// (KeywordIndexStale, RebuildKeywordIndex) before it searches it again.
+// Call it before the store is shared.
+func (s *Store) SkipKeywordIndex(ctx context.Context) error {
+	if s.search == nil {
+		return fmt.Errorf("%w: the keyword index is skipped only with a search engine (UseSearchIndex)", service.ErrInvalid)
+	}
+	if err := s.conn(ctx).Exec(`INSERT INTO settings (key, value) VALUES (?, 'stale')
+		ON CONFLICT (key) DO UPDATE SET value = excluded.value`, keywordIndexSetting).Error; err != nil {
+		return translate(err)
+	}
+	s.search.noKeywords = true
+	return nil
+}
+
+// KeywordIndexStale says the keyword index was not kept for a while
+// (SkipKeywordIndex) and has not been rebuilt since.
+func (s *Store) KeywordIndexStale(ctx context.Context) (bool, error) {
+	_, err := s.Setting(ctx, keywordIndexSetting)
+	if err == nil {
+		return true, nil
+	}
+	if errors.Is(err, service.ErrNotFound) {
+		return false, nil
+	}
+	return false, err
+}
+
+// rebuildBatch is the chunks read per statement by RebuildKeywordIndex.
+const rebuildBatch = 1000
+
+// RebuildKeywordIndex builds the keyword index again from the chunks, in
+// one transaction, and clears its stale mark; it returns the chunks
+// indexed. terms makes a chunk's keyword terms (with their frequencies)
+// and their total from its content and section, as ingestion does.
+//
+// The transaction first locks the chunks table against every change (reads
+// go on), so no writer is between its chunk write and its keyword write:
+// each of them writes chunks before the keyword index or, as curation,
+// locks the chunk's row first. Then it takes the compactor's lock and
+// replaces the whole index. Searches meanwhile read the old index; the
+// new one is theirs at the commit.
+func (s *Store) RebuildKeywordIndex(ctx context.Context, terms func(content, section string) (map[string]int, int)) (int, error) {
+	n := 0
+	err := s.WithinTx(ctx, func(tx *Store) error {
+		if err := tx.db.Exec("LOCK TABLE chunks IN EXCLUSIVE MODE").Error; err != nil {
+			return translate(err)
+		}
+		if err := tx.db.Exec("SELECT pg_advisory_xact_lock(?)", keywordCompactLock).Error; err != nil {
+			return translate(err)
+		}
+		for _, table := range []string{"keyword_blocks", "keyword_tail", "keyword_docs", "keyword_dead", "keyword_stats"} {
+			if err := tx.db.Exec("DELETE FROM " + table).Error; err != nil {
+				return translate(err)
+			}
+		}
+		if tx.search != nil {
+			// The rebuild is the index's, whatever this store skips.
+			tx.search = &searchIndex{nextID: tx.search.nextID, vectors: tx.search.vectors}
+		}
+		var after int64
+		for {
+			var rows []struct {
+				ID, KbID         int64
+				Content, Section string
+			}
+			if err := tx.db.Raw(`SELECT id, kb_id, content, section FROM chunks WHERE enabled AND id > ? ORDER BY id LIMIT ?`,
+				after, rebuildBatch).Scan(&rows).Error; err != nil {
+				return translate(err)
+			}
+			if len(rows) == 0 {
+				break
+			}
+			byKB := map[int64][]service.Chunk{}
+			for _, r := range rows {
+				tf, total := terms(r.Content, r.Section)
+				byKB[r.KbID] = append(byKB[r.KbID], service.Chunk{ID: service.ID(r.ID), Terms: tf, TermCount: total})
+			}
+			for kb, chunks := range byKB {
+				if err := tx.indexChunks(kb, chunks); err != nil {
+					return err
+				}
+			}
+			n += len(rows)
+			after = rows[len(rows)-1].ID
+		}
+		return translate(tx.db.Exec("DELETE FROM settings WHERE key = ?", keywordIndexSetting).Error)
+	})
+	return n, err
 }

@@ -15,6 +15,9 @@ import (
 type searchIndex struct {
 	nextID  func() (service.ID, error) // ids of outbox rows
 	vectors bool                       // the engine keeps the vectors too
+	// noKeywords says the Postgres keyword index is not kept
+	// (SkipKeywordIndex).
+	noKeywords bool
 }
 
 // UseSearchIndex makes the store mirror chunk changes to an external search

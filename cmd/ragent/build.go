@@ -169,6 +169,8 @@ func (a *App) buildKnowledgeAndSearch(ctx context.Context, w *parts) error {
 			return err
 		}
 		searchStore = openSearchStore{Store: a.store, os: w.osc}
+	} else if err := a.store.WithStartupLock(ctx, a.repairKeywordIndex); err != nil {
+		return err
 	}
 	a.searcher = retrieve.New(searchStore, w.access, queryEmbedders(w.embedder, w.space), reranker, retrieve.Config{
 		Tracer:         w.tracer("service/retrieve"),
@@ -241,14 +243,17 @@ func (a *App) buildIngestion(ctx context.Context, w *parts) error {
 	a.runners = append(a.runners,
 		func(ctx context.Context) error { return ingestSvc.RunRelay(ctx, a.mqMetrics.Producer(q.producer)) },
 		ingestSvc.RunReaper,
+	)
+	if w.osc == nil {
 		// The keyword compactor: every instance runs it, one works at a
 		// time (an advisory lock). A knowledge base's tail is merged once
 		// it holds 20k postings, and all of it every 10 s, so queries
 		// never score more than a few seconds of ingestion exhaustively.
-		func(ctx context.Context) error {
+		// On the OpenSearch backend the index is not written.
+		a.runners = append(a.runners, func(ctx context.Context) error {
 			return a.store.RunKeywordCompactor(ctx, time.Second, 10*time.Second, 20000)
-		},
-	)
+		})
+	}
 	if cfg.Role != "api" {
 		idem := idempotent.Config{Logger: log, Registerer: a.registry}
 		guard := idempotent.NewGuard(a.rdb, cfg.RedisPrefix, consumingTTL, consumedTTL, idem)

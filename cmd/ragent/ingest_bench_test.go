@@ -64,12 +64,13 @@ func BenchmarkIngestBackends(b *testing.B) {
 				}
 			}
 			self, engine := cpuSeconds(b, "self"), cpuSeconds(b, "opensearch")
+			pg := watchDatabaseCPU(b, cfg.DatabaseURL)
 			n, d := ingestOnce(b, cfg, texts)
 			chunks[backend] += n
 			elapsed[backend] += d
-			b.Logf("round %d %s: %d chunks in %.2f s, %.1f chunks/s; CPU: ragent %.1f s, OpenSearch node %.1f s; load average %s",
+			b.Logf("round %d %s: %d chunks in %.2f s, %.1f chunks/s; CPU: ragent %.1f s, OpenSearch node %.1f s, Postgres %.1f s; load average %s",
 				round+1, backend, n, d.Seconds(), float64(n)/d.Seconds(),
-				cpuSeconds(b, "self")-self, cpuSeconds(b, "opensearch")-engine, loadAverage())
+				cpuSeconds(b, "self")-self, cpuSeconds(b, "opensearch")-engine, pg(), loadAverage())
 			if counter != nil {
 				b.Logf("round %d %s: OpenSearch requests per document: %s", round+1, backend, counter.report(n))
 			}
@@ -239,10 +240,68 @@ func cpuSeconds(b *testing.B, who string) float64 {
 			return 0
 		}
 	}
-	stat, err := os.ReadFile("/proc/" + pid + "/stat")
+	cpu, ok := procCPU("/proc/" + pid + "/stat")
+	if !ok {
+		b.Logf("cpu of %s: no /proc/%s/stat", who, pid)
+	}
+	return cpu
+}
+
+// watchDatabaseCPU samples, until the returned func is called, the CPU
+// seconds of the Postgres backends serving the database of url (their
+// process title names it; the server is on this machine), and that func
+// returns their sum: the Postgres work of one round, since each round has
+// a database of its own. A backend is sampled every 100 ms, so the work of
+// one that exits between two samples is missed; the instance's pool keeps
+// its connections for the round.
+func watchDatabaseCPU(b *testing.B, url string) func() float64 {
+	db := url[strings.LastIndexByte(url, '/')+1:]
+	if i := strings.IndexByte(db, '?'); i >= 0 {
+		db = db[:i]
+	}
+	seen := map[string]float64{}
+	sample := func() {
+		dirs, _ := os.ReadDir("/proc")
+		for _, d := range dirs {
+			cmd, err := os.ReadFile("/proc/" + d.Name() + "/cmdline")
+			if err != nil || !strings.HasPrefix(string(cmd), "postgres: ") || !slices.Contains(strings.Fields(string(cmd)), db) {
+				continue
+			}
+			if cpu, ok := procCPU("/proc/" + d.Name() + "/stat"); ok {
+				seen[d.Name()] = max(seen[d.Name()], cpu)
+			}
+		}
+	}
+	stop, done := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(done)
+		t := time.NewTicker(100 * time.Millisecond)
+		defer t.Stop()
+		for {
+			sample()
+			select {
+			case <-stop:
+				return
+			case <-t.C:
+			}
+		}
+	}()
+	return func() float64 {
+		close(stop)
+		<-done
+		var sum float64
+		for _, cpu := range seen {
+			sum += cpu
+		}
+		return sum
+	}
+}
+
+// procCPU is the user and system CPU seconds in a /proc/<pid>/stat file.
+func procCPU(path string) (float64, bool) {
+	stat, err := os.ReadFile(path)
 	if err != nil {
-		b.Logf("cpu of %s: %v", who, err)
-		return 0
+		return 0, false
 	}
 	// The fields after the command's closing parenthesis: utime and stime
 	// are the 12th and 13th, in clock ticks (100 per second on Linux).
@@ -250,7 +309,7 @@ func cpuSeconds(b *testing.B, who string) float64 {
 	var utime, stime float64
 	fmt.Sscan(f[11], &utime)
 	fmt.Sscan(f[12], &stime)
-	return (utime + stime) / 100
+	return (utime + stime) / 100, true
 }
 
 // loadAverage is the machine's one-minute load average.

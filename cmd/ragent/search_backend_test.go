@@ -11,6 +11,9 @@ import (
 
 	"github.com/ragent-go/ragent/internal/testenv"
 	"github.com/ragent-go/ragent/opensearch"
+	"github.com/ragent-go/ragent/service"
+	"github.com/ragent-go/ragent/service/retrieve"
+	"github.com/ragent-go/ragent/text"
 )
 
 // The retrieval suite runs once per search backend: every test in it takes
@@ -210,4 +213,70 @@ func waitIndexMatches(t *testing.T, in *instance, osc *opensearch.Client) {
 		}
 		return slices.Equal(inPG, inOS)
 	})
+}
+
+// TestKeywordIndexAcrossBackendSwitch: on the OpenSearch backend Postgres's
+// keyword index is not written (nothing searches it there), and an
+// instance switched back to the Postgres backend rebuilds it at start: it
+// finds what was ingested meanwhile and not what was deleted meanwhile.
+func TestKeywordIndexAcrossBackendSwitch(t *testing.T) {
+	osCfg := openSearchConfig(t, "")
+	pgCfg := osCfg
+	pgCfg.SearchBackend = "postgres"
+	ctx := context.Background()
+	keyword := func(in *instance, kb, word string) int {
+		t.Helper()
+		kbID, err := service.ParseID(kb)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res, err := in.app.store.KeywordSearch(ctx, service.KeywordQuery{KnowledgeBaseIDs: []service.ID{kbID},
+			Terms: retrieve.TermCounts(text.Tokenize(word)), K1: 0.9, B: 0.4, Limit: 10})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(res)
+	}
+
+	// On Postgres: a document, in the keyword index.
+	pg, c, kb := ingestEnv(t, pgCfg)
+	old := c.uploadAccepted(kb, "walrus.txt", []byte("The walrus rests on drifting ice."))
+	c.waitReady(old.ID)
+	if keyword(pg, kb, "walrus") != 1 {
+		t.Fatal("the Postgres backend does not find its own document")
+	}
+	pg.stop()
+
+	// On OpenSearch: that document deleted, another ingested; Postgres's
+	// index is stale and takes neither change.
+	os := start(t, osCfg)
+	c = os.adminClient(t)
+	if r := c.do("DELETE", "/api/v1/documents/"+old.ID, nil); r.Status != http.StatusNoContent && r.Status != http.StatusOK {
+		t.Fatalf("delete: %d %s", r.Status, r.Body)
+	}
+	doc := c.uploadAccepted(kb, "glacier.txt", []byte("A glacier carves the valley slowly."))
+	c.waitReady(doc.ID)
+	if n := keyword(os, kb, "glacier"); n != 0 {
+		t.Fatalf("the OpenSearch backend wrote Postgres's keyword index (%d hits)", n)
+	}
+	if hits := c.search(kb, "glacier", "keyword"); len(hits) != 1 {
+		t.Fatalf("OpenSearch finds %d hits for the new document", len(hits))
+	}
+	if stale, err := os.app.store.KeywordIndexStale(ctx); err != nil || !stale {
+		t.Fatalf("keyword index stale = %v (%v) on the OpenSearch backend", stale, err)
+	}
+	os.stop()
+
+	// Back on Postgres: rebuilt at start.
+	pg = start(t, pgCfg)
+	c = pg.adminClient(t)
+	if hits := c.search(kb, "glacier", "keyword"); len(hits) != 1 || hits[0].DocumentID != doc.ID {
+		t.Fatalf("after the switch back the new document is not found: %+v", hits)
+	}
+	if hits := c.search(kb, "walrus", "keyword"); len(hits) != 0 {
+		t.Fatalf("after the switch back the deleted document is found: %+v", hits)
+	}
+	if stale, err := pg.app.store.KeywordIndexStale(ctx); err != nil || stale {
+		t.Fatalf("keyword index stale = %v (%v) after the rebuild", stale, err)
+	}
 }

@@ -61,6 +61,11 @@ func TestBackendsRankAlike(t *testing.T) {
 	}
 	pg, os := in.app.store, openSearchStore{Store: in.app.store, os: openSearchClient(t, cfg)}
 	ctx := context.Background()
+	// The OpenSearch backend does not keep Postgres's keyword index: it is
+	// built here as a switch back to the Postgres backend would.
+	if _, err := in.app.store.RebuildKeywordIndex(ctx, chunkTerms); err != nil {
+		t.Fatal(err)
+	}
 	// both asks Postgres (want) and OpenSearch (got) the same search.
 	both := func(search func(s searcher) ([]service.SearchResult, error)) (want, got []service.SearchResult) {
 		t.Helper()

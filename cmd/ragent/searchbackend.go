@@ -16,6 +16,7 @@ import (
 	"github.com/ragent-go/ragent/repository"
 	"github.com/ragent-go/ragent/service"
 	"github.com/ragent-go/ragent/service/ingest"
+	"github.com/ragent-go/ragent/service/ingest/parse"
 	"github.com/ragent-go/ragent/service/retrieve"
 )
 
@@ -205,6 +206,12 @@ func (a *App) openSearch(ctx context.Context, ids service.IDGenerator) (*opensea
 		return nil, err
 	}
 	a.store.UseSearchIndex(ids.NextID, a.cfg.OpenSearchVectors)
+	// Nothing searches Postgres's keyword index on this backend: it is
+	// marked stale and no longer written (repairKeywordIndex rebuilds it
+	// when the backend is switched back).
+	if err := a.store.SkipKeywordIndex(ctx); err != nil {
+		return nil, fmt.Errorf("stop the Postgres keyword index: %w", err)
+	}
 	if err := a.store.WithStartupLock(ctx, osc.EnsureIndex); err != nil {
 		a.log.Warn("OpenSearch is not ready; search answers 503 until it is", "err", err)
 		a.runners = append(a.runners, func(ctx context.Context) error {
@@ -224,6 +231,31 @@ func (a *App) openSearch(ctx context.Context, ids service.IDGenerator) (*opensea
 		})
 	}
 	return osc, nil
+}
+
+// repairKeywordIndex rebuilds Postgres's keyword index, on the Postgres
+// backend, when an instance on the OpenSearch backend stopped keeping it
+// (repository.Store.SkipKeywordIndex): run at start under the startup lock,
+// before this instance searches or ingests, so instances starting together
+// rebuild it once.
+func (a *App) repairKeywordIndex(ctx context.Context) error {
+	stale, err := a.store.KeywordIndexStale(ctx)
+	if err != nil || !stale {
+		return err
+	}
+	a.log.Info("rebuilding the Postgres keyword index: it was not kept while RAGENT_SEARCH_BACKEND was opensearch")
+	start := time.Now()
+	n, err := a.store.RebuildKeywordIndex(ctx, chunkTerms)
+	if err != nil {
+		return fmt.Errorf("rebuild the Postgres keyword index: %w", err)
+	}
+	a.log.Info("Postgres keyword index rebuilt", "chunks", n, "seconds", time.Since(start).Seconds())
+	return nil
+}
+
+// chunkTerms is a chunk's keyword terms as ingestion makes them.
+func chunkTerms(content, section string) (map[string]int, int) {
+	return ingest.IndexTerms(parse.Chunk{Content: content, Section: section})
 }
 
 // pingers are /readyz's checks: OpenSearch among them when it is the

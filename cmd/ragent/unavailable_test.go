@@ -3,6 +3,7 @@ package main
 import (
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -11,9 +12,9 @@ import (
 
 // TestUnavailableBodiesAreStable cuts an instance's Redis (through a proxy)
 // and calls routes that then fail with 503: the limiter's state, a stop,
-// and an OpenAI-compatible chat. Every body carries its code and a stable
-// message, never the failure's own text (the dependency's address, the
-// driver's error).
+// an upload and an OpenAI-compatible chat (streamed or not). Every body
+// carries its code and a stable message, never the failure's own text (the
+// dependency's address, the driver's error), and every 503 a Retry-After.
 func TestUnavailableBodiesAreStable(t *testing.T) {
 	cfg := testConfig(t)
 	u, err := url.Parse(cfg.RedisURL)
@@ -26,29 +27,38 @@ func TestUnavailableBodiesAreStable(t *testing.T) {
 	in := start(t, cfg)
 	admin := in.login(t, "admin", "admin-password")
 	c := in.client(t, admin)
+	kb := c.createKB("outage-uploads")
 
 	proxy.Down()
 	_, port, _ := strings.Cut(proxy.Addr(), ":")
+	ask := func(stream bool) map[string]any {
+		return map[string]any{"model": "ragent", "stream": stream, "messages": []map[string]string{{"role": "user", "content": "hello"}}}
+	}
 	for _, call := range []struct {
-		method, path string
-		body         any
+		name string
+		send func() response
 	}{
-		{"GET", "/api/v1/admin/limiter", nil},
-		{"POST", "/api/v1/chat/tasks/123456789/stop", nil},
-		{"POST", "/v1/chat/completions", map[string]any{"model": "ragent", "messages": []map[string]string{{"role": "user", "content": "hello"}}}},
+		{"limiter", func() response { return c.do("GET", "/api/v1/admin/limiter", nil) }},
+		{"stop", func() response { return c.do("POST", "/api/v1/chat/tasks/123456789/stop", nil) }},
+		{"upload", func() response { return c.upload(kb, "outage.txt", []byte("Written while Redis was away.")) }},
+		{"completion", func() response { return c.do("POST", "/v1/chat/completions", ask(false)) }},
+		{"streamed completion", func() response { return c.do("POST", "/v1/chat/completions", ask(true)) }},
 	} {
-		r := c.do(call.method, call.path, call.body)
+		r := call.send()
 		if r.Status < 500 {
-			t.Fatalf("%s %s with Redis down: %d %s", call.method, call.path, r.Status, r.Body)
+			t.Fatalf("%s with Redis down: %d %s", call.name, r.Status, r.Body)
 		}
 		code := r.errorCode(t)
 		body := string(r.Body)
 		if code == "" || code == "internal" && r.Status == http.StatusServiceUnavailable {
-			t.Errorf("%s %s: %d without its code: %s", call.method, call.path, r.Status, body)
+			t.Errorf("%s: %d without its code: %s", call.name, r.Status, body)
+		}
+		if s, err := strconv.Atoi(r.Header.Get("Retry-After")); r.Status == http.StatusServiceUnavailable && (err != nil || s < 1) {
+			t.Errorf("%s: 503 with Retry-After %q, want whole seconds", call.name, r.Header.Get("Retry-After"))
 		}
 		for _, leak := range []string{port, "127.0.0.1", "dial", "tcp", "redis", "connection refused", "EOF"} {
 			if strings.Contains(strings.ToLower(body), strings.ToLower(leak)) {
-				t.Errorf("%s %s: the body shows %q: %s", call.method, call.path, leak, body)
+				t.Errorf("%s: the body shows %q: %s", call.name, leak, body)
 			}
 		}
 	}
