@@ -152,7 +152,9 @@ type outageChaos struct {
 	killed time.Time
 }
 
-func (*outageChaos) name() string { return "outage" }
+const outageName = "outage"
+
+func (*outageChaos) name() string { return outageName }
 func (c *outageChaos) start(t *testing.T, _ string) {
 	c.p = testenv.StartRedisServer(t)
 }
@@ -199,7 +201,11 @@ func (r *chaosResult) check(t *testing.T) {
 	if r.hung > 0 || len(r.lateChats) > 0 {
 		t.Errorf("%s: %d chats hung, %d ended later than %v after the kill: %v", r.topology, r.hung, len(r.lateChats), chaosMaxWait+5*time.Second, r.lateChats)
 	}
-	if r.answered*10 < chaosChats*9 {
+	// ≥ 90 % answered is the failover target (issue #25: a promotion is
+	// seconds). A 20 s outage is longer than the chats' MaxWait, so the
+	// rule there is the cap, no hang and a clear error for the rest; its
+	// answered count is printed, not asserted.
+	if r.topology != outageName && r.answered*10 < chaosChats*9 {
 		t.Errorf("%s: %d of %d chats answered, want ≥ 90 %% (errors %v)", r.topology, r.answered, chaosChats, r.errors)
 	}
 	if r.docsNotReady > 0 {
