@@ -207,7 +207,7 @@ func TestLocalShareCountsRedisPermitsInFlight(t *testing.T) {
 		for _, l := range limiters {
 			sum += l.local.share.Load()
 		}
-		return sum == n
+		return sum == n && allSeen(limiters)
 	})
 	// Each instance holds its share from Redis: all N are in flight.
 	var held []*Permit

@@ -234,3 +234,14 @@ func mustAcquire(t testing.TB, l *Limiter, id, user string) *Permit {
 	}
 	return p
 }
+
+// allSeen reports whether every limiter's newcomer hold (awaitSeen) is over,
+// so that its next acquire goes to Redis at once.
+func allSeen(ls []*Limiter) bool {
+	for _, l := range ls {
+		if !l.local.joined.Load() || time.Now().UnixNano() < l.local.holdUntil.Load() {
+			return false
+		}
+	}
+	return true
+}

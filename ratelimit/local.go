@@ -3,6 +3,7 @@ package ratelimit
 import (
 	"context"
 	"crypto/rand"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -40,12 +41,18 @@ var presenceScript = lease.Script(luaFiles, "clock.lua", "presence.lua")
 // to at most N. An instance that held nothing then grants nothing until
 // Redis answers (its requests wait, then get ErrTimeout); a lone instance
 // (or one that never reached Redis) takes its share, all N. The bound is
-// lifted as soon as a script reaches Redis again.
+// lifted as soon as a script reaches Redis again. The live count an
+// instance last saw must include every instance running Redis permits: a
+// newcomer waits until the others have counted it (awaitSeen).
 type localSemaphore struct {
 	id    string // this instance among the live ones
 	max   int
 	share atomic.Int64
 	live  atomic.Int64 // live instances last seen (0: never reached Redis)
+	// joined is set once this instance registered among the live ones;
+	// holdUntil (unix ns) is a newcomer's hold (awaitSeen).
+	joined    atomic.Bool
+	holdUntil atomic.Int64
 
 	mu    sync.Mutex
 	held  int           // local permits held
@@ -150,23 +157,79 @@ func (s *localSemaphore) wake() {
 }
 
 // heartbeat registers this instance among the limiter's live ones every
-// third of a lease until ctx ends, and updates its local share.
+// beatEvery until ctx ends, and updates its local share.
 func (l *Limiter) heartbeat(ctx context.Context) {
-	every := l.cfg.Lease / 3
 	for {
-		cctx, cancel := context.WithTimeout(ctx, every)
-		v, err := presenceScript.Run(cctx, l.rdb, []string{l.keys.instances}, l.local.id, l.cfg.Lease.Milliseconds()).Int64Slice()
-		cancel()
-		if err == nil && len(v) == 2 {
-			l.local.see(int(v[0]), int(v[1]))
-			l.local.answered()
-		} else if ctx.Err() == nil {
+		if err := l.beat(ctx, false); err != nil && ctx.Err() == nil {
 			l.local.failed()
 		}
 		select {
 		case <-ctx.Done():
 			return
-		case <-time.After(every):
+		case <-time.After(beatEvery(l.cfg.Lease)):
 		}
+	}
+}
+
+// beatEvery is how often an instance renews its presence: as often as its
+// permits renew (fence.go), so that a newcomer's hold (awaitSeen) is short.
+func beatEvery(lease time.Duration) time.Duration { return renewEvery(lease) }
+
+// beat registers this instance among the live ones once (only if it is not
+// registered yet, with first) and takes its share from the reply. A
+// newcomer that finds others starts its hold (awaitSeen).
+func (l *Limiter) beat(ctx context.Context, first bool) error {
+	l.beatMu.Lock()
+	defer l.beatMu.Unlock()
+	if first && l.local.joined.Load() {
+		return nil
+	}
+	cctx, cancel := context.WithTimeout(ctx, beatEvery(l.cfg.Lease))
+	defer cancel()
+	v, err := presenceScript.Run(cctx, l.rdb, []string{l.keys.instances}, l.local.id, l.cfg.Lease.Milliseconds()).Int64Slice()
+	if err != nil {
+		return err
+	}
+	if len(v) != 3 {
+		return fmt.Errorf("ratelimit: unexpected presence reply %v", v)
+	}
+	l.local.see(int(v[0]), int(v[1]))
+	if v[2] == 1 && v[0] > 1 {
+		l.local.holdUntil.Store(time.Now().Add(beatEvery(l.cfg.Lease) + fenceSlack).UnixNano())
+	}
+	l.local.joined.Store(true)
+	l.local.answered()
+	return nil
+}
+
+// awaitSeen holds a grant from Redis (PolicyLocal) until this instance is
+// registered among the live ones and every other instance has counted it.
+//
+// Each instance learns the live count from its own heartbeat, so one that
+// ran before a newcomer joined believes the older count until its next
+// beat, possibly that it is alone: a share of all N whatever it holds
+// (localSemaphore). Were the newcomer to run permits from Redis meanwhile
+// and Redis go, the two would run more than N between them: the failover
+// test (RELIABILITY.md) killed Redis within a heartbeat of the last start
+// and saw 5 model calls with N = 4, the first instance bounded by 4 beside
+// the others' Redis permits. So a newcomer that finds other instances
+// takes no permit from Redis for one heartbeat period and a second, by
+// when each of them has beaten and counts it; its requests wait meanwhile
+// (a lone first instance, or one back beside none, does not wait).
+func (l *Limiter) awaitSeen(waitCtx context.Context) error {
+	if err := l.beat(waitCtx, true); err != nil {
+		return err
+	}
+	d := time.Until(time.Unix(0, l.local.holdUntil.Load()))
+	if d <= 0 {
+		return nil
+	}
+	hold := time.NewTimer(d)
+	defer hold.Stop()
+	select {
+	case <-hold.C:
+		return nil
+	case <-waitCtx.Done():
+		return waitCtx.Err()
 	}
 }

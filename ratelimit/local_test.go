@@ -38,7 +38,7 @@ func TestLocalPolicySharesTheCap(t *testing.T) {
 	}
 	testenv.Eventually(t, 10*time.Second, "every instance sees the other two", func() bool {
 		sum, _ := shares()
-		return sum == n
+		return sum == n && allSeen(limiters)
 	})
 
 	// Each instance runs its share from Redis when Redis goes; those end
@@ -114,7 +114,7 @@ func TestLocalPolicyCountsAnotherInstancesExcess(t *testing.T) {
 	}
 	busy := limiters[0]
 	testenv.Eventually(t, 10*time.Second, "every instance sees the other two", func() bool {
-		return limiters[1].local.share.Load()+limiters[2].local.share.Load()+busy.local.share.Load() == n
+		return limiters[1].local.share.Load()+limiters[2].local.share.Load()+busy.local.share.Load() == n && allSeen(limiters)
 	})
 	// The busy instance takes every permit from the shared queue.
 	var held []*Permit
@@ -161,5 +161,61 @@ func TestLocalPolicyCountsAnotherInstancesExcess(t *testing.T) {
 	p.Release()
 	for _, p := range held {
 		p.Release()
+	}
+}
+
+// An instance's share comes from the live instances it last saw, and an
+// instance that started first saw itself alone: were the newcomers to take
+// permits from Redis before it has seen them, an outage would find it
+// believing itself alone (a share of all N) beside their Redis permits.
+// The failover test (RELIABILITY.md) killed Redis within a heartbeat of
+// the last start and saw 5 calls with N = 4 (the first instance's bound
+// was 4 beside the others' 2). So a newcomer that finds other instances
+// takes no permit from Redis until they have all seen it.
+func TestLocalPolicyNewcomerWaitsUntilSeen(t *testing.T) {
+	t.Parallel()
+	const n = 4
+	_, prefix := cleanRedis(t)
+	// A lease of 30 s: the instances beat every 2 s (10 s before the fix).
+	cfg := Config{MaxConcurrent: n, MaxWait: 6 * time.Second, Lease: 30 * time.Second,
+		PollInterval: 50 * time.Millisecond, OnRedisError: PolicyLocal, NoPubSub: true}
+	first := newSwitchableClient(t)
+	oldCfg := cfg
+	oldCfg.MaxWait = time.Second // its acquires below are expected to time out
+	old := startLimiter(t, first, prefix, "chat", oldCfg)
+	testenv.Eventually(t, 10*time.Second, "the first instance to see itself alone", func() bool {
+		return old.local.live.Load() == 1
+	})
+	clients := []*switchableClient{first}
+	var held []*Permit
+	for i := range 2 {
+		c := newSwitchableClient(t)
+		clients = append(clients, c)
+		l := startLimiter(t, c, prefix, "chat", cfg)
+		for j := range n / 2 {
+			p := mustAcquire(t, l, fmt.Sprintf("new%d-%d", i, j), "u")
+			defer p.Release()
+			held = append(held, p)
+		}
+	}
+	for _, c := range clients {
+		c.cut(t)
+	}
+	// The newcomers' n permits run on; the first instance must add none.
+	granted := 0
+	for j := range 2 {
+		p, err := old.Acquire(t.Context(), fmt.Sprintf("old%d", j), "v", nil)
+		switch {
+		case errors.Is(err, ErrTimeout):
+		case err != nil:
+			t.Fatalf("first instance: %v", err)
+		default:
+			granted++
+			defer p.Release()
+		}
+	}
+	if granted > 0 {
+		t.Errorf("the first instance (seeing %d live) granted %d beside the newcomers' %d: %d in flight, cap %d",
+			old.local.live.Load(), granted, len(held), granted+len(held), n)
 	}
 }

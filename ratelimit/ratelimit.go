@@ -37,6 +37,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -214,6 +215,10 @@ type Limiter struct {
 	local *localSemaphore // the PolicyLocal fallback
 	fence *fence
 	bm    *budgetMetrics // Config.Budget's series (budget.go)
+
+	// beatMu serializes the presence beats (awaitSeen's first one and
+	// the heartbeat's).
+	beatMu sync.Mutex
 
 	// downUntil (unix ns) skips Redis for a moment after it failed, so
 	// during an outage each Acquire does not first wait for the client's
@@ -445,6 +450,11 @@ func (l *Limiter) claim(ctx context.Context, id string, c Class) (claimReply, er
 // regardless (every min(gap, maxPollSkip) ticks), which covers lost
 // notifications, expired leases and zombies.
 func (l *Limiter) acquireRedis(ctx, waitCtx context.Context, id, user string, c Class, onPosition func(int, int)) (*Permit, error) {
+	if l.cfg.OnRedisError == PolicyLocal {
+		if err := l.awaitSeen(waitCtx); err != nil {
+			return nil, l.abandon(ctx, waitCtx, id, err)
+		}
+	}
 	w := l.n.add()
 	defer l.n.remove(w)
 	poll := time.NewTicker(l.cfg.PollInterval)

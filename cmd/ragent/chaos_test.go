@@ -152,7 +152,9 @@ type outageChaos struct {
 	killed time.Time
 }
 
-func (*outageChaos) name() string { return "outage" }
+const outageName = "outage"
+
+func (*outageChaos) name() string { return outageName }
 func (c *outageChaos) start(t *testing.T, _ string) {
 	c.p = testenv.StartRedisServer(t)
 }
@@ -199,7 +201,11 @@ func (r *chaosResult) check(t *testing.T) {
 	if r.hung > 0 || len(r.lateChats) > 0 {
 		t.Errorf("%s: %d chats hung, %d ended later than %v after the kill: %v", r.topology, r.hung, len(r.lateChats), chaosMaxWait+5*time.Second, r.lateChats)
 	}
-	if r.answered*10 < chaosChats*9 {
+	// ≥ 90 % answered is the failover target (issue #25: a promotion is
+	// seconds). A 20 s outage is longer than the chats' MaxWait, so the
+	// rule there is the cap, no hang and a clear error for the rest; its
+	// answered count is printed, not asserted.
+	if r.topology != outageName && r.answered*10 < chaosChats*9 {
 		t.Errorf("%s: %d of %d chats answered, want ≥ 90 %% (errors %v)", r.topology, r.answered, chaosChats, r.errors)
 	}
 	if r.docsNotReady > 0 {
@@ -382,7 +388,15 @@ func runChaos(t *testing.T, top chaosTopology) *chaosResult {
 	go func() {
 		time.Sleep(time.Until(killedAt.Add(time.Second)))
 		for time.Since(killedAt) < 60*time.Second {
-			if chaosPost(ins[1].url+"/api/v1/chat/tasks/"+task+"/stop", adminToken) == http.StatusOK {
+			switch chaosPost(ins[1].url+"/api/v1/chat/tasks/"+task+"/stop", adminToken) {
+			case http.StatusOK:
+				stopResult <- time.Since(killedAt)
+				return
+			case http.StatusNotFound:
+				// The task is gone: an earlier attempt answered 503
+				// (Redis refused part of the send) but the stop it
+				// remembered, re-sent, took effect. Whether it stopped
+				// the model is judged from the stream below.
 				stopResult <- time.Since(killedAt)
 				return
 			}
@@ -426,7 +440,12 @@ func runChaos(t *testing.T, top chaosTopology) *chaosResult {
 		r.stopEnded = s.end.Sub(killedAt)
 		_, aborted := llm.abandonedAt(stopQ)
 		r.stopStopped = r.stopAccepted > 0 && strings.Contains(collapse(s.events), "cancel") && aborted
+		if !r.stopStopped {
+			t.Logf("%s: stop accepted at %v (-1: never), stream ended at +%v with %q, model call aborted: %v",
+				top.name(), r.stopAccepted, r.stopEnded, collapse(s.events), aborted)
+		}
 	case <-time.After(30 * time.Second):
+		t.Logf("%s: stop accepted at %v (-1: never); the probe's stream had not ended 30 s after the load", top.name(), r.stopAccepted)
 	}
 
 	// The chats.

@@ -9,8 +9,12 @@
 package redisconn
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"io"
+	"net"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -70,9 +74,64 @@ const (
 	maxRetries    = 1
 )
 
+// clusterReloadInterval bounds how long a Cluster client may route by a
+// stale slot map when no error tells it to reload (go-redis: 60 s).
+const clusterReloadInterval = 5 * time.Second
+
+// reloadOnNodeFailure makes a Cluster client reload its slot map when a
+// command fails on the network (or the cluster says it is down). go-redis
+// reloads only on MOVED, READONLY or its reload interval: after a master
+// dies, its slots keep going to the dead address, connection refused, and
+// the promoted replica is never asked. The failover test (RELIABILITY.md)
+// saw one of three instances refused for a minute after the promotion:
+// its releases never reached Redis (3 permits left), its chats timed out
+// in the queue, and a stop waited 54 s. The reload is asynchronous and
+// coalesced by go-redis, so a burst of failures costs a few CLUSTER SLOTS.
+type reloadOnNodeFailure struct{ cc *redis.ClusterClient }
+
+func (h reloadOnNodeFailure) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h reloadOnNodeFailure) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		err := next(ctx, cmd)
+		h.check(ctx, err)
+		return err
+	}
+}
+
+func (h reloadOnNodeFailure) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		err := next(ctx, cmds)
+		h.check(ctx, err)
+		return err
+	}
+}
+
+func (h reloadOnNodeFailure) check(ctx context.Context, err error) {
+	if nodeFailure(err) {
+		h.cc.ReloadState(ctx)
+	}
+}
+
+// nodeFailure reports whether err says a node is unreachable or the
+// cluster is failing over, not a reply to the command (redis.Nil, a script
+// error) or the caller giving up.
+func nodeFailure(err error) bool {
+	if err == nil || errors.Is(err, redis.Nil) || errors.Is(err, context.Canceled) {
+		return false
+	}
+	var ne net.Error
+	if errors.As(err, &ne) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+		return true
+	}
+	msg := err.Error()
+	return strings.HasPrefix(msg, "CLUSTERDOWN") || strings.HasPrefix(msg, "TRYAGAIN")
+}
+
 // New returns a client for o. A Sentinel client always talks to the current
 // primary (it follows promotions); a Cluster client routes each command to
-// its slot's master and follows MOVED replies after a failover.
+// its slot's master, follows MOVED replies after a failover, and reloads
+// its slot map when a node fails (reloadOnNodeFailure).
 func New(o Options) (redis.UniversalClient, error) {
 	topology, err := o.Topology()
 	if err != nil {
@@ -106,15 +165,18 @@ func New(o Options) (redis.UniversalClient, error) {
 		if u.DB != 0 {
 			return nil, fmt.Errorf("redis: the URL selects database %d, but a Redis Cluster has only database 0", u.DB)
 		}
-		return redis.NewClusterClient(&redis.ClusterOptions{
-			Addrs:         o.ClusterAddrs,
-			Username:      u.Username,
-			Password:      u.Password,
-			TLSConfig:     u.TLSConfig,
-			DialTimeout:   dialTimeout,
-			DialerRetries: dialerRetries,
-			MaxRetries:    maxRetries,
-		}), nil
+		cc := redis.NewClusterClient(&redis.ClusterOptions{
+			Addrs:                      o.ClusterAddrs,
+			Username:                   u.Username,
+			Password:                   u.Password,
+			TLSConfig:                  u.TLSConfig,
+			DialTimeout:                dialTimeout,
+			DialerRetries:              dialerRetries,
+			MaxRetries:                 maxRetries,
+			ClusterStateReloadInterval: clusterReloadInterval,
+		})
+		cc.AddHook(reloadOnNodeFailure{cc})
+		return cc, nil
 	}
 	u.DialTimeout, u.DialerRetries, u.MaxRetries = dialTimeout, dialerRetries, maxRetries
 	return redis.NewClient(u), nil

@@ -1,9 +1,11 @@
 package redisconn_test
 
 import (
+	"context"
 	"errors"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -75,5 +77,40 @@ func TestWritesOnTestTopology(t *testing.T) {
 	defer c.Del(t.Context(), key)
 	if v := c.Get(t.Context(), key).Val(); v != "1" {
 		t.Fatalf("GET = %q", v)
+	}
+}
+
+// After a master dies and its replica is promoted, a Cluster client reaches
+// the key again within seconds: it reloads its slot map when a node fails
+// (go-redis alone kept sending the slot to the dead master for its 60 s
+// reload interval, and the failover test left permits unreleased).
+func TestClusterClientFollowsPromotion(t *testing.T) {
+	c := testenv.StartClusterTopology(t, time.Second)
+	rdb, err := redisconn.New(redisconn.Options{URL: "redis://" + c.Nodes[0].Addr + "/0", ClusterAddrs: c.Addrs()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rdb.Close()
+	ctx := context.Background()
+	const key = "{redisconn-test}:k"
+	if err := rdb.Set(ctx, key, "v", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	victim := c.Owner(key, "")
+	c.Node(victim).Kill()
+	// The client fails meanwhile, as it would under load.
+	rdb.Get(ctx, key)
+	testenv.Eventually(t, 60*time.Second, "the cluster to promote the replica", func() bool {
+		owner := c.Owner(key, victim)
+		return owner != "" && owner != victim
+	})
+	promoted := time.Now()
+	// Reached, the key is there or (lost with the master's last writes) not.
+	reached := func() bool { err := rdb.Get(ctx, key).Err(); return err == nil || errors.Is(err, redis.Nil) }
+	for !reached() {
+		if time.Since(promoted) > 5*time.Second {
+			t.Fatalf("the client still fails %v after the promotion: %v", time.Since(promoted), rdb.Get(ctx, key).Err())
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 }
