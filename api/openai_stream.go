@@ -187,12 +187,13 @@ func (w *completionWriter) message(d chat.Message) {
 func (w *completionWriter) fail(status int, code, message string) {
 	if !w.started {
 		w.dropHeaders()
-		switch {
-		case w.retryAfter > 0 && (status == http.StatusTooManyRequests || status == http.StatusServiceUnavailable):
-			// The queue's estimate (chat.Reject).
-			w.c.Header("Retry-After", strconv.Itoa(w.retryAfter))
-		case status == http.StatusTooManyRequests || status == http.StatusServiceUnavailable:
-			w.c.Header("Retry-After", strconv.Itoa(defaultRetryAfter(status)))
+		if status == http.StatusTooManyRequests || status == http.StatusServiceUnavailable {
+			// The queue's estimate (chat.Reject), else the default.
+			seconds := w.retryAfter
+			if seconds <= 0 {
+				seconds = defaultRetryAfter(status)
+			}
+			w.c.Header("Retry-After", strconv.Itoa(seconds))
 		}
 		failOpenAI(w.c, status, code, message)
 		w.ended = true

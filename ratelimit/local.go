@@ -217,8 +217,12 @@ func (l *Limiter) beat(ctx context.Context, first bool) error {
 // when each of them has beaten and counts it; its requests wait meanwhile
 // (a lone first instance, or one back beside none, does not wait).
 func (l *Limiter) awaitSeen(waitCtx context.Context) error {
-	if err := l.beat(waitCtx, true); err != nil {
-		return err
+	// Once joined, only the hold is read: an Acquire never waits for
+	// beatMu behind a heartbeat's round trip to Redis.
+	if !l.local.joined.Load() {
+		if err := l.beat(waitCtx, true); err != nil {
+			return err
+		}
 	}
 	d := time.Until(time.Unix(0, l.local.holdUntil.Load()))
 	if d <= 0 {

@@ -115,7 +115,8 @@ func (h reloadOnNodeFailure) check(ctx context.Context, err error) {
 
 // nodeFailure reports whether err says a node is unreachable or the
 // cluster is failing over, not a reply to the command (redis.Nil, a script
-// error) or the caller giving up.
+// error) or the caller cancelling. A deadline counts (context's deadline
+// error is a net.Error): a node that hangs rather than refuses looks so.
 func nodeFailure(err error) bool {
 	if err == nil || errors.Is(err, redis.Nil) || errors.Is(err, context.Canceled) {
 		return false
