@@ -51,40 +51,59 @@ type budgetedChat struct {
 
 func (b *budgetedChat) Stream(ctx context.Context, req service.ChatRequest, onDelta func(service.Delta) error) (service.Usage, error) {
 	tokens := estimateUsage(req.Messages, "").PromptTokens + cmp.Or(max(req.MaxTokens, 0), b.reserve)
-	start := b.now()
-	var retry BudgetGrant
-	for {
-		g, err := b.budget.Admit(ctx, tokens, retry)
-		if err != nil {
-			if ctx.Err() != nil {
-				return service.Usage{}, err
-			}
-			// No room within the wait: a rate limit of ours, which the
-			// failover treats as the provider's.
-			return service.Usage{}, &statusError{code: http.StatusTooManyRequests, body: "budget: " + err.Error()}
-		}
+	var u service.Usage
+	g, err := underBudget(ctx, b.budget, tokens, b.maxWait, b.now, func() (bool, error) {
 		emitted := false
-		u, err := b.model.Stream(ctx, req, func(d service.Delta) error {
+		var err error
+		u, err = b.model.Stream(ctx, req, func(d service.Delta) error {
 			emitted = true
 			return onDelta(d)
 		})
-		if throttle, ok := refusal(err); ok && !emitted && ctx.Err() == nil {
-			g.Throttled(throttle)
-			if b.now().Sub(start) < b.maxWait {
-				retry = g
-				continue
-			}
-			return u, err
-		}
-		spent := u.TotalTokens
-		if spent == 0 {
-			spent = u.PromptTokens + u.CompletionTokens
-		}
-		if spent == 0 && err != nil {
-			spent = -1 // nothing known: the reservation stands
-		}
-		g.Done(spent)
+		return !emitted, err
+	})
+	if g == nil {
 		return u, err
+	}
+	spent := u.TotalTokens
+	if spent == 0 {
+		spent = u.PromptTokens + u.CompletionTokens
+	}
+	if spent == 0 && err != nil {
+		spent = -1 // nothing known: the reservation stands
+	}
+	g.Done(spent)
+	return u, err
+}
+
+// underBudget makes one call of about tokens through budget. A refusal of
+// the provider (429) that call may retry (nothing was emitted yet) shrinks
+// the budget and queues the call again at its place, until maxWait has
+// passed since the first try; then the refusal is returned. It returns the
+// grant of the call's last try, which the caller settles with Done, and
+// the call's error; the grant is nil when the budget admitted nothing (an
+// error of our own: no room within the wait becomes a 429, which the
+// failover treats as the provider's) or the last try was refused.
+func underBudget(ctx context.Context, budget Budget, tokens int, maxWait time.Duration, now func() time.Time, call func() (retryable bool, err error)) (BudgetGrant, error) {
+	start := now()
+	var retry BudgetGrant
+	for {
+		g, err := budget.Admit(ctx, tokens, retry)
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil, err
+			}
+			return nil, &statusError{code: http.StatusTooManyRequests, body: "budget: " + err.Error()}
+		}
+		retryable, err := call()
+		throttle, ok := refusal(err)
+		if !ok || !retryable || ctx.Err() != nil {
+			return g, err
+		}
+		g.Throttled(throttle)
+		if now().Sub(start) >= maxWait {
+			return nil, err
+		}
+		retry = g
 	}
 }
 

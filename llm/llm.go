@@ -113,6 +113,9 @@ type Config struct {
 	Budgets           func(name string) Budget
 	AnswerReservation int
 	BudgetWait        time.Duration
+	// RerankBudget, when set, is the reranker's budget: every rerank call
+	// waits for room in it, and its 429s are absorbed as chat's are.
+	RerankBudget Budget
 	// Cooldown is how long an endpoint that failed so is skipped when it
 	// sent no Retry-After.
 	Cooldown time.Duration

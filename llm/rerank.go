@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/ragent-go/ragent/service"
+	"github.com/ragent-go/ragent/text"
 )
 
 // Reranker scores documents against a query with a cross-encoder served
@@ -23,12 +24,18 @@ type Reranker struct {
 	http    *http.Client
 	retry   retrier
 	timeout time.Duration
+	// budget, when set, admits every call (Config.RerankBudget); maxWait
+	// bounds how long its 429s keep a call waiting.
+	budget  Budget
+	maxWait time.Duration
+	now     func() time.Time
 }
 
 // NewReranker returns a Reranker posting to baseURL + "/rerank" (a baseURL
 // that already ends in /rerank is used as is). It retries like the other
-// providers; cfg gives the HTTP client, the backoff, MaxRetries and
-// RequestTimeout.
+// providers; cfg gives the HTTP client, the backoff, MaxRetries,
+// RequestTimeout and the budget (RerankBudget, BudgetWait): with one, a
+// 429 is not backed off from but absorbed in the budget's queue.
 func NewReranker(baseURL, apiKey, model string, cfg Config) *Reranker {
 	cfg = cfg.withDefaults()
 	o := buildOptions(cfg)
@@ -43,6 +50,9 @@ func NewReranker(baseURL, apiKey, model string, cfg Config) *Reranker {
 		http:    o.client,
 		retry:   newRetrier(cfg.MaxRetries, o),
 		timeout: cfg.RequestTimeout,
+		budget:  cfg.RerankBudget,
+		maxWait: cfg.BudgetWait,
+		now:     cfg.Now,
 	}
 }
 
@@ -74,10 +84,23 @@ func (r *Reranker) Rerank(ctx context.Context, query string, docs []string) ([]f
 		return nil, err
 	}
 	var res rerankResponse
-	err = r.retry.do(ctx, func() (bool, error) {
+	once := func() (bool, error) {
 		res = rerankResponse{}
 		return true, r.call(ctx, body, &res)
-	})
+	}
+	attempt := once
+	if r.budget != nil {
+		tokens := RerankTokens(query, docs)
+		attempt = func() (bool, error) {
+			g, err := underBudget(ctx, r.budget, tokens, r.maxWait, r.now, once)
+			if g == nil {
+				return false, err // refused for longer than the wait: no backoff on top
+			}
+			g.Done(-1) // the provider reports no usage: the estimate stands
+			return true, err
+		}
+	}
+	err = r.retry.do(ctx, attempt)
 	if err != nil {
 		if ctxErr := ctx.Err(); ctxErr != nil {
 			return nil, ctxErr
@@ -115,4 +138,14 @@ func (r *Reranker) call(ctx context.Context, body []byte, res *rerankResponse) e
 		return decodeError(ctx, err)
 	}
 	return nil
+}
+
+// RerankTokens estimates a rerank call's tokens, as its budget and its
+// usage count them: the query once per document, and the documents.
+func RerankTokens(query string, docs []string) int {
+	q, n := text.CountTokens(query), 0
+	for _, d := range docs {
+		n += q + text.CountTokens(d)
+	}
+	return n
 }

@@ -20,7 +20,8 @@ import (
 // "llm:<endpoint>", in which each model call of a turn (rewrite, intent,
 // answer, title) waits for room after the turn holds its chat slot. The
 // embedding endpoint's budget is checked in the "embed" limiter's own
-// grant (embedding.go), beside its concurrency.
+// grant (embedding.go), beside its concurrency. The reranker's budget is a
+// queue of its own too, "rerank".
 
 // budgetMaxConcurrent leaves a chat endpoint's budget queue without a
 // concurrency bound of its own: the chat queue bounds the turns.
@@ -39,14 +40,7 @@ func chatBudgets(rdb redis.UniversalClient, cfg Config, reg prometheus.Registere
 		if rpm <= 0 && tpm <= 0 {
 			continue
 		}
-		l := ratelimit.New(rdb, cfg.RedisPrefix, "llm:"+ep.Name, ratelimit.Config{
-			MaxConcurrent: budgetMaxConcurrent, MaxWait: cfg.ChatMaxWait, Lease: cfg.ChatLease,
-			PollInterval: cfg.ChatPollInterval,
-			Budget:       ratelimit.Budget{Requests: rpm, Tokens: tpm, Window: cfg.BudgetWindow},
-			// Redis away: calls go out unbudgeted rather than not at all
-			// (the chat queue's own policy has admitted the turn).
-			OnRedisError: ratelimit.PolicyLocal, Logger: log, Registerer: reg,
-		})
+		l := budgetLimiter(rdb, cfg, "llm:"+ep.Name, rpm, tpm, reg, log)
 		budgets[ep.Name] = endpointBudget{l: l}
 		runners = append(runners, l.Run)
 	}
@@ -59,6 +53,30 @@ func chatBudgets(rdb redis.UniversalClient, cfg Config, reg prometheus.Registere
 		}
 		return nil
 	}, runners
+}
+
+// budgetLimiter is the fair queue of an endpoint's budget of rpm requests
+// and tpm tokens per minute, named name.
+func budgetLimiter(rdb redis.UniversalClient, cfg Config, name string, rpm, tpm int, reg prometheus.Registerer, log *slog.Logger) *ratelimit.Limiter {
+	return ratelimit.New(rdb, cfg.RedisPrefix, name, ratelimit.Config{
+		MaxConcurrent: budgetMaxConcurrent, MaxWait: cfg.ChatMaxWait, Lease: cfg.ChatLease,
+		PollInterval: cfg.ChatPollInterval,
+		Budget:       ratelimit.Budget{Requests: rpm, Tokens: tpm, Window: cfg.BudgetWindow},
+		// Redis away: calls go out unbudgeted rather than not at all
+		// (the chat queue's own policy has admitted the turn).
+		OnRedisError: ratelimit.PolicyLocal, Logger: log, Registerer: reg,
+	})
+}
+
+// rerankBudget is the reranker's budget (RAGENT_RERANK_REQUESTS_PER_MINUTE
+// and _TOKENS_PER_MINUTE), a fair queue named "rerank" like a chat
+// endpoint's, with its notification runner; nil without one.
+func rerankBudget(rdb redis.UniversalClient, cfg Config, reg prometheus.Registerer, log *slog.Logger) (llm.Budget, func(context.Context) error) {
+	if cfg.RerankRequestsPerMinute <= 0 && cfg.RerankTokensPerMinute <= 0 {
+		return nil, nil
+	}
+	l := budgetLimiter(rdb, cfg, "rerank", cfg.RerankRequestsPerMinute, cfg.RerankTokensPerMinute, reg, log)
+	return endpointBudget{l: l}, l.Run
 }
 
 // endpointBudget is llm.Budget on an endpoint's fair queue: fair between

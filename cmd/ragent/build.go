@@ -152,7 +152,13 @@ func (a *App) buildKnowledgeAndSearch(ctx context.Context, w *parts) error {
 	w.embedder = meteredEmbedder{Embedder: embedder, meter: a.meter}
 	var reranker retrieve.Reranker
 	if cfg.RerankModel != "" {
-		reranker = meteredReranker{llm.NewReranker(cmp.Or(cfg.RerankBaseURL, cfg.LLMBaseURL), cfg.LLMAPIKey, cfg.RerankModel, llmConfig(cfg, log)),
+		rerankCfg := llmConfig(cfg, log)
+		var runBudget func(context.Context) error
+		if rerankCfg.RerankBudget, runBudget = rerankBudget(a.rdb, cfg, a.registry, log); runBudget != nil {
+			rerankCfg.BudgetWait = cfg.ChatMaxWait
+			a.runners = append(a.runners, runBudget)
+		}
+		reranker = meteredReranker{llm.NewReranker(cmp.Or(cfg.RerankBaseURL, cfg.LLMBaseURL), cfg.LLMAPIKey, cfg.RerankModel, rerankCfg),
 			a.meter, cfg.RerankModel}
 	}
 	// One access resolver decides, for every feature, which knowledge bases

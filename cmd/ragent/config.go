@@ -96,11 +96,15 @@ type Config struct {
 	RerankModel          string
 	RerankBaseURL        string
 	RerankMinScore       *float64 // nil: no minimum
-	EmbedProvider        string
-	EmbedModel           string
-	EmbedDim             int
-	EmbedBaseURL         string
-	EmbedAPIKey          string
+	// RerankRequestsPerMinute and RerankTokensPerMinute are the reranker's
+	// budget (0 = unlimited).
+	RerankRequestsPerMinute int
+	RerankTokensPerMinute   int
+	EmbedProvider           string
+	EmbedModel              string
+	EmbedDim                int
+	EmbedBaseURL            string
+	EmbedAPIKey             string
 	// EmbedQueryBaseURL embeds questions at a server of their own (the
 	// local model's query process); empty: EmbedBaseURL.
 	EmbedQueryBaseURL string

@@ -86,6 +86,8 @@ func (c *Config) modelSettings() []setting {
 		{"RAGENT_RERANK_MODEL", "", strValue(&c.RerankModel), maskNone},
 		{"RAGENT_RERANK_BASE_URL", "", strValue(&c.RerankBaseURL), maskURL},
 		{"RAGENT_RERANK_MIN_SCORE", "", optionalFloat{&c.RerankMinScore}, maskNone},
+		{"RAGENT_RERANK_REQUESTS_PER_MINUTE", "0", intValue(&c.RerankRequestsPerMinute).must(atLeast(0), "must be 0 (unlimited) or more"), maskNone},
+		{"RAGENT_RERANK_TOKENS_PER_MINUTE", "0", intValue(&c.RerankTokensPerMinute).must(atLeast(0), "must be 0 (unlimited) or more"), maskNone},
 		{"RAGENT_EMBEDDING_PROVIDER", "offline", oneOf(&c.EmbedProvider, "offline", "openai", "mistral", "ollama", "googleai", "bedrock"), maskNone},
 		{"RAGENT_EMBEDDING_MODEL", "", strValue(&c.EmbedModel), maskNone},
 		{"RAGENT_EMBEDDING_DIM", "512", intValue(&c.EmbedDim).must(between(1, 4000), "must be between 1 and 4000 (pgvector halfvec limit)"), maskNone},

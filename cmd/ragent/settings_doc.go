@@ -60,6 +60,8 @@ var settingDocs = []settingDoc{
 	{"RAGENT_LLM_TOKENS_PER_MINUTE", "`0`", "the primary chat endpoint's tokens (input + output) per sliding minute (0 = unlimited; a fallback sets `tokensPerMinute`)"},
 	{"RAGENT_LLM_TOKEN_RESERVATION", "`1024`", "tokens a model call that names no `max_tokens` (rewrite, intent, title) reserves for its answer in the budget"},
 	{"RAGENT_RERANK_MODEL, RAGENT_RERANK_BASE_URL", "—, the LLM's", "optional reranker (OpenAI/Jina/Cohere-style `/rerank`): the first max(20, `topK`) fused results are reranked and returned in its order with its scores"},
+	{"RAGENT_RERANK_REQUESTS_PER_MINUTE", "`0`", "the reranker's requests per sliding minute, all instances (0 = unlimited; see [Budgets](usage-and-quotas.md#budgets))"},
+	{"RAGENT_RERANK_TOKENS_PER_MINUTE", "`0`", "the reranker's tokens per sliding minute (the query counted once per document, plus the documents; 0 = unlimited)"},
 	{"RAGENT_RERANK_MIN_SCORE", "— (no minimum)", "drop results the reranker scores below this (on the reranker's own scale; unset keeps every reranked result, as some rerankers score relevant passages below zero)"},
 	{"RAGENT_ADMIN_USERNAME", "`admin`", "first admin, created when there are no users"},
 	{"RAGENT_ADMIN_PASSWORD", "generated", "printed once on the start that creates the admin"},

@@ -9,6 +9,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/ragent-go/ragent/llm"
 	"github.com/ragent-go/ragent/service"
 	"github.com/ragent-go/ragent/service/retrieve"
 	"github.com/ragent-go/ragent/service/usage"
@@ -117,10 +118,7 @@ func (m meteredReranker) Rerank(ctx context.Context, query string, docs []string
 	scores, err := m.r.Rerank(ctx, query, docs)
 	if err == nil {
 		rec := callRecord(ctx, service.UsageRerank, m.model)
-		q := text.CountTokens(query)
-		for _, d := range docs {
-			rec.PromptTokens += q + text.CountTokens(d)
-		}
+		rec.PromptTokens = llm.RerankTokens(query, docs)
 		rec.Estimated = true
 		m.meter.Record(rec)
 	}
