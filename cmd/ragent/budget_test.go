@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ragent-go/ragent/ratelimit"
 	"github.com/ragent-go/ragent/text"
 )
 
@@ -25,9 +26,10 @@ type limitedLLM struct {
 	srv                       *httptest.Server
 	maxConcurrent, rpw, tpw   int
 	window                    time.Duration
-	completion                int // tokens of an answer; titles get 4
+	completion                int           // tokens of an answer; titles get 4
+	pieceDelay                time.Duration // between an answer's pieces (0: none)
 	mu                        sync.Mutex
-	open                      int
+	open, peak                int     // requests being answered now, and the most at once
 	log                       []spent // accepted requests of the last window, oldest first
 	all                       []spent // every accepted request
 	accepted, refused, titles int
@@ -103,6 +105,7 @@ func (f *limitedLLM) serve(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	f.open++
+	f.peak = max(f.peak, f.open)
 	f.accepted++
 	if title {
 		f.titles++
@@ -134,6 +137,9 @@ func (f *limitedLLM) serve(w http.ResponseWriter, r *http.Request) {
 			"choices": []any{map[string]any{"index": 0, "delta": map[string]string{"content": fmt.Sprintf("%*s", n, "w")}}}})
 		fmt.Fprintf(w, "data: %s\n\n", chunk)
 		fl.Flush()
+		if f.pieceDelay > 0 {
+			time.Sleep(f.pieceDelay) // an answer that takes its time, so calls overlap
+		}
 	}
 	done, _ := json.Marshal(map[string]any{"id": "x", "object": "chat.completion.chunk",
 		"choices": []any{map[string]any{"index": 0, "delta": map[string]string{}, "finish_reason": "stop"}},
@@ -154,6 +160,10 @@ type budgetLoad struct {
 	shares                     map[string]int
 	firstHalf                  int
 	elapsed                    time.Duration
+	peak                       int // most calls the provider answered at once
+	// held are the permits of the chat queue and of the primary endpoint's
+	// budget queue still held once every turn has ended.
+	held map[string]int
 }
 
 // runBudgetLoad sends chats questions from users users, concurrency at a
@@ -182,6 +192,7 @@ func runBudgetLoad(t testing.TB, f *limitedLLM, rpm, tpm, chats, users, concurre
 	}
 	f.mu.Lock()
 	f.accepted, f.refused, f.total, f.titles, f.first, f.last, f.log, f.all = 0, 0, 0, 0, time.Time{}, time.Time{}, nil, nil
+	f.peak, f.reasons = 0, nil
 	f.mu.Unlock()
 
 	// Each user asks its share of the questions, concurrency/users at a
@@ -258,11 +269,37 @@ func runBudgetLoad(t testing.TB, f *limitedLLM, rpm, tpm, chats, users, concurre
 		}
 		res.utilization = float64(used) / float64(windows*f.tpw)
 	}
+	res.peak = f.peak
 	f.mu.Unlock()
+	res.held = heldPermits(t, ins[0], cfg, "chat", "llm:openai/test-model")
 	for _, in := range ins {
 		in.stop()
 	}
 	return res
+}
+
+// heldPermits waits until the limiters named hold no permit (their
+// holders' releases may still be on their way, a title's after its turn's
+// finish) or 10 s have passed, and returns what each holds then.
+func heldPermits(t testing.TB, in *instance, cfg Config, names ...string) map[string]int {
+	t.Helper()
+	held := map[string]int{}
+	deadline := time.Now().Add(10 * time.Second)
+	for _, name := range names {
+		l := ratelimit.New(in.app.rdb, cfg.RedisPrefix, name, ratelimit.Config{})
+		for {
+			st, err := l.Stats(context.Background())
+			if err != nil {
+				t.Fatal(err)
+			}
+			held[name] = st.PermitsInUse
+			if st.PermitsInUse == 0 || time.Now().After(deadline) {
+				break
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	return held
 }
 
 func (r budgetLoad) refusedShare() float64 { return float64(r.refused) / float64(max(r.calls, 1)) }
@@ -326,6 +363,40 @@ func TestProviderRefusalsAbsorbed(t *testing.T) {
 	}
 	if r.refused == 0 {
 		t.Fatal("the provider refused nothing: the test did not exercise 429s")
+	}
+}
+
+// TestRefusedCallsKeepTheCap: with at most 4 turns at once over two
+// instances and the budget set four times what the provider allows, many calls
+// draw 429s at once and go back to the budget's queue. Each refused try
+// gives its budget permit back exactly once and takes a new one, and the
+// turn keeps its chat slot meanwhile: the provider never answers more than
+// 4 calls at once (so never refuses one for concurrency), every chat is
+// answered, and once the turns have ended neither the chat queue nor the
+// budget's holds a permit (a leaked one would stay held; a second release
+// of one permit would give back another turn's and let a fifth call in).
+func TestRefusedCallsKeepTheCap(t *testing.T) {
+	f := newLimitedLLM(t, 2*time.Second)
+	f.maxConcurrent, f.rpw, f.tpw, f.completion, f.pieceDelay = 4, 24, 12000, 200, 10*time.Millisecond
+	r := runBudgetLoad(t, f, 4*f.rpw, 4*f.tpw, 48, 6, 24, 2)
+	t.Logf("refusals under a cap of 4: %+v refused %.2f%% %v", r, 100*r.refusedShare(), f.reasons)
+	if r.answered != 48 {
+		t.Fatalf("%d of 48 answered (%d failed, %d rejected)", r.answered, r.failed, r.rejected)
+	}
+	// Each refusal shrinks the budget and holds the next grants back:
+	// refusals stay a few per window. A refused try whose permit was kept
+	// would be granted again at once under the same id, and hammer the
+	// provider with thousands.
+	if r.refused == 0 || r.refused > r.answered {
+		t.Fatalf("the provider refused %d calls for %d chats, want some (the test exercises 429s) and fewer than the chats", r.refused, r.answered)
+	}
+	if r.peak > 4 || f.reasons["concurrency"] > 0 {
+		t.Errorf("the provider answered %d calls at once and refused %d for concurrency, want at most the cap of 4 and none", r.peak, f.reasons["concurrency"])
+	}
+	for name, n := range r.held {
+		if n != 0 {
+			t.Errorf("limiter %s still holds %d permits after every turn ended", name, n)
+		}
 	}
 }
 
