@@ -153,20 +153,10 @@ func (e *remoteEmbedder) embedBatch(ctx context.Context, kind service.EmbedKind,
 		return nil, err
 	}
 	var vecs [][]float32
-	err = e.retry.do(ctx, func() (bool, error) {
-		// The gate is passed once per attempt, so no permit is held while
-		// a retry waits.
-		release, err := e.admit(ctx, kind, texts)
-		if err != nil {
-			return false, err
-		}
+	err = e.retry.do(ctx, e.attempt(ctx, kind, texts, func() (err error) {
 		vecs, err = e.call(ctx, e.endpoint(kind), body, len(texts))
-		// A Retry-After is reported while the permit is held, so no other
-		// call takes the permit before the gate knows to hold it back.
-		e.throttled(ctx, kind, err)
-		release()
-		return true, err
-	})
+		return err
+	}))
 	if err != nil {
 		return nil, err
 	}

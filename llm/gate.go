@@ -26,15 +26,65 @@ type Gate interface {
 	Throttled(ctx context.Context, kind service.EmbedKind, d time.Duration)
 }
 
+// RetryGate is a Gate that can give a call the provider refused its place
+// back (cmd/ragent's, when the embedding endpoint has a budget). The
+// embedder then absorbs a 429 as chat does: the grant's Throttled shrinks
+// the budget for every instance and holds grants back for the time the
+// provider named, and the call queues again at the place it had, ahead of
+// later calls of its kind, until maxWait has passed since its first try.
+// It does not back off on its own, nor count the refusals as retries.
+type RetryGate interface {
+	Gate
+	// Budget is the budget kind's calls are admitted by, and how long
+	// refusals may keep one waiting; nil when the gate keeps no places.
+	Budget(kind service.EmbedKind) (b Budget, maxWait time.Duration)
+}
+
 func (e *remoteEmbedder) admit(ctx context.Context, kind service.EmbedKind, texts []string) (func(), error) {
 	if e.gate == nil {
 		return func() {}, nil
 	}
-	tokens := 0
+	return e.gate.Admit(ctx, kind, textTokens(texts))
+}
+
+// textTokens is texts' length in tokens, as a budget reserves them.
+func textTokens(texts []string) int {
+	n := 0
 	for _, t := range texts {
-		tokens += text.CountTokens(t)
+		n += text.CountTokens(t)
 	}
-	return e.gate.Admit(ctx, kind, tokens)
+	return n
+}
+
+// attempt is embedBatch's try of call: behind the gate, passed once per
+// try so no permit is held while a retry waits, or, when the gate keeps
+// places (RetryGate), through its budget, which absorbs 429s.
+func (e *remoteEmbedder) attempt(ctx context.Context, kind service.EmbedKind, texts []string, call func() error) func() (bool, error) {
+	if rg, ok := e.gate.(RetryGate); ok {
+		if b, maxWait := rg.Budget(kind); b != nil {
+			tokens := textTokens(texts)
+			return func() (bool, error) {
+				g, err := underBudget(ctx, b, tokens, maxWait, e.retry.now, func() (bool, error) { return true, call() })
+				if g == nil {
+					return false, err // refused for longer than the wait: no backoff on top
+				}
+				g.Done(-1) // as reserved: the usage reports the provider's count
+				return true, err
+			}
+		}
+	}
+	return func() (bool, error) {
+		release, err := e.admit(ctx, kind, texts)
+		if err != nil {
+			return false, err
+		}
+		err = call()
+		// A Retry-After is reported while the permit is held, so no other
+		// call takes the permit before the gate knows to hold it back.
+		e.throttled(ctx, kind, err)
+		release()
+		return true, err
+	}
 }
 
 // throttled tells the gate about a Retry-After in err.

@@ -46,6 +46,7 @@ type embedGate struct {
 	pause     *ratelimit.Pause
 	queryWait time.Duration
 	log       *slog.Logger
+	budgeted  bool // the embedding endpoint has a budget: refused calls keep their place
 }
 
 // newEmbedGate returns the gate and the limiter's notification runner.
@@ -57,7 +58,8 @@ func newEmbedGate(rdb redis.UniversalClient, cfg Config, reg prometheus.Register
 		// keeps to the cap on its own.
 		OnRedisError: ratelimit.PolicyLocal, Logger: log, Registerer: reg,
 	})
-	return &embedGate{limiter: l, pause: ratelimit.NewPause(rdb, cfg.RedisPrefix, "embed"), queryWait: cfg.EmbedQueryWait, log: log}, l.Run
+	return &embedGate{limiter: l, pause: ratelimit.NewPause(rdb, cfg.RedisPrefix, "embed"), queryWait: cfg.EmbedQueryWait, log: log,
+		budgeted: cfg.EmbedRequestsPerMinute > 0 || cfg.EmbedTokensPerMinute > 0}, l.Run
 }
 
 var errQueryWait = errors.New("no embedding slot for the query within RAGENT_EMBEDDING_QUERY_WAIT")
@@ -67,6 +69,17 @@ var errQueryWait = errors.New("no embedding slot for the query within RAGENT_EMB
 // pause, then queues behind the queries, and waits again if a pause began
 // while it queued.
 func (g *embedGate) Admit(ctx context.Context, kind service.EmbedKind, tokens int) (func(), error) {
+	p, err := g.admit(ctx, kind, tokens, nil)
+	if err != nil {
+		return nil, err
+	}
+	return p.Release, nil
+}
+
+// admit is Admit's permit; retry, when not nil, is the permit of an
+// earlier try of the call that the provider refused, whose place in the
+// queue the call takes back (with a budget: Budget).
+func (g *embedGate) admit(ctx context.Context, kind service.EmbedKind, tokens int, retry *ratelimit.Permit) (*ratelimit.Permit, error) {
 	id, err := requestID()
 	if err != nil {
 		return nil, err
@@ -78,34 +91,94 @@ func (g *embedGate) Admit(ctx context.Context, kind service.EmbedKind, tokens in
 		}
 		qctx, cancel := context.WithTimeoutCause(ctx, g.queryWait, errQueryWait)
 		defer cancel()
-		permit, err := g.limiter.AcquireCost(qctx, id, user, ratelimit.Class{}, ratelimit.Cost{Tokens: tokens})
+		permit, err := g.limiter.AcquireCost(qctx, id, user, ratelimit.Class{}, ratelimit.Cost{Tokens: tokens, Retry: retry})
 		if err != nil {
 			if ctx.Err() == nil && (errors.Is(err, ratelimit.ErrTimeout) || context.Cause(qctx) == errQueryWait) {
 				return nil, fmt.Errorf("%w: %v", service.ErrBusy, errQueryWait)
 			}
 			return nil, err
 		}
-		return permit.Release, nil
+		return permit, nil
 	}
+	// A refused call's retry queues at once at its place: the refusal's
+	// budget hold, set with the pause and as long, keeps it (and every
+	// other grant) back meanwhile. Waiting out the pause first, outside the
+	// queue, would let the batches behind it go first when the pause ends.
+	refused := retry != nil
 	for {
-		if err := g.pause.Wait(ctx); err != nil {
+		if refused {
+			// no pause to wait out
+		} else if err := g.pause.Wait(ctx); err != nil {
 			if ctx.Err() != nil {
 				return nil, ctx.Err()
 			}
 			g.log.WarnContext(ctx, "embedding pause unreadable; going ahead", "err", err)
 		}
-		permit, err := g.limiter.AcquireCost(ctx, id, documentLane(ctx), documentClass, ratelimit.Cost{Tokens: tokens})
+		permit, err := g.limiter.AcquireCost(ctx, id, documentLane(ctx), documentClass, ratelimit.Cost{Tokens: tokens, Retry: retry})
 		if err != nil {
 			if errors.Is(err, ratelimit.ErrTimeout) {
 				return nil, fmt.Errorf("%w: no embedding slot for a document batch within %s", service.ErrUnavailable, documentWait)
 			}
 			return nil, err
 		}
-		if left, err := g.pause.Left(ctx); err != nil || left <= 0 {
-			return permit.Release, nil
+		if refused {
+			return permit, nil
 		}
-		permit.Release()
+		if left, err := g.pause.Left(ctx); err != nil || left <= 0 {
+			return permit, nil
+		}
+		// A pause began while the batch queued: give the permit back (no
+		// call went out) and wait again, keeping the place it was granted at.
+		permit.ReleaseUsed(0)
+		retry = permit
 	}
+}
+
+// Budget implements llm.RetryGate: with the embedding budget set, a
+// refused call keeps its place — a query's among the queries, within
+// RAGENT_EMBEDDING_QUERY_WAIT of its first try, a document batch's among
+// the batches (behind every query), within documentWait.
+func (g *embedGate) Budget(kind service.EmbedKind) (llm.Budget, time.Duration) {
+	if !g.budgeted {
+		return nil, 0
+	}
+	if kind == service.EmbedQuery {
+		return embedBudget{g: g, kind: kind}, g.queryWait
+	}
+	return embedBudget{g: g, kind: kind}, documentWait
+}
+
+// embedBudget is llm.Budget on the gate for calls of one kind.
+type embedBudget struct {
+	g    *embedGate
+	kind service.EmbedKind
+}
+
+func (b embedBudget) Admit(ctx context.Context, tokens int, retry llm.BudgetGrant) (llm.BudgetGrant, error) {
+	var prev *ratelimit.Permit
+	if r, ok := retry.(*embedGrant); ok {
+		prev = r.p
+	}
+	p, err := b.g.admit(ctx, b.kind, tokens, prev)
+	if err != nil {
+		return nil, err
+	}
+	return &embedGrant{b: b, p: p, ctx: ctx}, nil
+}
+
+// embedGrant is one admitted embedding call.
+type embedGrant struct {
+	b   embedBudget
+	p   *ratelimit.Permit
+	ctx context.Context
+}
+
+func (g *embedGrant) Done(tokens int) { g.p.ReleaseUsed(tokens) }
+
+// Throttled shrinks the budget and pauses document batches, as the
+// gate's Throttled, and gives the permit back.
+func (g *embedGrant) Throttled(d time.Duration) {
+	g.b.g.throttled(g.ctx, g.p, d)
 }
 
 // documentLane is the queue "user" of a document batch: its knowledge base
@@ -119,7 +192,13 @@ func documentLane(ctx context.Context) string {
 // batches on every instance wait that long, and the embedding budget
 // shrinks for every instance.
 func (g *embedGate) Throttled(ctx context.Context, kind service.EmbedKind, d time.Duration) {
-	g.limiter.Throttled(ctx, nil, d)
+	g.throttled(ctx, nil, d)
+}
+
+// throttled shrinks the budget and pauses document batches for d; p, when
+// not nil, is the refused call's permit, given back.
+func (g *embedGate) throttled(ctx context.Context, p *ratelimit.Permit, d time.Duration) {
+	g.limiter.Throttled(ctx, p, d)
 	if err := g.pause.Extend(context.WithoutCancel(ctx), d); err != nil {
 		g.log.WarnContext(ctx, "could not pause document embedding", "err", err)
 		return

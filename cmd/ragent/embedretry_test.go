@@ -1,0 +1,121 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/ragent-go/ragent/internal/testenv"
+	"github.com/ragent-go/ragent/llm"
+	"github.com/ragent-go/ragent/service"
+)
+
+// TestEmbeddingRefusalKeepsItsPlace: with the embedding budget set, a
+// document batch the provider refuses (429) goes back to the place it had
+// in the queue, ahead of the batches that queued behind it meanwhile, and
+// is answered, not failed. Two gates on one Redis stand for two instances,
+// one embedding slot between them; the provider holds batch "a" until "b"
+// (the other instance's) and "c" queue, then refuses it with a reset of
+// 100 ms, and refuses its next two tries too. The calls then reach the
+// provider in the order a, b, c, and none fails though the embedder may
+// retry only once. Before refused calls kept their place, "a" queued again
+// behind "c" (its user's level had grown with b and c): b, c, a; and its
+// refusals were retries, so the third failed the call.
+func TestEmbeddingRefusalKeepsItsPlace(t *testing.T) {
+	var (
+		mu      sync.Mutex
+		order   []string
+		refused int
+	)
+	arrived, answer := make(chan string, 16), make(chan struct{})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var req struct{ Input []string }
+		if err := json.NewDecoder(r.Body).Decode(&req); err != nil || len(req.Input) != 1 {
+			http.Error(w, "bad request", http.StatusBadRequest)
+			return
+		}
+		in := req.Input[0]
+		mu.Lock()
+		refuse := in == "a" && refused < 3
+		if refuse {
+			refused++
+		} else {
+			order = append(order, in)
+		}
+		first := refused == 1 && refuse
+		mu.Unlock()
+		arrived <- in
+		if first {
+			<-answer
+		}
+		if refuse {
+			w.Header().Set("X-Ratelimit-Remaining-Requests", "0")
+			w.Header().Set("X-Ratelimit-Reset-Requests", "100ms")
+			http.Error(w, `{"error":{"message":"rate limit"}}`, http.StatusTooManyRequests)
+			return
+		}
+		json.NewEncoder(w).Encode(map[string]any{"data": []any{map[string]any{"index": 0, "embedding": []float32{1, 0, 0, 0}}}})
+	}))
+	t.Cleanup(srv.Close)
+
+	// Only Redis is needed: no database.
+	ro := testenv.RedisOptions(t)
+	env := map[string]string{"RAGENT_REDIS_URL": ro.URL, "RAGENT_REDIS_SENTINEL_ADDRS": strings.Join(ro.SentinelAddrs, ","),
+		"RAGENT_REDIS_SENTINEL_MASTER": ro.SentinelMaster, "RAGENT_REDIS_CLUSTER_ADDRS": strings.Join(ro.ClusterAddrs, ","),
+		"RAGENT_REDIS_PREFIX": testenv.Prefix(t)}
+	cfg, err := loadConfig(func(k string) string { return env[k] })
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.EmbedConcurrency, cfg.EmbedRequestsPerMinute = 1, 1000
+	rdb := testRedis(t, cfg)
+	embedder := func() service.Embedder {
+		gate, run := newEmbedGate(rdb, cfg, nil, slog.New(slog.DiscardHandler))
+		ctx, cancel := context.WithCancel(context.Background())
+		t.Cleanup(cancel)
+		go run(ctx)
+		e, err := llm.NewEmbedder(llm.Config{EmbeddingProvider: "openai", EmbeddingModel: "fake", EmbeddingBaseURL: srv.URL,
+			EmbeddingDim: 4, EmbeddingGate: gate, MaxRetries: 1, BackoffBase: time.Millisecond})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return e
+	}
+	e1, e2 := embedder(), embedder()
+	// One uploader's import into one knowledge base: one lane.
+	ctx := service.WithUsageScope(context.Background(), service.UsageScope{UserID: 7, KnowledgeBaseID: 9})
+	errs := make(chan error, 3)
+	embed := func(e service.Embedder, text string) {
+		_, err := e.Embed(ctx, service.EmbedDocument, []string{text})
+		errs <- err
+	}
+	go embed(e1, "a")
+	if got := <-arrived; got != "a" {
+		t.Fatalf("first call %q, want a", got)
+	}
+	go embed(e2, "b")
+	testenv.Eventually(t, 30*time.Second, "b queues", func() bool {
+		return rdb.ZCard(context.Background(), cfg.RedisPrefix+"{limiter:embed}:queue").Val() == 1
+	})
+	go embed(e1, "c")
+	testenv.Eventually(t, 30*time.Second, "c queues", func() bool {
+		return rdb.ZCard(context.Background(), cfg.RedisPrefix+"{limiter:embed}:queue").Val() == 2
+	})
+	close(answer) // a is refused
+	for range 3 {
+		if err := <-errs; err != nil {
+			t.Fatalf("an embedding call failed: %v", err)
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(order) != 3 || order[0] != "a" || order[1] != "b" || order[2] != "c" {
+		t.Fatalf("the provider answered %v after refusing a, want [a b c]: the refused call keeps its place", order)
+	}
+}
