@@ -4,10 +4,13 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/ragent-go/ragent/internal/testenv"
 	"github.com/ragent-go/ragent/llm"
+	"github.com/ragent-go/ragent/ratelimit"
 	"github.com/ragent-go/ragent/service"
 )
 
@@ -180,5 +183,61 @@ func TestReembedOnModelChange(t *testing.T) {
 	}
 	if !hasDocument(cc.search(kb, "query topic6", "keyword"), ids[6]) {
 		t.Fatal("keyword search lost the document")
+	}
+}
+
+// TestReembedTakesTheDocumentLane: re-embedding after a model change takes
+// its place in the embedding queue as an upload's batches do. With one of
+// two embedding slots for documents and the model server holding every
+// document call, the re-embedding's next batches wait in the "embed"
+// limiter's queue in the lane of their knowledge base and uploader; a
+// search's query embedding (in a knowledge base of the new space) is served
+// meanwhile, ahead of them; and every re-embedding call spends the
+// embedding budget.
+func TestReembedTakesTheDocumentLane(t *testing.T) {
+	const dim, docs = 32, 4
+	fake := newFakeEmbedServer(t, dim)
+	cfg := testConfig(t)
+	cfg.EmbedDim = dim
+	cfg.MQVisibilityTimeout = 2 * time.Second
+	a := start(t, cfg)
+	ca := a.adminClient(t)
+	kb := ca.createKB("moving")
+	ca.uploadReady(kb, "m", docs, func(i int) string { return fmt.Sprintf("Logbook %d of voyage%d along the coast.", i, i) })
+	a.stop()
+
+	next := cfg
+	next.EmbedProvider, next.EmbedModel, next.EmbedBaseURL = "openai", "fake-model", fake.URL()
+	next.EmbedConcurrency, next.EmbedRequestsPerMinute = 2, 1000
+	fake.holdAfter(0)
+	b := start(t, next)
+	cb := b.adminClient(t)
+	rdb := testRedis(t, next)
+	ctx := context.Background()
+	queue, owners := next.RedisPrefix+"{limiter:embed}:queue", next.RedisPrefix+"{limiter:embed}:owners"
+	testenv.Eventually(t, 60*time.Second, "a re-embedding call held and more queued", func() bool {
+		return fake.docInFlight.Load() == 1 && rdb.ZCard(ctx, queue).Val() > 0
+	})
+	for _, id := range rdb.ZRange(ctx, queue, 0, -1).Val() {
+		if lane := rdb.HGet(ctx, owners, id).Val(); !strings.HasPrefix(lane, "documents:"+kb+":") {
+			t.Fatalf("a queued embedding call is in lane %q, want the knowledge base's documents:%s:<uploader>", lane, kb)
+		}
+	}
+	fresh := cb.createKB("new space")
+	if r := cb.do("POST", "/api/v1/search", map[string]any{"query": "query voyage2 coast", "knowledgeBaseIds": []string{fresh}, "mode": "hybrid"}); r.Status != http.StatusOK {
+		t.Fatalf("search during the re-embedding: %d %s", r.Status, r.Body)
+	}
+	if q := fake.queryCalls.Load(); q != 1 {
+		t.Fatalf("%d query calls while re-embedding batches queued, want the query served ahead of them", q)
+	}
+	fake.release()
+	cb.waitKB(kb, 90*time.Second, "the switch", func(p kbProgress) bool { return p.Reembedding == nil })
+	l := ratelimit.New(rdb, next.RedisPrefix, "embed", ratelimit.Config{Budget: ratelimit.Budget{Requests: next.EmbedRequestsPerMinute}})
+	st, err := l.BudgetStats(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if calls := int(fake.docCalls.Load() + fake.queryCalls.Load()); st.Requests < calls {
+		t.Fatalf("the embedding budget counts %d requests for %d calls: re-embedding went around it", st.Requests, calls)
 	}
 }
