@@ -129,7 +129,7 @@ test: test-services
 	RAGENT_REQUIRE_SERVICES=1 $(GO) test -race -count=1 -timeout 20m $(RACE_PKGS)
 	$(GO) test -race -c -o $(REDIS_E2E_BIN) ./cmd/ragent/
 	@echo "make test: cmd/ragent in $(E2E_SHARDS) shards from $$(date -u +%T)"
-	RAGENT_REQUIRE_SERVICES=1 bash scripts/testshards.sh $(REDIS_E2E_BIN) cmd/ragent $(E2E_SHARDS) 30m
+	RAGENT_REQUIRE_SERVICES=1 RAGENT_TEST_QUIET=1 bash scripts/testshards.sh $(REDIS_E2E_BIN) cmd/ragent $(E2E_SHARDS) 30m
 	@echo "make test: Redis Sentinel and Cluster from $$(date -u +%T)"
 	for topology in sentinel cluster; do \
 		RAGENT_REQUIRE_SERVICES=1 RAGENT_TEST_REDIS_TOPOLOGY=$$topology $(GO) test -race -count=1 -timeout 10m $(REDIS_PKGS); \

@@ -48,8 +48,11 @@ type Config struct {
 	// the queue).
 	SSEKeepAlive time.Duration
 	DatabaseURL  string
-	RedisURL     string
-	RedisPrefix  string
+	// DatabaseMaxConns caps each instance's Postgres connections (the
+	// server's max_connections bounds the sum over instances).
+	DatabaseMaxConns int
+	RedisURL         string
+	RedisPrefix      string
 	// Sentinel or Cluster instead of the single node of RedisURL, which
 	// then supplies only the password, TLS and (Sentinel) database.
 	RedisSentinelAddrs    []string
