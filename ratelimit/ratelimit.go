@@ -233,7 +233,7 @@ func New(rdb redis.UniversalClient, prefix, name string, cfg Config) *Limiter {
 	k := newKeys(prefix, name)
 	m, n := cfg.setup(rdb, k, name)
 	l := &Limiter{name: name, rdb: rdb, cfg: cfg, keys: k, m: m, n: n,
-		local: newLocalSemaphore(cfg.MaxConcurrent), fence: newFence(k, cfg.Lease)}
+		local: newLocalSemaphore(cfg.MaxConcurrent, cfg.Lease), fence: newFence(k, cfg.Lease)}
 	l.bm = registerBudgetMetrics(l) // budget.go
 	return l
 }
@@ -324,6 +324,16 @@ func (l *Limiter) AcquireClass(ctx context.Context, requestID, userID string, c 
 		l.m.rejections.WithLabelValues(reasonUnavailable).Inc()
 		return nil, fmt.Errorf("%w: %w", ErrUnavailable, rerr.err)
 	}
+}
+
+// answered records that a script reached Redis: the local policy's outage
+// bound is lifted, and the next Acquire asks Redis at once instead of
+// going on with the local semaphore for the rest of the second after the
+// last failure (downUntil), which just after an outage would grant local
+// permits beside those Redis grants again.
+func (l *Limiter) answered() {
+	l.downUntil.Store(0)
+	l.local.answered()
 }
 
 // redisError marks a failed Redis call, as opposed to the caller's context
@@ -421,7 +431,7 @@ func (l *Limiter) enqueue(ctx context.Context, id, user string, c Class) (claimR
 		return claimReply{}, err
 	}
 	l.fence.saw()
-	l.local.answered()
+	l.answered()
 	return parseClaim(v)
 }
 
@@ -437,7 +447,7 @@ func (l *Limiter) claim(ctx context.Context, id string, c Class) (claimReply, er
 		return claimReply{}, err
 	}
 	l.fence.saw()
-	l.local.answered()
+	l.answered()
 	return parseClaim(v)
 }
 
