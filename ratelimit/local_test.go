@@ -19,15 +19,7 @@ func TestLocalPolicySharesTheCap(t *testing.T) {
 	_, prefix := cleanRedis(t)
 	cfg := Config{MaxConcurrent: n, MaxWait: time.Second, Lease: 600 * time.Millisecond,
 		PollInterval: 50 * time.Millisecond, OnRedisError: PolicyLocal, NoPubSub: true}
-	var (
-		clients  []*switchableClient
-		limiters []*Limiter
-	)
-	for range 3 {
-		c := newSwitchableClient(t)
-		clients = append(clients, c)
-		limiters = append(limiters, startLimiter(t, c, prefix, "chat", cfg))
-	}
+	clients, limiters := localInstances(t, prefix, 3, cfg)
 	shares := func() (sum int64, each []int64) {
 		for _, l := range limiters {
 			s := l.local.share.Load()
@@ -36,10 +28,6 @@ func TestLocalPolicySharesTheCap(t *testing.T) {
 		}
 		return sum, each
 	}
-	testenv.Eventually(t, 10*time.Second, "every instance sees the other two", func() bool {
-		sum, _ := shares()
-		return sum == n && allSeen(limiters)
-	})
 
 	// Each instance runs its share from Redis when Redis goes; those end
 	// during the outage, and local permits take their places.
@@ -103,19 +91,8 @@ func TestLocalPolicyCountsAnotherInstancesExcess(t *testing.T) {
 	_, prefix := cleanRedis(t)
 	cfg := Config{MaxConcurrent: n, MaxWait: time.Second, Lease: 3 * time.Second,
 		PollInterval: 50 * time.Millisecond, OnRedisError: PolicyLocal, NoPubSub: true}
-	var (
-		clients  []*switchableClient
-		limiters []*Limiter
-	)
-	for range 3 {
-		c := newSwitchableClient(t)
-		clients = append(clients, c)
-		limiters = append(limiters, startLimiter(t, c, prefix, "chat", cfg))
-	}
+	clients, limiters := localInstances(t, prefix, 3, cfg)
 	busy := limiters[0]
-	testenv.Eventually(t, 10*time.Second, "every instance sees the other two", func() bool {
-		return limiters[1].local.share.Load()+limiters[2].local.share.Load()+busy.local.share.Load() == n && allSeen(limiters)
-	})
 	// The busy instance takes every permit from the shared queue.
 	var held []*Permit
 	for i := range n {
@@ -129,17 +106,7 @@ func TestLocalPolicyCountsAnotherInstancesExcess(t *testing.T) {
 	// loaded machine; the next go to the local semaphore at once)...
 	granted := 0
 	for i, l := range limiters[1:] {
-		for j := range 3 {
-			p, err := l.Acquire(t.Context(), fmt.Sprintf("r%d-%d", i, j), "v", nil)
-			switch {
-			case errors.Is(err, ErrTimeout):
-			case err != nil:
-				t.Fatalf("instance %d: %v", i+1, err)
-			default:
-				granted++
-				defer p.Release()
-			}
-		}
+		granted += tryGrants(t, l, 3, fmt.Sprintf("r%d-", i), "v")
 	}
 	if granted > 0 {
 		t.Errorf("%d local permits beside the busy instance's %d: %d in flight with a cap of %d", granted, n, n+granted, n)
@@ -202,18 +169,7 @@ func TestLocalPolicyNewcomerWaitsUntilSeen(t *testing.T) {
 		c.cut(t)
 	}
 	// The newcomers' n permits run on; the first instance must add none.
-	granted := 0
-	for j := range 2 {
-		p, err := old.Acquire(t.Context(), fmt.Sprintf("old%d", j), "v", nil)
-		switch {
-		case errors.Is(err, ErrTimeout):
-		case err != nil:
-			t.Fatalf("first instance: %v", err)
-		default:
-			granted++
-			defer p.Release()
-		}
-	}
+	granted := tryGrants(t, old, 2, "old", "v")
 	if granted > 0 {
 		t.Errorf("the first instance (seeing %d live) granted %d beside the newcomers' %d: %d in flight, cap %d",
 			old.local.live.Load(), granted, len(held), granted+len(held), n)
@@ -232,22 +188,7 @@ func TestLocalPolicyShareSurvivesRedisLosingItsData(t *testing.T) {
 	admin, prefix := cleanRedis(t)
 	cfg := Config{MaxConcurrent: n, MaxWait: time.Second, Lease: 30 * time.Second,
 		PollInterval: 50 * time.Millisecond, OnRedisError: PolicyLocal, NoPubSub: true}
-	var (
-		clients  []*switchableClient
-		limiters []*Limiter
-	)
-	for range 3 {
-		c := newSwitchableClient(t)
-		clients = append(clients, c)
-		limiters = append(limiters, startLimiter(t, c, prefix, "chat", cfg))
-	}
-	testenv.Eventually(t, 10*time.Second, "every instance sees the other two", func() bool {
-		sum := int64(0)
-		for _, l := range limiters {
-			sum += l.local.share.Load()
-		}
-		return sum == n && allSeen(limiters)
-	})
+	clients, limiters := localInstances(t, prefix, 3, cfg)
 	// Two instances run a permit each from Redis.
 	for i, l := range limiters[1:] {
 		defer mustAcquire(t, l, fmt.Sprintf("held%d", i), "u").Release()
@@ -263,18 +204,7 @@ func TestLocalPolicyShareSurvivesRedisLosingItsData(t *testing.T) {
 	}
 	// And Redis goes again: the first instance falls back to its share.
 	clients[0].cut(t)
-	granted := 0
-	for j := range n {
-		p, err := first.Acquire(t.Context(), fmt.Sprintf("r%d", j), "v", nil)
-		switch {
-		case errors.Is(err, ErrTimeout):
-		case err != nil:
-			t.Fatalf("first instance: %v", err)
-		default:
-			granted++
-			defer p.Release()
-		}
-	}
+	granted := tryGrants(t, first, n, "r", "v")
 	if granted+2 > n {
 		t.Errorf("the first instance (share %d of %d live) granted %d beside the others' 2: %d in flight, cap %d",
 			first.local.share.Load(), first.local.live.Load(), granted, granted+2, n)
