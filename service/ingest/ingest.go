@@ -50,7 +50,11 @@ type Store interface {
 	StuckDocuments(ctx context.Context, cutoff time.Time, limit int) ([]*service.Document, error)
 	Requeue(ctx context.Context, d *service.Document, msg service.OutboxMessage) (bool, error)
 	RepublishPending(ctx context.Context, cutoff time.Time, limit int, queue service.MessageFor) (int, error)
+	// RelayOutbox publishes rows that go out at once; RelayIngest those
+	// that wait for their knowledge base's turn, keeping at most perKB of
+	// its documents in flight across instances.
 	RelayOutbox(ctx context.Context, limit int, publish func(context.Context, service.OutboxMessage) (ref string, err error)) (sent, failed int, err error)
+	RelayIngest(ctx context.Context, perKB, limit int, publish func(context.Context, service.OutboxMessage) (ref string, err error)) (sent, failed int, err error)
 	// CheckSent asks holds about ingest messages sent before cutoff whose
 	// document still waits, and makes those the MQ lost unsent again.
 	CheckSent(ctx context.Context, cutoff time.Time, limit int, holds func(ctx context.Context, ref string) (bool, error)) (resent int, err error)
@@ -148,6 +152,22 @@ type Config struct {
 	// OpenSearch backend's shared bulk write) without adding parse
 	// processes or CPU work.
 	WorkConcurrency int
+	// Handlers is the MQ's ingestion handlers per instance (the driver's
+	// configuration). The relay keeps at most max(16, 2 × Handlers) of a
+	// knowledge base's documents in flight; InFlightPerKB, when set,
+	// replaces that bound (tests).
+	Handlers      int
+	InFlightPerKB int
+}
+
+// inFlightPerKB is the relay's bound on a knowledge base's documents in
+// flight: enough to keep every handler busy with one knowledge base
+// alone, few enough that another's upload is next in the queue.
+func (c *Config) inFlightPerKB() int {
+	if c.InFlightPerKB > 0 {
+		return c.InFlightPerKB
+	}
+	return max(16, 2*c.Handlers)
 }
 
 func (c *Config) defaults() {
@@ -225,7 +245,7 @@ func (c *Config) defaults() {
 
 // Service runs uploads and ingestion.
 type Service struct {
-	work     chan struct{} // WorkConcurrency's slots; nil without a cap
+	work     *workSlots // WorkConcurrency's slots; nil without a cap
 	store    Store
 	access   *service.Access
 	embedder service.Embedder
@@ -259,9 +279,9 @@ func New(store Store, access *service.Access, embedder service.Embedder, ids ser
 		cfg.Space = service.EmbeddingSpace{Model: embedder.Model(), Dim: embedder.Dim()}
 	}
 	m := newMetrics(cfg.Registerer)
-	var work chan struct{}
+	var work *workSlots
 	if cfg.WorkConcurrency > 0 {
-		work = make(chan struct{}, cfg.WorkConcurrency)
+		work = newWorkSlots(cfg.WorkConcurrency)
 	}
 	return &Service{work: work, store: store, access: access, embedder: embedder, ids: ids, audit: audit, cfg: cfg, log: cfg.Logger, now: cfg.Now, kick: make(chan struct{}, 1),
 		fetchNow: make(chan struct{}, 1), client: m.measure(cfg.Net.Client(cfg.FetchTimeout), "fetch"),

@@ -35,6 +35,11 @@ func (s *Service) Process(ctx context.Context, body []byte) error {
 		return err
 	}
 	outcome, err := s.process(ctx, msg)
+	if outcome != outcomeRetry {
+		// The document left its knowledge base's place in flight: the
+		// relay may publish the next one.
+		s.wakeRelay()
+	}
 	s.metrics.documents.WithLabelValues(outcome).Inc()
 	span.SetAttributes(attribute.String("ragent.outcome", outcome))
 	endSpan(span, err)
@@ -117,15 +122,14 @@ func (s *Service) index(ctx context.Context, doc *service.Document) (int, error)
 }
 
 // prepare parses, chunks and embeds a document generation, in one of the
-// WorkConcurrency slots.
+// WorkConcurrency slots (fairslots.go).
 func (s *Service) prepare(ctx context.Context, doc *service.Document, kb *service.KnowledgeBase) ([]service.Chunk, error) {
 	if s.work != nil {
-		select {
-		case s.work <- struct{}{}:
-			defer func() { <-s.work }()
-		case <-ctx.Done():
-			return nil, ctx.Err()
+		release, err := s.work.acquire(ctx, kb.ID)
+		if err != nil {
+			return nil, err
 		}
+		defer release()
 	}
 	pieces, err := s.parseAndSplit(ctx, doc, kb)
 	if err != nil {

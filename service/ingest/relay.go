@@ -17,8 +17,11 @@ func (s *Service) wakeRelay() {
 }
 
 // RunRelay publishes outbox rows until ctx ends: at once after an upload on
-// this instance, and every RelayInterval for rows written by other instances
-// or left behind while the MQ was down.
+// this instance or a document finished here, and every RelayInterval for
+// rows written by other instances or left behind while the MQ was down.
+// The ingest message of a new document generation goes out at its
+// knowledge base's turn, with at most inFlightPerKB of the knowledge
+// base's documents in flight (docs/ingestion.md "Fair shares").
 //
 // With a Tracker it also asks, every ConfirmAfter, whether the queue still
 // holds the ingest messages whose documents wait, and sends those it lost
@@ -39,23 +42,35 @@ func (s *Service) RunRelay(ctx context.Context, pub Publisher) error {
 			lastCheck = s.now()
 			s.confirmSent(ctx, tracker)
 		}
-		for {
-			sent, failed, err := s.store.RelayOutbox(ctx, 100, publish)
-			if err != nil && ctx.Err() == nil {
-				s.log.WarnContext(ctx, "outbox relay failed", "err", err)
-			}
-			if failed > 0 {
-				s.log.WarnContext(ctx, "outbox publish failed; will retry", "sent", sent)
-			}
-			if err != nil || failed > 0 || sent < 100 {
-				break
-			}
-		}
+		s.relayRound(ctx, "outbox", func(ctx context.Context, limit int) (int, int, error) {
+			return s.store.RelayOutbox(ctx, limit, publish)
+		})
+		s.relayRound(ctx, "ingest", func(ctx context.Context, limit int) (int, int, error) {
+			return s.store.RelayIngest(ctx, s.cfg.inFlightPerKB(), limit, publish)
+		})
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-t.C:
 		case <-s.kick:
+		}
+	}
+}
+
+// relayRound publishes batches of relay until one comes back short or
+// fails.
+func (s *Service) relayRound(ctx context.Context, what string, relay func(ctx context.Context, limit int) (sent, failed int, err error)) {
+	const batch = 100
+	for {
+		sent, failed, err := relay(ctx, batch)
+		if err != nil && ctx.Err() == nil {
+			s.log.WarnContext(ctx, "outbox relay failed", "rows", what, "err", err)
+		}
+		if failed > 0 {
+			s.log.WarnContext(ctx, "outbox publish failed; will retry", "rows", what, "sent", sent)
+		}
+		if err != nil || failed > 0 || sent < batch {
+			return
 		}
 	}
 }
