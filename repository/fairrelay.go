@@ -98,7 +98,10 @@ func (s *Store) RelayIngest(ctx context.Context, perKB, limit int, publish func(
 				return translate(err)
 			}
 			if doc, generation, ok := ingestKey(m); ok {
-				if err := tx.db.Exec("UPDATE documents SET sent_generation = ? WHERE id = ? AND generation = ?",
+				// updated_at is the reaper's clock (RepublishPending): a
+				// document held back for long is not re-published as soon
+				// as it is published.
+				if err := tx.db.Exec("UPDATE documents SET sent_generation = ?, updated_at = now() WHERE id = ? AND generation = ?",
 					generation, doc, generation).Error; err != nil {
 					return translate(err)
 				}

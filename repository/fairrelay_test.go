@@ -106,8 +106,18 @@ func TestRelayIngestTurns(t *testing.T) {
 	if got := relayKeys(t, s, 3); len(got) != 0 {
 		t.Fatalf("A still at its bound, yet the relay published %v", got)
 	}
-	// With the bound raised the rest goes: a2, a3.
+	// With the bound raised the rest goes: a2, a3, held back for an hour,
+	// and not re-published by the reaper just after.
+	if err := s.db.Exec("UPDATE documents SET updated_at = now() - interval '1 hour' WHERE id IN (?, ?)",
+		int64(a[2].ID), int64(a[3].ID)).Error; err != nil {
+		t.Fatal(err)
+	}
 	if got := relayKeys(t, s, 100); len(got) != 2 {
 		t.Fatalf("with room the relay published %v, want a2 and a3", got)
+	}
+	if n, err := s.RepublishPending(ctx, time.Now().Add(-time.Minute), 10, func(d *service.Document) (service.OutboxMessage, error) {
+		return service.OutboxMessage{ID: newID(), Topic: service.IngestTopic, Key: key(d), Payload: []byte("{}")}, nil
+	}); err != nil || n != 0 {
+		t.Fatalf("the reaper re-published %d documents just published (%v)", n, err)
 	}
 }
