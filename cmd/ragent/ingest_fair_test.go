@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"testing"
 	"time"
@@ -24,12 +25,17 @@ func fairInstances(t *testing.T, cfg Config) [2]*instance {
 
 // readyBefore counts the ready documents of kb whose ingestion committed
 // before doc's.
-func readyBefore(t *testing.T, cfg Config, kb, doc string) int {
+func readyBefore(t testing.TB, cfg Config, kb, doc string) int {
 	t.Helper()
 	var n int
+	kbID, err1 := service.ParseID(kb)
+	docID, err2 := service.ParseID(doc)
+	if err := errors.Join(err1, err2); err != nil {
+		t.Fatal(err)
+	}
 	err := connectDB(t, cfg.DatabaseURL).QueryRow(context.Background(), `SELECT count(*) FROM documents
 		WHERE kb_id = $1 AND status = 'ready' AND updated_at < (SELECT updated_at FROM documents WHERE id = $2)`,
-		int64(mustID(t, kb)), int64(mustID(t, doc))).Scan(&n)
+		int64(kbID), int64(docID)).Scan(&n)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -37,7 +43,7 @@ func readyBefore(t *testing.T, cfg Config, kb, doc string) int {
 }
 
 // unsentIngest counts the ingest messages still in the outbox.
-func unsentIngest(t *testing.T, cfg Config) int {
+func unsentIngest(t testing.TB, cfg Config) int {
 	t.Helper()
 	var n int
 	if err := connectDB(t, cfg.DatabaseURL).QueryRow(context.Background(),
