@@ -1,14 +1,16 @@
-// Package ingest is the document pipeline: upload (size cap, content
-// sniffing, hashing, blob + document + outbox row in one transaction), then
-// on a worker parse → chunk → embed → index (the file reading itself is
-// package parse), and the document lifecycle
-// around it (list, delete, reindex, chunk preview, the outbox relay, and the
-// reaper of stuck documents and of sent outbox rows past their retention),
-// the background re-embedding of knowledge bases whose embedding space is
-// not the configured one (reembed.go), and, for pipelines (pipeline.go,
-// fetch.go, webhooks.go), documents replaced by external id, URL imports
-// fetched by a fetcher under an SSRF policy (netguard.go) and refreshed, and
-// signed webhooks on ready and failed.
+// Package ingest is the document pipeline: upload (upload.go: size cap,
+// content sniffing, hashing, blob + document + outbox row in one
+// transaction), then on a worker parse → chunk → embed → index (process.go,
+// in work slots shared fairly between knowledge bases, fairslots.go; the
+// file reading itself is package parse), and the document lifecycle around
+// it (documents.go: list, delete, reindex, chunk preview; relay.go: the
+// outbox relay, which publishes a knowledge base's documents in turn with a
+// bound in flight, and the reaper of stuck documents and of sent outbox
+// rows past their retention), the background re-embedding of knowledge
+// bases whose embedding space is not the configured one (reembed.go), and,
+// for pipelines (pipeline.go, fetch.go, webhooks.go), documents replaced by
+// external id, URL imports fetched by a fetcher under an SSRF policy
+// (netguard.go) and refreshed, and signed webhooks on ready and failed.
 package ingest
 
 import (
