@@ -212,6 +212,8 @@ func (a *App) buildIngestion(ctx context.Context, w *parts) error {
 		WebhookConcurrency:       cfg.WebhookConcurrency,
 		WebhookDeliveryRetention: cfg.WebhookDeliveryRetention,
 		WorkConcurrency:          ingestWorkConcurrency(cfg),
+		Handlers:                 ingestHandlerCount(cfg),
+		InFlightPerKB:            cfg.IngestInFlightPerKB,
 	})
 	ingestSvc.EnableWebhooks(a.store, w.signing)
 	ingestSvc.EnableCuration(a.store)

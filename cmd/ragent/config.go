@@ -141,6 +141,10 @@ type Config struct {
 	LLMRequestsPerMinute   int
 	LLMTokensPerMinute     int
 	LLMTokenReservation    int
+	// IngestInFlightPerKB replaces the relay's bound on a knowledge base's
+	// documents in flight, max(16, 2 × the MQ's handlers) (tests only; no
+	// setting).
+	IngestInFlightPerKB int
 	// BudgetWindow replaces the budgets' minute (tests and benchmarks only;
 	// no setting): the provider fakes count per this window.
 	BudgetWindow time.Duration
