@@ -48,8 +48,11 @@ type Config struct {
 	// the queue).
 	SSEKeepAlive time.Duration
 	DatabaseURL  string
-	RedisURL     string
-	RedisPrefix  string
+	// DatabaseMaxConns caps each instance's Postgres connections (the
+	// server's max_connections bounds the sum over instances).
+	DatabaseMaxConns int
+	RedisURL         string
+	RedisPrefix      string
 	// Sentinel or Cluster instead of the single node of RedisURL, which
 	// then supplies only the password, TLS and (Sentinel) database.
 	RedisSentinelAddrs    []string
@@ -142,6 +145,10 @@ type Config struct {
 	LLMRequestsPerMinute   int
 	LLMTokensPerMinute     int
 	LLMTokenReservation    int
+	// IngestInFlightPerKB replaces the relay's bound on a knowledge base's
+	// documents in flight, max(16, 2 × the MQ's handlers) (tests only; no
+	// setting).
+	IngestInFlightPerKB int
 	// BudgetWindow replaces the budgets' minute (tests and benchmarks only;
 	// no setting): the provider fakes count per this window.
 	BudgetWindow time.Duration
@@ -288,6 +295,9 @@ type Config struct {
 	// provider (not a setting: the tests time the provider's share of a
 	// login with it).
 	oidcTransport http.RoundTripper
+	// bcryptCost, when set, is the password hashes' cost (not a setting:
+	// the end-to-end tests hash at bcrypt's minimum; 0 is its default).
+	bcryptCost int
 }
 
 // loadConfig reads the environment through getenv and validates the result.
