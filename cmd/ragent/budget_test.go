@@ -72,13 +72,8 @@ func (f *limitedLLM) serve(w http.ResponseWriter, r *http.Request) {
 	cost := prompt + completion
 	now := time.Now()
 	f.mu.Lock()
-	for len(f.log) > 0 && now.Sub(f.log[0].at) >= f.window {
-		f.log = f.log[1:]
-	}
-	used := 0
-	for _, s := range f.log {
-		used += s.tokens
-	}
+	var used int
+	f.log, used = inWindow(f.log, now, f.window)
 	var reason string
 	switch {
 	case f.open >= f.maxConcurrent:
@@ -94,14 +89,9 @@ func (f *limitedLLM) serve(w http.ResponseWriter, r *http.Request) {
 			f.reasons = map[string]int{}
 		}
 		f.reasons[reason]++
-		reset := f.window / 10
-		if len(f.log) > 0 {
-			reset = f.window - now.Sub(f.log[0].at)
-		}
+		reset := resetIn(f.log, now, f.window)
 		f.mu.Unlock()
-		w.Header().Set("X-Ratelimit-Remaining-Requests", "0")
-		w.Header().Set("X-Ratelimit-Reset-Requests", reset.String())
-		http.Error(w, `{"error":{"message":"rate limit: `+reason+`"}}`, http.StatusTooManyRequests)
+		rateLimited(w, reset, reason)
 		return
 	}
 	f.open++
@@ -147,6 +137,35 @@ func (f *limitedLLM) serve(w http.ResponseWriter, r *http.Request) {
 	end()
 	fmt.Fprintf(w, "data: %s\n\ndata: [DONE]\n\n", done)
 	fl.Flush()
+}
+
+// inWindow drops the calls of log that left the window ending now and
+// returns the rest with their tokens.
+func inWindow(log []spent, now time.Time, window time.Duration) ([]spent, int) {
+	for len(log) > 0 && now.Sub(log[0].at) >= window {
+		log = log[1:]
+	}
+	used := 0
+	for _, s := range log {
+		used += s.tokens
+	}
+	return log, used
+}
+
+// resetIn is how long until the oldest call of log leaves the window.
+func resetIn(log []spent, now time.Time, window time.Duration) time.Duration {
+	if len(log) == 0 {
+		return window / 10
+	}
+	return window - now.Sub(log[0].at)
+}
+
+// rateLimited answers 429 as a provider over its limit does, its
+// x-ratelimit-* headers saying when to come back.
+func rateLimited(w http.ResponseWriter, reset time.Duration, reason string) {
+	w.Header().Set("X-Ratelimit-Remaining-Requests", "0")
+	w.Header().Set("X-Ratelimit-Reset-Requests", reset.String())
+	http.Error(w, `{"error":{"message":"rate limit: `+reason+`"}}`, http.StatusTooManyRequests)
 }
 
 func containsTitle(s string) bool { return strings.Contains(s, "short title") }

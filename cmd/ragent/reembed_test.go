@@ -81,6 +81,16 @@ func (c *client) uploadReady(kb, prefix string, n int, text func(i int) string) 
 	return ids
 }
 
+// reembedSetup is a model server of dim dimensions and a configuration
+// whose first lifetime embeds offline at that dimension.
+func reembedSetup(t *testing.T, dim int) (*fakeEmbedServer, Config) {
+	fake := newFakeEmbedServer(t, dim)
+	cfg := testConfig(t)
+	cfg.EmbedDim = dim
+	cfg.MQVisibilityTimeout = 2 * time.Second
+	return fake, cfg
+}
+
 // TestReembedOnModelChange changes the embedding model between two
 // lifetimes of the app (offline hashing → an OpenAI-compatible model of the
 // same dimension, so only the space key keeps them apart): the knowledge
@@ -91,10 +101,7 @@ func (c *client) uploadReady(kb, prefix string, n int, text func(i int) string) 
 // that were done; afterwards no chunk has a vector of the old space.
 func TestReembedOnModelChange(t *testing.T) {
 	const dim, docs = 64, 8
-	fake := newFakeEmbedServer(t, dim)
-	cfg := testConfig(t)
-	cfg.EmbedDim = dim
-	cfg.MQVisibilityTimeout = 2 * time.Second
+	fake, cfg := reembedSetup(t, dim)
 	cfg.InstanceID = "first"
 
 	// Lifetime 1: the offline embedder.
@@ -195,11 +202,8 @@ func TestReembedOnModelChange(t *testing.T) {
 // meanwhile, ahead of them; and every re-embedding call spends the
 // embedding budget.
 func TestReembedTakesTheDocumentLane(t *testing.T) {
-	const dim, docs = 32, 4
-	fake := newFakeEmbedServer(t, dim)
-	cfg := testConfig(t)
-	cfg.EmbedDim = dim
-	cfg.MQVisibilityTimeout = 2 * time.Second
+	const docs = 4
+	fake, cfg := reembedSetup(t, 32)
 	a := start(t, cfg)
 	ca := a.adminClient(t)
 	kb := ca.createKB("moving")

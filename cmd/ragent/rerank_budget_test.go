@@ -53,28 +53,18 @@ func (f *limitedReranker) serve(w http.ResponseWriter, r *http.Request) {
 	cost := llm.RerankTokens(req.Query, req.Documents)
 	now := time.Now()
 	f.mu.Lock()
-	for len(f.log) > 0 && now.Sub(f.log[0].at) >= f.window {
-		f.log = f.log[1:]
-	}
+	var used int
+	f.log, used = inWindow(f.log, now, f.window)
 	for len(f.arrivals) > 0 && now.Sub(f.arrivals[0]) >= f.window {
 		f.arrivals = f.arrivals[1:]
 	}
 	f.arrivals = append(f.arrivals, now)
 	f.maxSeenRequests = max(f.maxSeenRequests, len(f.arrivals))
-	used := 0
-	for _, s := range f.log {
-		used += s.tokens
-	}
 	if f.rpw > 0 && len(f.log) >= f.rpw || f.tpw > 0 && used+cost > f.tpw {
 		f.refused++
-		reset := f.window / 10
-		if len(f.log) > 0 {
-			reset = f.window - now.Sub(f.log[0].at)
-		}
+		reset := resetIn(f.log, now, f.window)
 		f.mu.Unlock()
-		w.Header().Set("X-Ratelimit-Remaining-Requests", "0")
-		w.Header().Set("X-Ratelimit-Reset-Requests", reset.String())
-		http.Error(w, `{"error":{"message":"rate limit"}}`, http.StatusTooManyRequests)
+		rateLimited(w, reset, "rerank")
 		return
 	}
 	f.accepted++
