@@ -25,35 +25,11 @@ func TestChatFairShareBetweenUsers(t *testing.T) {
 	light := ins[0].login(t, "light", "light-password")
 
 	var wg sync.WaitGroup
-	// ask sends a question and returns the position of its first queue
-	// event, or 0 once its answer started.
 	ask := func(in *instance, token, q string) int {
-		queued := make(chan int, 1)
-		var once sync.Once
-		wg.Go(func() {
-			_, events := in.client(t, token).chatStream(context.Background(), map[string]any{"question": q}, func(e sseEvent) bool {
-				if e.Name == "queue" {
-					pos, _ := e.json(t)["position"].(float64)
-					once.Do(func() { queued <- int(pos) })
-				}
-				return true
-			})
-			if got := collapse(events); got != "meta sources message finish done" && got != "meta queue sources message finish done" {
-				t.Errorf("%s: sequence %q", q, got)
-			}
+		return askHeld(t, &wg, llm, q, func(onEvent func(sseEvent) bool) []sseEvent {
+			_, events := in.client(t, token).chatStream(context.Background(), map[string]any{"question": q}, onEvent)
+			return events
 		})
-		select {
-		case pos := <-queued:
-			return pos
-		case got := <-llm.started:
-			if got != q {
-				t.Fatalf("answer %q started, want %q", got, q)
-			}
-			return 0
-		case <-time.After(30 * time.Second):
-			t.Fatalf("%s: neither queued nor started within 30 s", q)
-			return -1
-		}
 	}
 	heavy := func(i int) string { return fmt.Sprintf("heavy %d #gate", i) }
 	const lightQ = "light question #gate"
@@ -114,36 +90,11 @@ func TestChatRunningCapPerUser(t *testing.T) {
 	}
 
 	var wg sync.WaitGroup
-	// ask sends user's question q and returns the position of its first
-	// queue event, or 0 once its answer started; the stream must end
-	// answered, never rejected.
 	ask := func(in *instance, user, q string) int {
-		queued := make(chan int, 1)
-		var once sync.Once
-		wg.Go(func() {
-			_, events := in.client(t, tokens[user]).chatStream(context.Background(), map[string]any{"question": q}, func(e sseEvent) bool {
-				if e.Name == "queue" {
-					pos, _ := e.json(t)["position"].(float64)
-					once.Do(func() { queued <- int(pos) })
-				}
-				return true
-			})
-			if got := collapse(events); got != "meta sources message finish done" && got != "meta queue sources message finish done" {
-				t.Errorf("%s: sequence %q", q, got)
-			}
+		return askHeld(t, &wg, llm, q, func(onEvent func(sseEvent) bool) []sseEvent {
+			_, events := in.client(t, tokens[user]).chatStream(context.Background(), map[string]any{"question": q}, onEvent)
+			return events
 		})
-		select {
-		case pos := <-queued:
-			return pos
-		case got := <-llm.started:
-			if got != q {
-				t.Fatalf("answer %q started, want %q", got, q)
-			}
-			return 0
-		case <-time.After(30 * time.Second):
-			t.Fatalf("%s: neither queued nor started within 30 s", q)
-			return -1
-		}
 	}
 	q := func(user string, i int) string { return fmt.Sprintf("%s %d #gate", user, i) }
 	arrivals := []struct {
@@ -178,5 +129,38 @@ func TestChatRunningCapPerUser(t *testing.T) {
 	wg.Wait()
 	if m := llm.maxCalls.Load(); m > 4 {
 		t.Fatalf("%d model calls at once, limit 4", m)
+	}
+}
+
+// askHeld sends question q with send, in wg, to a chat whose answers llm
+// holds, and returns the position of its first queue event, or 0 once its
+// answer started. The stream must end answered, never rejected.
+func askHeld(t *testing.T, wg *sync.WaitGroup, llm *fakeLLM, q string, send func(onEvent func(sseEvent) bool) []sseEvent) int {
+	t.Helper()
+	queued := make(chan int, 1)
+	var once sync.Once
+	wg.Go(func() {
+		events := send(func(e sseEvent) bool {
+			if e.Name == "queue" {
+				pos, _ := e.json(t)["position"].(float64)
+				once.Do(func() { queued <- int(pos) })
+			}
+			return true
+		})
+		if got := collapse(events); got != "meta sources message finish done" && got != "meta queue sources message finish done" {
+			t.Errorf("%s: sequence %q", q, got)
+		}
+	})
+	select {
+	case pos := <-queued:
+		return pos
+	case got := <-llm.started:
+		if got != q {
+			t.Fatalf("answer %q started, want %q", got, q)
+		}
+		return 0
+	case <-time.After(30 * time.Second):
+		t.Fatalf("%s: neither queued nor started within 30 s", q)
+		return -1
 	}
 }

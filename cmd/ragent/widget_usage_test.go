@@ -117,35 +117,11 @@ func TestWidgetVisitorsFairQueue(t *testing.T) {
 	_, key := createWidgetKey(t, ins[0], admin, map[string]any{"name": "site", "knowledgeBaseIds": []string{kb}, "origins": []string{widgetOrigin}})
 
 	var wg sync.WaitGroup
-	// ask sends a question and returns the position of its first queue
-	// event, or 0 once its answer started.
 	ask := func(in *instance, visitor, q string) int {
-		queued := make(chan int, 1)
-		var once sync.Once
-		wg.Go(func() {
-			_, events := widgetStream(t, in, key, visitor, q, func(e sseEvent) bool {
-				if e.Name == "queue" {
-					pos, _ := e.json(t)["position"].(float64)
-					once.Do(func() { queued <- int(pos) })
-				}
-				return true
-			})
-			if got := collapse(events); got != "meta sources message finish done" && got != "meta queue sources message finish done" {
-				t.Errorf("%s: sequence %q", q, got)
-			}
+		return askHeld(t, &wg, llm, q, func(onEvent func(sseEvent) bool) []sseEvent {
+			_, events := widgetStream(t, in, key, visitor, q, onEvent)
+			return events
 		})
-		select {
-		case pos := <-queued:
-			return pos
-		case got := <-llm.started:
-			if got != q {
-				t.Fatalf("answer %q started, want %q", got, q)
-			}
-			return 0
-		case <-time.After(30 * time.Second):
-			t.Fatalf("%s: neither queued nor started within 30 s", q)
-			return -1
-		}
 	}
 	heavy := func(i int) string { return fmt.Sprintf("heavy %d #gate", i) }
 	const light = "light question #gate"
