@@ -258,6 +258,24 @@ func (in *instance) createUser(t testing.TB, adminToken, username, password, rol
 	return u.ID
 }
 
+// getJSON reads path with GET into a T; any status but 200 fails c's test.
+func getJSON[T any](c *client, path string) T {
+	c.t.Helper()
+	r := c.do("GET", path, nil)
+	if r.Status != http.StatusOK {
+		c.t.Fatalf("GET %s: %d %s", path, r.Status, r.Body)
+	}
+	var out T
+	r.json(c.t, &out)
+	return out
+}
+
+// getItems reads the items of the list at path (one page).
+func getItems[T any](c *client, path string) []T {
+	c.t.Helper()
+	return getJSON[struct{ Items []T }](c, path).Items
+}
+
 // forTest returns a copy of c that reports to t, for use inside a subtest.
 func (c *client) forTest(t testing.TB) *client {
 	return &client{t: t, base: c.base, token: c.token}

@@ -61,13 +61,7 @@ type chunkJSON struct {
 // chunks returns every chunk row of a document.
 func (c *client) chunks(docID string) []chunkJSON {
 	c.t.Helper()
-	r := c.do("GET", "/api/v1/documents/"+docID+"/chunks?limit=500", nil)
-	if r.Status != http.StatusOK {
-		c.t.Fatalf("chunks: %d %s", r.Status, r.Body)
-	}
-	var out struct{ Items []chunkJSON }
-	r.json(c.t, &out)
-	return out.Items
+	return getItems[chunkJSON](c, "/api/v1/documents/"+docID+"/chunks?limit=500")
 }
 
 // checkOneChunkSet fails unless the document's chunks are one generation
