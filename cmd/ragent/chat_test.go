@@ -528,20 +528,47 @@ func (e sseEvent) json(t testing.TB) map[string]any {
 // stream ends or onEvent returns false (then the client disconnects).
 func (c *client) chatStream(ctx context.Context, body map[string]any, onEvent func(sseEvent) bool) (status int, events []sseEvent) {
 	c.t.Helper()
+	status, events, _ = streamRequest(c.t, jsonRequest(ctx, c.base+"/api/v1/chat", body, "Authorization", "Bearer "+c.token), onEvent)
+	return status, events
+}
+
+// jsonRequest is a POST of body as JSON to url with the header pairs.
+func jsonRequest(ctx context.Context, url string, body any, headers ...string) *http.Request {
 	b, _ := json.Marshal(body)
-	req, _ := http.NewRequestWithContext(ctx, "POST", c.base+"/api/v1/chat", bytes.NewReader(b))
+	req, _ := http.NewRequestWithContext(ctx, "POST", url, bytes.NewReader(b))
 	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Authorization", "Bearer "+c.token)
+	for i := 0; i+1 < len(headers); i += 2 {
+		req.Header.Set(headers[i], headers[i+1])
+	}
+	return req
+}
+
+// streamRequest sends req and reads the event stream of a 200 answer,
+// calling onEvent for each event (false stops reading); another answer's
+// body comes back as text. A transport error is reported to t (it may be
+// called off the test's goroutine) and gives status 0.
+func streamRequest(t testing.TB, req *http.Request, onEvent func(sseEvent) bool) (status int, events []sseEvent, text string) {
+	t.Helper()
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
-		c.t.Errorf("chat: %v", err)
-		return 0, nil
+		t.Errorf("%s %s: %v", req.Method, req.URL.Path, err)
+		return 0, nil, ""
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return resp.StatusCode, nil
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, nil, string(b)
 	}
-	return resp.StatusCode, readEvents(resp.Body, onEvent)
+	return resp.StatusCode, readEvents(resp.Body, onEvent), ""
+}
+
+// refusedAsEvent returns a refused stream's body as its only event, named
+// refusal.
+func refusedAsEvent(status int, events []sseEvent, text string) (int, []sseEvent) {
+	if status != 0 && status != http.StatusOK {
+		return status, []sseEvent{{Name: "refusal", Data: text}}
+	}
+	return status, events
 }
 
 // readEvents parses an event stream, calling onEvent for each event until

@@ -1,9 +1,7 @@
 package main
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
 	"net/http"
 	"slices"
@@ -16,23 +14,10 @@ import (
 // widgetStream sends a widget chat from the listed origin as visitor and
 // reads its events, calling onEvent for each (false stops reading).
 func widgetStream(t *testing.T, in *instance, key, visitor, question string, onEvent func(sseEvent) bool) (int, []sseEvent) {
-	b, _ := json.Marshal(map[string]any{"question": question})
-	req, _ := http.NewRequestWithContext(context.Background(), "POST", in.url+"/api/v1/widget/chat?key="+key, bytes.NewReader(b))
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Origin", widgetOrigin)
-	req.Header.Set(widgetVisitor, visitor)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Errorf("widget chat: %v", err)
-		return 0, nil
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		var buf bytes.Buffer
-		_, _ = buf.ReadFrom(resp.Body)
-		return resp.StatusCode, []sseEvent{{Name: "refusal", Data: buf.String()}}
-	}
-	return resp.StatusCode, readEvents(resp.Body, onEvent)
+	t.Helper()
+	req := jsonRequest(context.Background(), in.url+"/api/v1/widget/chat?key="+key, map[string]any{"question": question},
+		"Origin", widgetOrigin, widgetVisitor, visitor)
+	return refusedAsEvent(streamRequest(t, req, onEvent))
 }
 
 // TestWidgetUsageRecordedPerKey: a widget's chats are recorded against its
