@@ -21,15 +21,20 @@ import (
 	"github.com/ragent-go/ragent/internal/eval"
 )
 
-// firstEvent posts to url and returns the time until the first line that
-// starts with prefix (an SSE data line of the answer).
+// firstEvent posts body as JSON to url (with the bearer token, if any) and
+// returns the time until the first line of the answer that match accepts.
 func firstEvent(ctx context.Context, url, token string, body any, match func(line string) bool) (time.Duration, error) {
-	b, _ := json.Marshal(body)
-	req, _ := http.NewRequestWithContext(ctx, "POST", url, bytes.NewReader(b))
-	req.Header.Set("Content-Type", "application/json")
+	var auth []string
 	if token != "" {
-		req.Header.Set("Authorization", "Bearer "+token)
+		auth = []string{"Authorization", "Bearer " + token}
 	}
+	return timeToLine(jsonRequest(ctx, url, body, auth...), match)
+}
+
+// timeToLine sends req and returns the time until the first line of the
+// answer that match accepts, draining the rest, so both sides finish the
+// request.
+func timeToLine(req *http.Request, match func(line string) bool) (time.Duration, error) {
 	start := time.Now()
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
@@ -40,12 +45,23 @@ func firstEvent(ctx context.Context, url, token string, body any, match func(lin
 	for sc.Scan() {
 		if match(sc.Text()) {
 			d := time.Since(start)
-			for sc.Scan() { // drain, so both sides finish the request
+			for sc.Scan() {
 			}
 			return d, nil
 		}
 	}
-	return 0, fmt.Errorf("stream ended without a first token (status %d)", resp.StatusCode)
+	return 0, fmt.Errorf("stream ended without the line awaited (status %d)", resp.StatusCode)
+}
+
+// reportPercentiles reports the p50 and p99 of each named series, in unit
+// (ms or us), and for base and other the p50 that other adds over base.
+func reportPercentiles(b *testing.B, unit string, base, other string, series map[string][]time.Duration) {
+	div := map[string]float64{"ms": 1e6, "us": 1e3}[unit]
+	for name, ds := range series {
+		b.ReportMetric(float64(eval.Percentile(ds, 0.5))/div, name+"-p50-"+unit)
+		b.ReportMetric(float64(eval.Percentile(ds, 0.99))/div, name+"-p99-"+unit)
+	}
+	b.ReportMetric(float64(eval.Percentile(series[other], 0.5)-eval.Percentile(series[base], 0.5))/div, "added-p50-"+unit)
 }
 
 // BenchmarkChatTTFT measures the time to first token through ragent (offline
