@@ -2,7 +2,6 @@ package service
 
 import (
 	"context"
-	"encoding/json"
 	"time"
 )
 
@@ -70,7 +69,7 @@ type Message struct {
 	Content        string          `json:"content"`
 	Thinking       string          `json:"thinking,omitempty"`
 	Status         MessageStatus   `json:"status"`
-	Sources        json.RawMessage `json:"sources,omitempty"`
+	Sources        []Source        `json:"sources,omitempty"` // the cited sources of an answer
 	ReplyTo        ID              `json:"replyTo,omitempty"`
 	Usage          Usage           `json:"usage"`
 	LatencyMS      int64           `json:"latencyMs"`

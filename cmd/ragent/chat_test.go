@@ -7,7 +7,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
+	"reflect"
 	"strings"
 	"sync"
 	"testing"
@@ -76,6 +78,46 @@ func TestChatCompletedStream(t *testing.T) {
 	r.json(t, &msgs)
 	if len(msgs.Messages) != 2 || msgs.Messages[1].Content != "Hello from the model [1]." || msgs.Messages[1].Status != "completed" || len(msgs.Messages[1].Sources) == 0 {
 		t.Fatalf("saved messages %+v", msgs.Messages)
+	}
+	checkSavedSourcesShape(t, r, srcs)
+}
+
+// checkSavedSourcesShape holds the saved messages' sources to their API
+// shape (jsonb keeps no key order, so a test of the body's bytes would
+// hold nothing): the question has none (no field); the answer's have
+// exactly the cited fields, of the cited types, and are the streamed
+// sources event's, value for value.
+func checkSavedSourcesShape(t *testing.T, r response, streamed []any) {
+	t.Helper()
+	var raw struct{ Messages []map[string]any }
+	r.json(t, &raw)
+	if _, ok := raw.Messages[0]["sources"]; ok {
+		t.Errorf("the question has sources: %v", raw.Messages[0]["sources"])
+	}
+	srcs, _ := raw.Messages[1]["sources"].([]any)
+	if len(srcs) == 0 {
+		t.Fatalf("the answer's sources: %v", raw.Messages[1]["sources"])
+	}
+	want := map[string]string{"index": "number", "documentId": "string", "documentName": "string", "chunkId": "string", "score": "number", "excerpt": "string"}
+	for i, s := range srcs {
+		src, _ := s.(map[string]any)
+		got := map[string]string{}
+		for k, v := range src {
+			switch v.(type) {
+			case float64:
+				got[k] = "number"
+			case string:
+				got[k] = "string"
+			default:
+				got[k] = fmt.Sprintf("%T", v)
+			}
+		}
+		if !maps.Equal(got, want) {
+			t.Errorf("source %d: fields %v, want %v", i, got, want)
+		}
+	}
+	if !reflect.DeepEqual(srcs, streamed) {
+		t.Errorf("saved sources %v, streamed %v", srcs, streamed)
 	}
 }
 
