@@ -87,17 +87,38 @@ func (s *Service) editableChunk(ctx context.Context, p service.Principal, id ser
 	if err != nil {
 		return nil, nil, err
 	}
-	c, err := s.store.ChunkIn(ctx, id, readable)
-	if errors.Is(err, service.ErrNotFound) {
-		return nil, nil, service.Errorf(service.ErrNotFound, "chunk %s not found", id)
-	}
+	c, err := s.editableIn(ctx, id, readable, roles)
 	if err != nil {
 		return nil, nil, err
 	}
-	if err := mayEdit(roles, c.KnowledgeBaseID); err != nil {
-		return nil, nil, err
-	}
 	return c, []service.ID{c.KnowledgeBaseID}, nil
+}
+
+// editableIn reads a live chunk of one of the readable knowledge bases
+// that roles let p edit.
+func (s *Service) editableIn(ctx context.Context, id service.ID, readable []service.ID, roles map[service.ID]service.KBRole) (*service.Chunk, error) {
+	c, err := s.store.ChunkIn(ctx, id, readable)
+	if errors.Is(err, service.ErrNotFound) {
+		return nil, service.Errorf(service.ErrNotFound, "chunk %s not found", id)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if err := mayEdit(roles, c.KnowledgeBaseID); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// editorRevisions reads a chunk's revisions, newest first, from the
+// knowledge bases p reads, with them and p's roles there.
+func (s *Service) editorRevisions(ctx context.Context, p service.Principal, id service.ID) ([]service.ChunkRevision, []service.ID, map[service.ID]service.KBRole, error) {
+	readable, roles, err := s.editorKBs(ctx, p)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	revs, err := s.curation.ChunkRevisions(ctx, id, readable)
+	return revs, readable, roles, err
 }
 
 // embedOne embeds one chunk text in the worker's space and computes its
@@ -320,25 +341,14 @@ func (s *Service) DeleteChunk(ctx context.Context, p service.Principal, id servi
 // ChunkRevisions lists a chunk's revisions, newest first (editors: the
 // history holds the texts the chunk no longer has).
 func (s *Service) ChunkRevisions(ctx context.Context, p service.Principal, id service.ID) ([]service.ChunkRevision, error) {
-	readable, roles, err := s.editorKBs(ctx, p)
-	if err != nil {
-		return nil, err
-	}
-	revs, err := s.curation.ChunkRevisions(ctx, id, readable)
+	revs, readable, roles, err := s.editorRevisions(ctx, p, id)
 	if err != nil {
 		return nil, err
 	}
 	if len(revs) == 0 {
-		// A chunk never changed has no revisions; a live one p reads is
-		// an empty history, anything else not found.
-		c, err := s.store.ChunkIn(ctx, id, readable)
-		if errors.Is(err, service.ErrNotFound) {
-			return nil, service.Errorf(service.ErrNotFound, "chunk %s not found", id)
-		}
-		if err != nil {
-			return nil, err
-		}
-		if err := mayEdit(roles, c.KnowledgeBaseID); err != nil {
+		// A chunk never changed has no revisions; a live one p edits has
+		// an empty history, anything else is not found.
+		if _, err := s.editableIn(ctx, id, readable, roles); err != nil {
 			return nil, err
 		}
 		return []service.ChunkRevision{}, nil

@@ -101,11 +101,7 @@ func (s *Service) addChunk(ctx context.Context, p service.Principal, doc *servic
 // the document's current generation can be undone; after a reindex the
 // file's chunks are the document's again (a conflict).
 func (s *Service) restoreDeleted(ctx context.Context, p service.Principal, id service.ID, n int) (*service.Chunk, error) {
-	readable, roles, err := s.editorKBs(ctx, p)
-	if err != nil {
-		return nil, err
-	}
-	revs, err := s.curation.ChunkRevisions(ctx, id, readable)
+	revs, _, roles, err := s.editorRevisions(ctx, p, id)
 	if err != nil {
 		return nil, err
 	}
