@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -43,30 +42,12 @@ func TestChatFairShareBetweenUsers(t *testing.T) {
 		t.Fatalf("the light user's question placed at %d, want 1 (ahead of the heavy user's waiting ones)", pos)
 	}
 	// Each finished answer frees one slot; who gets it:
-	steps := []struct{ finish, admitted string }{
+	checkAdmissions(t, &wg, llm, 2, []admission{
 		{heavy(0), lightQ},
 		{heavy(1), heavy(2)},
 		{lightQ, heavy(3)},
 		{heavy(2), heavy(4)},
-	}
-	var order []string
-	for _, s := range steps {
-		llm.open(s.finish)
-		got := llm.nextStart(t)
-		order = append(order, got)
-		if got != s.admitted {
-			t.Fatalf("after %q finished, %q was admitted, want %q", s.finish, got, s.admitted)
-		}
-	}
-	llm.open(heavy(3))
-	llm.open(heavy(4))
-	wg.Wait()
-	if m := llm.maxCalls.Load(); m > 2 {
-		t.Fatalf("%d model calls at once, limit 2", m)
-	}
-	if !slices.Equal(order, []string{lightQ, heavy(2), heavy(3), heavy(4)}) {
-		t.Fatalf("admission order %q", order)
-	}
+	}, heavy(3), heavy(4))
 }
 
 // TestChatRunningCapPerUser runs two instances with N = 4 and
@@ -111,24 +92,36 @@ func TestChatRunningCapPerUser(t *testing.T) {
 			t.Fatalf("%s placed at %d, want %d", q(a.user, a.i), pos, a.want)
 		}
 	}
-	steps := []struct{ finish, admitted string }{
+	checkAdmissions(t, &wg, llm, 4, []admission{
 		{q("c", 1), q("b", 1)}, // the newcomer, at position 1, gets the first free slot
 		{q("c", 2), q("b", 2)},
 		{q("b", 1), q("b", 3)}, // a holds its cap, b one slot: b's later request goes first
 		{q("b", 2), q("a", 3)}, // nobody below the cap waits: a gets its third slot
-	}
+	}, q("a", 1), q("a", 2), q("a", 3), q("b", 3))
+}
+
+// admission is one step of a held queue: once finish's answer ends, the
+// slot it frees goes to admitted.
+type admission struct{ finish, admitted string }
+
+// checkAdmissions lets each step's answer end in turn and fails unless the
+// step's admitted question is the next to start; then it lets the rest
+// end, waits for every stream in wg, and fails if the model ever saw more
+// than limit calls at once.
+func checkAdmissions(t *testing.T, wg *sync.WaitGroup, llm *fakeLLM, limit int32, steps []admission, rest ...string) {
+	t.Helper()
 	for _, s := range steps {
 		llm.open(s.finish)
 		if got := llm.nextStart(t); got != s.admitted {
 			t.Fatalf("after %q finished, %q was admitted, want %q", s.finish, got, s.admitted)
 		}
 	}
-	for _, s := range []string{q("a", 1), q("a", 2), q("a", 3), q("b", 3)} {
-		llm.open(s)
+	for _, q := range rest {
+		llm.open(q)
 	}
 	wg.Wait()
-	if m := llm.maxCalls.Load(); m > 4 {
-		t.Fatalf("%d model calls at once, limit 4", m)
+	if m := llm.maxCalls.Load(); m > limit {
+		t.Fatalf("%d model calls at once, limit %d", m, limit)
 	}
 }
 

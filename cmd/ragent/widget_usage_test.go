@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"net/http"
-	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -118,26 +117,9 @@ func TestWidgetVisitorsFairQueue(t *testing.T) {
 	if pos := ask(ins[1], visitorB, light); pos != 1 {
 		t.Fatalf("the second visitor's question placed at %d, want 1 (ahead of the first visitor's waiting ones)", pos)
 	}
-	var order []string
-	for _, s := range []struct{ finish, admitted string }{
+	checkAdmissions(t, &wg, llm, 2, []admission{
 		{heavy(0), light},
 		{heavy(1), heavy(2)},
 		{light, heavy(3)},
-	} {
-		llm.open(s.finish)
-		got := llm.nextStart(t)
-		order = append(order, got)
-		if got != s.admitted {
-			t.Fatalf("after %q finished, %q was admitted, want %q", s.finish, got, s.admitted)
-		}
-	}
-	llm.open(heavy(2))
-	llm.open(heavy(3))
-	wg.Wait()
-	if m := llm.maxCalls.Load(); m > 2 {
-		t.Fatalf("%d model calls at once, limit 2", m)
-	}
-	if !slices.Equal(order, []string{light, heavy(2), heavy(3)}) {
-		t.Fatalf("admission order %q", order)
-	}
+	}, heavy(2), heavy(3))
 }
