@@ -204,16 +204,7 @@ func TestLostStreamEntrySentAgain(t *testing.T) {
 			t.Fatalf("XDEL %s: %d, %v", ref, n, err)
 		}
 	}
-	worker := cfg
-	worker.Role = "worker"
-	start(t, worker)
-	for _, d := range uploaded {
-		got := c.waitDone(d.ID, 30*time.Second)
-		if got.Status != "ready" || got.Generation != 1 {
-			t.Fatalf("document %s: %+v", d.ID, got)
-		}
-		checkOneChunkSet(t, c, got)
-	}
+	workerIndexesOnce(t, cfg, c, 30*time.Second, uploaded...)
 	var lost int
 	if err := db.QueryRow(ctx, "SELECT count(*) FROM outbox WHERE topic = $1 AND last_error LIKE '%lost%'", service.IngestTopic).Scan(&lost); err != nil {
 		t.Fatal(err)
