@@ -53,15 +53,21 @@ func timeToLine(req *http.Request, match func(line string) bool) (time.Duration,
 	return 0, fmt.Errorf("stream ended without the line awaited (status %d)", resp.StatusCode)
 }
 
-// reportPercentiles reports the p50 and p99 of each named series, in unit
-// (ms or us), and for base and other the p50 that other adds over base.
-func reportPercentiles(b *testing.B, unit string, base, other string, series map[string][]time.Duration) {
+// reportPercentiles reports the percentiles ps (50, 99) of each named
+// series, in unit (ms or us), and, unless base is "", what other adds over
+// base at each of them (added-p50-ms).
+func reportPercentiles(b *testing.B, unit string, ps []int, series map[string][]time.Duration, base, other string) {
 	div := map[string]float64{"ms": 1e6, "us": 1e3}[unit]
-	for name, ds := range series {
-		b.ReportMetric(float64(eval.Percentile(ds, 0.5))/div, name+"-p50-"+unit)
-		b.ReportMetric(float64(eval.Percentile(ds, 0.99))/div, name+"-p99-"+unit)
+	at := func(ds []time.Duration, p int) time.Duration { return eval.Percentile(ds, float64(p)/100) }
+	for _, p := range ps {
+		suffix := fmt.Sprintf("-p%d-%s", p, unit)
+		for name, ds := range series {
+			b.ReportMetric(float64(at(ds, p))/div, name+suffix)
+		}
+		if base != "" {
+			b.ReportMetric(float64(at(series[other], p)-at(series[base], p))/div, "added"+suffix)
+		}
 	}
-	b.ReportMetric(float64(eval.Percentile(series[other], 0.5)-eval.Percentile(series[base], 0.5))/div, "added-p50-"+unit)
 }
 
 // BenchmarkChatTTFT measures the time to first token through ragent (offline
@@ -95,13 +101,7 @@ func BenchmarkChatTTFT(b *testing.B) {
 		viaRagent = append(viaRagent, r)
 	}
 	b.StopTimer()
-	ms := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
-	b.ReportMetric(ms(eval.Percentile(viaDirect, 0.5)), "direct-p50-ms")
-	b.ReportMetric(ms(eval.Percentile(viaDirect, 0.99)), "direct-p99-ms")
-	b.ReportMetric(ms(eval.Percentile(viaRagent, 0.5)), "ragent-p50-ms")
-	b.ReportMetric(ms(eval.Percentile(viaRagent, 0.99)), "ragent-p99-ms")
-	b.ReportMetric(ms(eval.Percentile(viaRagent, 0.5)-eval.Percentile(viaDirect, 0.5)), "added-p50-ms")
-	b.ReportMetric(ms(eval.Percentile(viaRagent, 0.99)-eval.Percentile(viaDirect, 0.99)), "added-p99-ms")
+	reportPercentiles(b, "ms", []int{50, 99}, map[string][]time.Duration{"direct": viaDirect, "ragent": viaRagent}, "direct", "ragent")
 }
 
 // BenchmarkQueuedStreams holds 1,000 SSE streams waiting in the fair queue

@@ -11,8 +11,6 @@ import (
 	"sync"
 	"testing"
 	"time"
-
-	"github.com/ragent-go/ragent/internal/eval"
 )
 
 func isEventLine(l string) bool { return strings.HasPrefix(l, "event: ") }
@@ -55,11 +53,7 @@ func BenchmarkChatResume(b *testing.B) {
 		posted = append(posted, d)
 	}
 	b.StopTimer()
-	ms := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
-	b.ReportMetric(ms(eval.Percentile(resumed, 0.5)), "resume-p50-ms")
-	b.ReportMetric(ms(eval.Percentile(resumed, 0.95)), "resume-p95-ms")
-	b.ReportMetric(ms(eval.Percentile(posted, 0.5)), "post-meta-p50-ms")
-	b.ReportMetric(ms(eval.Percentile(posted, 0.95)), "post-meta-p95-ms")
+	reportPercentiles(b, "ms", []int{50, 95}, map[string][]time.Duration{"resume": resumed, "post-meta": posted}, "", "")
 }
 
 // BenchmarkChatDetachedMemory compares what n running answers cost the

@@ -45,7 +45,7 @@ func BenchmarkQuotaTTFT(b *testing.B) {
 		withQuotas = append(withQuotas, d)
 	}
 	b.StopTimer()
-	reportPercentiles(b, "ms", "off", "on", map[string][]time.Duration{"off": without, "on": withQuotas})
+	reportPercentiles(b, "ms", []int{50, 99}, map[string][]time.Duration{"off": without, "on": withQuotas}, "off", "on")
 }
 
 // BenchmarkQuotaAdmit isolates the check itself: Quotas.Admit for the same
@@ -84,7 +84,7 @@ func BenchmarkQuotaAdmit(b *testing.B) {
 		without, withQuotas = append(without, t1.Sub(t0)), append(withQuotas, time.Since(t1))
 	}
 	b.StopTimer()
-	reportPercentiles(b, "us", "off", "on", map[string][]time.Duration{"off": without, "on": withQuotas})
+	reportPercentiles(b, "us", []int{50, 99}, map[string][]time.Duration{"off": without, "on": withQuotas}, "off", "on")
 }
 
 // quotaEverything gives c's user a user and a group quota, daily and
