@@ -284,6 +284,9 @@ type Config struct {
 	// provider (not a setting: the tests time the provider's share of a
 	// login with it).
 	oidcTransport http.RoundTripper
+	// bcryptCost, when set, is the password hashes' cost (not a setting:
+	// the end-to-end tests hash at bcrypt's minimum; 0 is its default).
+	bcryptCost int
 }
 
 // loadConfig reads the environment through getenv and validates the result.

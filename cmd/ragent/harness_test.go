@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"golang.org/x/crypto/bcrypt"
 
 	"github.com/ragent-go/ragent/internal/testenv"
 )
@@ -59,6 +60,11 @@ func testConfig(t testing.TB) Config {
 	// A leased worker id is held three renewal periods before its first
 	// id (idgen); at the default 1 s every test instance would wait 3 s.
 	cfg.WorkerLeaseRenew = 50 * time.Millisecond
+	// Every test instance creates an admin and most log in several users:
+	// at bcrypt's default cost, under the race detector, each hash is
+	// about a CPU-second. The cost is auth's (service/auth tests it); here
+	// only that the hash is checked matters.
+	cfg.bcryptCost = bcrypt.MinCost
 	return cfg
 }
 

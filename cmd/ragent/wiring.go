@@ -175,7 +175,7 @@ func authConfig(cfg Config, secret []byte, log *slog.Logger) auth.Config {
 		MaxFailures: cfg.LoginMaxFailures, MaxUserFailures: cfg.LoginMaxFailuresPerUser,
 		MaxClientFailures: cfg.LoginMaxFailuresPerIP, FailWindow: cfg.LoginFailWindow,
 		PasswordLoginOff: !cfg.PasswordLogin, BreakGlassUser: cfg.AdminUsername,
-		Logger: log,
+		BcryptCost: cfg.bcryptCost, Logger: log,
 	}
 }
 
