@@ -129,13 +129,15 @@ test: test-services
 	RAGENT_REQUIRE_SERVICES=1 $(GO) test -race -count=1 -timeout 20m $(RACE_PKGS)
 	$(GO) test -race -c -o $(REDIS_E2E_BIN) ./cmd/ragent/
 	@echo "make test: cmd/ragent in $(E2E_SHARDS) shards from $$(date -u +%T)"
-	RAGENT_REQUIRE_SERVICES=1 bash scripts/testshards.sh $(REDIS_E2E_BIN) cmd/ragent $(E2E_SHARDS) 30m
+	RAGENT_REQUIRE_SERVICES=1 RAGENT_TEST_QUIET=1 bash scripts/testshards.sh $(REDIS_E2E_BIN) cmd/ragent $(E2E_SHARDS) 30m
 	@echo "make test: Redis Sentinel and Cluster from $$(date -u +%T)"
 	for topology in sentinel cluster; do \
-		RAGENT_REQUIRE_SERVICES=1 RAGENT_TEST_REDIS_TOPOLOGY=$$topology $(GO) test -race -count=1 -timeout 10m $(REDIS_PKGS); \
+		RAGENT_REQUIRE_SERVICES=1 RAGENT_TEST_REDIS_TOPOLOGY=$$topology $(GO) test -race -count=1 -timeout 10m $(REDIS_PKGS) || exit 1; \
 		(cd cmd/ragent && RAGENT_REQUIRE_SERVICES=1 RAGENT_TEST_REDIS_TOPOLOGY=$$topology \
-			$(CURDIR)/$(REDIS_E2E_BIN) -test.count=1 -test.timeout=10m -test.run '^($(REDIS_E2E))$$'); \
+			$(CURDIR)/$(REDIS_E2E_BIN) -test.count=1 -test.timeout=10m -test.run '^($(REDIS_E2E))$$') || exit 1; \
 	done
+	@echo "make test: Redis failover chaos (RELIABILITY.md) from $$(date -u +%T)"
+	bash scripts/chaos.sh redis-failover
 	@echo "make test: RocketMQ from $$(date -u +%T)"
 	RAGENT_REQUIRE_SERVICES=1 $(GO) test -count=1 -timeout 15m ./mq/rocketmq/...
 	RAGENT_REQUIRE_SERVICES=1 $(GO) test -count=1 -timeout 10m -run RocketMQ ./cmd/ragent/

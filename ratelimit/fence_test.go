@@ -193,22 +193,7 @@ func TestLocalShareCountsRedisPermitsInFlight(t *testing.T) {
 	_, prefix := cleanRedis(t)
 	cfg := Config{MaxConcurrent: n, MaxWait: 500 * time.Millisecond, Lease: 600 * time.Millisecond,
 		PollInterval: 20 * time.Millisecond, OnRedisError: PolicyLocal, NoPubSub: true}
-	var (
-		clients  []*switchableClient
-		limiters []*Limiter
-	)
-	for range 3 {
-		c := newSwitchableClient(t)
-		clients = append(clients, c)
-		limiters = append(limiters, startLimiter(t, c, prefix, "chat", cfg))
-	}
-	testenv.Eventually(t, 10*time.Second, "every instance sees the other two", func() bool {
-		var sum int64
-		for _, l := range limiters {
-			sum += l.local.share.Load()
-		}
-		return sum == n && allSeen(limiters)
-	})
+	clients, limiters := localInstances(t, prefix, 3, cfg)
 	// Each instance holds its share from Redis: all N are in flight.
 	var held []*Permit
 	for i, l := range limiters {

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -244,4 +245,48 @@ func allSeen(ls []*Limiter) bool {
 		}
 	}
 	return true
+}
+
+// localInstances starts k limiters of one name, each on a client of its
+// own that can be cut, and waits until each has seen the others: their
+// shares add up to cfg.MaxConcurrent and no newcomer hold is left.
+func localInstances(t testing.TB, prefix string, k int, cfg Config) ([]*switchableClient, []*Limiter) {
+	t.Helper()
+	var (
+		clients  []*switchableClient
+		limiters []*Limiter
+	)
+	for range k {
+		c := newSwitchableClient(t)
+		clients = append(clients, c)
+		limiters = append(limiters, startLimiter(t, c, prefix, "chat", cfg))
+	}
+	testenv.Eventually(t, 10*time.Second, fmt.Sprintf("each of %d instances to see the others", k), func() bool {
+		var sum int64
+		for _, l := range limiters {
+			sum += l.local.share.Load()
+		}
+		return sum == int64(cfg.MaxConcurrent) && allSeen(limiters)
+	})
+	return clients, limiters
+}
+
+// tryGrants makes k acquires on l for user (ids idPrefix0, idPrefix1, …),
+// each granted or ending in ErrTimeout, and returns how many were granted.
+// The permits are released when the test ends.
+func tryGrants(t testing.TB, l *Limiter, k int, idPrefix, user string) int {
+	t.Helper()
+	granted := 0
+	for j := range k {
+		p, err := l.Acquire(t.Context(), fmt.Sprintf("%s%d", idPrefix, j), user, nil)
+		switch {
+		case errors.Is(err, ErrTimeout):
+		case err != nil:
+			t.Fatalf("acquire %s%d: %v", idPrefix, j, err)
+		default:
+			granted++
+			t.Cleanup(p.Release)
+		}
+	}
+	return granted
 }

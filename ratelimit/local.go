@@ -49,6 +49,10 @@ type localSemaphore struct {
 	max   int
 	share atomic.Int64
 	live  atomic.Int64 // live instances last seen (0: never reached Redis)
+	// seenAt (unix ns) is when live was last confirmed; keep is how long a
+	// lower count is distrusted (see).
+	seenAt atomic.Int64
+	keep   time.Duration
 	// joined is set once this instance registered among the live ones;
 	// holdUntil (unix ns) is a newcomer's hold (awaitSeen).
 	joined    atomic.Bool
@@ -62,17 +66,31 @@ type localSemaphore struct {
 	free  chan struct{} // closed and replaced at each release
 }
 
-func newLocalSemaphore(max int) *localSemaphore {
-	s := &localSemaphore{id: rand.Text(), max: max, free: make(chan struct{})}
+func newLocalSemaphore(max int, lease time.Duration) *localSemaphore {
+	s := &localSemaphore{id: rand.Text(), max: max, keep: lease, free: make(chan struct{})}
 	s.share.Store(int64(max))
 	return s
 }
 
-// see records that the instance of rank (0-based) was one of live instances.
-func (s *localSemaphore) see(live, rank int) {
+// see records that the instance of rank (0-based) was one of live instances
+// at now.
+//
+// A count lower than the last one is believed only once it has held for a
+// lease (the time an instance that left takes to drop out of the set
+// anyway). A Redis back without its data (restarted empty, or a replica
+// promoted without the last writes) has lost the set, and the instances
+// come back into it one beat at a time: the first to beat would see itself
+// alone and take a share of all N, beside the others' permits, at the next
+// failure (the failover test, RELIABILITY.md, saw 5 model calls with N = 4
+// just after Redis came back empty from a 20 s outage).
+func (s *localSemaphore) see(live, rank int, now time.Time) {
 	if live < 1 {
 		return
 	}
+	if prev := s.live.Load(); int64(live) < prev && now.Sub(time.Unix(0, s.seenAt.Load())) < s.keep {
+		return
+	}
+	s.seenAt.Store(now.UnixNano())
 	share := s.max / live
 	if rank < s.max%live {
 		share++
@@ -193,12 +211,12 @@ func (l *Limiter) beat(ctx context.Context, first bool) error {
 	if len(v) != 3 {
 		return fmt.Errorf("ratelimit: unexpected presence reply %v", v)
 	}
-	l.local.see(int(v[0]), int(v[1]))
+	l.local.see(int(v[0]), int(v[1]), time.Now())
 	if v[2] == 1 && v[0] > 1 {
 		l.local.holdUntil.Store(time.Now().Add(beatEvery(l.cfg.Lease) + fenceSlack).UnixNano())
 	}
 	l.local.joined.Store(true)
-	l.local.answered()
+	l.answered()
 	return nil
 }
 

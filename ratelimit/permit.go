@@ -138,11 +138,14 @@ func (l permitLease) releaseLater() {
 // two more chances remain before the lease ends.
 func (l permitLease) renew() *lease.Renewer {
 	every := renewEvery(l.duration)
-	force := "0"
+	force, first := "0", every
 	if l.local {
-		force = "1"
+		// A local permit tries Redis soon, so that one granted just as
+		// Redis came back is counted there before the fence lifts
+		// (fence.go) and Redis grants its slot again.
+		force, first = "1", min(every, releaseRetry)
 	}
-	return lease.Every(context.Background(), every, func(ctx context.Context) time.Duration {
+	return lease.Every(context.Background(), first, func(ctx context.Context) time.Duration {
 		callCtx, cancel := context.WithTimeout(ctx, every)
 		// The fence's key and arguments go last (fence.go).
 		held, err := renewScript.Run(callCtx, l.rdb, l.fence.withKey(l.keys.permits, l.keys.owners, l.keys.held),

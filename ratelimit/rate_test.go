@@ -64,11 +64,16 @@ func TestRateRefills(t *testing.T) {
 		t.Fatalf("third request: ok %v, retry after %v; want refused within one interval (200ms)", ok, wait)
 	}
 	time.Sleep(wait + 10*time.Millisecond) // the limit's own answer says when
+	refilled := time.Now()
 	if ok, _, _ := r.Allow(t.Context(), "u"); !ok {
 		t.Fatal("refused after the advertised wait")
 	}
-	if ok, _, _ := r.Allow(t.Context(), "u"); ok {
-		t.Fatal("admitted beyond the rate right after a refill")
+	ok, _, _ = r.Allow(t.Context(), "u")
+	// Only within one emission interval of the refill is a second request
+	// beyond the rate; on a loaded machine the two calls may be further
+	// apart than that (the test failed once at a load of 14 on 2 cores).
+	if since := time.Since(refilled); ok && since < 200*time.Millisecond {
+		t.Fatalf("admitted beyond the rate %v after a refill", since)
 	}
 }
 

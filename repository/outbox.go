@@ -7,13 +7,20 @@ import (
 	"github.com/ragent-go/ragent/service"
 )
 
-// enqueue adds an outbox row in the receiver's transaction.
+// enqueue adds an outbox row in the receiver's transaction. The ingest
+// message of a document generation not yet published waits for its
+// knowledge base's turn (enqueueTurn, RelayIngest); every other goes out
+// at once.
 func (s *Store) enqueue(m service.OutboxMessage) error {
+	if queued, err := s.enqueueTurn(m); queued || err != nil {
+		return err
+	}
 	return translate(s.db.Exec("INSERT INTO outbox (id, topic, key, payload) VALUES (?, ?, ?, ?)",
 		int64(m.ID), m.Topic, m.Key, m.Payload).Error)
 }
 
-// RelayOutbox publishes up to limit unsent rows, oldest first, and marks
+// RelayOutbox publishes up to limit unsent rows that need not wait for a
+// turn (RelayIngest publishes the others), oldest first, and marks
 // each one sent after its publish succeeds, keeping the MQ's name for the
 // stored message (publish's ref, "" when it gives none) for CheckSent. The rows are locked with SKIP
 // LOCKED, so relays on several instances share the work without sending a
@@ -27,7 +34,7 @@ func (s *Store) RelayOutbox(ctx context.Context, limit int, publish func(ctx con
 			Key     string
 			Payload []byte
 		}
-		if err := tx.db.Raw(`SELECT id, topic, key, payload FROM outbox WHERE sent_at IS NULL
+		if err := tx.db.Raw(`SELECT id, topic, key, payload FROM outbox WHERE sent_at IS NULL AND kb_id IS NULL
 			ORDER BY id LIMIT ? FOR UPDATE SKIP LOCKED`, limit).Scan(&rows).Error; err != nil {
 			return translate(err)
 		}
@@ -92,7 +99,9 @@ func (s *Store) CheckSent(ctx context.Context, cutoff time.Time, limit int, hold
 			q := "UPDATE outbox SET checked_at = now() WHERE id = ?"
 			if !held {
 				resent++
-				q = `UPDATE outbox SET sent_at = NULL, sent_ref = '', checked_at = NULL, attempts = attempts + 1,
+				// Its document keeps its place in flight: the row goes
+				// out again at once, not at its knowledge base's turn.
+				q = `UPDATE outbox SET sent_at = NULL, sent_ref = '', checked_at = NULL, attempts = attempts + 1, kb_id = NULL,
 					last_error = 'the MQ lost the published message, a failover; sent again' WHERE id = ?`
 			}
 			if err := tx.db.Exec(q, r.ID).Error; err != nil {

@@ -250,7 +250,7 @@ func TestRelayOutbox(t *testing.T) {
 	seedDoc(t, s, kb, "c")
 
 	failing := func(context.Context, service.OutboxMessage) (string, error) { return "", errors.New("mq down") }
-	sent, failed, err := s.RelayOutbox(ctx, 10, failing)
+	sent, failed, err := s.RelayIngest(ctx, 100, 10, failing)
 	if err != nil || sent != 0 || failed != 1 {
 		t.Fatalf("relay with MQ down: sent %d failed %d err %v", sent, failed, err)
 	}
@@ -259,11 +259,11 @@ func TestRelayOutbox(t *testing.T) {
 		keys = append(keys, m.Key)
 		return "", nil
 	}
-	sent, _, err = s.RelayOutbox(ctx, 10, ok)
+	sent, _, err = s.RelayIngest(ctx, 100, 10, ok)
 	if err != nil || sent != 3 || len(keys) != 3 {
 		t.Fatalf("relay: sent %d keys %v err %v", sent, keys, err)
 	}
-	sent, _, _ = s.RelayOutbox(ctx, 10, ok)
+	sent, _, _ = s.RelayIngest(ctx, 100, 10, ok)
 	if sent != 0 {
 		t.Fatalf("relayed %d rows twice", sent)
 	}
@@ -277,7 +277,7 @@ func TestPruneOutbox(t *testing.T) {
 	}
 	// Three of the five rows are sent; two stay unsent (the MQ went down).
 	n := 0
-	sent, _, err := s.RelayOutbox(ctx, 10, func(context.Context, service.OutboxMessage) (string, error) {
+	sent, _, err := s.RelayIngest(ctx, 100, 10, func(context.Context, service.OutboxMessage) (string, error) {
 		if n++; n > 3 {
 			return "", errors.New("mq down")
 		}

@@ -123,7 +123,7 @@ func TestCheckSent(t *testing.T) {
 	kb := seedKB(t, s, 4)
 	docs := []*service.Document{seedDoc(t, s, kb, "a"), seedDoc(t, s, kb, "b"), seedDoc(t, s, kb, "c"), seedDoc(t, s, kb, "d")}
 	refs := map[string]string{} // outbox key → ref
-	sent, _, err := s.RelayOutbox(ctx, 10, func(_ context.Context, m service.OutboxMessage) (string, error) {
+	sent, _, err := s.RelayIngest(ctx, 100, 10, func(_ context.Context, m service.OutboxMessage) (string, error) {
 		refs[m.Key] = "ref-" + m.Key
 		return refs[m.Key], nil
 	})

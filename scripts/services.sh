@@ -255,6 +255,7 @@ pg_settings() {
 # Written by scripts/services.sh (docs/operations.md "Postgres settings"); it rewrites
 # this file when the settings change, so edit them there.
 shared_buffers = ${buffers_mb}MB
+max_connections = 300
 effective_cache_size = $((mem_mb / 2))MB
 maintenance_work_mem = 256MB
 wal_compression = lz4

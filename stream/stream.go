@@ -33,6 +33,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -57,6 +58,7 @@ var (
 	//go:embed lua/*.lua
 	luaFiles         embed.FS
 	unregisterScript = lease.Script(luaFiles, "unregister.lua")
+	epochScript      = lease.Script(luaFiles, "epoch.lua")
 )
 
 // Manager registers the tasks this instance runs and cancels them when a
@@ -76,6 +78,8 @@ type Manager struct {
 	// stops are the stops this instance accepted for tasks it does not
 	// run, re-sent at every check until the value (see Cancel).
 	stops map[string]time.Time
+	// epoch is the registry epoch this instance last saw (0: none yet).
+	epoch atomic.Int64
 	// recordMu orders refresh against unregister, so a refresh that read a
 	// task before it ended cannot rewrite its record after the delete.
 	recordMu sync.Mutex
@@ -128,6 +132,16 @@ func NewManager(rdb redis.UniversalClient, prefix, instanceID string, cfg Config
 func (m *Manager) taskKey(taskID string) string   { return m.prefix + "stream:task:" + taskID }
 func (m *Manager) cancelKey(taskID string) string { return m.prefix + "stream:cancel:" + taskID }
 func (m *Manager) channel() string                { return m.prefix + "stream:cancel" }
+func (m *Manager) epochKey() string               { return m.prefix + "stream:epoch" }
+
+// refreshEvery is how often Run rewrites the records of local tasks.
+func (m *Manager) refreshEvery() time.Duration { return min(m.taskTTL/3, m.checkInterval) }
+
+// rebuilding is how long after a Redis lost its data (its epoch) a missing
+// task record may still belong to a running task: every instance rewrites
+// its records within a refresh period; one more, and a slow call, for a
+// rewrite that failed once.
+func (m *Manager) rebuilding() time.Duration { return 2*m.refreshEvery() + m.opTimeout }
 
 // Register records that this instance runs taskID for ownerUserID; cancel is
 // called with ErrStopped when the task is stopped, at once if a stop arrived
@@ -192,6 +206,14 @@ func (m *Manager) unregister(taskID string, t *task) {
 
 // Owner returns the user who owns the running task taskID, or ErrNotFound.
 // A task of this instance is answered without Redis.
+//
+// A Redis that has just lost its data (restarted empty, or a promoted
+// replica behind its primary) lacks the records of running tasks until
+// their instances rewrite them (Run, every refresh period). Within that
+// time a missing record is ErrUnavailable, not ErrNotFound: a stop sent
+// right after Redis came back empty would otherwise be answered "not
+// found" for a task that runs on, and never be sent (the failover test,
+// RELIABILITY.md, saw a stop at +20.2 s after a 20 s outage end so).
 func (m *Manager) Owner(ctx context.Context, taskID string) (userID string, err error) {
 	if t := m.local(taskID); t != nil {
 		return t.owner, nil
@@ -199,11 +221,62 @@ func (m *Manager) Owner(ctx context.Context, taskID string) (userID string, err 
 	user, err := m.rdb.HGet(ctx, m.taskKey(taskID), "user").Result()
 	switch {
 	case errors.Is(err, redis.Nil) || (err == nil && user == ""):
-		return "", fmt.Errorf("%w: %s", ErrNotFound, taskID)
+		return "", m.missing(ctx, taskID)
 	case err != nil:
 		return "", unavailable("look up task "+taskID, err)
 	}
 	return user, nil
+}
+
+// missing says why taskID has no record: it ended (ErrNotFound), or Redis
+// lost the records less than rebuilding ago (ErrUnavailable): its epoch is
+// gone, or is another than this instance saw before.
+func (m *Manager) missing(ctx context.Context, taskID string) error {
+	now, epoch, err := m.readEpoch(ctx, false)
+	if err != nil {
+		return unavailable("look up task "+taskID, err)
+	}
+	if seen := m.epoch.Load(); seen != 0 && epoch != seen &&
+		(epoch < 0 || time.Duration(now-epoch)*time.Millisecond < m.rebuilding()) {
+		return unavailable("look up task "+taskID,
+			errors.New("redis lost its data a moment ago; the task records are being rewritten"))
+	}
+	return fmt.Errorf("%w: %s", ErrNotFound, taskID)
+}
+
+// readEpoch returns Redis' time and the registry's epoch (-1: none),
+// creating it first with create.
+func (m *Manager) readEpoch(ctx context.Context, create bool) (now, epoch int64, err error) {
+	arg := "0"
+	if create {
+		arg = "1"
+	}
+	v, err := epochScript.Run(ctx, m.rdb, []string{m.epochKey()}, arg).Int64Slice()
+	if err == nil && len(v) != 2 {
+		err = fmt.Errorf("stream: unexpected epoch reply %v", v)
+	}
+	if err != nil {
+		return 0, 0, err
+	}
+	return v[0], v[1], nil
+}
+
+// markEpoch gives a Redis without an epoch (new, or back without its data)
+// one, and remembers it: from then on Owner tells a record a data loss took
+// from one of an ended task. A later epoch is remembered once the records
+// have had the time to be rewritten.
+func (m *Manager) markEpoch(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(ctx, m.opTimeout)
+	defer cancel()
+	now, epoch, err := m.readEpoch(ctx, true)
+	switch {
+	case err != nil:
+		if ctx.Err() == nil {
+			m.log.Warn("stream: registry epoch not read", "err", err)
+		}
+	case m.epoch.Load() == 0 || time.Duration(now-epoch)*time.Millisecond >= m.rebuilding():
+		m.epoch.Store(epoch)
+	}
 }
 
 // Cancel stops taskID wherever it runs: it cancels the task at once if this
@@ -321,7 +394,7 @@ func (m *Manager) Run(ctx context.Context) error {
 
 	check := time.NewTicker(m.checkInterval)
 	defer check.Stop()
-	refresh := time.NewTicker(min(m.taskTTL/3, m.checkInterval))
+	refresh := time.NewTicker(m.refreshEvery())
 	defer refresh.Stop()
 	for {
 		select {
@@ -334,6 +407,7 @@ func (m *Manager) Run(ctx context.Context) error {
 			switch msg := msg.(type) {
 			case *redis.Subscription:
 				if msg.Kind == "subscribe" {
+					m.markEpoch(ctx)
 					m.checkFlags(ctx)
 					m.refresh(ctx)
 				}
@@ -344,6 +418,9 @@ func (m *Manager) Run(ctx context.Context) error {
 			m.checkFlags(ctx)
 			m.resendStops(ctx)
 		case <-refresh.C:
+			// The epoch first: a Redis back empty gets one at once, and
+			// the records follow within this refresh.
+			m.markEpoch(ctx)
 			m.refresh(ctx)
 		}
 	}

@@ -346,3 +346,61 @@ func TestTaskRecordLostInAFailoverIsRewritten(t *testing.T) {
 		return err == nil && owner == "user-1"
 	})
 }
+
+// TestStopRightAfterRedisCameBackEmpty: Redis returns without its data
+// (restarted empty after an outage, RELIABILITY.md), and a stop arrives at
+// another instance before the runner has rewritten its task's record. The
+// lookup must not answer "not found" for the running task (the stop would
+// never be sent): it is refused as retryable until the record is back, and
+// a client retrying it then stops the task.
+func TestStopRightAfterRedisCameBackEmpty(t *testing.T) {
+	prefix := testenv.Prefix(t)
+	rdb := testenv.Redis(t)
+	const check = 300 * time.Millisecond
+	runner := NewManager(testenv.Redis(t), prefix, "runner", Config{CheckInterval: check})
+	stopper := NewManager(testenv.Redis(t), prefix, "stopper", Config{CheckInterval: check})
+	testenv.Run(t, runner.Run)
+	testenv.Run(t, stopper.Run)
+	testenv.Eventually(t, 5*time.Second, "the stopper to know the registry's epoch", func() bool {
+		return stopper.epoch.Load() != 0
+	})
+	ctx, _ := register(t, runner, "task-1", "user-1")
+
+	// Redis back empty: the record and the epoch are gone.
+	for _, key := range []string{runner.taskKey("task-1"), runner.epochKey()} { // two slots on a cluster
+		if err := rdb.Del(t.Context(), key).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	refused := 0
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		owner, err := stopper.Owner(t.Context(), "task-1")
+		if errors.Is(err, ErrNotFound) {
+			t.Fatalf("Owner of the running task = %v after %d refusals; want it refused (retryable) until the record is rewritten", err, refused)
+		}
+		if err == nil {
+			if owner != "user-1" {
+				t.Fatalf("owner %q", owner)
+			}
+			break
+		}
+		if !errors.Is(err, ErrUnavailable) || time.Now().After(deadline) {
+			t.Fatalf("Owner: %v", err)
+		}
+		refused++
+		time.Sleep(20 * time.Millisecond)
+	}
+	if _, err := stopper.Cancel(t.Context(), "task-1"); err != nil {
+		t.Fatal(err)
+	}
+	waitStopped(t, ctx, 5*time.Second)
+	t.Logf("refused %d times before the record was back", refused)
+
+	// Once the records have had their time, a task that is gone is not
+	// found again.
+	testenv.Eventually(t, 10*time.Second, "an ended task to be not found", func() bool {
+		_, err := stopper.Owner(t.Context(), "no-such-task")
+		return errors.Is(err, ErrNotFound)
+	})
+}

@@ -98,7 +98,7 @@ func (a *App) buildFoundations(ctx context.Context, w *parts) error {
 
 	// Postgres: the source of truth. Migrations and first-start bootstrap run
 	// under one advisory lock, so many instances can start at once.
-	a.store, err = repository.Open(ctx, cfg.DatabaseURL, repository.Config{Logger: log})
+	a.store, err = repository.Open(ctx, cfg.DatabaseURL, repository.Config{Logger: log, MaxOpenConns: cfg.DatabaseMaxConns})
 	if err != nil {
 		return err
 	}
@@ -212,6 +212,8 @@ func (a *App) buildIngestion(ctx context.Context, w *parts) error {
 		WebhookConcurrency:       cfg.WebhookConcurrency,
 		WebhookDeliveryRetention: cfg.WebhookDeliveryRetention,
 		WorkConcurrency:          ingestWorkConcurrency(cfg),
+		Handlers:                 ingestHandlerCount(cfg),
+		InFlightPerKB:            cfg.IngestInFlightPerKB,
 	})
 	ingestSvc.EnableWebhooks(a.store, w.signing)
 	ingestSvc.EnableCuration(a.store)

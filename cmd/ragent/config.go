@@ -48,8 +48,11 @@ type Config struct {
 	// the queue).
 	SSEKeepAlive time.Duration
 	DatabaseURL  string
-	RedisURL     string
-	RedisPrefix  string
+	// DatabaseMaxConns caps each instance's Postgres connections (the
+	// server's max_connections bounds the sum over instances).
+	DatabaseMaxConns int
+	RedisURL         string
+	RedisPrefix      string
 	// Sentinel or Cluster instead of the single node of RedisURL, which
 	// then supplies only the password, TLS and (Sentinel) database.
 	RedisSentinelAddrs    []string
@@ -138,6 +141,10 @@ type Config struct {
 	LLMRequestsPerMinute   int
 	LLMTokensPerMinute     int
 	LLMTokenReservation    int
+	// IngestInFlightPerKB replaces the relay's bound on a knowledge base's
+	// documents in flight, max(16, 2 × the MQ's handlers) (tests only; no
+	// setting).
+	IngestInFlightPerKB int
 	// BudgetWindow replaces the budgets' minute (tests and benchmarks only;
 	// no setting): the provider fakes count per this window.
 	BudgetWindow time.Duration

@@ -65,11 +65,18 @@ func testConfig(t testing.TB) Config {
 	// about a CPU-second. The cost is auth's (service/auth tests it); here
 	// only that the hash is checked matters.
 	cfg.bcryptCost = bcrypt.MinCost
+	// make test runs three processes of these tests at once beside the
+	// other packages' on one Postgres: small pools keep them all under its
+	// max_connections.
+	cfg.DatabaseMaxConns = 8
 	return cfg
 }
 
+// testLogger logs at debug level to stderr under go test -v, unless
+// RAGENT_TEST_QUIET=1 (make test's shards run with -test.v for their events
+// and would otherwise log every instance of every test).
 func testLogger(t testing.TB) *slog.Logger {
-	if testing.Verbose() {
+	if testing.Verbose() && os.Getenv("RAGENT_TEST_QUIET") != "1" {
 		return newLogger(os.Stderr, "debug")
 	}
 	return newLogger(io.Discard, "error")

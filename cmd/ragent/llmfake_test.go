@@ -350,6 +350,9 @@ type fakeEmbedServer struct {
 	cost   func(n int) time.Duration
 	serial bool
 	busy   sync.Mutex
+	// answered, when set, is called with a query call's text when its
+	// answer is computed.
+	answered func(query string)
 
 	mu     sync.Mutex
 	budget int           // document calls that pass before holding; <0: all
@@ -451,6 +454,9 @@ func (f *fakeEmbedServer) serve(w http.ResponseWriter, r *http.Request) {
 		case <-r.Context().Done():
 			return
 		}
+	}
+	if f.answered != nil && len(req.Input) == 1 && strings.HasPrefix(req.Input[0], "query ") {
+		f.answered(req.Input[0])
 	}
 	type item struct {
 		Index     int       `json:"index"`

@@ -50,6 +50,19 @@ func ingestHandlers(cfg Config) int {
 	return 0
 }
 
+// ingestHandlerCount is the ingestion handlers per instance the MQ driver
+// runs: the relay's bound on a knowledge base's documents in flight
+// follows it (ingest.Config.Handlers).
+func ingestHandlerCount(cfg Config) int {
+	if n := ingestHandlers(cfg); n > 0 {
+		return n
+	}
+	if cfg.MQDriver == "rocketmq" {
+		return rocketmq.DefaultConcurrency
+	}
+	return redisstream.DefaultConcurrency
+}
+
 // ingestWorkConcurrency is the documents parsed, chunked and embedded at
 // once per instance: the MQ's default handlers, also when there are more
 // (0: as many as there are handlers).

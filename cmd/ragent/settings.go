@@ -46,6 +46,7 @@ func (c *Config) serverSettings() []setting {
 		{"RAGENT_HTTP_UPLOAD_TIMEOUT", "", positiveDuration(&c.HTTPUploadTimeout), maskNone},
 		{"RAGENT_SSE_KEEPALIVE", "15s", positiveDuration(&c.SSEKeepAlive), maskNone},
 		{"RAGENT_DATABASE_URL", "postgres://ragent:ragent@127.0.0.1:5432/ragent?sslmode=disable", strValue(&c.DatabaseURL).rule(isURL), maskURL},
+		{"RAGENT_DATABASE_MAX_CONNS", "20", intValue(&c.DatabaseMaxConns).must(between(2, 1000), "must be between 2 and 1000"), maskNone},
 		{"RAGENT_REDIS_URL", "redis://127.0.0.1:6379/0", strValue(&c.RedisURL).rule(isURL), maskURL},
 		{"RAGENT_REDIS_PREFIX", "ragent:", strValue(&c.RedisPrefix), maskNone},
 		{"RAGENT_REDIS_SENTINEL_ADDRS", "", (*addrsValue)(&c.RedisSentinelAddrs), maskNone},

@@ -16,6 +16,7 @@ var settingDocs = []settingDoc{
 	{"RAGENT_HTTP_UPLOAD_TIMEOUT", "body timeout + upload cap at 128 KiB/s (50 MiB: `7m10s`)", "the same for an upload's body"},
 	{"RAGENT_SSE_KEEPALIVE", "`15s`", "how often an idle event stream (`/api/v1/chat`, `/v1/chat/completions`) gets a `: ping`-style comment so proxies keep it open"},
 	{"RAGENT_DATABASE_URL", "`postgres://ragent:ragent@127.0.0.1:5432/ragent?sslmode=disable`", "Postgres (what `scripts/services.sh` sets up)"},
+	{"RAGENT_DATABASE_MAX_CONNS", "`20`", "Postgres connections one instance opens at most; instances × this stays under the server's `max_connections` (`300` from `scripts/services.sh`)"},
 	{"RAGENT_REDIS_URL", "`redis://127.0.0.1:6379/0`", "Redis"},
 	{"RAGENT_REDIS_PREFIX", "`ragent:`", "prefix of every Redis key (several environments can share one Redis)"},
 	{"RAGENT_REDIS_SENTINEL_ADDRS", "— (single node)", "Sentinels (`host:port,host:port,...`): Redis is the primary they name; `RAGENT_REDIS_URL` then supplies only the password, TLS and database (see [Running Redis in production](operations.md#running-redis-in-production))"},
