@@ -3,8 +3,6 @@ package idgen
 import (
 	"context"
 	"errors"
-	"io"
-	"net"
 	"sync"
 	"testing"
 	"time"
@@ -185,13 +183,7 @@ func TestLostLeaseIsReacquired(t *testing.T) {
 func TestLeaseExpiresWhileRedisUnreachable(t *testing.T) {
 	rdb := testenv.Redis(t)
 	prefix := testenv.Prefix(t)
-	opt, _ := redis.ParseURL(testenv.RedisURL(t))
-	p := newProxy(t, opt.Addr)
-	opt.Addr = p.addr
-	opt.DialTimeout = 100 * time.Millisecond
-	opt.MaxRetries = -1
-	cut := redis.NewClient(opt)
-	t.Cleanup(func() { cut.Close() })
+	cut, p := proxiedRedis(t)
 
 	const ttl = 400 * time.Millisecond
 	g := mustLease(t, cut, prefix, Config{LeaseTTL: ttl, LeaseWait: 20 * time.Millisecond})
@@ -203,7 +195,7 @@ func TestLeaseExpiresWhileRedisUnreachable(t *testing.T) {
 	for range 100 {
 		mine[mustNext(t, g)] = true
 	}
-	p.stop()
+	p.Down()
 	expiresAt := time.Now().Add(rdb.PTTL(t.Context(), key).Val())
 
 	// Issue IDs until the generator refuses; none may be stamped at or after
@@ -240,7 +232,7 @@ func TestLeaseExpiresWhileRedisUnreachable(t *testing.T) {
 
 	// Back online, the generator finds its lease gone and, once an id is
 	// free, takes it.
-	p.start()
+	p.Up()
 	if err := rdb.Del(t.Context(), g.lease.key((worker+1)%(MaxWorkerID+1))).Err(); err != nil {
 		t.Fatal(err)
 	}
@@ -257,84 +249,6 @@ func TestLeaseExpiresWhileRedisUnreachable(t *testing.T) {
 	}
 }
 
-// proxy forwards TCP connections to Redis and can be cut and restored, to
-// make Redis unreachable for one client only.
-type proxy struct {
-	t      *testing.T
-	target string
-	addr   string
-
-	mu    sync.Mutex
-	ln    net.Listener
-	conns map[net.Conn]bool
-}
-
-func newProxy(t *testing.T, target string) *proxy {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := &proxy{t: t, target: target, addr: ln.Addr().String(), conns: map[net.Conn]bool{}}
-	p.serve(ln)
-	t.Cleanup(p.stop)
-	return p
-}
-
-func (p *proxy) serve(ln net.Listener) {
-	p.mu.Lock()
-	p.ln = ln
-	p.mu.Unlock()
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			up, err := net.Dial("tcp", p.target)
-			if err != nil {
-				c.Close()
-				continue
-			}
-			p.mu.Lock()
-			p.conns[c], p.conns[up] = true, true
-			p.mu.Unlock()
-			go pipe(c, up)
-			go pipe(up, c)
-		}
-	}()
-}
-
-func pipe(dst, src net.Conn) {
-	_, _ = io.Copy(dst, src)
-	dst.Close()
-	src.Close()
-}
-
-// stop closes the listener and every connection: clients get connection
-// refused until start.
-func (p *proxy) stop() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.ln != nil {
-		p.ln.Close()
-		p.ln = nil
-	}
-	for c := range p.conns {
-		c.Close()
-	}
-	clear(p.conns)
-}
-
-func (p *proxy) start() {
-	p.t.Helper()
-	ln, err := net.Listen("tcp", p.addr)
-	if err != nil {
-		p.t.Fatalf("proxy relisten: %v", err)
-	}
-	p.serve(ln)
-}
-
 // TestIDsOutlastARedisOutageWhileTheLeaseIsValid cuts Redis off and moves
 // the generator's clock on instead of waiting: IDs keep coming for minutes,
 // while the lease is valid by the generator's own clock, stop with
@@ -342,13 +256,7 @@ func (p *proxy) start() {
 // worker id once a renewal reaches Redis again.
 func TestIDsOutlastARedisOutageWhileTheLeaseIsValid(t *testing.T) {
 	prefix := testenv.Prefix(t)
-	opt, _ := redis.ParseURL(testenv.RedisURL(t))
-	p := newProxy(t, opt.Addr)
-	opt.Addr = p.addr
-	opt.DialTimeout = 100 * time.Millisecond
-	opt.MaxRetries = -1
-	cut := redis.NewClient(opt)
-	t.Cleanup(func() { cut.Close() })
+	cut, p := proxiedRedis(t)
 
 	clock := &fakeClock{t: time.Now()}
 	g, err := Lease(t.Context(), cut, prefix, Config{Now: clock.now, LeaseWait: time.Millisecond})
@@ -369,7 +277,7 @@ func TestIDsOutlastARedisOutageWhileTheLeaseIsValid(t *testing.T) {
 	}
 	renewed := clock.now()
 
-	p.stop()
+	p.Down()
 	valid := 5*time.Minute - 5*time.Minute/10 // the TTL less the clock margin
 	prev := mustNext(t, g)
 	for _, at := range []time.Duration{time.Second, 30 * time.Second, time.Minute, 4 * time.Minute, valid - time.Millisecond} {
@@ -391,7 +299,7 @@ func TestIDsOutlastARedisOutageWhileTheLeaseIsValid(t *testing.T) {
 		t.Fatalf("Next once the lease ran out by our clock: %v, want ErrNoWorker", err)
 	}
 
-	p.start()
+	p.Up()
 	if held, _ := g.renewOrAcquire(t.Context()); !held {
 		t.Fatal("renewal after Redis came back failed")
 	}
@@ -502,4 +410,17 @@ func TestLeaseDefaultsAndRenewalBound(t *testing.T) {
 			t.Errorf("Lease renewing a 10 s lease every %s succeeded", renew)
 		}
 	}
+}
+
+// proxiedRedis returns a client of the test's Redis through a proxy the
+// test can cut, failing fast (no retries, 100 ms to dial) while it is cut.
+func proxiedRedis(t *testing.T) (*redis.Client, *testenv.Proxy) {
+	opt, _ := redis.ParseURL(testenv.RedisURL(t))
+	p := testenv.NewProxy(t, opt.Addr)
+	opt.Addr = p.Addr()
+	opt.DialTimeout = 100 * time.Millisecond
+	opt.MaxRetries = -1
+	cut := redis.NewClient(opt)
+	t.Cleanup(func() { cut.Close() })
+	return cut, p
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"testing"
 
-	"github.com/ragent-go/ragent/internal/testenv"
 	"github.com/ragent-go/ragent/service"
 )
 
@@ -29,17 +28,9 @@ func TestKnowledgeBaseAccessMigrationKeepsExistingInternal(t *testing.T) {
 // KnowledgeBaseGrants reports the highest of a user's direct and group
 // grants, and only for live knowledge bases.
 func TestKnowledgeBaseGrantsHighestOfDirectAndGroup(t *testing.T) {
-	s := openTest(t, testenv.FreshDatabase(t))
+	s := migratedStore(t)
 	ctx := context.Background()
-	if err := s.Migrate(ctx); err != nil {
-		t.Fatal(err)
-	}
-	must := func(err error) {
-		t.Helper()
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
+	must := fatalOn(t)
 	must(s.CreateUser(ctx, &service.User{ID: 10, Username: "u", PasswordHash: "x", Role: service.RoleUser}))
 	for _, id := range []service.ID{1, 2, 3} {
 		must(s.CreateKnowledgeBase(ctx, &service.KnowledgeBase{ID: id, Name: "kb" + id.String(), EmbeddingModel: "m", EmbeddingDim: 512, ChunkSize: 512}))

@@ -260,26 +260,35 @@ func (s *Store) removeChunks(docID, kbID int64) (intArray, error) {
 	return ids, s.unindexChunks(kbID, ids, int64(len(gone)), terms)
 }
 
+// chunkRow is a chunk as the chunk routes read it (chunkColumns).
+type chunkRow struct {
+	ID, DocumentID, KbID int64
+	Generation, Ordinal  int
+	Content, Section     string
+	TokenCount           int
+	Enabled, Manual      bool
+	Revision             int
+}
+
+const chunkColumns = `id, document_id, kb_id, generation, ordinal, content, section, token_count, enabled, manual, revision`
+
+func (r chunkRow) chunk() service.Chunk {
+	return service.Chunk{ID: service.ID(r.ID), DocumentID: service.ID(r.DocumentID), KnowledgeBaseID: service.ID(r.KbID),
+		Generation: r.Generation, Ordinal: r.Ordinal, Content: r.Content, Section: r.Section, TokenCount: r.TokenCount,
+		Enabled: r.Enabled, Manual: r.Manual, Revision: r.Revision}
+}
+
 // DocumentChunks returns a document's chunks in order.
 func (s *Store) DocumentChunks(ctx context.Context, docID service.ID, afterOrdinal, limit int) ([]service.Chunk, error) {
-	var rows []struct {
-		ID, DocumentID, KbID int64
-		Generation, Ordinal  int
-		Content, Section     string
-		TokenCount           int
-		Enabled, Manual      bool
-		Revision             int
-	}
-	if err := s.conn(ctx).Raw(`SELECT id, document_id, kb_id, generation, ordinal, content, section, token_count, enabled, manual, revision
+	var rows []chunkRow
+	if err := s.conn(ctx).Raw(`SELECT `+chunkColumns+`
 		FROM chunks WHERE document_id = ? AND ordinal > ? ORDER BY ordinal LIMIT ?`,
 		int64(docID), afterOrdinal, limit).Scan(&rows).Error; err != nil {
 		return nil, translate(err)
 	}
 	out := make([]service.Chunk, len(rows))
 	for i, r := range rows {
-		out[i] = service.Chunk{ID: service.ID(r.ID), DocumentID: service.ID(r.DocumentID), KnowledgeBaseID: service.ID(r.KbID),
-			Generation: r.Generation, Ordinal: r.Ordinal, Content: r.Content, Section: r.Section, TokenCount: r.TokenCount,
-			Enabled: r.Enabled, Manual: r.Manual, Revision: r.Revision}
+		out[i] = r.chunk()
 	}
 	return out, nil
 }
@@ -288,23 +297,14 @@ func (s *Store) DocumentChunks(ctx context.Context, docID service.ID, afterOrdin
 // document's chunks are deleted with it, so a live chunk has a live
 // document).
 func (s *Store) ChunkIn(ctx context.Context, id service.ID, kbIDs []service.ID) (*service.Chunk, error) {
-	var rows []struct {
-		ID, DocumentID, KbID int64
-		Generation, Ordinal  int
-		Content, Section     string
-		TokenCount           int
-		Enabled, Manual      bool
-		Revision             int
-	}
-	if err := s.conn(ctx).Raw(`SELECT id, document_id, kb_id, generation, ordinal, content, section, token_count, enabled, manual, revision
+	var rows []chunkRow
+	if err := s.conn(ctx).Raw(`SELECT `+chunkColumns+`
 		FROM chunks WHERE id = ? AND kb_id = ANY(?)`, int64(id), idArray(kbIDs)).Scan(&rows).Error; err != nil {
 		return nil, translate(err)
 	}
 	if len(rows) == 0 {
 		return nil, service.ErrNotFound
 	}
-	r := rows[0]
-	return &service.Chunk{ID: service.ID(r.ID), DocumentID: service.ID(r.DocumentID), KnowledgeBaseID: service.ID(r.KbID),
-		Generation: r.Generation, Ordinal: r.Ordinal, Content: r.Content, Section: r.Section, TokenCount: r.TokenCount,
-		Enabled: r.Enabled, Manual: r.Manual, Revision: r.Revision}, nil
+	c := rows[0].chunk()
+	return &c, nil
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"time"
 
 	"gorm.io/gorm"
@@ -47,10 +48,10 @@ type messageRow struct {
 
 func (messageRow) TableName() string { return "messages" }
 
-func (r messageRow) message() service.Message {
+func (r messageRow) message() (service.Message, error) {
 	m := service.Message{
 		ID: service.ID(r.ID), ConversationID: service.ID(r.ConversationID), Role: service.ChatRole(r.Role), Content: r.Content,
-		Thinking: r.Thinking, Status: service.MessageStatus(r.Status), Sources: json.RawMessage(r.Sources),
+		Thinking: r.Thinking, Status: service.MessageStatus(r.Status),
 		Usage: service.Usage{PromptTokens: r.PromptTokens, CompletionTokens: r.CompletionTokens,
 			TotalTokens: r.PromptTokens + r.CompletionTokens},
 		LatencyMS: r.LatencyMs, CreatedAt: r.CreatedAt,
@@ -64,7 +65,12 @@ func (r messageRow) message() service.Message {
 			m.KnowledgeBaseIDs[i] = service.ID(id)
 		}
 	}
-	return m
+	if len(r.Sources) > 0 {
+		if err := json.Unmarshal(r.Sources, &m.Sources); err != nil {
+			return m, fmt.Errorf("message %d: sources: %w", r.ID, err)
+		}
+	}
+	return m, nil
 }
 
 // withinKnowledgeBases is the condition that no message of the conversation
@@ -156,8 +162,24 @@ func (s *Store) DeleteConversation(ctx context.Context, id service.ID) error {
 // Messages returns up to limit messages of a conversation, oldest first,
 // after the given message id.
 func (s *Store) Messages(ctx context.Context, conversationID, after service.ID, limit int) ([]service.Message, error) {
-	return find(s.conn(ctx).Where("conversation_id = ? AND id > ?", int64(conversationID), int64(after)).
-		Order("id").Limit(limit), messageRow.message)
+	var rows []messageRow
+	if err := s.conn(ctx).Where("conversation_id = ? AND id > ?", int64(conversationID), int64(after)).
+		Order("id").Limit(limit).Find(&rows).Error; err != nil {
+		return nil, translate(err)
+	}
+	return messages(rows)
+}
+
+// messages converts rows to messages in their order.
+func messages(rows []messageRow) ([]service.Message, error) {
+	out := make([]service.Message, len(rows))
+	for i, r := range rows {
+		var err error
+		if out[i], err = r.message(); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
 }
 
 // RecentMessages returns the last n messages of a conversation, oldest first.
@@ -167,11 +189,8 @@ func (s *Store) RecentMessages(ctx context.Context, conversationID service.ID, n
 		Order("id DESC").Limit(n).Find(&rows).Error; err != nil {
 		return nil, translate(err)
 	}
-	out := make([]service.Message, len(rows))
-	for i, r := range rows {
-		out[len(rows)-1-i] = r.message()
-	}
-	return out, nil
+	slices.Reverse(rows)
+	return messages(rows)
 }
 
 // SaveMessage inserts a message and marks its conversation active; a title,
@@ -260,9 +279,13 @@ func (s *Store) ChatSubmit(ctx context.Context, userID service.ID, key string) (
 
 // saveMessage is SaveMessage inside the receiver's transaction.
 func (s *Store) saveMessage(m *service.Message, title string) error {
-	sources := []byte(m.Sources)
-	if len(sources) == 0 {
-		sources = []byte("[]")
+	srcs := m.Sources
+	if srcs == nil {
+		srcs = []service.Source{} // the column is NOT NULL: [] for none
+	}
+	sources, err := json.Marshal(srcs)
+	if err != nil {
+		return err
 	}
 	row := messageRow{
 		ID: int64(m.ID), ConversationID: int64(m.ConversationID), Role: string(m.Role), Content: m.Content,

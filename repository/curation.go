@@ -239,18 +239,12 @@ func (s *Store) AddChunk(ctx context.Context, docID service.ID, kbIDs []service.
 		if doc.Kind == string(service.DocumentFile) && doc.Status != string(service.DocumentReady) {
 			return service.Errorf(service.ErrConflict, "document %s is %s: add chunks once it is ready", docID, doc.Status)
 		}
-		var last []int
-		if err := tx.db.Raw(`SELECT coalesce(max(ordinal), -1) FROM chunks WHERE document_id = ? AND generation = ?`, doc.ID, doc.Generation).
-			Scan(&last).Error; err != nil {
-			return translate(err)
-		}
-		c.DocumentID, c.KnowledgeBaseID, c.Generation, c.Ordinal = service.ID(doc.ID), service.ID(doc.KbID), doc.Generation, last[0]+1
-		c.Content, c.Enabled, c.Manual, c.Revision = ch.Content, true, true, 1
-		c.TokenCount, c.Terms, c.TermCount, c.Embedding = ch.TokenCount, ch.Terms, ch.TermCount, ch.Embedding
-		if err := mirror(&c); err != nil {
+		if c.Ordinal, err = tx.nextOrdinal(doc); err != nil {
 			return err
 		}
-		rev, err = tx.putChunk(doc, c, ch)
+		c.DocumentID, c.KnowledgeBaseID, c.Generation = service.ID(doc.ID), service.ID(doc.KbID), doc.Generation
+		c.Content, c.Enabled, c.Manual, c.Revision = ch.Content, true, true, 1
+		rev, err = tx.putChunk(doc, &c, ch, mirror)
 		return err
 	})
 	if err != nil {
@@ -417,13 +411,8 @@ func (s *Store) RestoreDeleted(ctx context.Context, del service.ChunkRevision, c
 		}
 		if len(free) == 1 && free[0] {
 			c.Ordinal = *del.Ordinal
-		} else {
-			var last []int
-			if err := tx.db.Raw(`SELECT coalesce(max(ordinal), -1) FROM chunks WHERE document_id = ? AND generation = ?`, doc.ID, doc.Generation).
-				Scan(&last).Error; err != nil {
-				return translate(err)
-			}
-			c.Ordinal = last[0] + 1
+		} else if c.Ordinal, err = tx.nextOrdinal(doc); err != nil {
+			return err
 		}
 		manual := del.Manual != nil && *del.Manual
 		if del.Manual == nil {
@@ -436,11 +425,7 @@ func (s *Store) RestoreDeleted(ctx context.Context, del service.ChunkRevision, c
 		}
 		c.ID, c.DocumentID, c.KnowledgeBaseID, c.Generation = del.ChunkID, service.ID(doc.ID), service.ID(doc.KbID), doc.Generation
 		c.Section, c.Manual, c.Revision = del.Section, manual, del.Revision+1
-		c.TokenCount, c.Terms, c.TermCount, c.Embedding = ch.TokenCount, ch.Terms, ch.TermCount, ch.Embedding
-		if err := mirror(&c); err != nil {
-			return err
-		}
-		rev, err = tx.putChunk(doc, c, ch)
+		rev, err = tx.putChunk(doc, &c, ch, mirror)
 		return err
 	})
 	if err != nil {
@@ -452,14 +437,19 @@ func (s *Store) RestoreDeleted(ctx context.Context, del service.ChunkRevision, c
 
 // putChunk writes one chunk back into a document's live generation — a new
 // manual chunk or a restored one — with its manual flag, revision and
-// enabled state, indexes it when enabled, counts it on the document and
-// records the revision that made it.
-func (s *Store) putChunk(doc *documentRow, c service.Chunk, ch service.ChunkChange) (*service.ChunkRevision, error) {
+// enabled state and ch's terms and vector: it hands the chunk to mirror
+// first, then stores it, indexes it when enabled, counts it on the document
+// and records the revision that made it.
+func (s *Store) putChunk(doc *documentRow, c *service.Chunk, ch service.ChunkChange, mirror func(c *service.Chunk) error) (*service.ChunkRevision, error) {
+	c.TokenCount, c.Terms, c.TermCount, c.Embedding = ch.TokenCount, ch.Terms, ch.TermCount, ch.Embedding
+	if err := mirror(c); err != nil {
+		return nil, err
+	}
 	next, err := s.spaceRole(doc.KbID, ch.EmbeddingSpace, "FOR SHARE")
 	if err != nil {
 		return nil, err
 	}
-	if err := s.insertChunks(doc.ID, doc.KbID, doc.Generation, ch.EmbeddingSpace, next, []service.Chunk{c}); err != nil {
+	if err := s.insertChunks(doc.ID, doc.KbID, doc.Generation, ch.EmbeddingSpace, next, []service.Chunk{*c}); err != nil {
 		return nil, err
 	}
 	if err := s.db.Exec(`UPDATE chunks SET manual = ?, revision = ?, enabled = ? WHERE id = ?`,
@@ -467,12 +457,23 @@ func (s *Store) putChunk(doc *documentRow, c service.Chunk, ch service.ChunkChan
 		return nil, translate(err)
 	}
 	if c.Enabled {
-		if err := s.indexChunks(doc.KbID, []service.Chunk{c}); err != nil {
+		if err := s.indexChunks(doc.KbID, []service.Chunk{*c}); err != nil {
 			return nil, err
 		}
 	}
 	if err := s.db.Exec(`UPDATE documents SET chunk_count = chunk_count + 1 WHERE id = ?`, doc.ID).Error; err != nil {
 		return nil, translate(err)
 	}
-	return s.recordRevision(doc, nil, &c, ch)
+	return s.recordRevision(doc, nil, c, ch)
+}
+
+// nextOrdinal is the ordinal after the last chunk of the document's live
+// generation.
+func (s *Store) nextOrdinal(doc *documentRow) (int, error) {
+	var last []int
+	if err := s.db.Raw(`SELECT coalesce(max(ordinal), -1) FROM chunks WHERE document_id = ? AND generation = ?`, doc.ID, doc.Generation).
+		Scan(&last).Error; err != nil {
+		return 0, translate(err)
+	}
+	return last[0] + 1, nil
 }

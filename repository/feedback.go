@@ -13,7 +13,11 @@ import (
 
 // Message returns one message.
 func (s *Store) Message(ctx context.Context, id service.ID) (*service.Message, error) {
-	m, err := take(s.conn(ctx), messageRow.message, int64(id))
+	row, err := take(s.conn(ctx), func(r messageRow) messageRow { return r }, int64(id))
+	if err != nil {
+		return nil, err
+	}
+	m, err := row.message()
 	if err != nil {
 		return nil, err
 	}

@@ -21,6 +21,26 @@ func openTest(t *testing.T, url string) *Store {
 	return s
 }
 
+// migratedStore opens a fresh database of its own, migrated.
+func migratedStore(t *testing.T) *Store {
+	t.Helper()
+	s := openTest(t, testenv.FreshDatabase(t))
+	if err := s.Migrate(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// fatalOn returns a check that fails t on an error.
+func fatalOn(t *testing.T) func(error) {
+	return func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
 func migrationCount(t *testing.T) int {
 	t.Helper()
 	names, err := fs.Glob(migrations.FS, "*.sql")
@@ -103,11 +123,8 @@ func TestMigrateConcurrently(t *testing.T) {
 }
 
 func TestSettingOrCreateKeepsFirstValue(t *testing.T) {
-	s := openTest(t, testenv.FreshDatabase(t))
+	s := migratedStore(t)
 	ctx := context.Background()
-	if err := s.Migrate(ctx); err != nil {
-		t.Fatal(err)
-	}
 	a, err := s.SettingOrCreate(ctx, "k", "first")
 	if err != nil {
 		t.Fatal(err)

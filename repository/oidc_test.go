@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ragent-go/ragent/internal/testenv"
 	"github.com/ragent-go/ragent/service"
 )
 
@@ -18,17 +17,9 @@ import (
 // same names changes nothing, and concurrent first logins bringing the same
 // new group create it once.
 func TestSyncOIDCGroups(t *testing.T) {
-	s := openTest(t, testenv.FreshDatabase(t))
+	s := migratedStore(t)
 	ctx := context.Background()
-	if err := s.Migrate(ctx); err != nil {
-		t.Fatal(err)
-	}
-	must := func(err error) {
-		t.Helper()
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
+	must := fatalOn(t)
 	var next atomic.Int64
 	next.Store(1000)
 	newID := func() (service.ID, error) { return service.ID(next.Add(1)), nil }
@@ -144,11 +135,8 @@ func TestSyncOIDCGroups(t *testing.T) {
 // TakeOIDCLogin hands a state out once, and never an expired one; the
 // re-check claim goes to one of two requests.
 func TestOIDCLoginAndCheckClaim(t *testing.T) {
-	s := openTest(t, testenv.FreshDatabase(t))
+	s := migratedStore(t)
 	ctx := context.Background()
-	if err := s.Migrate(ctx); err != nil {
-		t.Fatal(err)
-	}
 	now := time.Now().UTC().Truncate(time.Microsecond)
 	if err := s.PutOIDCLogin(ctx, service.OIDCLogin{State: "st", Nonce: "n", Verifier: "v", Expires: now.Add(time.Minute)}); err != nil {
 		t.Fatal(err)

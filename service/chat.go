@@ -2,7 +2,6 @@ package service
 
 import (
 	"context"
-	"encoding/json"
 	"time"
 )
 
@@ -64,17 +63,17 @@ const (
 
 // Message is one turn of a conversation.
 type Message struct {
-	ID             ID              `json:"id"`
-	ConversationID ID              `json:"conversationId"`
-	Role           ChatRole        `json:"role"` // ChatUser or ChatAssistant
-	Content        string          `json:"content"`
-	Thinking       string          `json:"thinking,omitempty"`
-	Status         MessageStatus   `json:"status"`
-	Sources        json.RawMessage `json:"sources,omitempty"`
-	ReplyTo        ID              `json:"replyTo,omitempty"`
-	Usage          Usage           `json:"usage"`
-	LatencyMS      int64           `json:"latencyMs"`
-	CreatedAt      time.Time       `json:"createdAt"`
+	ID             ID            `json:"id"`
+	ConversationID ID            `json:"conversationId"`
+	Role           ChatRole      `json:"role"` // ChatUser or ChatAssistant
+	Content        string        `json:"content"`
+	Thinking       string        `json:"thinking,omitempty"`
+	Status         MessageStatus `json:"status"`
+	Sources        []Source      `json:"sources,omitempty"` // the cited sources of an answer
+	ReplyTo        ID            `json:"replyTo,omitempty"`
+	Usage          Usage         `json:"usage"`
+	LatencyMS      int64         `json:"latencyMs"`
+	CreatedAt      time.Time     `json:"createdAt"`
 	// KnowledgeBaseIDs are the knowledge bases the message's turn searched
 	// (those it named, when it searched none); nil when unknown (messages
 	// stored before ragent recorded them). They decide what a limited API

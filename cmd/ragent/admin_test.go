@@ -55,13 +55,7 @@ func mustIntent(t *testing.T, c *client, method, path string, body map[string]an
 
 func tree(t *testing.T, c *client) []intentJSON {
 	t.Helper()
-	r := c.do("GET", "/api/v1/admin/intents", nil)
-	if r.Status != http.StatusOK {
-		t.Fatalf("tree: %d %s", r.Status, r.Body)
-	}
-	var out struct{ Items []intentJSON }
-	r.json(t, &out)
-	return out.Items
+	return getItems[intentJSON](c.forTest(t), "/api/v1/admin/intents")
 }
 
 // paths lists "path(enabled)" depth-first.

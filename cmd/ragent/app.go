@@ -225,14 +225,25 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger, stdout io.Writer) 
 }
 
 func migrate(ctx context.Context, cfg Config, log *slog.Logger) error {
-	store, err := repository.Open(ctx, cfg.DatabaseURL, repository.Config{Logger: log, MaxOpenConns: 2})
+	store, err := openMigrated(ctx, cfg, log)
 	if err != nil {
 		return err
 	}
-	defer store.Close()
-	if err := store.Migrate(ctx); err != nil {
-		return err
-	}
+	store.Close()
 	log.Info("migrations applied")
 	return nil
+}
+
+// openMigrated opens the database for a one-off command (two connections)
+// and applies the migrations; the caller closes the store.
+func openMigrated(ctx context.Context, cfg Config, log *slog.Logger) (*repository.Store, error) {
+	store, err := repository.Open(ctx, cfg.DatabaseURL, repository.Config{Logger: log, MaxOpenConns: 2})
+	if err != nil {
+		return nil, err
+	}
+	if err := store.Migrate(ctx); err != nil {
+		store.Close()
+		return nil, err
+	}
+	return store, nil
 }

@@ -1,10 +1,8 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"fmt"
-	"mime/multipart"
 	"net/http"
 	"net/netip"
 	"net/url"
@@ -130,12 +128,8 @@ func TestAuditLogRecordsEachAction(t *testing.T) {
 		}
 	}
 	upload := func(c *client, h []string, kbID string) response {
-		var buf bytes.Buffer
-		mw := multipart.NewWriter(&buf)
-		w, _ := mw.CreateFormFile("file", "notes.md")
-		w.Write([]byte("# Notes\n\nMore audited content.\n"))
-		mw.Close()
-		return c.do("POST", "/api/v1/knowledge-bases/"+kbID+"/documents", buf.Bytes(), append(h, "Content-Type", mw.FormDataContentType())...)
+		contentType, body := uploadForm("notes.md", []byte("# Notes\n\nMore audited content.\n"))
+		return c.do("POST", "/api/v1/knowledge-bases/"+kbID+"/documents", body, append(h, "Content-Type", contentType)...)
 	}
 	steps := []step{
 		{"login", nil, func(c *client, h []string) (response, string) {

@@ -21,15 +21,20 @@ import (
 	"github.com/ragent-go/ragent/internal/eval"
 )
 
-// firstEvent posts to url and returns the time until the first line that
-// starts with prefix (an SSE data line of the answer).
+// firstEvent posts body as JSON to url (with the bearer token, if any) and
+// returns the time until the first line of the answer that match accepts.
 func firstEvent(ctx context.Context, url, token string, body any, match func(line string) bool) (time.Duration, error) {
-	b, _ := json.Marshal(body)
-	req, _ := http.NewRequestWithContext(ctx, "POST", url, bytes.NewReader(b))
-	req.Header.Set("Content-Type", "application/json")
+	var auth []string
 	if token != "" {
-		req.Header.Set("Authorization", "Bearer "+token)
+		auth = []string{"Authorization", "Bearer " + token}
 	}
+	return timeToLine(jsonRequest(ctx, url, body, auth...), match)
+}
+
+// timeToLine sends req and returns the time until the first line of the
+// answer that match accepts, draining the rest, so both sides finish the
+// request.
+func timeToLine(req *http.Request, match func(line string) bool) (time.Duration, error) {
 	start := time.Now()
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
@@ -40,12 +45,29 @@ func firstEvent(ctx context.Context, url, token string, body any, match func(lin
 	for sc.Scan() {
 		if match(sc.Text()) {
 			d := time.Since(start)
-			for sc.Scan() { // drain, so both sides finish the request
+			for sc.Scan() {
 			}
 			return d, nil
 		}
 	}
-	return 0, fmt.Errorf("stream ended without a first token (status %d)", resp.StatusCode)
+	return 0, fmt.Errorf("stream ended without the line awaited (status %d)", resp.StatusCode)
+}
+
+// reportPercentiles reports the percentiles ps (50, 99) of each named
+// series, in unit (ms or us), and, unless base is "", what other adds over
+// base at each of them (added-p50-ms).
+func reportPercentiles(b *testing.B, unit string, ps []int, series map[string][]time.Duration, base, other string) {
+	div := map[string]float64{"ms": 1e6, "us": 1e3}[unit]
+	at := func(ds []time.Duration, p int) time.Duration { return eval.Percentile(ds, float64(p)/100) }
+	for _, p := range ps {
+		suffix := fmt.Sprintf("-p%d-%s", p, unit)
+		for name, ds := range series {
+			b.ReportMetric(float64(at(ds, p))/div, name+suffix)
+		}
+		if base != "" {
+			b.ReportMetric(float64(at(series[other], p)-at(series[base], p))/div, "added"+suffix)
+		}
+	}
 }
 
 // BenchmarkChatTTFT measures the time to first token through ragent (offline
@@ -79,13 +101,7 @@ func BenchmarkChatTTFT(b *testing.B) {
 		viaRagent = append(viaRagent, r)
 	}
 	b.StopTimer()
-	ms := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
-	b.ReportMetric(ms(eval.Percentile(viaDirect, 0.5)), "direct-p50-ms")
-	b.ReportMetric(ms(eval.Percentile(viaDirect, 0.99)), "direct-p99-ms")
-	b.ReportMetric(ms(eval.Percentile(viaRagent, 0.5)), "ragent-p50-ms")
-	b.ReportMetric(ms(eval.Percentile(viaRagent, 0.99)), "ragent-p99-ms")
-	b.ReportMetric(ms(eval.Percentile(viaRagent, 0.5)-eval.Percentile(viaDirect, 0.5)), "added-p50-ms")
-	b.ReportMetric(ms(eval.Percentile(viaRagent, 0.99)-eval.Percentile(viaDirect, 0.99)), "added-p99-ms")
+	reportPercentiles(b, "ms", []int{50, 99}, map[string][]time.Duration{"direct": viaDirect, "ragent": viaRagent}, "direct", "ragent")
 }
 
 // BenchmarkQueuedStreams holds 1,000 SSE streams waiting in the fair queue

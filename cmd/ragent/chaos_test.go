@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"mime/multipart"
 	"net/http"
 	"os"
 	"slices"
@@ -566,15 +565,8 @@ func chaosPost(url, token string) int {
 // chaosUpload uploads document d; it returns its id, or how long to wait
 // before a retry.
 func chaosUpload(base, token, kb string, d int) (string, time.Duration) {
-	var buf bytes.Buffer
-	mw := multipart.NewWriter(&buf)
-	w, _ := mw.CreateFormFile("file", fmt.Sprintf("failover-%02d.md", d))
-	fmt.Fprintf(w, "# Failover note %d\n\nDocument %d was uploaded while Redis failed over.\n", d, d)
-	mw.Close()
-	req, _ := http.NewRequest("POST", base+"/api/v1/knowledge-bases/"+kb+"/documents", &buf)
-	req.Header.Set("Content-Type", mw.FormDataContentType())
-	req.Header.Set("Authorization", "Bearer "+token)
-	resp, err := http.DefaultClient.Do(req)
+	text := fmt.Sprintf("# Failover note %d\n\nDocument %d was uploaded while Redis failed over.\n", d, d)
+	resp, err := http.DefaultClient.Do(uploadRequest(base, token, kb, fmt.Sprintf("failover-%02d.md", d), []byte(text)))
 	if err != nil {
 		return "", 200 * time.Millisecond
 	}

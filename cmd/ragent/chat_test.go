@@ -7,7 +7,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
+	"reflect"
 	"strings"
 	"sync"
 	"testing"
@@ -76,6 +78,46 @@ func TestChatCompletedStream(t *testing.T) {
 	r.json(t, &msgs)
 	if len(msgs.Messages) != 2 || msgs.Messages[1].Content != "Hello from the model [1]." || msgs.Messages[1].Status != "completed" || len(msgs.Messages[1].Sources) == 0 {
 		t.Fatalf("saved messages %+v", msgs.Messages)
+	}
+	checkSavedSourcesShape(t, r, srcs)
+}
+
+// checkSavedSourcesShape holds the saved messages' sources to their API
+// shape (jsonb keeps no key order, so a test of the body's bytes would
+// hold nothing): the question has none (no field); the answer's have
+// exactly the cited fields, of the cited types, and are the streamed
+// sources event's, value for value.
+func checkSavedSourcesShape(t *testing.T, r response, streamed []any) {
+	t.Helper()
+	var raw struct{ Messages []map[string]any }
+	r.json(t, &raw)
+	if _, ok := raw.Messages[0]["sources"]; ok {
+		t.Errorf("the question has sources: %v", raw.Messages[0]["sources"])
+	}
+	srcs, _ := raw.Messages[1]["sources"].([]any)
+	if len(srcs) == 0 {
+		t.Fatalf("the answer's sources: %v", raw.Messages[1]["sources"])
+	}
+	want := map[string]string{"index": "number", "documentId": "string", "documentName": "string", "chunkId": "string", "score": "number", "excerpt": "string"}
+	for i, s := range srcs {
+		src, _ := s.(map[string]any)
+		got := map[string]string{}
+		for k, v := range src {
+			switch v.(type) {
+			case float64:
+				got[k] = "number"
+			case string:
+				got[k] = "string"
+			default:
+				got[k] = fmt.Sprintf("%T", v)
+			}
+		}
+		if !maps.Equal(got, want) {
+			t.Errorf("source %d: fields %v, want %v", i, got, want)
+		}
+	}
+	if !reflect.DeepEqual(srcs, streamed) {
+		t.Errorf("saved sources %v, streamed %v", srcs, streamed)
 	}
 }
 
@@ -528,20 +570,47 @@ func (e sseEvent) json(t testing.TB) map[string]any {
 // stream ends or onEvent returns false (then the client disconnects).
 func (c *client) chatStream(ctx context.Context, body map[string]any, onEvent func(sseEvent) bool) (status int, events []sseEvent) {
 	c.t.Helper()
+	status, events, _ = streamRequest(c.t, jsonRequest(ctx, c.base+"/api/v1/chat", body, "Authorization", "Bearer "+c.token), onEvent)
+	return status, events
+}
+
+// jsonRequest is a POST of body as JSON to url with the header pairs.
+func jsonRequest(ctx context.Context, url string, body any, headers ...string) *http.Request {
 	b, _ := json.Marshal(body)
-	req, _ := http.NewRequestWithContext(ctx, "POST", c.base+"/api/v1/chat", bytes.NewReader(b))
+	req, _ := http.NewRequestWithContext(ctx, "POST", url, bytes.NewReader(b))
 	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Authorization", "Bearer "+c.token)
+	for i := 0; i+1 < len(headers); i += 2 {
+		req.Header.Set(headers[i], headers[i+1])
+	}
+	return req
+}
+
+// streamRequest sends req and reads the event stream of a 200 answer,
+// calling onEvent for each event (false stops reading); another answer's
+// body comes back as text. A transport error is reported to t (it may be
+// called off the test's goroutine) and gives status 0.
+func streamRequest(t testing.TB, req *http.Request, onEvent func(sseEvent) bool) (status int, events []sseEvent, text string) {
+	t.Helper()
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
-		c.t.Errorf("chat: %v", err)
-		return 0, nil
+		t.Errorf("%s %s: %v", req.Method, req.URL.Path, err)
+		return 0, nil, ""
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return resp.StatusCode, nil
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, nil, string(b)
 	}
-	return resp.StatusCode, readEvents(resp.Body, onEvent)
+	return resp.StatusCode, readEvents(resp.Body, onEvent), ""
+}
+
+// refusedAsEvent returns a refused stream's body as its only event, named
+// refusal.
+func refusedAsEvent(status int, events []sseEvent, text string) (int, []sseEvent) {
+	if status != 0 && status != http.StatusOK {
+		return status, []sseEvent{{Name: "refusal", Data: text}}
+	}
+	return status, events
 }
 
 // readEvents parses an event stream, calling onEvent for each event until

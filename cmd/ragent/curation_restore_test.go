@@ -11,13 +11,7 @@ import (
 
 func (c *client) deletedChunks(docID string) []revisionJSON {
 	c.t.Helper()
-	r := c.do("GET", "/api/v1/documents/"+docID+"/deleted-chunks", nil)
-	if r.Status != http.StatusOK {
-		c.t.Fatalf("deleted chunks: %d %s", r.Status, r.Body)
-	}
-	var out struct{ Items []revisionJSON }
-	r.json(c.t, &out)
-	return out.Items
+	return getItems[revisionJSON](c, "/api/v1/documents/"+docID+"/deleted-chunks")
 }
 
 func (c *client) deleteChunk(id string) {

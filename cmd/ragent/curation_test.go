@@ -38,13 +38,7 @@ type revisionJSON struct {
 
 func (c *client) curatedChunks(docID string) []curatedChunk {
 	c.t.Helper()
-	r := c.do("GET", "/api/v1/documents/"+docID+"/chunks", nil)
-	if r.Status != http.StatusOK {
-		c.t.Fatalf("chunks: %d %s", r.Status, r.Body)
-	}
-	var out struct{ Items []curatedChunk }
-	r.json(c.t, &out)
-	return out.Items
+	return getItems[curatedChunk](c, "/api/v1/documents/"+docID+"/chunks")
 }
 
 func (c *client) patchChunk(id string, body map[string]any) curatedChunk {
@@ -60,13 +54,7 @@ func (c *client) patchChunk(id string, body map[string]any) curatedChunk {
 
 func (c *client) revisions(id string) []revisionJSON {
 	c.t.Helper()
-	r := c.do("GET", "/api/v1/chunks/"+id+"/revisions", nil)
-	if r.Status != http.StatusOK {
-		c.t.Fatalf("revisions: %d %s", r.Status, r.Body)
-	}
-	var out struct{ Items []revisionJSON }
-	r.json(c.t, &out)
-	return out.Items
+	return getItems[revisionJSON](c, "/api/v1/chunks/"+id+"/revisions")
 }
 
 // found reports whether a search in every mode finds the chunk with this

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -25,35 +24,11 @@ func TestChatFairShareBetweenUsers(t *testing.T) {
 	light := ins[0].login(t, "light", "light-password")
 
 	var wg sync.WaitGroup
-	// ask sends a question and returns the position of its first queue
-	// event, or 0 once its answer started.
 	ask := func(in *instance, token, q string) int {
-		queued := make(chan int, 1)
-		var once sync.Once
-		wg.Go(func() {
-			_, events := in.client(t, token).chatStream(context.Background(), map[string]any{"question": q}, func(e sseEvent) bool {
-				if e.Name == "queue" {
-					pos, _ := e.json(t)["position"].(float64)
-					once.Do(func() { queued <- int(pos) })
-				}
-				return true
-			})
-			if got := collapse(events); got != "meta sources message finish done" && got != "meta queue sources message finish done" {
-				t.Errorf("%s: sequence %q", q, got)
-			}
+		return askHeld(t, &wg, llm, q, func(onEvent func(sseEvent) bool) []sseEvent {
+			_, events := in.client(t, token).chatStream(context.Background(), map[string]any{"question": q}, onEvent)
+			return events
 		})
-		select {
-		case pos := <-queued:
-			return pos
-		case got := <-llm.started:
-			if got != q {
-				t.Fatalf("answer %q started, want %q", got, q)
-			}
-			return 0
-		case <-time.After(30 * time.Second):
-			t.Fatalf("%s: neither queued nor started within 30 s", q)
-			return -1
-		}
 	}
 	heavy := func(i int) string { return fmt.Sprintf("heavy %d #gate", i) }
 	const lightQ = "light question #gate"
@@ -67,30 +42,12 @@ func TestChatFairShareBetweenUsers(t *testing.T) {
 		t.Fatalf("the light user's question placed at %d, want 1 (ahead of the heavy user's waiting ones)", pos)
 	}
 	// Each finished answer frees one slot; who gets it:
-	steps := []struct{ finish, admitted string }{
+	checkAdmissions(t, &wg, llm, 2, []admission{
 		{heavy(0), lightQ},
 		{heavy(1), heavy(2)},
 		{lightQ, heavy(3)},
 		{heavy(2), heavy(4)},
-	}
-	var order []string
-	for _, s := range steps {
-		llm.open(s.finish)
-		got := llm.nextStart(t)
-		order = append(order, got)
-		if got != s.admitted {
-			t.Fatalf("after %q finished, %q was admitted, want %q", s.finish, got, s.admitted)
-		}
-	}
-	llm.open(heavy(3))
-	llm.open(heavy(4))
-	wg.Wait()
-	if m := llm.maxCalls.Load(); m > 2 {
-		t.Fatalf("%d model calls at once, limit 2", m)
-	}
-	if !slices.Equal(order, []string{lightQ, heavy(2), heavy(3), heavy(4)}) {
-		t.Fatalf("admission order %q", order)
-	}
+	}, heavy(3), heavy(4))
 }
 
 // TestChatRunningCapPerUser runs two instances with N = 4 and
@@ -114,36 +71,11 @@ func TestChatRunningCapPerUser(t *testing.T) {
 	}
 
 	var wg sync.WaitGroup
-	// ask sends user's question q and returns the position of its first
-	// queue event, or 0 once its answer started; the stream must end
-	// answered, never rejected.
 	ask := func(in *instance, user, q string) int {
-		queued := make(chan int, 1)
-		var once sync.Once
-		wg.Go(func() {
-			_, events := in.client(t, tokens[user]).chatStream(context.Background(), map[string]any{"question": q}, func(e sseEvent) bool {
-				if e.Name == "queue" {
-					pos, _ := e.json(t)["position"].(float64)
-					once.Do(func() { queued <- int(pos) })
-				}
-				return true
-			})
-			if got := collapse(events); got != "meta sources message finish done" && got != "meta queue sources message finish done" {
-				t.Errorf("%s: sequence %q", q, got)
-			}
+		return askHeld(t, &wg, llm, q, func(onEvent func(sseEvent) bool) []sseEvent {
+			_, events := in.client(t, tokens[user]).chatStream(context.Background(), map[string]any{"question": q}, onEvent)
+			return events
 		})
-		select {
-		case pos := <-queued:
-			return pos
-		case got := <-llm.started:
-			if got != q {
-				t.Fatalf("answer %q started, want %q", got, q)
-			}
-			return 0
-		case <-time.After(30 * time.Second):
-			t.Fatalf("%s: neither queued nor started within 30 s", q)
-			return -1
-		}
 	}
 	q := func(user string, i int) string { return fmt.Sprintf("%s %d #gate", user, i) }
 	arrivals := []struct {
@@ -160,23 +92,68 @@ func TestChatRunningCapPerUser(t *testing.T) {
 			t.Fatalf("%s placed at %d, want %d", q(a.user, a.i), pos, a.want)
 		}
 	}
-	steps := []struct{ finish, admitted string }{
+	checkAdmissions(t, &wg, llm, 4, []admission{
 		{q("c", 1), q("b", 1)}, // the newcomer, at position 1, gets the first free slot
 		{q("c", 2), q("b", 2)},
 		{q("b", 1), q("b", 3)}, // a holds its cap, b one slot: b's later request goes first
 		{q("b", 2), q("a", 3)}, // nobody below the cap waits: a gets its third slot
-	}
+	}, q("a", 1), q("a", 2), q("a", 3), q("b", 3))
+}
+
+// admission is one step of a held queue: once finish's answer ends, the
+// slot it frees goes to admitted.
+type admission struct{ finish, admitted string }
+
+// checkAdmissions lets each step's answer end in turn and fails unless the
+// step's admitted question is the next to start; then it lets the rest
+// end, waits for every stream in wg, and fails if the model ever saw more
+// than limit calls at once.
+func checkAdmissions(t *testing.T, wg *sync.WaitGroup, llm *fakeLLM, limit int32, steps []admission, rest ...string) {
+	t.Helper()
 	for _, s := range steps {
 		llm.open(s.finish)
 		if got := llm.nextStart(t); got != s.admitted {
 			t.Fatalf("after %q finished, %q was admitted, want %q", s.finish, got, s.admitted)
 		}
 	}
-	for _, s := range []string{q("a", 1), q("a", 2), q("a", 3), q("b", 3)} {
-		llm.open(s)
+	for _, q := range rest {
+		llm.open(q)
 	}
 	wg.Wait()
-	if m := llm.maxCalls.Load(); m > 4 {
-		t.Fatalf("%d model calls at once, limit 4", m)
+	if m := llm.maxCalls.Load(); m > limit {
+		t.Fatalf("%d model calls at once, limit %d", m, limit)
+	}
+}
+
+// askHeld sends question q with send, in wg, to a chat whose answers llm
+// holds, and returns the position of its first queue event, or 0 once its
+// answer started. The stream must end answered, never rejected.
+func askHeld(t *testing.T, wg *sync.WaitGroup, llm *fakeLLM, q string, send func(onEvent func(sseEvent) bool) []sseEvent) int {
+	t.Helper()
+	queued := make(chan int, 1)
+	var once sync.Once
+	wg.Go(func() {
+		events := send(func(e sseEvent) bool {
+			if e.Name == "queue" {
+				pos, _ := e.json(t)["position"].(float64)
+				once.Do(func() { queued <- int(pos) })
+			}
+			return true
+		})
+		if got := collapse(events); got != "meta sources message finish done" && got != "meta queue sources message finish done" {
+			t.Errorf("%s: sequence %q", q, got)
+		}
+	})
+	select {
+	case pos := <-queued:
+		return pos
+	case got := <-llm.started:
+		if got != q {
+			t.Fatalf("answer %q started, want %q", got, q)
+		}
+		return 0
+	case <-time.After(30 * time.Second):
+		t.Fatalf("%s: neither queued nor started within 30 s", q)
+		return -1
 	}
 }

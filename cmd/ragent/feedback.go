@@ -11,7 +11,6 @@ import (
 	"path/filepath"
 	"time"
 
-	"github.com/ragent-go/ragent/repository"
 	"github.com/ragent-go/ragent/service"
 	"github.com/ragent-go/ragent/service/chat"
 )
@@ -58,14 +57,11 @@ func exportFeedbackCommand(ctx context.Context, cfg Config, log *slog.Logger, ar
 	if entries, err := os.ReadDir(*out); err == nil && len(entries) > 0 {
 		return fmt.Errorf("eval export-feedback: %s is not empty", *out)
 	}
-	store, err := repository.Open(ctx, cfg.DatabaseURL, repository.Config{Logger: log, MaxOpenConns: 2})
+	store, err := openMigrated(ctx, cfg, log)
 	if err != nil {
 		return err
 	}
 	defer store.Close()
-	if err := store.Migrate(ctx); err != nil {
-		return err
-	}
 	set, err := chat.New(chat.Deps{Feedback: store}, chat.Config{Logger: log}).ExportFeedback(ctx, service.SystemPrincipal(), f)
 	if err != nil {
 		return err

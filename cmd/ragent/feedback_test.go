@@ -111,13 +111,7 @@ func TestAnswerFeedback(t *testing.T) {
 	// The admin page and its filters.
 	list := func(query string) []feedbackJSON {
 		t.Helper()
-		r := admin.do("GET", "/api/v1/admin/feedback?"+query, nil)
-		if r.Status != http.StatusOK {
-			t.Fatalf("list %s: %d %s", query, r.Status, r.Body)
-		}
-		var out struct{ Items []feedbackJSON }
-		r.json(t, &out)
-		return out.Items
+		return getItems[feedbackJSON](admin.forTest(t), "/api/v1/admin/feedback?"+query)
 	}
 	down := list("rating=down&knowledgeBaseId=" + f.kb)
 	if len(down) != 2 || down[1].Comment != "misses the carry-over rule" || !strings.Contains(down[1].Question, "zebrafish") ||

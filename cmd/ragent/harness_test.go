@@ -271,6 +271,24 @@ func (in *instance) createUser(t testing.TB, adminToken, username, password, rol
 	return u.ID
 }
 
+// getJSON reads path with GET into a T; any status but 200 fails c's test.
+func getJSON[T any](c *client, path string) T {
+	c.t.Helper()
+	r := c.do("GET", path, nil)
+	if r.Status != http.StatusOK {
+		c.t.Fatalf("GET %s: %d %s", path, r.Status, r.Body)
+	}
+	var out T
+	r.json(c.t, &out)
+	return out
+}
+
+// getItems reads the items of the list at path (one page).
+func getItems[T any](c *client, path string) []T {
+	c.t.Helper()
+	return getJSON[struct{ Items []T }](c, path).Items
+}
+
 // forTest returns a copy of c that reports to t, for use inside a subtest.
 func (c *client) forTest(t testing.TB) *client {
 	return &client{t: t, base: c.base, token: c.token}
@@ -319,20 +337,32 @@ func (c *client) upload(kbID, name string, content []byte) response {
 // file part.
 func (c *client) uploadFields(kbID, name string, content []byte, fields ...string) response {
 	c.t.Helper()
+	contentType, body := uploadForm(name, content, fields...)
+	return c.do("POST", "/api/v1/knowledge-bases/"+kbID+"/documents", body, "Content-Type", contentType)
+}
+
+// uploadForm is the multipart body of an upload: the form fields (name,
+// value pairs), then the file part. (Writing to memory cannot fail.)
+func uploadForm(name string, content []byte, fields ...string) (contentType string, body []byte) {
 	var buf bytes.Buffer
 	mw := multipart.NewWriter(&buf)
 	for i := 0; i+1 < len(fields); i += 2 {
-		if err := mw.WriteField(fields[i], fields[i+1]); err != nil {
-			c.t.Fatal(err)
-		}
+		_ = mw.WriteField(fields[i], fields[i+1])
 	}
-	w, err := mw.CreateFormFile("file", name)
-	if err != nil {
-		c.t.Fatal(err)
-	}
-	w.Write(content)
-	mw.Close()
-	return c.do("POST", "/api/v1/knowledge-bases/"+kbID+"/documents", buf.Bytes(), "Content-Type", mw.FormDataContentType())
+	w, _ := mw.CreateFormFile("file", name)
+	_, _ = w.Write(content)
+	_ = mw.Close()
+	return mw.FormDataContentType(), buf.Bytes()
+}
+
+// uploadRequest is a POST of an upload form to knowledge base kb, for the
+// goroutines of load tests (they report what happened rather than fail).
+func uploadRequest(base, token, kb, name string, content []byte, fields ...string) *http.Request {
+	contentType, body := uploadForm(name, content, fields...)
+	req, _ := http.NewRequest("POST", base+"/api/v1/knowledge-bases/"+kb+"/documents", bytes.NewReader(body))
+	req.Header.Set("Content-Type", contentType)
+	req.Header.Set("Authorization", "Bearer "+token)
+	return req
 }
 
 // uploadAccepted uploads and expects 202 with a document.

@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"mime/multipart"
 	"net"
 	"net/http"
 	"net/netip"
@@ -92,19 +91,6 @@ func (c cookieClient) do(method, path, contentType string, body []byte, headers 
 	return roundTrip(c.t, req)
 }
 
-func multipartFile(t *testing.T, name string, content []byte) (string, []byte) {
-	t.Helper()
-	var buf bytes.Buffer
-	mw := multipart.NewWriter(&buf)
-	w, err := mw.CreateFormFile("file", name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	w.Write(content)
-	mw.Close()
-	return mw.FormDataContentType(), buf.Bytes()
-}
-
 // A page on another origin of the same site (another port of the host)
 // cannot drive a cookie session: writes need the served Origin (or Referer)
 // and a JSON (upload: multipart) content type. Bearer clients need neither.
@@ -120,7 +106,7 @@ func TestCSRFCookieWrites(t *testing.T) {
 
 	user := []byte(`{"username":"mallory","password":"mallory-password","role":"admin"}`)
 	term := []byte(`{"sourceTerm":"evil","targetTerm":"eviler"}`)
-	mpType, mpBody := multipartFile(t, "notes.md", []byte("# Notes\n\nplanted by another origin\n"))
+	mpType, mpBody := uploadForm("notes.md", []byte("# Notes\n\nplanted by another origin\n"))
 	const form = "application/x-www-form-urlencoded"
 	attacks := []struct {
 		name, method, path, contentType string
@@ -200,7 +186,7 @@ func TestCSRFCookieWrites(t *testing.T) {
 		if r.Status != http.StatusCreated {
 			t.Fatalf("bearer create without Origin or content type: %d %s", r.Status, r.Body)
 		}
-		ct, body := multipartFile(t, "bearer.md", []byte("# Bearer\n\nuploaded by a script\n"))
+		ct, body := uploadForm("bearer.md", []byte("# Bearer\n\nuploaded by a script\n"))
 		if r := in.client(t, token).do("POST", "/api/v1/knowledge-bases/"+kb+"/documents", body, "Content-Type", ct); r.Status != http.StatusAccepted {
 			t.Fatalf("bearer upload: %d %s", r.Status, r.Body)
 		}

@@ -40,14 +40,7 @@ func TestIngestRocketMQSameMessageFiveTimes(t *testing.T) {
 	t.Cleanup(func() { p.Close() })
 	publishFiveTimes(t, p, d.ID)
 
-	worker := cfg
-	worker.Role = "worker"
-	start(t, worker)
-	got := c.waitDone(d.ID, 90*time.Second) // a new push consumer needs a rebalance first
-	if got.Status != "ready" || got.Generation != 1 {
-		t.Fatalf("document: %+v", got)
-	}
-	checkOneChunkSet(t, c, got)
+	workerIndexesOnce(t, cfg, c, 90*time.Second, d) // a new push consumer needs a rebalance first
 	time.Sleep(2 * time.Second)
 	checkOneChunkSet(t, c, c.document(d.ID))
 }

@@ -61,13 +61,24 @@ type chunkJSON struct {
 // chunks returns every chunk row of a document.
 func (c *client) chunks(docID string) []chunkJSON {
 	c.t.Helper()
-	r := c.do("GET", "/api/v1/documents/"+docID+"/chunks?limit=500", nil)
-	if r.Status != http.StatusOK {
-		c.t.Fatalf("chunks: %d %s", r.Status, r.Body)
+	return getItems[chunkJSON](c, "/api/v1/documents/"+docID+"/chunks?limit=500")
+}
+
+// workerIndexesOnce starts a worker instance of cfg and waits, up to
+// timeout each, for every document to turn ready in its first generation
+// with one set of chunks.
+func workerIndexesOnce(t *testing.T, cfg Config, c *client, timeout time.Duration, docs ...docJSON) {
+	t.Helper()
+	worker := cfg
+	worker.Role = "worker"
+	start(t, worker)
+	for _, d := range docs {
+		got := c.waitDone(d.ID, timeout)
+		if got.Status != "ready" || got.Generation != 1 {
+			t.Fatalf("document %s: %+v", d.ID, got)
+		}
+		checkOneChunkSet(t, c, got)
 	}
-	var out struct{ Items []chunkJSON }
-	r.json(c.t, &out)
-	return out.Items
 }
 
 // checkOneChunkSet fails unless the document's chunks are one generation
@@ -353,14 +364,7 @@ func TestIngestSameMessageFiveTimes(t *testing.T) {
 	rdb := testRedis(t, cfg)
 	publishFiveTimes(t, redisstream.NewProducer(rdb, redisstream.ProducerConfig{Prefix: cfg.RedisPrefix}), d.ID)
 
-	worker := cfg
-	worker.Role = "worker"
-	start(t, worker)
-	got := c.waitDone(d.ID, 60*time.Second)
-	if got.Status != "ready" || got.Generation != 1 {
-		t.Fatalf("document: %+v", got)
-	}
-	checkOneChunkSet(t, c, got)
+	workerIndexesOnce(t, cfg, c, 60*time.Second, d)
 	// Late deliveries must not add chunks after ready either.
 	time.Sleep(time.Second)
 	checkOneChunkSet(t, c, c.document(d.ID))

@@ -294,15 +294,15 @@ func TestOpenSearchConcurrentStartOneIndex(t *testing.T) {
 	}
 	base := strings.TrimRight(cfg.OpenSearchURL, "/")
 	var indexes []struct{ Index string }
-	getJSON(t, base+"/_cat/indices/"+cfg.OpenSearchIndex+"_v*?format=json", &indexes)
+	getOpenSearch(t, base+"/_cat/indices/"+cfg.OpenSearchIndex+"_v*?format=json", &indexes)
 	var aliases map[string]any
-	getJSON(t, base+"/_alias/"+cfg.OpenSearchIndex, &aliases)
+	getOpenSearch(t, base+"/_alias/"+cfg.OpenSearchIndex, &aliases)
 	if len(indexes) != 1 || len(aliases) != 1 || aliases[indexes[0].Index] == nil {
 		t.Fatalf("%d instances made indexes %v with the alias on %v, want one index holding it", n, indexes, aliases)
 	}
 }
 
-func getJSON(t *testing.T, url string, out any) {
+func getOpenSearch(t *testing.T, url string, out any) {
 	t.Helper()
 	resp, err := http.Get(url)
 	if err != nil {

@@ -128,16 +128,7 @@ func TestPendingRepublishedAfterRedisLoss(t *testing.T) {
 		t.Fatalf("%d pending documents after the loss, want %d", got, n)
 	}
 
-	worker := cfg
-	worker.Role = "worker"
-	start(t, worker)
-	for _, d := range docs {
-		got := c.waitDone(d.ID, 90*time.Second)
-		if got.Status != "ready" || got.Generation != 1 {
-			t.Fatalf("document %s: %+v", d.ID, got)
-		}
-		checkOneChunkSet(t, c, got)
-	}
+	workerIndexesOnce(t, cfg, c, 90*time.Second, docs...)
 	if got := count("SELECT count(*) FROM outbox WHERE topic = '" + service.IngestTopic + "'"); got <= n {
 		t.Fatalf("%d ingest outbox rows for %d documents: nothing was re-published", got, n)
 	}

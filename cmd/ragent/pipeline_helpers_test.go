@@ -63,13 +63,7 @@ func (c *client) byExternalID(kbID, externalID string) *pipelineDoc {
 // pipelineDocument reads one document with the pipeline fields.
 func (c *client) pipelineDocument(id string) pipelineDoc {
 	c.t.Helper()
-	r := c.do("GET", "/api/v1/documents/"+id, nil)
-	if r.Status != http.StatusOK {
-		c.t.Fatalf("get document %s: %d %s", id, r.Status, r.Body)
-	}
-	var d pipelineDoc
-	r.json(c.t, &d)
-	return d
+	return getJSON[pipelineDoc](c, "/api/v1/documents/"+id)
 }
 
 // waitFor polls a document until cond holds, failing after timeout.

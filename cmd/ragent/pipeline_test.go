@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"mime/multipart"
 	"net/http"
 	"net/url"
 	"strings"
@@ -35,16 +34,7 @@ func searchOnce(base, token, kb, query string) ([]searchHit, error) {
 
 // uploadOnce is uploadExternal for goroutines: it returns the document id.
 func uploadOnce(base, token, kb, externalID, name string, content []byte) (string, error) {
-	var buf bytes.Buffer
-	mw := multipart.NewWriter(&buf)
-	mw.WriteField("externalId", externalID)
-	w, _ := mw.CreateFormFile("file", name)
-	w.Write(content)
-	mw.Close()
-	req, _ := http.NewRequest("POST", base+"/api/v1/knowledge-bases/"+kb+"/documents", &buf)
-	req.Header.Set("Content-Type", mw.FormDataContentType())
-	req.Header.Set("Authorization", "Bearer "+token)
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := http.DefaultClient.Do(uploadRequest(base, token, kb, name, content, "externalId", externalID))
 	if err != nil {
 		return "", err
 	}

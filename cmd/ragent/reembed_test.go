@@ -30,13 +30,7 @@ type kbProgress struct {
 
 func (c *client) kbProgress(kbID string) kbProgress {
 	c.t.Helper()
-	r := c.do("GET", "/api/v1/knowledge-bases/"+kbID, nil)
-	if r.Status != http.StatusOK {
-		c.t.Fatalf("knowledge base: %d %s", r.Status, r.Body)
-	}
-	var kb kbProgress
-	r.json(c.t, &kb)
-	return kb
+	return getJSON[kbProgress](c, "/api/v1/knowledge-bases/"+kbID)
 }
 
 // waitKB polls a knowledge base until ok accepts it.

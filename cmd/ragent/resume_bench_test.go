@@ -7,39 +7,13 @@ import (
 	"io"
 	"net/http"
 	"runtime"
-	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 )
 
-// timeToFirstEvent sends req and returns the time until the stream's first
-// event line, draining the rest.
-func timeToFirstEvent(req *http.Request) (time.Duration, error) {
-	start := time.Now()
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return 0, err
-	}
-	defer resp.Body.Close()
-	sc := bufio.NewScanner(resp.Body)
-	for sc.Scan() {
-		if strings.HasPrefix(sc.Text(), "event: ") {
-			d := time.Since(start)
-			for sc.Scan() {
-			}
-			return d, nil
-		}
-	}
-	return 0, fmt.Errorf("no event (status %d)", resp.StatusCode)
-}
-
-func percentile(ds []time.Duration, p float64) time.Duration {
-	s := slices.Clone(ds)
-	slices.Sort(s)
-	return s[int(p*float64(len(s)-1))]
-}
+func isEventLine(l string) bool { return strings.HasPrefix(l, "event: ") }
 
 // BenchmarkChatResume measures how soon a resumed stream's first replayed
 // event arrives: a task answered on instance A is resumed on instance B with
@@ -64,7 +38,7 @@ func BenchmarkChatResume(b *testing.B) {
 		req, _ := http.NewRequest("GET", bb.url+"/api/v1/chat/tasks/"+taskID+"/events", nil)
 		req.Header.Set("Authorization", "Bearer "+token)
 		req.Header.Set("Last-Event-ID", "5")
-		d, err := timeToFirstEvent(req)
+		d, err := timeToLine(req, isEventLine)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -73,17 +47,13 @@ func BenchmarkChatResume(b *testing.B) {
 		req, _ = http.NewRequest("POST", bb.url+"/api/v1/chat", strings.NewReader(`{"question":"baseline"}`))
 		req.Header.Set("Authorization", "Bearer "+token)
 		req.Header.Set("Content-Type", "application/json")
-		if d, err = timeToFirstEvent(req); err != nil {
+		if d, err = timeToLine(req, isEventLine); err != nil {
 			b.Fatal(err)
 		}
 		posted = append(posted, d)
 	}
 	b.StopTimer()
-	ms := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
-	b.ReportMetric(ms(percentile(resumed, 0.5)), "resume-p50-ms")
-	b.ReportMetric(ms(percentile(resumed, 0.95)), "resume-p95-ms")
-	b.ReportMetric(ms(percentile(posted, 0.5)), "post-meta-p50-ms")
-	b.ReportMetric(ms(percentile(posted, 0.95)), "post-meta-p95-ms")
+	reportPercentiles(b, "ms", []int{50, 95}, map[string][]time.Duration{"resume": resumed, "post-meta": posted}, "", "")
 }
 
 // BenchmarkChatDetachedMemory compares what n running answers cost the

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"io"
 	"math/rand/v2"
 	"net/http"
 	"os"
@@ -28,17 +27,7 @@ func (c *client) chatEvents(ctx context.Context, taskID, lastID string, viaQuery
 	if !viaQuery && lastID != "" {
 		req.Header.Set("Last-Event-ID", lastID)
 	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		c.t.Errorf("resume: %v", err)
-		return 0, nil, ""
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		b, _ := io.ReadAll(resp.Body)
-		return resp.StatusCode, nil, string(b)
-	}
-	return resp.StatusCode, readEvents(resp.Body, onEvent), ""
+	return streamRequest(c.t, req, onEvent)
 }
 
 // resumeSeed is the seed of the random drop points, logged so a failure can

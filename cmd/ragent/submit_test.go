@@ -20,23 +20,8 @@ import (
 // returned as its only event's data.
 func (c *client) chatStreamKey(ctx context.Context, body map[string]any, key string, onEvent func(sseEvent) bool) (status int, events []sseEvent) {
 	c.t.Helper()
-	b, _ := json.Marshal(body)
-	req, _ := http.NewRequestWithContext(ctx, "POST", c.base+"/api/v1/chat", bytes.NewReader(b))
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Authorization", "Bearer "+c.token)
-	req.Header.Set("Idempotency-Key", key)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		c.t.Errorf("chat: %v", err)
-		return 0, nil
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		var buf bytes.Buffer
-		_, _ = buf.ReadFrom(resp.Body)
-		return resp.StatusCode, []sseEvent{{Name: "refusal", Data: buf.String()}}
-	}
-	return resp.StatusCode, readEvents(resp.Body, onEvent)
+	req := jsonRequest(ctx, c.base+"/api/v1/chat", body, "Authorization", "Bearer "+c.token, "Idempotency-Key", key)
+	return refusedAsEvent(streamRequest(c.t, req, onEvent))
 }
 
 // A submit lock lost in a Redis failover lets a retried submit through to
@@ -219,16 +204,7 @@ func TestLostStreamEntrySentAgain(t *testing.T) {
 			t.Fatalf("XDEL %s: %d, %v", ref, n, err)
 		}
 	}
-	worker := cfg
-	worker.Role = "worker"
-	start(t, worker)
-	for _, d := range uploaded {
-		got := c.waitDone(d.ID, 30*time.Second)
-		if got.Status != "ready" || got.Generation != 1 {
-			t.Fatalf("document %s: %+v", d.ID, got)
-		}
-		checkOneChunkSet(t, c, got)
-	}
+	workerIndexesOnce(t, cfg, c, 30*time.Second, uploaded...)
 	var lost int
 	if err := db.QueryRow(ctx, "SELECT count(*) FROM outbox WHERE topic = $1 AND last_error LIKE '%lost%'", service.IngestTopic).Scan(&lost); err != nil {
 		t.Fatal(err)

@@ -6,7 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ragent-go/ragent/internal/eval"
 	"github.com/ragent-go/ragent/service"
 )
 
@@ -26,16 +25,7 @@ func BenchmarkQuotaTTFT(b *testing.B) {
 	admin := on.login(b, "admin", "admin-password")
 	seedKnowledge(b, on, admin)
 	c := on.client(b, admin)
-	var me struct{ ID string }
-	c.do("GET", "/api/v1/me", nil).json(b, &me)
-	var g struct{ ID string }
-	c.do("POST", "/api/v1/groups", map[string]any{"name": "bench"}).json(b, &g)
-	if r := c.do("POST", "/api/v1/groups/"+g.ID+"/members", map[string]any{"userId": me.ID}); r.Status != http.StatusCreated {
-		b.Fatalf("add member: %d %s", r.Status, r.Body)
-	}
-	big := int64(1) << 40
-	putQuota(b, c, map[string]any{"subject": "user", "subjectId": me.ID, "dailyTokens": big, "monthlyTokens": big, "dailyRequests": big, "monthlyRequests": big})
-	putQuota(b, c, map[string]any{"subject": "group", "subjectId": g.ID, "dailyTokens": big, "monthlyTokens": big, "dailyRequests": big, "monthlyRequests": big})
+	quotaEverything(b, c)
 
 	isMessage := func(l string) bool { return l == "event: message" }
 	body := map[string]any{"question": "How do I connect to the VPN?"}
@@ -55,12 +45,7 @@ func BenchmarkQuotaTTFT(b *testing.B) {
 		withQuotas = append(withQuotas, d)
 	}
 	b.StopTimer()
-	ms := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
-	b.ReportMetric(ms(eval.Percentile(without, 0.5)), "off-p50-ms")
-	b.ReportMetric(ms(eval.Percentile(withQuotas, 0.5)), "on-p50-ms")
-	b.ReportMetric(ms(eval.Percentile(without, 0.99)), "off-p99-ms")
-	b.ReportMetric(ms(eval.Percentile(withQuotas, 0.99)), "on-p99-ms")
-	b.ReportMetric(ms(eval.Percentile(withQuotas, 0.5)-eval.Percentile(without, 0.5)), "added-p50-ms")
+	reportPercentiles(b, "ms", []int{50, 99}, map[string][]time.Duration{"off": without, "on": withQuotas}, "off", "on")
 }
 
 // BenchmarkQuotaAdmit isolates the check itself: Quotas.Admit for the same
@@ -75,17 +60,8 @@ func BenchmarkQuotaAdmit(b *testing.B) {
 	off.QuotasEnabled = false
 	offIn := start(b, off)
 	c := on.adminClient(b)
-	var me struct{ ID string }
-	c.do("GET", "/api/v1/me", nil).json(b, &me)
-	var g struct{ ID string }
-	c.do("POST", "/api/v1/groups", map[string]any{"name": "bench"}).json(b, &g)
-	if r := c.do("POST", "/api/v1/groups/"+g.ID+"/members", map[string]any{"userId": me.ID}); r.Status != http.StatusCreated {
-		b.Fatalf("add member: %d %s", r.Status, r.Body)
-	}
-	big := int64(1) << 40
-	putQuota(b, c, map[string]any{"subject": "user", "subjectId": me.ID, "dailyTokens": big, "monthlyTokens": big, "dailyRequests": big, "monthlyRequests": big})
-	putQuota(b, c, map[string]any{"subject": "group", "subjectId": g.ID, "dailyTokens": big, "monthlyTokens": big, "dailyRequests": big, "monthlyRequests": big})
-	id, err := service.ParseID(me.ID)
+	meID := quotaEverything(b, c)
+	id, err := service.ParseID(meID)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -108,9 +84,22 @@ func BenchmarkQuotaAdmit(b *testing.B) {
 		without, withQuotas = append(without, t1.Sub(t0)), append(withQuotas, time.Since(t1))
 	}
 	b.StopTimer()
-	us := func(d time.Duration) float64 { return float64(d.Nanoseconds()) / 1000 }
-	b.ReportMetric(us(eval.Percentile(without, 0.5)), "off-p50-us")
-	b.ReportMetric(us(eval.Percentile(withQuotas, 0.5)), "on-p50-us")
-	b.ReportMetric(us(eval.Percentile(withQuotas, 0.99)), "on-p99-us")
-	b.ReportMetric(us(eval.Percentile(withQuotas, 0.5)-eval.Percentile(without, 0.5)), "added-p50-us")
+	reportPercentiles(b, "us", []int{50, 99}, map[string][]time.Duration{"off": without, "on": withQuotas}, "off", "on")
+}
+
+// quotaEverything gives c's user a user and a group quota, daily and
+// monthly, too large to reach (four counters for each check), and returns
+// the user's id.
+func quotaEverything(b *testing.B, c *client) string {
+	var me struct{ ID string }
+	c.do("GET", "/api/v1/me", nil).json(b, &me)
+	var g struct{ ID string }
+	c.do("POST", "/api/v1/groups", map[string]any{"name": "bench"}).json(b, &g)
+	if r := c.do("POST", "/api/v1/groups/"+g.ID+"/members", map[string]any{"userId": me.ID}); r.Status != http.StatusCreated {
+		b.Fatalf("add member: %d %s", r.Status, r.Body)
+	}
+	big := int64(1) << 40
+	putQuota(b, c, map[string]any{"subject": "user", "subjectId": me.ID, "dailyTokens": big, "monthlyTokens": big, "dailyRequests": big, "monthlyRequests": big})
+	putQuota(b, c, map[string]any{"subject": "group", "subjectId": g.ID, "dailyTokens": big, "monthlyTokens": big, "dailyRequests": big, "monthlyRequests": big})
+	return me.ID
 }

@@ -29,13 +29,7 @@ func flushUsage(t testing.TB, ins ...*instance) {
 
 func usageRows(t testing.TB, c *client, query string) []usageRowJSON {
 	t.Helper()
-	r := c.do("GET", "/api/v1/usage?"+query, nil)
-	if r.Status != http.StatusOK {
-		t.Fatalf("usage %s: %d %s", query, r.Status, r.Body)
-	}
-	var out struct{ Items []usageRowJSON }
-	r.json(t, &out)
-	return out.Items
+	return getItems[usageRowJSON](c.forTest(t), "/api/v1/usage?"+query)
 }
 
 func byKind(rows []usageRowJSON) map[string]usageRowJSON {

@@ -1,12 +1,9 @@
 package main
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
 	"net/http"
-	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -16,23 +13,10 @@ import (
 // widgetStream sends a widget chat from the listed origin as visitor and
 // reads its events, calling onEvent for each (false stops reading).
 func widgetStream(t *testing.T, in *instance, key, visitor, question string, onEvent func(sseEvent) bool) (int, []sseEvent) {
-	b, _ := json.Marshal(map[string]any{"question": question})
-	req, _ := http.NewRequestWithContext(context.Background(), "POST", in.url+"/api/v1/widget/chat?key="+key, bytes.NewReader(b))
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Origin", widgetOrigin)
-	req.Header.Set(widgetVisitor, visitor)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Errorf("widget chat: %v", err)
-		return 0, nil
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		var buf bytes.Buffer
-		_, _ = buf.ReadFrom(resp.Body)
-		return resp.StatusCode, []sseEvent{{Name: "refusal", Data: buf.String()}}
-	}
-	return resp.StatusCode, readEvents(resp.Body, onEvent)
+	t.Helper()
+	req := jsonRequest(context.Background(), in.url+"/api/v1/widget/chat?key="+key, map[string]any{"question": question},
+		"Origin", widgetOrigin, widgetVisitor, visitor)
+	return refusedAsEvent(streamRequest(t, req, onEvent))
 }
 
 // TestWidgetUsageRecordedPerKey: a widget's chats are recorded against its
@@ -117,35 +101,11 @@ func TestWidgetVisitorsFairQueue(t *testing.T) {
 	_, key := createWidgetKey(t, ins[0], admin, map[string]any{"name": "site", "knowledgeBaseIds": []string{kb}, "origins": []string{widgetOrigin}})
 
 	var wg sync.WaitGroup
-	// ask sends a question and returns the position of its first queue
-	// event, or 0 once its answer started.
 	ask := func(in *instance, visitor, q string) int {
-		queued := make(chan int, 1)
-		var once sync.Once
-		wg.Go(func() {
-			_, events := widgetStream(t, in, key, visitor, q, func(e sseEvent) bool {
-				if e.Name == "queue" {
-					pos, _ := e.json(t)["position"].(float64)
-					once.Do(func() { queued <- int(pos) })
-				}
-				return true
-			})
-			if got := collapse(events); got != "meta sources message finish done" && got != "meta queue sources message finish done" {
-				t.Errorf("%s: sequence %q", q, got)
-			}
+		return askHeld(t, &wg, llm, q, func(onEvent func(sseEvent) bool) []sseEvent {
+			_, events := widgetStream(t, in, key, visitor, q, onEvent)
+			return events
 		})
-		select {
-		case pos := <-queued:
-			return pos
-		case got := <-llm.started:
-			if got != q {
-				t.Fatalf("answer %q started, want %q", got, q)
-			}
-			return 0
-		case <-time.After(30 * time.Second):
-			t.Fatalf("%s: neither queued nor started within 30 s", q)
-			return -1
-		}
 	}
 	heavy := func(i int) string { return fmt.Sprintf("heavy %d #gate", i) }
 	const light = "light question #gate"
@@ -157,26 +117,9 @@ func TestWidgetVisitorsFairQueue(t *testing.T) {
 	if pos := ask(ins[1], visitorB, light); pos != 1 {
 		t.Fatalf("the second visitor's question placed at %d, want 1 (ahead of the first visitor's waiting ones)", pos)
 	}
-	var order []string
-	for _, s := range []struct{ finish, admitted string }{
+	checkAdmissions(t, &wg, llm, 2, []admission{
 		{heavy(0), light},
 		{heavy(1), heavy(2)},
 		{light, heavy(3)},
-	} {
-		llm.open(s.finish)
-		got := llm.nextStart(t)
-		order = append(order, got)
-		if got != s.admitted {
-			t.Fatalf("after %q finished, %q was admitted, want %q", s.finish, got, s.admitted)
-		}
-	}
-	llm.open(heavy(2))
-	llm.open(heavy(3))
-	wg.Wait()
-	if m := llm.maxCalls.Load(); m > 2 {
-		t.Fatalf("%d model calls at once, limit 2", m)
-	}
-	if !slices.Equal(order, []string{light, heavy(2), heavy(3)}) {
-		t.Fatalf("admission order %q", order)
-	}
+	}, heavy(2), heavy(3))
 }

@@ -138,17 +138,27 @@ type CreatedKey struct {
 // name only knowledge bases its owner reads now (others are
 // service.ErrNotFound, as everywhere).
 func (a *APIKeys) Create(ctx context.Context, p service.Principal, in KeyInput) (*CreatedKey, error) {
+	check := func(ctx context.Context) (*service.APIKey, error) { return a.validate(ctx, p, in) }
+	detail := func(k *service.APIKey) string { return "scopes=" + joinScopes(k.Scopes) }
+	return a.issue(ctx, p, "api key", service.APIKeyPrefix, check, detail)
+}
+
+// issue makes, stores and audits a new key of the caller's: check returns
+// it validated (with its kind and settings), prefix starts its secret,
+// detail ends the audit event's detail, what names it in the log.
+func (a *APIKeys) issue(ctx context.Context, p service.Principal, what, prefix string,
+	check func(context.Context) (*service.APIKey, error), detail func(*service.APIKey) string) (*CreatedKey, error) {
 	var created *CreatedKey
 	ev := service.AuditEvent{Action: service.AuditAPIKeyCreate, TargetType: service.TargetAPIKey}
 	err := a.audit.Do(ctx, ev, func(ctx context.Context, ev *service.AuditEvent) error {
 		if p.Key != nil {
 			return service.Errorf(service.ErrForbidden, "an API key cannot manage API keys")
 		}
-		k, err := a.validate(ctx, p, in)
+		k, err := check(ctx)
 		if err != nil {
 			return err
 		}
-		secret, err := newKey(service.APIKeyPrefix)
+		secret, err := newKey(prefix)
 		if err != nil {
 			return err
 		}
@@ -163,14 +173,14 @@ func (a *APIKeys) Create(ctx context.Context, p service.Principal, in KeyInput) 
 		}
 		// The prefix identifies the key in the log; the secret never leaves
 		// this function but in the one response.
-		ev.TargetID, ev.Detail = k.ID.String(), "prefix="+k.Prefix+" scopes="+joinScopes(k.Scopes)
+		ev.TargetID, ev.Detail = k.ID.String(), "prefix="+k.Prefix+" "+detail(k)
 		created = &CreatedKey{APIKey: k, Key: secret}
 		return nil
 	})
 	if err != nil {
 		return nil, err
 	}
-	a.log.InfoContext(ctx, "api key created", "key", created.ID, "user", p.UserID, "prefix", created.Prefix)
+	a.log.InfoContext(ctx, what+" created", "key", created.ID, "user", p.UserID, "prefix", created.Prefix)
 	return created, nil
 }
 

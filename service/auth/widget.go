@@ -34,49 +34,26 @@ type WidgetInput struct {
 // knowledge bases (those the admin reads), so it is an admin's decision
 // like sharing a knowledge base. Its only scope is chat.
 func (a *APIKeys) CreateWidget(ctx context.Context, p service.Principal, in WidgetInput) (*CreatedKey, error) {
-	var created *CreatedKey
-	ev := service.AuditEvent{Action: service.AuditAPIKeyCreate, TargetType: service.TargetAPIKey}
-	err := a.audit.Do(ctx, ev, func(ctx context.Context, ev *service.AuditEvent) error {
-		if p.Key != nil {
-			return service.Errorf(service.ErrForbidden, "an API key cannot manage API keys")
-		}
+	check := func(ctx context.Context) (*service.APIKey, error) {
 		if !p.IsAdmin() {
-			return service.Errorf(service.ErrForbidden, "only admins create widget keys")
+			return nil, service.Errorf(service.ErrForbidden, "only admins create widget keys")
 		}
 		w, err := widgetSettings(in)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		if len(in.KnowledgeBaseIDs) == 0 {
-			return service.WithDetails(service.ErrInvalid, "a widget key must name at least one knowledge base", map[string]string{"field": "knowledgeBaseIds"})
+			return nil, service.WithDetails(service.ErrInvalid, "a widget key must name at least one knowledge base", map[string]string{"field": "knowledgeBaseIds"})
 		}
 		k, err := a.validate(ctx, p, KeyInput{Name: in.Name, Scopes: []service.Scope{service.ScopeChat}, KnowledgeBaseIDs: in.KnowledgeBaseIDs})
 		if err != nil {
-			return err
+			return nil, err
 		}
 		k.Kind, k.Widget = service.KeyKindWidget, w
-		secret, err := newKey(service.WidgetKeyPrefix)
-		if err != nil {
-			return err
-		}
-		if k.ID, err = a.ids.NextID(); err != nil {
-			return err
-		}
-		sum := sha256.Sum256([]byte(secret))
-		k.Hash, k.Prefix = sum[:], secret[:keyPrefixLen]
-		k.CreatedAt = a.now()
-		if err := a.store.CreateAPIKey(ctx, k, maxKeysPerUser); err != nil {
-			return err
-		}
-		ev.TargetID, ev.Detail = k.ID.String(), "prefix="+k.Prefix+" widget origins="+strings.Join(w.Origins, ",")
-		created = &CreatedKey{APIKey: k, Key: secret}
-		return nil
-	})
-	if err != nil {
-		return nil, err
+		return k, nil
 	}
-	a.log.InfoContext(ctx, "widget key created", "key", created.ID, "user", p.UserID, "prefix", created.Prefix)
-	return created, nil
+	detail := func(k *service.APIKey) string { return "widget origins=" + strings.Join(k.Widget.Origins, ",") }
+	return a.issue(ctx, p, "widget key", service.WidgetKeyPrefix, check, detail)
 }
 
 func widgetSettings(in WidgetInput) (*service.WidgetSettings, error) {

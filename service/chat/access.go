@@ -2,7 +2,7 @@ package chat
 
 import (
 	"context"
-	"encoding/json"
+	"slices"
 
 	"github.com/ragent-go/ragent/service"
 )
@@ -30,25 +30,9 @@ func (s *Service) checkReadable(ctx context.Context, p service.Principal, ids []
 // reader sees the history as their current access allows. The answer text
 // itself is theirs and stays as it was written.
 func (s *Service) visibleSources(ctx context.Context, p service.Principal, msgs []service.Message) error {
-	type source struct {
-		DocumentID service.ID `json:"documentId"`
-	}
-	parsed := make([][]json.RawMessage, len(msgs))
 	var docIDs []service.ID
-	for i, m := range msgs {
-		if len(m.Sources) == 0 {
-			continue
-		}
-		var raw []json.RawMessage
-		if err := json.Unmarshal(m.Sources, &raw); err != nil {
-			return err
-		}
-		parsed[i] = raw
-		for _, r := range raw {
-			var src source
-			if err := json.Unmarshal(r, &src); err != nil {
-				return err
-			}
+	for _, m := range msgs {
+		for _, src := range m.Sources {
 			docIDs = append(docIDs, src.DocumentID)
 		}
 	}
@@ -67,29 +51,12 @@ func (s *Service) visibleSources(ctx context.Context, p service.Principal, msgs 
 	if err != nil {
 		return err
 	}
-	for i, raw := range parsed {
-		if raw == nil {
-			continue
-		}
-		kept := raw[:0:0]
-		for _, r := range raw {
-			var src source
-			_ = json.Unmarshal(r, &src) // parsed above
+	for i := range msgs {
+		msgs[i].Sources = slices.DeleteFunc(msgs[i].Sources, func(src service.Source) bool {
 			kb, known := kbOf[src.DocumentID]
-			if _, ok := readable[kb]; known && ok {
-				kept = append(kept, r)
-			}
-		}
-		if len(kept) == len(raw) {
-			continue
-		}
-		if len(kept) == 0 {
-			msgs[i].Sources = nil
-			continue
-		}
-		if msgs[i].Sources, err = json.Marshal(kept); err != nil {
-			return err
-		}
+			_, ok := readable[kb]
+			return !known || !ok
+		})
 	}
 	return nil
 }

@@ -183,9 +183,7 @@ func (t *turn) run(ctx context.Context) {
 	t.answer.Usage = t.usage
 	t.answer.LatencyMS = s.cfg.Now().Sub(t.started).Milliseconds()
 	t.answer.KnowledgeBaseIDs = t.kbIDs
-	if len(t.sources) > 0 {
-		t.answer.Sources, _ = json.Marshal(t.sources)
-	}
+	t.answer.Sources = t.sources
 	// Saved even when the client is gone or the server is stopping.
 	saveCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 
 	"github.com/ragent-go/ragent/service"
 	"github.com/ragent-go/ragent/service/ingest/parse"
@@ -58,27 +57,6 @@ type ChunkPatch struct {
 	Revision *int    `json:"revision"`
 }
 
-// NewChunk is a chunk written by hand: its content, or a question and its
-// answer (written as "Q: …\nA: …", so either side is found by keyword).
-type NewChunk struct {
-	Content  string `json:"content"`
-	Question string `json:"question"`
-	Answer   string `json:"answer"`
-}
-
-func (n NewChunk) text() (string, error) {
-	q, a := strings.TrimSpace(n.Question), strings.TrimSpace(n.Answer)
-	switch {
-	case n.Content != "" && (q != "" || a != ""):
-		return "", service.Errorf(service.ErrInvalid, "give either content or a question and its answer, not both")
-	case n.Content != "":
-		return service.CheckChunkContent(n.Content)
-	case q == "" || a == "":
-		return "", service.Errorf(service.ErrInvalid, "a manual chunk needs content, or both a question and an answer")
-	}
-	return service.CheckChunkContent("Q: " + q + "\nA: " + a)
-}
-
 // editorKBs returns the knowledge bases p reads and those p edits: a
 // chunk of an unreadable one is not found, of a read-only one forbidden.
 func (s *Service) editorKBs(ctx context.Context, p service.Principal) (readable []service.ID, roles map[service.ID]service.KBRole, err error) {
@@ -95,23 +73,52 @@ func (s *Service) editorKBs(ctx context.Context, p service.Principal) (readable 
 	return readable, roles, nil
 }
 
+// mayEdit refuses unless roles make p an editor of knowledge base kbID.
+func mayEdit(roles map[service.ID]service.KBRole, kbID service.ID) error {
+	if r := roles[kbID]; !r.AtLeast(service.KBEditor) {
+		return service.Errorf(service.ErrForbidden, "this needs the %s role on knowledge base %s (you are %s)", service.KBEditor, kbID, r)
+	}
+	return nil
+}
+
 // editableChunk reads a chunk p may edit.
 func (s *Service) editableChunk(ctx context.Context, p service.Principal, id service.ID) (*service.Chunk, []service.ID, error) {
 	readable, roles, err := s.editorKBs(ctx, p)
 	if err != nil {
 		return nil, nil, err
 	}
-	c, err := s.store.ChunkIn(ctx, id, readable)
-	if errors.Is(err, service.ErrNotFound) {
-		return nil, nil, service.Errorf(service.ErrNotFound, "chunk %s not found", id)
-	}
+	c, err := s.editableIn(ctx, id, readable, roles)
 	if err != nil {
 		return nil, nil, err
 	}
-	if r := roles[c.KnowledgeBaseID]; !r.AtLeast(service.KBEditor) {
-		return nil, nil, service.Errorf(service.ErrForbidden, "this needs the %s role on knowledge base %s (you are %s)", service.KBEditor, c.KnowledgeBaseID, r)
-	}
 	return c, []service.ID{c.KnowledgeBaseID}, nil
+}
+
+// editableIn reads a live chunk of one of the readable knowledge bases
+// that roles let p edit.
+func (s *Service) editableIn(ctx context.Context, id service.ID, readable []service.ID, roles map[service.ID]service.KBRole) (*service.Chunk, error) {
+	c, err := s.store.ChunkIn(ctx, id, readable)
+	if errors.Is(err, service.ErrNotFound) {
+		return nil, service.Errorf(service.ErrNotFound, "chunk %s not found", id)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if err := mayEdit(roles, c.KnowledgeBaseID); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// editorRevisions reads a chunk's revisions, newest first, from the
+// knowledge bases p reads, with them and p's roles there.
+func (s *Service) editorRevisions(ctx context.Context, p service.Principal, id service.ID) ([]service.ChunkRevision, []service.ID, map[service.ID]service.KBRole, error) {
+	readable, roles, err := s.editorKBs(ctx, p)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	revs, err := s.curation.ChunkRevisions(ctx, id, readable)
+	return revs, readable, roles, err
 }
 
 // embedOne embeds one chunk text in the worker's space and computes its
@@ -304,70 +311,6 @@ func (s *Service) RestoreChunk(ctx context.Context, p service.Principal, id serv
 	})
 }
 
-// restoreDeleted writes a deleted chunk back in the state it had at
-// revision n, as the revision after its deletion: embedded again (its
-// vector went with it), at its old place and section, indexed on both
-// backends before the API answers, like an added chunk. Only a deletion of
-// the document's current generation can be undone; after a reindex the
-// file's chunks are the document's again (a conflict).
-func (s *Service) restoreDeleted(ctx context.Context, p service.Principal, id service.ID, n int) (*service.Chunk, error) {
-	readable, roles, err := s.editorKBs(ctx, p)
-	if err != nil {
-		return nil, err
-	}
-	revs, err := s.curation.ChunkRevisions(ctx, id, readable)
-	if err != nil {
-		return nil, err
-	}
-	if len(revs) == 0 {
-		return nil, service.Errorf(service.ErrNotFound, "chunk %s not found", id)
-	}
-	del := revs[0]
-	if r := roles[del.KnowledgeBaseID]; !r.AtLeast(service.KBEditor) {
-		return nil, service.Errorf(service.ErrForbidden, "this needs the %s role on knowledge base %s (you are %s)", service.KBEditor, del.KnowledgeBaseID, r)
-	}
-	if del.Action != service.ChunkDelete {
-		// Its last change left it in place: a reindex replaced it since.
-		return nil, service.Errorf(service.ErrConflict, "chunk %s was replaced by a reindex of its document", id)
-	}
-	kbIDs := []service.ID{del.KnowledgeBaseID}
-	content, enabled, err := s.curation.ChunkRevisionState(ctx, id, kbIDs, n)
-	if err != nil || n >= del.Revision {
-		return nil, service.Errorf(service.ErrNotFound, "chunk %s has no revision %d to restore (revision %d deleted it)", id, n, del.Revision)
-	}
-	ch, err := s.embedOne(ctx, p, del.KnowledgeBaseID, id, content, del.Section, del.Revision+1)
-	if err != nil {
-		return nil, err
-	}
-	ch.Action, ch.Enabled, ch.ActorUserID, ch.ActorName = service.ChunkRestore, enabled, p.UserID, p.Username
-	if ch.RevisionID, err = s.ids.NextID(); err != nil {
-		return nil, err
-	}
-	ev := service.AuditEvent{Action: service.AuditChunkRestore, TargetType: service.TargetChunk, TargetID: id.String()}
-	mirrored := false
-	out, err := service.AuditDo(ctx, s.audit, ev, func(ctx context.Context, ev *service.AuditEvent) (*service.Chunk, error) {
-		c, rev, err := s.curation.RestoreDeleted(ctx, del, service.Chunk{Content: content, Enabled: enabled}, ch,
-			func(c *service.Chunk) error {
-				if !c.Enabled {
-					return nil // restored disabled: out of every index, as it was
-				}
-				mirrored = true
-				return s.mirror(ctx, c, ch)
-			})
-		if err == nil {
-			ev.Detail = fmt.Sprintf("kb=%s document=%s revision=%d restore to=%d (deleted at revision %d) ordinal=%d",
-				rev.KnowledgeBaseID, rev.DocumentID, rev.Revision, n, del.Revision, c.Ordinal)
-		}
-		return c, err
-	})
-	if err != nil && mirrored && s.search != nil {
-		if derr := s.search.index.DeleteChunks(context.WithoutCancel(ctx), []service.ID{id}); derr != nil {
-			s.log.WarnContext(ctx, "could not remove an uncommitted restore from the search engine; ragent reindex-search repairs it", "chunk", id, "err", derr)
-		}
-	}
-	return out, err
-}
-
 // DeletedChunks lists the deletions of a document's current chunks that
 // can be restored, newest first: the deleting revisions, with the text
 // and place the chunk had (editors: the text is no longer in the
@@ -398,106 +341,20 @@ func (s *Service) DeleteChunk(ctx context.Context, p service.Principal, id servi
 // ChunkRevisions lists a chunk's revisions, newest first (editors: the
 // history holds the texts the chunk no longer has).
 func (s *Service) ChunkRevisions(ctx context.Context, p service.Principal, id service.ID) ([]service.ChunkRevision, error) {
-	readable, roles, err := s.editorKBs(ctx, p)
-	if err != nil {
-		return nil, err
-	}
-	revs, err := s.curation.ChunkRevisions(ctx, id, readable)
+	revs, readable, roles, err := s.editorRevisions(ctx, p, id)
 	if err != nil {
 		return nil, err
 	}
 	if len(revs) == 0 {
-		// A chunk never changed has no revisions; a live one p reads is
-		// an empty history, anything else not found.
-		c, err := s.store.ChunkIn(ctx, id, readable)
-		if errors.Is(err, service.ErrNotFound) {
-			return nil, service.Errorf(service.ErrNotFound, "chunk %s not found", id)
-		}
-		if err != nil {
+		// A chunk never changed has no revisions; a live one p edits has
+		// an empty history, anything else is not found.
+		if _, err := s.editableIn(ctx, id, readable, roles); err != nil {
 			return nil, err
-		}
-		if r := roles[c.KnowledgeBaseID]; !r.AtLeast(service.KBEditor) {
-			return nil, service.Errorf(service.ErrForbidden, "this needs the %s role on knowledge base %s (you are %s)", service.KBEditor, c.KnowledgeBaseID, r)
 		}
 		return []service.ChunkRevision{}, nil
 	}
-	if r := roles[revs[0].KnowledgeBaseID]; !r.AtLeast(service.KBEditor) {
-		return nil, service.Errorf(service.ErrForbidden, "this needs the %s role on knowledge base %s (you are %s)", service.KBEditor, revs[0].KnowledgeBaseID, r)
+	if err := mayEdit(roles, revs[0].KnowledgeBaseID); err != nil {
+		return nil, err
 	}
 	return revs, nil
-}
-
-// AddChunk adds a chunk written by hand to a document (editors). It is
-// discarded with the document's other chunks by a reindex of its file:
-// AddManualChunk keeps one for good.
-func (s *Service) AddChunk(ctx context.Context, p service.Principal, docID service.ID, in NewChunk) (*service.Chunk, error) {
-	doc, err := s.document(ctx, p, docID, service.KBEditor)
-	if err != nil {
-		return nil, err
-	}
-	return s.addChunk(ctx, p, doc, in)
-}
-
-// AddManualChunk adds a chunk written by hand to the knowledge base's
-// manual document, made with its first chunk (editors).
-func (s *Service) AddManualChunk(ctx context.Context, p service.Principal, kbID service.ID, in NewChunk) (*service.Chunk, error) {
-	if _, err := s.access.Require(ctx, p, kbID, service.KBEditor); err != nil {
-		return nil, err
-	}
-	if s.curation == nil {
-		return nil, service.Errorf(service.ErrUnavailable, "chunk curation is not enabled")
-	}
-	if _, err := in.text(); err != nil {
-		return nil, err
-	}
-	id, err := s.ids.NextID()
-	if err != nil {
-		return nil, err
-	}
-	doc, err := s.curation.ManualDocument(ctx, kbID, id, p.UserID)
-	if err != nil {
-		return nil, err
-	}
-	return s.addChunk(ctx, p, doc, in)
-}
-
-func (s *Service) addChunk(ctx context.Context, p service.Principal, doc *service.Document, in NewChunk) (*service.Chunk, error) {
-	if s.curation == nil {
-		return nil, service.Errorf(service.ErrUnavailable, "chunk curation is not enabled")
-	}
-	content, err := in.text()
-	if err != nil {
-		return nil, err
-	}
-	id, err := s.ids.NextID()
-	if err != nil {
-		return nil, err
-	}
-	ch, err := s.embedOne(ctx, p, doc.KnowledgeBaseID, id, content, "", 1)
-	if err != nil {
-		return nil, err
-	}
-	ch.Action, ch.Enabled, ch.ActorUserID, ch.ActorName = service.ChunkCreate, true, p.UserID, p.Username
-	if ch.RevisionID, err = s.ids.NextID(); err != nil {
-		return nil, err
-	}
-	ev := service.AuditEvent{Action: service.AuditChunkCreate, TargetType: service.TargetChunk, TargetID: id.String()}
-	mirrored := false
-	out, err := service.AuditDo(ctx, s.audit, ev, func(ctx context.Context, ev *service.AuditEvent) (*service.Chunk, error) {
-		c, _, err := s.curation.AddChunk(ctx, doc.ID, []service.ID{doc.KnowledgeBaseID}, service.Chunk{ID: id}, ch,
-			func(c *service.Chunk) error {
-				mirrored = true
-				return s.mirror(ctx, c, ch)
-			})
-		if err == nil {
-			ev.Detail = fmt.Sprintf("kb=%s document=%s ordinal=%d", c.KnowledgeBaseID, c.DocumentID, c.Ordinal)
-		}
-		return c, err
-	})
-	if err != nil && mirrored && s.search != nil {
-		if derr := s.search.index.DeleteChunks(context.WithoutCancel(ctx), []service.ID{id}); derr != nil {
-			s.log.WarnContext(ctx, "could not remove an uncommitted chunk from the search engine", "chunk", id, "err", derr)
-		}
-	}
-	return out, err
 }

@@ -76,9 +76,14 @@ export async function act(request, reload, okText) {
   await reload();
 }
 
-// confirmDelete asks to confirm message and, on OK, acts with DELETE path.
-export async function confirmDelete(message, path, reload) {
-  if (await confirmDialog(message, { okLabel: t('common.delete'), danger: true })) await act(() => del(path), reload);
+// confirmDelete asks to confirm message and, on OK, acts with DELETE path
+// (then onDeleted, if the delete went through).
+export async function confirmDelete(message, path, reload, onDeleted) {
+  if (!(await confirmDialog(message, { okLabel: t('common.delete'), danger: true }))) return;
+  await act(async () => {
+    await del(path);
+    onDeleted?.();
+  }, reload);
 }
 
 // numCol is the header cell of a numeric (right-aligned) column.
@@ -182,16 +187,8 @@ export function mountKnowledgeBases(root, ctx) {
     await load();
   }
 
-  async function remove(kb) {
-    if (!(await confirmDialog(t('kb.deleteConfirm', { name: kb.name }), { okLabel: t('common.delete'), danger: true }))) return;
-    try {
-      await del(`/knowledge-bases/${enc(kb.id)}`);
-      if (editing?.id === kb.id) setEditing(null);
-      await load();
-    } catch (err) {
-      toast(errorText(err));
-    }
-  }
+  const remove = (kb) => confirmDelete(t('kb.deleteConfirm', { name: kb.name }), `/knowledge-bases/${enc(kb.id)}`, load,
+    () => { if (editing?.id === kb.id) setEditing(null); });
 
   const { load, destroy } = listPage({
     path: '/knowledge-bases?limit=200',
@@ -401,16 +398,8 @@ export function mountTerms(root, ctx) {
     }
   }
 
-  async function remove(m) {
-    if (!(await confirmDialog(t('terms.deleteConfirm', { source: m.sourceTerm, target: m.targetTerm }), { okLabel: t('common.delete'), danger: true }))) return;
-    try {
-      await del(`/admin/term-mappings/${enc(m.id)}`);
-      if (editing?.id === m.id) setEditing(null);
-      await load();
-    } catch (err) {
-      toast(errorText(err));
-    }
-  }
+  const remove = (m) => confirmDelete(t('terms.deleteConfirm', { source: m.sourceTerm, target: m.targetTerm }), `/admin/term-mappings/${enc(m.id)}`, load,
+    () => { if (editing?.id === m.id) setEditing(null); });
 
   const { load, destroy } = listPage({
     path: '/admin/term-mappings',

@@ -2,27 +2,24 @@
 // admins see (and may revoke) every user's, with the owner. A new key is
 // shown once, in a dialog with a copy button; the server keeps only its hash.
 import { t } from './i18n.js';
-import { h, toast, errorText, confirmDialog, formatTime, field } from './dom.js';
-import { get, post, del, enc } from './api.js';
+import { h, formatTime, field } from './dom.js';
+import { post } from './api.js';
 import { pageHeader, adminForm, dataTable, emptyRow } from './admin.js';
+import { kbPicker, listKeys, revokeKey, showOnce } from './keyforms.js';
 
 const SCOPES = ['read', 'search', 'chat', 'ingest'];
 
 export function mountAPIKeys(root, ctx) {
   const isAdmin = ctx.user?.role === 'admin';
   let destroyed = false;
-  let kbNames = new Map();
+  const gone = () => destroyed;
 
   const name = h('input', { id: 'apikey-name', required: true, maxlength: 100, autocomplete: 'off', 'data-testid': 'apikey-name' });
   const scopeBoxes = SCOPES.map((s) => h('input', { type: 'checkbox', id: `apikey-scope-${s}`, value: s, 'data-testid': 'apikey-scope', 'data-scope': s, checked: s === 'read' || s === 'search' }));
   const scopes = h('fieldset', { class: 'checks' },
     h('legend', {}, t('apikeys.scopes')),
     scopeBoxes.map((box) => h('label', { for: box.id, class: 'check' }, box, ' ', h('strong', {}, box.value), ' ', h('span', { class: 'muted' }, t(`apikeys.scope.${box.value}`)))));
-  const kbList = h('div', { class: 'checks', 'data-testid': 'apikey-kbs' });
-  const kbs = h('fieldset', { class: 'checks' },
-    h('legend', {}, t('apikeys.knowledgeBases')),
-    h('small', { class: 'hint' }, t('apikeys.knowledgeBasesHint')),
-    kbList);
+  const kbs = kbPicker('apikey', t('apikeys.knowledgeBases'), t('apikeys.knowledgeBasesHint'));
   const expires = h('input', { id: 'apikey-expires', type: 'date', 'data-testid': 'apikey-expires' });
   const { form } = adminForm({
     name: 'apikey',
@@ -31,10 +28,10 @@ export function mountAPIKeys(root, ctx) {
     fields: [
       field(t('apikeys.name'), name),
       field(t('apikeys.expires'), expires, t('apikeys.expiresHint'))],
-    below: [scopes, kbs],
+    below: [scopes, kbs.fieldset],
     save: async () => {
       const body = { name: name.value.trim(), scopes: scopeBoxes.filter((b) => b.checked).map((b) => b.value) };
-      const picked = [...kbList.querySelectorAll('input:checked')].map((b) => b.value);
+      const picked = kbs.picked();
       if (picked.length > 0) body.knowledgeBaseIds = picked;
       if (expires.value) body.expiresAt = new Date(`${expires.value}T23:59:59`).toISOString();
       const created = await post('/api-keys', body);
@@ -54,16 +51,7 @@ export function mountAPIKeys(root, ctx) {
     form, table,
     isAdmin ? h('p', { class: 'muted' }, h('a', { href: '#/admin/widgets', 'data-testid': 'apikey-widgets-link' }, t('apikeys.widgetsElsewhere'))) : null));
 
-  async function revoke(k) {
-    if (!(await confirmDialog(t('apikeys.revokeConfirm', { name: k.name, prefix: k.prefix }), { okLabel: t('apikeys.revoke'), danger: true }))) return;
-    try {
-      await del(`/api-keys/${enc(k.id)}`);
-      toast(t('apikeys.revoked'), 'info');
-      await load();
-    } catch (err) {
-      toast(errorText(err));
-    }
-  }
+  const revoke = (k) => revokeKey('apikeys', k, load);
 
   function render(items) {
     const cols = head.length;
@@ -72,64 +60,34 @@ export function mountAPIKeys(root, ctx) {
       h('td', {}, h('code', {}, `${k.prefix}…`)),
       isAdmin ? h('td', {}, k.username) : null,
       h('td', {}, (k.scopes ?? []).join(', ')),
-      h('td', { class: 'wrap' }, k.knowledgeBaseIds ? k.knowledgeBaseIds.map((id) => kbNames.get(id) ?? id).join(', ') : t('apikeys.allKnowledgeBases')),
+      h('td', { class: 'wrap' }, k.knowledgeBaseIds ? k.knowledgeBaseIds.map((id) => kbs.names.get(id) ?? id).join(', ') : t('apikeys.allKnowledgeBases')),
       h('td', { class: 'muted' }, k.lastUsedAt ? formatTime(k.lastUsedAt) : t('apikeys.never')),
       h('td', { class: 'muted' }, k.expiresAt ? formatTime(k.expiresAt) : t('apikeys.noExpiry')),
       h('td', { class: 'actions' },
         h('button', { type: 'button', class: 'btn btn-sm btn-danger', 'data-testid': 'apikey-revoke', onClick: () => revoke(k) }, t('apikeys.revoke')))))));
   }
 
-  async function loadKnowledgeBases() {
-    try {
-      const res = await get('/knowledge-bases?limit=200');
-      if (destroyed) return;
-      const items = res?.items ?? [];
-      kbNames = new Map(items.map((kb) => [kb.id, kb.name]));
-      kbList.replaceChildren(...items.map((kb) => {
-        const box = h('input', { type: 'checkbox', id: `apikey-kb-${kb.id}`, value: kb.id, 'data-testid': 'apikey-kb', 'data-kb-id': kb.id });
-        return h('label', { for: box.id, class: 'check' }, box, ' ', kb.name);
-      }));
-    } catch (err) {
-      toast(errorText(err));
-    }
-  }
+  // Widget keys have a page of their own (widgets.js).
+  const load = () => listKeys((k) => k.kind !== 'widget', gone, render);
 
-  async function load() {
-    try {
-      const res = await get('/api-keys?limit=200');
-      // Widget keys have a page of their own (widgets.js).
-      if (!destroyed) render((res?.items ?? []).filter((k) => k.kind !== 'widget'));
-    } catch (err) {
-      toast(errorText(err));
-    }
-  }
-
-  loadKnowledgeBases().then(load);
+  kbs.load(gone).then(load);
   return { destroy() { destroyed = true; } };
 }
 
 // showKeyOnce shows a new key with a copy button. Closing the dialog drops
 // the only copy the page has.
 function showKeyOnce(created) {
-  const dlg = h('dialog', { class: 'dialog', 'data-testid': 'apikey-dialog', 'aria-labelledby': 'apikey-dialog-title' });
-  dlg.addEventListener('close', () => dlg.remove());
   const value = h('input', { id: 'apikey-value', readonly: true, value: created.key, 'data-testid': 'apikey-value', spellcheck: 'false', autocomplete: 'off' });
-  const copy = h('button', { type: 'button', class: 'btn btn-primary', 'data-testid': 'apikey-copy', onClick: () => {
-    navigator.clipboard?.writeText(created.key).then(
-      () => toast(t('apikeys.copied'), 'info'),
-      () => { value.select(); toast(t('apikeys.copyFailed')); });
-  } }, t('apikeys.copy'));
-  dlg.append(h('div', { class: 'dialog-body' },
-    h('div', { class: 'dialog-head' },
-      h('h2', { id: 'apikey-dialog-title' }, t('apikeys.createdTitle', { name: created.name }))),
-    h('p', { role: 'alert' }, t('apikeys.onceWarning')),
-    field(t('apikeys.key'), value),
-    h('p', { class: 'muted' }, t('apikeys.usage')),
-    h('pre', { class: 'apikey-usage' }, h('code', {}, `curl -H "Authorization: Bearer ${created.prefix}…" ${location.origin}/api/v1/knowledge-bases`)),
-    h('div', { class: 'dialog-actions' },
-      copy,
-      h('button', { type: 'button', class: 'btn', 'data-testid': 'apikey-dialog-close', onClick: () => dlg.close() }, t('apikeys.done')))));
-  document.body.append(dlg);
-  dlg.showModal();
-  value.select();
+  showOnce({
+    p: 'apikey',
+    ns: 'apikeys',
+    title: t('apikeys.createdTitle', { name: created.name }),
+    text: created.key,
+    value,
+    body: [
+      h('p', { role: 'alert' }, t('apikeys.onceWarning')),
+      field(t('apikeys.key'), value),
+      h('p', { class: 'muted' }, t('apikeys.usage')),
+      h('pre', { class: 'apikey-usage' }, h('code', {}, `curl -H "Authorization: Bearer ${created.prefix}…" ${location.origin}/api/v1/knowledge-bases`))],
+  });
 }

@@ -1,9 +1,9 @@
 // Audit log page (admins): the append-only record of logins and changes,
 // newest first, with filters and "load more" paging.
 import { t } from './i18n.js';
-import { h, clear, formatTime, field } from './dom.js';
-import { get } from './api.js';
-import { pageHeader, formError, showFormError, emptyRow, dataTable } from './admin.js';
+import { h, formatTime, field } from './dom.js';
+import { pageHeader, formError, dataTable } from './admin.js';
+import { pagedList } from './pager.js';
 
 // The recorded actions (docs/security.md "Audit log"); the filter offers these.
 const ACTIONS = [
@@ -29,10 +29,6 @@ function toRFC3339(v) {
 }
 
 export function mountAudit(root, ctx) {
-  let cursor = null;
-  let destroyed = false;
-  let generation = 0; // a newer search makes older answers stale
-
   const action = h('select', { id: 'audit-action', 'data-testid': 'audit-action' },
     h('option', { value: '' }, t('audit.any')),
     ...ACTIONS.map((a) => h('option', { value: a }, a)));
@@ -74,8 +70,7 @@ export function mountAudit(root, ctx) {
     add('target', target.value.trim());
     add('since', toRFC3339(since.value));
     add('until', toRFC3339(until.value));
-    if (cursor) q.set('cursor', cursor);
-    return q.toString();
+    return q;
   }
 
   function row(e) {
@@ -91,32 +86,13 @@ export function mountAudit(root, ctx) {
       h('td', { class: 'wrap muted' }, e.ip || '', h('br'), h('small', {}, e.requestId || '')));
   }
 
-  async function load(append) {
-    const mine = ++generation;
-    if (!append) cursor = null;
-    more.disabled = true;
-    try {
-      const page = await get(`/admin/audit?${query()}`);
-      if (destroyed || mine !== generation) return;
-      errBox.hidden = true;
-      if (!append) clear(tbody);
-      for (const e of page.items) tbody.append(row(e));
-      if (!tbody.firstChild) tbody.append(emptyRow(7, t('audit.empty')));
-      cursor = page.nextCursor;
-      more.hidden = !cursor;
-    } catch (err) {
-      if (destroyed || mine !== generation) return;
-      if (err.status === 403) { ctx.forbidden(); return; }
-      showFormError(errBox, err);
-    } finally {
-      more.disabled = false;
-    }
-  }
+  const list = pagedList({ path: '/admin/audit', query, tbody, more, errBox, row, empty: [7, t('audit.empty')], ctx });
+  const load = list.load;
+
 
   form.addEventListener('submit', (e) => { e.preventDefault(); load(false); });
   // After the reset has cleared the controls.
   form.addEventListener('reset', () => setTimeout(() => load(false)));
-  more.addEventListener('click', () => load(true));
   load(false);
-  return { destroy() { destroyed = true; } };
+  return list;
 }

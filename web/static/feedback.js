@@ -4,17 +4,14 @@
 // found, and the export button downloads the judged downvotes as a BEIR
 // folder (README "Answer feedback").
 import { t } from './i18n.js';
-import { h, clear, formatTime, field, toast, errorText } from './dom.js';
+import { h, formatTime, field, toast, errorText } from './dom.js';
 import { get, put } from './api.js';
-import { pageHeader, formError, showFormError, emptyRow, dataTable } from './admin.js';
+import { pageHeader, formError, dataTable } from './admin.js';
+import { pagedList } from './pager.js';
 
 const PAGE = 50;
 
 export function mountFeedback(root, ctx) {
-  let cursor = null;
-  let destroyed = false;
-  let generation = 0;
-
   const kb = h('select', { id: 'feedback-kb', 'data-testid': 'feedback-kb' }, h('option', { value: '' }, t('audit.any')));
   const rating = h('select', { id: 'feedback-rating', 'data-testid': 'feedback-rating' },
     h('option', { value: '' }, t('audit.any')),
@@ -46,8 +43,7 @@ export function mountFeedback(root, ctx) {
     if (rating.value) q.set('rating', rating.value);
     if (since.value) q.set('since', since.value);
     if (until.value) q.set('until', until.value);
-    if (cursor) q.set('cursor', cursor);
-    return q.toString();
+    return q;
   }
 
   function row(f) {
@@ -74,32 +70,14 @@ export function mountFeedback(root, ctx) {
     return tr;
   }
 
-  async function load(append) {
-    const mine = ++generation;
-    if (!append) cursor = null;
-    more.disabled = true;
-    try {
-      const page = await get(`/admin/feedback?${query()}`);
-      if (destroyed || mine !== generation) return;
-      errBox.hidden = true;
-      if (!append) clear(tbody);
-      for (const f of page.items) tbody.append(row(f));
-      if (!tbody.firstChild) tbody.append(emptyRow(5, t('feedback.empty')));
-      cursor = page.nextCursor;
-      more.hidden = !cursor;
-    } catch (err) {
-      if (destroyed || mine !== generation) return;
-      if (err.status === 403) { ctx.forbidden(); return; }
-      showFormError(errBox, err);
-    } finally {
-      more.disabled = false;
-    }
-  }
+  const list = pagedList({ path: '/admin/feedback', query, tbody, more, errBox, row, empty: [5, t('feedback.empty')], ctx });
+  const load = list.load;
+
 
   async function loadKBs() {
     try {
       const res = await get('/knowledge-bases?limit=200');
-      if (destroyed) return;
+      if (list.destroyed()) return;
       kb.append(...(res?.items ?? []).map((k) => h('option', { value: k.id }, k.name)));
     } catch { /* the filter stays "any" */ }
   }
@@ -124,8 +102,7 @@ export function mountFeedback(root, ctx) {
     setTimeout(() => URL.revokeObjectURL(url), 10000);
   });
   form.addEventListener('submit', (e) => { e.preventDefault(); load(false); });
-  more.addEventListener('click', () => load(true));
   loadKBs();
   load(false);
-  return { destroy() { destroyed = true; } };
+  return list;
 }

@@ -6,9 +6,10 @@
 // rates), but the server keeps only its hash, so the snippet is shown once.
 // docs/widget.md.
 import { t } from './i18n.js';
-import { h, toast, errorText, confirmDialog, formatTime, field } from './dom.js';
-import { get, post, del, enc } from './api.js';
+import { h, formatTime, field } from './dom.js';
+import { post } from './api.js';
 import { pageHeader, adminForm, dataTable, emptyRow, rowAction } from './admin.js';
+import { kbPicker, listKeys, revokeKey, showOnce } from './keyforms.js';
 
 // The server's bounds (service/auth/widget.go), checked here to say so early.
 const MAX_ORIGINS = 20;
@@ -16,7 +17,7 @@ const MAX_RATE = 10000;
 
 export function mountWidgets(root) {
   let destroyed = false;
-  let kbNames = new Map();
+  const gone = () => destroyed;
 
   const name = h('input', { id: 'widgetkey-name', required: true, maxlength: 100, autocomplete: 'off', 'data-testid': 'widgetkey-name' });
   const origins = h('textarea', { id: 'widgetkey-origins', required: true, rows: 3, spellcheck: 'false', autocomplete: 'off',
@@ -26,11 +27,7 @@ export function mountWidgets(root) {
   const visitorRate = rate('widgetkey-visitor-rate');
   originRate.placeholder = '60';
   visitorRate.placeholder = '10';
-  const kbList = h('div', { class: 'checks', 'data-testid': 'widgetkey-kbs' });
-  const kbs = h('fieldset', { class: 'checks' },
-    h('legend', {}, t('widgets.knowledgeBases')),
-    h('small', { class: 'hint' }, t('widgets.knowledgeBasesHint')),
-    kbList);
+  const kbs = kbPicker('widgetkey', t('widgets.knowledgeBases'), t('widgets.knowledgeBasesHint'));
   const { form } = adminForm({
     name: 'widgetkey',
     label: t('widgets.createTitle'),
@@ -40,11 +37,11 @@ export function mountWidgets(root) {
       field(t('widgets.origins'), origins, t('widgets.originsHint')),
       field(t('widgets.originRate'), originRate, t('widgets.originRateHint')),
       field(t('widgets.visitorRate'), visitorRate, t('widgets.visitorRateHint'))],
-    below: [kbs],
+    below: [kbs.fieldset],
     save: async () => {
       const list = origins.value.split(/[\s,]+/).map((o) => o.trim().replace(/\/+$/, '')).filter(Boolean);
       if (list.length === 0 || list.length > MAX_ORIGINS) throw new Error(t('widgets.originsCount', { max: MAX_ORIGINS }));
-      const picked = [...kbList.querySelectorAll('input:checked')].map((b) => b.value);
+      const picked = kbs.picked();
       if (picked.length === 0) throw new Error(t('widgets.pickKnowledgeBase'));
       const body = { name: name.value.trim(), knowledgeBaseIds: picked, origins: list };
       if (originRate.value) body.originRate = Number(originRate.value);
@@ -64,54 +61,23 @@ export function mountWidgets(root) {
     pageHeader(t('widgets.title'), t('widgets.subtitle')),
     form, table));
 
-  async function revoke(k) {
-    if (!(await confirmDialog(t('widgets.revokeConfirm', { name: k.name, prefix: k.prefix }), { okLabel: t('widgets.revoke'), danger: true }))) return;
-    try {
-      await del(`/api-keys/${enc(k.id)}`);
-      toast(t('widgets.revoked'), 'info');
-    } catch (err) {
-      toast(errorText(err));
-    }
-    await load();
-  }
+  const revoke = (k) => revokeKey('widgets', k, load);
 
   function render(items) {
     tbody.replaceChildren(...(items.length === 0 ? [emptyRow(head.length, t('widgets.empty'))] : items.map((k) => h('tr', { 'data-testid': 'widgetkey-row', 'data-id': k.id, 'data-name': k.name },
       h('th', { scope: 'row' }, k.name),
       h('td', {}, h('code', {}, `${k.prefix}…`)),
       h('td', {}, k.username),
-      h('td', { class: 'wrap' }, (k.knowledgeBaseIds ?? []).map((id) => kbNames.get(id) ?? id).join(', ')),
+      h('td', { class: 'wrap' }, (k.knowledgeBaseIds ?? []).map((id) => kbs.names.get(id) ?? id).join(', ')),
       h('td', { class: 'wrap', 'data-testid': 'widgetkey-row-origins' }, (k.widget?.origins ?? []).map((o) => h('div', {}, o))),
       h('td', { class: 'muted' }, t('widgets.ratesValue', { origin: k.widget?.originRate ?? '', visitor: k.widget?.visitorRate ?? '' })),
       h('td', { class: 'muted' }, k.lastUsedAt ? formatTime(k.lastUsedAt) : t('widgets.never')),
       h('td', { class: 'actions' }, rowAction('widgetkey-revoke', t('widgets.revoke'), k.name, () => revoke(k), { danger: true }))))));
   }
 
-  async function loadKnowledgeBases() {
-    try {
-      const res = await get('/knowledge-bases?limit=200');
-      if (destroyed) return;
-      const items = res?.items ?? [];
-      kbNames = new Map(items.map((kb) => [kb.id, kb.name]));
-      kbList.replaceChildren(...items.map((kb) => {
-        const box = h('input', { type: 'checkbox', id: `widgetkey-kb-${kb.id}`, value: kb.id, 'data-testid': 'widgetkey-kb', 'data-kb-id': kb.id });
-        return h('label', { for: box.id, class: 'check' }, box, ' ', kb.name);
-      }));
-    } catch (err) {
-      toast(errorText(err));
-    }
-  }
+  const load = () => listKeys((k) => k.kind === 'widget', gone, render);
 
-  async function load() {
-    try {
-      const res = await get('/api-keys?limit=200');
-      if (!destroyed) render((res?.items ?? []).filter((k) => k.kind === 'widget'));
-    } catch (err) {
-      toast(errorText(err));
-    }
-  }
-
-  loadKnowledgeBases().then(load);
+  kbs.load(gone).then(load);
   return { destroy() { destroyed = true; } };
 }
 
@@ -126,26 +92,17 @@ function widgetSnippet(key) {
 // Closing the dialog drops the only copy the page has.
 function showSnippetOnce(created) {
   const snippet = widgetSnippet(created.key);
-  const dlg = h('dialog', { class: 'dialog', 'data-testid': 'widgetkey-dialog', 'aria-labelledby': 'widgetkey-dialog-title' });
-  dlg.addEventListener('close', () => dlg.remove());
   const value = h('textarea', { id: 'widgetkey-snippet', readonly: true, rows: 3, spellcheck: 'false', autocomplete: 'off', 'data-testid': 'widgetkey-snippet' });
   value.value = snippet;
-  const copy = h('button', { type: 'button', class: 'btn btn-primary', 'data-testid': 'widgetkey-copy', onClick: () => {
-    const copied = navigator.clipboard ? navigator.clipboard.writeText(snippet) : Promise.reject(new Error('no clipboard'));
-    copied.then(
-      () => { copy.dataset.copied = 'true'; toast(t('widgets.copied'), 'info'); },
-      () => { value.select(); toast(t('widgets.copyFailed')); });
-  } }, t('widgets.copy'));
-  dlg.append(h('div', { class: 'dialog-body' },
-    h('div', { class: 'dialog-head' },
-      h('h2', { id: 'widgetkey-dialog-title' }, t('widgets.createdTitle', { name: created.name }))),
-    h('p', {}, t('widgets.snippetHelp')),
-    field(t('widgets.snippet'), value),
-    h('p', { class: 'muted', role: 'note' }, t('widgets.onceWarning')),
-    h('div', { class: 'dialog-actions' },
-      copy,
-      h('button', { type: 'button', class: 'btn', 'data-testid': 'widgetkey-dialog-close', onClick: () => dlg.close() }, t('widgets.done')))));
-  document.body.append(dlg);
-  dlg.showModal();
-  value.select();
+  showOnce({
+    p: 'widgetkey',
+    ns: 'widgets',
+    title: t('widgets.createdTitle', { name: created.name }),
+    text: snippet,
+    value,
+    body: [
+      h('p', {}, t('widgets.snippetHelp')),
+      field(t('widgets.snippet'), value),
+      h('p', { class: 'muted', role: 'note' }, t('widgets.onceWarning'))],
+  });
 }
