@@ -12,7 +12,7 @@
 # its relative paths). Tests are dealt round-robin in name order, so that a
 # family of similar tests (TestChat…) spreads over the shards. Each shard's
 # events go to $SHARD_DIR/shard-N.json (go tool test2json), its stderr to
-# shard-N.err; at the end it
+# shard-N.err; at the end (with jq: scripts/services.sh start tools) it
 # prints one line per shard, the output of every failed test and of the
 # package (a panic, a timeout), and the slowest tests. Exits non-zero when a
 # shard fails.
