@@ -13,7 +13,8 @@
 # family of similar tests (TestChat…) spreads over the shards. Each shard's
 # events go to $SHARD_DIR/shard-N.json (go tool test2json), its stderr to
 # shard-N.err; at the end (with jq: scripts/services.sh start tools) it
-# prints one line per shard, the output of every failed test and of the
+# prints one line per shard (passed, failed, skipped by name: under
+# RAGENT_REQUIRE_SERVICES only the gated ones should skip), the output of every failed test and of the
 # package (a panic, a timeout), and the slowest tests. Exits non-zero when a
 # shard fails.
 set -euo pipefail
@@ -50,9 +51,10 @@ failed=0
 for s in "${!pids[@]}"; do
 	if wait "${pids[s]}"; then status=ok; else status=FAIL failed=1; fi
 	file=$SHARD_DIR/shard-$s.json
-	printf 'testshards: shard %d %s: %d tests passed, %d failed, %ss\n' "$s" "$status" \
-		"$(jq -s '[.[] | select(.Test and (.Test | contains("/") | not) and .Action == "pass")] | length' "$file" 2>/dev/null || echo '?')" \
-		"$(jq -s '[.[] | select(.Test and (.Test | contains("/") | not) and .Action == "fail")] | length' "$file" 2>/dev/null || echo '?')" \
+	count() { jq -s --arg a "$1" '[.[] | select(.Test and (.Test | contains("/") | not) and .Action == $a)] | length' "$file" 2>/dev/null || echo '?'; }
+	skipped=$(jq -rs '[.[] | select(.Test and (.Test | contains("/") | not) and .Action == "skip") | .Test] | join(" ")' "$file" 2>/dev/null || true)
+	printf 'testshards: shard %d %s: %s tests passed, %s failed, %s skipped%s, %ss\n' "$s" "$status" \
+		"$(count pass)" "$(count fail)" "$(count skip)" "${skipped:+ ($skipped)}" \
 		"$(jq -rs '[.[] | select(.Test == null and (.Action == "pass" or .Action == "fail"))][0].Elapsed // "?"' "$file" 2>/dev/null || echo '?')"
 	if [[ $status == FAIL ]]; then
 		# The output of each failed test and of the package itself (a
