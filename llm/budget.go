@@ -75,6 +75,21 @@ func (b *budgetedChat) Stream(ctx context.Context, req service.ChatRequest, onDe
 	return u, err
 }
 
+// reservedAttempt is one retrier attempt of call under budget for an
+// endpoint whose answer carries no token count the budget can use (the
+// reranker, embeddings): the grant is settled as reserved, and a refusal
+// that outlasted maxWait is final (no backoff on top of the wait).
+func reservedAttempt(ctx context.Context, budget Budget, tokens int, maxWait time.Duration, now func() time.Time, call func() (bool, error)) func() (bool, error) {
+	return func() (bool, error) {
+		g, err := underBudget(ctx, budget, tokens, maxWait, now, call)
+		if g == nil {
+			return false, err
+		}
+		g.Done(-1)
+		return true, err
+	}
+}
+
 // underBudget makes one call of about tokens through budget. A refusal of
 // the provider (429) that call may retry (nothing was emitted yet) shrinks
 // the budget and queues the call again at its place, until maxWait has

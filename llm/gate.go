@@ -62,15 +62,7 @@ func textTokens(texts []string) int {
 func (e *remoteEmbedder) attempt(ctx context.Context, kind service.EmbedKind, texts []string, call func() error) func() (bool, error) {
 	if rg, ok := e.gate.(RetryGate); ok {
 		if b, maxWait := rg.Budget(kind); b != nil {
-			tokens := textTokens(texts)
-			return func() (bool, error) {
-				g, err := underBudget(ctx, b, tokens, maxWait, e.retry.now, func() (bool, error) { return true, call() })
-				if g == nil {
-					return false, err // refused for longer than the wait: no backoff on top
-				}
-				g.Done(-1) // as reserved: the usage reports the provider's count
-				return true, err
-			}
+			return reservedAttempt(ctx, b, textTokens(texts), maxWait, e.retry.now, func() (bool, error) { return true, call() })
 		}
 	}
 	return func() (bool, error) {

@@ -90,15 +90,7 @@ func (r *Reranker) Rerank(ctx context.Context, query string, docs []string) ([]f
 	}
 	attempt := once
 	if r.budget != nil {
-		tokens := RerankTokens(query, docs)
-		attempt = func() (bool, error) {
-			g, err := underBudget(ctx, r.budget, tokens, r.maxWait, r.now, once)
-			if g == nil {
-				return false, err // refused for longer than the wait: no backoff on top
-			}
-			g.Done(-1) // the provider reports no usage: the estimate stands
-			return true, err
-		}
+		attempt = reservedAttempt(ctx, r.budget, RerankTokens(query, docs), r.maxWait, r.now, once)
 	}
 	err = r.retry.do(ctx, attempt)
 	if err != nil {
