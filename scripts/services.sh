@@ -58,6 +58,15 @@ readonly SCRIPT_DIR
 readonly CACHE_ROOT=${RAGENT_SERVICES_CACHE:-${XDG_CACHE_HOME:-${HOME:-/root}/.cache}/ragent}
 readonly STATE_DIR=$CACHE_ROOT/state
 
+# EXEC_RECORDING_PID is the inner script of `bash -c "$EXEC_RECORDING_PID" _
+# PIDFILE CMD...`: the shell writes its own pid to PIDFILE and then becomes
+# CMD, so the file names the long-running process. The pid goes to a
+# temporary file renamed into place: a start loop that reads PIDFILE while
+# the shell is still writing it must never see an empty file and take the
+# service for one that exited (CI failed once on exactly that).
+# shellcheck disable=SC2016 # $$ and $@ belong to the inner shell.
+readonly EXEC_RECORDING_PID='echo $$ >"$1.new" && mv -f "$1.new" "$1" && shift && exec "$@"'
+
 readonly PG_MAJOR=15
 readonly PG_CLUSTER=main
 readonly PG_PORT=5432
@@ -817,9 +826,8 @@ rmq_launch() {
 	rmq_launched=1
 	# The inner shell records its own pid and then becomes java, so the
 	# pid file names the JVM whether or not setsid had to fork.
-	# shellcheck disable=SC2016 # $$ and $@ belong to the inner shell.
-	ROCKETMQ_HOME=$RMQ_STATE/home setsid nohup bash -c 'echo $$ >"$1"; shift; exec java "$@"' \
-		_ "$RMQ_STATE/$name.pid" "${java_opts[@]}" \
+	ROCKETMQ_HOME=$RMQ_STATE/home setsid nohup bash -c "$EXEC_RECORDING_PID" \
+		_ "$RMQ_STATE/$name.pid" java "${java_opts[@]}" \
 		>"$RMQ_STATE/$name.out" 2>&1 </dev/null &
 }
 
@@ -1165,8 +1173,7 @@ start_embedder_on() {
 	# One inference runs at a time in a process (the server holds a lock)
 	# on THREADS onnxruntime threads that sleep, not spin, when idle (the
 	# machine is shared with builds and the database).
-	# shellcheck disable=SC2016 # $$ and $@ belong to the inner shell.
-	setsid nohup nice -n "$niceness" bash -c 'echo $$ >"$1"; shift; exec "$@"' \
+	setsid nohup nice -n "$niceness" bash -c "$EXEC_RECORDING_PID" \
 		_ "$EMBEDDER_STATE/server-$port.pid" "$EMBEDDER_VENV/bin/python" "$EMBEDDER_VENV/app/server.py" \
 		--host 127.0.0.1 --port "$port" --model-dir "$EMBEDDER_VENV/model" --default-type query \
 		--threads "$threads" --model-name "$EMBEDDER_MODEL" \
@@ -1425,8 +1432,7 @@ start_opensearch() {
 	# The root shell records its pid and becomes setpriv, which drops to
 	# the node's user and execs java: the pid file names the JVM. Its own
 	# session keeps a Ctrl-C in the caller's terminal away from it.
-	# shellcheck disable=SC2016 # $$ and $@ belong to the inner shell.
-	setsid nohup bash -c 'echo $$ >"$1"; shift; exec "$@"' _ "$OS_STATE/node.pid" \
+	setsid nohup bash -c "$EXEC_RECORDING_PID" _ "$OS_STATE/node.pid" \
 		setpriv --reuid="$OS_USER" --regid="$OS_USER" --init-groups --inh-caps=-all \
 		java "${java_opts[@]}" >"$OS_STATE/node.out" 2>&1 </dev/null &
 	local deadline=$((SECONDS + OS_BOOT_TIMEOUT))
@@ -1600,11 +1606,10 @@ start_keycloak() {
 	rm -f "$KC_STATE/keycloak.pid"
 	# kc.sh execs java in the end, so the pid the inner shell records is
 	# the JVM's; its own session keeps a Ctrl-C in the caller's terminal away.
-	# shellcheck disable=SC2016 # $$ and $@ belong to the inner shell.
 	JAVA_HOME=$java_home PATH=$java_home/bin:$PATH \
 		KC_BOOTSTRAP_ADMIN_USERNAME=admin KC_BOOTSTRAP_ADMIN_PASSWORD=admin \
 		JAVA_OPTS_KC_HEAP='-Xms64m -Xmx512m' \
-		setsid nohup bash -c 'echo $$ >"$1"; shift; exec "$@"' _ "$KC_STATE/keycloak.pid" \
+		setsid nohup bash -c "$EXEC_RECORDING_PID" _ "$KC_STATE/keycloak.pid" \
 		"$KC_HOME/bin/kc.sh" start-dev --http-host=127.0.0.1 --http-port="$KC_PORT" \
 		--http-management-port="$KC_MANAGEMENT_PORT" --hostname-strict=false --import-realm \
 		>"$KC_STATE/keycloak.out" 2>&1 </dev/null &
