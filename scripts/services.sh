@@ -67,6 +67,18 @@ readonly STATE_DIR=$CACHE_ROOT/state
 # shellcheck disable=SC2016 # $$ and $@ belong to the inner shell.
 readonly EXEC_RECORDING_PID='echo $$ >"$1.new" && mv -f "$1.new" "$1" && shift && exec "$@"'
 
+# launched_and_gone PIDFILE: the process a start recorded in PIDFILE has
+# exited. Only a recorded pid that no longer runs counts: a start loop asks
+# this before the service answers, and a file not written yet or a process
+# between its exec calls is still starting.
+launched_and_gone() {
+	local pid
+	[[ -s $1 ]] || return 1
+	pid=$(<"$1")
+	[[ $pid =~ ^[0-9]+$ ]] || return 1
+	! kill -0 "$pid" 2>/dev/null
+}
+
 readonly PG_MAJOR=15
 readonly PG_CLUSTER=main
 readonly PG_PORT=5432
@@ -843,7 +855,7 @@ rmq_wait_boot() {
 	local name=$1 main=$2 port=$3 pattern=$4
 	local deadline=$((SECONDS + RMQ_BOOT_TIMEOUT))
 	until rmq_booted "$name" "$main" "$port" "$pattern"; do
-		if ! rmq_pid "$name" "$main" >/dev/null && [[ -f $RMQ_STATE/$name.pid ]]; then
+		if launched_and_gone "$RMQ_STATE/$name.pid"; then
 			show_log_tail "$RMQ_STATE/$name.out" 60
 			die "rocketmq $name exited during startup (log: $RMQ_STATE/$name.out)"
 		fi
@@ -1180,7 +1192,7 @@ start_embedder_on() {
 		>"$out" 2>&1 </dev/null &
 	local deadline=$((SECONDS + EMBEDDER_BOOT_TIMEOUT))
 	until embedder_healthy "$port"; do
-		if ! embedder_pid "$port" >/dev/null && [[ -f $EMBEDDER_STATE/server-$port.pid ]]; then
+		if launched_and_gone "$EMBEDDER_STATE/server-$port.pid"; then
 			show_log_tail "$out"
 			die "embedder exited during startup (log: $out)"
 		fi
@@ -1437,7 +1449,7 @@ start_opensearch() {
 		java "${java_opts[@]}" >"$OS_STATE/node.out" 2>&1 </dev/null &
 	local deadline=$((SECONDS + OS_BOOT_TIMEOUT))
 	until opensearch_healthy; do
-		if ! opensearch_pid >/dev/null && [[ -f $OS_STATE/node.pid ]]; then
+		if launched_and_gone "$OS_STATE/node.pid"; then
 			show_log_tail "$OS_STATE/node.out" 60
 			die "opensearch exited during startup (log: $OS_STATE/node.out)"
 		fi
@@ -1615,7 +1627,7 @@ start_keycloak() {
 		>"$KC_STATE/keycloak.out" 2>&1 </dev/null &
 	local deadline=$((SECONDS + KC_BOOT_TIMEOUT)) started=$SECONDS
 	until keycloak_ready; do
-		if ! keycloak_pid >/dev/null && [[ -f $KC_STATE/keycloak.pid ]]; then
+		if launched_and_gone "$KC_STATE/keycloak.pid"; then
 			show_log_tail "$KC_STATE/keycloak.out" 60
 			die "keycloak exited during startup (log: $KC_STATE/keycloak.out)"
 		fi
