@@ -47,7 +47,8 @@ type Cost struct {
 	Tokens int
 	// Retry is the permit of an earlier try of the same call that the
 	// provider refused: the request takes back the place it had in the
-	// queue, ahead of everyone who came after it.
+	// queue, ahead of everyone who came after it (with a budget or
+	// without).
 	Retry *Permit
 	// OnWait, when set, is told (from the acquiring goroutine) each time
 	// the request's place or what it waits for changes; it must not block.
@@ -66,7 +67,7 @@ type Wait struct {
 // limiter's budget (without a budget it is AcquireClass).
 func (l *Limiter) AcquireCost(ctx context.Context, requestID, userID string, c Class, cost Cost) (*Permit, error) {
 	c.cost = &cost
-	if cost.Retry != nil && cost.Retry.score > 0 && l.cfg.Budget.enabled() {
+	if cost.Retry != nil && cost.Retry.score > 0 {
 		// The retried try's own permit is gone already (Throttled released
 		// it); a new id keeps its place by score.
 		c.place = cost.Retry.score
@@ -86,7 +87,13 @@ func (l *Limiter) budgetEnqueueArgs(c Class) (string, []any) {
 	if c.cost != nil {
 		tokens = max(c.cost.Tokens, 0)
 	}
-	return l.keys.budget(), append(append([]any{tokens}, l.cfg.Budget.args()...), fmt.Sprintf("%.0f", c.place))
+	return l.keys.budget(), append(append([]any{tokens}, l.cfg.Budget.args()...), c.budgetReserve())
+}
+
+// budgetReserve is the class's Class.BudgetReserve in thousandths, as the
+// scripts take it.
+func (c Class) budgetReserve() int {
+	return int(math.Round(min(max(c.BudgetReserve, 0), 0.999) * 1000))
 }
 
 // reportWait tells the request's OnWait of a changed state.
@@ -119,7 +126,7 @@ func (l *Limiter) budgetPermit(p *Permit, id string, c Class, res claimReply) *P
 	if reserved < 0 && c.cost != nil {
 		reserved = c.cost.Tokens // granted by a call whose reply was lost
 	}
-	p.score, p.used = res.score, -1
+	p.used = -1
 	p.release = func(ctx context.Context) {
 		l.local.redisHeld(-1)
 		args := append([]any{id, l.keys.notify}, l.cfg.Budget.args()...)

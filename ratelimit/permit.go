@@ -26,8 +26,9 @@ type Permit struct {
 	local   bool
 	renewal *lease.Renewer // nil for local permits
 
-	// A budgeted limiter's permit (budget.go): its place in the queue, for
-	// a retry, and the tokens its call spent (-1: as reserved).
+	// Its place in the queue, for a retry (Cost.Retry), and, a budgeted
+	// limiter's permit (budget.go), the tokens its call spent (-1: as
+	// reserved).
 	score    float64
 	used     int
 	usedOnce sync.Once

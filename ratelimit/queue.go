@@ -18,7 +18,8 @@ type claimReply struct {
 	fenced   bool  // waiting: the failover fence holds grants (fence.go)
 
 	// With a budget (budget.go): waiting only for the budget, and how long
-	// until it has room; granted: the tokens reserved and the place held.
+	// until it has room; granted: the tokens reserved. Granted: the place
+	// held (any limiter).
 	budgetOnly bool
 	budgetWait time.Duration
 	reserved   int
@@ -50,7 +51,7 @@ func parseClaim(v []any) (claimReply, error) {
 	case r.status == statusGranted && len(n) >= 4:
 		r.inUse, r.queued, r.nowUS = int(n[1]), int(n[2]), n[3]
 		r.reserved = -1
-		if len(n) >= 6 { // a budget's grant
+		if len(n) >= 6 { // the tokens reserved (a budget's) and the place
 			r.reserved, r.score = int(n[4]), float64(n[5])
 		}
 	case r.status == statusWaiting && len(n) >= 5:
@@ -84,7 +85,7 @@ func (l *Limiter) enqueue(ctx context.Context, id, user string, c Class) (claimR
 	}
 	ks := []string{l.keys.seq, l.keys.queue, l.keys.permits, l.keys.users, l.keys.owners, l.keys.held, l.keys.deadlines, l.keys.entry}
 	args := []any{id, user, l.max(c), l.cfg.Lease.Milliseconds(), ttl.Milliseconds(),
-		l.cfg.MaxQueue, l.cfg.MaxQueuedPerUser, headWindow, c.Level, max(l.cfg.MaxRunningPerUser, 0)}
+		l.cfg.MaxQueue, l.cfg.MaxQueuedPerUser, headWindow, c.Level, max(l.cfg.MaxRunningPerUser, 0), fmt.Sprintf("%.0f", c.place)}
 	// A budget's key and arguments follow (budget.go), then the fence's
 	// go last (fence.go).
 	if bk, bargs := l.budgetEnqueueArgs(c); bk != "" {
@@ -104,7 +105,7 @@ func (l *Limiter) claim(ctx context.Context, id string, c Class) (claimReply, er
 	// A budget's key and arguments follow (budget.go), then the fence's
 	// go last (fence.go).
 	if l.cfg.Budget.enabled() {
-		ks, args = append(ks, l.keys.budget()), append(args, l.cfg.Budget.args()...)
+		ks, args = append(ks, l.keys.budget()), append(append(args, l.cfg.Budget.args()...), c.budgetReserve())
 	}
 	v, err := claimScript.Run(ctx, l.rdb, l.fence.withKey(ks...), l.fence.withArgs(args...)...).Slice()
 	if err != nil {
@@ -150,7 +151,9 @@ func (l *Limiter) acquireRedis(ctx, waitCtx context.Context, id, user string, c 
 			}
 			l.m.permitsInUse.Set(float64(res.inUse))
 			l.m.queueLength.Set(float64(res.queued))
-			return l.budgetPermit(l.redisPermit(id, user), id, c, res), nil
+			p := l.redisPermit(id, user)
+			p.score = res.score // the place, for a retry (Cost.Retry)
+			return l.budgetPermit(p, id, c, res), nil
 		case statusQueueFull:
 			l.m.rejections.WithLabelValues(reasonQueueFull).Inc()
 			return nil, ErrQueueFull

@@ -134,6 +134,12 @@ type Class struct {
 	// is granted only while more than Reserve permits are free (at least one
 	// permit is always left it).
 	Reserve int
+	// BudgetReserve is the share (0..1) of the limiter's budget, requests
+	// and tokens per window, kept for classes without one while one of
+	// their requests was granted within the last window: a request of this
+	// class fits only within the rest (lua/budget.lua). Without a budget
+	// it does nothing.
+	BudgetReserve float64
 
 	// cost and place are AcquireCost's (budget.go).
 	cost  *Cost

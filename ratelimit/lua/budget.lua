@@ -14,8 +14,14 @@
 -- refusal of the provider (throttle.lua) and climbs back by BUDGET_RECOVERY
 -- per window; until (ms) holds every grant back while a Retry-After lasts.
 --
+-- The budget reserve (Class.BudgetReserve): a request of a class with a
+-- reserve r > 0 (document batches) fits only within (1 - r) of the limits
+-- while a request of a class without one (a search question) was granted
+-- within the last window (qts), so a question never waits for budget the
+-- batches took; with no question for a window the batches get it all.
+--
 -- The budget hash: used (tokens in the log), scale, sts (ms when scale was
--- written), until. A queued request's token cost waits in
+-- written), until, qts (ms of the last grant without a reserve). A queued request's token cost waits in
 -- entry_prefix .. id .. ':cost', which expires with its entry marker.
 
 local BUDGET_MIN_SCALE = 0.0625
@@ -27,7 +33,7 @@ local BUDGET_SCAN = 256
 -- window. rl and tl are the limits per window (0: that one is unlimited).
 local function budget_load(key, rl, tl, window, now_ms)
   local log, costs = key .. ':log', key .. ':cost'
-  local v = redis.call('HMGET', key, 'used', 'scale', 'sts', 'until')
+  local v = redis.call('HMGET', key, 'used', 'scale', 'sts', 'until', 'qts')
   local used = tonumber(v[1] or '0')
   local old = redis.call('ZRANGEBYSCORE', log, '-inf', now_ms - window)
   if #old > 0 then
@@ -45,18 +51,24 @@ local function budget_load(key, rl, tl, window, now_ms)
   end
   return {key = key, log = log, costs = costs, rl = rl, tl = tl, window = window, now = now_ms,
     scale = scale, used = used, n = redis.call('ZCARD', log), untl = tonumber(v[4] or '0'),
-    ahead_r = 0, ahead_t = 0, cost = 0}
+    qts = tonumber(v[5] or '0'), reserve = 0, ahead_r = 0, ahead_t = 0, cost = 0}
 end
 
 -- budget_args builds the budget a claim checks from its budget key and
--- ARGV[first..first+2] (request limit, token limit, window ms); nil when the
--- limiter has none (the key is '' or both limits are 0).
-local function budget_args(key, first, now_ms)
+-- ARGV[first..first+2] (request limit, token limit, window ms) and, when
+-- reserve_at is given, the claiming class's reserve in thousandths at
+-- ARGV[reserve_at]; nil when the limiter has none (the key is '' or both
+-- limits are 0).
+local function budget_args(key, first, now_ms, reserve_at)
   local rl, tl = tonumber(ARGV[first] or '0'), tonumber(ARGV[first + 1] or '0')
   if not key or key == '' or (rl <= 0 and tl <= 0) then
     return nil
   end
-  return budget_load(key, rl, tl, tonumber(ARGV[first + 2]), now_ms)
+  local b = budget_load(key, rl, tl, tonumber(ARGV[first + 2]), now_ms)
+  if reserve_at then
+    b.reserve = math.min(math.max(tonumber(ARGV[reserve_at] or '0'), 0), 999) / 1000
+  end
+  return b
 end
 
 -- budget_limit is a dimension's limit now (at least 1).
@@ -81,34 +93,58 @@ local function budget_ahead(b, entry_prefix, m)
   b.ahead_t = b.ahead_t + budget_cost(b, entry_prefix .. m .. ':cost')
 end
 
+-- budget_reserving reports whether the claimer's class leaves its reserve
+-- to the classes without one: one of theirs was granted within a window.
+local function budget_reserving(b)
+  return b.reserve > 0 and b.qts > b.now - b.window
+end
+
+-- budget_free_at is when (ms) enough of the log's oldest grants have left
+-- the window for over_r requests and over_t tokens to fit.
+local function budget_free_at(b, over_r, over_t)
+  local oldest = redis.call('ZRANGE', b.log, 0, BUDGET_SCAN - 1, 'WITHSCORES')
+  local freed_r, freed_t = 0, 0
+  for i = 1, #oldest, 2 do
+    freed_r = freed_r + 1
+    freed_t = freed_t + tonumber(redis.call('HGET', b.costs, oldest[i]) or '0')
+    if freed_r >= over_r and freed_t >= over_t then
+      return tonumber(oldest[i + 1]) + b.window
+    end
+  end
+  return b.now + b.window -- nothing known: a window
+end
+
 -- budget_wait returns how long (ms) until the budget should have room for
 -- request id after the requests ahead (0: it fits now): when enough of the
 -- log's oldest grants leave the window.
 local function budget_wait(b, entry_prefix, id)
   b.cost = budget_cost(b, entry_prefix .. id .. ':cost')
   local wait = math.max(b.untl - b.now, 0)
+  local lim_r, lim_t = budget_limit(b, b.rl), budget_limit(b, b.tl)
+  local reserving = budget_reserving(b)
+  if reserving then
+    lim_r = math.max(math.floor(lim_r * (1 - b.reserve)), 1)
+    lim_t = math.max(math.floor(lim_t * (1 - b.reserve)), 1)
+    if b.tl > 0 then
+      b.cost = math.min(b.cost, lim_t)
+    end
+  end
   local over_r, over_t = 0, 0
   if b.rl > 0 then
-    over_r = b.n + b.ahead_r + 1 - budget_limit(b, b.rl)
+    over_r = b.n + b.ahead_r + 1 - lim_r
   end
   if b.tl > 0 and b.cost > 0 then
-    over_t = b.used + b.ahead_t + b.cost - budget_limit(b, b.tl)
+    over_t = b.used + b.ahead_t + b.cost - lim_t
   end
   if over_r <= 0 and over_t <= 0 then
     return math.ceil(wait)
   end
-  local oldest = redis.call('ZRANGE', b.log, 0, BUDGET_SCAN - 1, 'WITHSCORES')
-  local free_at = b.now + b.window -- nothing known: a window
-  local freed_r, freed_t = 0, 0
-  for i = 1, #oldest, 2 do
-    freed_r = freed_r + 1
-    freed_t = freed_t + tonumber(redis.call('HGET', b.costs, oldest[i]) or '0')
-    if freed_r >= over_r and freed_t >= over_t then
-      free_at = tonumber(oldest[i + 1]) + b.window
-      break
-    end
+  local free = budget_free_at(b, over_r, over_t) - b.now
+  if reserving then
+    -- The reserve lapses a window after the last question: room then.
+    free = math.min(free, b.qts + b.window - b.now)
   end
-  return math.ceil(math.max(wait, free_at - b.now, 1))
+  return math.ceil(math.max(wait, free, 1))
 end
 
 local function budget_save(b)
@@ -126,6 +162,9 @@ local function budget_take(b, entry_prefix, id)
   b.used = b.used - tonumber(redis.call('HGET', b.costs, id) or '0') + b.cost
   redis.call('ZADD', b.log, b.now, id)
   redis.call('HSET', b.costs, id, b.cost)
+  if b.reserve == 0 then
+    redis.call('HSET', b.key, 'qts', string.format('%.0f', b.now))
+  end
   budget_save(b)
   redis.call('DEL', entry_prefix .. id .. ':cost')
 end

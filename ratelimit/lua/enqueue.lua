@@ -2,7 +2,9 @@
 -- grant costs one round trip.
 --
 -- KEYS: seq, queue, permits, users, owners, held, deadlines, entry_prefix
--- ARGV: id, user, max, lease_ms, marker_ttl_ms, max_queue, max_per_user, window, base_level, cap
+-- ARGV: id, user, max, lease_ms, marker_ttl_ms, max_queue, max_per_user, window, base_level, cap,
+--   place (a score: a request the provider refused takes back the place it
+--   had, with or without a budget; 0 for a new place)
 -- Last KEY and last two ARGV: the failover fence's (fence.lua).
 --
 -- Replies as claim, plus {-2} when the queue is full and {-3} when the user
@@ -11,11 +13,10 @@
 -- place follows the fairness rule in lib.lua: its level is its user's
 -- requests in flight (held + queued) at this moment.
 --
--- A limiter with a budget (budget.lua) adds KEYS[9] budget and ARGV[11..15]
+-- A limiter with a budget (budget.lua) adds KEYS[9] budget and ARGV[12..16]
 -- (before the fence's, so a budget makes 10 KEYS, none 9):
--- tokens (the request's cost), req_limit, tok_limit, window_ms and a score
--- (a request the provider refused takes back the place it had; 0 for a new
--- place).
+-- tokens (the request's cost), req_limit, tok_limit, window_ms and the
+-- class's budget reserve (thousandths, budget.lua).
 local seq, queue, permits, users, owners, held, deadlines, entry_prefix =
   KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8]
 local id, user = ARGV[1], ARGV[2]
@@ -23,6 +24,7 @@ local max, lease_ms, ttl_ms = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARG
 local max_queue, max_per_user, window = tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8])
 local base = tonumber(ARGV[9] or '0')
 local cap = tonumber(ARGV[10] or '0')
+local place = tonumber(ARGV[11] or '0')
 local has_budget = #KEYS == 10
 
 local now = now_us()
@@ -38,14 +40,13 @@ if not redis.call('ZSCORE', queue, id) and not redis.call('ZSCORE', permits, id)
   if max_per_user > 0 and tonumber(redis.call('HGET', users, user) or '0') >= max_per_user then
     return {-3}
   end
-  local place = has_budget and tonumber(ARGV[15] or '0') or 0
   if place > 0 then
     redis.call('ZADD', queue, string.format('%.0f', place), id)
   else
     redis.call('ZADD', queue, score(users, held, user, redis.call('INCR', seq), base), id)
   end
   if has_budget then
-    redis.call('SET', entry_prefix .. id .. ':cost', ARGV[11], 'PX', ttl_ms)
+    redis.call('SET', entry_prefix .. id .. ':cost', ARGV[12], 'PX', ttl_ms)
   end
   -- The marker holds the enqueue time (ms) for the oldest-wait statistic.
   redis.call('SET', entry_prefix .. id, string.format('%.0f', now_ms), 'PX', ttl_ms)
@@ -56,5 +57,5 @@ end
 -- Fence: after a failover, queue but grant nothing until holders re-asserted.
 local fenced = fence_held(now_ms)
 local r = claim(queue, permits, users, owners, held, deadlines, entry_prefix, id, fenced and 0 or max, lease_ms, window, cap, now, true,
-  has_budget and budget_args(KEYS[9], 12, now_ms) or nil)
+  has_budget and budget_args(KEYS[9], 13, now_ms, 16) or nil)
 return fenced_reply(r, fenced)

@@ -104,7 +104,7 @@ end
 -- the caller already dropped expired permits and dead waiters at now.
 --
 -- Replies:
---   {1, permits_in_use, queue_length, now_us}            granted
+--   {1, permits_in_use, queue_length, now_us, reserved_tokens, place}  granted
 --   {0, position, queue_length, now_us, free_permits}    still waiting
 --   {-1, 0, queue_length, now_us}                        not queued (lost)
 --
@@ -189,9 +189,9 @@ local function claim(queue, permits, users, owners, held, deadlines, entry_prefi
   if slot and budget_ms <= 0 then
     -- Move the request from queued to held; its owner entry stays for the
     -- permit's release or expiry.
-    -- With a budget the grant's reply carries the request's place, for a
-    -- retry after the provider refused the call (budget.lua).
-    local place = budget and redis.call('ZSCORE', queue, id)
+    -- The grant's reply carries the request's place, for a retry after
+    -- the provider refused the call (enqueue.lua's place).
+    local place = redis.call('ZSCORE', queue, id)
     redis.call('DEL', entry_prefix .. id)
     redis.call('ZREM', deadlines, id)
     redis.call('ZREM', queue, id)
@@ -204,7 +204,7 @@ local function claim(queue, permits, users, owners, held, deadlines, entry_prefi
       budget_take(budget, entry_prefix, id)
       return {1, in_use + 1, redis.call('ZCARD', queue), now, budget.cost, tonumber(place)}
     end
-    return {1, in_use + 1, redis.call('ZCARD', queue), now}
+    return {1, in_use + 1, redis.call('ZCARD', queue), now, 0, tonumber(place)}
   end
   if budget then
     return {0, rank - dropped - passed + 1, redis.call('ZCARD', queue), now, free, slot and 1 or 0, budget_ms}
