@@ -27,12 +27,14 @@ type Gate interface {
 }
 
 // RetryGate is a Gate that can give a call the provider refused its place
-// back (cmd/ragent's, when the embedding endpoint has a budget). The
-// embedder then absorbs a 429 as chat does: the grant's Throttled shrinks
+// back (QueueGate). With maxWait > 0 (the embedding endpoint has a budget)
+// the embedder absorbs a 429 as chat does: the grant's Throttled shrinks
 // the budget for every instance and holds grants back for the time the
 // provider named, and the call queues again at the place it had, ahead of
-// later calls of its kind, until maxWait has passed since its first try.
-// It does not back off on its own, nor count the refusals as retries.
+// later calls of its kind, until maxWait has passed since its first try;
+// it does not back off on its own, nor count the refusals as retries.
+// With maxWait 0 the refusals are retries that back off as any error, and
+// each try queues at the place of the first.
 type RetryGate interface {
 	Gate
 	// Budget is the budget kind's calls are admitted by, and how long
@@ -61,8 +63,10 @@ func textTokens(texts []string) int {
 // places (RetryGate), through its budget, which absorbs 429s.
 func (e *remoteEmbedder) attempt(ctx context.Context, kind service.EmbedKind, texts []string, call func() error) func() (bool, error) {
 	if rg, ok := e.gate.(RetryGate); ok {
-		if b, maxWait := rg.Budget(kind); b != nil {
+		if b, maxWait := rg.Budget(kind); b != nil && maxWait > 0 {
 			return reservedAttempt(ctx, b, textTokens(texts), maxWait, e.retry.now, func() (bool, error) { return true, call() })
+		} else if b != nil {
+			return placedAttempt(ctx, b, textTokens(texts), call)
 		}
 	}
 	return func() (bool, error) {
@@ -79,10 +83,42 @@ func (e *remoteEmbedder) attempt(ctx context.Context, kind service.EmbedKind, te
 	}
 }
 
+// placedAttempt is a retrier attempt of call through budget that keeps
+// its place: a try the provider refused (429 or a Retry-After) is given
+// back through Throttled, and the next try, after the retrier's backoff,
+// queues at the place the refused one had.
+func placedAttempt(ctx context.Context, budget Budget, tokens int, call func() error) func() (bool, error) {
+	var refused BudgetGrant
+	return func() (bool, error) {
+		g, err := budget.Admit(ctx, tokens, refused)
+		if err != nil {
+			return false, err
+		}
+		err = call()
+		if d, ok := throttling(err); ok {
+			g.Throttled(d)
+			refused = g
+			return true, err
+		}
+		g.Done(-1)
+		refused = nil
+		return true, err
+	}
+}
+
+// throttling reports whether err asks the gate to hold calls back (a 429,
+// or any answer with Retry-After), and for how long.
+func throttling(err error) (time.Duration, bool) {
+	var se *statusError
+	if errors.As(err, &se) && (se.retryAfter > 0 || se.code == http.StatusTooManyRequests) {
+		return se.retryAfter, true
+	}
+	return 0, false
+}
+
 // throttled tells the gate about a Retry-After in err.
 func (e *remoteEmbedder) throttled(ctx context.Context, kind service.EmbedKind, err error) {
-	var se *statusError
-	if e.gate != nil && errors.As(err, &se) && (se.retryAfter > 0 || se.code == http.StatusTooManyRequests) {
-		e.gate.Throttled(ctx, kind, se.retryAfter)
+	if d, ok := throttling(err); ok && e.gate != nil {
+		e.gate.Throttled(ctx, kind, d)
 	}
 }
