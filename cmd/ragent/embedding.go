@@ -27,8 +27,11 @@ import (
 
 // documentClass puts document batches behind every query embedding in the
 // queue and keeps one permit for queries, so a query waits for at most one
-// call to end, never behind a queue of batches.
-var documentClass = ratelimit.Class{Level: 512, Reserve: 1}
+// call to end, never behind a queue of batches; and it keeps a tenth of
+// the budget (requests and tokens per window) for queries while one came
+// within the window, so a query never waits for budget the batches took
+// (BENCHMARKS.md, the import under an embedding budget).
+var documentClass = ratelimit.Class{Level: 512, Reserve: 1, BudgetReserve: 0.1}
 
 // documentWait bounds how long a document batch waits for a permit: the
 // worker holds its MQ message meanwhile (renewed), and a bulk ingest can
