@@ -53,6 +53,8 @@ func fairIngestUnderBudget(b *testing.B, tokens int) {
 	// computed (the gate's wait and the call included).
 	var answered sync.Map // query text → time.Time
 	fake.answered = func(q string) { answered.Store(q, time.Now()) }
+	var arrived sync.Map
+	fake.arrived = func(q string) { arrived.Store(q, time.Now()) }
 	cfg := embedConfig(b, fake, 4)
 	cfg.EmbedTokensPerMinute, cfg.BudgetWindow = tokens, time.Second
 	var ins [2]*instance
@@ -74,11 +76,12 @@ func fairIngestUnderBudget(b *testing.B, tokens int) {
 	}
 
 	// search runs the 10 users until stop closes and returns the /search
-	// times and the searches' embedding times.
+	// times, the searches' embedding times and their parts: to the call
+	// reaching the model server (ragent's handling and the gate's wait),
+	// and the model server's.
 	var n atomic.Int64 // every query is new: no cache answers it
-	search := func(stop <-chan struct{}) ([]time.Duration, []time.Duration) {
+	search := func(stop <-chan struct{}) (out, embeds, calls, model []time.Duration) {
 		var mu sync.Mutex
-		var out, embeds []time.Duration
 		var wg sync.WaitGroup
 		var failed atomic.Value
 		for u, c := range searchers {
@@ -104,6 +107,10 @@ func fairIngestUnderBudget(b *testing.B, tokens int) {
 					mu.Lock()
 					out = append(out, d)
 					embeds = append(embeds, at.(time.Time).Sub(start))
+					if ar, ok := arrived.Load(q); ok {
+						calls = append(calls, ar.(time.Time).Sub(start))
+						model = append(model, at.(time.Time).Sub(ar.(time.Time)))
+					}
 					mu.Unlock()
 					select {
 					case <-stop:
@@ -119,7 +126,9 @@ func fairIngestUnderBudget(b *testing.B, tokens int) {
 		}
 		slices.Sort(out)
 		slices.Sort(embeds)
-		return out, embeds
+		slices.Sort(calls)
+		slices.Sort(model)
+		return out, embeds, calls, model
 	}
 	for i := range 3 {
 		timedSearchOnce(searchers[0], kbS, fmt.Sprintf("query warm up %d", i)) // connections and caches
@@ -130,16 +139,16 @@ func fairIngestUnderBudget(b *testing.B, tokens int) {
 	stop := make(chan struct{})
 	q0 := queryEmbedStats(b, ins[1])
 	go func() { time.Sleep(10 * time.Second); close(stop) }()
-	idle, idleEmbeds := search(stop)
+	idle, idleEmbeds, idleCalls, idleModel := search(stop)
 	idleEmbed := queryEmbedStats(b, ins[1]).since(q0)
 
 	bulk := uploadBulk(ca, kbA, bulkDocs, sections, "\n\n", strings.Repeat("Inventory counts are reconciled weekly against the ledger. ", 6)+"\n\n")
 	small := uploadBulk(cb, kbB, 1, 10, "\n\n", strings.Repeat("Badge readers log every door opened after hours. ", 6)+"\n\n")[0]
 	stop = make(chan struct{})
-	var busy, busyEmbeds []time.Duration
+	var busy, busyEmbeds, busyCalls, busyModel []time.Duration
 	done := make(chan struct{})
 	q1 := queryEmbedStats(b, ins[1])
-	go func() { busy, busyEmbeds = search(stop); close(done) }()
+	go func() { busy, busyEmbeds, busyCalls, busyModel = search(stop); close(done) }()
 	cb.waitDone(small, 10*time.Minute)
 	allReady := func() bool {
 		for _, id := range bulk {
@@ -165,6 +174,10 @@ func fairIngestUnderBudget(b *testing.B, tokens int) {
 	b.ReportMetric(p50(idleEmbeds), "idle-embed-p50-ms")
 	b.ReportMetric(p50(busyEmbeds), "import-embed-p50-ms")
 	b.ReportMetric(p50(busyEmbeds)/p50(idleEmbeds), "embed-p50-ratio")
+	b.ReportMetric(p50(idleCalls), "idle-to-call-p50-ms")
+	b.ReportMetric(p50(busyCalls), "import-to-call-p50-ms")
+	b.ReportMetric(p50(idleModel), "idle-model-p50-ms")
+	b.ReportMetric(p50(busyModel), "import-model-p50-ms")
 	b.ReportMetric(idleEmbed.mean(), "idle-query-embed-mean-ms")
 	b.ReportMetric(busyEmbed.mean(), "import-query-embed-mean-ms")
 	b.ReportMetric(float64(len(idle)), "idle-searches")

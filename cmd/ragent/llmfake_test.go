@@ -353,6 +353,9 @@ type fakeEmbedServer struct {
 	// answered, when set, is called with a query call's text when its
 	// answer is computed.
 	answered func(query string)
+	// arrived, when set, is called with a query call's text when it
+	// reaches the server.
+	arrived func(query string)
 
 	mu     sync.Mutex
 	budget int           // document calls that pass before holding; <0: all
@@ -443,6 +446,9 @@ func (f *fakeEmbedServer) serve(w http.ResponseWriter, r *http.Request) {
 			f.texts[req.Model+"\x00"+in]++
 		}
 		f.mu.Unlock()
+	}
+	if f.arrived != nil && len(req.Input) == 1 && strings.HasPrefix(req.Input[0], "query ") {
+		f.arrived(req.Input[0])
 	}
 	if f.cost != nil {
 		if f.serial {
