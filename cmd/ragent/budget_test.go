@@ -176,10 +176,15 @@ type budgetLoad struct {
 	calls, refused             int
 	budgetWaits                int     // queue events saying "budget"
 	utilization                float64 // tokens accepted / what the provider allowed over the run
-	shares                     map[string]int
-	firstHalf                  int
-	elapsed                    time.Duration
-	peak                       int // most calls the provider answered at once
+	// queuedUtilization is utilization over only the windows in which
+	// every sample of the queues (chat and the endpoint's budget) showed a
+	// request waiting, and queuedWindows how many those were of windows.
+	queuedUtilization      float64
+	queuedWindows, windows int
+	shares                 map[string]int
+	firstHalf              int
+	elapsed                time.Duration
+	peak                   int // most calls the provider answered at once
 	// held are the permits of the chat queue and of the primary endpoint's
 	// budget queue still held once every turn has ended.
 	held map[string]int
@@ -223,6 +228,32 @@ func runBudgetLoad(t testing.TB, f *limitedLLM, rpm, tpm, chats, users, concurre
 		wg    sync.WaitGroup
 		begin = time.Now()
 	)
+	// Sample the queues' length (turns waiting for a permit or for the
+	// budget) every 50 ms while the load runs.
+	type sample struct {
+		at     time.Time
+		queued int64
+	}
+	var samples []sample
+	stopSampling, sampled := make(chan struct{}), make(chan struct{})
+	rdb := testRedis(t, cfg)
+	go func() {
+		defer close(sampled)
+		tick := time.NewTicker(50 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-stopSampling:
+				return
+			case <-tick.C:
+			}
+			var n int64
+			for _, name := range []string{"chat", "llm:openai/test-model"} {
+				n += rdb.ZCard(context.Background(), cfg.RedisPrefix+"{limiter:"+name+"}:queue").Val()
+			}
+			samples = append(samples, sample{time.Now(), n})
+		}
+	}()
 	perUser := make([]chan int, users)
 	for u := range users {
 		perUser[u] = make(chan int, chats)
@@ -266,6 +297,8 @@ func runBudgetLoad(t testing.TB, f *limitedLLM, rpm, tpm, chats, users, concurre
 		}
 	}
 	wg.Wait()
+	close(stopSampling)
+	<-sampled
 	res.elapsed = time.Since(begin)
 	// Shares while every user still had questions waiting: the first half
 	// of the answers.
@@ -287,6 +320,34 @@ func runBudgetLoad(t testing.TB, f *limitedLLM, rpm, tpm, chats, users, concurre
 			}
 		}
 		res.utilization = float64(used) / float64(windows*f.tpw)
+		// The windows in which the queue never emptied.
+		perWindow := make([]int, windows)
+		for _, s := range f.all {
+			if w := int(s.at.Sub(f.first) / f.window); w >= 0 && w < windows {
+				perWindow[w] += s.tokens
+			}
+		}
+		queued, seen := make([]bool, windows), make([]bool, windows)
+		for i := range queued {
+			queued[i] = true
+		}
+		for _, s := range samples {
+			if w := int(s.at.Sub(f.first) / f.window); s.at.After(f.first) && w < windows {
+				seen[w] = true
+				queued[w] = queued[w] && s.queued > 0
+			}
+		}
+		qUsed := 0
+		for w := range windows {
+			if queued[w] && seen[w] {
+				res.queuedWindows++
+				qUsed += perWindow[w]
+			}
+		}
+		res.windows = windows
+		if res.queuedWindows > 0 {
+			res.queuedUtilization = float64(qUsed) / float64(res.queuedWindows*f.tpw)
+		}
 	}
 	res.peak = f.peak
 	f.mu.Unlock()
@@ -440,8 +501,9 @@ func BenchmarkBudgets(b *testing.B) {
 				rpm, tpm = f.rpw, f.tpw
 			}
 			r := runBudgetLoad(b, f, rpm, tpm, 300, 20, 100, 3)
-			b.Logf("budgets=%v: answered %d failed %d rejected %d; provider calls %d refused %d (%.2f%%); tokens used %.1f%% of the budget over the run; worst user share %+.0f%% (first %d answers); %d budget waits; %s",
-				on, r.answered, r.failed, r.rejected, r.calls, r.refused, 100*r.refusedShare(), 100*r.utilization, 100*r.shareSpread(20), r.firstHalf, r.budgetWaits, r.elapsed.Round(time.Second))
+			b.Logf("budgets=%v: answered %d failed %d rejected %d; provider calls %d refused %d (%.2f%%); tokens used %.1f%% of the budget over the run, %.1f%% over the %d of %d windows the queue never emptied in; worst user share %+.0f%% (first %d answers); %d budget waits; %s",
+				on, r.answered, r.failed, r.rejected, r.calls, r.refused, 100*r.refusedShare(), 100*r.utilization, 100*r.queuedUtilization, r.queuedWindows, r.windows,
+				100*r.shareSpread(20), r.firstHalf, r.budgetWaits, r.elapsed.Round(time.Second))
 		}
 	}
 }
