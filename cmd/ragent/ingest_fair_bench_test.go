@@ -27,8 +27,9 @@ import (
 // calls at once (RAGENT_EMBEDDING_CONCURRENCY). Reported, with no import
 // and during it, the same run: /search p50; a search's embedding p50,
 // from its request to its question's vector computed at the model server
-// (ragent's handling before the call, the gate's wait and the call); the
-// query embedding's mean (ragent_embed_seconds, gate wait included); how many of A's
+// (ragent's handling before the call, the gate's wait and the call), and
+// its two parts: to the call reaching the model server (the handling and
+// the gate) and the model server's; the query embedding's mean (ragent_embed_seconds, gate wait included); how many of A's
 // documents were ready when B's was, and A's chunks. "no-budget" is the
 // same without the budget, to tell the budget's share of the slowdown from
 // the ingestion's CPU on the same machine.
