@@ -2,7 +2,7 @@
 // (Documents and the intent tree live in documents.js and intents.js.)
 import { t } from './i18n.js';
 import { h, toast, errorText, confirmDialog, promptDialog, formatTime, field, modal } from './dom.js';
-import { get, post, put, patch, del, enc } from './api.js';
+import { get, post, put, patch, del, enc, ActionKey } from './api.js';
 
 export function pageHeader(titleText, subtitle) {
   return h('div', { class: 'page-head' },
@@ -170,6 +170,9 @@ export function mountKnowledgeBases(root, ctx) {
     if (kb) name.focus();
   }
 
+  // Creates send an Idempotency-Key: a double submit or a retry after a
+  // network error makes one knowledge base (api.js ActionKey).
+  const createKey = new ActionKey();
   async function save() {
     const body = { name: name.value.trim(), description: description.value.trim(), visibility: visibility.value };
     const cs = optionalInt(chunkSize);
@@ -180,7 +183,7 @@ export function mountKnowledgeBases(root, ctx) {
       await patch(`/knowledge-bases/${enc(editing.id)}`, body);
       toast(t('common.saved'), 'info');
     } else {
-      await post('/knowledge-bases', body);
+      await post('/knowledge-bases', body, { key: createKey });
       toast(t('common.created'), 'info');
     }
     setEditing(null);
@@ -240,6 +243,7 @@ function openMembers(kb) {
   const name = h('input', { id: 'member-name', required: true, maxlength: 100, autocomplete: 'off', 'data-testid': 'member-name' });
   const role = h('select', { id: 'member-role', 'data-testid': 'member-role' },
     ...['viewer', 'editor', 'manager'].map((r) => h('option', { value: r }, t(`kb.role.${r}`))));
+  const addKey = new ActionKey(); // the Idempotency-Key of the form's submit
   const { form, errBox } = adminForm({
     name: 'member',
     label: t('members.add'),
@@ -250,7 +254,7 @@ function openMembers(kb) {
     submitText: t('members.add'),
     formClass: 'member-form',
     save: async () => {
-      await post(`/knowledge-bases/${enc(kb.id)}/members`, { kind: kind.value, name: name.value.trim(), role: role.value });
+      await post(`/knowledge-bases/${enc(kb.id)}/members`, { kind: kind.value, name: name.value.trim(), role: role.value }, { key: addKey });
       name.value = '';
       await load();
     },
@@ -343,6 +347,7 @@ export function mountTerms(root, ctx) {
   const target = h('input', { id: 'term-target', required: true, maxlength: ctx.limits.targetTermRunes, 'data-testid': 'term-target', autocomplete: 'off' });
   const priority = h('input', { id: 'term-priority', type: 'number', step: 1, value: '0', 'data-testid': 'term-priority' });
   const enabled = h('input', { id: 'term-enabled', type: 'checkbox', checked: true, 'data-testid': 'term-enabled' });
+  const createKey = new ActionKey(); // the Idempotency-Key of the form's submit
   const { form, heading: formTitle, errBox, submit, cancel } = adminForm({
     name: 'term',
     label: t('terms.formLabel'),
@@ -355,7 +360,7 @@ export function mountTerms(root, ctx) {
     onCancel: () => setEditing(null),
     save: async () => {
       if (editing) await put(`/admin/term-mappings/${enc(editing.id)}`, bodyOf());
-      else await post('/admin/term-mappings', bodyOf());
+      else await post('/admin/term-mappings', bodyOf(), { key: createKey });
       toast(editing ? t('common.saved') : t('common.created'), 'info');
       setEditing(null);
       await load();
@@ -432,6 +437,7 @@ export function mountUsers(root, ctx) {
   const role = h('select', { id: 'user-role', 'data-testid': 'user-role' },
     h('option', { value: 'user' }, t('role.user')),
     h('option', { value: 'admin' }, t('role.admin')));
+  const createKey = new ActionKey(); // the Idempotency-Key of the form's submit
   const { form } = adminForm({
     name: 'user',
     label: t('users.formLabel'),
@@ -441,7 +447,7 @@ export function mountUsers(root, ctx) {
       field(t('users.password'), password),
       field(t('users.role'), role)],
     save: async () => {
-      await post('/users', { username: username.value.trim(), password: password.value, role: role.value });
+      await post('/users', { username: username.value.trim(), password: password.value, role: role.value }, { key: createKey });
       toast(t('common.created'), 'info');
       form.reset();
       await load();
@@ -562,6 +568,7 @@ export function mountLimiter(root, ctx) {
 export function mountGroups(root, ctx) {
   const name = h('input', { id: 'group-name', required: true, maxlength: ctx.limits.nameRunes, autocomplete: 'off', 'data-testid': 'group-name' });
   const description = h('input', { id: 'group-description', maxlength: ctx.limits.descriptionRunes, autocomplete: 'off', 'data-testid': 'group-description' });
+  const createKey = new ActionKey(); // the Idempotency-Key of the form's submit
   const { form } = adminForm({
     name: 'group',
     label: t('groups.createTitle'),
@@ -570,7 +577,7 @@ export function mountGroups(root, ctx) {
       field(t('groups.name'), name),
       field(t('groups.description'), description)],
     save: async () => {
-      await post('/groups', { name: name.value.trim(), description: description.value.trim() });
+      await post('/groups', { name: name.value.trim(), description: description.value.trim() }, { key: createKey });
       toast(t('common.created'), 'info');
       form.reset();
       await load();
@@ -619,6 +626,7 @@ export function mountGroups(root, ctx) {
 function openGroupMembers(g, changed) {
   const list = h('tbody');
   const username = h('input', { id: 'group-member-username', required: true, maxlength: 64, autocomplete: 'off', 'data-testid': 'group-member-username' });
+  const addKey = new ActionKey(); // the Idempotency-Key of the form's submit
   const { form, errBox } = adminForm({
     name: 'group-member',
     label: t('groups.addMember'),
@@ -626,7 +634,7 @@ function openGroupMembers(g, changed) {
     submitText: t('groups.addMember'),
     formClass: 'member-form',
     save: async () => {
-      await post(`/groups/${enc(g.id)}/members`, { username: username.value.trim() });
+      await post(`/groups/${enc(g.id)}/members`, { username: username.value.trim() }, { key: addKey });
       username.value = '';
       await load();
       changed();
