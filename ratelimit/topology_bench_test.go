@@ -273,3 +273,85 @@ func withoutFence() (restore func()) {
 		enqueueScript, claimScript, renewScript, tryScript = saved[0], saved[1], saved[2], saved[3]
 	}
 }
+
+// BenchmarkNodeCost isolates what the node itself adds to the grant script,
+// on redis-server processes of its own (same binary and flags as
+// scripts/services.sh): a standalone node, a primary streaming to a
+// replica, a cluster-enabled node holding every slot alone, and a cluster
+// master with a replica. The same enqueue and release scripts go straight
+// to each through a plain client, in turns (blocks of 50, rotating), and
+// the enqueue's p50 is reported with its ratio to the standalone node.
+func BenchmarkNodeCost(b *testing.B) {
+	ctx := b.Context()
+	standalone := testenv.StartRedisServer(b)
+	primary := testenv.StartRedisServer(b)
+	host, port, _ := strings.Cut(primary.Addr, ":")
+	replica := testenv.StartRedisServer(b, "--replicaof", host, port)
+	cluster := func(withReplica bool) string {
+		m := testenv.StartRedisServer(b, "--cluster-enabled", "yes")
+		mc := m.Client()
+		defer mc.Close()
+		if err := mc.Do(ctx, "CLUSTER", "ADDSLOTSRANGE", 0, 16383).Err(); err != nil {
+			b.Fatal(err)
+		}
+		if withReplica {
+			r := testenv.StartRedisServer(b, "--cluster-enabled", "yes")
+			rc := r.Client()
+			defer rc.Close()
+			mhost, mport, _ := strings.Cut(m.Addr, ":")
+			if err := rc.ClusterMeet(ctx, mhost, mport).Err(); err != nil {
+				b.Fatal(err)
+			}
+			id := mc.Do(ctx, "CLUSTER", "MYID").Val()
+			testenv.Eventually(b, 20*time.Second, "the replica set", func() bool {
+				return rc.Do(ctx, "CLUSTER", "REPLICATE", id).Err() == nil
+			})
+			testenv.Eventually(b, 20*time.Second, "the cluster replica in sync", func() bool {
+				return strings.Contains(mc.Info(ctx, "replication").Val(), "state=online")
+			})
+		}
+		testenv.Eventually(b, 20*time.Second, "cluster_state:ok", func() bool {
+			return strings.Contains(mc.ClusterInfo(ctx).Val(), "cluster_state:ok")
+		})
+		return m.Addr
+	}
+	rc := replica.Client()
+	testenv.Eventually(b, 10*time.Second, "the replica in sync", func() bool {
+		return strings.Contains(rc.Info(ctx, "replication").Val(), "master_link_status:up")
+	})
+	rc.Close()
+	nodes := []struct{ name, addr string }{
+		{"standalone", standalone.Addr},
+		{"primary+replica", primary.Addr},
+		{"cluster-alone", cluster(false)},
+		{"cluster+replica", cluster(true)},
+	}
+	cfg := Config{MaxConcurrent: 50, MaxWait: 30 * time.Second, Lease: 10 * time.Second}.withDefaults(defaultMaxWait, defaultLease)
+	rs := make([]*topologyRun, len(nodes))
+	for i, n := range nodes {
+		rs[i] = &topologyRun{raw: redis.NewClient(&redis.Options{Addr: n.addr}), rawKeys: newKeys("bench:", "chat"), rawCfg: cfg}
+		b.Cleanup(func() { rs[i].raw.Close() })
+	}
+	for range b.N {
+		const rounds, block = 40, 50
+		for round := range rounds {
+			for j := range rs {
+				r := rs[(j+round)%len(rs)]
+				for i := range block {
+					d, err := r.rawGrant(ctx, fmt.Sprint(round, ".", i))
+					if err != nil {
+						b.Fatal(err)
+					}
+					r.rawLat = append(r.rawLat, d)
+				}
+			}
+		}
+	}
+	base := ms(percentile(rs[0].rawLat, 50))
+	for i, n := range nodes {
+		p50, p99 := ms(percentile(rs[i].rawLat, 50)), ms(percentile(rs[i].rawLat, 99))
+		b.Logf("%-16s enqueue p50 %.3f ms p99 %.3f ms, p50 %.2fx the standalone node", n.name, p50, p99, p50/base)
+		b.ReportMetric(p50, n.name+"-p50-ms")
+		b.ReportMetric(p50/base, n.name+"-p50/standalone")
+	}
+}
