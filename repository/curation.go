@@ -60,15 +60,8 @@ func (s *Store) CurateChunk(ctx context.Context, id service.ID, kbIDs []service.
 		rev   *service.ChunkRevision
 	)
 	err := s.WithinTx(ctx, func(tx *Store) error {
-		var docIDs []int64
-		if err := tx.db.Raw(`SELECT document_id FROM chunks WHERE id = ? AND kb_id = ANY(?)`, int64(id), idArray(kbIDs)).
-			Scan(&docIDs).Error; err != nil {
-			return translate(err)
-		}
-		if len(docIDs) == 0 {
-			return service.ErrNotFound
-		}
-		doc, err := tx.lockLiveDocument(docIDs[0])
+		doc, err := tx.lockLiveDocument(service.ErrNotFound,
+			`SELECT document_id FROM chunks WHERE id = ? AND kb_id = ANY(?)`, int64(id), idArray(kbIDs))
 		if err != nil {
 			return err
 		}
@@ -111,11 +104,19 @@ func (s *Store) CurateChunk(ctx context.Context, id service.ID, kbIDs []service.
 	return after, rev, nil
 }
 
-// lockLiveDocument locks a live document's row for the rest of the
-// transaction.
-func (s *Store) lockLiveDocument(id int64) (*documentRow, error) {
+// lockLiveDocument locks the row of the live document that query (a SELECT
+// of a document id, with args) finds for the rest of the transaction;
+// notFound when it finds none.
+func (s *Store) lockLiveDocument(notFound error, query string, args ...any) (*documentRow, error) {
+	var ids []int64
+	if err := s.db.Raw(query, args...).Scan(&ids).Error; err != nil {
+		return nil, translate(err)
+	}
+	if len(ids) == 0 {
+		return nil, notFound
+	}
 	var doc documentRow
-	if err := s.db.Clauses(lockForUpdate).Take(&doc, id).Error; err != nil {
+	if err := s.db.Clauses(lockForUpdate).Take(&doc, ids[0]).Error; err != nil {
 		return nil, translate(err)
 	}
 	return &doc, nil
@@ -224,15 +225,8 @@ func (s *Store) AddChunk(ctx context.Context, docID service.ID, kbIDs []service.
 	mirror func(c *service.Chunk) error) (*service.Chunk, *service.ChunkRevision, error) {
 	var rev *service.ChunkRevision
 	err := s.WithinTx(ctx, func(tx *Store) error {
-		var ids []int64
-		if err := tx.db.Raw(`SELECT id FROM documents WHERE id = ? AND kb_id = ANY(?) AND deleted_at IS NULL`, int64(docID), idArray(kbIDs)).
-			Scan(&ids).Error; err != nil {
-			return translate(err)
-		}
-		if len(ids) == 0 {
-			return service.ErrNotFound
-		}
-		doc, err := tx.lockLiveDocument(ids[0])
+		doc, err := tx.lockLiveDocument(service.ErrNotFound,
+			`SELECT id FROM documents WHERE id = ? AND kb_id = ANY(?) AND deleted_at IS NULL`, int64(docID), idArray(kbIDs))
 		if err != nil {
 			return err
 		}
@@ -373,15 +367,8 @@ func (s *Store) RestoreDeleted(ctx context.Context, del service.ChunkRevision, c
 	mirror func(c *service.Chunk) error) (*service.Chunk, *service.ChunkRevision, error) {
 	var rev *service.ChunkRevision
 	err := s.WithinTx(ctx, func(tx *Store) error {
-		var ids []int64
-		if err := tx.db.Raw(`SELECT id FROM documents WHERE id = ? AND kb_id = ? AND deleted_at IS NULL`,
-			int64(del.DocumentID), int64(del.KnowledgeBaseID)).Scan(&ids).Error; err != nil {
-			return translate(err)
-		}
-		if len(ids) == 0 {
-			return service.Errorf(service.ErrNotFound, "document %s of chunk %s was deleted", del.DocumentID, del.ChunkID)
-		}
-		doc, err := tx.lockLiveDocument(ids[0])
+		doc, err := tx.lockLiveDocument(service.Errorf(service.ErrNotFound, "document %s of chunk %s was deleted", del.DocumentID, del.ChunkID),
+			`SELECT id FROM documents WHERE id = ? AND kb_id = ? AND deleted_at IS NULL`, int64(del.DocumentID), int64(del.KnowledgeBaseID))
 		if err != nil {
 			return err
 		}
