@@ -773,31 +773,20 @@ bindAddress=127.0.0.1
 EOF
 	# brokerIP1/2 must be loopback: otherwise the broker advertises a
 	# private-range address to clients, and such traffic is forbidden here.
-	# File sizes are cut down from the multi-GB defaults.
-	cat >"$RMQ_STATE/conf/broker.conf" <<EOF
-brokerClusterName=DefaultCluster
+	# The rest, shared with the container's broker, is rocketmq/broker.conf.
+	{
+		cat <<EOF
 brokerName=$RMQ_BROKER_NAME
-brokerId=0
 namesrvAddr=127.0.0.1:$RMQ_NAMESRV_PORT
 brokerIP1=127.0.0.1
 brokerIP2=127.0.0.1
 bindAddress=127.0.0.1
 listenPort=$RMQ_BROKER_PORT
-brokerRole=ASYNC_MASTER
-flushDiskType=ASYNC_FLUSH
-deleteWhen=04
-fileReservedTime=48
-autoCreateTopicEnable=true
-autoCreateSubscriptionGroup=true
 storePathRootDir=$RMQ_STATE/store
 storePathCommitLog=$RMQ_STATE/store/commitlog
-mappedFileSizeCommitLog=67108864
-mappedFileSizeConsumeQueue=600000
-mappedFileSizeTimerLog=16777216
-maxHashSlotNum=10000
-maxIndexNum=40000
-diskMaxUsedSpaceRatio=95
 EOF
+		grep -v '^#' "$SCRIPT_DIR/rocketmq/broker.conf"
+	} >"$RMQ_STATE/conf/broker.conf"
 }
 
 # rmq_pid NAME prints the pid recorded for NAME when that process is alive
