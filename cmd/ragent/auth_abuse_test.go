@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"net"
 	"net/http"
 	"net/netip"
 	"os/exec"
@@ -112,12 +111,7 @@ func privateRedis(t *testing.T, args ...string) string {
 	if err != nil {
 		t.Skipf("redis-server not installed: %v; run scripts/services.sh start redis", err)
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	port := strconv.Itoa(ln.Addr().(*net.TCPAddr).Port)
-	ln.Close()
+	port := strconv.Itoa(testenv.FreePort(t))
 	cmd := exec.Command(bin, append([]string{"--bind", "127.0.0.1", "--port", port, "--save", "", "--appendonly", "no", "--dir", t.TempDir()}, args...)...)
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
