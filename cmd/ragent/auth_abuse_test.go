@@ -285,11 +285,7 @@ func TestSessionRateAndCoalescedRefusals(t *testing.T) {
 	// session rate too.
 	conn := connectDB(t, cfg.DatabaseURL)
 	testenv.Eventually(t, 30*time.Second, "the coalesced refusals' summary row", func() bool {
-		var n int
-		if err := conn.QueryRow(context.Background(), `SELECT count(*) FROM audit_events WHERE action = 'user.create' AND actor_user_id = $1`, userID).Scan(&n); err != nil {
-			t.Fatal(err)
-		}
-		return n == 2 || refused == 1
+		return countRows(t, conn, `SELECT count(*) FROM audit_events WHERE action = 'user.create' AND actor_user_id = $1`, userID) == 2 || refused == 1
 	})
 	events := auditEvents(t, admin, "action=user.create&actor="+userID)
 	if len(events) != min(refused, 2) {
