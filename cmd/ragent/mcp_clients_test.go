@@ -10,14 +10,6 @@ import (
 	"time"
 )
 
-// mcpClients finds the official MCP SDKs the `clients` service installs
-// beside the OpenAI ones (PyPI's mcp in the venv, npm's
-// @modelcontextprotocol/sdk in the prefix), as clientSDKs does.
-func mcpClients(t *testing.T) (python, nodePath string) {
-	t.Helper()
-	return clientSDKs(t, "MCP", "mcp", "@modelcontextprotocol/sdk")
-}
-
 // TestMCPOfficialClients runs the official MCP SDKs — Python (PyPI mcp)
 // and TypeScript (npm @modelcontextprotocol/sdk), code nobody here wrote —
 // against a running instance over Streamable HTTP (testdata/mcp/client.*):
@@ -27,7 +19,8 @@ func mcpClients(t *testing.T) (python, nodePath string) {
 // the chat scope, list_knowledge_bases paged with nextCursor, and a
 // refused bad key.
 func TestMCPOfficialClients(t *testing.T) {
-	python, nodePath := mcpClients(t)
+	// The MCP SDKs the `clients` service installs beside the OpenAI ones.
+	python, nodePath := clientSDKs(t, "MCP", "mcp", "@modelcontextprotocol/sdk")
 	f := newMCPFixture(t, nil)
 	// An answer the clients' key may not rate: the owner's, from the
 	// knowledge base outside that key's limit.

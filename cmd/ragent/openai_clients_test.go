@@ -12,18 +12,12 @@ import (
 	"github.com/ragent-go/ragent/internal/testenv"
 )
 
-// openAIClients finds the official SDKs that scripts/services.sh installs
-// for the `clients` service (a venv with PyPI's openai, an npm prefix with
-// npm's openai), by RAGENT_OPENAI_PYTHON and RAGENT_OPENAI_NODE_PATH or
-// where the script puts them (clientSDKs).
-func openAIClients(t *testing.T) (python, nodePath string) {
-	t.Helper()
-	return clientSDKs(t, "OpenAI", "openai", "openai")
-}
-
-// clientSDKs finds the `clients` service's Python with module pyModule and
-// its node_modules with package nodePackage (clientPaths). Missing ones skip
-// the test on a developer machine and fail it under
+// clientSDKs finds the official SDKs that scripts/services.sh installs for
+// the `clients` service: its venv's Python with module pyModule (PyPI's
+// openai, mcp) and its npm prefix's node_modules with package nodePackage
+// (npm's openai, @modelcontextprotocol/sdk), by RAGENT_OPENAI_PYTHON and
+// RAGENT_OPENAI_NODE_PATH or where the script puts them (clientPaths).
+// Missing ones skip the test on a developer machine and fail it under
 // RAGENT_REQUIRE_SERVICES=1, naming the SDKs as what.
 func clientSDKs(t *testing.T, what, pyModule, nodePackage string) (python, nodePath string) {
 	t.Helper()
@@ -78,7 +72,7 @@ func clientPaths() (python, nodePath string) {
 // share of the queue held full, 429 with Retry-After stream or not (mode
 // busy).
 func TestOpenAIOfficialClients(t *testing.T) {
-	python, nodePath := openAIClients(t)
+	python, nodePath := clientSDKs(t, "OpenAI", "openai", "openai")
 	llm := newFakeLLM(t)
 	cfg := chatConfig(t, llm)
 	cfg.ChatMaxConcurrent, cfg.ChatMaxQueuedPerUser, cfg.ChatMaxWait = 1, 1, 60*time.Second
