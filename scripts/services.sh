@@ -187,6 +187,26 @@ stop_pid() {
 	rm -f "$pidfile"
 }
 
+# wait_running WHAT LOG SECONDS COMMAND... waits for a service found
+# running to answer (COMMAND succeeds), or shows the tail of LOG and dies.
+wait_running() {
+	local what=$1 out=$2 timeout=$3
+	shift 3
+	wait_until "$timeout" "$@" || {
+		show_log_tail "$out" 60
+		die "$what runs but does not answer within ${timeout}s"
+	}
+	log "$what: already running"
+}
+
+# need_free_port PORT SETTING dies when something this script did not start
+# listens on 127.0.0.1:PORT, naming SETTING (what moves the service).
+need_free_port() {
+	if port_open "$1"; then
+		die "127.0.0.1:$1 is taken by a process this script did not start; stop it or $2"
+	fi
+}
+
 # stop_recorded WHAT SECONDS PIDFILE MARK... stops the process recorded in
 # PIDFILE (as recorded_pid finds it) with stop_pid, if it runs.
 stop_recorded() {
@@ -894,9 +914,7 @@ rmq_start_one() {
 		log "rocketmq: $name already running on 127.0.0.1:$port"
 		return 0
 	fi
-	if port_open "$port"; then
-		die "127.0.0.1:$port is taken by a process this script did not start; stop it or free the port"
-	fi
+	need_free_port "$port" "free the port"
 	log "rocketmq: starting $name on 127.0.0.1:$port (log: $RMQ_STATE/$name.out)"
 	rmq_launch "$name" "$main" "$config" "$@"
 	rmq_wait_boot "$name" "$main" "$port" "$pattern"
@@ -1171,17 +1189,11 @@ stop_legacy_embedder() {
 start_embedder_on() {
 	local port=$1 niceness=$2 threads=$3 out=$EMBEDDER_STATE/server-$1.out
 	if embedder_pid "$port" >/dev/null; then
-		wait_until "$EMBEDDER_BOOT_TIMEOUT" embedder_healthy "$port" || {
-			show_log_tail "$out"
-			die "embedder runs but is not healthy on 127.0.0.1:$port"
-		}
-		log "embedder: already running on 127.0.0.1:$port"
+		wait_running "embedder on 127.0.0.1:$port" "$out" "$EMBEDDER_BOOT_TIMEOUT" embedder_healthy "$port"
 		return 0
 	fi
 	stop_legacy_embedder "$port"
-	if port_open "$port"; then
-		die "127.0.0.1:$port is taken by a process this script did not start; stop it or set RAGENT_EMBEDDER_PORT / RAGENT_EMBEDDER_QUERY_PORT"
-	fi
+	need_free_port "$port" "set RAGENT_EMBEDDER_PORT / RAGENT_EMBEDDER_QUERY_PORT"
 	log "embedder: starting $EMBEDDER_MODEL on 127.0.0.1:$port, nice $niceness, $threads threads (log: $out)"
 	# A pid file left by a server that died must not be read as the new
 	# one's before the new one writes it.
@@ -1393,16 +1405,10 @@ start_opensearch() {
 	ensure_opensearch_install
 	ensure_opensearch_user
 	if opensearch_pid >/dev/null; then
-		wait_until "$OS_BOOT_TIMEOUT" opensearch_healthy || {
-			show_log_tail "$OS_STATE/node.out" 60
-			die "opensearch runs but the cluster is not healthy on $(opensearch_url)"
-		}
-		log "opensearch: already running on $(opensearch_url)"
+		wait_running "opensearch on $(opensearch_url)" "$OS_STATE/node.out" "$OS_BOOT_TIMEOUT" opensearch_healthy
 		return 0
 	fi
-	if port_open "$OS_PORT"; then
-		die "127.0.0.1:$OS_PORT is taken by a process this script did not start; stop it or set RAGENT_OPENSEARCH_PORT"
-	fi
+	need_free_port "$OS_PORT" "set RAGENT_OPENSEARCH_PORT"
 	need_root "starting opensearch as $OS_USER"
 	write_opensearch_config
 	local home=$OS_DIR/home
@@ -1552,19 +1558,13 @@ start_keycloak() {
 	have=$(cat "$KC_STATE/realm.sha256" 2>/dev/null || true)
 	if keycloak_pid >/dev/null; then
 		if [[ $want == "$have" ]]; then
-			wait_until "$KC_BOOT_TIMEOUT" keycloak_ready || {
-				show_log_tail "$KC_STATE/keycloak.out" 60
-				die "keycloak runs but does not answer on $(keycloak_url)"
-			}
-			log "keycloak: already running on $(keycloak_url)"
+			wait_running "keycloak on $(keycloak_url)" "$KC_STATE/keycloak.out" "$KC_BOOT_TIMEOUT" keycloak_ready
 			return 0
 		fi
 		log "keycloak: the realm file changed; restarting with a fresh database"
 		stop_keycloak
 	fi
-	if port_open "$KC_PORT"; then
-		die "127.0.0.1:$KC_PORT is taken by a process this script did not start; stop it or set RAGENT_KEYCLOAK_PORT"
-	fi
+	need_free_port "$KC_PORT" "set RAGENT_KEYCLOAK_PORT"
 	if [[ $want != "$have" ]]; then
 		# Import happens only into an empty database.
 		rm -rf "$KC_HOME/data/h2"
