@@ -153,6 +153,11 @@ type client struct {
 
 func (in *instance) client(t testing.TB, token string) *client {
 	c := &client{t: t, base: in.url, token: token}
+	// An instance run as a child process (in.app nil) is refreshed by
+	// nobody: its benchmarks do not search.
+	if in.app == nil {
+		return c
+	}
 	if cfg := in.app.cfg; cfg.SearchBackend == "opensearch" {
 		c.refresh = func() {
 			// An error (OpenSearch cut away by a test) shows in the search
