@@ -5,9 +5,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
-	"time"
 
-	"github.com/chromedp/cdproto/cdp"
 	"github.com/chromedp/cdproto/fetch"
 	"github.com/chromedp/cdproto/network"
 	"github.com/chromedp/chromedp"
@@ -23,9 +21,7 @@ import (
 // submitted again makes no second group and shows no conflict.
 func TestBrowserRepeatedActionRunsOnce(t *testing.T) {
 	llm := newFakeLLM(t)
-	chromium := chromiumPath(t)
 	cfg := chatConfig(t, llm)
-	in := start(t, cfg)
 	db := connectDB(t, cfg.DatabaseURL)
 	count := func(t *testing.T, q string, args ...any) int {
 		t.Helper()
@@ -35,14 +31,10 @@ func TestBrowserRepeatedActionRunsOnce(t *testing.T) {
 		}
 		return n
 	}
-	b := newBrowser(t, chromium, in.url)
-	tb := b.tab(t, "admin", false)
+	_, _, b := startBrowser(t, cfg)
+	tb := b.signedIn(t, "admin", false)
+	tb.visible(t, `[data-testid=composer]`)
 	step := steps(t)
-	step("login", func(t *testing.T) {
-		tb.open(t, "/")
-		tb.login(t, "admin", "admin-password")
-		tb.visible(t, `[data-testid=composer]`)
-	})
 
 	step("a question retried after its answer was cut is one turn", func(t *testing.T) {
 		const q = "what is the refund policy?"
@@ -113,34 +105,17 @@ func TestBrowserRepeatedActionRunsOnce(t *testing.T) {
 // until that happened and returns the request's headers.
 func (tb *tab) cutResponse(t *testing.T, pattern string) (wait func() network.Headers) {
 	t.Helper()
-	sub, unsubscribe := context.WithCancel(tb.ctx)
-	t.Cleanup(unsubscribe)
-	paused := chromedp.Events(sub, fetch.RequestPaused) // subscribed before Enable
-	if _, err := chromedp.Call(tb.ctx, fetch.Enable, fetch.EnableParams{Patterns: []*fetch.RequestPattern{
-		{URLPattern: pattern, RequestStage: fetch.RequestStageResponse}}}); err != nil {
-		t.Fatalf("%s tab: cut %s: %v", tb.name, pattern, err)
-	}
+	next := tb.pauseNext(t, pattern, fetch.RequestStageResponse)
 	return func() network.Headers {
 		t.Helper()
-		defer unsubscribe()
-		timer := time.AfterFunc(stepTimeout, unsubscribe) // ends the wait below
-		defer timer.Stop()
-		var ev fetch.EventRequestPaused
-		for e, err := range paused {
-			if err != nil {
-				t.Fatalf("%s tab: no response of %s was paused within %v: %v", tb.name, pattern, stepTimeout, err)
-			}
-			ev = e
-			break
-		}
-		if _, err := chromedp.Call(tb.ctx, fetch.FailRequest, fetch.FailRequestParams{RequestID: ev.RequestID,
-			ErrorReason: network.ErrorReasonConnectionReset}); err != nil {
-			t.Fatalf("%s tab: fail %s: %v", tb.name, pattern, err)
-		}
-		if _, err := chromedp.Call(tb.ctx, fetch.Disable, cdp.Empty{}); err != nil {
-			t.Fatalf("%s tab: stop cutting %s: %v", tb.name, pattern, err)
-		}
-		return ev.Request.Headers
+		var h network.Headers
+		next(func(ev fetch.EventRequestPaused) error {
+			h = ev.Request.Headers
+			_, err := chromedp.Call(tb.ctx, fetch.FailRequest, fetch.FailRequestParams{RequestID: ev.RequestID,
+				ErrorReason: network.ErrorReasonConnectionReset})
+			return err
+		})
+		return h
 	}
 }
 
