@@ -100,7 +100,7 @@ func TestIngestBoundLosesNothing(t *testing.T) {
 	const perKB = 12
 	fake := newFakeEmbedServer(t, 32)
 	cfg := embedConfig(t, fake, 4)
-	cfg.IngestInFlightPerKB = 2
+	cfg.ingestInFlightPerKB = 2
 	ins := fairInstances(t, cfg)
 	token := ins[0].login(t, "admin", "admin-password")
 	admin := ins[0].client(t, token)
