@@ -44,6 +44,15 @@ func (r *recorder) got() []string {
 	return append([]string(nil), r.keys...)
 }
 
+// leasedPair gives s's relay a claim lease of lease and seeds a knowledge
+// base with two documents: a0 uploaded by 7, then a1 by uploader.
+func leasedPair(t *testing.T, s *Store, lease time.Duration, uploader service.ID) (a0, a1 *service.Document) {
+	t.Helper()
+	s.relayLease = lease
+	kb := seedKB(t, s, 4)
+	return seedQueued(t, s, kb, 7, "a0", 100), seedQueued(t, s, kb, uploader, "a1", 101)
+}
+
 // claimState reads the claim on d's ingest row.
 func claimState(t *testing.T, s *Store, d *service.Document) (claimed bool, leftSeconds float64, sent bool) {
 	t.Helper()
@@ -128,10 +137,7 @@ func TestRelayIngestBlockedPublishHoldsNoLock(t *testing.T) {
 // base's next row only after that document finished.
 func TestRelayIngestDeadClaimerResentOnce(t *testing.T) {
 	s1, s2 := relayPair(t)
-	s1.relayLease = time.Hour
-	kb := seedKB(t, s1, 4)
-	a0 := seedQueued(t, s1, kb, 7, "a0", 100)
-	a1 := seedQueued(t, s1, kb, 7, "a1", 101)
+	a0, a1 := leasedPair(t, s1, time.Hour, 7)
 
 	died := make(chan string, 1)
 	go func() {
@@ -176,10 +182,7 @@ func TestRelayIngestDeadClaimerResentOnce(t *testing.T) {
 // once: the next round sends the rows, each counted as one failed attempt.
 func TestRelayIngestFailedPublishReleases(t *testing.T) {
 	s, _ := migrated(t)
-	s.relayLease = time.Second
-	kb := seedKB(t, s, 4)
-	a0 := seedQueued(t, s, kb, 7, "a0", 100)
-	a1 := seedQueued(t, s, kb, 8, "a1", 101)
+	a0, a1 := leasedPair(t, s, time.Second, 8)
 
 	stall := func(ctx context.Context, _ service.OutboxMessage) (string, error) {
 		<-ctx.Done()
