@@ -240,6 +240,16 @@ func connectDB(t testing.TB, url string) *pgx.Conn {
 	return conn
 }
 
+// countRows runs query, a SELECT count(*) with args, on db.
+func countRows(t testing.TB, db *pgx.Conn, query string, args ...any) int {
+	t.Helper()
+	var n int
+	if err := db.QueryRow(context.Background(), query, args...).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
 // login returns a token for the user.
 func (in *instance) login(t testing.TB, username, password string) string {
 	t.Helper()

@@ -118,6 +118,33 @@ function listPage({ path, tbody, row, cols, empty, order, onForbidden }) {
   return { load, destroy() { destroyed = true; } };
 }
 
+// dialogList keeps the list of a dialog: load() fetches path and shows a
+// row(item) per item in tbody, or the empty text across cols columns;
+// remove(itemPath, after) deletes itemPath, loads again and runs after. A
+// failure of either shows in errBox and leaves the list as it was.
+function dialogList({ path, tbody, row, cols, empty, errBox }) {
+  async function load() {
+    try {
+      const res = await get(path);
+      const items = res?.items ?? [];
+      tbody.replaceChildren(...items.map(row));
+      if (items.length === 0) tbody.append(emptyRow(cols, empty));
+    } catch (err) {
+      showFormError(errBox, err);
+    }
+  }
+  async function remove(itemPath, after) {
+    try {
+      await del(itemPath);
+      await load();
+      after?.();
+    } catch (err) {
+      showFormError(errBox, err);
+    }
+  }
+  return { load, remove };
+}
+
 function optionalInt(input) {
   const v = input.value.trim();
   return v === '' ? undefined : Number.parseInt(v, 10);
@@ -262,31 +289,20 @@ function openMembers(kb) {
     form);
   modal(t('members.title', { name: kb.name }), content, 'members-dialog');
 
-  async function load() {
-    try {
-      const res = await get(`/knowledge-bases/${enc(kb.id)}/members`);
-      const items = res?.items ?? [];
-      list.replaceChildren(...items.map((m) => h('tr', { 'data-testid': 'member-row', 'data-kind': m.kind, 'data-name': m.name, 'data-role': m.role },
-        h('th', { scope: 'row' }, m.name),
-        h('td', {}, t(`members.kind.${m.kind}`, {}, m.kind)),
-        h('td', {}, t(`kb.role.${m.role}`, {}, m.role)),
-        h('td', { class: 'actions' },
-          rowAction('member-remove', t('members.remove'), m.name, () => remove(m), { danger: true })))));
-      if (items.length === 0) list.append(emptyRow(4, t('members.empty')));
-    } catch (err) {
-      showFormError(errBox, err);
-    }
-  }
-
-  async function remove(m) {
-    try {
-      await del(`/knowledge-bases/${enc(kb.id)}/members/${enc(m.id)}`);
-      await load();
-    } catch (err) {
-      showFormError(errBox, err);
-    }
-  }
-
+  const { load, remove } = dialogList({
+    path: `/knowledge-bases/${enc(kb.id)}/members`,
+    tbody: list,
+    cols: 4,
+    empty: t('members.empty'),
+    errBox,
+    row: (m) => h('tr', { 'data-testid': 'member-row', 'data-kind': m.kind, 'data-name': m.name, 'data-role': m.role },
+      h('th', { scope: 'row' }, m.name),
+      h('td', {}, t(`members.kind.${m.kind}`, {}, m.kind)),
+      h('td', {}, t(`kb.role.${m.role}`, {}, m.role)),
+      h('td', { class: 'actions' },
+        rowAction('member-remove', t('members.remove'), m.name,
+          () => remove(`/knowledge-bases/${enc(kb.id)}/members/${enc(m.id)}`), { danger: true }))),
+  });
   load();
 }
 
@@ -304,31 +320,24 @@ function openWebhooks(kb) {
     errBox);
   modal(t('webhooks.title', { name: kb.name }), content, 'webhooks-dialog');
 
-  async function load() {
-    try {
-      const res = await get(`/knowledge-bases/${enc(kb.id)}/webhooks`);
-      const items = res?.items ?? [];
-      list.replaceChildren(...items.map((w) => h('tr', { 'data-testid': 'webhook-row', 'data-webhook-id': w.id },
-        h('th', { scope: 'row', class: 'wrap' }, w.url),
-        h('td', { 'data-testid': 'webhook-creator' }, w.createdByName || t('webhooks.creatorGone')),
-        h('td', { class: 'muted' }, t('webhooks.counts', { pending: w.pendingDeliveries, failed: w.failedDeliveries, skipped: w.skippedDeliveries })),
-        h('td', { class: 'wrap muted' }, w.lastError || '—'),
-        h('td', { class: 'actions' },
-          rowAction('webhook-delete', t('common.delete'), w.url, () => remove(w), { danger: true })))));
-      if (items.length === 0) list.append(emptyRow(5, t('webhooks.empty')));
-    } catch (err) {
-      showFormError(errBox, err);
-    }
-  }
+  const { load, remove } = dialogList({
+    path: `/knowledge-bases/${enc(kb.id)}/webhooks`,
+    tbody: list,
+    cols: 5,
+    empty: t('webhooks.empty'),
+    errBox,
+    row: (w) => h('tr', { 'data-testid': 'webhook-row', 'data-webhook-id': w.id },
+      h('th', { scope: 'row', class: 'wrap' }, w.url),
+      h('td', { 'data-testid': 'webhook-creator' }, w.createdByName || t('webhooks.creatorGone')),
+      h('td', { class: 'muted' }, t('webhooks.counts', { pending: w.pendingDeliveries, failed: w.failedDeliveries, skipped: w.skippedDeliveries })),
+      h('td', { class: 'wrap muted' }, w.lastError || '—'),
+      h('td', { class: 'actions' },
+        rowAction('webhook-delete', t('common.delete'), w.url, () => removeWebhook(w), { danger: true }))),
+  });
 
-  async function remove(w) {
+  async function removeWebhook(w) {
     if (!(await confirmDialog(t('webhooks.deleteConfirm', { url: w.url }), { okLabel: t('common.delete'), danger: true }))) return;
-    try {
-      await del(`/knowledge-bases/${enc(kb.id)}/webhooks/${enc(w.id)}`);
-      await load();
-    } catch (err) {
-      showFormError(errBox, err);
-    }
+    await remove(`/knowledge-bases/${enc(kb.id)}/webhooks/${enc(w.id)}`);
   }
 
   load();
@@ -637,28 +646,17 @@ function openGroupMembers(g, changed) {
     dataTable([t('users.username'), t('common.actions')], list, { card: false }),
     managed ? h('p', { class: 'muted', 'data-testid': 'group-managed-note' }, t('groups.managedHint')) : form), 'group-members-dialog');
 
-  async function load() {
-    try {
-      const res = await get(`/groups/${enc(g.id)}/members`);
-      const users = res?.items ?? [];
-      list.replaceChildren(...users.map((u) => h('tr', { 'data-testid': 'group-member-row', 'data-username': u.username },
-        h('th', { scope: 'row' }, u.username),
-        h('td', { class: 'actions' },
-          managed ? null : rowAction(null, t('members.remove'), u.username, () => remove(u), { danger: true })))));
-      if (users.length === 0) list.append(emptyRow(2, t('members.empty')));
-    } catch (err) {
-      showFormError(errBox, err);
-    }
-  }
-
-  async function remove(u) {
-    try {
-      await del(`/groups/${enc(g.id)}/members/${enc(u.id)}`);
-      await load();
-      changed();
-    } catch (err) {
-      showFormError(errBox, err);
-    }
-  }
+  const { load, remove } = dialogList({
+    path: `/groups/${enc(g.id)}/members`,
+    tbody: list,
+    cols: 2,
+    empty: t('members.empty'),
+    errBox,
+    row: (u) => h('tr', { 'data-testid': 'group-member-row', 'data-username': u.username },
+      h('th', { scope: 'row' }, u.username),
+      h('td', { class: 'actions' },
+        managed ? null : rowAction(null, t('members.remove'), u.username,
+          () => remove(`/groups/${enc(g.id)}/members/${enc(u.id)}`, changed), { danger: true }))),
+  });
   load();
 }
