@@ -54,7 +54,9 @@ func TestBrowserCurationAndFeedback(t *testing.T) {
 		tb.visible(t, last+` [data-testid=feedback-comment]`)
 		tb.sendKeys(t, last+` [data-testid=feedback-comment]`, "should mention carry-over")
 		tb.click(t, last+` [data-testid=feedback-send]`)
-		tb.poll(t, "the rating recorded", stepTimeout, `document.querySelector('[data-testid=assistant-message][data-status=completed]:last-of-type [data-testid=feedback-bar]')?.dataset.rating === 'down'`)
+		// The rating is stored at the first click, the comment with the
+		// send: the feedback page lists what was stored when it loads.
+		tb.poll(t, "the comment stored", stepTimeout, `(b => b?.dataset.rating === 'down' && b.dataset.commentSaved === 'true')(document.querySelector('[data-testid=assistant-message][data-status=completed]:last-of-type [data-testid=feedback-bar]'))`)
 		tb.click(t, `[data-testid=nav-feedback]`)
 		tb.visible(t, `[data-testid=feedback-row][data-rating=down]`)
 		tb.waitText(t, `[data-testid=feedback-row][data-rating=down] [data-testid=feedback-question]`, "zebrafish")

@@ -230,7 +230,7 @@ func (a *App) buildIngestion(ctx context.Context, w *parts) error {
 		WebhookDeliveryRetention: cfg.WebhookDeliveryRetention,
 		WorkConcurrency:          ingestWorkConcurrency(cfg),
 		Handlers:                 ingestHandlerCount(cfg),
-		InFlightPerKB:            cfg.IngestInFlightPerKB,
+		InFlightPerKB:            cfg.ingestInFlightPerKB,
 	})
 	ingestSvc.EnableWebhooks(a.store, w.signing)
 	ingestSvc.EnableCuration(a.store)
