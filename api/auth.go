@@ -107,6 +107,19 @@ type list[T any] struct {
 	NextCursor *string `json:"nextCursor"`
 }
 
+// serveItems answers {"items": items} ([] for none) for a list that is not
+// paged, or err.
+func serveItems[T any](c *gin.Context, items []T, err error) {
+	if err != nil {
+		fail(c, err)
+		return
+	}
+	if items == nil {
+		items = []T{}
+	}
+	c.JSON(http.StatusOK, gin.H{"items": items})
+}
+
 func newList[T any](items []T, limit int, cursor func(T) string) list[T] {
 	if items == nil {
 		items = []T{}

@@ -11,14 +11,7 @@ import (
 // listIntents answers the whole tree: {"items": roots with their children}.
 func (s *Server) listIntents(c *gin.Context) {
 	tree, err := s.deps.Intents.Tree(c.Request.Context())
-	if err != nil {
-		fail(c, err)
-		return
-	}
-	if tree == nil {
-		tree = []*service.IntentNode{}
-	}
-	c.JSON(http.StatusOK, gin.H{"items": tree})
+	serveItems(c, tree, err)
 }
 
 // deleteIntent deletes a node; one with children needs ?cascade=true.

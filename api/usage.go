@@ -1,7 +1,6 @@
 package api
 
 import (
-	"net/http"
 	"strconv"
 	"strings"
 
@@ -56,27 +55,13 @@ func (s *Server) usageReport(c *gin.Context) {
 		in.Limit = n
 	}
 	rows, err := s.deps.Quotas.Report(c.Request.Context(), principal(c), in)
-	if err != nil {
-		fail(c, err)
-		return
-	}
-	if rows == nil {
-		rows = []service.UsageRow{}
-	}
-	c.JSON(http.StatusOK, gin.H{"items": rows})
+	serveItems(c, rows, err)
 }
 
 // listQuotas serves GET /api/v1/admin/quotas.
 func (s *Server) listQuotas(c *gin.Context) {
 	qs, err := s.deps.Quotas.List(c.Request.Context(), principal(c))
-	if err != nil {
-		fail(c, err)
-		return
-	}
-	if qs == nil {
-		qs = []service.Quota{}
-	}
-	c.JSON(http.StatusOK, gin.H{"items": qs})
+	serveItems(c, qs, err)
 }
 
 // deleteQuota serves DELETE /api/v1/admin/quotas/:subject/:id.

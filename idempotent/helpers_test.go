@@ -3,7 +3,6 @@ package idempotent_test
 import (
 	"bytes"
 	"log/slog"
-	"net"
 	"strings"
 	"sync"
 	"testing"
@@ -11,18 +10,15 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
+
+	"github.com/ragent-go/ragent/internal/testenv"
 )
 
 // unreachableRedis returns a client pointed at a port nothing listens on, as
 // when Redis is down.
 func unreachableRedis(t *testing.T) redis.UniversalClient {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatalf("listen: %v", err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
+	addr := testenv.FreeAddr(t)
 	c := redis.NewClient(&redis.Options{Addr: addr, DialTimeout: 200 * time.Millisecond, DialerRetries: 1, MaxRetries: 1})
 	t.Cleanup(func() { c.Close() })
 	return c

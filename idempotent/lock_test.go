@@ -23,31 +23,24 @@ func TestLocksConcurrentAcquireOneWins(t *testing.T) {
 
 	const n = 50
 	var (
-		wg      sync.WaitGroup
-		start   = make(chan struct{})
 		mu      sync.Mutex
 		winners []*idempotent.Lock
 		locked  int
 		others  []error
 	)
-	for range n {
-		wg.Go(func() {
-			<-start
-			lock, err := locks.Acquire(ctx, key)
-			mu.Lock()
-			defer mu.Unlock()
-			switch {
-			case err == nil:
-				winners = append(winners, lock)
-			case errors.Is(err, idempotent.ErrLocked):
-				locked++
-			default:
-				others = append(others, err)
-			}
-		})
-	}
-	close(start)
-	wg.Wait()
+	testenv.Together(n, func(int) {
+		lock, err := locks.Acquire(ctx, key)
+		mu.Lock()
+		defer mu.Unlock()
+		switch {
+		case err == nil:
+			winners = append(winners, lock)
+		case errors.Is(err, idempotent.ErrLocked):
+			locked++
+		default:
+			others = append(others, err)
+		}
+	})
 
 	if len(winners) != 1 || locked != n-1 || len(others) != 0 {
 		t.Fatalf("winners=%d locked=%d other errors=%v; want 1, %d, none", len(winners), locked, others, n-1)

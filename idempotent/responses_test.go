@@ -150,26 +150,19 @@ func TestResponsesConcurrentBeginOneProceeds(t *testing.T) {
 	ctx := context.Background()
 	const n = 20
 	var (
-		wg      sync.WaitGroup
-		start   = make(chan struct{})
 		mu      sync.Mutex
 		results = map[idempotent.Outcome]int{}
 	)
-	for range n {
-		wg.Go(func() {
-			<-start
-			got, _, err := resp.Begin(ctx, "1", "double-click", "h")
-			if err != nil {
-				t.Errorf("Begin: %v", err)
-				return
-			}
-			mu.Lock()
-			results[got]++
-			mu.Unlock()
-		})
-	}
-	close(start)
-	wg.Wait()
+	testenv.Together(n, func(int) {
+		got, _, err := resp.Begin(ctx, "1", "double-click", "h")
+		if err != nil {
+			t.Errorf("Begin: %v", err)
+			return
+		}
+		mu.Lock()
+		results[got]++
+		mu.Unlock()
+	})
 	if results[idempotent.Proceed] != 1 || results[idempotent.InFlight] != n-1 {
 		t.Fatalf("outcomes %v; want 1 proceed and %d in flight", results, n-1)
 	}

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"io"
 	"math/rand/v2"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"slices"
@@ -65,12 +64,7 @@ func TestErrorsAndAuth(t *testing.T) {
 		}
 	}
 
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
+	addr := testenv.FreeAddr(t)
 	c, _ := New(Config{URL: "http://" + addr, Index: "ragent"})
 	if _, err := c.KeywordSearch(context.Background(), q); !errors.Is(err, service.ErrSearchUnavailable) {
 		t.Errorf("nothing listening: %v", err)

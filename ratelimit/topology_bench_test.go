@@ -1,7 +1,9 @@
 package ratelimit
 
 import (
+	"context"
 	"fmt"
+	"net"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -21,83 +23,227 @@ import (
 // uncontended grant latency p50/p99 (one Acquire, one enqueue round trip)
 // and grants/s of 100 acquirers on two instances (N = 50, zero work, as
 // BenchmarkGrants), with ratios to the single node and to no fence.
+//
+// The topologies take turns: the latency samples are taken in blocks of
+// 50 and the grants in rounds of 500, topology after topology in a
+// rotating order, so a change in the machine's load during the run falls
+// on all of them alike (one topology after the other, the ratios swung by
+// 2x between runs of the same code on the shared VM).
+//
+// Beside each limiter block runs a block of the same enqueue and release
+// scripts sent by a plain go-redis client straight to the node that holds
+// the limiter's slot (the single node, the Sentinel primary, the slot's
+// Cluster master): the raw cost of that node, with no ragent Go code and no
+// topology client. raw-p50/single is the topology's own share of the p50
+// ratio; p50/raw is what the limiter adds on top of its node.
 func BenchmarkGrantsPerTopology(b *testing.B) {
-	type result struct{ p50, p99, rate float64 }
-	run := func(b *testing.B, top redisconn.Topology) result {
-		opts := testenv.RedisOptionsOf(b, top)
-		client := func() redis.UniversalClient {
-			c, err := redisconn.New(opts)
-			if err != nil {
-				b.Fatal(err)
-			}
-			b.Cleanup(func() { c.Close() })
-			return c
-		}
-		prefix := testenv.Prefix(b)
-		cleanupKeys(b, client(), prefix)
-		cfg := Config{MaxConcurrent: 50, MaxWait: 30 * time.Second, Lease: 10 * time.Second}
-		ls := []*Limiter{startLimiter(b, client(), prefix, "chat", cfg), startLimiter(b, client(), prefix, "chat", cfg)}
-		// Latency: one acquirer, nothing else in flight.
-		const samples = 1000
-		lat := make([]time.Duration, 0, samples)
-		for i := range samples {
-			start := time.Now()
-			p, err := ls[0].Acquire(b.Context(), fmt.Sprint("l", i), "u", nil)
-			lat = append(lat, time.Since(start))
-			if err != nil {
-				b.Fatal(err)
-			}
-			p.Release()
-		}
-		// Throughput: 100 acquirers on two instances.
-		const workers, grants = 100, 3000
-		var next atomic.Int64
-		var wg sync.WaitGroup
-		start := time.Now()
-		for w := range workers {
-			wg.Go(func() {
-				for {
-					i := next.Add(1)
-					if i > grants {
-						return
-					}
-					p, err := ls[w%2].Acquire(b.Context(), fmt.Sprint("g", i), fmt.Sprint("u", w), nil)
-					if err != nil {
-						b.Error(err)
-						return
-					}
-					p.Release()
-				}
-			})
-		}
-		wg.Wait()
-		return result{ms(percentile(lat, 50)), ms(percentile(lat, 99)), grants / time.Since(start).Seconds()}
-	}
 	tops := []redisconn.Topology{redisconn.Single, redisconn.Sentinel, redisconn.Cluster}
 	for range b.N {
-		res := map[string]result{}
-		for _, top := range tops {
-			res[string(top)] = run(b, top)
+		runs := map[string]*topologyRun{}
+		for _, fence := range []bool{true, false} {
+			restore := func() {}
+			if !fence {
+				restore = withoutFence()
+			}
+			rs := make([]*topologyRun, len(tops))
+			for i, top := range tops {
+				rs[i] = newTopologyRun(b, top)
+			}
+			measureTopologies(b, rs)
+			restore()
+			for _, r := range rs {
+				name := string(r.top)
+				if !fence {
+					name += "-nofence"
+				}
+				runs[name] = r
+			}
 		}
-		restore := withoutFence()
-		for _, top := range tops {
-			res[string(top)+"-nofence"] = run(b, top)
+		reportTopologies(b, tops, runs)
+	}
+}
+
+// topologyRun is one topology's limiters, its raw node client and what
+// was measured on them.
+type topologyRun struct {
+	top     redisconn.Topology
+	ls      []*Limiter
+	raw     *redis.Client // straight to the node holding the limiter's slot
+	rawKeys keys
+	rawCfg  Config
+
+	lat, rawLat []time.Duration
+	grants      int
+	busy        time.Duration
+}
+
+func newTopologyRun(b *testing.B, top redisconn.Topology) *topologyRun {
+	opts := testenv.RedisOptionsOf(b, top)
+	client := func() redis.UniversalClient {
+		c, err := redisconn.New(opts)
+		if err != nil {
+			b.Fatal(err)
 		}
-		restore()
-		base := res["single"]
-		for _, top := range tops {
-			r, nf := res[string(top)], res[string(top)+"-nofence"]
-			b.Logf("%-8s fence: p50 %.3f ms p99 %.3f ms %.0f grants/s | no fence: p50 %.3f ms p99 %.3f ms %.0f grants/s",
-				top, r.p50, r.p99, r.rate, nf.p50, nf.p99, nf.rate)
-			b.ReportMetric(r.p50, string(top)+"-p50-ms")
-			b.ReportMetric(r.p99, string(top)+"-p99-ms")
-			b.ReportMetric(r.rate, string(top)+"-grants/s")
-			b.ReportMetric(r.p50/base.p50, string(top)+"-p50/single")
-			b.ReportMetric(r.p99/base.p99, string(top)+"-p99/single")
-			b.ReportMetric(r.rate/base.rate, string(top)+"-rate/single")
-			b.ReportMetric(r.p50/nf.p50, string(top)+"-p50/nofence")
-			b.ReportMetric(r.rate/nf.rate, string(top)+"-rate/nofence")
+		b.Cleanup(func() { c.Close() })
+		return c
+	}
+	prefix := testenv.Prefix(b)
+	first := client()
+	cleanupKeys(b, first, prefix)
+	cfg := Config{MaxConcurrent: 50, MaxWait: 30 * time.Second, Lease: 10 * time.Second}
+	r := &topologyRun{top: top,
+		ls:     []*Limiter{startLimiter(b, first, prefix, "chat", cfg), startLimiter(b, client(), prefix, "chat", cfg)},
+		rawCfg: cfg.withDefaults(defaultMaxWait, defaultLease)}
+	rawPrefix := testenv.Prefix(b)
+	r.rawKeys = newKeys(rawPrefix, "chat")
+	u, err := redis.ParseURL(opts.URL)
+	if err != nil {
+		b.Fatal(err)
+	}
+	u.Addr = slotNode(b, first, opts, r.rawKeys.permits)
+	r.raw = redis.NewClient(u)
+	b.Cleanup(func() { r.raw.Close() })
+	cleanupKeys(b, r.raw, rawPrefix)
+	return r
+}
+
+// slotNode returns the address of the node that serves key on c's
+// topology: the single node, the primary the Sentinels name, or the
+// Cluster master of key's slot.
+func slotNode(b *testing.B, c redis.UniversalClient, opts redisconn.Options, key string) string {
+	ctx := b.Context()
+	switch cc := c.(type) {
+	case *redis.ClusterClient:
+		node, err := cc.MasterForKey(ctx, key)
+		if err != nil {
+			b.Fatal(err)
 		}
+		return node.Options().Addr
+	case *redis.Client:
+		if len(opts.SentinelAddrs) == 0 {
+			return cc.Options().Addr
+		}
+		s := redis.NewSentinelClient(&redis.Options{Addr: opts.SentinelAddrs[0], Password: opts.SentinelPassword})
+		defer s.Close()
+		addr, err := s.GetMasterAddrByName(ctx, opts.SentinelMaster).Result()
+		if err != nil {
+			b.Fatal(err)
+		}
+		return net.JoinHostPort(addr[0], addr[1])
+	}
+	b.Fatalf("unexpected client %T", c)
+	return ""
+}
+
+// rawGrant sends enqueue.lua (with the fence's key and arguments, as
+// Limiter.enqueue does; seen is 0, so the first call sets the fence key
+// instead of holding) and release.lua for request id straight to the
+// node, and returns how long the enqueue took.
+func (r *topologyRun) rawGrant(ctx context.Context, id string) (time.Duration, error) {
+	k, cfg := r.rawKeys, r.rawCfg
+	ks := []string{k.seq, k.queue, k.permits, k.users, k.owners, k.held, k.deadlines, k.entry, k.fence}
+	start := time.Now()
+	v, err := enqueueScript.Run(ctx, r.raw, ks, id, "u", cfg.MaxConcurrent, cfg.Lease.Milliseconds(),
+		(markerGrace + cfg.MaxWait).Milliseconds(), cfg.MaxQueue, cfg.MaxQueuedPerUser, headWindow, 0, 0,
+		"0", renewEvery(cfg.Lease).Milliseconds()).Slice()
+	d := time.Since(start)
+	if err != nil {
+		return d, err
+	}
+	if len(v) == 0 || v[0] != int64(statusGranted) {
+		return d, fmt.Errorf("raw enqueue not granted: %v", v)
+	}
+	return d, releaseScript.Run(ctx, r.raw, k.releaseKeys(), id, k.notify).Err()
+}
+
+// measureTopologies takes the latency samples and the grants of every
+// run, in turns.
+func measureTopologies(b *testing.B, rs []*topologyRun) {
+	ctx := b.Context()
+	const rounds, block = 20, 50 // 1,000 latency samples per topology
+	for round := range rounds {
+		for j := range rs {
+			r := rs[(j+round)%len(rs)]
+			for i := range block {
+				id := fmt.Sprint("l", round, ".", i)
+				start := time.Now()
+				p, err := r.ls[0].Acquire(ctx, id, "u", nil)
+				r.lat = append(r.lat, time.Since(start))
+				if err != nil {
+					b.Fatal(err)
+				}
+				p.Release()
+			}
+			for i := range block {
+				d, err := r.rawGrant(ctx, fmt.Sprint("r", round, ".", i))
+				if err != nil {
+					b.Fatal(err)
+				}
+				r.rawLat = append(r.rawLat, d)
+			}
+		}
+	}
+	const grantRounds, perRound = 6, 500 // 3,000 grants per topology
+	for round := range grantRounds {
+		for j := range rs {
+			r := rs[(j+round)%len(rs)]
+			r.busy += grantBurst(b, r.ls, fmt.Sprint("g", round, "."), perRound)
+			r.grants += perRound
+		}
+	}
+}
+
+// grantBurst has 100 acquirers on ls take and give back n permits, and
+// returns how long that took.
+func grantBurst(b *testing.B, ls []*Limiter, idPrefix string, n int64) time.Duration {
+	const workers = 100
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	start := time.Now()
+	for w := range workers {
+		wg.Go(func() {
+			for {
+				i := next.Add(1)
+				if i > n {
+					return
+				}
+				p, err := ls[w%len(ls)].Acquire(b.Context(), fmt.Sprint(idPrefix, i), fmt.Sprint("u", w), nil)
+				if err != nil {
+					b.Error(err)
+					return
+				}
+				p.Release()
+			}
+		})
+	}
+	wg.Wait()
+	return time.Since(start)
+}
+
+func reportTopologies(b *testing.B, tops []redisconn.Topology, runs map[string]*topologyRun) {
+	type result struct{ p50, p99, rate, rawP50, rawP99 float64 }
+	res := func(r *topologyRun) result {
+		return result{ms(percentile(r.lat, 50)), ms(percentile(r.lat, 99)), float64(r.grants) / r.busy.Seconds(),
+			ms(percentile(r.rawLat, 50)), ms(percentile(r.rawLat, 99))}
+	}
+	base := res(runs["single"])
+	for _, top := range tops {
+		r, nf := res(runs[string(top)]), res(runs[string(top)+"-nofence"])
+		b.Logf("%-8s fence: p50 %.3f ms p99 %.3f ms %.0f grants/s, raw node p50 %.3f ms p99 %.3f ms | "+
+			"no fence: p50 %.3f ms p99 %.3f ms %.0f grants/s, raw node p50 %.3f ms",
+			top, r.p50, r.p99, r.rate, r.rawP50, r.rawP99, nf.p50, nf.p99, nf.rate, nf.rawP50)
+		t := string(top)
+		b.ReportMetric(r.p50, t+"-p50-ms")
+		b.ReportMetric(r.p99, t+"-p99-ms")
+		b.ReportMetric(r.rate, t+"-grants/s")
+		b.ReportMetric(r.rawP50, t+"-raw-p50-ms")
+		b.ReportMetric(r.p50/base.p50, t+"-p50/single")
+		b.ReportMetric(r.p99/base.p99, t+"-p99/single")
+		b.ReportMetric(r.rate/base.rate, t+"-rate/single")
+		b.ReportMetric(r.rawP50/base.rawP50, t+"-raw-p50/single")
+		b.ReportMetric(r.p50/r.rawP50, t+"-p50/raw")
+		b.ReportMetric(r.p50/nf.p50, t+"-p50/nofence")
+		b.ReportMetric(r.rate/nf.rate, t+"-rate/nofence")
 	}
 }
 
@@ -119,11 +265,93 @@ func withoutFence() (restore func()) {
 		}
 		return redis.NewScript(src.String())
 	}
-	enqueueScript = build("clock.lua", "lib.lua", "fence.lua", "enqueue.lua")
-	claimScript = build("clock.lua", "lib.lua", "fence.lua", "claim.lua")
+	enqueueScript = build("clock.lua", "budget.lua", "lib.lua", "fence.lua", "enqueue.lua")
+	claimScript = build("clock.lua", "budget.lua", "lib.lua", "fence.lua", "claim.lua")
 	renewScript = build("clock.lua", "fence.lua", "renew.lua")
 	tryScript = build("clock.lua", "fence.lua", "try.lua")
 	return func() {
 		enqueueScript, claimScript, renewScript, tryScript = saved[0], saved[1], saved[2], saved[3]
+	}
+}
+
+// BenchmarkNodeCost isolates what the node itself adds to the grant script,
+// on redis-server processes of its own (same binary and flags as
+// scripts/services.sh): a standalone node, a primary streaming to a
+// replica, a cluster-enabled node holding every slot alone, and a cluster
+// master with a replica. The same enqueue and release scripts go straight
+// to each through a plain client, in turns (blocks of 50, rotating), and
+// the enqueue's p50 is reported with its ratio to the standalone node.
+func BenchmarkNodeCost(b *testing.B) {
+	ctx := b.Context()
+	standalone := testenv.StartRedisServer(b)
+	primary := testenv.StartRedisServer(b)
+	host, port, _ := strings.Cut(primary.Addr, ":")
+	replica := testenv.StartRedisServer(b, "--replicaof", host, port)
+	cluster := func(withReplica bool) string {
+		m := testenv.StartRedisServer(b, "--cluster-enabled", "yes")
+		mc := m.Client()
+		defer mc.Close()
+		if err := mc.Do(ctx, "CLUSTER", "ADDSLOTSRANGE", 0, 16383).Err(); err != nil {
+			b.Fatal(err)
+		}
+		if withReplica {
+			r := testenv.StartRedisServer(b, "--cluster-enabled", "yes")
+			rc := r.Client()
+			defer rc.Close()
+			mhost, mport, _ := strings.Cut(m.Addr, ":")
+			if err := rc.ClusterMeet(ctx, mhost, mport).Err(); err != nil {
+				b.Fatal(err)
+			}
+			id := mc.Do(ctx, "CLUSTER", "MYID").Val()
+			testenv.Eventually(b, 20*time.Second, "the replica set", func() bool {
+				return rc.Do(ctx, "CLUSTER", "REPLICATE", id).Err() == nil
+			})
+			testenv.Eventually(b, 20*time.Second, "the cluster replica in sync", func() bool {
+				return strings.Contains(mc.Info(ctx, "replication").Val(), "state=online")
+			})
+		}
+		testenv.Eventually(b, 20*time.Second, "cluster_state:ok", func() bool {
+			return strings.Contains(mc.ClusterInfo(ctx).Val(), "cluster_state:ok")
+		})
+		return m.Addr
+	}
+	rc := replica.Client()
+	testenv.Eventually(b, 10*time.Second, "the replica in sync", func() bool {
+		return strings.Contains(rc.Info(ctx, "replication").Val(), "master_link_status:up")
+	})
+	rc.Close()
+	nodes := []struct{ name, addr string }{
+		{"standalone", standalone.Addr},
+		{"primary+replica", primary.Addr},
+		{"cluster-alone", cluster(false)},
+		{"cluster+replica", cluster(true)},
+	}
+	cfg := Config{MaxConcurrent: 50, MaxWait: 30 * time.Second, Lease: 10 * time.Second}.withDefaults(defaultMaxWait, defaultLease)
+	rs := make([]*topologyRun, len(nodes))
+	for i, n := range nodes {
+		rs[i] = &topologyRun{raw: redis.NewClient(&redis.Options{Addr: n.addr}), rawKeys: newKeys("bench:", "chat"), rawCfg: cfg}
+		b.Cleanup(func() { rs[i].raw.Close() })
+	}
+	for range b.N {
+		const rounds, block = 40, 50
+		for round := range rounds {
+			for j := range rs {
+				r := rs[(j+round)%len(rs)]
+				for i := range block {
+					d, err := r.rawGrant(ctx, fmt.Sprint(round, ".", i))
+					if err != nil {
+						b.Fatal(err)
+					}
+					r.rawLat = append(r.rawLat, d)
+				}
+			}
+		}
+	}
+	base := ms(percentile(rs[0].rawLat, 50))
+	for i, n := range nodes {
+		p50, p99 := ms(percentile(rs[i].rawLat, 50)), ms(percentile(rs[i].rawLat, 99))
+		b.Logf("%-16s enqueue p50 %.3f ms p99 %.3f ms, p50 %.2fx the standalone node", n.name, p50, p99, p50/base)
+		b.ReportMetric(p50, n.name+"-p50-ms")
+		b.ReportMetric(p50/base, n.name+"-p50/standalone")
 	}
 }

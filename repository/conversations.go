@@ -277,6 +277,19 @@ func (s *Store) ChatSubmit(ctx context.Context, userID service.ID, key string) (
 	return sub, nil
 }
 
+// PruneChatSubmits deletes up to limit chat submit keys stored (or last
+// moved to a retry) before t, oldest first, and returns how many it deleted.
+// A key is honoured only within the Idempotency-Key window (cmd/ragent
+// prunes at idempotent.DefaultResponseTTL); past it a retry under the key
+// is a new question, and its row only takes room. Batches skip rows
+// another instance is deleting.
+func (s *Store) PruneChatSubmits(ctx context.Context, before time.Time, limit int) (int64, error) {
+	res := s.conn(ctx).Exec(`DELETE FROM chat_submits WHERE ctid IN (
+		SELECT ctid FROM chat_submits WHERE created_at < ? ORDER BY created_at LIMIT ? FOR UPDATE SKIP LOCKED)`,
+		before, limit)
+	return res.RowsAffected, translate(res.Error)
+}
+
 // saveMessage is SaveMessage inside the receiver's transaction.
 func (s *Store) saveMessage(m *service.Message, title string) error {
 	srcs := m.Sources

@@ -60,15 +60,8 @@ func (s *Store) CurateChunk(ctx context.Context, id service.ID, kbIDs []service.
 		rev   *service.ChunkRevision
 	)
 	err := s.WithinTx(ctx, func(tx *Store) error {
-		var docIDs []int64
-		if err := tx.db.Raw(`SELECT document_id FROM chunks WHERE id = ? AND kb_id = ANY(?)`, int64(id), idArray(kbIDs)).
-			Scan(&docIDs).Error; err != nil {
-			return translate(err)
-		}
-		if len(docIDs) == 0 {
-			return service.ErrNotFound
-		}
-		doc, err := tx.lockLiveDocument(docIDs[0])
+		doc, err := tx.lockLiveDocument(service.ErrNotFound,
+			`SELECT document_id FROM chunks WHERE id = ? AND kb_id = ANY(?)`, int64(id), idArray(kbIDs))
 		if err != nil {
 			return err
 		}
@@ -111,11 +104,19 @@ func (s *Store) CurateChunk(ctx context.Context, id service.ID, kbIDs []service.
 	return after, rev, nil
 }
 
-// lockLiveDocument locks a live document's row for the rest of the
-// transaction.
-func (s *Store) lockLiveDocument(id int64) (*documentRow, error) {
+// lockLiveDocument locks the row of the live document that query (a SELECT
+// of a document id, with args) finds for the rest of the transaction;
+// notFound when it finds none.
+func (s *Store) lockLiveDocument(notFound error, query string, args ...any) (*documentRow, error) {
+	var ids []int64
+	if err := s.db.Raw(query, args...).Scan(&ids).Error; err != nil {
+		return nil, translate(err)
+	}
+	if len(ids) == 0 {
+		return nil, notFound
+	}
 	var doc documentRow
-	if err := s.db.Clauses(lockForUpdate).Take(&doc, id).Error; err != nil {
+	if err := s.db.Clauses(lockForUpdate).Take(&doc, ids[0]).Error; err != nil {
 		return nil, translate(err)
 	}
 	return &doc, nil
@@ -222,28 +223,36 @@ func (s *Store) recordRevision(doc *documentRow, before, after *service.Chunk, c
 // ordinal set), for the same reason as CurateChunk's change.
 func (s *Store) AddChunk(ctx context.Context, docID service.ID, kbIDs []service.ID, c service.Chunk, ch service.ChunkChange,
 	mirror func(c *service.Chunk) error) (*service.Chunk, *service.ChunkRevision, error) {
-	var rev *service.ChunkRevision
-	err := s.WithinTx(ctx, func(tx *Store) error {
-		var ids []int64
-		if err := tx.db.Raw(`SELECT id FROM documents WHERE id = ? AND kb_id = ANY(?) AND deleted_at IS NULL`, int64(docID), idArray(kbIDs)).
-			Scan(&ids).Error; err != nil {
-			return translate(err)
-		}
-		if len(ids) == 0 {
-			return service.ErrNotFound
-		}
-		doc, err := tx.lockLiveDocument(ids[0])
+	return s.writeChunk(ctx, c, ch, mirror, func(tx *Store, c *service.Chunk) (*documentRow, error) {
+		doc, err := tx.lockLiveDocument(service.ErrNotFound,
+			`SELECT id FROM documents WHERE id = ? AND kb_id = ANY(?) AND deleted_at IS NULL`, int64(docID), idArray(kbIDs))
 		if err != nil {
-			return err
+			return nil, err
 		}
 		if doc.Kind == string(service.DocumentFile) && doc.Status != string(service.DocumentReady) {
-			return service.Errorf(service.ErrConflict, "document %s is %s: add chunks once it is ready", docID, doc.Status)
+			return nil, service.Errorf(service.ErrConflict, "document %s is %s: add chunks once it is ready", docID, doc.Status)
 		}
 		if c.Ordinal, err = tx.nextOrdinal(doc); err != nil {
-			return err
+			return nil, err
 		}
 		c.DocumentID, c.KnowledgeBaseID, c.Generation = service.ID(doc.ID), service.ID(doc.KbID), doc.Generation
 		c.Content, c.Enabled, c.Manual, c.Revision = ch.Content, true, true, 1
+		return doc, nil
+	})
+}
+
+// writeChunk writes one chunk in a transaction: place locks the chunk's
+// document and sets where in it c goes, then putChunk writes it (mirror
+// first). It returns c as stored, without its vector and terms, and its
+// revision.
+func (s *Store) writeChunk(ctx context.Context, c service.Chunk, ch service.ChunkChange, mirror func(c *service.Chunk) error,
+	place func(tx *Store, c *service.Chunk) (*documentRow, error)) (*service.Chunk, *service.ChunkRevision, error) {
+	var rev *service.ChunkRevision
+	err := s.WithinTx(ctx, func(tx *Store) error {
+		doc, err := place(tx, &c)
+		if err != nil {
+			return err
+		}
 		rev, err = tx.putChunk(doc, &c, ch, mirror)
 		return err
 	})
@@ -371,25 +380,17 @@ const maxDeletedChunks = 500
 // indexes it when enabled.
 func (s *Store) RestoreDeleted(ctx context.Context, del service.ChunkRevision, c service.Chunk, ch service.ChunkChange,
 	mirror func(c *service.Chunk) error) (*service.Chunk, *service.ChunkRevision, error) {
-	var rev *service.ChunkRevision
-	err := s.WithinTx(ctx, func(tx *Store) error {
-		var ids []int64
-		if err := tx.db.Raw(`SELECT id FROM documents WHERE id = ? AND kb_id = ? AND deleted_at IS NULL`,
-			int64(del.DocumentID), int64(del.KnowledgeBaseID)).Scan(&ids).Error; err != nil {
-			return translate(err)
-		}
-		if len(ids) == 0 {
-			return service.Errorf(service.ErrNotFound, "document %s of chunk %s was deleted", del.DocumentID, del.ChunkID)
-		}
-		doc, err := tx.lockLiveDocument(ids[0])
+	return s.writeChunk(ctx, c, ch, mirror, func(tx *Store, c *service.Chunk) (*documentRow, error) {
+		doc, err := tx.lockLiveDocument(service.Errorf(service.ErrNotFound, "document %s of chunk %s was deleted", del.DocumentID, del.ChunkID),
+			`SELECT id FROM documents WHERE id = ? AND kb_id = ? AND deleted_at IS NULL`, int64(del.DocumentID), int64(del.KnowledgeBaseID))
 		if err != nil {
-			return err
+			return nil, err
 		}
 		if doc.Generation != del.Generation {
-			return service.Errorf(service.ErrConflict, "document %d was reindexed since chunk %s was deleted: its chunks come from its file again", doc.ID, del.ChunkID)
+			return nil, service.Errorf(service.ErrConflict, "document %d was reindexed since chunk %s was deleted: its chunks come from its file again", doc.ID, del.ChunkID)
 		}
 		if doc.Kind == string(service.DocumentFile) && doc.Status != string(service.DocumentReady) {
-			return service.Errorf(service.ErrConflict, "document %d is %s: restore chunks once it is ready", doc.ID, doc.Status)
+			return nil, service.Errorf(service.ErrConflict, "document %d is %s: restore chunks once it is ready", doc.ID, doc.Status)
 		}
 		var state struct {
 			Last int
@@ -397,42 +398,36 @@ func (s *Store) RestoreDeleted(ctx context.Context, del service.ChunkRevision, c
 		}
 		if err := tx.db.Raw(`SELECT (SELECT coalesce(max(revision), 0) FROM chunk_revisions WHERE chunk_id = ?) AS last,
 				EXISTS (SELECT 1 FROM chunks WHERE id = ?) AS live`, int64(del.ChunkID), int64(del.ChunkID)).Scan(&state).Error; err != nil {
-			return translate(err)
+			return nil, translate(err)
 		}
 		if state.Live || state.Last != del.Revision {
-			return service.Errorf(service.ErrConflict, "chunk %s changed meanwhile (revision %d): reload it", del.ChunkID, state.Last)
+			return nil, service.Errorf(service.ErrConflict, "chunk %s changed meanwhile (revision %d): reload it", del.ChunkID, state.Last)
 		}
 		var free []bool
 		if del.Ordinal != nil {
 			if err := tx.db.Raw(`SELECT NOT EXISTS (SELECT 1 FROM chunks WHERE document_id = ? AND generation = ? AND ordinal = ?)`,
 				doc.ID, doc.Generation, *del.Ordinal).Scan(&free).Error; err != nil {
-				return translate(err)
+				return nil, translate(err)
 			}
 		}
 		if len(free) == 1 && free[0] {
 			c.Ordinal = *del.Ordinal
 		} else if c.Ordinal, err = tx.nextOrdinal(doc); err != nil {
-			return err
+			return nil, err
 		}
 		manual := del.Manual != nil && *del.Manual
 		if del.Manual == nil {
 			var created []bool
 			if err := tx.db.Raw(`SELECT EXISTS (SELECT 1 FROM chunk_revisions WHERE chunk_id = ? AND revision = 1 AND action = 'create')`,
 				int64(del.ChunkID)).Scan(&created).Error; err != nil {
-				return translate(err)
+				return nil, translate(err)
 			}
 			manual = len(created) == 1 && created[0]
 		}
 		c.ID, c.DocumentID, c.KnowledgeBaseID, c.Generation = del.ChunkID, service.ID(doc.ID), service.ID(doc.KbID), doc.Generation
 		c.Section, c.Manual, c.Revision = del.Section, manual, del.Revision+1
-		rev, err = tx.putChunk(doc, &c, ch, mirror)
-		return err
+		return doc, nil
 	})
-	if err != nil {
-		return nil, nil, err
-	}
-	c.Embedding, c.Terms = nil, nil
-	return &c, rev, nil
 }
 
 // putChunk writes one chunk back into a document's live generation — a new

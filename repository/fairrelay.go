@@ -9,7 +9,7 @@ import (
 )
 
 // Ingestion's fair relay (docs/ingestion.md "Fair shares", migration
-// 0027): the ingest message of a document generation not yet published
+// 0027, claims 0028): the ingest message of a document generation not yet published
 // waits in the outbox until its knowledge base has fewer than a bound of
 // documents in flight (published, not yet finished), and knowledge bases,
 // and the uploaders within one, take turns.
@@ -64,76 +64,65 @@ func (s *Store) enqueueTurn(m service.OutboxMessage) (bool, error) {
 // RelayIngest publishes up to limit of the ingest rows waiting for their
 // turn, and marks each one sent, and its document's generation in flight,
 // after its publish succeeds. A knowledge base gets no more than perKB
-// documents in flight, counted across every instance: one RelayIngest
-// runs at a time (an advisory lock) and reads the count after the
-// previous one committed. Within the bound, knowledge bases take turns,
-// and within one its uploaders, each oldest first.
+// documents in flight, counted across every instance: one relay claims
+// rows at a time (an advisory lock held by the claim's short transaction,
+// not by the publishes, see publishClaimed) and counts the rows other
+// relays claimed as in flight. Within the bound, knowledge bases take
+// turns, and within one its uploaders, each oldest first.
 func (s *Store) RelayIngest(ctx context.Context, perKB, limit int, publish func(ctx context.Context, m service.OutboxMessage) (ref string, err error)) (sent, failed int, err error) {
+	owner, publishBy := s.newClaim()
+	var rows []relayRow
 	err = s.WithinTx(ctx, func(tx *Store) error {
 		if err := tx.db.Exec("SELECT pg_advisory_xact_lock(?)", ingestRelayLock).Error; err != nil {
 			return translate(err)
 		}
-		var rows []struct {
-			ID      int64
-			Topic   string
-			Key     string
-			Payload []byte
-		}
 		if err := tx.db.Raw(fairTurnsQuery, perKB, perKB, limit).Scan(&rows).Error; err != nil {
 			return translate(err)
 		}
-		for _, r := range rows {
-			m := service.OutboxMessage{ID: service.ID(r.ID), Topic: r.Topic, Key: r.Key, Payload: r.Payload}
-			ref, perr := publish(ctx, m)
-			if perr != nil {
-				failed++
-				if err := tx.db.Exec("UPDATE outbox SET attempts = attempts + 1, last_error = ? WHERE id = ?",
-					truncate(perr.Error(), 500), r.ID).Error; err != nil {
-					return translate(err)
-				}
-				break // the MQ is likely down
-			}
-			sent++
-			if err := tx.db.Exec("UPDATE outbox SET sent_at = now(), sent_ref = ? WHERE id = ?", ref, r.ID).Error; err != nil {
-				return translate(err)
-			}
-			if doc, generation, ok := ingestKey(m); ok {
-				// updated_at is the reaper's clock (RepublishPending): a
-				// document held back for long is not re-published as soon
-				// as it is published.
-				if err := tx.db.Exec("UPDATE documents SET sent_generation = ?, updated_at = now() WHERE id = ? AND generation = ?",
-					generation, doc, generation).Error; err != nil {
-					return translate(err)
-				}
-			}
+		if len(rows) == 0 {
+			return nil
 		}
-		return nil
+		ids := make([]int64, len(rows))
+		for i, r := range rows {
+			ids[i] = r.ID
+		}
+		return translate(tx.db.Exec("UPDATE outbox SET "+claimRows+" WHERE id IN ?", owner, s.lease().Milliseconds(), ids).Error)
 	})
-	return sent, failed, err
+	if err != nil || len(rows) == 0 {
+		return 0, 0, err
+	}
+	return s.publishClaimed(ctx, owner, publishBy, rows, publish)
 }
 
 // fairTurnsQuery picks the rows RelayIngest publishes: for each knowledge
-// base and uploader with rows waiting, the first perKB of them, oldest
+// base and uploader with unclaimed rows waiting, the first perKB of them, oldest
 // first (turn); within a knowledge base the uploader with the fewest
 // documents in flight first, so uploaders take turns across rounds too
 // (place: documents in flight plus turn, the older row among equals); as many as the knowledge base has
 // room for below perKB in flight; across knowledge bases the first places
-// first.
+// first. A row another relay claimed and has not marked sent yet counts as
+// its document in flight.
 const fairTurnsQuery = `
 WITH busy AS (
-	SELECT kb_id, coalesce(created_by, 0) AS uploader, count(*) AS n FROM documents
-	WHERE status IN ('pending', 'running') AND deleted_at IS NULL AND sent_generation = generation
-	GROUP BY kb_id, coalesce(created_by, 0)
+	SELECT kb_id, uploader, sum(n) AS n FROM (
+		SELECT kb_id, coalesce(created_by, 0) AS uploader, count(*) AS n FROM documents
+		WHERE status IN ('pending', 'running') AND deleted_at IS NULL AND sent_generation = generation
+		GROUP BY kb_id, coalesce(created_by, 0)
+		UNION ALL
+		SELECT kb_id, uploader, count(*) FROM outbox
+		WHERE sent_at IS NULL AND kb_id IS NOT NULL AND claimed_until > now()
+		GROUP BY kb_id, uploader) c
+	GROUP BY kb_id, uploader
 ), lanes AS (
 	SELECT l.kb_id, l.uploader, coalesce(b.n, 0) AS in_flight
-	FROM (SELECT DISTINCT kb_id, uploader FROM outbox WHERE sent_at IS NULL AND kb_id IS NOT NULL) l
+	FROM (SELECT DISTINCT kb_id, uploader FROM outbox WHERE sent_at IS NULL AND kb_id IS NOT NULL AND ` + unclaimed + `) l
 	LEFT JOIN busy b ON b.kb_id = l.kb_id AND b.uploader = l.uploader
 ), heads AS (
 	SELECT h.*, row_number() OVER (PARTITION BY h.kb_id ORDER BY h.in_flight + h.turn, h.id) AS place
 	FROM lanes l CROSS JOIN LATERAL (
 		SELECT o.id, o.topic, o.key, o.payload, o.kb_id, o.uploader, l.in_flight,
 			row_number() OVER (ORDER BY o.id) AS turn
-		FROM outbox o WHERE o.sent_at IS NULL AND o.kb_id = l.kb_id AND o.uploader = l.uploader
+		FROM outbox o WHERE o.sent_at IS NULL AND o.kb_id = l.kb_id AND o.uploader = l.uploader AND ` + unclaimed + `
 		ORDER BY o.id LIMIT ?) h
 )
 SELECT h.id, h.topic, h.key, h.payload FROM heads h

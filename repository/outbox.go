@@ -1,7 +1,9 @@
 package repository
 
 import (
+	"cmp"
 	"context"
+	"slices"
 	"time"
 
 	"github.com/ragent-go/ragent/service"
@@ -20,43 +22,24 @@ func (s *Store) enqueue(m service.OutboxMessage) error {
 }
 
 // RelayOutbox publishes up to limit unsent rows that need not wait for a
-// turn (RelayIngest publishes the others), oldest first, and marks
-// each one sent after its publish succeeds, keeping the MQ's name for the
-// stored message (publish's ref, "" when it gives none) for CheckSent. The rows are locked with SKIP
-// LOCKED, so relays on several instances share the work without sending a
-// row twice at once (the MQ is at-least-once anyway: a crash between publish
-// and commit re-sends, and the consume guard drops the duplicate).
+// turn (RelayIngest publishes the others), oldest first, and marks each
+// one sent after its publish succeeds (publishClaimed). One statement
+// claims the rows, skipping those another relay is claiming, so relays on
+// several instances share the work without sending a row twice at once
+// (the MQ is at-least-once anyway: a crash between publish and mark
+// re-sends when the claim lapses, and the consume guard drops the
+// duplicate).
 func (s *Store) RelayOutbox(ctx context.Context, limit int, publish func(ctx context.Context, m service.OutboxMessage) (ref string, err error)) (sent, failed int, err error) {
-	err = s.WithinTx(ctx, func(tx *Store) error {
-		var rows []struct {
-			ID      int64
-			Topic   string
-			Key     string
-			Payload []byte
-		}
-		if err := tx.db.Raw(`SELECT id, topic, key, payload FROM outbox WHERE sent_at IS NULL AND kb_id IS NULL
-			ORDER BY id LIMIT ? FOR UPDATE SKIP LOCKED`, limit).Scan(&rows).Error; err != nil {
-			return translate(err)
-		}
-		for _, r := range rows {
-			ref, perr := publish(ctx, service.OutboxMessage{ID: service.ID(r.ID), Topic: r.Topic, Key: r.Key, Payload: r.Payload})
-			if perr != nil {
-				failed++
-				if err := tx.db.Exec("UPDATE outbox SET attempts = attempts + 1, last_error = ? WHERE id = ?",
-					truncate(perr.Error(), 500), r.ID).Error; err != nil {
-					return translate(err)
-				}
-				// The MQ is likely down: stop here, the rest waits for the next round.
-				break
-			}
-			sent++
-			if err := tx.db.Exec("UPDATE outbox SET sent_at = now(), sent_ref = ? WHERE id = ?", ref, r.ID).Error; err != nil {
-				return translate(err)
-			}
-		}
-		return nil
-	})
-	return sent, failed, err
+	owner, publishBy := s.newClaim()
+	var rows []relayRow
+	if err := s.conn(ctx).Raw(`UPDATE outbox SET `+claimRows+` WHERE id IN (
+			SELECT id FROM outbox WHERE sent_at IS NULL AND kb_id IS NULL AND `+unclaimed+`
+			ORDER BY id LIMIT ? FOR UPDATE SKIP LOCKED)
+		RETURNING id, topic, key, payload`, owner, s.lease().Milliseconds(), limit).Scan(&rows).Error; err != nil {
+		return 0, 0, translate(err)
+	}
+	slices.SortFunc(rows, func(a, b relayRow) int { return cmp.Compare(a.ID, b.ID) })
+	return s.publishClaimed(ctx, owner, publishBy, rows, publish)
 }
 
 // CheckSent asks holds whether the MQ still holds the messages of up to

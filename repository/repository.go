@@ -35,6 +35,8 @@ type Store struct {
 	// search, when set, mirrors chunk changes to an external search engine
 	// through the search-index outbox message (see UseSearchIndex).
 	search *searchIndex
+	// relayLease, when set, replaces the relays' claim lease (tests).
+	relayLease time.Duration
 }
 
 // Config tunes the connection pool; zero values take the defaults.

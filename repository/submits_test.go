@@ -3,6 +3,7 @@ package repository
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -185,5 +186,78 @@ func TestCheckSent(t *testing.T) {
 	s.db.Raw("SELECT count(*) FROM outbox WHERE sent_at IS NULL").Scan(&unsent)
 	if unsent != 2 {
 		t.Fatalf("%d unsent rows, want 2 (the loss decided before the MQ went down stays)", unsent)
+	}
+}
+
+// The Auditor's hourly turn, given the chat submit keys' retention as
+// cmd/ragent wires it, deletes the keys stored before the window and keeps
+// the others, including one whose failed turn a retry moved the key to
+// within the window (its time is the retry's). Without the pruning every
+// key stays for ever.
+func TestChatSubmitKeysPruned(t *testing.T) {
+	s, ctx := migrated(t)
+	user := &service.User{ID: newID(), Username: "u", PasswordHash: "x", Role: service.RoleUser}
+	if err := s.CreateUser(ctx, user); err != nil {
+		t.Fatal(err)
+	}
+	submit := func(key string, age time.Duration) *service.ChatSubmit {
+		t.Helper()
+		conv := &service.Conversation{ID: newID(), UserID: user.ID}
+		q := service.Message{ID: newID(), ConversationID: conv.ID, Role: "user", Content: key, Status: service.MessageCompleted}
+		sub := &service.ChatSubmit{UserID: user.ID, Key: key, ConversationID: conv.ID, MessageID: q.ID, TaskID: newID()}
+		if err := s.SaveQuestion(ctx, conv, &q, sub); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.db.Exec(`UPDATE chat_submits SET created_at = now() - make_interval(secs => ?) WHERE request_key = ?`,
+			age.Seconds(), key).Error; err != nil {
+			t.Fatal(err)
+		}
+		return sub
+	}
+	const window = 24 * time.Hour
+	submit("old-1", window+time.Hour)
+	submit("old-2", 3*window)
+	submit("fresh", window-time.Hour)
+	retried := submit("retried", 2*window)
+	q := service.Message{ID: newID(), ConversationID: retried.ConversationID, Role: "user", Content: "again", Status: service.MessageCompleted}
+	if err := s.SaveQuestion(ctx, nil, &q, &service.ChatSubmit{UserID: user.ID, Key: "retried", ConversationID: retried.ConversationID,
+		MessageID: q.ID, TaskID: newID(), Replaces: retried.MessageID}); err != nil {
+		t.Fatal(err)
+	}
+
+	a := service.NewAuditor(s, s, nil, service.AuditorConfig{
+		Retentions: []service.Retention{{What: "chat submit keys", Age: window, Delete: s.PruneChatSubmits}},
+	})
+	a.Prune(ctx)
+	for _, key := range []string{"old-1", "old-2"} {
+		if _, err := s.ChatSubmit(ctx, user.ID, key); !errors.Is(err, service.ErrNotFound) {
+			t.Errorf("key %s, older than the %v window: %v, want it pruned", key, window, err)
+		}
+	}
+	for _, key := range []string{"fresh", "retried"} {
+		if _, err := s.ChatSubmit(ctx, user.ID, key); err != nil {
+			t.Errorf("key %s within the window: %v, want it kept", key, err)
+		}
+	}
+	var n int
+	if err := s.db.Raw(`SELECT count(*) FROM chat_submits`).Scan(&n).Error; err != nil || n != 2 {
+		t.Fatalf("%d chat submit keys left (%v), want 2", n, err)
+	}
+}
+
+// PruneChatSubmits deletes at most limit keys a call, oldest first.
+func TestPruneChatSubmitsBatches(t *testing.T) {
+	s, ctx := migrated(t)
+	for i := range 3 {
+		if err := s.db.Exec(`INSERT INTO chat_submits (user_id, request_key, conversation_id, message_id, task_id, created_at)
+			VALUES (1, ?, 1, 1, 1, now() - make_interval(hours => ?))`, fmt.Sprint("k", i), 48+i).Error; err != nil {
+			t.Fatal(err)
+		}
+	}
+	before := time.Now().Add(-24 * time.Hour)
+	for _, want := range []int64{2, 1, 0} {
+		if n, err := s.PruneChatSubmits(ctx, before, 2); err != nil || n != want {
+			t.Fatalf("pruned %d (%v), want %d", n, err, want)
+		}
 	}
 }

@@ -79,6 +79,41 @@ launched_and_gone() {
 	! kill -0 "$pid" 2>/dev/null
 }
 
+# recorded_pid PIDFILE MARK... prints the pid recorded in PIDFILE when that
+# process is alive and its command line holds every MARK (pids get reused).
+recorded_pid() {
+	local pidfile=$1 pid cmdline mark
+	shift
+	pid=$(cat "$pidfile" 2>/dev/null) || return 1
+	[[ $pid =~ ^[0-9]+$ ]] || return 1
+	kill -0 "$pid" 2>/dev/null || return 1
+	cmdline=$(tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null) || return 1
+	for mark in "$@"; do
+		[[ $cmdline == *"$mark"* ]] || return 1
+	done
+	echo "$pid"
+}
+
+# wait_started WHAT PIDFILE LOG SECONDS COMMAND... polls COMMAND every half
+# second until it succeeds. When the process a start recorded in PIDFILE
+# exits first, or SECONDS pass, it shows the tail of LOG and dies.
+wait_started() {
+	local what=$1 pidfile=$2 out=$3 timeout=$4
+	shift 4
+	local deadline=$((SECONDS + timeout))
+	until "$@"; do
+		if launched_and_gone "$pidfile"; then
+			show_log_tail "$out" 60
+			die "$what exited during startup (log: $out)"
+		fi
+		if ((SECONDS >= deadline)); then
+			show_log_tail "$out" 60
+			die "$what not ready within ${timeout}s (log: $out)"
+		fi
+		sleep 0.5
+	done
+}
+
 readonly PG_MAJOR=15
 readonly PG_CLUSTER=main
 readonly PG_PORT=5432
@@ -150,6 +185,38 @@ stop_pid() {
 		kill -9 "$pid" 2>/dev/null || true
 	fi
 	rm -f "$pidfile"
+}
+
+# wait_running WHAT LOG SECONDS COMMAND... waits for a service found
+# running to answer (COMMAND succeeds), or shows the tail of LOG and dies.
+wait_running() {
+	local what=$1 out=$2 timeout=$3
+	shift 3
+	wait_until "$timeout" "$@" || {
+		show_log_tail "$out" 60
+		die "$what runs but does not answer within ${timeout}s"
+	}
+	log "$what: already running"
+}
+
+# need_free_port PORT SETTING dies when something this script did not start
+# listens on 127.0.0.1:PORT, naming SETTING (what moves the service).
+need_free_port() {
+	if port_open "$1"; then
+		die "127.0.0.1:$1 is taken by a process this script did not start; stop it or $2"
+	fi
+}
+
+# stop_recorded WHAT SECONDS PIDFILE MARK... stops the process recorded in
+# PIDFILE (as recorded_pid finds it) with stop_pid, if it runs.
+stop_recorded() {
+	local what=$1 grace=$2 pidfile=$3 pid
+	shift 3
+	if ! pid=$(recorded_pid "$pidfile" "$@"); then
+		log "$what: not running"
+		return 0
+	fi
+	stop_pid "$what" "$pid" "$grace" "$pidfile"
 }
 
 # port_open PORT reports whether something accepts TCP connections on
@@ -773,44 +840,25 @@ bindAddress=127.0.0.1
 EOF
 	# brokerIP1/2 must be loopback: otherwise the broker advertises a
 	# private-range address to clients, and such traffic is forbidden here.
-	# File sizes are cut down from the multi-GB defaults.
-	cat >"$RMQ_STATE/conf/broker.conf" <<EOF
-brokerClusterName=DefaultCluster
+	# The rest, shared with the container's broker, is rocketmq/broker.conf.
+	{
+		cat <<EOF
 brokerName=$RMQ_BROKER_NAME
-brokerId=0
 namesrvAddr=127.0.0.1:$RMQ_NAMESRV_PORT
 brokerIP1=127.0.0.1
 brokerIP2=127.0.0.1
 bindAddress=127.0.0.1
 listenPort=$RMQ_BROKER_PORT
-brokerRole=ASYNC_MASTER
-flushDiskType=ASYNC_FLUSH
-deleteWhen=04
-fileReservedTime=48
-autoCreateTopicEnable=true
-autoCreateSubscriptionGroup=true
 storePathRootDir=$RMQ_STATE/store
 storePathCommitLog=$RMQ_STATE/store/commitlog
-mappedFileSizeCommitLog=67108864
-mappedFileSizeConsumeQueue=600000
-mappedFileSizeTimerLog=16777216
-maxHashSlotNum=10000
-maxIndexNum=40000
-diskMaxUsedSpaceRatio=95
 EOF
+		grep -v '^#' "$SCRIPT_DIR/rocketmq/broker.conf"
+	} >"$RMQ_STATE/conf/broker.conf"
 }
 
 # rmq_pid NAME prints the pid recorded for NAME when that process is alive
 # and still runs MAIN (pids get reused).
-rmq_pid() {
-	local name=$1 main=$2 pid
-	[[ -f $RMQ_STATE/$name.pid ]] || return 1
-	pid=$(<"$RMQ_STATE/$name.pid")
-	[[ $pid =~ ^[0-9]+$ ]] || return 1
-	kill -0 "$pid" 2>/dev/null || return 1
-	tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -qF "$main" || return 1
-	echo "$pid"
-}
+rmq_pid() { recorded_pid "$RMQ_STATE/$1.pid" "$2"; }
 
 # rmq_launch NAME MAIN CONFIG JAVA_OPTS... starts one JVM in its own session
 # (so a Ctrl-C in the caller's terminal does not reach it) and records its pid.
@@ -853,18 +901,8 @@ rmq_booted() {
 # with the log when the JVM exits.
 rmq_wait_boot() {
 	local name=$1 main=$2 port=$3 pattern=$4
-	local deadline=$((SECONDS + RMQ_BOOT_TIMEOUT))
-	until rmq_booted "$name" "$main" "$port" "$pattern"; do
-		if launched_and_gone "$RMQ_STATE/$name.pid"; then
-			show_log_tail "$RMQ_STATE/$name.out" 60
-			die "rocketmq $name exited during startup (log: $RMQ_STATE/$name.out)"
-		fi
-		if ((SECONDS >= deadline)); then
-			show_log_tail "$RMQ_STATE/$name.out" 60
-			die "rocketmq $name did not report \"$pattern\" on 127.0.0.1:$port within ${RMQ_BOOT_TIMEOUT}s"
-		fi
-		sleep 1
-	done
+	wait_started "rocketmq $name (\"$pattern\" on 127.0.0.1:$port)" "$RMQ_STATE/$name.pid" "$RMQ_STATE/$name.out" \
+		"$RMQ_BOOT_TIMEOUT" rmq_booted "$name" "$main" "$port" "$pattern"
 }
 
 # rmq_start_one NAME MAIN CONFIG PORT PATTERN JAVA_OPTS...
@@ -876,9 +914,7 @@ rmq_start_one() {
 		log "rocketmq: $name already running on 127.0.0.1:$port"
 		return 0
 	fi
-	if port_open "$port"; then
-		die "127.0.0.1:$port is taken by a process this script did not start; stop it or free the port"
-	fi
+	need_free_port "$port" "free the port"
 	log "rocketmq: starting $name on 127.0.0.1:$port (log: $RMQ_STATE/$name.out)"
 	rmq_launch "$name" "$main" "$config" "$@"
 	rmq_wait_boot "$name" "$main" "$port" "$pattern"
@@ -927,14 +963,7 @@ rmq_broker_registered() {
 		grep -qF "Registering current broker to name server completed. TargetHost=127.0.0.1:$RMQ_NAMESRV_PORT"
 }
 
-rmq_stop_one() {
-	local name=$1 main=$2 pid
-	if ! pid=$(rmq_pid "$name" "$main"); then
-		log "rocketmq: $name not running"
-		return 0
-	fi
-	stop_pid "rocketmq $name" "$pid" 30 "$RMQ_STATE/$name.pid"
-}
+rmq_stop_one() { stop_recorded "rocketmq $1" 30 "$RMQ_STATE/$1.pid" "$2"; }
 
 stop_rocketmq() {
 	rmq_stop_one broker "$RMQ_BROKER_MAIN"
@@ -1120,14 +1149,7 @@ ensure_embedder_venv() {
 # other ports (RAGENT_EMBEDDER_PORT, RAGENT_EMBEDDER_QUERY_PORT) does not
 # take the first set's for its own.
 embedder_pid() {
-	local port=$1 pid
-	[[ -f $EMBEDDER_STATE/server-$port.pid ]] || return 1
-	pid=$(<"$EMBEDDER_STATE/server-$port.pid")
-	[[ $pid =~ ^[0-9]+$ ]] || return 1
-	kill -0 "$pid" 2>/dev/null || return 1
-	tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -qF -- "$EMBEDDER_VENV/app/server.py" || return 1
-	tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -qF -- " --host 127.0.0.1 --port $port " || return 1
-	echo "$pid"
+	recorded_pid "$EMBEDDER_STATE/server-$1.pid" "$EMBEDDER_VENV/app/server.py" " --host 127.0.0.1 --port $1 "
 }
 
 # embedder_healthy PORT: /health answers and a real embedding has the
@@ -1167,17 +1189,11 @@ stop_legacy_embedder() {
 start_embedder_on() {
 	local port=$1 niceness=$2 threads=$3 out=$EMBEDDER_STATE/server-$1.out
 	if embedder_pid "$port" >/dev/null; then
-		wait_until "$EMBEDDER_BOOT_TIMEOUT" embedder_healthy "$port" || {
-			show_log_tail "$out"
-			die "embedder runs but is not healthy on 127.0.0.1:$port"
-		}
-		log "embedder: already running on 127.0.0.1:$port"
+		wait_running "embedder on 127.0.0.1:$port" "$out" "$EMBEDDER_BOOT_TIMEOUT" embedder_healthy "$port"
 		return 0
 	fi
 	stop_legacy_embedder "$port"
-	if port_open "$port"; then
-		die "127.0.0.1:$port is taken by a process this script did not start; stop it or set RAGENT_EMBEDDER_PORT / RAGENT_EMBEDDER_QUERY_PORT"
-	fi
+	need_free_port "$port" "set RAGENT_EMBEDDER_PORT / RAGENT_EMBEDDER_QUERY_PORT"
 	log "embedder: starting $EMBEDDER_MODEL on 127.0.0.1:$port, nice $niceness, $threads threads (log: $out)"
 	# A pid file left by a server that died must not be read as the new
 	# one's before the new one writes it.
@@ -1190,18 +1206,8 @@ start_embedder_on() {
 		--host 127.0.0.1 --port "$port" --model-dir "$EMBEDDER_VENV/model" --default-type query \
 		--threads "$threads" --model-name "$EMBEDDER_MODEL" \
 		>"$out" 2>&1 </dev/null &
-	local deadline=$((SECONDS + EMBEDDER_BOOT_TIMEOUT))
-	until embedder_healthy "$port"; do
-		if launched_and_gone "$EMBEDDER_STATE/server-$port.pid"; then
-			show_log_tail "$out"
-			die "embedder exited during startup (log: $out)"
-		fi
-		((SECONDS < deadline)) || {
-			show_log_tail "$out"
-			die "embedder not healthy on 127.0.0.1:$port within ${EMBEDDER_BOOT_TIMEOUT}s"
-		}
-		sleep 0.5
-	done
+	wait_started "embedder on 127.0.0.1:$port" "$EMBEDDER_STATE/server-$port.pid" "$out" "$EMBEDDER_BOOT_TIMEOUT" \
+		embedder_healthy "$port"
 }
 
 start_embedder() {
@@ -1213,12 +1219,8 @@ start_embedder() {
 }
 
 stop_embedder_on() {
-	local port=$1 pid
-	if ! pid=$(embedder_pid "$port"); then
-		log "embedder: not running on 127.0.0.1:$port"
-		return 0
-	fi
-	stop_pid "embedder on 127.0.0.1:$port" "$pid" 15 "$EMBEDDER_STATE/server-$port.pid"
+	stop_recorded "embedder on 127.0.0.1:$1" 15 "$EMBEDDER_STATE/server-$1.pid" \
+		"$EMBEDDER_VENV/app/server.py" " --host 127.0.0.1 --port $1 "
 }
 
 stop_embedder() {
@@ -1389,15 +1391,7 @@ EOF
 }
 
 # opensearch_pid prints the pid of the node this script started, if alive.
-opensearch_pid() {
-	local pid
-	[[ -f $OS_STATE/node.pid ]] || return 1
-	pid=$(<"$OS_STATE/node.pid")
-	[[ $pid =~ ^[0-9]+$ ]] || return 1
-	kill -0 "$pid" 2>/dev/null || return 1
-	tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -qF "$OS_MAIN" || return 1
-	echo "$pid"
-}
+opensearch_pid() { recorded_pid "$OS_STATE/node.pid" "$OS_MAIN"; }
 
 # opensearch_healthy: the cluster answers with status green or yellow (a
 # single node cannot place replicas, so yellow is its normal state).
@@ -1411,16 +1405,10 @@ start_opensearch() {
 	ensure_opensearch_install
 	ensure_opensearch_user
 	if opensearch_pid >/dev/null; then
-		wait_until "$OS_BOOT_TIMEOUT" opensearch_healthy || {
-			show_log_tail "$OS_STATE/node.out" 60
-			die "opensearch runs but the cluster is not healthy on $(opensearch_url)"
-		}
-		log "opensearch: already running on $(opensearch_url)"
+		wait_running "opensearch on $(opensearch_url)" "$OS_STATE/node.out" "$OS_BOOT_TIMEOUT" opensearch_healthy
 		return 0
 	fi
-	if port_open "$OS_PORT"; then
-		die "127.0.0.1:$OS_PORT is taken by a process this script did not start; stop it or set RAGENT_OPENSEARCH_PORT"
-	fi
+	need_free_port "$OS_PORT" "set RAGENT_OPENSEARCH_PORT"
 	need_root "starting opensearch as $OS_USER"
 	write_opensearch_config
 	local home=$OS_DIR/home
@@ -1447,29 +1435,12 @@ start_opensearch() {
 	setsid nohup bash -c "$EXEC_RECORDING_PID" _ "$OS_STATE/node.pid" \
 		setpriv --reuid="$OS_USER" --regid="$OS_USER" --init-groups --inh-caps=-all \
 		java "${java_opts[@]}" >"$OS_STATE/node.out" 2>&1 </dev/null &
-	local deadline=$((SECONDS + OS_BOOT_TIMEOUT))
-	until opensearch_healthy; do
-		if launched_and_gone "$OS_STATE/node.pid"; then
-			show_log_tail "$OS_STATE/node.out" 60
-			die "opensearch exited during startup (log: $OS_STATE/node.out)"
-		fi
-		((SECONDS < deadline)) || {
-			show_log_tail "$OS_STATE/node.out" 60
-			die "opensearch not healthy on $(opensearch_url) within ${OS_BOOT_TIMEOUT}s"
-		}
-		sleep 0.5
-	done
+	wait_started "opensearch on $(opensearch_url)" "$OS_STATE/node.pid" "$OS_STATE/node.out" "$OS_BOOT_TIMEOUT" \
+		opensearch_healthy
 	log "opensearch: up on $(opensearch_url) (plugins: $(curl -fsS -m 5 "$(opensearch_url)/_cat/plugins?h=component" | tr '\n' ' '))"
 }
 
-stop_opensearch() {
-	local pid
-	if ! pid=$(opensearch_pid); then
-		log "opensearch: not running"
-		return 0
-	fi
-	stop_pid opensearch "$pid" 60 "$OS_STATE/node.pid"
-}
+stop_opensearch() { stop_recorded opensearch 60 "$OS_STATE/node.pid" "$OS_MAIN"; }
 
 status_opensearch() {
 	if opensearch_pid >/dev/null && opensearch_healthy; then
@@ -1571,14 +1542,7 @@ ensure_keycloak_install() {
 }
 
 # keycloak_pid prints the pid of the Keycloak JVM this script started.
-keycloak_pid() {
-	local pid
-	pid=$(cat "$KC_STATE/keycloak.pid" 2>/dev/null) || return 1
-	[[ $pid =~ ^[0-9]+$ ]] || return 1
-	kill -0 "$pid" 2>/dev/null || return 1
-	tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -qF "$KC_HOME" || return 1
-	echo "$pid"
-}
+keycloak_pid() { recorded_pid "$KC_STATE/keycloak.pid" "$KC_HOME"; }
 
 # keycloak_ready: the realm's discovery document answers.
 keycloak_ready() {
@@ -1594,19 +1558,13 @@ start_keycloak() {
 	have=$(cat "$KC_STATE/realm.sha256" 2>/dev/null || true)
 	if keycloak_pid >/dev/null; then
 		if [[ $want == "$have" ]]; then
-			wait_until "$KC_BOOT_TIMEOUT" keycloak_ready || {
-				show_log_tail "$KC_STATE/keycloak.out" 60
-				die "keycloak runs but does not answer on $(keycloak_url)"
-			}
-			log "keycloak: already running on $(keycloak_url)"
+			wait_running "keycloak on $(keycloak_url)" "$KC_STATE/keycloak.out" "$KC_BOOT_TIMEOUT" keycloak_ready
 			return 0
 		fi
 		log "keycloak: the realm file changed; restarting with a fresh database"
 		stop_keycloak
 	fi
-	if port_open "$KC_PORT"; then
-		die "127.0.0.1:$KC_PORT is taken by a process this script did not start; stop it or set RAGENT_KEYCLOAK_PORT"
-	fi
+	need_free_port "$KC_PORT" "set RAGENT_KEYCLOAK_PORT"
 	if [[ $want != "$have" ]]; then
 		# Import happens only into an empty database.
 		rm -rf "$KC_HOME/data/h2"
@@ -1625,30 +1583,14 @@ start_keycloak() {
 		"$KC_HOME/bin/kc.sh" start-dev --http-host=127.0.0.1 --http-port="$KC_PORT" \
 		--http-management-port="$KC_MANAGEMENT_PORT" --hostname-strict=false --import-realm \
 		>"$KC_STATE/keycloak.out" 2>&1 </dev/null &
-	local deadline=$((SECONDS + KC_BOOT_TIMEOUT)) started=$SECONDS
-	until keycloak_ready; do
-		if launched_and_gone "$KC_STATE/keycloak.pid"; then
-			show_log_tail "$KC_STATE/keycloak.out" 60
-			die "keycloak exited during startup (log: $KC_STATE/keycloak.out)"
-		fi
-		((SECONDS < deadline)) || {
-			show_log_tail "$KC_STATE/keycloak.out" 60
-			die "keycloak not ready on $(keycloak_url) within ${KC_BOOT_TIMEOUT}s"
-		}
-		sleep 1
-	done
+	local started=$SECONDS
+	wait_started "keycloak on $(keycloak_url)" "$KC_STATE/keycloak.pid" "$KC_STATE/keycloak.out" "$KC_BOOT_TIMEOUT" \
+		keycloak_ready
 	echo "$want" >"$KC_STATE/realm.sha256"
 	log "keycloak: up on $(keycloak_url) in $((SECONDS - started))s"
 }
 
-stop_keycloak() {
-	local pid
-	if ! pid=$(keycloak_pid); then
-		log "keycloak: not running"
-		return 0
-	fi
-	stop_pid keycloak "$pid" 60 "$KC_STATE/keycloak.pid"
-}
+stop_keycloak() { stop_recorded keycloak 60 "$KC_STATE/keycloak.pid" "$KC_HOME"; }
 
 status_keycloak() {
 	if keycloak_pid >/dev/null && keycloak_ready; then

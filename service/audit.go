@@ -195,6 +195,17 @@ type AuditorConfig struct {
 	// Pruner; 0 (or no Pruner) keeps them.
 	LoginRetention time.Duration
 	Pruner         AuditPruner
+	// Retentions are the other tables Run's hourly turn prunes (cmd/ragent:
+	// the chat submit keys past their idempotency window).
+	Retentions []Retention
+}
+
+// Retention is a table pruned by the Auditor's hourly turn: Delete removes
+// up to limit rows older than before and returns how many it removed.
+type Retention struct {
+	What   string        // for the log, e.g. "chat submit keys"
+	Age    time.Duration // rows older than this are deleted; 0 keeps them
+	Delete func(ctx context.Context, before time.Time, limit int) (int64, error)
 }
 
 // refusalKind is what coalescing groups refusals by.
@@ -353,23 +364,44 @@ func (a *Auditor) flush(ctx context.Context, everything bool) {
 	}
 }
 
-// pruneBatch bounds one delete of failed sign-ins.
+// pruneBatch bounds one delete of a retention.
 const pruneBatch = 5000
 
-// pruneLogins deletes the failed sign-ins past their retention, a batch at
-// a time.
-func (a *Auditor) pruneLogins(ctx context.Context) {
-	before := a.now().Add(-a.cfg.LoginRetention)
+// retentions are the tables Prune prunes: the failed sign-ins, then
+// cfg.Retentions.
+func (a *Auditor) retentions() []Retention {
+	var rs []Retention
+	if a.cfg.LoginRetention > 0 && a.cfg.Pruner != nil {
+		rs = append(rs, Retention{What: "failed sign-ins", Age: a.cfg.LoginRetention, Delete: a.cfg.Pruner.PruneFailedLogins})
+	}
+	for _, r := range a.cfg.Retentions {
+		if r.Age > 0 && r.Delete != nil {
+			rs = append(rs, r)
+		}
+	}
+	return rs
+}
+
+// Prune deletes what is past each retention, a batch at a time; a failure
+// is logged and the next retention is pruned still. Run calls it hourly.
+func (a *Auditor) Prune(ctx context.Context) {
+	for _, r := range a.retentions() {
+		a.prune(ctx, r)
+	}
+}
+
+func (a *Auditor) prune(ctx context.Context, r Retention) {
+	before := a.now().Add(-r.Age)
 	for ctx.Err() == nil {
-		n, err := a.cfg.Pruner.PruneFailedLogins(ctx, before, pruneBatch)
+		n, err := r.Delete(ctx, before, pruneBatch)
 		if err != nil {
 			if ctx.Err() == nil {
-				a.log.WarnContext(ctx, "failed sign-ins not pruned", "err", err)
+				a.log.WarnContext(ctx, "not pruned", "what", r.What, "err", err)
 			}
 			return
 		}
 		if n > 0 {
-			a.log.InfoContext(ctx, "pruned failed sign-ins from the audit log", "rows", n, "before", before)
+			a.log.InfoContext(ctx, "pruned", "what", r.What, "rows", n, "before", before)
 		}
 		if n < pruneBatch {
 			return
@@ -377,21 +409,21 @@ func (a *Auditor) pruneLogins(ctx context.Context) {
 	}
 }
 
-// auditPruneEvery is how often Run prunes failed sign-ins.
+// auditPruneEvery is how often Run prunes.
 const auditPruneEvery = time.Hour
 
 // Run writes coalesced refusals out as their windows end and prunes failed
-// sign-ins past their retention (at once, then hourly), until ctx ends; then
+// sign-ins and the Retentions (Prune: at once, then hourly), until ctx ends; then
 // it writes out every window still open. Every instance runs it.
 func (a *Auditor) Run(ctx context.Context) error {
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
-	prune := a.cfg.LoginRetention > 0 && a.cfg.Pruner != nil
+	prune := len(a.retentions()) > 0
 	var lastPrune time.Time
 	for {
 		if prune && (lastPrune.IsZero() || a.now().Sub(lastPrune) >= auditPruneEvery) {
 			lastPrune = a.now()
-			a.pruneLogins(ctx)
+			a.Prune(ctx)
 		}
 		select {
 		case <-ctx.Done():

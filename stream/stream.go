@@ -328,18 +328,9 @@ func (m *Manager) resendStops(ctx context.Context) {
 		ids = append(ids, id)
 	}
 	m.mu.Unlock()
-	if len(ids) == 0 {
-		return
-	}
-	ctx, cancel := context.WithTimeout(ctx, m.opTimeout)
-	defer cancel()
-	running := make([]*redis.IntCmd, len(ids))
-	_, err := m.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-		for i, id := range ids {
-			m.sendStop(ctx, p, id)
-			running[i] = p.Exists(ctx, m.taskKey(id))
-		}
-		return nil
+	running, err := m.pipelineEach(ctx, ids, func(ctx context.Context, p redis.Pipeliner, id string) *redis.IntCmd {
+		m.sendStop(ctx, p, id)
+		return p.Exists(ctx, m.taskKey(id))
 	})
 	if err != nil {
 		m.log.Warn("stream: stops not re-sent", "stops", len(ids), "err", err)
@@ -436,17 +427,8 @@ func (m *Manager) checkFlags(ctx context.Context) {
 		}
 	}
 	m.mu.Unlock()
-	if len(ids) == 0 {
-		return
-	}
-	ctx, cancel := context.WithTimeout(ctx, m.opTimeout)
-	defer cancel()
-	flags := make([]*redis.IntCmd, len(ids))
-	_, err := m.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-		for i, id := range ids {
-			flags[i] = p.Exists(ctx, m.cancelKey(id))
-		}
-		return nil
+	flags, err := m.pipelineEach(ctx, ids, func(ctx context.Context, p redis.Pipeliner, id string) *redis.IntCmd {
+		return p.Exists(ctx, m.cancelKey(id))
 	})
 	if err != nil {
 		m.log.Warn("stream: stop flags not checked", "tasks", len(ids), "err", err)
@@ -457,6 +439,25 @@ func (m *Manager) checkFlags(ctx context.Context) {
 			m.stopLocal(id)
 		}
 	}
+}
+
+// pipelineEach queues each's commands for every id in one pipeline, within
+// the operation timeout (the ctx each is given), and returns the command
+// each returned for it, in the order of ids. No ids send nothing.
+func (m *Manager) pipelineEach(ctx context.Context, ids []string, each func(ctx context.Context, p redis.Pipeliner, id string) *redis.IntCmd) ([]*redis.IntCmd, error) {
+	if len(ids) == 0 {
+		return nil, nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, m.opTimeout)
+	defer cancel()
+	cmds := make([]*redis.IntCmd, len(ids))
+	_, err := m.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, id := range ids {
+			cmds[i] = each(ctx, p, id)
+		}
+		return nil
+	})
+	return cmds, err
 }
 
 // refresh rewrites the records of local tasks with a fresh TTL; rewriting

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"strings"
 	"testing"
 	"time"
@@ -257,12 +256,7 @@ func subscriberID(t *testing.T, rdb redis.UniversalClient, name string) string {
 }
 
 func TestRedisDownLocalStopStillWorks(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
+	addr := testenv.FreeAddr(t)
 	down := redis.NewClient(&redis.Options{Addr: addr, DialTimeout: 100 * time.Millisecond, DialerRetries: 1, MaxRetries: -1})
 	t.Cleanup(func() { down.Close() })
 	m := NewManager(down, "test:", "a", Config{})

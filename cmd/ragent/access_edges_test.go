@@ -5,9 +5,10 @@ import (
 	"net/http"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
+
+	"github.com/ragent-go/ragent/internal/testenv"
 )
 
 // memberID returns the id of username's direct grant on kb.
@@ -148,18 +149,9 @@ func TestAPIKeyCapUnderParallelCreates(t *testing.T) {
 	token := ins[0].login(t, "many", "many-password")
 	const n = 80
 	statuses := make([]int, n)
-	var wg sync.WaitGroup
-	start := make(chan struct{})
-	for i := range n {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			<-start
-			statuses[i] = ins[i%2].client(t, token).do("POST", "/api/v1/api-keys", map[string]any{"name": fmt.Sprintf("key %d", i), "scopes": []string{"read"}}).Status
-		}()
-	}
-	close(start)
-	wg.Wait()
+	testenv.Together(n, func(i int) {
+		statuses[i] = ins[i%2].client(t, token).do("POST", "/api/v1/api-keys", map[string]any{"name": fmt.Sprintf("key %d", i), "scopes": []string{"read"}}).Status
+	})
 	count := map[int]int{}
 	for _, s := range statuses {
 		count[s]++

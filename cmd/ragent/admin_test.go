@@ -391,17 +391,10 @@ func TestIdempotentAdminSubmits(t *testing.T) {
 
 	t.Run("50 identical concurrent creates", func(t *testing.T) {
 		const n = 50
-		var wg sync.WaitGroup
-		start := make(chan struct{})
 		statuses := make(chan response, n)
-		for range n {
-			wg.Go(func() {
-				<-start
-				statuses <- c.do("POST", base, map[string]any{"sourceTerm": "报销单", "targetTerm": "费用报销申请"})
-			})
-		}
-		close(start)
-		wg.Wait()
+		testenv.Together(n, func(int) {
+			statuses <- c.do("POST", base, map[string]any{"sourceTerm": "报销单", "targetTerm": "费用报销申请"})
+		})
 		close(statuses)
 		created, dup, inFlight := 0, 0, 0
 		for r := range statuses {

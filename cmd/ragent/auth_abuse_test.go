@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"net"
 	"net/http"
 	"net/netip"
 	"os/exec"
@@ -112,12 +111,7 @@ func privateRedis(t *testing.T, args ...string) string {
 	if err != nil {
 		t.Skipf("redis-server not installed: %v; run scripts/services.sh start redis", err)
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	port := strconv.Itoa(ln.Addr().(*net.TCPAddr).Port)
-	ln.Close()
+	port := strconv.Itoa(testenv.FreePort(t))
 	cmd := exec.Command(bin, append([]string{"--bind", "127.0.0.1", "--port", port, "--save", "", "--appendonly", "no", "--dir", t.TempDir()}, args...)...)
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -291,11 +285,7 @@ func TestSessionRateAndCoalescedRefusals(t *testing.T) {
 	// session rate too.
 	conn := connectDB(t, cfg.DatabaseURL)
 	testenv.Eventually(t, 30*time.Second, "the coalesced refusals' summary row", func() bool {
-		var n int
-		if err := conn.QueryRow(context.Background(), `SELECT count(*) FROM audit_events WHERE action = 'user.create' AND actor_user_id = $1`, userID).Scan(&n); err != nil {
-			t.Fatal(err)
-		}
-		return n == 2 || refused == 1
+		return countRows(t, conn, `SELECT count(*) FROM audit_events WHERE action = 'user.create' AND actor_user_id = $1`, userID) == 2 || refused == 1
 	})
 	events := auditEvents(t, admin, "action=user.create&actor="+userID)
 	if len(events) != min(refused, 2) {

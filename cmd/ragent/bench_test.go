@@ -6,7 +6,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -19,6 +18,7 @@ import (
 	"time"
 
 	"github.com/ragent-go/ragent/internal/eval"
+	"github.com/ragent-go/ragent/internal/testenv"
 )
 
 // firstEvent posts body as JSON to url (with the bearer token, if any) and
@@ -118,7 +118,7 @@ func BenchmarkQueuedStreams(b *testing.B) {
 	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
 		b.Fatalf("build: %v\n%s", err, out)
 	}
-	port, pprofPort := freePort(b), freePort(b)
+	port, pprofPort := strconv.Itoa(testenv.FreePort(b)), strconv.Itoa(testenv.FreePort(b))
 	cmd := exec.Command(bin, "serve")
 	cmd.Env = append(os.Environ(),
 		"RAGENT_HTTP_ADDR=127.0.0.1:"+port,
@@ -218,16 +218,6 @@ func BenchmarkQueuedStreams(b *testing.B) {
 	b.ReportMetric(100*(cpu2-cpu1).Seconds()/idle.Seconds(), "cpu%-idle-1000-waiting")
 	cancel()
 	wg.Wait()
-}
-
-func freePort(b *testing.B) string {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer ln.Close()
-	_, port, _ := strings.Cut(ln.Addr().String(), ":")
-	return port
 }
 
 func waitHTTP(b *testing.B, url string) {

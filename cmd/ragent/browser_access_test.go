@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"net/http"
+	"strings"
 	"testing"
 )
 
@@ -75,5 +76,31 @@ func TestBrowserKnowledgeBaseSharing(t *testing.T) {
 		if n := nat.count(t, option(private)); n != 0 {
 			t.Fatalf("a non-member sees the private knowledge base in chat")
 		}
+	})
+
+	step("manager removes the group's grant", func(t *testing.T) {
+		mia := b.signedIn(t, "mia", true)
+		mia.click(t, `[data-testid=nav-kb]`)
+		mia.click(t, fmt.Sprintf(`[data-testid=kb-row][data-kb-id=%q] [data-testid=kb-members]`, private))
+		grant := `[data-testid=member-row][data-kind=group][data-name=support]`
+		mia.click(t, grant+` [data-testid=member-remove]`)
+		mia.poll(t, "the grant gone", stepTimeout, fmt.Sprintf(`document.querySelectorAll(%s).length === 0`, quoteJS(grant)))
+		mia.visible(t, `[data-testid=member-row][data-kind=user][data-name=mia]`) // the list was loaded again
+		if r := api.do("GET", "/api/v1/knowledge-bases/"+private+"/members", nil); r.Status != http.StatusOK || strings.Contains(string(r.Body), "support") {
+			t.Fatalf("members after the removal: %d %s", r.Status, r.Body)
+		}
+	})
+
+	step("admin removes gus from the group; the count follows", func(t *testing.T) {
+		adm := b.signedIn(t, "admin", true)
+		adm.click(t, `[data-testid=nav-groups]`)
+		row := `[data-testid=group-row][data-name=support]`
+		adm.waitText(t, row+` td.num`, "1")
+		adm.click(t, row+` [data-testid=group-members]`)
+		member := `[data-testid=group-member-row][data-username=gus]`
+		adm.click(t, member+` button`)
+		adm.poll(t, "gus gone", stepTimeout, fmt.Sprintf(`document.querySelectorAll(%s).length === 0`, quoteJS(member)))
+		adm.click(t, `[data-testid=modal-close]`)
+		adm.waitText(t, row+` td.num`, "0")
 	})
 }

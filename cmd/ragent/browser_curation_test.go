@@ -45,10 +45,7 @@ func TestBrowserCurationAndFeedback(t *testing.T) {
 	})
 
 	step("the next answer says the new text", func(t *testing.T) {
-		tb.click(t, `[data-testid=nav-chat]`)
-		tb.click(t, `[data-testid=new-chat-button]`)
-		tb.ask(t, question)
-		tb.poll(t, "an answer with twenty-five days", stepTimeout, lastAnswer+`.includes('twenty-five days')`)
+		tb.askInNewChat(t, question, "an answer with twenty-five days", lastAnswer+`.includes('twenty-five days')`)
 	})
 
 	step("a thumbs down reaches the feedback page", func(t *testing.T) {
@@ -57,7 +54,9 @@ func TestBrowserCurationAndFeedback(t *testing.T) {
 		tb.visible(t, last+` [data-testid=feedback-comment]`)
 		tb.sendKeys(t, last+` [data-testid=feedback-comment]`, "should mention carry-over")
 		tb.click(t, last+` [data-testid=feedback-send]`)
-		tb.poll(t, "the rating recorded", stepTimeout, `document.querySelector('[data-testid=assistant-message][data-status=completed]:last-of-type [data-testid=feedback-bar]')?.dataset.rating === 'down'`)
+		// The rating is stored at the first click, the comment with the
+		// send: the feedback page lists what was stored when it loads.
+		tb.poll(t, "the comment stored", stepTimeout, `(b => b?.dataset.rating === 'down' && b.dataset.commentSaved === 'true')(document.querySelector('[data-testid=assistant-message][data-status=completed]:last-of-type [data-testid=feedback-bar]'))`)
 		tb.click(t, `[data-testid=nav-feedback]`)
 		tb.visible(t, `[data-testid=feedback-row][data-rating=down]`)
 		tb.waitText(t, `[data-testid=feedback-row][data-rating=down] [data-testid=feedback-question]`, "zebrafish")
@@ -106,10 +105,7 @@ func TestBrowserRestoreDeletedChunk(t *testing.T) {
 		tb.click(t, `[data-testid=modal-close]`)
 	})
 	step("the answer no longer has the text", func(t *testing.T) {
-		tb.click(t, `[data-testid=nav-chat]`)
-		tb.click(t, `[data-testid=new-chat-button]`)
-		tb.ask(t, question)
-		tb.poll(t, "an answer without fifteen days", stepTimeout, lastAnswer+` !== '' && !`+lastAnswer+`.includes('fifteen days')`)
+		tb.askInNewChat(t, question, "an answer without fifteen days", lastAnswer+` !== '' && !`+lastAnswer+`.includes('fifteen days')`)
 	})
 	step("the admin restores it", func(t *testing.T) {
 		openChunks(t)
@@ -119,10 +115,7 @@ func TestBrowserRestoreDeletedChunk(t *testing.T) {
 		tb.click(t, `[data-testid=modal-close]`)
 	})
 	step("the next answer has the text again", func(t *testing.T) {
-		tb.click(t, `[data-testid=nav-chat]`)
-		tb.click(t, `[data-testid=new-chat-button]`)
-		tb.ask(t, question)
-		tb.poll(t, "an answer with fifteen days", stepTimeout, lastAnswer+`.includes('fifteen days')`)
+		tb.askInNewChat(t, question, "an answer with fifteen days", lastAnswer+`.includes('fifteen days')`)
 	})
 	if got := api.revisions(chunk.ID); len(got) != 2 || got[0].Action != "restore" {
 		t.Errorf("history after the restore in the browser: %+v", got)
@@ -130,4 +123,14 @@ func TestBrowserRestoreDeletedChunk(t *testing.T) {
 	for _, m := range tb.unexpectedConsole() {
 		t.Errorf("console: %s (%s:%d)", m.Text, m.URL, m.Line+1)
 	}
+}
+
+// askInNewChat asks question in a new chat from wherever the tab is and
+// waits, as what, until cond (JavaScript, e.g. over lastAnswer) holds.
+func (tb *tab) askInNewChat(t *testing.T, question, what, cond string) {
+	t.Helper()
+	tb.click(t, `[data-testid=nav-chat]`)
+	tb.click(t, `[data-testid=new-chat-button]`)
+	tb.ask(t, question)
+	tb.poll(t, what, stepTimeout, cond)
 }

@@ -685,30 +685,47 @@ func (tb *tab) unexpectedConsole() []chromedp.ConsoleMessage {
 // after the user acted, on purpose instead of by chance.
 func (tb *tab) holdRequests(t *testing.T, pattern string) (release func()) {
 	t.Helper()
+	next := tb.pauseNext(t, pattern, fetch.RequestStageRequest)
+	return func() {
+		t.Helper()
+		next(func(ev fetch.EventRequestPaused) error {
+			_, err := chromedp.Call(tb.ctx, fetch.ContinueRequest, fetch.ContinueRequestParams{RequestID: ev.RequestID})
+			return err
+		})
+	}
+}
+
+// pauseNext pauses the tab's next request matching pattern at stage (its
+// sending or its response's headers). The returned func waits until one
+// was paused (failing t after stepTimeout), hands it to act, which must
+// continue or fail it, and stops pausing.
+func (tb *tab) pauseNext(t *testing.T, pattern string, stage fetch.RequestStage) (next func(act func(fetch.EventRequestPaused) error)) {
+	t.Helper()
 	sub, unsubscribe := context.WithCancel(tb.ctx)
 	t.Cleanup(unsubscribe)
 	paused := chromedp.Events(sub, fetch.RequestPaused) // subscribed before Enable
-	if _, err := chromedp.Call(tb.ctx, fetch.Enable, fetch.EnableParams{Patterns: []*fetch.RequestPattern{{URLPattern: pattern}}}); err != nil {
-		t.Fatalf("%s tab: hold %s: %v", tb.name, pattern, err)
+	if _, err := chromedp.Call(tb.ctx, fetch.Enable, fetch.EnableParams{Patterns: []*fetch.RequestPattern{
+		{URLPattern: pattern, RequestStage: stage}}}); err != nil {
+		t.Fatalf("%s tab: pause %s: %v", tb.name, pattern, err)
 	}
-	return func() {
+	return func(act func(fetch.EventRequestPaused) error) {
 		t.Helper()
 		defer unsubscribe()
 		timer := time.AfterFunc(stepTimeout, unsubscribe) // ends the wait below
 		defer timer.Stop()
-		var id fetch.RequestID
-		for ev, err := range paused {
+		var ev fetch.EventRequestPaused
+		for e, err := range paused {
 			if err != nil {
 				t.Fatalf("%s tab: no request to %s was paused within %v: %v", tb.name, pattern, stepTimeout, err)
 			}
-			id = ev.RequestID
+			ev = e
 			break
 		}
-		if _, err := chromedp.Call(tb.ctx, fetch.ContinueRequest, fetch.ContinueRequestParams{RequestID: id}); err != nil {
-			t.Fatalf("%s tab: continue %s: %v", tb.name, pattern, err)
+		if err := act(ev); err != nil {
+			t.Fatalf("%s tab: paused %s: %v", tb.name, pattern, err)
 		}
 		if _, err := chromedp.Call(tb.ctx, fetch.Disable, cdp.Empty{}); err != nil {
-			t.Fatalf("%s tab: stop holding %s: %v", tb.name, pattern, err)
+			t.Fatalf("%s tab: stop pausing %s: %v", tb.name, pattern, err)
 		}
 	}
 }

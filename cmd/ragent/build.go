@@ -125,12 +125,23 @@ func (a *App) buildFoundations(ctx context.Context, w *parts) error {
 	w.ids = idSource{a.ids}
 	// Every audited change writes its event in its own transaction (docs/security.md
 	// "Audit log").
-	// Refusals coalesce and failed sign-ins expire (docs/security.md "Audit log").
+	// Refusals coalesce and failed sign-ins expire (docs/security.md "Audit log");
+	// the same hourly turn drops the chat submit keys past the
+	// Idempotency-Key window (docs/operations.md "Idempotency").
 	w.audit = service.NewAuditor(a.store, a.store, w.ids, service.AuditorConfig{
 		Logger: log, CoalesceWindow: cfg.AuditCoalesceWindow, LoginRetention: cfg.AuditLoginRetention, Pruner: a.store,
+		Retentions: []service.Retention{chatSubmitRetention(a.store)},
 	})
 	a.runners = append(a.runners, w.audit.Run)
 	return nil
+}
+
+// chatSubmitRetention prunes the chat submit keys (chat_submits) past the
+// Idempotency-Key window: a chat's key is honoured as long as any other
+// route's stored response is replayed, and a retry after it is a new
+// question, whose key the table would otherwise keep for ever.
+func chatSubmitRetention(s *repository.Store) service.Retention {
+	return service.Retention{What: "chat submit keys", Age: idempotent.DefaultResponseTTL, Delete: s.PruneChatSubmits}
 }
 
 // buildKnowledgeAndSearch: the embedder behind the cluster-wide gate, the
@@ -219,7 +230,7 @@ func (a *App) buildIngestion(ctx context.Context, w *parts) error {
 		WebhookDeliveryRetention: cfg.WebhookDeliveryRetention,
 		WorkConcurrency:          ingestWorkConcurrency(cfg),
 		Handlers:                 ingestHandlerCount(cfg),
-		InFlightPerKB:            cfg.IngestInFlightPerKB,
+		InFlightPerKB:            cfg.ingestInFlightPerKB,
 	})
 	ingestSvc.EnableWebhooks(a.store, w.signing)
 	ingestSvc.EnableCuration(a.store)

@@ -145,10 +145,6 @@ type Config struct {
 	LLMRequestsPerMinute   int
 	LLMTokensPerMinute     int
 	LLMTokenReservation    int
-	// IngestInFlightPerKB replaces the relay's bound on a knowledge base's
-	// documents in flight, max(16, 2 × the MQ's handlers) (tests only; no
-	// setting).
-	IngestInFlightPerKB int
 	// BudgetWindow replaces the budgets' minute (tests and benchmarks only;
 	// no setting): the provider fakes count per this window.
 	BudgetWindow time.Duration
@@ -298,6 +294,12 @@ type Config struct {
 	// bcryptCost, when set, is the password hashes' cost (not a setting:
 	// the end-to-end tests hash at bcrypt's minimum; 0 is its default).
 	bcryptCost int
+	// ingestInFlightPerKB, when set, replaces the relay's bound on a
+	// knowledge base's documents in flight, max(16, 2 × the MQ's handlers)
+	// (not a setting: the bound follows the handlers, which operators set;
+	// the tests lower it, or raise it to check the fairness test fails
+	// without it).
+	ingestInFlightPerKB int
 }
 
 // loadConfig reads the environment through getenv and validates the result.

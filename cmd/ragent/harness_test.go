@@ -153,6 +153,11 @@ type client struct {
 
 func (in *instance) client(t testing.TB, token string) *client {
 	c := &client{t: t, base: in.url, token: token}
+	// An instance run as a child process (in.app nil) is refreshed by
+	// nobody: its benchmarks do not search.
+	if in.app == nil {
+		return c
+	}
 	if cfg := in.app.cfg; cfg.SearchBackend == "opensearch" {
 		c.refresh = func() {
 			// An error (OpenSearch cut away by a test) shows in the search
@@ -238,6 +243,16 @@ func connectDB(t testing.TB, url string) *pgx.Conn {
 	}
 	t.Cleanup(func() { conn.Close(ctx) })
 	return conn
+}
+
+// countRows runs query, a SELECT count(*) with args, on db.
+func countRows(t testing.TB, db *pgx.Conn, query string, args ...any) int {
+	t.Helper()
+	var n int
+	if err := db.QueryRow(context.Background(), query, args...).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
 }
 
 // login returns a token for the user.

@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/ragent-go/ragent/internal/testenv"
 )
 
 // TestHealthcheckCommand: `ragent healthcheck` exits 0 only when /readyz on
@@ -47,13 +49,8 @@ func TestHealthcheckCommand(t *testing.T) {
 		t.Errorf("/readyz 503: err = %v, want a failure naming 503", err)
 	}
 
-	// A port nobody listens on: the one just closed.
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	closed := ln.Addr().(*net.TCPAddr).Port
-	ln.Close()
+	// A port nobody listens on.
+	closed := testenv.FreePort(t)
 	if err := check(":" + strconv.Itoa(closed)); err == nil {
 		t.Errorf("nothing on port %d: healthcheck succeeded", closed)
 	}

@@ -8,34 +8,7 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/ragent-go/ragent/internal/testenv"
 )
-
-// mcpClients finds the official MCP SDKs the `clients` service installs
-// beside the OpenAI ones (PyPI's mcp in the venv, npm's
-// @modelcontextprotocol/sdk in the prefix). Missing ones skip the test on
-// a developer machine and fail it under RAGENT_REQUIRE_SERVICES=1.
-func mcpClients(t *testing.T) (python, nodePath string) {
-	t.Helper()
-	python, nodePath = clientPaths()
-	var missing []string
-	if err := exec.Command(python, "-c", "import mcp").Run(); err != nil {
-		missing = append(missing, "python mcp ("+python+": "+err.Error()+")")
-	}
-	if _, err := exec.LookPath("node"); err != nil {
-		missing = append(missing, "node")
-	} else if _, err := os.Stat(filepath.Join(nodePath, "@modelcontextprotocol", "sdk", "package.json")); err != nil {
-		missing = append(missing, "node @modelcontextprotocol/sdk ("+err.Error()+")")
-	}
-	if len(missing) > 0 {
-		if testenv.Required() {
-			t.Fatalf("MCP SDKs unavailable (RAGENT_REQUIRE_SERVICES=1): %v; run scripts/services.sh start clients", missing)
-		}
-		t.Skipf("MCP SDKs unavailable: %v; run scripts/services.sh start clients", missing)
-	}
-	return python, nodePath
-}
 
 // TestMCPOfficialClients runs the official MCP SDKs — Python (PyPI mcp)
 // and TypeScript (npm @modelcontextprotocol/sdk), code nobody here wrote —
@@ -46,7 +19,8 @@ func mcpClients(t *testing.T) (python, nodePath string) {
 // the chat scope, list_knowledge_bases paged with nextCursor, and a
 // refused bad key.
 func TestMCPOfficialClients(t *testing.T) {
-	python, nodePath := mcpClients(t)
+	// The MCP SDKs the `clients` service installs beside the OpenAI ones.
+	python, nodePath := clientSDKs(t, "MCP", "mcp", "@modelcontextprotocol/sdk")
 	f := newMCPFixture(t, nil)
 	// An answer the clients' key may not rate: the owner's, from the
 	// knowledge base outside that key's limit.

@@ -12,28 +12,30 @@ import (
 	"github.com/ragent-go/ragent/internal/testenv"
 )
 
-// openAIClients finds the official SDKs that scripts/services.sh installs
-// for the `clients` service (a venv with PyPI's openai, an npm prefix with
-// npm's openai), by RAGENT_OPENAI_PYTHON and RAGENT_OPENAI_NODE_PATH or
-// where the script puts them. Missing ones skip the test on a developer
-// machine and fail it under RAGENT_REQUIRE_SERVICES=1.
-func openAIClients(t *testing.T) (python, nodePath string) {
+// clientSDKs finds the official SDKs that scripts/services.sh installs for
+// the `clients` service: its venv's Python with module pyModule (PyPI's
+// openai, mcp) and its npm prefix's node_modules with package nodePackage
+// (npm's openai, @modelcontextprotocol/sdk), by RAGENT_OPENAI_PYTHON and
+// RAGENT_OPENAI_NODE_PATH or where the script puts them (clientPaths).
+// Missing ones skip the test on a developer machine and fail it under
+// RAGENT_REQUIRE_SERVICES=1, naming the SDKs as what.
+func clientSDKs(t *testing.T, what, pyModule, nodePackage string) (python, nodePath string) {
 	t.Helper()
 	python, nodePath = clientPaths()
 	var missing []string
-	if err := exec.Command(python, "-c", "import openai").Run(); err != nil {
-		missing = append(missing, "python openai ("+python+": "+err.Error()+")")
+	if err := exec.Command(python, "-c", "import "+pyModule).Run(); err != nil {
+		missing = append(missing, "python "+pyModule+" ("+python+": "+err.Error()+")")
 	}
 	if _, err := exec.LookPath("node"); err != nil {
 		missing = append(missing, "node")
-	} else if _, err := os.Stat(filepath.Join(nodePath, "openai", "package.json")); err != nil {
-		missing = append(missing, "node openai ("+err.Error()+")")
+	} else if _, err := os.Stat(filepath.Join(nodePath, filepath.FromSlash(nodePackage), "package.json")); err != nil {
+		missing = append(missing, "node "+nodePackage+" ("+err.Error()+")")
 	}
 	if len(missing) > 0 {
 		if testenv.Required() {
-			t.Fatalf("OpenAI SDKs unavailable (RAGENT_REQUIRE_SERVICES=1): %v; run scripts/services.sh start clients", missing)
+			t.Fatalf("%s SDKs unavailable (RAGENT_REQUIRE_SERVICES=1): %v; run scripts/services.sh start clients", what, missing)
 		}
-		t.Skipf("OpenAI SDKs unavailable: %v; run scripts/services.sh start clients", missing)
+		t.Skipf("%s SDKs unavailable: %v; run scripts/services.sh start clients", what, missing)
 	}
 	return python, nodePath
 }
@@ -70,7 +72,7 @@ func clientPaths() (python, nodePath string) {
 // share of the queue held full, 429 with Retry-After stream or not (mode
 // busy).
 func TestOpenAIOfficialClients(t *testing.T) {
-	python, nodePath := openAIClients(t)
+	python, nodePath := clientSDKs(t, "OpenAI", "openai", "openai")
 	llm := newFakeLLM(t)
 	cfg := chatConfig(t, llm)
 	cfg.ChatMaxConcurrent, cfg.ChatMaxQueuedPerUser, cfg.ChatMaxWait = 1, 1, 60*time.Second

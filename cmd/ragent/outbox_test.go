@@ -29,11 +29,7 @@ func TestReaperPrunesSentOutbox(t *testing.T) {
 	db := connectDB(t, cfg.DatabaseURL)
 	count := func(where string) int {
 		t.Helper()
-		var n int
-		if err := db.QueryRow(ctx, "SELECT count(*) FROM outbox WHERE "+where).Scan(&n); err != nil {
-			t.Fatal(err)
-		}
-		return n
+		return countRows(t, db, "SELECT count(*) FROM outbox WHERE "+where)
 	}
 	// Ready documents were delivered, but the relay marks a row sent in a
 	// transaction that may commit just after the consumer finished.
@@ -102,14 +98,7 @@ func TestPendingRepublishedAfterRedisLoss(t *testing.T) {
 	}
 	ctx := context.Background()
 	db := connectDB(t, cfg.DatabaseURL)
-	count := func(query string) int {
-		t.Helper()
-		var k int
-		if err := db.QueryRow(ctx, query).Scan(&k); err != nil {
-			t.Fatal(err)
-		}
-		return k
-	}
+	count := func(query string) int { t.Helper(); return countRows(t, db, query) }
 	rdb := testenv.Redis(t)
 	stream := redisstream.StreamKey(cfg.RedisPrefix, service.IngestTopic)
 	testenv.Eventually(t, 30*time.Second, "the relay to publish every upload", func() bool {

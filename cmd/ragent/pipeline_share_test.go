@@ -4,16 +4,18 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
 	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/ragent-go/ragent/internal/testenv"
 )
 
 // gate is an in-test HTTP server whose /held/ paths block until release
@@ -232,12 +234,7 @@ var ipAddress = regexp.MustCompile(`\d+\.\d+\.\d+\.\d+|:\d{2,5}\b|lookup|dial tc
 // never with the network error (the resolver's address, what an internal
 // name resolves to).
 func TestPipelineFetchErrorsNameNoAddress(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, closedPort, _ := net.SplitHostPort(ln.Addr().String())
-	ln.Close() // nothing listens there now: connections are refused
+	closedPort := strconv.Itoa(testenv.FreePort(t)) // nothing listens there: connections are refused
 	cfg := testConfig(t)
 	cfg.FetchAllowNetworks = []netip.Prefix{netip.MustParsePrefix("127.0.0.1/32")}
 	_, c, kb := ingestEnv(t, cfg)

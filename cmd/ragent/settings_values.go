@@ -159,21 +159,17 @@ func durationValue(p *time.Duration) scalar[time.Duration] {
 type prefixesValue []netip.Prefix
 
 func (v *prefixesValue) Set(s string) error {
-	var out []netip.Prefix
-	var errs []error
-	for _, item := range splitList(s) {
+	var err error
+	*v, err = parseList(s, func(item string) (netip.Prefix, error) {
 		if p, err := netip.ParsePrefix(item); err == nil {
-			out = append(out, p.Masked())
-			continue
+			return p.Masked(), nil
 		}
 		if a, err := netip.ParseAddr(item); err == nil {
-			out = append(out, netip.PrefixFrom(a.Unmap(), a.Unmap().BitLen()))
-			continue
+			return netip.PrefixFrom(a.Unmap(), a.Unmap().BitLen()), nil
 		}
-		errs = append(errs, fmt.Errorf("%q is not a CIDR (e.g. 10.0.0.0/8) or an IP", item))
-	}
-	*v = out
-	return errors.Join(errs...)
+		return netip.Prefix{}, fmt.Errorf("%q is not a CIDR (e.g. 10.0.0.0/8) or an IP", item)
+	})
+	return err
 }
 
 func (v *prefixesValue) String() string {
@@ -188,18 +184,15 @@ func (v *prefixesValue) String() string {
 type originsValue []string
 
 func (v *originsValue) Set(s string) error {
-	var out []string
-	var errs []error
-	for _, item := range splitList(s) {
+	var err error
+	*v, err = parseList(s, func(item string) (string, error) {
 		o, ok := api.NormalizeOrigin(item)
 		if !ok {
-			errs = append(errs, fmt.Errorf("%q is not an origin (scheme://host[:port], no path)", item))
-			continue
+			return "", fmt.Errorf("%q is not an origin (scheme://host[:port], no path)", item)
 		}
-		out = append(out, o)
-	}
-	*v = out
-	return errors.Join(errs...)
+		return o, nil
+	})
+	return err
 }
 
 func (v *originsValue) String() string { return strings.Join(*v, ",") }
@@ -208,17 +201,14 @@ func (v *originsValue) String() string { return strings.Join(*v, ",") }
 type addrsValue []string
 
 func (v *addrsValue) Set(s string) error {
-	var out []string
-	var errs []error
-	for _, item := range splitList(s) {
+	var err error
+	*v, err = parseList(s, func(item string) (string, error) {
 		if _, port, err := net.SplitHostPort(item); err != nil || port == "" {
-			errs = append(errs, fmt.Errorf("%q is not host:port", item))
-			continue
+			return "", fmt.Errorf("%q is not host:port", item)
 		}
-		out = append(out, item)
-	}
-	*v = out
-	return errors.Join(errs...)
+		return item, nil
+	})
+	return err
 }
 
 func (v *addrsValue) String() string { return strings.Join(*v, ",") }
@@ -232,6 +222,22 @@ func (v *listValue) Set(s string) error {
 }
 
 func (v *listValue) String() string { return strings.Join(*v, ",") }
+
+// parseList parses every item of a comma-separated value with parse and
+// returns the items it took, with the errors of all it refused.
+func parseList[T any](s string, parse func(item string) (T, error)) ([]T, error) {
+	var out []T
+	var errs []error
+	for _, item := range splitList(s) {
+		x, err := parse(item)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		out = append(out, x)
+	}
+	return out, errors.Join(errs...)
+}
 
 // splitList splits a comma-separated value, dropping empty items.
 func splitList(s string) []string {

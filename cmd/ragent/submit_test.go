@@ -46,14 +46,7 @@ func TestChatSubmitKeyAfterLostLock(t *testing.T) {
 	ctx := context.Background()
 	rdb := testenv.Redis(t)
 	db := connectDB(t, cfg.DatabaseURL)
-	count := func(query string) int {
-		t.Helper()
-		var n int
-		if err := db.QueryRow(ctx, query).Scan(&n); err != nil {
-			t.Fatal(err)
-		}
-		return n
-	}
+	count := func(query string) int { t.Helper(); return countRows(t, db, query) }
 
 	firstDone := make(chan []sseEvent, 1)
 	go func() {

@@ -224,12 +224,7 @@ func TestQuotasAcrossInstances(t *testing.T) {
 		refusedForQuota(t, bobB.forTest(t).do("POST", "/api/v1/search", search), "user", "requests")
 		// A refused chat writes nothing.
 		db := connectDB(t, cfg.DatabaseURL)
-		count := func() (n int) {
-			if err := db.QueryRow(context.Background(), `SELECT count(*) FROM messages`).Scan(&n); err != nil {
-				t.Fatal(err)
-			}
-			return n
-		}
+		count := func() int { return countRows(t, db, `SELECT count(*) FROM messages`) }
 		before := count()
 		refusedForQuota(t, bobA.forTest(t).do("POST", "/api/v1/chat", map[string]any{"question": "VPN?"}), "user", "requests")
 		if after := count(); after != before {

@@ -91,10 +91,7 @@ func (p *Proxy) Down() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.down = true
-	for c := range p.conns {
-		c.Close()
-	}
-	p.conns = map[net.Conn]struct{}{}
+	p.cutLocked()
 }
 
 // Up accepts connections again.
@@ -110,6 +107,11 @@ func (p *Proxy) Retarget(target string) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.target = target
+	p.cutLocked()
+}
+
+// cutLocked closes every open connection; p.mu is held.
+func (p *Proxy) cutLocked() {
 	for c := range p.conns {
 		c.Close()
 	}

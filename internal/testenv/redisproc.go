@@ -35,6 +35,12 @@ func FreePort(t testing.TB) int {
 	return ln.Addr().(*net.TCPAddr).Port
 }
 
+// FreeAddr is FreePort as host:port.
+func FreeAddr(t testing.TB) string {
+	t.Helper()
+	return net.JoinHostPort("127.0.0.1", strconv.Itoa(FreePort(t)))
+}
+
 // StartRedisServer starts redis-server on a free port with args after the
 // test's own defaults (no persistence, a temporary directory), waits until
 // it answers and kills it when the test ends. Without redis-server the test

@@ -24,6 +24,21 @@ func Eventually(t testing.TB, timeout time.Duration, what string, cond func() bo
 	}
 }
 
+// Together runs fn(0) … fn(n-1) in n goroutines released at the same
+// moment, so that what they do races, and returns when all have returned.
+func Together(n int, fn func(i int)) {
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for i := range n {
+		wg.Go(func() {
+			<-start
+			fn(i)
+		})
+	}
+	close(start)
+	wg.Wait()
+}
+
 // Run runs a component's Run(ctx) in a goroutine until the test ends, the way
 // cmd/ragent runs it. The returned function stops it early and waits for it;
 // cleanup does the same. An error other than the context's is a test

@@ -113,10 +113,7 @@ func (s *Groups) create(ctx context.Context, p service.Principal, in GroupInput)
 	}
 	g.ID = id
 	if err := s.store.CreateGroup(ctx, g); err != nil {
-		if errors.Is(err, service.ErrConflict) {
-			return nil, service.Errorf(service.ErrConflict, "a group named %q exists", g.Name)
-		}
-		return nil, err
+		return nil, nameTaken(err, "group", g.Name)
 	}
 	return g, nil
 }
@@ -153,10 +150,7 @@ func (s *Groups) update(ctx context.Context, p service.Principal, id service.ID,
 		return nil, err
 	}
 	if err := s.store.UpdateGroup(ctx, g); err != nil {
-		if errors.Is(err, service.ErrConflict) {
-			return nil, service.Errorf(service.ErrConflict, "a group named %q exists", g.Name)
-		}
-		return nil, groupNotFound(err, id)
+		return nil, groupNotFound(nameTaken(err, "group", g.Name), id)
 	}
 	return g, nil
 }

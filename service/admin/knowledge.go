@@ -133,10 +133,7 @@ func (k *KnowledgeBases) create(ctx context.Context, p service.Principal, in Kno
 	}
 	kb.ID = id
 	if err := k.store.CreateKnowledgeBase(ctx, kb); err != nil {
-		if errors.Is(err, service.ErrConflict) {
-			return nil, service.Errorf(service.ErrConflict, "a knowledge base named %q exists", kb.Name)
-		}
-		return nil, err
+		return nil, nameTaken(err, "knowledge base", kb.Name)
 	}
 	kb.Role = service.KBManager
 	return kb, nil
@@ -235,10 +232,7 @@ func (k *KnowledgeBases) update(ctx context.Context, p service.Principal, id ser
 		among = readable
 	}
 	if err := k.store.UpdateKnowledgeBase(ctx, kb, among); err != nil {
-		if errors.Is(err, service.ErrConflict) {
-			return nil, service.Errorf(service.ErrConflict, "a knowledge base named %q exists", kb.Name)
-		}
-		return nil, notFound(err, id)
+		return nil, notFound(nameTaken(err, "knowledge base", kb.Name), id)
 	}
 	kb.Role = role
 	return kb, nil
@@ -254,6 +248,15 @@ func (k *KnowledgeBases) Delete(ctx context.Context, p service.Principal, id ser
 		}
 		return notFound(k.store.DeleteKnowledgeBase(ctx, id), id)
 	})
+}
+
+// nameTaken says which name the store's conflict is about: another what of
+// that name exists. Other errors pass as they are.
+func nameTaken(err error, what, name string) error {
+	if errors.Is(err, service.ErrConflict) {
+		return service.Errorf(service.ErrConflict, "a %s named %q exists", what, name)
+	}
+	return err
 }
 
 func notFound(err error, id service.ID) error {

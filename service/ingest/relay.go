@@ -21,7 +21,9 @@ func (s *Service) wakeRelay() {
 // rows written by other instances or left behind while the MQ was down.
 // The ingest message of a new document generation goes out at its
 // knowledge base's turn, with at most inFlightPerKB of the knowledge
-// base's documents in flight (docs/ingestion.md "Fair shares").
+// base's documents in flight (docs/ingestion.md "Fair shares"). A publish
+// holds no lock or transaction: the store claims the rows first, so a
+// stalled MQ stalls only this relay, and a failed publish releases them.
 //
 // With a Tracker it also asks, every ConfirmAfter, whether the queue still
 // holds the ingest messages whose documents wait, and sends those it lost

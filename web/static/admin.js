@@ -2,7 +2,7 @@
 // (Documents and the intent tree live in documents.js and intents.js.)
 import { t } from './i18n.js';
 import { h, toast, errorText, confirmDialog, promptDialog, formatTime, field, modal } from './dom.js';
-import { get, post, put, patch, del, enc } from './api.js';
+import { get, post, put, patch, del, enc, ActionKey } from './api.js';
 
 export function pageHeader(titleText, subtitle) {
   return h('div', { class: 'page-head' },
@@ -118,6 +118,33 @@ function listPage({ path, tbody, row, cols, empty, order, onForbidden }) {
   return { load, destroy() { destroyed = true; } };
 }
 
+// dialogList keeps the list of a dialog: load() fetches path and shows a
+// row(item) per item in tbody, or the empty text across cols columns;
+// remove(itemPath, after) deletes itemPath, loads again and runs after. A
+// failure of either shows in errBox and leaves the list as it was.
+function dialogList({ path, tbody, row, cols, empty, errBox }) {
+  async function load() {
+    try {
+      const res = await get(path);
+      const items = res?.items ?? [];
+      tbody.replaceChildren(...items.map(row));
+      if (items.length === 0) tbody.append(emptyRow(cols, empty));
+    } catch (err) {
+      showFormError(errBox, err);
+    }
+  }
+  async function remove(itemPath, after) {
+    try {
+      await del(itemPath);
+      await load();
+      after?.();
+    } catch (err) {
+      showFormError(errBox, err);
+    }
+  }
+  return { load, remove };
+}
+
 function optionalInt(input) {
   const v = input.value.trim();
   return v === '' ? undefined : Number.parseInt(v, 10);
@@ -170,6 +197,9 @@ export function mountKnowledgeBases(root, ctx) {
     if (kb) name.focus();
   }
 
+  // Creates send an Idempotency-Key: a double submit or a retry after a
+  // network error makes one knowledge base (api.js ActionKey).
+  const createKey = new ActionKey();
   async function save() {
     const body = { name: name.value.trim(), description: description.value.trim(), visibility: visibility.value };
     const cs = optionalInt(chunkSize);
@@ -180,7 +210,7 @@ export function mountKnowledgeBases(root, ctx) {
       await patch(`/knowledge-bases/${enc(editing.id)}`, body);
       toast(t('common.saved'), 'info');
     } else {
-      await post('/knowledge-bases', body);
+      await post('/knowledge-bases', body, { key: createKey });
       toast(t('common.created'), 'info');
     }
     setEditing(null);
@@ -240,6 +270,7 @@ function openMembers(kb) {
   const name = h('input', { id: 'member-name', required: true, maxlength: 100, autocomplete: 'off', 'data-testid': 'member-name' });
   const role = h('select', { id: 'member-role', 'data-testid': 'member-role' },
     ...['viewer', 'editor', 'manager'].map((r) => h('option', { value: r }, t(`kb.role.${r}`))));
+  const addKey = new ActionKey(); // the Idempotency-Key of the form's submit
   const { form, errBox } = adminForm({
     name: 'member',
     label: t('members.add'),
@@ -250,7 +281,7 @@ function openMembers(kb) {
     submitText: t('members.add'),
     formClass: 'member-form',
     save: async () => {
-      await post(`/knowledge-bases/${enc(kb.id)}/members`, { kind: kind.value, name: name.value.trim(), role: role.value });
+      await post(`/knowledge-bases/${enc(kb.id)}/members`, { kind: kind.value, name: name.value.trim(), role: role.value }, { key: addKey });
       name.value = '';
       await load();
     },
@@ -262,31 +293,20 @@ function openMembers(kb) {
     form);
   modal(t('members.title', { name: kb.name }), content, 'members-dialog');
 
-  async function load() {
-    try {
-      const res = await get(`/knowledge-bases/${enc(kb.id)}/members`);
-      const items = res?.items ?? [];
-      list.replaceChildren(...items.map((m) => h('tr', { 'data-testid': 'member-row', 'data-kind': m.kind, 'data-name': m.name, 'data-role': m.role },
-        h('th', { scope: 'row' }, m.name),
-        h('td', {}, t(`members.kind.${m.kind}`, {}, m.kind)),
-        h('td', {}, t(`kb.role.${m.role}`, {}, m.role)),
-        h('td', { class: 'actions' },
-          rowAction('member-remove', t('members.remove'), m.name, () => remove(m), { danger: true })))));
-      if (items.length === 0) list.append(emptyRow(4, t('members.empty')));
-    } catch (err) {
-      showFormError(errBox, err);
-    }
-  }
-
-  async function remove(m) {
-    try {
-      await del(`/knowledge-bases/${enc(kb.id)}/members/${enc(m.id)}`);
-      await load();
-    } catch (err) {
-      showFormError(errBox, err);
-    }
-  }
-
+  const { load, remove } = dialogList({
+    path: `/knowledge-bases/${enc(kb.id)}/members`,
+    tbody: list,
+    cols: 4,
+    empty: t('members.empty'),
+    errBox,
+    row: (m) => h('tr', { 'data-testid': 'member-row', 'data-kind': m.kind, 'data-name': m.name, 'data-role': m.role },
+      h('th', { scope: 'row' }, m.name),
+      h('td', {}, t(`members.kind.${m.kind}`, {}, m.kind)),
+      h('td', {}, t(`kb.role.${m.role}`, {}, m.role)),
+      h('td', { class: 'actions' },
+        rowAction('member-remove', t('members.remove'), m.name,
+          () => remove(`/knowledge-bases/${enc(kb.id)}/members/${enc(m.id)}`), { danger: true }))),
+  });
   load();
 }
 
@@ -304,31 +324,24 @@ function openWebhooks(kb) {
     errBox);
   modal(t('webhooks.title', { name: kb.name }), content, 'webhooks-dialog');
 
-  async function load() {
-    try {
-      const res = await get(`/knowledge-bases/${enc(kb.id)}/webhooks`);
-      const items = res?.items ?? [];
-      list.replaceChildren(...items.map((w) => h('tr', { 'data-testid': 'webhook-row', 'data-webhook-id': w.id },
-        h('th', { scope: 'row', class: 'wrap' }, w.url),
-        h('td', { 'data-testid': 'webhook-creator' }, w.createdByName || t('webhooks.creatorGone')),
-        h('td', { class: 'muted' }, t('webhooks.counts', { pending: w.pendingDeliveries, failed: w.failedDeliveries, skipped: w.skippedDeliveries })),
-        h('td', { class: 'wrap muted' }, w.lastError || '—'),
-        h('td', { class: 'actions' },
-          rowAction('webhook-delete', t('common.delete'), w.url, () => remove(w), { danger: true })))));
-      if (items.length === 0) list.append(emptyRow(5, t('webhooks.empty')));
-    } catch (err) {
-      showFormError(errBox, err);
-    }
-  }
+  const { load, remove } = dialogList({
+    path: `/knowledge-bases/${enc(kb.id)}/webhooks`,
+    tbody: list,
+    cols: 5,
+    empty: t('webhooks.empty'),
+    errBox,
+    row: (w) => h('tr', { 'data-testid': 'webhook-row', 'data-webhook-id': w.id },
+      h('th', { scope: 'row', class: 'wrap' }, w.url),
+      h('td', { 'data-testid': 'webhook-creator' }, w.createdByName || t('webhooks.creatorGone')),
+      h('td', { class: 'muted' }, t('webhooks.counts', { pending: w.pendingDeliveries, failed: w.failedDeliveries, skipped: w.skippedDeliveries })),
+      h('td', { class: 'wrap muted' }, w.lastError || '—'),
+      h('td', { class: 'actions' },
+        rowAction('webhook-delete', t('common.delete'), w.url, () => removeWebhook(w), { danger: true }))),
+  });
 
-  async function remove(w) {
+  async function removeWebhook(w) {
     if (!(await confirmDialog(t('webhooks.deleteConfirm', { url: w.url }), { okLabel: t('common.delete'), danger: true }))) return;
-    try {
-      await del(`/knowledge-bases/${enc(kb.id)}/webhooks/${enc(w.id)}`);
-      await load();
-    } catch (err) {
-      showFormError(errBox, err);
-    }
+    await remove(`/knowledge-bases/${enc(kb.id)}/webhooks/${enc(w.id)}`);
   }
 
   load();
@@ -343,6 +356,7 @@ export function mountTerms(root, ctx) {
   const target = h('input', { id: 'term-target', required: true, maxlength: ctx.limits.targetTermRunes, 'data-testid': 'term-target', autocomplete: 'off' });
   const priority = h('input', { id: 'term-priority', type: 'number', step: 1, value: '0', 'data-testid': 'term-priority' });
   const enabled = h('input', { id: 'term-enabled', type: 'checkbox', checked: true, 'data-testid': 'term-enabled' });
+  const createKey = new ActionKey(); // the Idempotency-Key of the form's submit
   const { form, heading: formTitle, errBox, submit, cancel } = adminForm({
     name: 'term',
     label: t('terms.formLabel'),
@@ -355,7 +369,7 @@ export function mountTerms(root, ctx) {
     onCancel: () => setEditing(null),
     save: async () => {
       if (editing) await put(`/admin/term-mappings/${enc(editing.id)}`, bodyOf());
-      else await post('/admin/term-mappings', bodyOf());
+      else await post('/admin/term-mappings', bodyOf(), { key: createKey });
       toast(editing ? t('common.saved') : t('common.created'), 'info');
       setEditing(null);
       await load();
@@ -432,6 +446,7 @@ export function mountUsers(root, ctx) {
   const role = h('select', { id: 'user-role', 'data-testid': 'user-role' },
     h('option', { value: 'user' }, t('role.user')),
     h('option', { value: 'admin' }, t('role.admin')));
+  const createKey = new ActionKey(); // the Idempotency-Key of the form's submit
   const { form } = adminForm({
     name: 'user',
     label: t('users.formLabel'),
@@ -441,7 +456,7 @@ export function mountUsers(root, ctx) {
       field(t('users.password'), password),
       field(t('users.role'), role)],
     save: async () => {
-      await post('/users', { username: username.value.trim(), password: password.value, role: role.value });
+      await post('/users', { username: username.value.trim(), password: password.value, role: role.value }, { key: createKey });
       toast(t('common.created'), 'info');
       form.reset();
       await load();
@@ -562,6 +577,7 @@ export function mountLimiter(root, ctx) {
 export function mountGroups(root, ctx) {
   const name = h('input', { id: 'group-name', required: true, maxlength: ctx.limits.nameRunes, autocomplete: 'off', 'data-testid': 'group-name' });
   const description = h('input', { id: 'group-description', maxlength: ctx.limits.descriptionRunes, autocomplete: 'off', 'data-testid': 'group-description' });
+  const createKey = new ActionKey(); // the Idempotency-Key of the form's submit
   const { form } = adminForm({
     name: 'group',
     label: t('groups.createTitle'),
@@ -570,7 +586,7 @@ export function mountGroups(root, ctx) {
       field(t('groups.name'), name),
       field(t('groups.description'), description)],
     save: async () => {
-      await post('/groups', { name: name.value.trim(), description: description.value.trim() });
+      await post('/groups', { name: name.value.trim(), description: description.value.trim() }, { key: createKey });
       toast(t('common.created'), 'info');
       form.reset();
       await load();
@@ -619,6 +635,7 @@ export function mountGroups(root, ctx) {
 function openGroupMembers(g, changed) {
   const list = h('tbody');
   const username = h('input', { id: 'group-member-username', required: true, maxlength: 64, autocomplete: 'off', 'data-testid': 'group-member-username' });
+  const addKey = new ActionKey(); // the Idempotency-Key of the form's submit
   const { form, errBox } = adminForm({
     name: 'group-member',
     label: t('groups.addMember'),
@@ -626,7 +643,7 @@ function openGroupMembers(g, changed) {
     submitText: t('groups.addMember'),
     formClass: 'member-form',
     save: async () => {
-      await post(`/groups/${enc(g.id)}/members`, { username: username.value.trim() });
+      await post(`/groups/${enc(g.id)}/members`, { username: username.value.trim() }, { key: addKey });
       username.value = '';
       await load();
       changed();
@@ -637,28 +654,17 @@ function openGroupMembers(g, changed) {
     dataTable([t('users.username'), t('common.actions')], list, { card: false }),
     managed ? h('p', { class: 'muted', 'data-testid': 'group-managed-note' }, t('groups.managedHint')) : form), 'group-members-dialog');
 
-  async function load() {
-    try {
-      const res = await get(`/groups/${enc(g.id)}/members`);
-      const users = res?.items ?? [];
-      list.replaceChildren(...users.map((u) => h('tr', { 'data-testid': 'group-member-row', 'data-username': u.username },
-        h('th', { scope: 'row' }, u.username),
-        h('td', { class: 'actions' },
-          managed ? null : rowAction(null, t('members.remove'), u.username, () => remove(u), { danger: true })))));
-      if (users.length === 0) list.append(emptyRow(2, t('members.empty')));
-    } catch (err) {
-      showFormError(errBox, err);
-    }
-  }
-
-  async function remove(u) {
-    try {
-      await del(`/groups/${enc(g.id)}/members/${enc(u.id)}`);
-      await load();
-      changed();
-    } catch (err) {
-      showFormError(errBox, err);
-    }
-  }
+  const { load, remove } = dialogList({
+    path: `/groups/${enc(g.id)}/members`,
+    tbody: list,
+    cols: 2,
+    empty: t('members.empty'),
+    errBox,
+    row: (u) => h('tr', { 'data-testid': 'group-member-row', 'data-username': u.username },
+      h('th', { scope: 'row' }, u.username),
+      h('td', { class: 'actions' },
+        managed ? null : rowAction(null, t('members.remove'), u.username,
+          () => remove(`/groups/${enc(g.id)}/members/${enc(u.id)}`, changed), { danger: true }))),
+  });
   load();
 }

@@ -46,24 +46,65 @@ function networkError(err) {
   return new ApiError(0, 'network', t('err.network'));
 }
 
+// newIdempotencyKey returns a random Idempotency-Key (128 bits, hex).
+// crypto.getRandomValues works on plain http too, unlike randomUUID.
+export function newIdempotencyKey() {
+  const b = crypto.getRandomValues(new Uint8Array(16));
+  return Array.from(b, (x) => x.toString(16).padStart(2, '0')).join('');
+}
+
+// ActionKey is the Idempotency-Key of one user action (a form's create):
+// the same key each time the action is sent again with the same body (a
+// second click after a network error, a browser retry), so the server runs
+// it once and replays its answer; a fresh key once the body changed (an
+// edited form is another action, which the old key would have refused with
+// 422) or once the server answered it (the next submit is a new action).
+export class ActionKey {
+  constructor() { this.key = ''; this.body = ''; }
+
+  for(body) {
+    const b = JSON.stringify(body ?? null);
+    if (!this.key || b !== this.body) { this.key = newIdempotencyKey(); this.body = b; }
+    return this.key;
+  }
+
+  // settled forgets the key after an answer of the server; it keeps it
+  // when no answer came (status 0), the server failed (5xx, which frees
+  // the key) or the first request under it still runs (duplicate_request).
+  settled(err) {
+    if (err && (err.status === 0 || err.status >= 500 || err.code === 'duplicate_request')) return;
+    this.key = '';
+  }
+}
+
 // request sends a JSON request and returns the decoded body (null for 204).
-export async function request(method, path, body, { signal } = {}) {
+// With key (an ActionKey) it sends the action's Idempotency-Key.
+export async function request(method, path, body, { signal, key } = {}) {
+  // Every write says JSON, even a DELETE without a body: the server
+  // refuses a cookie-authenticated write of any other content type
+  // (CSRF), since only JSON needs a CORS preflight.
+  const headers = method === 'GET' ? { Accept: 'application/json' } : { Accept: 'application/json', 'Content-Type': 'application/json' };
+  if (key) headers['Idempotency-Key'] = key.for(body);
   let res;
   try {
     res = await fetch(BASE + path, {
       method,
       credentials: 'same-origin',
-      // Every write says JSON, even a DELETE without a body: the server
-      // refuses a cookie-authenticated write of any other content type
-      // (CSRF), since only JSON needs a CORS preflight.
-      headers: method === 'GET' ? { Accept: 'application/json' } : { Accept: 'application/json', 'Content-Type': 'application/json' },
+      headers,
       body: body === undefined ? undefined : JSON.stringify(body),
       signal,
     });
   } catch (err) {
-    throw networkError(err);
+    const e = networkError(err);
+    key?.settled(e);
+    throw e;
   }
-  if (!res.ok) throw await errorFromResponse(res);
+  if (!res.ok) {
+    const e = await errorFromResponse(res);
+    key?.settled(e);
+    throw e;
+  }
+  key?.settled(null);
   if (res.status === 204) return null;
   const text = await res.text();
   return text ? JSON.parse(text) : null;
@@ -169,10 +210,15 @@ export class SSEDecoder {
 // 429, …) or the connection breaks (status 0). Aborting signal closes the
 // connection; the answer runs on on the server for a while
 // (RAGENT_CHAT_DETACHED_TIMEOUT), so resumeChat can pick it up again.
-export async function streamChat(body, onEvent, signal, onId) {
+// idempotencyKey names the question (one per question asked, the same on
+// each retry of it): a retry of a question the server already took follows
+// that answer instead of asking again (docs/operations.md, "Idempotency").
+export async function streamChat(body, onEvent, signal, onId, idempotencyKey) {
+  const headers = { 'Content-Type': 'application/json', Accept: 'text/event-stream' };
+  if (idempotencyKey) headers['Idempotency-Key'] = idempotencyKey;
   const res = await openStream(`${BASE}/chat`, {
     method: 'POST',
-    headers: { 'Content-Type': 'application/json', Accept: 'text/event-stream' },
+    headers,
     body: JSON.stringify(body),
   }, signal);
   await readStream(res, onEvent, onId);

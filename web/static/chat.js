@@ -2,7 +2,7 @@
 // streamed answer (SSE over fetch, see DESIGN §6).
 import { t } from './i18n.js';
 import { h, icon, toast, errorText, setTrustedHTML, confirmDialog, promptDialog, formatTime } from './dom.js';
-import { get, post, patch, del, enc, streamChat, resumeChat } from './api.js';
+import { get, post, patch, del, enc, streamChat, resumeChat, newIdempotencyKey } from './api.js';
 import { renderMarkdown } from './markdown.js';
 
 const DEEP_KEY = 'ragent.deepThinking';
@@ -315,7 +315,9 @@ export function mountChat(root, ctx) {
   }
 
   // assistantView renders one answer and updates it as events arrive.
-  function assistantView(question) {
+  // key is the question's Idempotency-Key, which its retry button sends
+  // again ('' for an answer shown from history or resumed: a new one).
+  function assistantView(question, key = '') {
     let answer = '';
     let thinking = '';
     let sources = [];
@@ -399,7 +401,7 @@ export function mountChat(root, ctx) {
       if (retry && question) {
         notice.append(h('button', {
           type: 'button', class: 'btn btn-sm', 'data-testid': 'retry-button',
-          onClick: () => { if (!s.streaming) send(question); },
+          onClick: () => { if (!s.streaming) send(question, key); },
         }, t('chat.retry')));
       }
     }
@@ -419,7 +421,10 @@ export function mountChat(root, ctx) {
           up.setAttribute('aria-pressed', String(rating === 'up'));
           down.setAttribute('aria-pressed', String(rating === 'down'));
           more.hidden = rating !== 'down';
-          if (text !== undefined) toast(t('feedback.thanks'), 'info');
+          if (text !== undefined) {
+            bar.dataset.commentSaved = 'true'; // what a test waits for
+            toast(t('feedback.thanks'), 'info');
+          }
         } catch (err) {
           toast(errorText(err));
         }
@@ -497,11 +502,15 @@ export function mountChat(root, ctx) {
   }
 
   // ---- sending ----
-  async function send(question) {
+  // send asks question under key, its Idempotency-Key: a fresh one for
+  // each question typed, the same one when its retry button sends it again,
+  // so a retry of a question the server took (its answer's stream was cut
+  // before it showed) follows that answer instead of asking twice.
+  async function send(question, key = newIdempotencyKey()) {
     if (s.streaming) return;
     if (!s.current || !messages.querySelector('.msg')) messages.replaceChildren();
     messages.append(userMessage(question));
-    const view = assistantView(question);
+    const view = assistantView(question, key);
     messages.append(view.el);
     scrollToBottom(true);
 
@@ -511,7 +520,7 @@ export function mountChat(root, ctx) {
     if (deep.checked) body.deepThinking = true;
 
     const st = newStream(view, question, s.current);
-    await follow(st, (onEvent, onId) => streamChat(body, onEvent, st.controller.signal, onId));
+    await follow(st, (onEvent, onId) => streamChat(body, onEvent, st.controller.signal, onId, key));
   }
 
   // resume shows an answer that was streaming when the page left it, from

@@ -3,7 +3,7 @@
 // reloaded after each write so paths and order come from the server.
 import { t } from './i18n.js';
 import { h, toast, errorText, confirmDialog, field } from './dom.js';
-import { get, post, put, del, enc } from './api.js';
+import { get, post, put, del, enc, ActionKey } from './api.js';
 import { pageHeader, formError, showFormError } from './admin.js';
 
 const MAX_DEPTH = 3;
@@ -191,6 +191,7 @@ export function mountIntents(root, ctx) {
     };
   }
 
+  const createKey = new ActionKey(); // the Idempotency-Key of a create
   form.addEventListener('submit', async (e) => {
     e.preventDefault();
     errBox.hidden = true;
@@ -199,7 +200,7 @@ export function mountIntents(root, ctx) {
       const body = bodyOf();
       let saved;
       if (selected) saved = await put(`/admin/intents/${enc(selected.id)}`, body);
-      else saved = await post('/admin/intents', body);
+      else saved = await post('/admin/intents', body, { key: createKey });
       toast(selected ? t('common.saved') : t('common.created'), 'info');
       await load();
       const id = saved?.id ?? selected?.id;

@@ -16,29 +16,18 @@ namesrv)
 	heap=(-Xms128m -Xmx256m)
 	;;
 broker)
-	# File sizes cut down from the multi-GB defaults, as on the host.
-	cat >"$home/conf/broker.conf" <<CONF
-brokerClusterName=DefaultCluster
+	# The settings shared with the host's broker: scripts/rocketmq/broker.conf.
+	{
+		cat <<CONF
 brokerName=broker-a
-brokerId=0
 namesrvAddr=${BROKER_NAMESRV:?set BROKER_NAMESRV}
 brokerIP1=${BROKER_IP:-$(hostname -i | awk '{print $1}')}
 listenPort=10911
-brokerRole=ASYNC_MASTER
-flushDiskType=ASYNC_FLUSH
-deleteWhen=04
-fileReservedTime=48
-autoCreateTopicEnable=true
-autoCreateSubscriptionGroup=true
 storePathRootDir=$home/store
 storePathCommitLog=$home/store/commitlog
-mappedFileSizeCommitLog=67108864
-mappedFileSizeConsumeQueue=600000
-mappedFileSizeTimerLog=16777216
-maxHashSlotNum=10000
-maxIndexNum=40000
-diskMaxUsedSpaceRatio=95
 CONF
+		grep -v '^#' /src/scripts/rocketmq/broker.conf
+	} >"$home/conf/broker.conf"
 	main=org.apache.rocketmq.broker.BrokerStartup
 	config=$home/conf/broker.conf
 	heap=(-Xms256m -Xmx512m -XX:MaxDirectMemorySize=256m -Drocketmq.broker.diskSpaceWarningLevelRatio=0.98)
