@@ -2,8 +2,6 @@ package llm
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -27,12 +25,11 @@ import (
 // EmbedQueue is the cluster-wide fair queue QueueGate admits calls through.
 type EmbedQueue interface {
 	// Acquire waits for the right to make one call of kind about tokens
-	// long, queued in lane under request id; questions go ahead of
-	// document batches. retry is the grant of an earlier try of the call
+	// long, queued in lane; questions go ahead of document batches. retry is the grant of an earlier try of the call
 	// that the provider refused (nil at first): the call takes back the
 	// place that try had. When the queue's own wait ends first it returns
 	// an error wrapping ErrQueueTimeout.
-	Acquire(ctx context.Context, id, lane string, kind service.EmbedKind, tokens int, retry EmbedGrant) (EmbedGrant, error)
+	Acquire(ctx context.Context, lane string, kind service.EmbedKind, tokens int, retry EmbedGrant) (EmbedGrant, error)
 	// Throttled reports that the provider refused g's call (g may be nil
 	// when no grant is known), asking to wait d (0 when it did not say):
 	// the budget, if any, shrinks for every instance; g is given back.
@@ -101,10 +98,6 @@ func (g *QueueGate) Admit(ctx context.Context, kind service.EmbedKind, tokens in
 // try of the call that the provider refused, whose place in the queue the
 // call takes back.
 func (g *QueueGate) admit(ctx context.Context, kind service.EmbedKind, tokens int, retry EmbedGrant) (EmbedGrant, error) {
-	id, err := requestID()
-	if err != nil {
-		return nil, err
-	}
 	if kind == service.EmbedQuery {
 		lane := "query"
 		if p, ok := service.PrincipalFrom(ctx); ok {
@@ -112,7 +105,7 @@ func (g *QueueGate) admit(ctx context.Context, kind service.EmbedKind, tokens in
 		}
 		qctx, cancel := context.WithTimeoutCause(ctx, g.queryWait, errQueryWait)
 		defer cancel()
-		grant, err := g.queue.Acquire(qctx, id, lane, kind, tokens, retry)
+		grant, err := g.queue.Acquire(qctx, lane, kind, tokens, retry)
 		if err != nil {
 			if ctx.Err() == nil && (errors.Is(err, ErrQueueTimeout) || context.Cause(qctx) == errQueryWait) {
 				return nil, fmt.Errorf("%w: %v", service.ErrBusy, errQueryWait)
@@ -135,7 +128,7 @@ func (g *QueueGate) admit(ctx context.Context, kind service.EmbedKind, tokens in
 				g.log.WarnContext(ctx, "embedding pause unreadable; going ahead", "err", err)
 			}
 		}
-		grant, err := g.queue.Acquire(ctx, id, documentLane(ctx), kind, tokens, retry)
+		grant, err := g.queue.Acquire(ctx, documentLane(ctx), kind, tokens, retry)
 		if err != nil {
 			if errors.Is(err, ErrQueueTimeout) {
 				return nil, fmt.Errorf("%w: no embedding slot for a document batch within %s", service.ErrUnavailable, g.documentWait)
@@ -231,13 +224,4 @@ func (g *QueueGate) throttled(ctx context.Context, grant EmbedGrant, d time.Dura
 		return
 	}
 	g.log.WarnContext(ctx, "embedding provider asked to wait; document embedding paused on every instance", "retry_after", d.String())
-}
-
-// requestID is a new random id of a queued request.
-func requestID() (string, error) {
-	var b [12]byte
-	if _, err := rand.Read(b[:]); err != nil {
-		return "", err
-	}
-	return hex.EncodeToString(b[:]), nil
 }

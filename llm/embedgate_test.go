@@ -30,7 +30,7 @@ type fakeGrant struct{ used []int }
 
 func (g *fakeGrant) ReleaseUsed(tokens int) { g.used = append(g.used, tokens) }
 
-func (q *fakeQueue) Acquire(ctx context.Context, id, lane string, kind service.EmbedKind, tokens int, retry EmbedGrant) (EmbedGrant, error) {
+func (q *fakeQueue) Acquire(ctx context.Context, lane string, kind service.EmbedKind, tokens int, retry EmbedGrant) (EmbedGrant, error) {
 	q.mu.Lock()
 	q.acquires = append(q.acquires, fakeAcquire{lane, kind, retry})
 	block := q.block

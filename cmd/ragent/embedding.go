@@ -58,7 +58,11 @@ type embedQueue struct {
 	budgeted bool
 }
 
-func (q embedQueue) Acquire(ctx context.Context, id, lane string, kind service.EmbedKind, tokens int, retry llm.EmbedGrant) (llm.EmbedGrant, error) {
+func (q embedQueue) Acquire(ctx context.Context, lane string, kind service.EmbedKind, tokens int, retry llm.EmbedGrant) (llm.EmbedGrant, error) {
+	id, err := requestID()
+	if err != nil {
+		return nil, err
+	}
 	class := ratelimit.Class{}
 	if kind != service.EmbedQuery {
 		class = documentClass

@@ -37,12 +37,10 @@ func TestEmbeddingRefusalKeepsItsPlace(t *testing.T) {
 	)
 	arrived, answer := make(chan string, 16), make(chan struct{})
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		var req struct{ Input []string }
-		if err := json.NewDecoder(r.Body).Decode(&req); err != nil || len(req.Input) != 1 {
-			http.Error(w, "bad request", http.StatusBadRequest)
+		in, ok := oneInput(w, r)
+		if !ok {
 			return
 		}
-		in := req.Input[0]
 		mu.Lock()
 		refuse := in == "a" && refused < 3
 		if refuse {
@@ -62,7 +60,7 @@ func TestEmbeddingRefusalKeepsItsPlace(t *testing.T) {
 			http.Error(w, `{"error":{"message":"rate limit"}}`, http.StatusTooManyRequests)
 			return
 		}
-		json.NewEncoder(w).Encode(map[string]any{"data": []any{map[string]any{"index": 0, "embedding": []float32{1, 0, 0, 0}}}})
+		answerOne(w)
 	}))
 	t.Cleanup(srv.Close)
 
@@ -70,32 +68,9 @@ func TestEmbeddingRefusalKeepsItsPlace(t *testing.T) {
 	cfg.EmbedConcurrency, cfg.EmbedRequestsPerMinute = 1, 1000
 	rdb := testRedis(t, cfg)
 	embedder := func() service.Embedder { return gatedEmbedder(t, rdb, cfg, srv.URL, 1) }
-	e1, e2 := embedder(), embedder()
-	// One uploader's import into one knowledge base: one lane.
-	ctx := service.WithUsageScope(context.Background(), service.UsageScope{UserID: 7, KnowledgeBaseID: 9})
-	errs := make(chan error, 3)
-	embed := func(e service.Embedder, text string) {
-		_, err := e.Embed(ctx, service.EmbedDocument, []string{text})
-		errs <- err
-	}
-	go embed(e1, "a")
-	if got := <-arrived; got != "a" {
-		t.Fatalf("first call %q, want a", got)
-	}
-	go embed(e2, "b")
-	testenv.Eventually(t, 30*time.Second, "b queues", func() bool {
-		return rdb.ZCard(context.Background(), cfg.RedisPrefix+"{limiter:embed}:queue").Val() == 1
-	})
-	go embed(e1, "c")
-	testenv.Eventually(t, 30*time.Second, "c queues", func() bool {
-		return rdb.ZCard(context.Background(), cfg.RedisPrefix+"{limiter:embed}:queue").Val() == 2
-	})
+	errs := queueABC(t, rdb, cfg, embedder(), embedder(), arrived)
 	close(answer) // a is refused
-	for range 3 {
-		if err := <-errs; err != nil {
-			t.Fatalf("an embedding call failed: %v", err)
-		}
-	}
+	waitEmbeds(t, errs, 3)
 	mu.Lock()
 	defer mu.Unlock()
 	if len(order) != 3 || order[0] != "a" || order[1] != "b" || order[2] != "c" {
@@ -150,12 +125,10 @@ func TestEmbeddingRefusalKeepsItsPlaceWithoutBudget(t *testing.T) {
 	)
 	arrived, answerA, answerB := make(chan string, 16), make(chan struct{}), make(chan struct{})
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		var req struct{ Input []string }
-		if err := json.NewDecoder(r.Body).Decode(&req); err != nil || len(req.Input) != 1 {
-			http.Error(w, "bad request", http.StatusBadRequest)
+		in, ok := oneInput(w, r)
+		if !ok {
 			return
 		}
-		in := req.Input[0]
 		mu.Lock()
 		refuse := in == "a" && !refused
 		refused = refused || refuse
@@ -172,18 +145,40 @@ func TestEmbeddingRefusalKeepsItsPlaceWithoutBudget(t *testing.T) {
 		case in == "b":
 			<-answerB
 		}
-		json.NewEncoder(w).Encode(map[string]any{"data": []any{map[string]any{"index": 0, "embedding": []float32{1, 0, 0, 0}}}})
+		answerOne(w)
 	}))
 	t.Cleanup(srv.Close)
 	cfg := embedGateConfig(t)
 	cfg.EmbedConcurrency = 1
 	rdb := testRedis(t, cfg)
-	e1, e2 := gatedEmbedder(t, rdb, cfg, srv.URL, 2), gatedEmbedder(t, rdb, cfg, srv.URL, 2)
-	queued := func(n int64) func() bool {
-		return func() bool {
-			return rdb.ZCard(context.Background(), cfg.RedisPrefix+"{limiter:embed}:queue").Val() == n
-		}
+	errs := queueABC(t, rdb, cfg, gatedEmbedder(t, rdb, cfg, srv.URL, 2), gatedEmbedder(t, rdb, cfg, srv.URL, 2), arrived)
+	close(answerA) // a is refused; b takes the slot
+	if got := <-arrived; got != "b" {
+		t.Fatalf("call after a's refusal %q, want b", got)
 	}
+	testenv.Eventually(t, 30*time.Second, "a's retry and c queue", embedQueued(rdb, cfg, 2))
+	close(answerB)
+	waitEmbeds(t, errs, 3)
+	mu.Lock()
+	defer mu.Unlock()
+	if len(order) != 3 || order[0] != "b" || order[1] != "a" || order[2] != "c" {
+		t.Fatalf("the provider answered %v after refusing a, want [b a c]: the refused call keeps its place", order)
+	}
+}
+
+// embedQueued reports whether n calls wait in the embedding queue.
+func embedQueued(rdb redis.UniversalClient, cfg Config, n int64) func() bool {
+	return func() bool {
+		return rdb.ZCard(context.Background(), cfg.RedisPrefix+"{limiter:embed}:queue").Val() == n
+	}
+}
+
+// queueABC embeds document batches "a" through e1, once it reached the
+// provider "b" through e2, once b queues "c" through e1, all in one lane
+// (one uploader's import into one knowledge base), and returns once c
+// queues too; each call's error comes on the channel returned.
+func queueABC(t *testing.T, rdb redis.UniversalClient, cfg Config, e1, e2 service.Embedder, arrived <-chan string) <-chan error {
+	t.Helper()
 	ctx := service.WithUsageScope(context.Background(), service.UsageScope{UserID: 7, KnowledgeBaseID: 9})
 	errs := make(chan error, 3)
 	embed := func(e service.Embedder, text string) {
@@ -195,23 +190,34 @@ func TestEmbeddingRefusalKeepsItsPlaceWithoutBudget(t *testing.T) {
 		t.Fatalf("first call %q, want a", got)
 	}
 	go embed(e2, "b")
-	testenv.Eventually(t, 30*time.Second, "b queues", queued(1))
+	testenv.Eventually(t, 30*time.Second, "b queues", embedQueued(rdb, cfg, 1))
 	go embed(e1, "c")
-	testenv.Eventually(t, 30*time.Second, "c queues", queued(2))
-	close(answerA) // a is refused; b takes the slot
-	if got := <-arrived; got != "b" {
-		t.Fatalf("call after a's refusal %q, want b", got)
-	}
-	testenv.Eventually(t, 30*time.Second, "a's retry and c queue", queued(2))
-	close(answerB)
-	for range 3 {
+	testenv.Eventually(t, 30*time.Second, "c queues", embedQueued(rdb, cfg, 2))
+	return errs
+}
+
+// waitEmbeds fails unless n calls on errs end without an error.
+func waitEmbeds(t *testing.T, errs <-chan error, n int) {
+	t.Helper()
+	for range n {
 		if err := <-errs; err != nil {
 			t.Fatalf("an embedding call failed: %v", err)
 		}
 	}
-	mu.Lock()
-	defer mu.Unlock()
-	if len(order) != 3 || order[0] != "b" || order[1] != "a" || order[2] != "c" {
-		t.Fatalf("the provider answered %v after refusing a, want [b a c]: the refused call keeps its place", order)
+}
+
+// oneInput reads the one text of an embedding request (answering 400
+// and false to any other).
+func oneInput(w http.ResponseWriter, r *http.Request) (string, bool) {
+	var req struct{ Input []string }
+	if err := json.NewDecoder(r.Body).Decode(&req); err != nil || len(req.Input) != 1 {
+		http.Error(w, "bad request", http.StatusBadRequest)
+		return "", false
 	}
+	return req.Input[0], true
+}
+
+// answerOne answers an embedding request of one text.
+func answerOne(w http.ResponseWriter) {
+	json.NewEncoder(w).Encode(map[string]any{"data": []any{map[string]any{"index": 0, "embedding": []float32{1, 0, 0, 0}}}})
 }
