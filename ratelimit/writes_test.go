@@ -189,3 +189,47 @@ func startClusterReplica(t *testing.T) (primary, replica *redis.Client) {
 	})
 	return primary, replica
 }
+
+// TestReleaseWakesOnlyQueued: a release publishes its notification only
+// while a request is queued (release.lua): with nobody waiting it would
+// wake nobody, and a PUBLISH is replicated (or broadcast to a Cluster's
+// every node) like a write. With a waiter, the release wakes it.
+func TestReleaseWakesOnlyQueued(t *testing.T) {
+	node := testenv.StartRedisServer(t)
+	rdb := node.Client()
+	t.Cleanup(func() { rdb.Close() })
+	// Pub/Sub off for the waiter, so only the poll could wake it: a long
+	// one, beyond the test's wait for the grant.
+	l := startLimiter(t, rdb, "w:", "chat", Config{MaxConcurrent: 1, MaxWait: time.Minute,
+		Lease: 30 * time.Second, PollInterval: time.Minute})
+	publishes := func() int {
+		info := rdb.Info(t.Context(), "commandstats").Val()
+		_, rest, ok := strings.Cut(info, "cmdstat_publish:calls=")
+		if !ok {
+			return 0
+		}
+		n, _ := strconv.Atoi(rest[:strings.IndexAny(rest, ",\r\n")])
+		return n
+	}
+	for i := range 3 {
+		mustAcquire(t, l, fmt.Sprint("alone", i), "u").Release()
+	}
+	if n := publishes(); n != 0 {
+		t.Errorf("%d notifications published by releases with nobody queued, want 0", n)
+	}
+	holder := mustAcquire(t, l, "holder", "h")
+	done := acquireQueued(t.Context(), l, "waiter", "w")
+	holder.Release()
+	select {
+	case r := <-done:
+		if r.err != nil {
+			t.Fatal(r.err)
+		}
+		r.p.Release()
+	case <-time.After(30 * time.Second):
+		t.Fatal("the queued request was not woken by the release")
+	}
+	if n := publishes(); n != 1 {
+		t.Errorf("%d notifications published, want 1 (the release with a waiter)", n)
+	}
+}
