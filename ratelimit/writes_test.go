@@ -27,7 +27,8 @@ import (
 // arrival sequence for the request's place (lua/enqueue.lua's fast path);
 // the release the same back, and no PUBLISH when nobody waits.
 func TestUncontendedWrites(t *testing.T) {
-	const n = 200
+	t.Parallel()
+	const n = 50
 	nodes := map[string]func(t *testing.T) (primary, replica *redis.Client){
 		"primary+replica": startPrimaryReplica,
 		"cluster+replica": startClusterReplica,
@@ -35,6 +36,7 @@ func TestUncontendedWrites(t *testing.T) {
 	for _, budget := range []bool{false, true} {
 		for _, name := range slices.Sorted(maps.Keys(nodes)) {
 			t.Run(fmt.Sprintf("%s/budget=%v", name, budget), func(t *testing.T) {
+				t.Parallel()
 				primary, replica := nodes[name](t)
 				cfg := Config{MaxConcurrent: 10, Lease: 30 * time.Second}
 				// The grant, its release and the settlement's limits.
@@ -70,6 +72,16 @@ func TestUncontendedWrites(t *testing.T) {
 				}
 				if total(r) > releaseMax {
 					t.Errorf("a release replicates %.2f commands, want at most %v", total(r), releaseMax)
+				}
+				if budget {
+					// Its expiry is set twice a window, not per grant
+					// (budget.lua's budget_save), but it is set.
+					k := l.keys.budget()
+					for _, key := range []string{k, k + ":log", k + ":cost"} {
+						if d := primary.PTTL(t.Context(), key).Val(); d <= 0 {
+							t.Errorf("%s: PTTL %v, want an expiry", key, d)
+						}
+					}
 				}
 			})
 		}
@@ -195,6 +207,7 @@ func startClusterReplica(t *testing.T) (primary, replica *redis.Client) {
 // wake nobody, and a PUBLISH is replicated (or broadcast to a Cluster's
 // every node) like a write. With a waiter, the release wakes it.
 func TestReleaseWakesOnlyQueued(t *testing.T) {
+	t.Parallel()
 	node := testenv.StartRedisServer(t)
 	rdb := node.Client()
 	t.Cleanup(func() { rdb.Close() })
