@@ -58,7 +58,7 @@ if not redis.call('ZSCORE', queue, id) and not redis.call('ZSCORE', permits, id)
   -- permit, its owner and its user's held count, what claim's grant leaves.
   local in_use = redis.call('ZCARD', permits)
   if not fenced and in_use < max and redis.call('ZCARD', queue) == 0 and
-      (not budget or budget_wait(budget, budget_clip(budget, tonumber(ARGV[12])) ) <= 0) then
+      (not budget or budget_wait(budget, budget_clip(budget, tonumber(ARGV[12]))) <= 0) then
     -- A request queued before whose entry was lost (Redis lost the queue,
     -- or its marker expired) may have left its marker and deadline: they
     -- go, as claim's grant removes them (a DEL or ZREM of nothing is not
