@@ -130,7 +130,7 @@ func (l *Limiter) budgetPermit(p *Permit, id string, c Class, res claimReply) *P
 	p.release = func(ctx context.Context) {
 		l.local.redisHeld(-1)
 		args := append([]any{id, l.keys.notify}, l.cfg.Budget.args()...)
-		n, err := settleScript.Run(ctx, l.rdb, []string{l.keys.permits, l.keys.owners, l.keys.held, l.keys.budget()},
+		n, err := settleScript.Run(ctx, l.rdb, []string{l.keys.permits, l.keys.owners, l.keys.held, l.keys.budget(), l.keys.queue},
 			append(args, max(reserved, 0), p.used)...).Int()
 		if err != nil {
 			l.m.redisErrors.Inc()

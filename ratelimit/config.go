@@ -152,4 +152,10 @@ func newKeys(prefix, name string) keys {
 }
 
 // releaseKeys are release.lua's keys: the permit and its owner bookkeeping.
+// A semaphore's release passes these alone (it has no queue, so every
+// release publishes); a limiter's adds its queue (queueReleaseKeys).
 func (k keys) releaseKeys() []string { return []string{k.permits, k.owners, k.held} }
+
+// queueReleaseKeys are release.lua's keys for a limiter's permit: a release
+// publishes only while someone is queued.
+func (k keys) queueReleaseKeys() []string { return append(k.releaseKeys(), k.queue) }

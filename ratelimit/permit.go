@@ -67,6 +67,10 @@ type permitLease struct {
 	// user is the permit's owner for the limiter's bookkeeping when renew
 	// re-creates it ("" for a semaphore's).
 	user string
+	// queued marks a limiter's permit: its release looks at the limiter's
+	// queue and wakes nobody when it is empty (release.lua). A
+	// semaphore's always wakes its waiters.
+	queued bool
 	// local marks a permit of the local policy: its renewals create it in
 	// Redis once Redis answers, so new grants count it (renew.lua).
 	local bool
@@ -87,6 +91,13 @@ func (l permitLease) redisFailed() {
 	}
 }
 
+func (l permitLease) releaseKeys() []string {
+	if l.queued {
+		return l.keys.queueReleaseKeys()
+	}
+	return l.keys.releaseKeys()
+}
+
 // newRedisPermit returns a permit for a lease already granted in Redis and
 // starts its renewal.
 func newRedisPermit(l permitLease) *Permit {
@@ -96,7 +107,7 @@ func newRedisPermit(l permitLease) *Permit {
 		if l.done != nil {
 			defer l.done()
 		}
-		n, err := releaseScript.Run(ctx, l.rdb, l.keys.releaseKeys(), l.id, l.keys.notify).Int()
+		n, err := releaseScript.Run(ctx, l.rdb, l.releaseKeys(), l.id, l.keys.notify).Int()
 		if err != nil {
 			l.redisFailed()
 			l.m.redisErrors.Inc()
@@ -125,7 +136,7 @@ func (l permitLease) releaseLater() {
 		for time.Now().Before(end) {
 			time.Sleep(releaseRetry)
 			ctx, cancel := context.WithTimeout(context.Background(), releaseTimeout)
-			n, err := releaseScript.Run(ctx, l.rdb, l.keys.releaseKeys(), l.id, l.keys.notify).Int()
+			n, err := releaseScript.Run(ctx, l.rdb, l.releaseKeys(), l.id, l.keys.notify).Int()
 			cancel()
 			if err == nil {
 				l.m.permitsInUse.Set(float64(n))

@@ -263,7 +263,7 @@ func (l *Limiter) acquireLocal(ctx, waitCtx context.Context, id, user string) (*
 		l.local.release()
 		if pl.inRedis.Load() {
 			// Counted in Redis since it answered again: give it back there.
-			if err := releaseScript.Run(ctx, l.rdb, l.keys.releaseKeys(), id, l.keys.notify).Err(); err != nil {
+			if err := releaseScript.Run(ctx, l.rdb, l.keys.queueReleaseKeys(), id, l.keys.notify).Err(); err != nil {
 				l.m.redisErrors.Inc()
 				pl.releaseLater()
 			}
@@ -284,6 +284,6 @@ func (l *Limiter) redisPermit(id, user string) *Permit {
 }
 
 func (l *Limiter) lease(id, user string) permitLease {
-	return permitLease{rdb: l.rdb, keys: l.keys, id: id, user: user,
+	return permitLease{rdb: l.rdb, keys: l.keys, id: id, user: user, queued: true,
 		duration: l.cfg.Lease, log: l.cfg.Logger, m: l.m, fence: l.fence, failed: l.local.failed}
 }

@@ -153,7 +153,7 @@ func (r *topologyRun) rawGrant(ctx context.Context, id string) (time.Duration, e
 	if len(v) == 0 || v[0] != int64(statusGranted) {
 		return d, fmt.Errorf("raw enqueue not granted: %v", v)
 	}
-	return d, releaseScript.Run(ctx, r.raw, k.releaseKeys(), id, k.notify).Err()
+	return d, releaseScript.Run(ctx, r.raw, k.queueReleaseKeys(), id, k.notify).Err()
 }
 
 // measureTopologies takes the latency samples and the grants of every

@@ -50,7 +50,7 @@ local function budget_load(key, rl, tl, window, now_ms)
     scale = math.min(1, scale + (now_ms - tonumber(v[3])) / window * BUDGET_RECOVERY)
   end
   return {key = key, log = log, costs = costs, rl = rl, tl = tl, window = window, now = now_ms,
-    scale = scale, used = used, n = redis.call('ZCARD', log), untl = tonumber(v[4] or '0'),
+    scale = scale, stored_scale = v[2], used = used, n = redis.call('ZCARD', log), untl = tonumber(v[4] or '0'),
     qts = tonumber(v[5] or '0'), reserve = 0, ahead_r = 0, ahead_t = 0, cost = 0}
 end
 
@@ -76,14 +76,19 @@ local function budget_limit(b, limit)
   return math.max(math.floor(limit * b.scale), 1)
 end
 
--- budget_cost is the token cost of the queued request whose cost key is
--- ckey, never more than the (shrunk) budget holds, so it can always fit.
-local function budget_cost(b, ckey)
-  local t = tonumber(redis.call('GET', ckey) or '0')
+-- budget_clip is a token cost t never more than the (shrunk) budget holds,
+-- so it can always fit.
+local function budget_clip(b, t)
   if b.tl > 0 then
     t = math.min(t, budget_limit(b, b.tl))
   end
   return t
+end
+
+-- budget_cost is the token cost of the queued request whose cost key is
+-- ckey (budget_clip'ed).
+local function budget_cost(b, ckey)
+  return budget_clip(b, tonumber(redis.call('GET', ckey) or '0'))
 end
 
 -- budget_ahead counts live request m ahead of the claimer: it is served
@@ -115,10 +120,10 @@ local function budget_free_at(b, over_r, over_t)
 end
 
 -- budget_wait returns how long (ms) until the budget should have room for
--- request id after the requests ahead (0: it fits now): when enough of the
--- log's oldest grants leave the window.
-local function budget_wait(b, entry_prefix, id)
-  b.cost = budget_cost(b, entry_prefix .. id .. ':cost')
+-- a request of cost tokens (budget_cost) after the requests ahead (0: it
+-- fits now): when enough of the log's oldest grants leave the window.
+local function budget_wait(b, cost)
+  b.cost = cost
   local wait = math.max(b.untl - b.now, 0)
   local lim_r, lim_t = budget_limit(b, b.rl), budget_limit(b, b.tl)
   local reserving = budget_reserving(b)
@@ -147,12 +152,28 @@ local function budget_wait(b, entry_prefix, id)
   return math.ceil(math.max(wait, free, 1))
 end
 
-local function budget_save(b)
-  redis.call('HSET', b.key, 'used', b.used, 'scale', tostring(b.scale), 'sts', string.format('%.0f', b.now))
+-- budget_save writes the budget back, and only what changed (every write
+-- is replicated): used, qts when given (a grant without a reserve), and the
+-- scale with its time once it is not a full budget's 1 any more. The
+-- expiry is set again only when it ran down by half a window, so the keys
+-- of a busy budget get theirs about twice a window, not at every grant.
+local function budget_save(b, qts)
+  local f = {'used', b.used}
+  if qts then
+    f[#f + 1], f[#f + 2] = 'qts', string.format('%.0f', qts)
+  end
+  if b.scale < 1 or (b.stored_scale and b.stored_scale ~= '1') then
+    f[#f + 1], f[#f + 2] = 'scale', tostring(b.scale)
+    f[#f + 1], f[#f + 2] = 'sts', string.format('%.0f', b.now)
+  end
+  redis.call('HSET', b.key, unpack(f))
   -- Unused for long enough, the log is empty and the scale back at 1.
   local ttl = math.ceil(b.window * (1 / BUDGET_RECOVERY + 1) + math.max(b.untl - b.now, 0))
   for _, k in ipairs({b.key, b.log, b.costs}) do
-    redis.call('PEXPIRE', k, ttl)
+    local left = redis.call('PTTL', k)
+    if left == -1 or (left >= 0 and left < ttl - b.window / 2) then
+      redis.call('PEXPIRE', k, ttl)
+    end
   end
 end
 
@@ -162,9 +183,8 @@ local function budget_take(b, entry_prefix, id)
   b.used = b.used - tonumber(redis.call('HGET', b.costs, id) or '0') + b.cost
   redis.call('ZADD', b.log, b.now, id)
   redis.call('HSET', b.costs, id, b.cost)
-  if b.reserve == 0 then
-    redis.call('HSET', b.key, 'qts', string.format('%.0f', b.now))
-  end
-  budget_save(b)
+  budget_save(b, b.reserve == 0 and b.now or nil)
+  -- A request granted at once never had its cost key (enqueue.lua); a
+  -- DEL of no key is not replicated.
   redis.call('DEL', entry_prefix .. id .. ':cost')
 end

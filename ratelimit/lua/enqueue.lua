@@ -33,6 +33,9 @@ local now_ms = math.floor(now / 1000)
 -- the caps and the users' levels.
 expire(permits, owners, held, now_ms)
 sweep(queue, users, owners, deadlines, entry_prefix, now_ms)
+-- Fence: after a failover, queue but grant nothing until holders re-asserted.
+local fenced = fence_held(now_ms)
+local budget = has_budget and budget_args(KEYS[9], 13, now_ms, 16) or nil
 if not redis.call('ZSCORE', queue, id) and not redis.call('ZSCORE', permits, id) then
   if max_queue > 0 and redis.call('ZCARD', queue) >= max_queue then
     return {-2}
@@ -40,11 +43,38 @@ if not redis.call('ZSCORE', queue, id) and not redis.call('ZSCORE', permits, id)
   if max_per_user > 0 and tonumber(redis.call('HGET', users, user) or '0') >= max_per_user then
     return {-3}
   end
+  local s
   if place > 0 then
-    redis.call('ZADD', queue, string.format('%.0f', place), id)
+    s = string.format('%.0f', place)
   else
-    redis.call('ZADD', queue, score(users, held, user, redis.call('INCR', seq), base), id)
+    s = score(users, held, user, redis.call('INCR', seq), base)
   end
+  -- The uncontended grant: with nobody queued, claim would grant a free
+  -- permit (and room in the budget) to this request at once, so it is
+  -- granted without the queue's bookkeeping. Every write of a script is
+  -- replicated, and the queue entry, its marker, deadline, user count and
+  -- cost key would be written only to be deleted in the same call
+  -- (docs/benchmarks/redis-topologies.md): this writes the sequence, the
+  -- permit, its owner and its user's held count, what claim's grant leaves.
+  local in_use = redis.call('ZCARD', permits)
+  if not fenced and in_use < max and redis.call('ZCARD', queue) == 0 and
+      (not budget or budget_wait(budget, budget_clip(budget, tonumber(ARGV[12]))) <= 0) then
+    -- A request queued before whose entry was lost (Redis lost the queue,
+    -- or its marker expired) may have left its marker and deadline: they
+    -- go, as claim's grant removes them (a DEL or ZREM of nothing is not
+    -- replicated).
+    redis.call('DEL', entry_prefix .. id)
+    redis.call('ZREM', deadlines, id)
+    redis.call('HSET', owners, id, user)
+    redis.call('HINCRBY', held, user, 1)
+    redis.call('ZADD', permits, now_ms + lease_ms, id)
+    if budget then
+      budget_take(budget, entry_prefix, id)
+      return {1, in_use + 1, 0, now, budget.cost, tonumber(s)}
+    end
+    return {1, in_use + 1, 0, now, 0, tonumber(s)}
+  end
+  redis.call('ZADD', queue, s, id)
   if has_budget then
     redis.call('SET', entry_prefix .. id .. ':cost', ARGV[12], 'PX', ttl_ms)
   end
@@ -54,8 +84,5 @@ if not redis.call('ZSCORE', queue, id) and not redis.call('ZSCORE', permits, id)
   redis.call('HSET', owners, id, user)
   redis.call('HINCRBY', users, user, 1)
 end
--- Fence: after a failover, queue but grant nothing until holders re-asserted.
-local fenced = fence_held(now_ms)
-local r = claim(queue, permits, users, owners, held, deadlines, entry_prefix, id, fenced and 0 or max, lease_ms, window, cap, now, true,
-  has_budget and budget_args(KEYS[9], 13, now_ms, 16) or nil)
+local r = claim(queue, permits, users, owners, held, deadlines, entry_prefix, id, fenced and 0 or max, lease_ms, window, cap, now, true, budget)
 return fenced_reply(r, fenced)

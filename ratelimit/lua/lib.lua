@@ -37,9 +37,14 @@
 local LEVEL_UNIT = 8796093022208 -- 2^43
 local MAX_LEVEL = 1023
 
+-- decr lowers a count, deleting it at zero: one replicated write either
+-- way (every write of a script goes to the replicas, and costs the primary's
+-- reply time there, docs/benchmarks/redis-topologies.md).
 local function decr(hash, field)
-  if redis.call('HINCRBY', hash, field, -1) <= 0 then
+  if tonumber(redis.call('HGET', hash, field) or '0') <= 1 then
     redis.call('HDEL', hash, field)
+  else
+    redis.call('HINCRBY', hash, field, -1)
   end
 end
 
@@ -185,7 +190,7 @@ local function claim(queue, permits, users, owners, held, deadlines, entry_prefi
   local slot = scan == rank and live_ahead < free and
     not (me_capped and uncapped_waiting(queue, owners, held, entry_prefix, user, cap, window))
   local budget_ms = 0
-  if slot and budget then budget_ms = budget_wait(budget, entry_prefix, id) end
+  if slot and budget then budget_ms = budget_wait(budget, budget_cost(budget, entry_prefix .. id .. ':cost')) end
   if slot and budget_ms <= 0 then
     -- Move the request from queued to held; its owner entry stays for the
     -- permit's release or expiry.

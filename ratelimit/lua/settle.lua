@@ -3,11 +3,11 @@
 -- reserved at the grant, while the grant is in the window's log (budget.lua).
 -- Wakes the waiters as release.lua.
 --
--- KEYS: permits, owners, held, budget
+-- KEYS: permits, owners, held, budget, queue
 -- ARGV: id, notify_channel, req_limit, tok_limit, window_ms, reserved, used
 -- Reply: permits in use
 local now = now_us()
-if drop_permit(KEYS[1], KEYS[2], KEYS[3], ARGV[1]) == 1 then
+if drop_permit(KEYS[1], KEYS[2], KEYS[3], ARGV[1]) == 1 and redis.call('ZCARD', KEYS[5]) > 0 then
   redis.call('PUBLISH', ARGV[2], string.format('%.0f', now))
 end
 local b = budget_args(KEYS[4], 3, math.floor(now / 1000))
