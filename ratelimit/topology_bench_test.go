@@ -288,31 +288,7 @@ func BenchmarkNodeCost(b *testing.B) {
 	host, port, _ := strings.Cut(primary.Addr, ":")
 	replica := testenv.StartRedisServer(b, "--replicaof", host, port)
 	cluster := func(withReplica bool) string {
-		m := testenv.StartRedisServer(b, "--cluster-enabled", "yes")
-		mc := m.Client()
-		defer mc.Close()
-		if err := mc.Do(ctx, "CLUSTER", "ADDSLOTSRANGE", 0, 16383).Err(); err != nil {
-			b.Fatal(err)
-		}
-		if withReplica {
-			r := testenv.StartRedisServer(b, "--cluster-enabled", "yes")
-			rc := r.Client()
-			defer rc.Close()
-			mhost, mport, _ := strings.Cut(m.Addr, ":")
-			if err := rc.ClusterMeet(ctx, mhost, mport).Err(); err != nil {
-				b.Fatal(err)
-			}
-			id := mc.Do(ctx, "CLUSTER", "MYID").Val()
-			testenv.Eventually(b, 20*time.Second, "the replica set", func() bool {
-				return rc.Do(ctx, "CLUSTER", "REPLICATE", id).Err() == nil
-			})
-			testenv.Eventually(b, 20*time.Second, "the cluster replica in sync", func() bool {
-				return strings.Contains(mc.Info(ctx, "replication").Val(), "state=online")
-			})
-		}
-		testenv.Eventually(b, 20*time.Second, "cluster_state:ok", func() bool {
-			return strings.Contains(mc.ClusterInfo(ctx).Val(), "cluster_state:ok")
-		})
+		m, _ := startLoneCluster(b, withReplica)
 		return m.Addr
 	}
 	rc := replica.Client()

@@ -177,29 +177,42 @@ func startPrimaryReplica(t *testing.T) (primary, replica *redis.Client) {
 // startClusterReplica starts a cluster master holding every slot and its
 // replica, of the test's own.
 func startClusterReplica(t *testing.T) (primary, replica *redis.Client) {
-	ctx := t.Context()
-	m := testenv.StartRedisServer(t, "--cluster-enabled", "yes")
-	r := testenv.StartRedisServer(t, "--cluster-enabled", "yes")
+	m, r := startLoneCluster(t, true)
 	primary, replica = m.Client(), r.Client()
 	t.Cleanup(func() { primary.Close(); replica.Close() })
-	if err := primary.Do(ctx, "CLUSTER", "ADDSLOTSRANGE", 0, 16383).Err(); err != nil {
-		t.Fatal(err)
-	}
-	host, port, _ := strings.Cut(m.Addr, ":")
-	if err := replica.ClusterMeet(ctx, host, port).Err(); err != nil {
-		t.Fatal(err)
-	}
-	id := primary.Do(ctx, "CLUSTER", "MYID").Val()
-	testenv.Eventually(t, 20*time.Second, "the replica set", func() bool {
-		return replica.Do(ctx, "CLUSTER", "REPLICATE", id).Err() == nil
-	})
-	testenv.Eventually(t, 20*time.Second, "the cluster replica in sync", func() bool {
-		return strings.Contains(primary.Info(ctx, "replication").Val(), "state=online")
-	})
-	testenv.Eventually(t, 20*time.Second, "cluster_state:ok", func() bool {
-		return strings.Contains(primary.ClusterInfo(ctx).Val(), "cluster_state:ok")
-	})
 	return primary, replica
+}
+
+// startLoneCluster starts a cluster-enabled redis-server holding every
+// slot alone and, withReplica, a replica of it in sync (nil without).
+func startLoneCluster(tb testing.TB, withReplica bool) (master, replica *testenv.RedisProc) {
+	ctx := tb.Context()
+	master = testenv.StartRedisServer(tb, "--cluster-enabled", "yes")
+	mc := master.Client()
+	defer mc.Close()
+	if err := mc.Do(ctx, "CLUSTER", "ADDSLOTSRANGE", 0, 16383).Err(); err != nil {
+		tb.Fatal(err)
+	}
+	if withReplica {
+		replica = testenv.StartRedisServer(tb, "--cluster-enabled", "yes")
+		rc := replica.Client()
+		defer rc.Close()
+		host, port, _ := strings.Cut(master.Addr, ":")
+		if err := rc.ClusterMeet(ctx, host, port).Err(); err != nil {
+			tb.Fatal(err)
+		}
+		id := mc.Do(ctx, "CLUSTER", "MYID").Val()
+		testenv.Eventually(tb, 20*time.Second, "the replica set", func() bool {
+			return rc.Do(ctx, "CLUSTER", "REPLICATE", id).Err() == nil
+		})
+		testenv.Eventually(tb, 20*time.Second, "the cluster replica in sync", func() bool {
+			return strings.Contains(mc.Info(ctx, "replication").Val(), "state=online")
+		})
+	}
+	testenv.Eventually(tb, 20*time.Second, "cluster_state:ok", func() bool {
+		return strings.Contains(mc.ClusterInfo(ctx).Val(), "cluster_state:ok")
+	})
+	return master, replica
 }
 
 // TestReleaseWakesOnlyQueued: a release publishes its notification only
