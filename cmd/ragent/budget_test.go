@@ -38,8 +38,11 @@ type limitedLLM struct {
 	all                       []spent // every accepted request
 	accepted, refused, titles int
 	reasons                   map[string]int
-	first, last               time.Time
-	total                     int // tokens of every accepted request
+	// resets are the refusals' waits until the oldest call of the window
+	// leaves it: a refusal at a window's edge waits a few ms.
+	resets      []time.Duration
+	first, last time.Time
+	total       int // tokens of every accepted request
 	// calls are the accepted and refused calls of each question (the
 	// question names its user), for the trace.
 	calls map[string]*questionCalls
@@ -118,6 +121,7 @@ func (f *limitedLLM) serve(w http.ResponseWriter, r *http.Request) {
 		f.reasons[reason]++
 		qc.refused++
 		reset := resetIn(f.log, now, f.window)
+		f.resets = append(f.resets, reset)
 		f.mu.Unlock()
 		rateLimited(w, reset, reason)
 		return
@@ -267,7 +271,7 @@ func runBudgetLoad(t testing.TB, f *limitedLLM, rpm, tpm, chats, users, concurre
 	}
 	f.mu.Lock()
 	f.accepted, f.refused, f.total, f.titles, f.first, f.last, f.log, f.all = 0, 0, 0, 0, time.Time{}, time.Time{}, nil, nil
-	f.peak, f.reasons, f.calls = 0, nil, nil
+	f.peak, f.reasons, f.calls, f.resets = 0, nil, nil, nil
 	f.mu.Unlock()
 
 	// Each user asks its share of the questions, concurrency/users at a
@@ -670,6 +674,9 @@ func BenchmarkBudgets(b *testing.B) {
 				if err := r.writeTrace(fmt.Sprintf("%s-budgets=%v.tsv", p, on)); err != nil {
 					b.Fatal(err)
 				}
+			}
+			if on {
+				b.Logf("budgets=%v: refusals by reason %v, each one's wait until the provider's window moved on %v", on, f.reasons, f.resets)
 			}
 			b.Logf("budgets=%v: worst user share of the first half by chat-slot grant %+.0f%%, by the provider's acceptance of the answer %+.0f%%, by stream end %+.0f%%",
 				on, 100*r.spreadBy(20, func(tr chatTrace) time.Time { return tr.granted }),
