@@ -548,6 +548,12 @@ func (r budgetLoad) writeTrace(path string) error {
 	return os.WriteFile(path, []byte(b.String()), 0o644)
 }
 
+// withoutTrace is r for a log line.
+func (r budgetLoad) withoutTrace() budgetLoad {
+	r.trace = nil
+	return r
+}
+
 func (r budgetLoad) refusedShare() float64 { return float64(r.refused) / float64(max(r.calls, 1)) }
 
 // shareSpread is the largest deviation of a user's share of the first half
@@ -574,7 +580,7 @@ func TestBudgetsAbsorbProviderLimits(t *testing.T) {
 	// runs); 5 s, as the benchmark.
 	f := newLimitedLLM(t, 5*time.Second)
 	r := runBudgetLoad(t, f, f.rpw, f.tpw, 120, 8, 40, 2)
-	t.Logf("budgets: %+v refused %.2f%% %v", r, 100*r.refusedShare(), f.reasons)
+	t.Logf("budgets: %+v refused %.2f%% %v", r.withoutTrace(), 100*r.refusedShare(), f.reasons)
 	if r.answered != 120 {
 		t.Fatalf("%d of 120 answered (%d failed, %d rejected)", r.answered, r.failed, r.rejected)
 	}
@@ -603,7 +609,7 @@ func TestProviderRefusalsAbsorbed(t *testing.T) {
 	f := newLimitedLLM(t, 2*time.Second)
 	f.rpw, f.tpw = 40, 12000
 	r := runBudgetLoad(t, f, 2*f.rpw, 2*f.tpw, 60, 6, 30, 2)
-	t.Logf("over-budget: %+v refused %.2f%%", r, 100*r.refusedShare())
+	t.Logf("over-budget: %+v refused %.2f%%", r.withoutTrace(), 100*r.refusedShare())
 	if r.answered != 60 {
 		t.Fatalf("%d of 60 answered (%d failed, %d rejected): 429s reached the users", r.answered, r.failed, r.rejected)
 	}
@@ -625,7 +631,7 @@ func TestRefusedCallsKeepTheCap(t *testing.T) {
 	f := newLimitedLLM(t, 2*time.Second)
 	f.maxConcurrent, f.rpw, f.tpw, f.completion, f.pieceDelay = 4, 24, 12000, 200, 10*time.Millisecond
 	r := runBudgetLoad(t, f, 4*f.rpw, 4*f.tpw, 48, 6, 24, 2)
-	t.Logf("refusals under a cap of 4: %+v refused %.2f%% %v", r, 100*r.refusedShare(), f.reasons)
+	t.Logf("refusals under a cap of 4: %+v refused %.2f%% %v", r.withoutTrace(), 100*r.refusedShare(), f.reasons)
 	if r.answered != 48 {
 		t.Fatalf("%d of 48 answered (%d failed, %d rejected)", r.answered, r.failed, r.rejected)
 	}
