@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/ragent-go/ragent/internal/testenv"
 )
@@ -217,4 +218,33 @@ func TestBudgetRoundTrips(t *testing.T) {
 			t.Fatalf("release %d took %d round trips, want 1", i, got)
 		}
 	}
+}
+
+// TestBudgetWindowEdge: a grant stays in the budget's log for its window
+// plus 1 % (lua/budget.lua, the window's edge): the provider counts a call
+// from when it receives it, a dispatch delay after the grant, so a grant
+// whose window has just passed on Redis' clock may still count at the
+// provider's. Its log entry is moved back in time (no clock is waited for):
+// a window and 1 ms old it still holds the budget's one request; past the
+// window and its edge it no longer does.
+func TestBudgetWindowEdge(t *testing.T) {
+	const window = time.Hour
+	ls := budgetInstances(t, 1, Budget{Requests: 1, Window: window}, 10)
+	l := ls[0]
+	mustCost(t, l, "a", 0).Release() // a released request still counts in its window
+	age := func(d time.Duration) {
+		now, err := l.rdb.Time(t.Context()).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := l.rdb.ZAdd(t.Context(), l.keys.budget()+":log", redis.Z{Score: float64(now.Add(-d).UnixMilli()), Member: "a"}).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	age(window + time.Millisecond)
+	waits, done := acquireCost(t.Context(), l, "b", "bob", 0, nil)
+	waitFor(t, waits, "b waits: a's grant is a window old but within the edge", func(w Wait) bool { return w.Budget })
+	notGranted(t, done, "b")
+	age(window + window/100 + time.Millisecond)
+	granted(t, done, "b, once a's grant is past the window and its edge").Release()
 }

@@ -41,7 +41,7 @@ func chatBudgets(rdb redis.UniversalClient, cfg Config, reg prometheus.Registere
 			continue
 		}
 		l := budgetLimiter(rdb, cfg, "llm:"+ep.Name, rpm, tpm, reg, log)
-		budgets[ep.Name] = endpointBudget{l: l}
+		budgets[ep.Name] = chatBudget(l)
 		runners = append(runners, l.Run)
 	}
 	if len(budgets) == 0 {
@@ -80,9 +80,22 @@ func rerankBudget(rdb redis.UniversalClient, cfg Config, reg prometheus.Register
 }
 
 // endpointBudget is llm.Budget on an endpoint's fair queue: fair between
-// the users whose calls wait, each call's wait told to the turn (queue
-// events saying "budget").
-type endpointBudget struct{ l *ratelimit.Limiter }
+// the users whose calls wait (inOrder: in the order the calls came), each
+// call's wait told to the turn (queue events saying "budget").
+type endpointBudget struct {
+	l       *ratelimit.Limiter
+	inOrder bool
+}
+
+// chatBudget is a chat endpoint's budget. Its calls are served in the order
+// they came: each belongs to a turn holding a chat slot, which the chat
+// queue granted fairly between users already. Ordered by user again, a
+// user holding two slots would see each of its calls wait behind every
+// other user's call that comes while its other call is in flight (the fair
+// queue's level counts both), slot in hand, while turns granted after it
+// go by (docs/benchmarks/budgets.md: waits of up to 18 s, and the answers'
+// order far from the chat queue's).
+func chatBudget(l *ratelimit.Limiter) endpointBudget { return endpointBudget{l: l, inOrder: true} }
 
 func (b endpointBudget) Admit(ctx context.Context, tokens int, retry llm.BudgetGrant) (llm.BudgetGrant, error) {
 	var prev *ratelimit.Permit
@@ -97,7 +110,11 @@ func (b endpointBudget) Admit(ctx context.Context, tokens int, retry llm.BudgetG
 		}
 	}
 	user := "system"
-	if p, ok := service.PrincipalFrom(ctx); ok {
+	if b.inOrder {
+		// Each call its own user in this queue: every level is 0, so
+		// the queue is first come, first served.
+		user = id
+	} else if p, ok := service.PrincipalFrom(ctx); ok {
 		user = p.UserID.String()
 	} else if s := service.UsageScopeFrom(ctx); s.UserID != 0 {
 		user = s.UserID.String()

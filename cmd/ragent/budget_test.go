@@ -7,12 +7,16 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/ragent-go/ragent/internal/testenv"
 	"github.com/ragent-go/ragent/ratelimit"
+	"github.com/ragent-go/ragent/service"
 	"github.com/ragent-go/ragent/text"
 )
 
@@ -34,8 +38,20 @@ type limitedLLM struct {
 	all                       []spent // every accepted request
 	accepted, refused, titles int
 	reasons                   map[string]int
-	first, last               time.Time
-	total                     int // tokens of every accepted request
+	// resets are the refusals' waits until the oldest call of the window
+	// leaves it: a refusal at a window's edge waits a few ms.
+	resets      []time.Duration
+	first, last time.Time
+	total       int // tokens of every accepted request
+	// calls are the accepted and refused calls of each question (the
+	// question names its user), for the trace.
+	calls map[string]*questionCalls
+}
+
+// questionCalls is what the provider saw of one question's calls.
+type questionCalls struct {
+	answer, title time.Time // when each was accepted
+	refused       int
 }
 
 type spent struct {
@@ -71,7 +87,21 @@ func (f *limitedLLM) serve(w http.ResponseWriter, r *http.Request) {
 	}
 	cost := prompt + completion
 	now := time.Now()
+	q := ""
+	for _, m := range req.Messages {
+		if k := questionRE.FindString(m.Content); k != "" {
+			q = k
+		}
+	}
 	f.mu.Lock()
+	if f.calls == nil {
+		f.calls = map[string]*questionCalls{}
+	}
+	qc := f.calls[q]
+	if qc == nil {
+		qc = &questionCalls{}
+		f.calls[q] = qc
+	}
 	var used int
 	f.log, used = inWindow(f.log, now, f.window)
 	var reason string
@@ -89,7 +119,9 @@ func (f *limitedLLM) serve(w http.ResponseWriter, r *http.Request) {
 			f.reasons = map[string]int{}
 		}
 		f.reasons[reason]++
+		qc.refused++
 		reset := resetIn(f.log, now, f.window)
+		f.resets = append(f.resets, reset)
 		f.mu.Unlock()
 		rateLimited(w, reset, reason)
 		return
@@ -99,6 +131,9 @@ func (f *limitedLLM) serve(w http.ResponseWriter, r *http.Request) {
 	f.accepted++
 	if title {
 		f.titles++
+		qc.title = now
+	} else {
+		qc.answer = now
 	}
 	f.log = append(f.log, spent{now, cost})
 	f.all = append(f.all, spent{now, cost})
@@ -168,6 +203,9 @@ func rateLimited(w http.ResponseWriter, reset time.Duration, reason string) {
 	http.Error(w, `{"error":{"message":"rate limit: `+reason+`"}}`, http.StatusTooManyRequests)
 }
 
+// questionRE finds the load's question in a call's messages.
+var questionRE = regexp.MustCompile(`question \d+ of user \d+`)
+
 func containsTitle(s string) bool { return strings.Contains(s, "short title") }
 
 // budgetLoad is one run of the budget scenario's load and what it measured.
@@ -188,6 +226,23 @@ type budgetLoad struct {
 	// held are the permits of the chat queue and of the primary endpoint's
 	// budget queue still held once every turn has ended.
 	held map[string]int
+	// trace is every chat's way through the queues, by question; begin is
+	// when the load started.
+	trace []chatTrace
+	begin time.Time
+}
+
+// chatTrace is one chat of the load: when its question was sent, first
+// seen waiting in the chat queue (with its level there), first seen holding
+// a chat slot, when the provider accepted its answer call and its title
+// call, how many of its calls the provider refused, and when its stream
+// ended. The queue and the slot are sampled every 5 ms (zero: never seen).
+type chatTrace struct {
+	user, question                              int
+	task, status                                string
+	submit, queued, granted, answer, title, end time.Time
+	level                                       int // -1: never seen waiting
+	refused                                     int
 }
 
 // runBudgetLoad sends chats questions from users users, concurrency at a
@@ -216,7 +271,7 @@ func runBudgetLoad(t testing.TB, f *limitedLLM, rpm, tpm, chats, users, concurre
 	}
 	f.mu.Lock()
 	f.accepted, f.refused, f.total, f.titles, f.first, f.last, f.log, f.all = 0, 0, 0, 0, time.Time{}, time.Time{}, nil, nil
-	f.peak, f.reasons = 0, nil
+	f.peak, f.reasons, f.calls, f.resets = 0, nil, nil, nil
 	f.mu.Unlock()
 
 	// Each user asks its share of the questions, concurrency/users at a
@@ -254,6 +309,55 @@ func runBudgetLoad(t testing.TB, f *limitedLLM, rpm, tpm, chats, users, concurre
 			samples = append(samples, sample{time.Now(), n})
 		}
 	}()
+	// Sample who waits in the chat queue (with the score, which holds the
+	// level) and who holds a chat slot every 5 ms, for the benchmark's
+	// trace (the tests, run under -race beside others, do without).
+	type seen struct {
+		queued, granted time.Time
+		score           float64
+	}
+	slots := map[string]*seen{}
+	stopTracing, traced := make(chan struct{}), make(chan struct{})
+	_, bench := t.(*testing.B)
+	go func() {
+		defer close(traced)
+		if !bench {
+			<-stopTracing
+			return
+		}
+		tick := time.NewTicker(5 * time.Millisecond)
+		defer tick.Stop()
+		ctx := context.Background()
+		for {
+			select {
+			case <-stopTracing:
+				return
+			case <-tick.C:
+			}
+			pipe := rdb.Pipeline()
+			qz := pipe.ZRangeWithScores(ctx, cfg.RedisPrefix+"{limiter:chat}:queue", 0, -1)
+			pz := pipe.ZRange(ctx, cfg.RedisPrefix+"{limiter:chat}:permits", 0, -1)
+			if _, err := pipe.Exec(ctx); err != nil {
+				continue
+			}
+			now := time.Now()
+			for _, z := range qz.Val() {
+				id := z.Member.(string)
+				if slots[id] == nil {
+					slots[id] = &seen{queued: now, score: z.Score}
+				}
+			}
+			for _, id := range pz.Val() {
+				if slots[id] == nil {
+					slots[id] = &seen{}
+				}
+				if slots[id].granted.IsZero() {
+					slots[id].granted = now
+				}
+			}
+		}
+	}()
+	res.trace = make([]chatTrace, chats)
 	perUser := make([]chan int, users)
 	for u := range users {
 		perUser[u] = make(chan int, chats)
@@ -267,8 +371,10 @@ func runBudgetLoad(t testing.TB, f *limitedLLM, rpm, tpm, chats, users, concurre
 			wg.Go(func() {
 				for i := range perUser[u] {
 					in := ins[(u+w)%len(ins)]
+					tr := chatTrace{user: u, question: i, submit: time.Now(), level: -1}
 					_, events := in.client(t, tokens[u]).chatStream(context.Background(),
 						map[string]any{"question": fmt.Sprintf("question %d of user %d", i, u)}, nil)
+					tr.end = time.Now()
 					status, waits := "", 0
 					for _, e := range events {
 						switch e.Name {
@@ -280,7 +386,14 @@ func runBudgetLoad(t testing.TB, f *limitedLLM, rpm, tpm, chats, users, concurre
 							}
 						}
 					}
+					for _, e := range events {
+						if e.Name == "meta" {
+							tr.task = fmt.Sprint(e.json(t)["taskId"])
+						}
+					}
+					tr.status = status
 					mu.Lock()
+					res.trace[i] = tr
 					res.budgetWaits += waits
 					switch status {
 					case "completed":
@@ -299,7 +412,9 @@ func runBudgetLoad(t testing.TB, f *limitedLLM, rpm, tpm, chats, users, concurre
 	wg.Wait()
 	close(stopSampling)
 	<-sampled
-	res.elapsed = time.Since(begin)
+	close(stopTracing)
+	<-traced
+	res.elapsed, res.begin = time.Since(begin), begin
 	// Shares while every user still had questions waiting: the first half
 	// of the answers.
 	res.firstHalf = len(order) / 2
@@ -350,6 +465,18 @@ func runBudgetLoad(t testing.TB, f *limitedLLM, rpm, tpm, chats, users, concurre
 		}
 	}
 	res.peak = f.peak
+	for k := range res.trace {
+		tr := &res.trace[k]
+		if c := f.calls[fmt.Sprintf("question %d of user %d", tr.question, tr.user)]; c != nil {
+			tr.answer, tr.title, tr.refused = c.answer, c.title, c.refused
+		}
+		if s := slots[tr.task]; s != nil {
+			tr.queued, tr.granted = s.queued, s.granted
+			if !s.queued.IsZero() {
+				tr.level = int(s.score / levelUnit)
+			}
+		}
+	}
 	f.mu.Unlock()
 	res.held = heldPermits(t, ins[0], cfg, "chat", "llm:openai/test-model")
 	for _, in := range ins {
@@ -382,6 +509,57 @@ func heldPermits(t testing.TB, in *instance, cfg Config, names ...string) map[st
 	return held
 }
 
+// levelUnit is the fair queue's score per level (ratelimit/lua/lib.lua):
+// a waiting request's level is its score over it.
+const levelUnit = 1 << 43
+
+// spreadBy is shareSpread over the first half of the answered chats in
+// the order of the time at picks from each trace.
+func (r budgetLoad) spreadBy(users int, at func(chatTrace) time.Time) float64 {
+	var done []chatTrace
+	for _, tr := range r.trace {
+		if tr.status == "completed" && !at(tr).IsZero() {
+			done = append(done, tr)
+		}
+	}
+	slices.SortFunc(done, func(a, b chatTrace) int { return at(a).Compare(at(b)) })
+	half := len(done) / 2
+	n := make([]int, users)
+	for _, tr := range done[:half] {
+		n[tr.user]++
+	}
+	equal, worst := float64(half)/float64(users), 0.0
+	for _, k := range n {
+		d := (float64(k) - equal) / equal
+		worst = max(worst, d, -d)
+	}
+	return worst
+}
+
+// writeTrace writes the load's trace as tab-separated values to path,
+// times in ms from the load's start (-1: never seen).
+func (r budgetLoad) writeTrace(path string) error {
+	var b strings.Builder
+	b.WriteString("user\tquestion\tstatus\tlevel\trefused\tsubmit\tqueued\tgranted\tanswer\ttitle\tend\n")
+	ms := func(at time.Time) string {
+		if at.IsZero() {
+			return "-1"
+		}
+		return fmt.Sprint(at.Sub(r.begin).Milliseconds())
+	}
+	for _, tr := range r.trace {
+		fmt.Fprintf(&b, "%d\t%d\t%s\t%d\t%d\t%s\t%s\t%s\t%s\t%s\t%s\n", tr.user, tr.question, tr.status, tr.level, tr.refused,
+			ms(tr.submit), ms(tr.queued), ms(tr.granted), ms(tr.answer), ms(tr.title), ms(tr.end))
+	}
+	return os.WriteFile(path, []byte(b.String()), 0o644)
+}
+
+// withoutTrace is r for a log line.
+func (r budgetLoad) withoutTrace() budgetLoad {
+	r.trace = nil
+	return r
+}
+
 func (r budgetLoad) refusedShare() float64 { return float64(r.refused) / float64(max(r.calls, 1)) }
 
 // shareSpread is the largest deviation of a user's share of the first half
@@ -408,7 +586,7 @@ func TestBudgetsAbsorbProviderLimits(t *testing.T) {
 	// runs); 5 s, as the benchmark.
 	f := newLimitedLLM(t, 5*time.Second)
 	r := runBudgetLoad(t, f, f.rpw, f.tpw, 120, 8, 40, 2)
-	t.Logf("budgets: %+v refused %.2f%% %v", r, 100*r.refusedShare(), f.reasons)
+	t.Logf("budgets: %+v refused %.2f%% %v", r.withoutTrace(), 100*r.refusedShare(), f.reasons)
 	if r.answered != 120 {
 		t.Fatalf("%d of 120 answered (%d failed, %d rejected)", r.answered, r.failed, r.rejected)
 	}
@@ -437,7 +615,7 @@ func TestProviderRefusalsAbsorbed(t *testing.T) {
 	f := newLimitedLLM(t, 2*time.Second)
 	f.rpw, f.tpw = 40, 12000
 	r := runBudgetLoad(t, f, 2*f.rpw, 2*f.tpw, 60, 6, 30, 2)
-	t.Logf("over-budget: %+v refused %.2f%%", r, 100*r.refusedShare())
+	t.Logf("over-budget: %+v refused %.2f%%", r.withoutTrace(), 100*r.refusedShare())
 	if r.answered != 60 {
 		t.Fatalf("%d of 60 answered (%d failed, %d rejected): 429s reached the users", r.answered, r.failed, r.rejected)
 	}
@@ -459,7 +637,7 @@ func TestRefusedCallsKeepTheCap(t *testing.T) {
 	f := newLimitedLLM(t, 2*time.Second)
 	f.maxConcurrent, f.rpw, f.tpw, f.completion, f.pieceDelay = 4, 24, 12000, 200, 10*time.Millisecond
 	r := runBudgetLoad(t, f, 4*f.rpw, 4*f.tpw, 48, 6, 24, 2)
-	t.Logf("refusals under a cap of 4: %+v refused %.2f%% %v", r, 100*r.refusedShare(), f.reasons)
+	t.Logf("refusals under a cap of 4: %+v refused %.2f%% %v", r.withoutTrace(), 100*r.refusedShare(), f.reasons)
 	if r.answered != 48 {
 		t.Fatalf("%d of 48 answered (%d failed, %d rejected)", r.answered, r.failed, r.rejected)
 	}
@@ -495,15 +673,84 @@ func BenchmarkBudgets(b *testing.B) {
 	}
 	for range b.N {
 		for _, on := range []bool{false, true} {
+			if !on && os.Getenv("BUDGET_BENCH_ONLY_BUDGETS") != "" {
+				continue // the run with budgets alone, to study it
+			}
 			f := newLimitedLLM(b, window)
 			rpm, tpm := 0, 0
 			if on {
 				rpm, tpm = f.rpw, f.tpw
 			}
 			r := runBudgetLoad(b, f, rpm, tpm, 300, 20, 100, 3)
+			if p := os.Getenv("BUDGET_BENCH_TRACE"); p != "" {
+				if err := r.writeTrace(fmt.Sprintf("%s-budgets=%v.tsv", p, on)); err != nil {
+					b.Fatal(err)
+				}
+			}
+			if on {
+				b.Logf("budgets=%v: refusals by reason %v, each one's wait until the provider's window moved on %v", on, f.reasons, f.resets)
+			}
+			b.Logf("budgets=%v: worst user share of the first half by chat-slot grant %+.0f%%, by the provider's acceptance of the answer %+.0f%%, by stream end %+.0f%%",
+				on, 100*r.spreadBy(20, func(tr chatTrace) time.Time { return tr.granted }),
+				100*r.spreadBy(20, func(tr chatTrace) time.Time { return tr.answer }),
+				100*r.spreadBy(20, func(tr chatTrace) time.Time { return tr.end }))
 			b.Logf("budgets=%v: answered %d failed %d rejected %d; provider calls %d refused %d (%.2f%%); tokens used %.1f%% of the budget over the run, %.1f%% over the %d of %d windows the queue never emptied in; worst user share %+.0f%% (first %d answers); %d budget waits; %s",
 				on, r.answered, r.failed, r.rejected, r.calls, r.refused, 100*r.refusedShare(), 100*r.utilization, 100*r.queuedUtilization, r.queuedWindows, r.windows,
 				100*r.shareSpread(20), r.firstHalf, r.budgetWaits, r.elapsed.Round(time.Second))
 		}
 	}
+}
+
+// TestBudgetsQueueTurnsInArrivalOrder: a chat endpoint's budget queue
+// serves calls in the order they came. Every such call belongs to a turn
+// that already waited its fair turn in the chat queue, so ordering them
+// again by user would put a user holding two chat slots behind every call
+// of others that comes while its first call is in flight — in the budget
+// benchmark such calls waited up to 18 s, slot in hand, while later turns
+// went by. Here user A's second call, queued before user B's, must be
+// granted before it once the budget has room.
+func TestBudgetsQueueTurnsInArrivalOrder(t *testing.T) {
+	cfg := Config{RedisPrefix: testenv.Prefix(t), ChatMaxWait: time.Minute, ChatLease: 30 * time.Second,
+		ChatPollInterval: 20 * time.Millisecond, BudgetWindow: time.Hour}
+	cfg.RedisURL = testenv.RedisURL(t)
+	rdb := testenv.Redis(t)
+	l := budgetLimiter(rdb, cfg, "llm:test", 0, 100, nil, testLogger(t))
+	testenv.Run(t, l.Run)
+	b := chatBudget(l)
+	as := func(user service.ID) context.Context {
+		return service.WithPrincipal(context.Background(), service.Principal{UserID: user, Username: fmt.Sprint("u", user)})
+	}
+	first, err := b.Admit(as(1), 100, nil) // user A's first call holds the whole budget
+	if err != nil {
+		t.Fatal(err)
+	}
+	granted := make(chan string, 2)
+	var settled sync.WaitGroup
+	t.Cleanup(settled.Wait) // the last settlement before Redis closes
+	queued := func(n int64) func() bool {
+		return func() bool {
+			return rdb.ZCard(context.Background(), cfg.RedisPrefix+"{limiter:llm:test}:queue").Val() == n
+		}
+	}
+	admit := func(name string, user service.ID) {
+		defer settled.Done()
+		g, err := b.Admit(as(user), 100, nil)
+		if err != nil {
+			t.Error(err)
+			granted <- ""
+			return
+		}
+		granted <- name
+		g.Done(0)
+	}
+	settled.Add(2)
+	go admit("A's second", 1)
+	testenv.Eventually(t, 10*time.Second, "A's second call waits", queued(1))
+	go admit("B's first", 2)
+	testenv.Eventually(t, 10*time.Second, "B's first call waits", queued(2))
+	first.Done(0) // the settlement gives the budget back
+	if got := <-granted; got != "A's second" {
+		t.Errorf("%q was granted first, want A's second call, which came first", got)
+	}
+	<-granted
 }
