@@ -682,7 +682,7 @@ func BenchmarkBudgets(b *testing.B) {
 				rpm, tpm = f.rpw, f.tpw
 			}
 			r := runBudgetLoad(b, f, rpm, tpm, 300, 20, 100, 3)
-			if p := os.Getenv("BUDGET_BENCH_TRACE"); p != "" {
+			if p := os.Getenv("RAGENT_BENCH_BUDGET_TRACE"); p != "" {
 				if err := r.writeTrace(fmt.Sprintf("%s-budgets=%v.tsv", p, on)); err != nil {
 					b.Fatal(err)
 				}
