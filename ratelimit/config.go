@@ -123,7 +123,7 @@ func (c Config) setup(rdb redis.UniversalClient, k keys, name string) (*metrics,
 // keys are one limiter's Redis keys. They share the hash tag {limiter:name}
 // so every script's keys live in one Redis Cluster slot.
 type keys struct {
-	queue, seq, permits, entry, notify, users, owners, held, deadlines string
+	queue, seq, permits, entry, notify, users, levels, owners, held, deadlines string
 
 	// instances are the live limiter instances (local.go).
 	instances string
@@ -143,6 +143,7 @@ func newKeys(prefix, name string) keys {
 		entry:     base + "entry:",
 		notify:    base + "notify",
 		users:     base + "users",
+		levels:    base + "levels",
 		owners:    base + "owners",
 		held:      base + "held",
 		deadlines: base + "deadlines",

@@ -217,7 +217,7 @@ func TestRedisRestartMidRun(t *testing.T) {
 		t.Fatal(err)
 	}
 	k := limiters[0].keys
-	admin.Del(t.Context(), k.queue, k.seq, k.permits, k.users, k.owners, k.held, k.deadlines)
+	admin.Del(t.Context(), k.queue, k.seq, k.permits, k.users, k.levels, k.owners, k.held, k.deadlines)
 
 	testenv.Eventually(t, 10*time.Second, "grants after the restart", func() bool { return grants.Load() > before })
 	long.Release()

@@ -109,7 +109,7 @@ func assertDrained(t testing.TB, rdb redis.UniversalClient, k keys) {
 			t.Errorf("%s: %d members left: %v", key, n, rdb.ZRangeWithScores(ctx, key, 0, -1).Val())
 		}
 	}
-	for _, key := range []string{k.users, k.owners, k.held} {
+	for _, key := range []string{k.users, k.levels, k.owners, k.held} {
 		if m := rdb.HGetAll(ctx, key).Val(); len(m) != 0 {
 			t.Errorf("%s: left %v", key, m)
 		}

@@ -70,7 +70,7 @@ func parseClaim(v []any) (claimReply, error) {
 }
 
 func (l *Limiter) queueKeys() []string {
-	return []string{l.keys.queue, l.keys.permits, l.keys.users, l.keys.owners, l.keys.held, l.keys.deadlines, l.keys.entry}
+	return []string{l.keys.queue, l.keys.permits, l.keys.users, l.keys.owners, l.keys.held, l.keys.deadlines, l.keys.entry, l.keys.levels}
 }
 
 // max is the number of permits a request of class c may see.
@@ -83,7 +83,7 @@ func (l *Limiter) enqueue(ctx context.Context, id, user string, c Class) (claimR
 	if d, ok := ctx.Deadline(); ok {
 		ttl = markerGrace + time.Until(d)
 	}
-	ks := []string{l.keys.seq, l.keys.queue, l.keys.permits, l.keys.users, l.keys.owners, l.keys.held, l.keys.deadlines, l.keys.entry}
+	ks := []string{l.keys.seq, l.keys.queue, l.keys.permits, l.keys.users, l.keys.owners, l.keys.held, l.keys.deadlines, l.keys.entry, l.keys.levels}
 	args := []any{id, user, l.max(c), l.cfg.Lease.Milliseconds(), ttl.Milliseconds(),
 		l.cfg.MaxQueue, l.cfg.MaxQueuedPerUser, headWindow, c.Level, max(l.cfg.MaxRunningPerUser, 0), fmt.Sprintf("%.0f", c.place)}
 	// A budget's key and arguments follow (budget.go), then the fence's

@@ -141,7 +141,7 @@ func slotNode(b *testing.B, c redis.UniversalClient, opts redisconn.Options, key
 // node, and returns how long the enqueue took.
 func (r *topologyRun) rawGrant(ctx context.Context, id string) (time.Duration, error) {
 	k, cfg := r.rawKeys, r.rawCfg
-	ks := []string{k.seq, k.queue, k.permits, k.users, k.owners, k.held, k.deadlines, k.entry, k.fence}
+	ks := []string{k.seq, k.queue, k.permits, k.users, k.owners, k.held, k.deadlines, k.entry, k.levels, k.fence}
 	start := time.Now()
 	v, err := enqueueScript.Run(ctx, r.raw, ks, id, "u", cfg.MaxConcurrent, cfg.Lease.Milliseconds(),
 		(markerGrace + cfg.MaxWait).Milliseconds(), cfg.MaxQueue, cfg.MaxQueuedPerUser, headWindow, 0, 0,

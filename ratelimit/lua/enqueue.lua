@@ -1,7 +1,7 @@
 -- Enqueue a request and try to claim a permit at once, so an uncontended
 -- grant costs one round trip.
 --
--- KEYS: seq, queue, permits, users, owners, held, deadlines, entry_prefix
+-- KEYS: seq, queue, permits, users, owners, held, deadlines, entry_prefix, levels
 -- ARGV: id, user, max, lease_ms, marker_ttl_ms, max_queue, max_per_user, window, base_level, cap,
 --   place (a score: a request the provider refused takes back the place it
 --   had, with or without a budget; 0 for a new place)
@@ -11,31 +11,32 @@
 -- has too many queued requests. Enqueueing an id that is already queued or
 -- granted is a no-op, so a retried call does not enqueue twice. The request's
 -- place follows the fairness rule in lib.lua: its level is its user's
--- requests in flight (held + queued) at this moment.
+-- requests in flight (held + queued) at this moment, and at least the level
+-- of its user's latest request still queued.
 --
--- A limiter with a budget (budget.lua) adds KEYS[9] budget and ARGV[12..16]
--- (before the fence's, so a budget makes 10 KEYS, none 9):
+-- A limiter with a budget (budget.lua) adds KEYS[10] budget and ARGV[12..16]
+-- (before the fence's, so a budget makes 11 KEYS, none 10):
 -- tokens (the request's cost), req_limit, tok_limit, window_ms and the
 -- class's budget reserve (thousandths, budget.lua).
-local seq, queue, permits, users, owners, held, deadlines, entry_prefix =
-  KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8]
+local seq, queue, permits, users, owners, held, deadlines, entry_prefix, levels =
+  KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9]
 local id, user = ARGV[1], ARGV[2]
 local max, lease_ms, ttl_ms = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
 local max_queue, max_per_user, window = tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8])
 local base = tonumber(ARGV[9] or '0')
 local cap = tonumber(ARGV[10] or '0')
 local place = tonumber(ARGV[11] or '0')
-local has_budget = #KEYS == 10
+local has_budget = #KEYS == 11
 
 local now = now_us()
 local now_ms = math.floor(now / 1000)
 -- Expired permits and waiters past their deadline no longer count towards
 -- the caps and the users' levels.
 expire(permits, owners, held, now_ms)
-sweep(queue, users, owners, deadlines, entry_prefix, now_ms)
+sweep(queue, users, levels, owners, deadlines, entry_prefix, now_ms)
 -- Fence: after a failover, queue but grant nothing until holders re-asserted.
 local fenced = fence_held(now_ms)
-local budget = has_budget and budget_args(KEYS[9], 13, now_ms, 16) or nil
+local budget = has_budget and budget_args(KEYS[10], 13, now_ms, 16) or nil
 if not redis.call('ZSCORE', queue, id) and not redis.call('ZSCORE', permits, id) then
   if max_queue > 0 and redis.call('ZCARD', queue) >= max_queue then
     return {-2}
@@ -43,11 +44,15 @@ if not redis.call('ZSCORE', queue, id) and not redis.call('ZSCORE', permits, id)
   if max_per_user > 0 and tonumber(redis.call('HGET', users, user) or '0') >= max_per_user then
     return {-3}
   end
-  local s
+  -- level: the request's fairness level, for its user's next request
+  -- (queued_level below).
+  local s, level
   if place > 0 then
     s = string.format('%.0f', place)
+    level = math.floor(place / LEVEL_UNIT) - base
   else
-    s = score(users, held, user, redis.call('INCR', seq), base)
+    level = fairness(users, levels, held, user)
+    s = score(level, redis.call('INCR', seq), base)
   end
   -- The uncontended grant: with nobody queued, claim would grant a free
   -- permit (and room in the budget) to this request at once, so it is
@@ -82,7 +87,8 @@ if not redis.call('ZSCORE', queue, id) and not redis.call('ZSCORE', permits, id)
   redis.call('SET', entry_prefix .. id, string.format('%.0f', now_ms), 'PX', ttl_ms)
   redis.call('ZADD', deadlines, now_ms + ttl_ms, id)
   redis.call('HSET', owners, id, user)
+  queued_level(users, levels, user, level)
   redis.call('HINCRBY', users, user, 1)
 end
-local r = claim(queue, permits, users, owners, held, deadlines, entry_prefix, id, fenced and 0 or max, lease_ms, window, cap, now, true, budget)
+local r = claim(queue, permits, users, levels, owners, held, deadlines, entry_prefix, id, fenced and 0 or max, lease_ms, window, cap, now, true, budget)
 return fenced_reply(r, fenced)

@@ -14,7 +14,12 @@
 -- all instances (FIFO among equals). A user alone in the queue still gets
 -- every free permit: the level only orders waiters, it never caps anyone.
 -- The level is fixed at arrival; a user whose streams finish while their
--- request waits keeps its place in the order it was given.
+-- request waits keeps its place in the order it was given. A new request is
+-- never given a lower level than its user's latest request still queued
+-- (levels): a user's requests keep their order, and a user whose count
+-- dipped for a moment (two streams ended before the next question arrived)
+-- does not jump the requests of other users queued at the level its own
+-- queued requests hold.
 --
 -- The running cap (cap > 0, Config.MaxRunningPerUser). A user holding cap
 -- permits or more is passed over while a request of another user below the
@@ -25,6 +30,8 @@
 --
 -- Bookkeeping (all in this limiter's hash tag):
 --   users  user -> requests queued (the per-user queue cap, and the level)
+--   levels user -> fairness level (the class level left out) of its latest
+--          request still queued; gone with the user's last queued request
 --   held   user -> permits held (the level)
 --   owners id -> user, for queued requests and held permits, so a permit's
 --          release or expiry can lower its user's held count.
@@ -48,9 +55,20 @@ local function decr(hash, field)
   end
 end
 
+-- unqueued lowers user's queued count as one of its requests leaves the
+-- queue; with the last one its level goes too.
+local function unqueued(users, levels, user)
+  if tonumber(redis.call('HGET', users, user) or '0') <= 1 then
+    redis.call('HDEL', users, user)
+    redis.call('HDEL', levels, user)
+  else
+    redis.call('HINCRBY', users, user, -1)
+  end
+end
+
 -- forget removes a queued request's bookkeeping: its queue member, marker,
 -- deadline, owner and its user's queued count. Returns 1 when it was queued.
-local function forget(queue, users, owners, deadlines, entry_prefix, id)
+local function forget(queue, users, levels, owners, deadlines, entry_prefix, id)
   redis.call('DEL', entry_prefix .. id)
   redis.call('ZREM', deadlines, id)
   if redis.call('ZREM', queue, id) == 0 then
@@ -59,7 +77,7 @@ local function forget(queue, users, owners, deadlines, entry_prefix, id)
   local user = redis.call('HGET', owners, id)
   if user then
     redis.call('HDEL', owners, id)
-    decr(users, user)
+    unqueued(users, levels, user)
   end
   return 1
 end
@@ -67,9 +85,9 @@ end
 -- sweep forgets the queued requests whose waiter is past its deadline (its
 -- instance died, or it could not leave): wherever they stand in the queue,
 -- they stop counting towards their users' queue caps and levels.
-local function sweep(queue, users, owners, deadlines, entry_prefix, now_ms)
+local function sweep(queue, users, levels, owners, deadlines, entry_prefix, now_ms)
   for _, m in ipairs(redis.call('ZRANGEBYSCORE', deadlines, '-inf', '(' .. now_ms)) do
-    forget(queue, users, owners, deadlines, entry_prefix, m)
+    forget(queue, users, levels, owners, deadlines, entry_prefix, m)
   end
 end
 
@@ -95,14 +113,36 @@ local function expire(permits, owners, held, now_ms)
   end
 end
 
--- score is the queue score of a new request of user (see the fairness rule).
--- base is the request's class level (Limiter.AcquireClass), added to its
--- fairness level: a class of a higher base waits behind every request of a
--- lower one (document embeddings behind queries).
-local function score(users, held, user, seq, base)
-  local level = base + tonumber(redis.call('HGET', held, user) or '0') +
-    tonumber(redis.call('HGET', users, user) or '0')
-  return string.format('%.0f', math.min(level, MAX_LEVEL) * LEVEL_UNIT + seq % LEVEL_UNIT)
+-- fairness is the fairness level of a new request of user (see the fairness
+-- rule): its user's requests in flight, and at least the level of the
+-- user's latest request still queued. A level stored while the user has
+-- nothing queued (left by an older instance) is ignored.
+local function fairness(users, levels, held, user)
+  local queued = tonumber(redis.call('HGET', users, user) or '0')
+  local level = tonumber(redis.call('HGET', held, user) or '0') + queued
+  if queued > 0 then
+    level = math.max(level, tonumber(redis.call('HGET', levels, user) or '0'))
+  end
+  return level
+end
+
+-- score is the queue score of a request of fairness level level and
+-- arrival seq. base is the request's class level (Limiter.AcquireClass),
+-- added to its fairness level: a class of a higher base waits behind every
+-- request of a lower one (document embeddings behind queries).
+local function score(level, seq, base)
+  return string.format('%.0f', math.min(base + level, MAX_LEVEL) * LEVEL_UNIT + seq % LEVEL_UNIT)
+end
+
+-- queued_level records level as user's latest queued request's, when it is
+-- above the one recorded (a write only when it changes): the level a new
+-- request of the user starts from (fairness).
+local function queued_level(users, levels, user, level)
+  local queued = tonumber(redis.call('HGET', users, user) or '0')
+  local stored = tonumber(redis.call('HGET', levels, user) or '-1')
+  if queued == 0 or level > stored then
+    redis.call('HSET', levels, user, level)
+  end
 end
 
 -- claim tries to move request id from the queue to the permits. swept says
@@ -141,11 +181,11 @@ end
 -- need room in the budget after the live requests ahead; the waiting reply
 -- then carries two more fields: 1 when only the budget is missing, and the
 -- ms until it has room.
-local function claim(queue, permits, users, owners, held, deadlines, entry_prefix, id, max, lease_ms, window, cap, now, swept, budget)
+local function claim(queue, permits, users, levels, owners, held, deadlines, entry_prefix, id, max, lease_ms, window, cap, now, swept, budget)
   local now_ms = math.floor(now / 1000)
   if not swept then
     expire(permits, owners, held, now_ms)
-    sweep(queue, users, owners, deadlines, entry_prefix, now_ms)
+    sweep(queue, users, levels, owners, deadlines, entry_prefix, now_ms)
   end
   local in_use = redis.call('ZCARD', permits)
   if redis.call('ZSCORE', permits, id) then
@@ -180,7 +220,7 @@ local function claim(queue, permits, users, owners, held, deadlines, entry_prefi
           end
         end
       else
-        forget(queue, users, owners, deadlines, entry_prefix, m)
+        forget(queue, users, levels, owners, deadlines, entry_prefix, m)
         dropped = dropped + 1
       end
     end
@@ -201,7 +241,7 @@ local function claim(queue, permits, users, owners, held, deadlines, entry_prefi
     redis.call('ZREM', deadlines, id)
     redis.call('ZREM', queue, id)
     if user then
-      decr(users, user)
+      unqueued(users, levels, user)
       redis.call('HINCRBY', held, user, 1)
     end
     redis.call('ZADD', permits, now_ms + lease_ms, id)
