@@ -626,7 +626,10 @@ func TestProviderRefusalsAbsorbed(t *testing.T) {
 
 // TestRefusedCallsKeepTheCap: with at most 4 turns at once over two
 // instances and the budget set four times what the provider allows, many calls
-// draw 429s at once and go back to the budget's queue. Each refused try
+// draw 429s at once and go back to the budget's queue. The provider allows 8
+// requests per 2 s window, a pace even a loaded machine's turns pass (at a
+// load of 12 on 2 cores they made 13 calls per window, more than the 24 it
+// allowed before, so it refused none and the test exercised nothing). Each refused try
 // gives its budget permit back exactly once and takes a new one, and the
 // turn keeps its chat slot meanwhile: the provider never answers more than
 // 4 calls at once (so never refuses one for concurrency), every chat is
@@ -635,7 +638,7 @@ func TestProviderRefusalsAbsorbed(t *testing.T) {
 // of one permit would give back another turn's and let a fifth call in).
 func TestRefusedCallsKeepTheCap(t *testing.T) {
 	f := newLimitedLLM(t, 2*time.Second)
-	f.maxConcurrent, f.rpw, f.tpw, f.completion, f.pieceDelay = 4, 24, 12000, 200, 10*time.Millisecond
+	f.maxConcurrent, f.rpw, f.tpw, f.completion, f.pieceDelay = 4, 8, 12000, 200, 10*time.Millisecond
 	r := runBudgetLoad(t, f, 4*f.rpw, 4*f.tpw, 48, 6, 24, 2)
 	t.Logf("refusals under a cap of 4: %+v refused %.2f%% %v", r.withoutTrace(), 100*r.refusedShare(), f.reasons)
 	if r.answered != 48 {
@@ -644,9 +647,9 @@ func TestRefusedCallsKeepTheCap(t *testing.T) {
 	// Each refusal shrinks the budget and holds the next grants back:
 	// refusals stay a few per window. A refused try whose permit was kept
 	// would be granted again at once under the same id, and hammer the
-	// provider with thousands.
-	if r.refused == 0 || r.refused > r.answered {
-		t.Fatalf("the provider refused %d calls for %d chats, want some (the test exercises 429s) and fewer than the chats", r.refused, r.answered)
+	// provider with thousands. (34-36 for the 96 calls here, 12 windows.)
+	if r.refused == 0 || r.refused > 2*r.answered {
+		t.Fatalf("the provider refused %d calls for %d chats, want some (the test exercises 429s) and fewer than two per chat", r.refused, r.answered)
 	}
 	if r.peak > 4 || f.reasons["concurrency"] > 0 {
 		t.Errorf("the provider answered %d calls at once and refused %d for concurrency, want at most the cap of 4 and none", r.peak, f.reasons["concurrency"])
