@@ -36,7 +36,7 @@ type KeyStore interface {
 // KeyAccess tells which knowledge bases a principal may read
 // (service.Access).
 type KeyAccess interface {
-	Roles(ctx context.Context, p service.Principal, ids []service.ID) (map[service.ID]service.KBRole, error)
+	CheckReadable(ctx context.Context, p service.Principal, ids []service.ID) error
 }
 
 const (
@@ -220,14 +220,8 @@ func (a *APIKeys) validate(ctx context.Context, p service.Principal, in KeyInput
 				kbs = append(kbs, id)
 			}
 		}
-		roles, err := a.access.Roles(ctx, p, kbs)
-		if err != nil {
+		if err := a.access.CheckReadable(ctx, p, kbs); err != nil {
 			return nil, err
-		}
-		for _, id := range kbs {
-			if _, ok := roles[id]; !ok {
-				return nil, service.Errorf(service.ErrNotFound, "knowledge base %s not found", id)
-			}
 		}
 	}
 	now := a.now()
