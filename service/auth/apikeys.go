@@ -33,8 +33,8 @@ type KeyStore interface {
 	TouchAPIKey(ctx context.Context, id service.ID, at, notBefore time.Time) error
 }
 
-// KeyAccess tells which knowledge bases a principal may read
-// (service.Access).
+// KeyAccess checks that a principal may read the knowledge bases a new key
+// is limited to (service.Access).
 type KeyAccess interface {
 	CheckReadable(ctx context.Context, p service.Principal, ids []service.ID) error
 }
