@@ -57,13 +57,8 @@ func (s *Server) listAudit(c *gin.Context) {
 		Action: c.Query("action"), TargetID: c.Query("target"), Result: service.AuditResult(c.Query("result")),
 		Before: before, Limit: limit,
 	}
-	if v := c.Query("actor"); v != "" {
-		id, err := service.ParseID(v)
-		if err != nil {
-			fail(c, service.Errorf(service.ErrInvalid, "actor must be a user id"))
-			return
-		}
-		f.ActorUserID = id
+	if !queryID(c, "actor", "a user id", &f.ActorUserID) {
+		return
 	}
 	for _, t := range []struct {
 		name string

@@ -39,13 +39,8 @@ func feedbackFilter(c *gin.Context) (service.FeedbackFilter, bool) {
 		return service.FeedbackFilter{}, false
 	}
 	f := service.FeedbackFilter{Rating: service.Rating(c.Query("rating")), Before: before, Limit: limit}
-	if v := c.Query("knowledgeBaseId"); v != "" {
-		id, err := service.ParseID(v)
-		if err != nil {
-			fail(c, service.Errorf(service.ErrInvalid, "knowledgeBaseId must be a knowledge base id"))
-			return f, false
-		}
-		f.KnowledgeBaseID = id
+	if !queryID(c, "knowledgeBaseId", "a knowledge base id", &f.KnowledgeBaseID) {
+		return f, false
 	}
 	for _, t := range []struct {
 		name string

@@ -265,6 +265,23 @@ func pathID(c *gin.Context, name string) (service.ID, bool) {
 	return id, true
 }
 
+// queryID reads the optional id parameter ?name= into *dst, which stays as
+// it is when the parameter is absent. An unparsable one is answered with a
+// 400 saying "name must be what", and queryID returns false.
+func queryID(c *gin.Context, name, what string, dst *service.ID) bool {
+	v := c.Query(name)
+	if v == "" {
+		return true
+	}
+	id, err := service.ParseID(v)
+	if err != nil {
+		fail(c, service.Errorf(service.ErrInvalid, "%s must be %s", name, what))
+		return false
+	}
+	*dst = id
+	return true
+}
+
 // everyInterval allows one event per interval (a warning that would
 // otherwise repeat on every request).
 type everyInterval struct {

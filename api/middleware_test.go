@@ -88,3 +88,25 @@ var errSecret = errMessage("db password=hunter2 rejected")
 type errMessage string
 
 func (e errMessage) Error() string { return string(e) }
+
+// queryID leaves the field alone without the parameter, sets it from a
+// valid id, and answers a 400 naming the parameter for anything else.
+func TestQueryID(t *testing.T) {
+	gin.SetMode(gin.ReleaseMode)
+	for _, tt := range []struct {
+		query  string
+		want   service.ID
+		status int // 0: nothing written
+	}{
+		{"", 5, 0}, {"actor=12", 12, 0}, {"actor=x", 5, http.StatusBadRequest}, {"actor=-3", 5, http.StatusBadRequest},
+	} {
+		w := httptest.NewRecorder()
+		c, _ := gin.CreateTestContext(w)
+		c.Request = httptest.NewRequest("GET", "/audit?"+tt.query, nil)
+		id := service.ID(5)
+		ok := queryID(c, "actor", "a user id", &id)
+		if ok != (tt.status == 0) || id != tt.want || tt.status != 0 && (w.Code != tt.status || !strings.Contains(w.Body.String(), "actor must be a user id")) {
+			t.Errorf("?%s: ok %v, id %d, answered %d %s", tt.query, ok, id, w.Code, w.Body.String())
+		}
+	}
+}

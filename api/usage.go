@@ -38,13 +38,8 @@ func (s *Server) usageReport(c *gin.Context) {
 		fail(c, service.Errorf(service.ErrInvalid, "all must be true or false"))
 		return
 	}
-	if v := c.Query("userId"); v != "" {
-		id, err := service.ParseID(v)
-		if err != nil {
-			fail(c, service.Errorf(service.ErrInvalid, "userId must be an id"))
-			return
-		}
-		in.UserID = id
+	if !queryID(c, "userId", "an id", &in.UserID) {
+		return
 	}
 	if v := c.Query("limit"); v != "" {
 		n, err := strconv.Atoi(v)

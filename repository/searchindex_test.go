@@ -15,20 +15,27 @@ import (
 // outboxTopics counts the outbox rows of topic.
 func outboxTopics(t *testing.T, s *Store, topic string) int {
 	t.Helper()
-	var n int
-	if err := s.db.Raw("SELECT count(*) FROM outbox WHERE topic = ?", topic).Scan(&n).Error; err != nil {
-		t.Fatal(err)
-	}
-	return n
+	return outboxRows(t, s, "topic = ?", topic)
 }
+
+// searchIndexed is migrated's store with a search engine in use
+// (UseSearchIndex; vectors: the engine keeps the chunks' vectors).
+func searchIndexed(t *testing.T, vectors bool) (*Store, context.Context) {
+	t.Helper()
+	s, ctx := migrated(t)
+	s.UseSearchIndex(outboxID, vectors)
+	return s, ctx
+}
+
+// outboxID numbers the search-index outbox rows, as UseSearchIndex needs.
+func outboxID() (service.ID, error) { return newID(), nil }
 
 // With a search engine, committed chunks leave the document running with
 // a search-index message queued; the reaper's stuck-document scan leaves it
 // alone; SearchIndexed makes it ready only for the state it mirrored; a
 // delete queues the removal.
 func TestSearchIndexLifecycle(t *testing.T) {
-	s, ctx := migrated(t)
-	s.UseSearchIndex(func() (service.ID, error) { return newID(), nil }, true)
+	s, ctx := searchIndexed(t, true)
 	kb := seedKB(t, s, 4)
 	d := seedDoc(t, s, kb, "alpha beta")
 	if _, err := s.ClaimDocument(ctx, d.ID, 1); err != nil {
@@ -139,7 +146,7 @@ func TestMigrateSearchIndexColumn(t *testing.T) {
 	if err != nil || !st.Live || st.Generation != 1 || st.PendingSince != nil {
 		t.Fatalf("state: %+v %v", st, err)
 	}
-	s.UseSearchIndex(func() (service.ID, error) { return newID(), nil }, true)
+	s.UseSearchIndex(outboxID, true)
 	if n, err := s.RequeueSearchIndex(ctx, time.Now().Add(time.Hour), 10); err != nil || n != 0 {
 		t.Fatalf("requeue: %d %v", n, err)
 	}
@@ -148,8 +155,7 @@ func TestMigrateSearchIndexColumn(t *testing.T) {
 // A replace's message lists the chunks it removed; SearchFailed fails the
 // running generation with its reason and stops the reaper's re-queue.
 func TestSearchIndexRemovedAndFailed(t *testing.T) {
-	s, ctx := migrated(t)
-	s.UseSearchIndex(func() (service.ID, error) { return newID(), nil }, false)
+	s, ctx := searchIndexed(t, false)
 	kb := seedKB(t, s, 4)
 	d := seedDoc(t, s, kb, "alpha beta")
 	old := chunk(0, "alpha", unit(4, 1), "alpha")
@@ -193,8 +199,7 @@ func TestSearchIndexRemovedAndFailed(t *testing.T) {
 // generation leaves it committed and running for the consumer, a
 // replacement or a permanent refusal rolls back.
 func TestReplaceIndexedChunks(t *testing.T) {
-	s, ctx := migrated(t)
-	s.UseSearchIndex(func() (service.ID, error) { return newID(), nil }, false)
+	s, ctx := searchIndexed(t, false)
 	kb := seedKB(t, s, 4)
 	type call struct{ visible, vectors bool }
 	var calls []call
@@ -276,8 +281,7 @@ func TestReplaceIndexedChunks(t *testing.T) {
 // A rebuild's start (WithSearchRebuildLock) waits for a commit whose chunks
 // are being written to the engine, and a write does not start during it.
 func TestSearchRebuildLock(t *testing.T) {
-	s, ctx := migrated(t)
-	s.UseSearchIndex(func() (service.ID, error) { return newID(), nil }, false)
+	s, ctx := searchIndexed(t, false)
 	kb := seedKB(t, s, 4)
 	d := seedDoc(t, s, kb, "alpha")
 	space := docSpace(t, s, d.ID)
@@ -334,8 +338,7 @@ func TestSearchRebuildLock(t *testing.T) {
 // newer generation (the search should be asked again), and not for a hit
 // of a generation not committed yet nor of a deleted document.
 func TestChunkResultsSuperseded(t *testing.T) {
-	s, ctx := migrated(t)
-	s.UseSearchIndex(func() (service.ID, error) { return newID(), nil }, false)
+	s, ctx := searchIndexed(t, false)
 	kb := seedKB(t, s, 4)
 	d := seedDoc(t, s, kb, "alpha")
 	space := docSpace(t, s, d.ID)

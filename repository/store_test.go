@@ -25,6 +25,16 @@ func migrated(t *testing.T) (*Store, context.Context) {
 	return s, t.Context()
 }
 
+// outboxRows counts the outbox rows that match where (SQL, with args).
+func outboxRows(t *testing.T, s *Store, where string, args ...any) int {
+	t.Helper()
+	var n int
+	if err := s.db.Raw("SELECT count(*) FROM outbox WHERE "+where, args...).Scan(&n).Error; err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
 // newID returns a random id: every test has its own database, and random ids
 // need no counter shared between tests.
 func newID() service.ID { return service.ID(rand.Int64N(1<<62) + 1) }
@@ -79,9 +89,7 @@ func TestUploadDuplicateIsConflictWithDocumentID(t *testing.T) {
 		t.Fatalf("duplicate upload: %v, want conflict with documentId %s", err, d.ID)
 	}
 	// The failed upload left no outbox row behind.
-	var n int
-	s.db.Raw("SELECT count(*) FROM outbox").Scan(&n)
-	if n != 1 {
+	if n := outboxRows(t, s, "true"); n != 1 {
 		t.Fatalf("%d outbox rows, want 1", n)
 	}
 }
@@ -286,14 +294,6 @@ func TestPruneOutbox(t *testing.T) {
 	if err != nil || sent != 3 {
 		t.Fatalf("relay: sent %d, err %v", sent, err)
 	}
-	count := func(where string) int {
-		t.Helper()
-		var n int
-		if err := s.db.Raw("SELECT count(*) FROM outbox WHERE " + where).Scan(&n).Error; err != nil {
-			t.Fatal(err)
-		}
-		return n
-	}
 
 	// Rows sent after the cutoff stay.
 	if got, err := s.PruneOutbox(ctx, time.Now().Add(-time.Hour), 10); err != nil || got != 0 {
@@ -311,7 +311,7 @@ func TestPruneOutbox(t *testing.T) {
 	if got, err := s.PruneOutbox(ctx, future, 2); err != nil || got != 0 {
 		t.Fatalf("third batch: deleted %d, err %v; want 0", got, err)
 	}
-	if sentLeft, unsent := count("sent_at IS NOT NULL"), count("sent_at IS NULL"); sentLeft != 0 || unsent != 2 {
+	if sentLeft, unsent := outboxRows(t, s, "sent_at IS NOT NULL"), outboxRows(t, s, "sent_at IS NULL"); sentLeft != 0 || unsent != 2 {
 		t.Fatalf("after pruning: %d sent and %d unsent rows, want 0 and 2", sentLeft, unsent)
 	}
 }

@@ -160,9 +160,7 @@ func TestCheckSent(t *testing.T) {
 	if row.SentAt != nil || row.SentRef != "" || row.Attempts != 1 {
 		t.Fatalf("the lost row: %+v, want unsent with one attempt", row)
 	}
-	var confirmed int
-	s.db.Raw("SELECT count(*) FROM outbox WHERE confirmed_at IS NOT NULL").Scan(&confirmed)
-	if confirmed != 1 {
+	if confirmed := outboxRows(t, s, "confirmed_at IS NOT NULL"); confirmed != 1 {
 		t.Fatalf("%d rows confirmed, want the ready document's", confirmed)
 	}
 	// Checked just now: not asked again before the next cutoff.
@@ -182,9 +180,7 @@ func TestCheckSent(t *testing.T) {
 	if !errors.Is(err, down) || resent != 1 {
 		t.Fatalf("check with the MQ going down: resent %d, %v", resent, err)
 	}
-	var unsent int
-	s.db.Raw("SELECT count(*) FROM outbox WHERE sent_at IS NULL").Scan(&unsent)
-	if unsent != 2 {
+	if unsent := outboxRows(t, s, "sent_at IS NULL"); unsent != 2 {
 		t.Fatalf("%d unsent rows, want 2 (the loss decided before the MQ went down stays)", unsent)
 	}
 }

@@ -201,6 +201,25 @@ func (a *Access) Require(ctx context.Context, p Principal, id ID, need KBRole) (
 	return r, nil
 }
 
+// CheckReadable fails with service.ErrNotFound, naming the first of ids p
+// cannot read, unless p reads every one of them: a knowledge base p may not
+// read is reported like one that does not exist. No ids is no check.
+func (a *Access) CheckReadable(ctx context.Context, p Principal, ids []ID) error {
+	if len(ids) == 0 {
+		return nil
+	}
+	roles, err := a.Roles(ctx, p, ids)
+	if err != nil {
+		return err
+	}
+	for _, id := range ids {
+		if _, ok := roles[id]; !ok {
+			return Errorf(ErrNotFound, "knowledge base %s not found", id)
+		}
+	}
+	return nil
+}
+
 // SystemPrincipal acts for ragent itself in first-start work (the demo
 // data, `ragent eval`), where no user is logged in: an admin with no user id.
 func SystemPrincipal() Principal { return Principal{Username: "system", Role: RoleAdmin} }

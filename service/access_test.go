@@ -87,6 +87,17 @@ func TestAccessDecisions(t *testing.T) {
 	if roles, err := a.Roles(ctx, user, []ID{}); err != nil || len(roles) != 0 {
 		t.Fatalf("Roles of no ids = %v, %v; want none (not all)", roles, err)
 	}
+	for _, tt := range []struct {
+		ids  []ID
+		want string // "" for no error
+	}{
+		{nil, ""}, {[]ID{2, 3}, ""}, {[]ID{2, 1, 99}, "knowledge base 1 not found"}, {[]ID{99}, "knowledge base 99 not found"},
+	} {
+		err := a.CheckReadable(ctx, user, tt.ids)
+		if tt.want == "" && err != nil || tt.want != "" && (!errors.Is(err, ErrNotFound) || err.Error() != tt.want) {
+			t.Errorf("CheckReadable(%v) = %v, want %q", tt.ids, err, tt.want)
+		}
+	}
 }
 
 // KeyGrant.Within: an unlimited grant reads every turn; a limited one only

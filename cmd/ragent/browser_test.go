@@ -555,9 +555,21 @@ func (tb *tab) eval(t *testing.T, js string) {
 
 func (tb *tab) evalInt(t *testing.T, js string) int {
 	t.Helper()
+	return evaluate[int](t, tb, js)
+}
+
+func (tb *tab) evalString(t *testing.T, js string) string {
+	t.Helper()
+	return evaluate[string](t, tb, js)
+}
+
+// evaluate returns the value of the JavaScript expression js in tb, as a T
+// (a method cannot have a type parameter).
+func evaluate[T any](t *testing.T, tb *tab, js string) T {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(tb.ctx, stepTimeout)
 	defer cancel()
-	v, err := chromedp.Run(ctx, chromedp.Evaluate[int](js))
+	v, err := chromedp.Run(ctx, chromedp.Evaluate[T](js))
 	if err != nil {
 		t.Fatalf("%s tab: evaluate %s: %v", tb.name, js, err)
 	}

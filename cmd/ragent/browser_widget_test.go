@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"fmt"
 	"html"
 	"net/http"
@@ -70,17 +69,6 @@ func clickWidget(t *testing.T, tb *tab, css string) {
 	x := tb.evalInt(t, widgetJS(fmt.Sprintf(`(() => { const r = root.querySelector(%s).getBoundingClientRect(); return Math.round(r.x + r.width / 2); })()`, quoteJS(css))))
 	y := tb.evalInt(t, widgetJS(fmt.Sprintf(`(() => { const r = root.querySelector(%s).getBoundingClientRect(); return Math.round(r.y + r.height / 2); })()`, quoteJS(css))))
 	tb.do(t, "click "+css, stepTimeout, chromedp.MouseClickXY(float64(x), float64(y)))
-}
-
-func (tb *tab) evalString(t *testing.T, js string) string {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(tb.ctx, stepTimeout)
-	defer cancel()
-	v, err := chromedp.Run(ctx, chromedp.Evaluate[string](js))
-	if err != nil {
-		t.Fatalf("%s tab: evaluate %s: %v", tb.name, js, err)
-	}
-	return v
 }
 
 // askWidget opens the panel, types question and sends it with Enter.

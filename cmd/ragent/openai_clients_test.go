@@ -40,6 +40,38 @@ func clientSDKs(t *testing.T, what, pyModule, nodePackage string) (python, nodeP
 	return python, nodePath
 }
 
+// sdkScript is an official SDK's client script in testdata: client.py run
+// by the Python SDK's interpreter, or client.cjs run by node.
+type sdkScript struct {
+	name string // the subtest's: python or node
+	cmd  []string
+}
+
+// sdkScripts are the two client scripts of testdata/dir.
+func sdkScripts(python, dir string) []sdkScript {
+	return []sdkScript{
+		{"python", []string{python, filepath.Join("testdata", dir, "client.py")}},
+		{"node", []string{"node", filepath.Join("testdata", dir, "client.cjs")}},
+	}
+}
+
+// run runs the script with args, env added to the test's environment, for
+// at most five minutes, logs its output and returns it; a run that fails
+// fails the test with its output.
+func (s sdkScript) run(t *testing.T, env []string, args ...string) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, s.cmd[0], append(s.cmd[1:], args...)...)
+	cmd.Env = append(os.Environ(), env...)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("%v %v: %v\n%s", s.cmd, args, err, out)
+	}
+	t.Logf("%s", out)
+	return string(out)
+}
+
 // clientPaths are the `clients` service's Python and node_modules (the
 // venv and npm prefix of scripts/services.sh), or RAGENT_OPENAI_PYTHON and
 // RAGENT_OPENAI_NODE_PATH.
@@ -83,27 +115,10 @@ func TestOpenAIOfficialClients(t *testing.T) {
 	admin.do("GET", "/api/v1/knowledge-bases/"+kb, nil).json(t, &kbJSON)
 	key := chatKey(t, admin, "sdk")
 
-	run := func(t *testing.T, mode string, name string, args ...string) {
-		t.Helper()
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-		defer cancel()
-		cmd := exec.CommandContext(ctx, name, append(args, mode)...)
-		cmd.Env = append(os.Environ(), "RAGENT_URL="+in.url, "RAGENT_KEY="+key, "RAGENT_MODEL=ragent/"+kbJSON.Name, "NODE_PATH="+nodePath)
-		out, err := cmd.CombinedOutput()
-		if err != nil {
-			t.Fatalf("%s %v %s: %v\n%s", name, args, mode, err, out)
-		}
-		t.Logf("%s", out)
-	}
-	clients := []struct {
-		name string
-		cmd  []string
-	}{
-		{"python", []string{python, filepath.Join("testdata", "openai", "client.py")}},
-		{"node", []string{"node", filepath.Join("testdata", "openai", "client.cjs")}},
-	}
+	env := []string{"RAGENT_URL=" + in.url, "RAGENT_KEY=" + key, "RAGENT_MODEL=ragent/" + kbJSON.Name, "NODE_PATH=" + nodePath}
+	clients := sdkScripts(python, "openai")
 	for _, c := range clients {
-		t.Run(c.name+"/ok", func(t *testing.T) { run(t, "ok", c.cmd[0], c.cmd[1:]...) })
+		t.Run(c.name+"/ok", func(t *testing.T) { c.run(t, env, "ok") })
 	}
 
 	// Hold the only slot and the user's one place in the queue: the SDKs'
@@ -122,7 +137,7 @@ func TestOpenAIOfficialClients(t *testing.T) {
 	})
 	waitQueued(t, admin, 1)
 	for _, c := range clients {
-		t.Run(c.name+"/busy", func(t *testing.T) { run(t, "busy", c.cmd[0], c.cmd[1:]...) })
+		t.Run(c.name+"/busy", func(t *testing.T) { c.run(t, env, "busy") })
 	}
 	llm.open(holdQ)
 	llm.open(waitQ)

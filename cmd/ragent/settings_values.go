@@ -107,9 +107,13 @@ func in(allowed ...string) func(string) bool {
 }
 
 func strValue(p *string) scalar[string] {
-	same := func(s string) string { return s }
-	return scalar[string]{p: p, parse: func(s string) (string, error) { return s, nil }, format: same}
+	return scalar[string]{p: p, parse: anyString, format: sameString}
 }
+
+// anyString and sameString read and print a string as it is.
+func anyString(s string) (string, error) { return s, nil }
+
+func sameString(s string) string { return s }
 
 func intValue(p *int) scalar[int] {
 	return scalar[int]{p: p, parse: strconv.Atoi, format: strconv.Itoa, want: "not an integer"}
@@ -154,13 +158,31 @@ func durationValue(p *time.Duration) scalar[time.Duration] {
 	return scalar[time.Duration]{p: p, parse: time.ParseDuration, format: time.Duration.String, want: "not a duration (e.g. 15s)"}
 }
 
-// prefixesValue is a comma-separated list of CIDRs; a bare IP stands for
-// itself alone.
-type prefixesValue []netip.Prefix
+// list is a comma-separated setting: parse reads each item (a refusal
+// says why), format prints one back.
+type list[T any] struct {
+	p      *[]T
+	parse  func(item string) (T, error)
+	format func(T) string
+}
 
-func (v *prefixesValue) Set(s string) error {
+func (v list[T]) Set(s string) error {
 	var err error
-	*v, err = parseList(s, func(item string) (netip.Prefix, error) {
+	*v.p, err = parseList(s, v.parse)
+	return err
+}
+
+func (v list[T]) String() string {
+	s := make([]string, len(*v.p))
+	for i, x := range *v.p {
+		s[i] = v.format(x)
+	}
+	return strings.Join(s, ",")
+}
+
+// prefixesValue is a list of CIDRs; a bare IP stands for itself alone.
+func prefixesValue(p *[]netip.Prefix) list[netip.Prefix] {
+	return list[netip.Prefix]{p: p, format: netip.Prefix.String, parse: func(item string) (netip.Prefix, error) {
 		if p, err := netip.ParsePrefix(item); err == nil {
 			return p.Masked(), nil
 		}
@@ -168,60 +190,34 @@ func (v *prefixesValue) Set(s string) error {
 			return netip.PrefixFrom(a.Unmap(), a.Unmap().BitLen()), nil
 		}
 		return netip.Prefix{}, fmt.Errorf("%q is not a CIDR (e.g. 10.0.0.0/8) or an IP", item)
-	})
-	return err
+	}}
 }
 
-func (v *prefixesValue) String() string {
-	var s []string
-	for _, p := range *v {
-		s = append(s, p.String())
-	}
-	return strings.Join(s, ",")
-}
-
-// originsValue is a comma-separated list of origins (scheme://host[:port]).
-type originsValue []string
-
-func (v *originsValue) Set(s string) error {
-	var err error
-	*v, err = parseList(s, func(item string) (string, error) {
+// originsValue is a list of origins (scheme://host[:port]).
+func originsValue(p *[]string) list[string] {
+	return list[string]{p: p, format: sameString, parse: func(item string) (string, error) {
 		o, ok := api.NormalizeOrigin(item)
 		if !ok {
 			return "", fmt.Errorf("%q is not an origin (scheme://host[:port], no path)", item)
 		}
 		return o, nil
-	})
-	return err
+	}}
 }
 
-func (v *originsValue) String() string { return strings.Join(*v, ",") }
-
-// addrsValue is a comma-separated list of host:port addresses.
-type addrsValue []string
-
-func (v *addrsValue) Set(s string) error {
-	var err error
-	*v, err = parseList(s, func(item string) (string, error) {
+// addrsValue is a list of host:port addresses.
+func addrsValue(p *[]string) list[string] {
+	return list[string]{p: p, format: sameString, parse: func(item string) (string, error) {
 		if _, port, err := net.SplitHostPort(item); err != nil || port == "" {
 			return "", fmt.Errorf("%q is not host:port", item)
 		}
 		return item, nil
-	})
-	return err
+	}}
 }
 
-func (v *addrsValue) String() string { return strings.Join(*v, ",") }
-
-// listValue is a comma-separated list (spaces around items dropped).
-type listValue []string
-
-func (v *listValue) Set(s string) error {
-	*v = splitList(s)
-	return nil
+// listValue is a list of any words (spaces around items dropped).
+func listValue(p *[]string) list[string] {
+	return list[string]{p: p, parse: anyString, format: sameString}
 }
-
-func (v *listValue) String() string { return strings.Join(*v, ",") }
 
 // parseList parses every item of a comma-separated value with parse and
 // returns the items it took, with the errors of all it refused.

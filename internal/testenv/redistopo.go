@@ -85,13 +85,7 @@ func startSentinel(t testing.TB, master, primary string, downAfter time.Duration
 }
 
 // SentinelAddrs are the Sentinels' host:port.
-func (s *SentinelTopology) SentinelAddrs() []string {
-	var out []string
-	for _, p := range s.Sentinels {
-		out = append(out, p.Addr)
-	}
-	return out
-}
+func (s *SentinelTopology) SentinelAddrs() []string { return procAddrs(s.Sentinels) }
 
 // MasterAddr is the primary's address as the first Sentinel that answers
 // reports it ("" if none does).
@@ -128,14 +122,12 @@ func StartClusterTopology(t testing.TB, nodeTimeout time.Duration) *ClusterTopol
 		unavailable(t, "redis-cli", err)
 	}
 	c := &ClusterTopology{NodeTimeout: nodeTimeout}
-	var addrs []string
 	for _, port := range clusterPorts(t, 6) {
 		p := StartRedisServerOn(t, port, "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
 			"--cluster-node-timeout", strconv.FormatInt(nodeTimeout.Milliseconds(), 10))
 		c.Nodes = append(c.Nodes, p)
-		addrs = append(addrs, p.Addr)
 	}
-	out, err := exec.Command(cli, append(append([]string{"--cluster", "create"}, addrs...),
+	out, err := exec.Command(cli, append(append([]string{"--cluster", "create"}, c.Addrs()...),
 		"--cluster-replicas", "1", "--cluster-yes")...).CombinedOutput()
 	if err != nil {
 		t.Fatalf("redis-cli --cluster create: %v\n%s", err, out)
@@ -182,9 +174,12 @@ func clusterPorts(t testing.TB, n int) []int {
 }
 
 // Addrs are the nodes' host:port.
-func (c *ClusterTopology) Addrs() []string {
+func (c *ClusterTopology) Addrs() []string { return procAddrs(c.Nodes) }
+
+// procAddrs are the processes' host:port, in their order.
+func procAddrs(procs []*RedisProc) []string {
 	var out []string
-	for _, p := range c.Nodes {
+	for _, p := range procs {
 		out = append(out, p.Addr)
 	}
 	return out

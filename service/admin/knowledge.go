@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 
 	"github.com/ragent-go/ragent/service"
@@ -167,11 +169,7 @@ func (k *KnowledgeBases) List(ctx context.Context, p service.Principal, after se
 	if err != nil {
 		return nil, err
 	}
-	ids := make([]service.ID, 0, len(roles))
-	for id := range roles {
-		ids = append(ids, id)
-	}
-	kbs, err := k.store.KnowledgeBasesIn(ctx, ids, after, limit)
+	kbs, err := k.store.KnowledgeBasesIn(ctx, slices.Collect(maps.Keys(roles)), after, limit)
 	if err != nil {
 		return nil, err
 	}

@@ -33,10 +33,10 @@ type KeyStore interface {
 	TouchAPIKey(ctx context.Context, id service.ID, at, notBefore time.Time) error
 }
 
-// KeyAccess tells which knowledge bases a principal may read
-// (service.Access).
+// KeyAccess checks that a principal may read the knowledge bases a new key
+// is limited to (service.Access).
 type KeyAccess interface {
-	Roles(ctx context.Context, p service.Principal, ids []service.ID) (map[service.ID]service.KBRole, error)
+	CheckReadable(ctx context.Context, p service.Principal, ids []service.ID) error
 }
 
 const (
@@ -220,14 +220,8 @@ func (a *APIKeys) validate(ctx context.Context, p service.Principal, in KeyInput
 				kbs = append(kbs, id)
 			}
 		}
-		roles, err := a.access.Roles(ctx, p, kbs)
-		if err != nil {
+		if err := a.access.CheckReadable(ctx, p, kbs); err != nil {
 			return nil, err
-		}
-		for _, id := range kbs {
-			if _, ok := roles[id]; !ok {
-				return nil, service.Errorf(service.ErrNotFound, "knowledge base %s not found", id)
-			}
 		}
 	}
 	now := a.now()

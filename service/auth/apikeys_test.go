@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"errors"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -79,14 +80,11 @@ func (s *keyStore) TouchAPIKey(_ context.Context, id service.ID, at, notBefore t
 // readAll reads every knowledge base but 99.
 type readAll struct{}
 
-func (readAll) Roles(_ context.Context, _ service.Principal, ids []service.ID) (map[service.ID]service.KBRole, error) {
-	out := map[service.ID]service.KBRole{}
-	for _, id := range ids {
-		if id != 99 {
-			out[id] = service.KBEditor
-		}
+func (readAll) CheckReadable(_ context.Context, _ service.Principal, ids []service.ID) error {
+	if slices.Contains(ids, 99) {
+		return service.Errorf(service.ErrNotFound, "knowledge base 99 not found")
 	}
-	return out, nil
+	return nil
 }
 
 func newKeys(t *testing.T) (*APIKeys, *keyStore, *clock) {

@@ -7,24 +7,6 @@ import (
 	"github.com/ragent-go/ragent/service"
 )
 
-// checkReadable fails with service.ErrNotFound when the question names a
-// knowledge base p cannot read, before any stream starts.
-func (s *Service) checkReadable(ctx context.Context, p service.Principal, ids []service.ID) error {
-	if len(ids) == 0 {
-		return nil
-	}
-	roles, err := s.d.Access.Roles(ctx, p, ids)
-	if err != nil {
-		return err
-	}
-	for _, id := range ids {
-		if _, ok := roles[id]; !ok {
-			return service.Errorf(service.ErrNotFound, "knowledge base %s not found", id)
-		}
-	}
-	return nil
-}
-
 // visibleSources hides, in saved answers, the sources whose knowledge base
 // the reader can no longer read (unshared, made private, or deleted): the
 // reader sees the history as their current access allows. The answer text

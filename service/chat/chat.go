@@ -256,7 +256,7 @@ func (s *Service) Validate(ctx context.Context, p service.Principal, req *Reques
 	if m := req.MaxTokens; m != nil && (*m < 1 || *m > s.cfg.MaxAnswerTokens) {
 		return service.Errorf(service.ErrInvalid, "max_tokens must be between 1 and %d", s.cfg.MaxAnswerTokens)
 	}
-	if err := s.checkReadable(ctx, p, req.KnowledgeBaseIDs); err != nil {
+	if err := s.d.Access.CheckReadable(ctx, p, req.KnowledgeBaseIDs); err != nil {
 		return err
 	}
 	if p.Visitor != "" && !req.Ephemeral {

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 
 	"github.com/ragent-go/ragent/service"
 	"github.com/ragent-go/ragent/service/ingest/parse"
@@ -67,10 +69,7 @@ func (s *Service) editorKBs(ctx context.Context, p service.Principal) (readable 
 	if err != nil {
 		return nil, nil, err
 	}
-	for kb := range roles {
-		readable = append(readable, kb)
-	}
-	return readable, roles, nil
+	return slices.Collect(maps.Keys(roles)), roles, nil
 }
 
 // mayEdit refuses unless roles make p an editor of knowledge base kbID.

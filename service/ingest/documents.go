@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 
 	"github.com/ragent-go/ragent/service"
 )
@@ -20,11 +22,7 @@ func (s *Service) document(ctx context.Context, p service.Principal, id service.
 	if err != nil {
 		return nil, err
 	}
-	readable := make([]service.ID, 0, len(roles))
-	for kb := range roles {
-		readable = append(readable, kb)
-	}
-	doc, err := s.store.DocumentIn(ctx, id, readable)
+	doc, err := s.store.DocumentIn(ctx, id, slices.Collect(maps.Keys(roles)))
 	if errors.Is(err, service.ErrNotFound) {
 		return nil, service.Errorf(service.ErrNotFound, "document %s not found", id)
 	}

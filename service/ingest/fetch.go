@@ -77,11 +77,16 @@ func (s *Service) claimFetches(ctx context.Context, n int) ([]func(context.Conte
 	if err != nil {
 		return nil, err
 	}
-	jobs := make([]func(context.Context), len(docs))
-	for i, d := range docs {
-		jobs[i] = func(ctx context.Context) { s.fetchOne(ctx, d) }
+	return poolJobs(docs, s.fetchOne), nil
+}
+
+// poolJobs makes runPool's jobs of claimed items: one run of each.
+func poolJobs[T any](items []T, run func(context.Context, T)) []func(context.Context) {
+	jobs := make([]func(context.Context), len(items))
+	for i, item := range items {
+		jobs[i] = func(ctx context.Context) { run(ctx, item) }
 	}
-	return jobs, nil
+	return jobs
 }
 
 // fetchOne fetches a claimed import and records what came back.

@@ -177,11 +177,7 @@ func (s *Service) claimDeliveries(ctx context.Context, n int) ([]func(context.Co
 	if err != nil {
 		return nil, err
 	}
-	jobs := make([]func(context.Context), len(due))
-	for i, d := range due {
-		jobs[i] = func(ctx context.Context) { s.deliverOne(ctx, d) }
-	}
-	return jobs, nil
+	return poolJobs(due, s.deliverOne), nil
 }
 
 // deliverOne attempts a claimed delivery and records the outcome: sent,

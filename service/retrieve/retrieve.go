@@ -242,14 +242,8 @@ func (s *Searcher) knowledgeBases(ctx context.Context, p service.Principal, ids 
 		}
 		want = readable
 	} else {
-		roles, err := s.access.Roles(ctx, p, ids)
-		if err != nil {
+		if err := s.access.CheckReadable(ctx, p, ids); err != nil {
 			return nil, err
-		}
-		for _, id := range ids {
-			if _, ok := roles[id]; !ok {
-				return nil, service.Errorf(service.ErrNotFound, "knowledge base %s not found", id)
-			}
 		}
 		want = ids
 	}

@@ -11,7 +11,6 @@ import (
 	"io"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"time"
 	"unicode"
@@ -138,15 +137,11 @@ func parseImage(mime string) parser {
 		if err != nil {
 			return nil, err
 		}
-		dir, err := os.MkdirTemp("", "ragent-ocr-")
+		dir, file, err := ocrInput(r, size, "image")
 		if err != nil {
-			return nil, fmt.Errorf("ocr: %w", err)
-		}
-		defer os.RemoveAll(dir)
-		file := filepath.Join(dir, "image")
-		if err := copyToFile(file, r, size); err != nil {
 			return nil, err
 		}
+		defer os.RemoveAll(dir)
 		progress(ctx)
 		if pages == 1 {
 			file = deskew(file) // x/image/tiff decodes a TIFF's first page only: a multi-page one goes as it is

@@ -25,15 +25,11 @@ func ocrPDFPages(ctx context.Context, r io.ReaderAt, size int64, pages []int, si
 	if len(pages) > o.MaxPages {
 		return nil, fmt.Errorf("%w: %d pages need OCR, more than the %d OCR reads per document", ErrTooLarge, len(pages), o.MaxPages)
 	}
-	dir, err := os.MkdirTemp("", "ragent-ocr-")
+	dir, pdfFile, err := ocrInput(r, size, "doc.pdf")
 	if err != nil {
-		return nil, fmt.Errorf("ocr: %w", err)
-	}
-	defer os.RemoveAll(dir)
-	pdfFile := filepath.Join(dir, "doc.pdf")
-	if err := copyToFile(pdfFile, r, size); err != nil {
 		return nil, err
 	}
+	defer os.RemoveAll(dir)
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var (
@@ -199,6 +195,22 @@ func toolMessage(s string) string {
 		keep = append(keep, l)
 	}
 	return text.Truncate(strings.Join(keep, "; "), 300)
+}
+
+// ocrInput makes a temporary directory for one OCR run and writes the
+// document there as name, for the OCR programs to read. The caller removes
+// dir, with whatever the run added to it; on an error nothing is left.
+func ocrInput(r io.ReaderAt, size int64, name string) (dir, file string, err error) {
+	dir, err = os.MkdirTemp("", "ragent-ocr-")
+	if err != nil {
+		return "", "", fmt.Errorf("ocr: %w", err)
+	}
+	file = filepath.Join(dir, name)
+	if err := copyToFile(file, r, size); err != nil {
+		os.RemoveAll(dir)
+		return "", "", err
+	}
+	return dir, file, nil
 }
 
 func copyToFile(name string, r io.ReaderAt, size int64) error {

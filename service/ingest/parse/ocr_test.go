@@ -101,6 +101,16 @@ func pngBytes(t testing.TB, img image.Image) []byte {
 	return buf.Bytes()
 }
 
+// scannedPage is body, which fits on one page, as a page scanned at dpi.
+func scannedPage(t *testing.T, body string, dpi int) image.Image {
+	t.Helper()
+	pages, _, err := scanpage.Text(body, scanpage.Options{DPI: dpi})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pages[0]
+}
+
 func docText(doc *Text) string {
 	var b strings.Builder
 	for _, bl := range doc.Blocks {
@@ -182,15 +192,8 @@ func TestOCRQuality(t *testing.T) {
 // has no text.
 func TestOCRScannedPDF(t *testing.T) {
 	testenv.OCR(t)
-	en, _, err := scanpage.Text(englishPage, scanpage.Options{DPI: 150})
-	if err != nil {
-		t.Fatal(err)
-	}
-	zh, _, err := scanpage.Text(chinesePage, scanpage.Options{DPI: 150})
-	if err != nil {
-		t.Fatal(err)
-	}
-	file, err := scanpage.PDF([]image.Image{en[0], zh[0], en[0]})
+	en, zh := scannedPage(t, englishPage, 150), scannedPage(t, chinesePage, 150)
+	file, err := scanpage.PDF([]image.Image{en, zh, en})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -220,11 +223,11 @@ func TestOCRScannedPDF(t *testing.T) {
 	if !errors.Is(err, ErrEmpty) {
 		t.Fatalf("OCR off: err = %v, want empty", err)
 	}
-	_, err = InProcess{}.Parse(ctx, pngBytes(t, en[0]), MimePNG, Limits{OCR: OCR{Mode: OCROff}})
+	_, err = InProcess{}.Parse(ctx, pngBytes(t, en), MimePNG, Limits{OCR: OCR{Mode: OCROff}})
 	if !errors.Is(err, ErrUnsupported) || !strings.Contains(err.Error(), "RAGENT_OCR=off") {
 		t.Fatalf("OCR off, an image: err = %v, want unsupported naming the setting", err)
 	}
-	_, err = InProcess{}.Parse(ctx, pngBytes(t, en[0]), MimePNG, Limits{OCR: OCR{Languages: "klingon"}})
+	_, err = InProcess{}.Parse(ctx, pngBytes(t, en), MimePNG, Limits{OCR: OCR{Languages: "klingon"}})
 	if !IsPermanent(err) || !strings.Contains(err.Error(), "klingon") {
 		t.Fatalf("a language not installed: err = %v, want a permanent failure naming it", err)
 	}
@@ -235,11 +238,8 @@ func TestOCRScannedPDF(t *testing.T) {
 // four pages with a timeout shorter than their total fails.
 func TestOCRDeadlineMovesWithPages(t *testing.T) {
 	testenv.OCR(t)
-	en, _, err := scanpage.Text(englishPage, scanpage.Options{DPI: 150})
-	if err != nil {
-		t.Fatal(err)
-	}
-	pages := []image.Image{en[0], en[0], en[0], en[0]}
+	en := scannedPage(t, englishPage, 150)
+	pages := []image.Image{en, en, en, en}
 	file, err := scanpage.PDF(pages)
 	if err != nil {
 		t.Fatal(err)
@@ -369,11 +369,8 @@ func TestOCRHostileImages(t *testing.T) {
 // and the parser process survives it.
 func TestOCRMemoryCap(t *testing.T) {
 	testenv.OCR(t)
-	en, _, err := scanpage.Text(englishPage, scanpage.Options{DPI: 300})
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, err = InProcess{}.Parse(context.Background(), pngBytes(t, en[0]), MimePNG, Limits{OCR: OCR{MemoryLimit: 24 << 20}})
+	en := scannedPage(t, englishPage, 300)
+	_, err := InProcess{}.Parse(context.Background(), pngBytes(t, en), MimePNG, Limits{OCR: OCR{MemoryLimit: 24 << 20}})
 	if !errors.Is(err, ErrTooLarge) || !strings.Contains(err.Error(), "memory limit") {
 		t.Fatalf("err = %v, want too large, naming the memory limit", err)
 	}
