@@ -27,9 +27,7 @@ func (s *Server) readyz(c *gin.Context) {
 		checks = make(map[string]string, len(s.deps.Pingers))
 	)
 	for name, p := range s.deps.Pingers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		wg.Go(func() {
 			status := "ok"
 			if err := p.Ping(ctx); err != nil {
 				status = "unavailable"
@@ -41,7 +39,7 @@ func (s *Server) readyz(c *gin.Context) {
 			mu.Lock()
 			checks[name] = status
 			mu.Unlock()
-		}()
+		})
 	}
 	wg.Wait()
 	var down []string

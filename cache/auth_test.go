@@ -100,9 +100,7 @@ func TestLoginAttemptCounters(t *testing.T) {
 			reserved int
 		)
 		for i := 0; i < 50; i++ {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
+			wg.Go(func() {
 				w, err := a.Reserve(ctx, "cat", []string{"", fmt.Sprintf(":10.0.2.%d", i%2)}, []int{5, 3}, window)
 				if err != nil {
 					t.Error(err)
@@ -113,7 +111,7 @@ func TestLoginAttemptCounters(t *testing.T) {
 					reserved++
 					mu.Unlock()
 				}
-			}()
+			})
 		}
 		wg.Wait()
 		if reserved != 5 {

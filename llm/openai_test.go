@@ -6,56 +6,12 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"net/http/httptest"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/ragent-go/ragent/service"
 )
-
-// fakeLLM is an OpenAI-compatible server whose answer to the n-th request
-// (0-based) is written by handle.
-type fakeLLM struct {
-	t      *testing.T
-	srv    *httptest.Server
-	handle func(n int, w http.ResponseWriter, r *http.Request)
-
-	calls    atomic.Int32
-	mu       sync.Mutex
-	bodies   []map[string]any
-	headers  []http.Header
-	urls     []string
-	arrivals []time.Time
-}
-
-func newFakeLLM(t *testing.T, handle func(n int, w http.ResponseWriter, r *http.Request)) *fakeLLM {
-	t.Helper()
-	f := &fakeLLM{t: t, handle: handle}
-	f.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		var body map[string]any
-		if err := json.NewDecoder(r.Body).Decode(&body); err != nil {
-			t.Errorf("request body: %v", err)
-		}
-		f.mu.Lock()
-		f.bodies = append(f.bodies, body)
-		f.headers = append(f.headers, r.Header.Clone())
-		f.urls = append(f.urls, r.URL.String())
-		f.arrivals = append(f.arrivals, time.Now())
-		f.mu.Unlock()
-		f.handle(int(f.calls.Add(1))-1, w, r)
-	}))
-	t.Cleanup(f.srv.Close)
-	return f
-}
-
-func (f *fakeLLM) arrival(i int) time.Time {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.arrivals[i]
-}
 
 // sse writes one server-sent event and flushes it.
 func sse(w http.ResponseWriter, v any) {
@@ -123,7 +79,7 @@ func chatFor(t *testing.T, cfg Config) service.ChatModel {
 var question = service.ChatRequest{Messages: []service.ChatMessage{{Role: "system", Content: "Be brief."}, {Role: "user", Content: "Say hello"}}}
 
 func TestOpenAIStream(t *testing.T) {
-	f := newFakeLLM(t, func(_ int, w http.ResponseWriter, _ *http.Request) {
+	v := newVendor(t, func(_ int, w http.ResponseWriter, _ *http.Request) {
 		startSSE(w)
 		fmt.Fprint(w, ": keep-alive\n\n")
 		sse(w, delta("role", "assistant"))
@@ -135,7 +91,7 @@ func TestOpenAIStream(t *testing.T) {
 		sse(w, usageChunk(12, 3))
 		sse(w, nil)
 	})
-	deltas, usage, err := collect(t, context.Background(), chatFor(t, fastConfig(f.srv.URL)), question)
+	deltas, usage, err := collect(t, context.Background(), chatFor(t, fastConfig(v.srv.URL)), question)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -145,7 +101,7 @@ func TestOpenAIStream(t *testing.T) {
 	if usage != (service.Usage{PromptTokens: 12, CompletionTokens: 3, TotalTokens: 15}) {
 		t.Fatalf("usage %+v", usage)
 	}
-	body, hdr := f.bodies[0], f.headers[0]
+	_, hdr, body := v.request(0)
 	if body["model"] != "test-model" || body["stream"] != true || hdr.Get("Authorization") != "Bearer sk-test" {
 		t.Fatalf("request %v %v", body, hdr)
 	}
@@ -158,10 +114,10 @@ func TestOpenAIStream(t *testing.T) {
 }
 
 func TestOpenAIRequestOptions(t *testing.T) {
-	f := newFakeLLM(t, func(_ int, w http.ResponseWriter, _ *http.Request) { streamAnswer(w, `{"a":1}`) })
+	v := newVendor(t, func(_ int, w http.ResponseWriter, _ *http.Request) { streamAnswer(w, `{"a":1}`) })
 	req := question
 	req.JSON, req.Temperature, req.MaxTokens, req.Model = true, 0.2, 64, "override"
-	deltas, usage, err := collect(t, context.Background(), chatFor(t, fastConfig(f.srv.URL)), req)
+	deltas, usage, err := collect(t, context.Background(), chatFor(t, fastConfig(v.srv.URL)), req)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -172,7 +128,7 @@ func TestOpenAIRequestOptions(t *testing.T) {
 	if usage.PromptTokens == 0 || usage.CompletionTokens == 0 {
 		t.Fatalf("estimated usage %+v", usage)
 	}
-	body := f.bodies[0]
+	_, _, body := v.request(0)
 	rf, _ := body["response_format"].(map[string]any)
 	if body["model"] != "override" || body["temperature"] != 0.2 || body["max_tokens"] != float64(64) || rf["type"] != "json_object" {
 		t.Fatalf("request %v", body)
@@ -180,7 +136,7 @@ func TestOpenAIRequestOptions(t *testing.T) {
 }
 
 func TestOpenAIReasoning(t *testing.T) {
-	f := newFakeLLM(t, func(_ int, w http.ResponseWriter, _ *http.Request) {
+	v := newVendor(t, func(_ int, w http.ResponseWriter, _ *http.Request) {
 		startSSE(w)
 		sse(w, delta("reasoning_content", "The user "))
 		sse(w, delta("reasoning", "wants a greeting."))
@@ -188,7 +144,7 @@ func TestOpenAIReasoning(t *testing.T) {
 		sse(w, finish())
 		sse(w, nil)
 	})
-	m := chatFor(t, fastConfig(f.srv.URL))
+	m := chatFor(t, fastConfig(v.srv.URL))
 	tests := []struct {
 		thinking  bool
 		wantThink string
@@ -218,7 +174,7 @@ func TestOpenAIReasoning(t *testing.T) {
 }
 
 func TestOpenAIRetryAfter(t *testing.T) {
-	f := newFakeLLM(t, func(n int, w http.ResponseWriter, _ *http.Request) {
+	v := newVendor(t, func(n int, w http.ResponseWriter, _ *http.Request) {
 		if n == 0 {
 			w.Header().Set("Retry-After", "1")
 			http.Error(w, `{"error":{"message":"rate limited"}}`, http.StatusTooManyRequests)
@@ -226,15 +182,15 @@ func TestOpenAIRetryAfter(t *testing.T) {
 		}
 		streamAnswer(w, "ok")
 	})
-	deltas, _, err := collect(t, context.Background(), chatFor(t, fastConfig(f.srv.URL)), question)
+	deltas, _, err := collect(t, context.Background(), chatFor(t, fastConfig(v.srv.URL)), question)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if joined(deltas, service.DeltaResponse) != "ok" || f.calls.Load() != 2 {
-		t.Fatalf("deltas %+v after %d calls", deltas, f.calls.Load())
+	if joined(deltas, service.DeltaResponse) != "ok" || v.calls() != 2 {
+		t.Fatalf("deltas %+v after %d calls", deltas, v.calls())
 	}
 	// The backoff is 10 ms, so only the header explains a wait of a second.
-	if waited := f.arrival(1).Sub(f.arrival(0)); waited < time.Second || waited > 2*time.Second {
+	if waited := v.arrival(1).Sub(v.arrival(0)); waited < time.Second || waited > 2*time.Second {
 		t.Fatalf("waited %v between attempts, want Retry-After's 1s (≤ 2s)", waited)
 	}
 }
@@ -244,7 +200,7 @@ func TestOpenAIFailures(t *testing.T) {
 		name      string
 		handle    func(n int, w http.ResponseWriter, r *http.Request)
 		retries   int
-		wantCalls int32
+		wantCalls int
 		wantText  string
 		wantErr   string
 	}{
@@ -324,14 +280,14 @@ func TestOpenAIFailures(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			f := newFakeLLM(t, tt.handle)
-			cfg := fastConfig(f.srv.URL)
+			v := newVendor(t, tt.handle)
+			cfg := fastConfig(v.srv.URL)
 			cfg.MaxRetries = tt.retries
 			deltas, _, err := collect(t, context.Background(), chatFor(t, cfg), question)
 			if got := joined(deltas, service.DeltaResponse); got != tt.wantText {
 				t.Errorf("text %q, want %q", got, tt.wantText)
 			}
-			if got := f.calls.Load(); got != tt.wantCalls {
+			if got := v.calls(); got != tt.wantCalls {
 				t.Errorf("%d calls, want %d", got, tt.wantCalls)
 			}
 			switch {
@@ -391,8 +347,8 @@ func TestOpenAITimeouts(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			f := newFakeLLM(t, func(_ int, w http.ResponseWriter, r *http.Request) { tt.handle(w, r) })
-			cfg := fastConfig(f.srv.URL)
+			v := newVendor(t, func(_ int, w http.ResponseWriter, r *http.Request) { tt.handle(w, r) })
+			cfg := fastConfig(v.srv.URL)
 			cfg.FirstTokenTimeout, cfg.IdleTimeout = 300*time.Millisecond, 300*time.Millisecond
 			start := time.Now()
 			deltas, _, err := collect(t, context.Background(), chatFor(t, cfg), question)
@@ -406,8 +362,8 @@ func TestOpenAITimeouts(t *testing.T) {
 			if elapsed > 2*time.Second {
 				t.Errorf("took %v to time out", elapsed)
 			}
-			if f.calls.Load() != 1 {
-				t.Errorf("%d calls: a timeout must not be retried", f.calls.Load())
+			if v.calls() != 1 {
+				t.Errorf("%d calls: a timeout must not be retried", v.calls())
 			}
 		})
 	}
@@ -415,7 +371,7 @@ func TestOpenAITimeouts(t *testing.T) {
 
 func TestOpenAICancelAbortsUpstream(t *testing.T) {
 	aborted := make(chan time.Time, 1)
-	f := newFakeLLM(t, func(_ int, w http.ResponseWriter, r *http.Request) {
+	v := newVendor(t, func(_ int, w http.ResponseWriter, r *http.Request) {
 		startSSE(w)
 		sse(w, delta("content", "first"))
 		select {
@@ -427,7 +383,7 @@ func TestOpenAICancelAbortsUpstream(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	var cancelledAt time.Time
-	_, err := chatFor(t, fastConfig(f.srv.URL)).Stream(ctx, question, func(service.Delta) error {
+	_, err := chatFor(t, fastConfig(v.srv.URL)).Stream(ctx, question, func(service.Delta) error {
 		cancelledAt = time.Now()
 		cancel() // as a stop request or a client disconnect does
 		return nil
@@ -446,15 +402,15 @@ func TestOpenAICancelAbortsUpstream(t *testing.T) {
 }
 
 func TestOpenAICallbackError(t *testing.T) {
-	f := newFakeLLM(t, func(_ int, w http.ResponseWriter, _ *http.Request) { streamAnswer(w, "a", "b", "c") })
+	v := newVendor(t, func(_ int, w http.ResponseWriter, _ *http.Request) { streamAnswer(w, "a", "b", "c") })
 	stop := errors.New("client went away")
 	n := 0
-	_, err := chatFor(t, fastConfig(f.srv.URL)).Stream(context.Background(), question, func(service.Delta) error {
+	_, err := chatFor(t, fastConfig(v.srv.URL)).Stream(context.Background(), question, func(service.Delta) error {
 		n++
 		return stop
 	})
-	if err != stop || n != 1 || f.calls.Load() != 1 {
-		t.Fatalf("err = %v after %d deltas and %d calls, want the onDelta error unchanged after 1", err, n, f.calls.Load())
+	if err != stop || n != 1 || v.calls() != 1 {
+		t.Fatalf("err = %v after %d deltas and %d calls, want the onDelta error unchanged after 1", err, n, v.calls())
 	}
 }
 

@@ -25,16 +25,18 @@ import (
 // This file tests each provider path against an in-test server speaking
 // that vendor's wire format, streaming included.
 
-// vendor is an in-test server that records each request and answers it
-// with handle.
+// vendor is an in-test server that records each request (whose body must
+// be JSON; handle can read it again) and answers the n-th (0-based) with
+// handle.
 type vendor struct {
 	srv    *httptest.Server
 	handle func(n int, w http.ResponseWriter, r *http.Request)
 
-	mu      sync.Mutex
-	paths   []string // path?query
-	headers []http.Header
-	bodies  []map[string]any
+	mu       sync.Mutex
+	paths    []string // path?query
+	headers  []http.Header
+	bodies   []map[string]any
+	arrivals []time.Time
 }
 
 func newVendor(t *testing.T, handle func(n int, w http.ResponseWriter, r *http.Request)) *vendor {
@@ -44,12 +46,15 @@ func newVendor(t *testing.T, handle func(n int, w http.ResponseWriter, r *http.R
 		raw, _ := io.ReadAll(r.Body)
 		r.Body = io.NopCloser(bytes.NewReader(raw))
 		var body map[string]any
-		_ = json.Unmarshal(raw, &body)
+		if err := json.Unmarshal(raw, &body); err != nil {
+			t.Errorf("request body: %v", err)
+		}
 		v.mu.Lock()
 		n := len(v.paths)
 		v.paths = append(v.paths, r.URL.RequestURI())
 		v.headers = append(v.headers, r.Header.Clone())
 		v.bodies = append(v.bodies, body)
+		v.arrivals = append(v.arrivals, time.Now())
 		v.mu.Unlock()
 		v.handle(n, w, r)
 	}))
@@ -61,6 +66,13 @@ func (v *vendor) request(i int) (string, http.Header, map[string]any) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	return v.paths[i], v.headers[i], v.bodies[i]
+}
+
+// arrival is when the i-th request came in.
+func (v *vendor) arrival(i int) time.Time {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	return v.arrivals[i]
 }
 
 func (v *vendor) calls() int {

@@ -86,9 +86,7 @@ func TestMigrateConcurrently(t *testing.T) {
 	)
 	for i := 0; i < instances; i++ {
 		s := openTest(t, url)
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		wg.Go(func() {
 			errs <- s.WithStartupLock(context.Background(), func(ctx context.Context) error {
 				mu.Lock()
 				inside++
@@ -100,7 +98,7 @@ func TestMigrateConcurrently(t *testing.T) {
 				mu.Unlock()
 				return err
 			})
-		}()
+		})
 	}
 	wg.Wait()
 	close(errs)

@@ -108,11 +108,9 @@ func TestSyncOIDCGroups(t *testing.T) {
 		u := service.ID(100 + i)
 		must(s.CreateUser(ctx, &service.User{ID: u, Username: "c" + u.String(), Role: service.RoleUser, SSO: true,
 			OIDCIssuer: "https://idp.example", OIDCSubject: "c" + u.String()}))
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		wg.Go(func() {
 			_, _, errs[i] = s.SyncOIDCGroups(ctx, u, []string{"brand-new", "Brand-New-2"}, newID)
-		}()
+		})
 	}
 	wg.Wait()
 	for i, err := range errs {
@@ -147,13 +145,11 @@ func TestOIDCLoginAndCheckClaim(t *testing.T) {
 	var wg sync.WaitGroup
 	var got atomic.Int32
 	for range 4 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		wg.Go(func() {
 			if l, err := s.TakeOIDCLogin(ctx, "st", now); err == nil && l.Verifier == "v" {
 				got.Add(1)
 			}
-		}()
+		})
 	}
 	wg.Wait()
 	if got.Load() != 1 {
@@ -171,13 +167,11 @@ func TestOIDCLoginAndCheckClaim(t *testing.T) {
 	}
 	var claimed atomic.Int32
 	for range 4 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		wg.Go(func() {
 			if ok, err := s.ClaimOIDCCheck(ctx, "t", now, now.Add(time.Minute)); err == nil && ok {
 				claimed.Add(1)
 			}
-		}()
+		})
 	}
 	wg.Wait()
 	if claimed.Load() != 1 {

@@ -191,9 +191,7 @@ func TestReindexIsAtomicForReaders(t *testing.T) {
 	}
 	// repeat runs step until stop, or until it returns false.
 	repeat := func(step func() bool) {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		wg.Go(func() {
 			for {
 				select {
 				case <-stop:
@@ -204,7 +202,7 @@ func TestReindexIsAtomicForReaders(t *testing.T) {
 					return
 				}
 			}
-		}()
+		})
 	}
 	for w := 0; w < 3; w++ {
 		repeat(func() bool {

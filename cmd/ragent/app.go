@@ -90,13 +90,11 @@ func (a *App) Run(ctx context.Context, ln net.Listener) error {
 	var wg sync.WaitGroup
 	errc := make(chan error, 2+len(a.runners)) // runners, the API and the metrics server
 	for _, r := range a.runners {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		wg.Go(func() {
 			if err := r(ctx); err != nil && !errors.Is(err, context.Canceled) {
 				errc <- err
 			}
-		}()
+		})
 	}
 	// Requests get their own base context, cancelled with ErrShutdown when
 	// shutdown begins, so a stream can tell a shutdown from a client that

@@ -326,8 +326,7 @@ func TestInstancesShareAuthAndIDs(t *testing.T) {
 		ins = make([]*instance, 3)
 	)
 	for i := range ins {
-		wg.Add(1)
-		go func() { defer wg.Done(); ins[i] = start(t, cfg) }()
+		wg.Go(func() { ins[i] = start(t, cfg) })
 	}
 	wg.Wait()
 	if t.Failed() {
@@ -461,14 +460,12 @@ func TestParallelGuessesRespectLimit(t *testing.T) {
 		statuses = map[int]int{}
 	)
 	for i := 0; i < guesses; i++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		wg.Go(func() {
 			r := in.client(t, "").do("POST", "/api/v1/auth/login", map[string]string{"username": "dora", "password": "wrong-guess"})
 			mu.Lock()
 			statuses[r.Status]++
 			mu.Unlock()
-		}()
+		})
 	}
 	wg.Wait()
 	limit := 5 // auth.Config's default MaxFailures

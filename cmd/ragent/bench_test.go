@@ -151,9 +151,7 @@ func BenchmarkQueuedStreams(b *testing.B) {
 	var wg sync.WaitGroup
 	open := func(from, to int) {
 		for i := from; i < to; i++ {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
+			wg.Go(func() {
 				body, _ := json.Marshal(map[string]any{"question": fmt.Sprintf("waiting %d", i)})
 				req, _ := http.NewRequestWithContext(ctx, "POST", in.url+"/api/v1/chat", bytes.NewReader(body))
 				req.Header.Set("Content-Type", "application/json")
@@ -171,7 +169,7 @@ func BenchmarkQueuedStreams(b *testing.B) {
 						queued.Add(1)
 					}
 				}
-			}()
+			})
 		}
 		deadline := time.Now().Add(60 * time.Second)
 		for int(queued.Load()) < to && time.Now().Before(deadline) {

@@ -278,9 +278,7 @@ func runChaos(t *testing.T, top chaosTopology) *chaosResult {
 	var idsWG sync.WaitGroup
 	issued := make([][]int64, len(ins))
 	for i, in := range ins {
-		idsWG.Add(1)
-		go func() {
-			defer idsWG.Done()
+		idsWG.Go(func() {
 			tick := time.NewTicker(time.Millisecond)
 			defer tick.Stop()
 			for {
@@ -293,7 +291,7 @@ func runChaos(t *testing.T, top chaosTopology) *chaosResult {
 					issued[i] = append(issued[i], id)
 				}
 			}
-		}()
+		})
 	}
 
 	// The stop probe: an answer only a stop ends, running before the kill.
@@ -334,9 +332,7 @@ func runChaos(t *testing.T, top chaosTopology) *chaosResult {
 	var killOnce sync.Once
 	var loadWG sync.WaitGroup
 	for u := range chaosUsers {
-		loadWG.Add(1)
-		go func() {
-			defer loadWG.Done()
+		loadWG.Go(func() {
 			for k := range chaosChats / chaosUsers {
 				i := u*(chaosChats/chaosUsers) + k
 				in := ins[(u+k)%len(ins)]
@@ -366,7 +362,7 @@ func runChaos(t *testing.T, top chaosTopology) *chaosResult {
 					}
 				}
 			}
-		}()
+		})
 	}
 	loadOver := make(chan struct{})
 	go func() { loadWG.Wait(); close(loadOver) }()
@@ -409,9 +405,7 @@ func runChaos(t *testing.T, top chaosTopology) *chaosResult {
 	docIDs := make([]string, chaosDocs)
 	var docsWG sync.WaitGroup
 	for d := range chaosDocs {
-		docsWG.Add(1)
-		go func() {
-			defer docsWG.Done()
+		docsWG.Go(func() {
 			time.Sleep(time.Until(killedAt.Add(time.Duration(d) * 100 * time.Millisecond)))
 			for time.Since(killedAt) < 90*time.Second {
 				id, retry := chaosUpload(ins[d%len(ins)].url, adminToken, kb, d)
@@ -421,7 +415,7 @@ func runChaos(t *testing.T, top chaosTopology) *chaosResult {
 				}
 				time.Sleep(retry)
 			}
-		}()
+		})
 	}
 
 	recoveredAt := top.recovered(t)

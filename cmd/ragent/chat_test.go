@@ -299,9 +299,7 @@ func TestChatFairQueueAcrossInstances(t *testing.T) {
 		q := question(i)
 		inQueue := make(chan struct{})
 		var once sync.Once
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		wg.Go(func() {
 			defer once.Do(func() { close(inQueue) })
 			_, events := ins[i%len(ins)].client(t, admin).chatStream(context.Background(), map[string]any{"question": q}, func(e sseEvent) bool {
 				if e.Name == "queue" {
@@ -313,7 +311,7 @@ func TestChatFairQueueAcrossInstances(t *testing.T) {
 				return true
 			})
 			seqs[i] = collapse(events)
-		}()
+		})
 		// The next chat arrives only once this one runs (its answer started)
 		// or waits in the queue.
 		if i < cfg.ChatMaxConcurrent {

@@ -174,13 +174,11 @@ func TestRestoreDeletedChunk(t *testing.T) {
 			var wg sync.WaitGroup
 			codes := make(chan int, n)
 			for range n {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
+				wg.Go(func() {
 					cc := &client{t: t, base: c.base, token: c.token}
 					st, _ := cc.restoreChunk(lead.ID, 0)
 					codes <- st
-				}()
+				})
 			}
 			wg.Wait()
 			close(codes)

@@ -278,15 +278,13 @@ func TestChunkCurationHostile(t *testing.T) {
 	errs := make(chan string, n)
 	for i := range n {
 		who := []string{"admin", "editor"}[i%2]
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		wg.Go(func() {
 			cc := &client{t: t, base: f.clients[who].base, token: f.clients[who].token}
 			r := cc.do("PATCH", "/api/v1/chunks/"+id, map[string]any{"content": fmt.Sprintf("Concurrent edit number %d of the zebrafish policy.", i)})
 			if r.Status != http.StatusOK {
 				errs <- fmt.Sprintf("edit %d: %d %s", i, r.Status, r.Body)
 			}
-		}()
+		})
 	}
 	wg.Wait()
 	close(errs)

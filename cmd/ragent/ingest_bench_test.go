@@ -171,9 +171,7 @@ func ingestOnce(b *testing.B, cfg Config, texts []string) (int, time.Duration) {
 	var mu sync.Mutex
 	uploaded := 0
 	for range 4 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		wg.Go(func() {
 			for i := range next {
 				_, err := a.ingestSvc.Upload(ctx, service.SystemPrincipal(), kb.ID, fmt.Sprintf("d%d.txt", i), strings.NewReader(texts[i]))
 				if err != nil && !errors.Is(err, service.ErrConflict) { // the same text twice: one document
@@ -186,7 +184,7 @@ func ingestOnce(b *testing.B, cfg Config, texts []string) (int, time.Duration) {
 					mu.Unlock()
 				}
 			}
-		}()
+		})
 	}
 	for i := range texts {
 		next <- i

@@ -102,9 +102,7 @@ func TestSearchConsistencyUnderReindex(t *testing.T) {
 	stopSearch := make(chan struct{})
 	var wg sync.WaitGroup
 	searchErr := make(chan error, 1)
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
+	wg.Go(func() {
 		sc := &client{t: t, base: c.base, token: c.token}
 		for {
 			select {
@@ -128,7 +126,7 @@ func TestSearchConsistencyUnderReindex(t *testing.T) {
 				}
 			}
 		}
-	}()
+	})
 
 	// Rebuilds run back to back while the documents change, at least two.
 	mutated := make(chan struct{})

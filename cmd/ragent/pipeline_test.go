@@ -87,9 +87,7 @@ func testReplaceByExternalID(t *testing.T, cfg Config) {
 		violations []string
 	)
 	for range 3 {
-		loops.Add(1)
-		go func() {
-			defer loops.Done()
+		loops.Go(func() {
 			for {
 				select {
 				case <-stop:
@@ -119,7 +117,7 @@ func testReplaceByExternalID(t *testing.T, cfg Config) {
 					mu.Unlock()
 				}
 			}
-		}()
+		})
 	}
 	r := c.uploadExternal(kb, "handbook", "handbook-v2.txt", version("TWO"))
 	if r.Status != http.StatusAccepted {
@@ -215,11 +213,9 @@ func testReplaceByExternalID(t *testing.T, cfg Config) {
 		errs := make([]error, 4)
 		var wg sync.WaitGroup
 		for i := range ids {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
+			wg.Go(func() {
 				ids[i], errs[i] = uploadOnce(in.url, c.token, kb, "raced", "raced.txt", []byte(fmt.Sprintf("raced content %d", i)))
-			}()
+			})
 		}
 		wg.Wait()
 		for i := range ids {

@@ -49,11 +49,9 @@ func TestMigrateFromSeveralProcesses(t *testing.T) {
 	errs := make([]error, procs)
 	outs := make([]string, procs)
 	for i := 0; i < procs; i++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		wg.Go(func() {
 			outs[i], errs[i] = runProcess(t, "migrate", "RAGENT_DATABASE_URL="+url, "RAGENT_LOG_LEVEL=warn")
-		}()
+		})
 	}
 	wg.Wait()
 	for i, err := range errs {

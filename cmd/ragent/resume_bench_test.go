@@ -91,9 +91,7 @@ func BenchmarkChatDetachedMemory(b *testing.B) {
 				strings.NewReader(fmt.Sprintf(`{"question":%q}`, questions[i])))
 			req.Header.Set("Authorization", "Bearer "+c.token)
 			req.Header.Set("Content-Type", "application/json")
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
+			wg.Go(func() {
 				defer cancel()
 				resp, err := http.DefaultClient.Do(req)
 				if err != nil {
@@ -116,7 +114,7 @@ func BenchmarkChatDetachedMemory(b *testing.B) {
 				if !detach {
 					_, _ = io.Copy(io.Discard, r)
 				}
-			}()
+			})
 			<-metaSeen
 		}
 		for range n {

@@ -104,11 +104,9 @@ func TestComposeScale(t *testing.T) {
 		results := make([]chatResult, chats)
 		var wg sync.WaitGroup
 		for i := range chats {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
+			wg.Go(func() {
 				results[i] = s.chat(context.Background(), token, fmt.Sprintf("question %02d", i), nil)
-			}()
+			})
 		}
 		wg.Wait()
 		replicas := map[string]bool{}

@@ -169,9 +169,7 @@ func IngestFiles(ctx context.Context, svc Ingester, kbID service.ID, corpus []Do
 	uctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	for range uploaders {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		wg.Go(func() {
 			for e := range next {
 				name, body, err := file(e)
 				var doc *service.Document
@@ -195,7 +193,7 @@ func IngestFiles(ctx context.Context, svc Ingester, kbID service.ID, corpus []Do
 				mu.Unlock()
 				uploaded.Add(1)
 			}
-		}()
+		})
 	}
 	go func() {
 		defer close(next)

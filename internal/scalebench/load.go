@@ -83,16 +83,14 @@ func fanOut(ctx context.Context, workers, from, to, step int, fn func(ctx contex
 	)
 	next := make(chan int)
 	for range max(1, workers) {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		wg.Go(func() {
 			for i := range next {
 				if err := fn(ctx, i); err != nil {
 					errOnce.Do(func() { firstErr = err; cancel() })
 					return
 				}
 			}
-		}()
+		})
 	}
 feed:
 	for i := from; i < to; i += step {

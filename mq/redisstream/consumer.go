@@ -129,9 +129,8 @@ func (c *Consumer) Run(ctx context.Context) error {
 	// before they ask Redis for it, so nothing is claimed that cannot run.
 	slots := make(chan struct{}, c.cfg.Concurrency)
 	var handlers, loops sync.WaitGroup
-	loops.Add(2)
-	go func() { defer loops.Done(); c.readLoop(ctx, slots, &handlers) }()
-	go func() { defer loops.Done(); c.reclaimLoop(ctx, slots, &handlers) }()
+	loops.Go(func() { c.readLoop(ctx, slots, &handlers) })
+	loops.Go(func() { c.reclaimLoop(ctx, slots, &handlers) })
 	loops.Wait()
 	handlers.Wait()
 	c.forgetConsumer()
@@ -329,12 +328,10 @@ func (c *Consumer) deliveries(ctx context.Context, msgs []redis.XMessage) (map[s
 // dispatch runs the handler for xm in its own goroutine; the caller holds one
 // slot for it, which the goroutine releases.
 func (c *Consumer) dispatch(ctx context.Context, xm redis.XMessage, deliveries int, slots chan struct{}, handlers *sync.WaitGroup) {
-	handlers.Add(1)
-	go func() {
-		defer handlers.Done()
+	handlers.Go(func() {
 		defer release(slots, 1)
 		c.handle(ctx, xm, deliveries)
-	}()
+	})
 }
 
 func (c *Consumer) handle(ctx context.Context, xm redis.XMessage, deliveries int) {

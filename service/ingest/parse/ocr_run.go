@@ -40,9 +40,7 @@ func ocrPDFPages(ctx context.Context, r io.ReaderAt, size int64, pages []int, si
 		next     = make(chan int)
 	)
 	for range min(o.Processes, len(pages)) {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		wg.Go(func() {
 			for page := range next {
 				progress(ctx) // this page has its own PageTimeout, however long the pages before it took
 				s, err := ocrPDFPage(ctx, dir, pdfFile, page, sizes[page], o)
@@ -57,7 +55,7 @@ func ocrPDFPages(ctx context.Context, r io.ReaderAt, size int64, pages []int, si
 					progress(ctx)
 				}
 			}
-		}()
+		})
 	}
 feed:
 	for _, p := range pages {
