@@ -109,9 +109,18 @@ func BenchmarkChatTTFT(b *testing.B) {
 // not counted) and reports the server's memory per waiting stream and its
 // CPU use while they wait.
 //
+// The streams come from 100 users, 10 each, as 1,000 waiting people would:
+// one account opening 1,000 chats within a minute is refused by the session
+// rate (RAGENT_SESSION_RATE_PER_MINUTE, 600 by default: 429 "too many
+// requests from this account"), rightly. The per-user queue cap is raised
+// from its default of 3 to 10 (334 users at 3 would cost 668 bcrypt hashes
+// to create and sign in). Each half opens 5 streams per user, so the second
+// half's figure is what a stream costs, not a user's first place in the
+// queue.
+//
 //	go test ./cmd/ragent -run '^$' -bench QueuedStreams -benchtime 1x
 func BenchmarkQueuedStreams(b *testing.B) {
-	const streams = 1000
+	const streams, users = 1000, 100
 	llm := newFakeLLM(b)
 	cfg := chatConfig(b, llm)
 	bin := filepath.Join(b.TempDir(), "ragent")
@@ -126,7 +135,7 @@ func BenchmarkQueuedStreams(b *testing.B) {
 		"RAGENT_ADMIN_PASSWORD=admin-password", "RAGENT_DEMO=false", "RAGENT_LOG_LEVEL=error",
 		"RAGENT_LLM_PROVIDER=openai", "RAGENT_LLM_BASE_URL="+llm.URL(), "RAGENT_LLM_CHAT_MODEL=m",
 		"RAGENT_CHAT_MAX_CONCURRENT=1", "RAGENT_CHAT_MAX_WAIT=120s", "RAGENT_CHAT_MAX_QUEUE=5000",
-		"RAGENT_CHAT_MAX_QUEUED_PER_USER=5000", "RAGENT_CHAT_RATE_PER_MINUTE=0", "RAGENT_PPROF_ADDR=127.0.0.1:"+pprofPort,
+		"RAGENT_CHAT_MAX_QUEUED_PER_USER="+strconv.Itoa(streams/users), "RAGENT_CHAT_RATE_PER_MINUTE=0", "RAGENT_PPROF_ADDR=127.0.0.1:"+pprofPort,
 		"RAGENT_METRICS_ADDR=off", "RAGENT_METRICS_PUBLIC=true") // goMetrics reads the API port
 	cmd.Stderr = os.Stderr
 	if err := cmd.Start(); err != nil {
@@ -136,6 +145,12 @@ func BenchmarkQueuedStreams(b *testing.B) {
 	in := &instance{url: "http://127.0.0.1:" + port}
 	waitHTTP(b, in.url+"/readyz")
 	admin := in.login(b, "admin", "admin-password")
+	tokens := make([]string, users)
+	for u := range tokens {
+		name := fmt.Sprintf("waiter-%03d", u)
+		in.createUser(b, admin, name, "waiter-password", "user")
+		tokens[u] = in.login(b, name, "waiter-password")
+	}
 
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -148,6 +163,15 @@ func BenchmarkQueuedStreams(b *testing.B) {
 	tr := &http.Transport{MaxIdleConnsPerHost: streams, MaxConnsPerHost: 0}
 	client := &http.Client{Transport: tr}
 	var queued atomic.Int32
+	var (
+		mu       sync.Mutex
+		outcomes = map[string]int{} // a stream that never queued, by what it got instead
+	)
+	failed := func(why string) {
+		mu.Lock()
+		outcomes[why]++
+		mu.Unlock()
+	}
 	var wg sync.WaitGroup
 	open := func(from, to int) {
 		for i := from; i < to; i++ {
@@ -155,30 +179,48 @@ func BenchmarkQueuedStreams(b *testing.B) {
 				body, _ := json.Marshal(map[string]any{"question": fmt.Sprintf("waiting %d", i)})
 				req, _ := http.NewRequestWithContext(ctx, "POST", in.url+"/api/v1/chat", bytes.NewReader(body))
 				req.Header.Set("Content-Type", "application/json")
-				req.Header.Set("Authorization", "Bearer "+admin)
+				req.Header.Set("Authorization", "Bearer "+tokens[i%users])
 				resp, err := client.Do(req)
 				if err != nil {
+					if ctx.Err() == nil {
+						failed("transport: " + err.Error())
+					}
 					return
 				}
 				defer resp.Body.Close()
 				sc := bufio.NewScanner(resp.Body)
 				counted := false
+				var first []string
 				for sc.Scan() {
 					if !counted && sc.Text() == "event: queue" {
 						counted = true
 						queued.Add(1)
 					}
+					if !counted && len(first) < 4 && sc.Text() != "" {
+						first = append(first, sc.Text())
+					}
+				}
+				if !counted && ctx.Err() == nil {
+					failed(fmt.Sprintf("status %d, ended without a queue event: %q (read error %v)", resp.StatusCode, first, sc.Err()))
 				}
 			})
 		}
 		deadline := time.Now().Add(60 * time.Second)
-		for int(queued.Load()) < to && time.Now().Before(deadline) {
+		for time.Now().Before(deadline) {
+			mu.Lock()
+			n := len(outcomes)
+			mu.Unlock()
+			if int(queued.Load()) >= to || n > 0 {
+				break
+			}
 			time.Sleep(100 * time.Millisecond)
 		}
-		if n := queued.Load(); int(n) < to {
-			b.Fatalf("only %d of %d streams are queued", n, to)
+		time.Sleep(time.Second) // settle; let other failures come in
+		mu.Lock()
+		defer mu.Unlock()
+		if n := queued.Load(); int(n) < to || len(outcomes) > 0 {
+			b.Fatalf("only %d of %d streams are queued; %d still waiting for their first event; the others: %v", n, to, to-int(n)-sum(outcomes), outcomes)
 		}
-		time.Sleep(time.Second) // settle
 	}
 	// Two steps: the first half also grows the connection pools (Postgres,
 	// Redis) to their caps, a fixed cost; the second half costs only what a
@@ -216,6 +258,13 @@ func BenchmarkQueuedStreams(b *testing.B) {
 	b.ReportMetric(100*(cpu2-cpu1).Seconds()/idle.Seconds(), "cpu%-idle-1000-waiting")
 	cancel()
 	wg.Wait()
+}
+
+func sum(m map[string]int) (n int) {
+	for _, v := range m {
+		n += v
+	}
+	return n
 }
 
 func waitHTTP(b *testing.B, url string) {
