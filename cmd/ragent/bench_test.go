@@ -219,7 +219,7 @@ func BenchmarkQueuedStreams(b *testing.B) {
 		mu.Lock()
 		defer mu.Unlock()
 		if n := queued.Load(); int(n) < to || len(outcomes) > 0 {
-			b.Fatalf("only %d of %d streams are queued; %d still waiting for their first event; the others: %v", n, to, to-int(n)-sum(outcomes), outcomes)
+			b.Fatalf("only %d of %d streams are queued; %d still waiting for their first event; the others: %v", n, to, to-int(n)-countsTotal(outcomes), outcomes)
 		}
 	}
 	// Two steps: the first half also grows the connection pools (Postgres,
@@ -260,7 +260,8 @@ func BenchmarkQueuedStreams(b *testing.B) {
 	wg.Wait()
 }
 
-func sum(m map[string]int) (n int) {
+// countsTotal adds up the counts by outcome.
+func countsTotal(m map[string]int) (n int) {
 	for _, v := range m {
 		n += v
 	}
