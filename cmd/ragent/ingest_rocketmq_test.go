@@ -7,10 +7,13 @@
 package main
 
 import (
+	"context"
 	"net"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/ragent-go/ragent/internal/testenv"
 	"github.com/ragent-go/ragent/mq/rocketmq"
@@ -61,6 +64,14 @@ func TestIngestRocketMQUnreachableAtUpload(t *testing.T) {
 	down.RocketMQNamesrv = deadAddr
 	down.Role = "api"
 	in, c, kb := ingestEnv(t, down)
+	// A failure below says where the message stopped: never published
+	// (the relay's attempts, error and claim) or published and not consumed.
+	db := connectDB(t, cfg.DatabaseURL)
+	t.Cleanup(func() {
+		if t.Failed() {
+			logOutbox(t, db)
+		}
+	})
 	d := c.uploadAccepted(kb, "outbox.txt", []byte("Narwhal tusks are elongated teeth with millions of nerve endings."))
 	time.Sleep(2 * time.Second) // a few relay rounds fail meanwhile
 	if st := c.document(d.ID).Status; st != "pending" {
@@ -80,5 +91,31 @@ func TestIngestRocketMQUnreachableAtUpload(t *testing.T) {
 	}
 	if !hasDocument(c.search(kb, "narwhal tusks", "keyword"), d.ID) {
 		t.Fatal("not searchable")
+	}
+}
+
+// logOutbox logs the outbox rows of the test's database: whether each was
+// sent, the relay's attempts, last error and claim.
+func logOutbox(t *testing.T, db *pgx.Conn) {
+	rows, err := db.Query(context.Background(), `SELECT id, topic, key, sent_at IS NOT NULL, attempts, last_error,
+		coalesce(to_char(claimed_until, 'HH24:MI:SS.MS'), '-'), to_char(now(), 'HH24:MI:SS.MS') FROM outbox ORDER BY id`)
+	if err != nil {
+		t.Logf("outbox: %v", err)
+		return
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var (
+			id                         int64
+			attempts                   int
+			sent                       bool
+			topic, key, lastErr, until string
+			now                        string
+		)
+		if err := rows.Scan(&id, &topic, &key, &sent, &attempts, &lastErr, &until, &now); err != nil {
+			t.Logf("outbox: %v", err)
+			return
+		}
+		t.Logf("outbox row %d %s %s: sent %v, attempts %d, last error %q, claimed until %s (now %s)", id, topic, key, sent, attempts, lastErr, until, now)
 	}
 }
