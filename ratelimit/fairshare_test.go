@@ -174,11 +174,7 @@ func TestFairShareLevels(t *testing.T) {
 	for _, a := range arrivals {
 		queued = append(queued, acquireQueued(ctx, l, a.id, a.user))
 	}
-	got, err := rdb.ZRange(ctx, l.keys.queue, 0, -1).Result()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if want := []string{"b1", "c1", "a1", "b2", "a2", "a3"}; !slices.Equal(got, want) {
+	if got, want := queueOrder(t, rdb, l), []string{"b1", "c1", "a1", "b2", "a2", "a3"}; !slices.Equal(got, want) {
 		t.Errorf("queue order %v, want %v", got, want)
 	}
 	cancel()
@@ -213,14 +209,7 @@ func TestFairShareLevelAfterADip(t *testing.T) {
 	for _, id := range []string{"b1", "b2", "b3"} {
 		b = append(b, acquireQueued(ctx, l, id, "b"))
 	}
-	order := func() []string {
-		got, err := rdb.ZRange(ctx, l.keys.queue, 0, -1).Result()
-		if err != nil {
-			t.Fatal(err)
-		}
-		return got
-	}
-	if got, want := order(), []string{"b1", "b2", "a1", "b3"}; !slices.Equal(got, want) {
+	if got, want := queueOrder(t, rdb, l), []string{"b1", "b2", "a1", "b3"}; !slices.Equal(got, want) {
 		t.Fatalf("queue order %v, want %v", got, want)
 	}
 	// Both of a's streams end; b1 and b2 take the slots.
@@ -236,7 +225,7 @@ func TestFairShareLevelAfterADip(t *testing.T) {
 	// a asks again with one request in flight (a1): a2 takes a1's level,
 	// behind b3, not level 1 ahead of both.
 	a2 := acquireQueued(ctx, l, "a2", "a")
-	if got, want := order(), []string{"a1", "b3", "a2"}; !slices.Equal(got, want) {
+	if got, want := queueOrder(t, rdb, l), []string{"a1", "b3", "a2"}; !slices.Equal(got, want) {
 		t.Errorf("queue order after the dip %v, want %v", got, want)
 	}
 	cancel()

@@ -225,6 +225,16 @@ func acquireQueued(ctx context.Context, l *Limiter, id, user string) <-chan acqu
 	return done
 }
 
+// queueOrder is l's queue, first in line first.
+func queueOrder(t testing.TB, rdb redis.UniversalClient, l *Limiter) []string {
+	t.Helper()
+	got, err := rdb.ZRange(t.Context(), l.keys.queue, 0, -1).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return got
+}
+
 // mustAcquire takes a permit of l for id and user, failing the test when
 // Acquire does.
 func mustAcquire(t testing.TB, l *Limiter, id, user string) *Permit {
