@@ -47,22 +47,21 @@ local MAX_LEVEL = 1023
 -- decr lowers a count, deleting it at zero: one replicated write either
 -- way (every write of a script goes to the replicas, and costs the primary's
 -- reply time there, docs/benchmarks/redis-topologies.md).
+-- Returns true when the count is gone.
 local function decr(hash, field)
   if tonumber(redis.call('HGET', hash, field) or '0') <= 1 then
     redis.call('HDEL', hash, field)
-  else
-    redis.call('HINCRBY', hash, field, -1)
+    return true
   end
+  redis.call('HINCRBY', hash, field, -1)
+  return false
 end
 
 -- unqueued lowers user's queued count as one of its requests leaves the
 -- queue; with the last one its level goes too.
 local function unqueued(users, levels, user)
-  if tonumber(redis.call('HGET', users, user) or '0') <= 1 then
-    redis.call('HDEL', users, user)
+  if decr(users, user) then
     redis.call('HDEL', levels, user)
-  else
-    redis.call('HINCRBY', users, user, -1)
   end
 end
 
