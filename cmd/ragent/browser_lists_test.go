@@ -39,21 +39,50 @@ func adminListActions(t *testing.T, tb *tab, in *instance, api *client) {
 		return nil
 	}
 	lena := `[data-testid=user-row][data-username=lena]`
-	// saved waits for the info toast of a change made after clearToasts.
+	// saved waits for the info toast with a message of a change made after
+	// clearToasts. The message, not only the kind: the toast of an earlier
+	// action can land after clearToasts, because the list it reloads can show
+	// the server's new state before the browser has read the action's answer.
 	clearToasts := func(t *testing.T) { tb.eval(t, `document.getElementById('toasts').replaceChildren()`) }
-	saved := func(t *testing.T) { tb.visible(t, `[data-testid=toast][data-kind=info]`) }
+	// The page may be in either language: messages are given in both.
+	saved := func(t *testing.T, messages ...string) {
+		var css []string
+		for _, m := range messages {
+			css = append(css, fmt.Sprintf(`[data-testid=toast][data-kind=info][data-message=%q]`, m))
+		}
+		tb.visible(t, strings.Join(css, ", "))
+	}
 
 	t.Run("users", func(t *testing.T) {
+		if r := api.do("POST", "/api/v1/users", map[string]string{"username": "mia", "password": "mia-password", "role": "user"}); r.Status != http.StatusCreated {
+			t.Fatalf("create user mia: %d %s", r.Status, r.Body)
+		}
+		mia := `[data-testid=user-row][data-username=mia]`
 		tb.open(t, "/#/admin/users")
+		tb.visible(t, mia)
+
+		// Two reloads of the list overlap: mia's role change reloads it and
+		// that answer (read before lena existed) is held until creating lena
+		// has reloaded it again. The older answer, arriving last, must not
+		// take lena off the page.
+		tb.eval(t, holdNextList("/api/v1/users"))
+		tb.eval(t, fmt.Sprintf(`(() => { const s = document.querySelector(%s); s.value = 'admin'; s.dispatchEvent(new Event('change')); })()`,
+			quoteJS(mia+` [data-testid=user-role-select]`)))
+		tb.poll(t, "mia's reload to be held", stepTimeout, `typeof window.releaseList === 'function'`)
 		tb.sendKeys(t, `#user-username`, "lena")
 		tb.sendKeys(t, `#user-password`, "lena-password")
 		tb.click(t, `[data-testid=user-submit]`)
 		tb.visible(t, lena)
+		tb.eval(t, `window.releaseList()`)
+		tb.poll(t, "every reload answered", stepTimeout, fmt.Sprintf(`document.querySelector(%s).closest('tbody').getAttribute('aria-busy') === 'false'`, quoteJS(mia)))
+		if n := tb.count(t, lena); n != 1 {
+			t.Fatalf("lena's row after the older reload answered: %d rows, want 1", n)
+		}
 
 		clearToasts(t)
 		tb.eval(t, fmt.Sprintf(`(() => { const s = document.querySelector(%s); s.value = 'admin'; s.dispatchEvent(new Event('change')); })()`,
 			quoteJS(lena+` [data-testid=user-role-select]`)))
-		saved(t)
+		saved(t, "Saved", "已保存")
 		if u := user(t); u["role"] != "admin" {
 			t.Fatalf("after the role change: %v", u)
 		}
@@ -70,7 +99,7 @@ func adminListActions(t *testing.T, tb *tab, in *instance, api *client) {
 		tb.click(t, lena+` [data-testid=user-password-reset]`)
 		tb.sendKeys(t, `[data-testid=prompt-input]`, "lena-new-password")
 		tb.click(t, `[data-testid=prompt-ok]`)
-		saved(t)
+		saved(t, "Password changed", "密码已修改")
 		in.login(t, "lena", "lena-new-password")
 
 		tb.click(t, lena+` [data-testid=user-delete]`)
@@ -120,7 +149,7 @@ func adminListActions(t *testing.T, tb *tab, in *instance, api *client) {
 		tb.visible(t, row+`[data-status=ready]`)
 		clearToasts(t)
 		press(t, row+` [data-testid=doc-reindex]`)
-		saved(t)
+		saved(t, "Reindexing “restart.md”", "已开始重建“restart.md”的索引")
 		api.waitReady(doc.ID)
 		tb.visible(t, row+`[data-status=ready]`) // the list followed the reindex
 		press(t, row+` [data-testid=doc-delete]`)
@@ -130,4 +159,21 @@ func adminListActions(t *testing.T, tb *tab, in *instance, api *client) {
 			t.Fatalf("deleted document: %d %s", r.Status, r.Body)
 		}
 	})
+}
+
+// holdNextList is a script for a page: the answer to its next GET of path
+// is held back from the page until window.releaseList() is called.
+func holdNextList(path string) string {
+	return fmt.Sprintf(`(() => {
+  const real = window.fetch;
+  window.fetch = async (input, init) => {
+    const url = new URL(input instanceof Request ? input.url : String(input), location.href);
+    const res = await real(input, init);
+    if ((init?.method ?? 'GET') === 'GET' && url.pathname === %s && window.fetch !== real) {
+      window.fetch = real; // only this one
+      await new Promise((resolve) => { window.releaseList = resolve; });
+    }
+    return res;
+  };
+})()`, quoteJS(path))
 }

@@ -98,20 +98,33 @@ export function emptyRow(cols, text) {
 // listPage keeps the list of an admin page: load() fetches path and shows a
 // row(item) per item in tbody, or the empty text across cols columns. After
 // a failure (a toast) it shows what it had; a 403 calls onForbidden instead,
-// where given. Nothing is shown once destroy() has run.
+// where given. Nothing is shown once destroy() has run. Of loads that
+// overlap only the newest shows (an older answer arriving later would put
+// back what a newer one removed), and tbody is aria-busy while any is out.
 function listPage({ path, tbody, row, cols, empty, order, onForbidden }) {
   let items = [];
   let destroyed = false;
+  let latest = 0; // the newest load's number
+  let pending = 0; // loads not answered yet
   async function load() {
+    const mine = ++latest;
+    pending++;
+    tbody.setAttribute('aria-busy', 'true');
+    let res, failure;
     try {
-      const res = await get(path);
+      res = await get(path);
+    } catch (err) {
+      failure = err;
+    }
+    if (--pending === 0) tbody.setAttribute('aria-busy', 'false');
+    if (mine !== latest || destroyed) return;
+    if (failure) {
+      if (onForbidden && failure.status === 403) { onForbidden(); return; }
+      toast(errorText(failure));
+    } else {
       items = res?.items ?? [];
       if (order) items = items.slice().sort(order);
-    } catch (err) {
-      if (onForbidden && err.status === 403) { onForbidden(); return; }
-      toast(errorText(err));
     }
-    if (destroyed) return;
     tbody.replaceChildren(...items.map(row));
     if (items.length === 0) tbody.append(emptyRow(cols, empty));
   }
