@@ -225,6 +225,19 @@ port_open() {
 	timeout 2 bash -c "exec 3<>/dev/tcp/127.0.0.1/$1" 2>/dev/null
 }
 
+# status_line NAME UP DOWN COMMAND... prints one service's status line,
+# "NAME up UP" when COMMAND succeeds, else "NAME down DOWN" and fails.
+status_line() {
+	local name=$1 up=$2 down=$3
+	shift 3
+	if "$@"; then
+		printf '%-9s up    %s\n' "$name" "$up"
+	else
+		printf '%-9s down  %s\n' "$name" "$down"
+		return 1
+	fi
+}
+
 show_log_tail() {
 	local file=$1
 	if [[ -f $file ]]; then
@@ -468,14 +481,7 @@ stop_postgres() {
 	fi
 }
 
-status_postgres() {
-	if pg_up; then
-		echo "postgres  up    127.0.0.1:$PG_PORT"
-	else
-		echo "postgres  down  127.0.0.1:$PG_PORT"
-		return 1
-	fi
-}
+status_postgres() { status_line postgres "127.0.0.1:$PG_PORT" "127.0.0.1:$PG_PORT" pg_up; }
 
 database_url() { echo "postgres://ragent:ragent@127.0.0.1:$PG_PORT/$1?sslmode=disable"; }
 
@@ -519,14 +525,7 @@ stop_redis() {
 	fi
 }
 
-status_redis() {
-	if redis_up; then
-		echo "redis     up    127.0.0.1:$REDIS_PORT"
-	else
-		echo "redis     down  127.0.0.1:$REDIS_PORT"
-		return 1
-	fi
-}
+status_redis() { status_line redis "127.0.0.1:$REDIS_PORT" "127.0.0.1:$REDIS_PORT" redis_up; }
 
 # --- redis-sentinel and redis-cluster -----------------------------------------
 # The two replicated topologies of docs/operations.md "Running Redis in production", for
@@ -970,20 +969,16 @@ stop_rocketmq() {
 	rmq_stop_one namesrv "$RMQ_NAMESRV_MAIN"
 }
 
+# rmq_up NAME MAIN PORT: the process NAME this script started runs and
+# listens on PORT.
+rmq_up() { rmq_pid "$1" "$2" >/dev/null && port_open "$3"; }
+
 status_rocketmq() {
 	local rc=0
-	if rmq_pid namesrv "$RMQ_NAMESRV_MAIN" >/dev/null && port_open "$RMQ_NAMESRV_PORT"; then
-		echo "namesrv   up    127.0.0.1:$RMQ_NAMESRV_PORT"
-	else
-		echo "namesrv   down  127.0.0.1:$RMQ_NAMESRV_PORT"
-		rc=1
-	fi
-	if rmq_pid broker "$RMQ_BROKER_MAIN" >/dev/null && port_open "$RMQ_BROKER_PORT"; then
-		echo "broker    up    127.0.0.1:$RMQ_BROKER_PORT"
-	else
-		echo "broker    down  127.0.0.1:$RMQ_BROKER_PORT"
-		rc=1
-	fi
+	status_line namesrv "127.0.0.1:$RMQ_NAMESRV_PORT" "127.0.0.1:$RMQ_NAMESRV_PORT" \
+		rmq_up namesrv "$RMQ_NAMESRV_MAIN" "$RMQ_NAMESRV_PORT" || rc=1
+	status_line broker "127.0.0.1:$RMQ_BROKER_PORT" "127.0.0.1:$RMQ_BROKER_PORT" \
+		rmq_up broker "$RMQ_BROKER_MAIN" "$RMQ_BROKER_PORT" || rc=1
 	return "$rc"
 }
 
@@ -1228,14 +1223,19 @@ stop_embedder() {
 	stop_embedder_on "$EMBEDDER_PORT"
 }
 
+# embedders_up: both embedding processes this script started answer.
+embedders_up() {
+	local port
+	for port in "$EMBEDDER_PORT" "$EMBEDDER_QUERY_PORT"; do
+		embedder_pid "$port" >/dev/null || return 1
+		embedder_healthy "$port" || return 1
+	done
+}
+
 status_embedder() {
-	if embedder_pid "$EMBEDDER_PORT" >/dev/null && embedder_healthy "$EMBEDDER_PORT" &&
-		embedder_pid "$EMBEDDER_QUERY_PORT" >/dev/null && embedder_healthy "$EMBEDDER_QUERY_PORT"; then
-		echo "embedder  up    $(embedder_url) (questions: $(embedder_query_url)) $EMBEDDER_MODEL"
-	else
-		echo "embedder  down  $(embedder_url) (questions: $(embedder_query_url))"
-		return 1
-	fi
+	local where
+	where="$(embedder_url) (questions: $(embedder_query_url))"
+	status_line embedder "$where $EMBEDDER_MODEL" "$where" embedders_up
 }
 
 # --- opensearch ---------------------------------------------------------------
@@ -1442,14 +1442,9 @@ start_opensearch() {
 
 stop_opensearch() { stop_recorded opensearch 60 "$OS_STATE/node.pid" "$OS_MAIN"; }
 
-status_opensearch() {
-	if opensearch_pid >/dev/null && opensearch_healthy; then
-		echo "opensearch up  $(opensearch_url) $OS_VERSION"
-	else
-		echo "opensearch down $(opensearch_url)"
-		return 1
-	fi
-}
+opensearch_up() { opensearch_pid >/dev/null && opensearch_healthy; }
+
+status_opensearch() { status_line opensearch "$(opensearch_url) $OS_VERSION" "$(opensearch_url)" opensearch_up; }
 
 # --- keycloak -----------------------------------------------------------------
 # The identity provider of the single sign-on tests (README "Single
@@ -1592,14 +1587,9 @@ start_keycloak() {
 
 stop_keycloak() { stop_recorded keycloak 60 "$KC_STATE/keycloak.pid" "$KC_HOME"; }
 
-status_keycloak() {
-	if keycloak_pid >/dev/null && keycloak_ready; then
-		echo "keycloak  up    $(keycloak_url) $KC_VERSION"
-	else
-		echo "keycloak  down  $(keycloak_url)"
-		return 1
-	fi
-}
+keycloak_up() { keycloak_pid >/dev/null && keycloak_ready; }
+
+status_keycloak() { status_line keycloak "$(keycloak_url) $KC_VERSION" "$(keycloak_url)" keycloak_up; }
 
 # --- tantivy ------------------------------------------------------------------
 
@@ -1643,14 +1633,9 @@ start_tools() {
 
 stop_tools() { :; }
 
-status_tools() {
-	if command -v curl >/dev/null && command -v jq >/dev/null; then
-		echo "tools     up    curl, jq"
-	else
-		echo "tools     down  curl and jq"
-		return 1
-	fi
-}
+tools_installed() { command -v curl >/dev/null && command -v jq >/dev/null; }
+
+status_tools() { status_line tools "curl, jq" "curl and jq" tools_installed; }
 
 # --- ocr ----------------------------------------------------------------------
 
