@@ -579,14 +579,18 @@ readonly SENTINEL_STATE=$STATE_DIR/redis-sentinel
 # is 30 s), so a failover test sees the promotion within seconds.
 readonly SENTINEL_DOWN_AFTER_MS=${RAGENT_SENTINEL_DOWN_AFTER_MS:-2000}
 
-sentinel_addrs() {
+# local_addrs PORT... prints 127.0.0.1:PORT for each PORT, comma-separated.
+local_addrs() {
 	local p out=()
-	for p in $SENTINEL_PORTS; do out+=("127.0.0.1:$p"); done
+	for p in "$@"; do out+=("127.0.0.1:$p"); done
 	(
 		IFS=,
 		echo "${out[*]}"
 	)
 }
+
+# shellcheck disable=SC2086 # the port lists split on purpose.
+sentinel_addrs() { local_addrs $SENTINEL_PORTS; }
 
 # sentinel_master prints the primary's port as the first Sentinel that
 # answers knows it.
@@ -717,14 +721,8 @@ readonly CLUSTER_STATE=$STATE_DIR/redis-cluster
 # A master that does not answer for 2 s is failed over to its replica.
 readonly CLUSTER_NODE_TIMEOUT_MS=${RAGENT_CLUSTER_NODE_TIMEOUT_MS:-2000}
 
-cluster_addrs() {
-	local p out=()
-	for p in $CLUSTER_PORTS; do out+=("127.0.0.1:$p"); done
-	(
-		IFS=,
-		echo "${out[*]}"
-	)
-}
+# shellcheck disable=SC2086 # the port list splits on purpose.
+cluster_addrs() { local_addrs $CLUSTER_PORTS; }
 
 cluster_ready() {
 	local p
