@@ -209,11 +209,8 @@ func TestLocalShareCountsRedisPermitsInFlight(t *testing.T) {
 		c.cut(t)
 	}
 	for i, l := range limiters {
-		if p, err := l.Acquire(t.Context(), fmt.Sprint("local", i), "x", nil); !errors.Is(err, ErrTimeout) {
-			if p != nil {
-				p.Release()
-			}
-			t.Errorf("instance %d: %v with its whole share held from Redis, want ErrTimeout", i, err)
+		if tryGrants(t, l, 1, fmt.Sprint("local", i), "x") > 0 {
+			t.Errorf("instance %d granted a local permit with its whole share held from Redis", i)
 		}
 	}
 	// One Redis permit ends during the outage: its instance may grant one
@@ -223,11 +220,8 @@ func TestLocalShareCountsRedisPermitsInFlight(t *testing.T) {
 	if err != nil || !local.Local() {
 		t.Fatalf("local acquire after a release: %v", err)
 	}
-	if p, err := limiters[0].Acquire(t.Context(), "local-over", "x", nil); !errors.Is(err, ErrTimeout) {
-		if p != nil {
-			p.Release()
-		}
-		t.Errorf("a second local permit: %v, want ErrTimeout", err)
+	if tryGrants(t, limiters[0], 1, "local-over", "x") > 0 {
+		t.Error("a second local permit")
 	}
 
 	for _, c := range clients {
