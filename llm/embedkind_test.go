@@ -6,7 +6,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"slices"
-	"sync"
 	"testing"
 
 	"github.com/ragent-go/ragent/service"
@@ -19,20 +18,15 @@ type recordedRequest struct {
 }
 
 // recordingServer answers /embeddings and /api/embed with unit vectors and
-// keeps every request body.
+// keeps every request body (a vendor's records, read as embedding requests).
 func recordingServer(t *testing.T) (*httptest.Server, func() []recordedRequest) {
 	t.Helper()
-	var mu sync.Mutex
-	var got []recordedRequest
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	v := newVendor(t, func(_ int, w http.ResponseWriter, r *http.Request) {
 		var req recordedRequest
 		if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
 			http.Error(w, err.Error(), http.StatusBadRequest)
 			return
 		}
-		mu.Lock()
-		got = append(got, req)
-		mu.Unlock()
 		vecs := make([][]float32, len(req.Input))
 		for i := range vecs {
 			vecs[i] = []float32{1, 0, 0}
@@ -47,12 +41,17 @@ func recordingServer(t *testing.T) (*httptest.Server, func() []recordedRequest) 
 			resp.Data = append(resp.Data, embedItem{Index: i, Embedding: v})
 		}
 		_ = json.NewEncoder(w).Encode(resp)
-	}))
-	t.Cleanup(srv.Close)
-	return srv, func() []recordedRequest {
-		mu.Lock()
-		defer mu.Unlock()
-		return slices.Clone(got)
+	})
+	return v.srv, func() []recordedRequest {
+		got := make([]recordedRequest, v.calls())
+		for i := range got {
+			_, _, body := v.request(i)
+			raw, _ := json.Marshal(body) // decoded from JSON, so it encodes
+			if err := json.Unmarshal(raw, &got[i]); err != nil {
+				t.Errorf("request %d: %v", i, err)
+			}
+		}
+		return got
 	}
 }
 
