@@ -30,24 +30,38 @@ func TestChatFairShareBetweenUsers(t *testing.T) {
 			return events
 		})
 	}
-	heavy := func(i int) string { return fmt.Sprintf("heavy %d #gate", i) }
-	const lightQ = "light question #gate"
-	for i := range 5 {
-		want := max(0, i-1) // two run at once, three wait in arrival order
-		if pos := ask(ins[i%3], admin, heavy(i)); pos != want {
-			t.Fatalf("%s placed at %d, want %d", heavy(i), pos, want)
-		}
-	}
-	if pos := ask(ins[2], light, lightQ); pos != 1 {
-		t.Fatalf("the light user's question placed at %d, want 1 (ahead of the heavy user's waiting ones)", pos)
-	}
+	queueHeavyThenLight(t, 5,
+		func(i int, q string) int { return ask(ins[i%3], admin, q) },
+		func(q string) int { return ask(ins[2], light, q) })
 	// Each finished answer frees one slot; who gets it:
 	checkAdmissions(t, &wg, llm, 2, []admission{
-		{heavy(0), lightQ},
-		{heavy(1), heavy(2)},
-		{lightQ, heavy(3)},
-		{heavy(2), heavy(4)},
-	}, heavy(3), heavy(4))
+		{heavyQ(0), lightQ},
+		{heavyQ(1), heavyQ(2)},
+		{lightQ, heavyQ(3)},
+		{heavyQ(2), heavyQ(4)},
+	}, heavyQ(3), heavyQ(4))
+}
+
+// heavyQ is the i-th question of a fair-queue test's heavy user, lightQ
+// the light user's one.
+func heavyQ(i int) string { return fmt.Sprintf("heavy %d #gate", i) }
+
+const lightQ = "light question #gate"
+
+// queueHeavyThenLight, on a queue with N = 2, has the heavy user ask n
+// questions (askHeavy: two run, the rest wait in arrival order), then the
+// light user ask once (askLight), which must be placed first in the queue,
+// ahead of the heavy user's waiting ones.
+func queueHeavyThenLight(t *testing.T, n int, askHeavy func(i int, q string) int, askLight func(q string) int) {
+	t.Helper()
+	for i := range n {
+		if pos, want := askHeavy(i, heavyQ(i)), max(0, i-1); pos != want {
+			t.Fatalf("%s placed at %d, want %d", heavyQ(i), pos, want)
+		}
+	}
+	if pos := askLight(lightQ); pos != 1 {
+		t.Fatalf("the light user's question placed at %d, want 1 (ahead of the heavy user's waiting ones)", pos)
+	}
 }
 
 // TestChatRunningCapPerUser runs two instances with N = 4 and

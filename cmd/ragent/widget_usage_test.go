@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"fmt"
 	"net/http"
 	"strings"
 	"sync"
@@ -107,19 +106,13 @@ func TestWidgetVisitorsFairQueue(t *testing.T) {
 			return events
 		})
 	}
-	heavy := func(i int) string { return fmt.Sprintf("heavy %d #gate", i) }
-	const light = "light question #gate"
-	for i := range 4 {
-		if pos, want := ask(ins[i%2], visitorA, heavy(i)), max(0, i-1); pos != want {
-			t.Fatalf("%s placed at %d, want %d", heavy(i), pos, want)
-		}
-	}
-	if pos := ask(ins[1], visitorB, light); pos != 1 {
-		t.Fatalf("the second visitor's question placed at %d, want 1 (ahead of the first visitor's waiting ones)", pos)
-	}
+	// The first visitor is the heavy user, the second the light one.
+	queueHeavyThenLight(t, 4,
+		func(i int, q string) int { return ask(ins[i%2], visitorA, q) },
+		func(q string) int { return ask(ins[1], visitorB, q) })
 	checkAdmissions(t, &wg, llm, 2, []admission{
-		{heavy(0), light},
-		{heavy(1), heavy(2)},
-		{light, heavy(3)},
-	}, heavy(2), heavy(3))
+		{heavyQ(0), lightQ},
+		{heavyQ(1), heavyQ(2)},
+		{lightQ, heavyQ(3)},
+	}, heavyQ(2), heavyQ(3))
 }
