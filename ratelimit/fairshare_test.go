@@ -155,16 +155,11 @@ func TestFairShareBetweenUsers(t *testing.T) {
 // flight, and requests of the same level keep their arrival order.
 func TestFairShareLevels(t *testing.T) {
 	t.Parallel()
-	rdb, prefix := cleanRedis(t)
-	cfg := Config{MaxConcurrent: 1, MaxWait: 20 * time.Second, Lease: 5 * time.Second,
-		PollInterval: 50 * time.Millisecond}
-	l := startLimiter(t, rdb, prefix, "chat", cfg)
+	l, rdb := cleanLimiter(t, "chat", Config{MaxConcurrent: 1, MaxWait: 20 * time.Second, Lease: 5 * time.Second,
+		PollInterval: 50 * time.Millisecond})
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
-	blocker, err := l.Acquire(ctx, "blocker", "a", nil) // a holds the only permit
-	if err != nil {
-		t.Fatal(err)
-	}
+	blocker := mustAcquire(t, l, "blocker", "a") // a holds the only permit
 	// Arrivals: a (level 1), a (2), b (0), b (1), c (0), a (3) — served as
 	// b1 c1 (level 0), a1 b2 (level 1), a2, a3.
 	arrivals := []struct{ id, user string }{
@@ -195,10 +190,8 @@ func TestFairShareLevels(t *testing.T) {
 // level above).
 func TestFairShareLevelAfterADip(t *testing.T) {
 	t.Parallel()
-	rdb, prefix := cleanRedis(t)
-	cfg := Config{MaxConcurrent: 3, MaxWait: 20 * time.Second, Lease: 5 * time.Second,
-		PollInterval: 50 * time.Millisecond}
-	l := startLimiter(t, rdb, prefix, "chat", cfg)
+	l, rdb := cleanLimiter(t, "chat", Config{MaxConcurrent: 3, MaxWait: 20 * time.Second, Lease: 5 * time.Second,
+		PollInterval: 50 * time.Millisecond})
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
 	blocker := mustAcquire(t, l, "blocker", "x")
