@@ -322,6 +322,7 @@ func reportTopologies(b *testing.B, tops []redisconn.Topology, runs map[string]*
 		b.ReportMetric(hi, t+"-p99/single-chunk-max")
 		b.ReportMetric(r.rate/base.rate, t+"-rate/single")
 		b.ReportMetric(r.rawP50/base.rawP50, t+"-raw-p50/single")
+		b.ReportMetric(r.rawP99/base.rawP99, t+"-raw-p99/single")
 		b.ReportMetric(r.p50/r.rawP50, t+"-p50/raw")
 		if nfr, ok := runs[t+"-nofence"]; ok {
 			nf := res(nfr)
