@@ -342,9 +342,20 @@ func BenchmarkClusterClientTail(b *testing.B) {
 			p.Release()
 		}
 	}
+	// The Go scheduler's latencies (runnable to running) during each
+	// run's blocks, summed per run.
+	sched := []rtmetrics.Sample{{Name: "/sched/latencies:seconds"}}
+	read := func() *rtmetrics.Float64Histogram {
+		rtmetrics.Read(sched)
+		h := sched[0].Value.Float64Histogram()
+		return &rtmetrics.Float64Histogram{Counts: slices.Clone(h.Counts), Buckets: h.Buckets}
+	}
+	schedCounts := make([][]uint64, len(rs))
 	for round := range 100 * b.N {
 		for j := range rs {
-			r := rs[(j+round)%len(rs)]
+			k := (j + round) % len(rs)
+			r := rs[k]
+			h0 := read()
 			for i := range 50 {
 				start := time.Now()
 				p, err := r.ls[0].Acquire(ctx, fmt.Sprint("l", round, ".", i), "u", nil)
@@ -354,7 +365,28 @@ func BenchmarkClusterClientTail(b *testing.B) {
 				}
 				p.Release()
 			}
+			h1 := read()
+			if schedCounts[k] == nil {
+				schedCounts[k] = make([]uint64, len(h1.Counts))
+			}
+			for x := range h1.Counts {
+				schedCounts[k][x] += h1.Counts[x] - h0.Counts[x]
+			}
 		}
+	}
+	buckets := read().Buckets
+	for k, r := range rs {
+		var n, over100, over500 uint64
+		for x, c := range schedCounts[k] {
+			n += c
+			if buckets[x] >= 100e-6 {
+				over100 += c
+			}
+			if buckets[x] >= 500e-6 {
+				over500 += c
+			}
+		}
+		b.Logf("%-13s Go scheduling latencies during its blocks: %d, >= 100 µs %d, >= 500 µs %d", r.name, n, over100, over500)
 	}
 	for _, r := range rs {
 		b.Logf("%-13s p50 %.3f p99 %.3f p99.9 %.3f ms (n=%d); /single p50 %.2f p99 %.2f", r.name, ms(percentile(r.lat, 50)), ms(percentile(r.lat, 99)), ms(p999(r.lat)), len(r.lat),
