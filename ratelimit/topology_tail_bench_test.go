@@ -393,3 +393,67 @@ func BenchmarkClusterClientTail(b *testing.B) {
 			ms(percentile(r.lat, 50))/ms(percentile(single.lat, 50)), ms(percentile(r.lat, 99))/ms(percentile(single.lat, 99)))
 	}
 }
+
+// BenchmarkOwnNodesTail runs the limiter, in turns and warmed, 5,000
+// samples each, on the shared single node and Cluster (scripts/services.sh)
+// and on redis-server processes of its own with nothing else on them: a
+// standalone node (plain client) and a cluster master holding every slot
+// with a replica (a ClusterClient from redisconn.New), to tell the shared
+// cluster's surroundings from a cluster master itself.
+func BenchmarkOwnNodesTail(b *testing.B) {
+	cfg := Config{MaxConcurrent: 50, MaxWait: 30 * time.Second, Lease: 10 * time.Second}
+	own := func(name string, c func() redis.UniversalClient) *topologyRun {
+		first := c()
+		prefix := testenv.Prefix(b)
+		return &topologyRun{name: name, ls: []*Limiter{startLimiter(b, first, prefix, "chat", cfg), startLimiter(b, c(), prefix, "chat", cfg)}}
+	}
+	standalone := testenv.StartRedisServer(b)
+	master, _ := startLoneCluster(b, true)
+	rs := []*topologyRun{
+		newTopologyRun(b, redisconn.Single, "single"),
+		newTopologyRun(b, redisconn.Cluster, "cluster"),
+		own("own-standalone", func() redis.UniversalClient {
+			c := redis.NewClient(&redis.Options{Addr: standalone.Addr})
+			b.Cleanup(func() { c.Close() })
+			return c
+		}),
+		own("own-cluster+replica", func() redis.UniversalClient {
+			c, err := redisconn.New(redisconn.Options{URL: "redis://" + master.Addr, ClusterAddrs: []string{master.Addr}})
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.Cleanup(func() { c.Close() })
+			return c
+		}),
+	}
+	ctx := b.Context()
+	for _, r := range rs {
+		for i, l := range r.ls {
+			p, err := l.Acquire(ctx, fmt.Sprint("w", i), "u", nil)
+			if err != nil {
+				b.Fatal(err)
+			}
+			p.Release()
+		}
+	}
+	for round := range 100 * b.N {
+		for j := range rs {
+			r := rs[(j+round)%len(rs)]
+			for i := range 50 {
+				start := time.Now()
+				p, err := r.ls[0].Acquire(ctx, fmt.Sprint("l", round, ".", i), "u", nil)
+				r.lat = append(r.lat, time.Since(start))
+				if err != nil {
+					b.Fatal(err)
+				}
+				p.Release()
+			}
+		}
+	}
+	for _, r := range rs {
+		b.Logf("%-19s p50 %.3f p99 %.3f ms (n=%d); /single p50 %.2f p99 %.2f; /own-standalone p99 %.2f", r.name,
+			ms(percentile(r.lat, 50)), ms(percentile(r.lat, 99)), len(r.lat),
+			ms(percentile(r.lat, 50))/ms(percentile(rs[0].lat, 50)), ms(percentile(r.lat, 99))/ms(percentile(rs[0].lat, 99)),
+			ms(percentile(r.lat, 99))/ms(percentile(rs[2].lat, 99)))
+	}
+}
