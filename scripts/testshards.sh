@@ -15,8 +15,8 @@
 # shard-N.err; at the end (with jq: scripts/services.sh start tools) it
 # prints one line per shard (passed, failed, skipped by name: under
 # RAGENT_REQUIRE_SERVICES only the gated ones should skip), the output of every failed test and of the
-# package (a panic, a timeout), and the slowest tests. Exits non-zero when a
-# shard fails.
+# package (a panic, a timeout), the slowest tests and, last, each failed
+# test's file:line messages. Exits non-zero when a shard fails.
 set -euo pipefail
 
 (($# >= 4)) || {
@@ -69,4 +69,17 @@ done
 echo "testshards: $((SECONDS - started))s for ${#tests[@]} tests in $shards shards; the slowest:"
 jq -rs '[.[] | select(.Test and (.Test | contains("/") | not) and (.Action == "pass" or .Action == "fail"))]
 	| sort_by(-.Elapsed) | .[:12][] | "  \(.Elapsed)s \(.Test) (\(.Package))"' "$SHARD_DIR"/shard-*.json 2>/dev/null || true
+if ((failed)); then
+	# Last, where a log cut to its tail still shows them: each failed test
+	# that has no failed subtest, with its last 20 file:line messages (the
+	# reason, which the output above can bury under a long test's log).
+	echo "testshards: the failures:"
+	jq -rs '
+		(map(select(.Test and .Action == "fail") | .Test) | unique) as $failed |
+		($failed | map(. as $t | select($failed | any(startswith($t + "/")) | not))) as $leaves |
+		. as $events | $leaves[] as $t |
+		"  --- FAIL: \($t)",
+		([$events[] | select(.Test == $t and .Output and (.Output | test("^ +[^ ]+\\.go:[0-9]+: "))) | "  " + (.Output | rtrimstr("\n"))] | .[-20:][])
+	' "$SHARD_DIR"/shard-*.json 2>/dev/null || true
+fi
 exit "$failed"
