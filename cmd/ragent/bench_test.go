@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"os/exec"
@@ -154,9 +155,13 @@ func BenchmarkQueuedStreams(b *testing.B) {
 
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	// One slow answer holds the only slot.
-	go firstEvent(ctx, in.url+"/api/v1/chat", admin, map[string]any{"question": "holder #slow"}, func(string) bool { return false })
-	time.Sleep(500 * time.Millisecond)
+	// One answer holds the only slot until the end (#gate: the fake model
+	// holds it until opened, which nothing does), so nobody's place moves
+	// while the streams wait. (Until 2026-12-03 evening it was a #slow
+	// answer, over after 2 s: the "waiting" streams were being served one
+	// by one, each release moving every waiter's place.)
+	go firstEvent(ctx, in.url+"/api/v1/chat", admin, map[string]any{"question": "holder #gate"}, func(string) bool { return false })
+	llm.nextStart(b)
 	rss0, _ := procStats(b, cmd.Process.Pid)
 	m0 := goMetrics(b, in.url)
 
@@ -248,8 +253,13 @@ func BenchmarkQueuedStreams(b *testing.B) {
 		b.Logf("%s: %.0f → %.0f → %.0f (per stream in the second half %.0f)", k, m0[k], mHalf[k], m1[k], (m1[k]-mHalf[k])/(streams/2))
 	}
 	const idle = 5 * time.Second
-	time.Sleep(idle)
+	idleWindow(b, pprofPort, idle)
 	rss2, cpu2 := procStats(b, cmd.Process.Pid)
+	var st struct{ PermitsInUse, QueueLength int }
+	in.client(b, admin).do("GET", "/api/v1/admin/limiter", nil).json(b, &st)
+	if st.PermitsInUse != 1 || st.QueueLength != streams {
+		b.Fatalf("after the reading: %d permits in use and %d queued, want 1 and %d (the holder let go)", st.PermitsInUse, st.QueueLength, streams)
+	}
 	b.ReportMetric((live(m1)-live(mHalf))/(streams/2)/1024, "KiB/waiting-stream")
 	b.ReportMetric(float64(rss1-rssHalf)/(streams/2)/1024, "KiB-rss/waiting-stream")
 	b.ReportMetric(float64(rss1-rss0)/streams/1024, "KiB/stream-incl-pool-growth")
@@ -324,4 +334,28 @@ func goMetrics(b *testing.B, base string) map[string]float64 {
 		}
 	}
 	return out
+}
+
+// idleWindow waits out d while the streams wait. With
+// RAGENT_BENCH_CPUPROFILE=path it is the instance's CPU profile of those d
+// (its pprof endpoint on port), written to path for `go tool pprof`.
+func idleWindow(b *testing.B, port string, d time.Duration) {
+	path := os.Getenv("RAGENT_BENCH_CPUPROFILE")
+	if path == "" {
+		time.Sleep(d)
+		return
+	}
+	resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%s/debug/pprof/profile?seconds=%d", port, int(d.Seconds())))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer resp.Body.Close()
+	profile, err := io.ReadAll(resp.Body)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		b.Fatalf("CPU profile: %d %v", resp.StatusCode, err)
+	}
+	if err := os.WriteFile(path, profile, 0o644); err != nil {
+		b.Fatal(err)
+	}
+	b.Logf("CPU profile of the idle window: %s", path)
 }

@@ -283,7 +283,7 @@ func (f *fakeLLM) gate(question string) chan struct{} {
 }
 
 // nextStart returns the question of the next #gate answer that starts.
-func (f *fakeLLM) nextStart(t *testing.T) string {
+func (f *fakeLLM) nextStart(t testing.TB) string {
 	t.Helper()
 	select {
 	case q := <-f.started:
