@@ -221,16 +221,7 @@ func measureTopologies(b *testing.B, rs []*topologyRun, rounds int) {
 	for round := range rounds {
 		for j := range rs {
 			r := rs[(j+round)%len(rs)]
-			for i := range latencyBlock {
-				id := fmt.Sprint("l", round, ".", i)
-				start := time.Now()
-				p, err := r.ls[0].Acquire(ctx, id, "u", nil)
-				r.lat = append(r.lat, time.Since(start))
-				if err != nil {
-					b.Fatal(err)
-				}
-				p.Release()
-			}
+			r.sample(b, round)
 			for i := range latencyBlock {
 				d, err := r.rawGrant(ctx, fmt.Sprint("r", round, ".", i))
 				if err != nil {
@@ -247,6 +238,20 @@ func measureTopologies(b *testing.B, rs []*topologyRun, rounds int) {
 			r.busy += grantBurst(b, r.ls, fmt.Sprint("g", round, "."), perRound)
 			r.grants += perRound
 		}
+	}
+}
+
+// sample times one block of latencyBlock sequential grants and releases on
+// r's first limiter, into r.lat; round names the requests.
+func (r *topologyRun) sample(b *testing.B, round int) {
+	for i := range latencyBlock {
+		start := time.Now()
+		p, err := r.ls[0].Acquire(b.Context(), fmt.Sprint("l", round, ".", i), "u", nil)
+		r.lat = append(r.lat, time.Since(start))
+		if err != nil {
+			b.Fatal(err)
+		}
+		p.Release()
 	}
 }
 

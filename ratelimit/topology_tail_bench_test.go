@@ -332,7 +332,6 @@ func BenchmarkClusterClientTail(b *testing.B) {
 	cleanupKeys(b, first, prefix)
 	plain := &topologyRun{name: "cluster-plain", ls: []*Limiter{startLimiter(b, first, prefix, "chat", cfg), startLimiter(b, pc(), prefix, "chat", cfg)}}
 	rs := []*topologyRun{single, singleB, cluster, plain}
-	ctx := b.Context()
 	warmUp(b, rs)
 	// The Go scheduler's latencies (runnable to running) during each
 	// run's blocks, summed per run.
@@ -348,15 +347,7 @@ func BenchmarkClusterClientTail(b *testing.B) {
 			k := (j + round) % len(rs)
 			r := rs[k]
 			h0 := read()
-			for i := range 50 {
-				start := time.Now()
-				p, err := r.ls[0].Acquire(ctx, fmt.Sprint("l", round, ".", i), "u", nil)
-				r.lat = append(r.lat, time.Since(start))
-				if err != nil {
-					b.Fatal(err)
-				}
-				p.Release()
-			}
+			r.sample(b, round)
 			h1 := read()
 			if schedCounts[k] == nil {
 				schedCounts[k] = make([]uint64, len(h1.Counts))
@@ -418,20 +409,11 @@ func BenchmarkOwnNodesTail(b *testing.B) {
 			return c
 		}),
 	}
-	ctx := b.Context()
 	warmUp(b, rs)
 	for round := range 100 * b.N {
 		for j := range rs {
 			r := rs[(j+round)%len(rs)]
-			for i := range 50 {
-				start := time.Now()
-				p, err := r.ls[0].Acquire(ctx, fmt.Sprint("l", round, ".", i), "u", nil)
-				r.lat = append(r.lat, time.Since(start))
-				if err != nil {
-					b.Fatal(err)
-				}
-				p.Release()
-			}
+			r.sample(b, round)
 		}
 	}
 	for _, r := range rs {
