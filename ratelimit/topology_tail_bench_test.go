@@ -29,7 +29,6 @@ var procStart = time.Now()
 
 // diagEvent is a call a client made beside the samples: a dial, or any
 // command that is not a script (HELLO, COMMAND, CLUSTER SLOTS...).
-
 type diagEvent struct {
 	kind       string
 	start, end time.Time
@@ -276,13 +275,7 @@ func BenchmarkTopologyGap(b *testing.B) {
 	}
 	after := make([][]time.Duration, len(rs))
 	next := make([][]time.Duration, len(rs))
-	for _, r := range rs {
-		p, err := r.ls[0].Acquire(ctx, "w", "u", nil)
-		if err != nil {
-			b.Fatal(err)
-		}
-		p.Release()
-	}
+	warmUp(b, rs)
 	for round := range 100 * b.N {
 		for j := range rs {
 			ti := (j + round) % len(rs)
@@ -421,20 +414,5 @@ func BenchmarkOwnNodesTail(b *testing.B) {
 			ms(percentile(r.lat, 50)), ms(percentile(r.lat, 99)), len(r.lat),
 			ms(percentile(r.lat, 50))/ms(percentile(rs[0].lat, 50)), ms(percentile(r.lat, 99))/ms(percentile(rs[0].lat, 99)),
 			ms(percentile(r.lat, 99))/ms(percentile(rs[2].lat, 99)))
-	}
-}
-
-// warmUp makes one grant on each limiter of rs, so that no sample pays a
-// fresh client's first command (its dial, HELLO and, on a ClusterClient,
-// COMMAND).
-func warmUp(b *testing.B, rs []*topologyRun) {
-	for _, r := range rs {
-		for i, l := range r.ls {
-			p, err := l.Acquire(b.Context(), fmt.Sprint("w", i), "u", nil)
-			if err != nil {
-				b.Fatal(err)
-			}
-			p.Release()
-		}
 	}
 }
