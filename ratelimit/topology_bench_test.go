@@ -1,6 +1,7 @@
 package ratelimit
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"net"
@@ -47,6 +48,15 @@ import (
 // 16:00). Every sample counts; the p99 is the one of percentile (the
 // 4,950th of 5,000 in order). The first grant on each run's fresh clients
 // is not a sample (measureTopologies) and is reported as first-ms.
+//
+// A third extra run, single+replica, is the like-for-like baseline: the
+// limiter on a plain client to a standalone primary that streams to one
+// replica (redis-server processes of the run's own). Sentinel's primary
+// and each Cluster master replicate; the bare single node does not, and
+// a replica on the same two cores makes its primary slower with no ragent
+// code in the path (BenchmarkNodeCost). The */replicated ratios are what
+// the topologies add beyond their replication: their clients, routing,
+// Pub/Sub and the fence.
 func BenchmarkGrantsPerTopology(b *testing.B) {
 	tops := []redisconn.Topology{redisconn.Single, redisconn.Sentinel, redisconn.Cluster}
 	for range b.N {
@@ -66,6 +76,9 @@ func BenchmarkGrantsPerTopology(b *testing.B) {
 				// clients of its own on the same node, measured in the same
 				// turns: its ratio to single is the estimate's own noise.
 				rs = append(rs, newTopologyRun(b, redisconn.Single, controlRun))
+				// The like-for-like baseline: a single node that
+				// replicates, as Sentinel's primary and a Cluster master do.
+				rs = append(rs, newReplicatedRun(b, replicatedRun))
 			} else {
 				rounds = chunkRounds // the no-fence baseline: 1,000 samples
 			}
@@ -83,8 +96,12 @@ func BenchmarkGrantsPerTopology(b *testing.B) {
 	}
 }
 
-// controlRun names the A/A control of BenchmarkGrantsPerTopology.
-const controlRun = "single-b"
+// The two extra runs of BenchmarkGrantsPerTopology: the A/A control, and
+// the single node with a replica.
+const (
+	controlRun    = "single-b"
+	replicatedRun = "single+replica"
+)
 
 // The latency samples: rounds of one block of 50 per topology, 5,000
 // samples per topology with the fence, reported whole and in 1,000-sample
@@ -106,6 +123,10 @@ type topologyRun struct {
 	rawKeys keys
 	rawCfg  Config
 
+	// enqueue and release are the scripts rawGrant sends: nil for the
+	// limiter's own (BenchmarkNodeCost swaps in others).
+	enqueue, release *redis.Script
+
 	lat, rawLat []time.Duration
 	first       time.Duration // the first Acquire, on cold clients
 	grants      int
@@ -114,29 +135,53 @@ type topologyRun struct {
 
 func newTopologyRun(b *testing.B, top redisconn.Topology, name string) *topologyRun {
 	opts := testenv.RedisOptionsOf(b, top)
-	client := func() redis.UniversalClient {
+	raw, err := redis.ParseURL(opts.URL)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return newRun(b, top, name, func() redis.UniversalClient {
 		c, err := redisconn.New(opts)
 		if err != nil {
 			b.Fatal(err)
 		}
+		return c
+	}, func(first redis.UniversalClient, key string) *redis.Options {
+		raw.Addr = slotNode(b, first, opts, key)
+		return raw
+	})
+}
+
+// newReplicatedRun is a single node run on a standalone primary that
+// streams to a replica, both redis-server processes of the run's own: the
+// single node as Sentinel's primary and each Cluster master run it, with
+// their replication, and without their topology client.
+func newReplicatedRun(b *testing.B, name string) *topologyRun {
+	primary, _ := testenv.StartPrimaryReplica(b)
+	opts := &redis.Options{Addr: primary.Addr}
+	return newRun(b, redisconn.Single, name, func() redis.UniversalClient { return redis.NewClient(opts) },
+		func(redis.UniversalClient, string) *redis.Options { return opts })
+}
+
+// newRun builds a run of two limiters, each on a client of its own from
+// client, and its raw client from the options rawNode gives for the node
+// that holds the limiter's slot (asked of the first limiter's client).
+func newRun(b *testing.B, top redisconn.Topology, name string, client func() redis.UniversalClient,
+	rawNode func(first redis.UniversalClient, key string) *redis.Options) *topologyRun {
+	newClient := func() redis.UniversalClient {
+		c := client()
 		b.Cleanup(func() { c.Close() })
 		return c
 	}
 	prefix := testenv.Prefix(b)
-	first := client()
+	first := newClient()
 	cleanupKeys(b, first, prefix)
 	cfg := Config{MaxConcurrent: 50, MaxWait: 30 * time.Second, Lease: 10 * time.Second}
 	r := &topologyRun{top: top, name: name,
-		ls:     []*Limiter{startLimiter(b, first, prefix, "chat", cfg), startLimiter(b, client(), prefix, "chat", cfg)},
+		ls:     []*Limiter{startLimiter(b, first, prefix, "chat", cfg), startLimiter(b, newClient(), prefix, "chat", cfg)},
 		rawCfg: cfg.withDefaults(defaultMaxWait, defaultLease)}
 	rawPrefix := testenv.Prefix(b)
 	r.rawKeys = newKeys(rawPrefix, "chat")
-	u, err := redis.ParseURL(opts.URL)
-	if err != nil {
-		b.Fatal(err)
-	}
-	u.Addr = slotNode(b, first, opts, r.rawKeys.permits)
-	r.raw = redis.NewClient(u)
+	r.raw = redis.NewClient(rawNode(first, r.rawKeys.permits))
 	b.Cleanup(func() { r.raw.Close() })
 	cleanupKeys(b, r.raw, rawPrefix)
 	return r
@@ -178,7 +223,7 @@ func (r *topologyRun) rawGrant(ctx context.Context, id string) (time.Duration, e
 	k, cfg := r.rawKeys, r.rawCfg
 	ks := []string{k.seq, k.queue, k.permits, k.users, k.owners, k.held, k.deadlines, k.entry, k.levels, k.fence}
 	start := time.Now()
-	v, err := enqueueScript.Run(ctx, r.raw, ks, id, "u", cfg.MaxConcurrent, cfg.Lease.Milliseconds(),
+	v, err := cmp.Or(r.enqueue, enqueueScript).Run(ctx, r.raw, ks, id, "u", cfg.MaxConcurrent, cfg.Lease.Milliseconds(),
 		(markerGrace + cfg.MaxWait).Milliseconds(), cfg.MaxQueue, cfg.MaxQueuedPerUser, headWindow, 0, 0,
 		"0", renewEvery(cfg.Lease).Milliseconds()).Slice()
 	d := time.Since(start)
@@ -188,7 +233,7 @@ func (r *topologyRun) rawGrant(ctx context.Context, id string) (time.Duration, e
 	if len(v) == 0 || v[0] != int64(statusGranted) {
 		return d, fmt.Errorf("raw enqueue not granted: %v", v)
 	}
-	return d, releaseScript.Run(ctx, r.raw, k.queueReleaseKeys(), id, k.notify).Err()
+	return d, cmp.Or(r.release, releaseScript).Run(ctx, r.raw, k.queueReleaseKeys(), id, k.notify).Err()
 }
 
 // measureTopologies takes the latency samples (rounds blocks of 50 per
@@ -314,7 +359,8 @@ func reportTopologies(b *testing.B, tops []redisconn.Topology, runs map[string]*
 		}
 		return lo, hi, all
 	}
-	names := []string{controlRun}
+	repl := res(runs[replicatedRun])
+	names := []string{controlRun, replicatedRun}
 	for _, top := range tops {
 		names = append(names, string(top))
 	}
@@ -337,6 +383,14 @@ func reportTopologies(b *testing.B, tops []redisconn.Topology, runs map[string]*
 		b.ReportMetric(r.rawP50/base.rawP50, t+"-raw-p50/single")
 		b.ReportMetric(r.rawP99/base.rawP99, t+"-raw-p99/single")
 		b.ReportMetric(r.p50/r.rawP50, t+"-p50/raw")
+		if t != controlRun && t != replicatedRun && t != string(redisconn.Single) {
+			b.Logf("%-8s to single+replica: p50 %.2fx p99 %.2fx grants/s %.2fx, raw node p50 %.2fx",
+				t, r.p50/repl.p50, r.p99/repl.p99, r.rate/repl.rate, r.rawP50/repl.rawP50)
+			b.ReportMetric(r.p50/repl.p50, t+"-p50/replicated")
+			b.ReportMetric(r.p99/repl.p99, t+"-p99/replicated")
+			b.ReportMetric(r.rate/repl.rate, t+"-rate/replicated")
+			b.ReportMetric(r.rawP50/repl.rawP50, t+"-raw-p50/replicated")
+		}
 		if nfr, ok := runs[t+"-nofence"]; ok {
 			nf := res(nfr)
 			b.Logf("%-8s no fence: p50 %.3f ms p99 %.3f ms (%d samples) %.0f grants/s, raw node p50 %.3f ms",
@@ -351,27 +405,30 @@ func reportTopologies(b *testing.B, tops []redisconn.Topology, runs map[string]*
 // and never reads INFO (the baseline of the fence's cost) until restore.
 func withoutFence() (restore func()) {
 	saved := []*redis.Script{enqueueScript, claimScript, renewScript, tryScript}
-	build := func(files ...string) *redis.Script {
-		var src strings.Builder
-		for _, f := range files {
-			if f == "fence.lua" {
-				src.WriteString("local function fence_held(now_ms) return false end\n" +
-					"local function fenced_reply(r, fenced) return r end\n")
-				continue
-			}
-			b, _ := luaFiles.ReadFile("lua/" + f)
-			src.Write(b)
-			src.WriteByte('\n')
-		}
-		return redis.NewScript(src.String())
-	}
-	enqueueScript = build("clock.lua", "budget.lua", "lib.lua", "fence.lua", "enqueue.lua")
-	claimScript = build("clock.lua", "budget.lua", "lib.lua", "fence.lua", "claim.lua")
-	renewScript = build("clock.lua", "fence.lua", "renew.lua")
-	tryScript = build("clock.lua", "fence.lua", "try.lua")
+	stub := map[string]string{"fence.lua": "local function fence_held(now_ms) return false end\n" +
+		"local function fenced_reply(r, fenced) return r end\n"}
+	enqueueScript = luaScript("", stub, "clock.lua", "budget.lua", "lib.lua", "fence.lua", "enqueue.lua")
+	claimScript = luaScript("", stub, "clock.lua", "budget.lua", "lib.lua", "fence.lua", "claim.lua")
+	renewScript = luaScript("", stub, "clock.lua", "fence.lua", "renew.lua")
+	tryScript = luaScript("", stub, "clock.lua", "fence.lua", "try.lua")
 	return func() {
 		enqueueScript, claimScript, renewScript, tryScript = saved[0], saved[1], saved[2], saved[3]
 	}
+}
+
+// luaScript builds a script as scripts.go does, from prelude and then
+// files (lua/…), each replaced by its stub where stubs has one.
+func luaScript(prelude string, stubs map[string]string, files ...string) *redis.Script {
+	src := []byte(prelude)
+	for _, f := range files {
+		if stub, ok := stubs[f]; ok {
+			src = append(src, stub...)
+			continue
+		}
+		b, _ := luaFiles.ReadFile("lua/" + f)
+		src = append(append(src, b...), '\n')
+	}
+	return redis.NewScript(string(src))
 }
 
 // BenchmarkNodeCost isolates what the node itself adds to the grant script,
@@ -381,31 +438,38 @@ func withoutFence() (restore func()) {
 // master with a replica. The same enqueue and release scripts go straight
 // to each through a plain client, in turns (blocks of 50, rotating), and
 // the enqueue's p50 is reported with its ratio to the standalone node.
+//
+// One more row, primary+replica:repl-none, sends the scripts to the same
+// primary with redis.set_repl(redis.REPL_NONE) first, so that their writes
+// are not sent to the replica: what the replication of a script's effects
+// costs the primary. (ragent's scripts replicate: see
+// docs/benchmarks/redis-topologies.md on why they keep doing so.)
 func BenchmarkNodeCost(b *testing.B) {
 	ctx := b.Context()
 	standalone := testenv.StartRedisServer(b)
-	primary := testenv.StartRedisServer(b)
-	host, port, _ := strings.Cut(primary.Addr, ":")
-	replica := testenv.StartRedisServer(b, "--replicaof", host, port)
+	primary, _ := testenv.StartPrimaryReplica(b)
 	cluster := func(withReplica bool) string {
 		m, _ := startLoneCluster(b, withReplica)
 		return m.Addr
 	}
-	rc := replica.Client()
-	testenv.Eventually(b, 10*time.Second, "the replica in sync", func() bool {
-		return strings.Contains(rc.Info(ctx, "replication").Val(), "master_link_status:up")
-	})
-	rc.Close()
-	nodes := []struct{ name, addr string }{
-		{"standalone", standalone.Addr},
-		{"primary+replica", primary.Addr},
-		{"cluster-alone", cluster(false)},
-		{"cluster+replica", cluster(true)},
+	const unreplicated = "redis.set_repl(redis.REPL_NONE)\n"
+	nodes := []struct {
+		name, addr, prelude string
+	}{
+		{"standalone", standalone.Addr, ""},
+		{"primary+replica", primary.Addr, ""},
+		{"primary+replica:repl-none", primary.Addr, unreplicated},
+		{"cluster-alone", cluster(false), ""},
+		{"cluster+replica", cluster(true), ""},
 	}
 	cfg := Config{MaxConcurrent: 50, MaxWait: 30 * time.Second, Lease: 10 * time.Second}.withDefaults(defaultMaxWait, defaultLease)
 	rs := make([]*topologyRun, len(nodes))
 	for i, n := range nodes {
-		rs[i] = &topologyRun{raw: redis.NewClient(&redis.Options{Addr: n.addr}), rawKeys: newKeys("bench:", "chat"), rawCfg: cfg}
+		rs[i] = &topologyRun{raw: redis.NewClient(&redis.Options{Addr: n.addr}), rawKeys: newKeys(fmt.Sprint("bench", i, ":"), "chat"), rawCfg: cfg}
+		if n.prelude != "" {
+			rs[i].enqueue = luaScript(n.prelude, nil, "clock.lua", "budget.lua", "lib.lua", "fence.lua", "enqueue.lua")
+			rs[i].release = luaScript(n.prelude, nil, "clock.lua", "lib.lua", "release.lua")
+		}
 		b.Cleanup(func() { rs[i].raw.Close() })
 	}
 	for range b.N {
@@ -426,7 +490,7 @@ func BenchmarkNodeCost(b *testing.B) {
 	base := ms(percentile(rs[0].rawLat, 50))
 	for i, n := range nodes {
 		p50, p99 := ms(percentile(rs[i].rawLat, 50)), ms(percentile(rs[i].rawLat, 99))
-		b.Logf("%-16s enqueue p50 %.3f ms p99 %.3f ms, p50 %.2fx the standalone node", n.name, p50, p99, p50/base)
+		b.Logf("%-25s enqueue p50 %.3f ms p99 %.3f ms, p50 %.2fx the standalone node", n.name, p50, p99, p50/base)
 		b.ReportMetric(p50, n.name+"-p50-ms")
 		b.ReportMetric(p50/base, n.name+"-p50/standalone")
 	}
