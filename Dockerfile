@@ -63,8 +63,9 @@ CMD ["serve"]
 # RAGENT_IMAGE_TARGET=ragent-ocr (the default is the small image above).
 FROM debian:bookworm-slim AS ragent-ocr
 RUN printf '#!/bin/sh\nexit 101\n' >/usr/sbin/policy-rc.d && chmod 755 /usr/sbin/policy-rc.d
-COPY scripts/services.sh /tmp/services.sh
-RUN bash /tmp/services.sh install ocr && rm -rf /var/lib/apt/lists/* /tmp/services.sh \
+COPY scripts/services.sh /tmp/scripts/services.sh
+COPY scripts/services /tmp/scripts/services
+RUN bash /tmp/scripts/services.sh install ocr && rm -rf /var/lib/apt/lists/* /tmp/scripts \
 	&& tesseract --list-langs | grep -qx chi_sim && command -v pdftoppm
 COPY --from=build /out/passwd /etc/passwd
 COPY --from=build /out/group /etc/group
