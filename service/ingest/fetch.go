@@ -14,12 +14,7 @@ import (
 	"github.com/ragent-go/ragent/service"
 )
 
-func (s *Service) wakeFetcher() {
-	select {
-	case s.fetchNow <- struct{}{}:
-	default:
-	}
-}
+func (s *Service) wakeFetcher() { wake(s.fetchNow) }
 
 // RunFetcher fetches imported documents that are due (new imports and
 // refreshes) until ctx ends: at once after an import on this instance, and

@@ -290,6 +290,15 @@ func New(store Store, access *service.Access, embedder service.Embedder, ids ser
 		metrics: m, tracer: tracerOr(cfg.Tracer)}
 }
 
+// wake signals a loop waiting on ch, a channel of capacity 1, without
+// blocking: a signal already pending wakes the loop for this one too.
+func wake(ch chan<- struct{}) {
+	select {
+	case ch <- struct{}{}:
+	default:
+	}
+}
+
 // EnableWebhooks turns on webhooks, kept in store, their secrets sealed
 // with a key derived from key (the auth signing secret). Call it before
 // the service is used.

@@ -9,12 +9,7 @@ import (
 	"github.com/ragent-go/ragent/service"
 )
 
-func (s *Service) wakeRelay() {
-	select {
-	case s.kick <- struct{}{}:
-	default:
-	}
-}
+func (s *Service) wakeRelay() { wake(s.kick) }
 
 // RunRelay publishes outbox rows until ctx ends: at once after an upload on
 // this instance or a document finished here, and every RelayInterval for
