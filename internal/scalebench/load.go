@@ -6,9 +6,10 @@ import (
 	"encoding/hex"
 	"fmt"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
+
+	"golang.org/x/sync/errgroup"
 
 	"github.com/ragent-go/ragent/service"
 	"github.com/ragent-go/ragent/service/ingest"
@@ -74,36 +75,13 @@ func (l *Loader) Load(ctx context.Context, from, to int) (LoadStats, error) {
 // fanOut calls fn for from, from+step, … below to on workers goroutines.
 // The first error cancels the rest and is returned.
 func fanOut(ctx context.Context, workers, from, to, step int, fn func(ctx context.Context, i int) error) error {
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	var (
-		wg       sync.WaitGroup
-		errOnce  sync.Once
-		firstErr error
-	)
-	next := make(chan int)
-	for range max(1, workers) {
-		wg.Go(func() {
-			for i := range next {
-				if err := fn(ctx, i); err != nil {
-					errOnce.Do(func() { firstErr = err; cancel() })
-					return
-				}
-			}
-		})
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(max(1, workers))
+	for i := from; i < to && gctx.Err() == nil; i += step {
+		g.Go(func() error { return fn(gctx, i) })
 	}
-feed:
-	for i := from; i < to; i += step {
-		select {
-		case next <- i:
-		case <-ctx.Done():
-			break feed
-		}
-	}
-	close(next)
-	wg.Wait()
-	if firstErr != nil {
-		return firstErr
+	if err := g.Wait(); err != nil {
+		return err
 	}
 	return ctx.Err()
 }

@@ -14,6 +14,8 @@ import (
 	"sync"
 	"time"
 
+	"golang.org/x/sync/errgroup"
+
 	"github.com/ragent-go/ragent/text"
 )
 
@@ -30,45 +32,32 @@ func ocrPDFPages(ctx context.Context, r io.ReaderAt, size int64, pages []int, si
 		return nil, err
 	}
 	defer os.RemoveAll(dir)
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
 	var (
-		mu       sync.Mutex
-		out      = map[int]string{}
-		firstErr error
-		wg       sync.WaitGroup
-		next     = make(chan int)
+		mu  sync.Mutex
+		out = map[int]string{}
 	)
-	for range min(o.Processes, len(pages)) {
-		wg.Go(func() {
-			for page := range next {
-				progress(ctx) // this page has its own PageTimeout, however long the pages before it took
-				s, err := ocrPDFPage(ctx, dir, pdfFile, page, sizes[page], o)
-				mu.Lock()
-				if err != nil && firstErr == nil {
-					firstErr = err
-					cancel()
-				}
-				out[page] = s
-				mu.Unlock()
-				if err == nil {
-					progress(ctx)
-				}
+	// The first failure cancels the pages being read and no more start.
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(min(o.Processes, len(pages)))
+	for _, page := range pages {
+		if gctx.Err() != nil {
+			break
+		}
+		g.Go(func() error {
+			progress(gctx) // this page has its own PageTimeout, however long the pages before it took
+			s, err := ocrPDFPage(gctx, dir, pdfFile, page, sizes[page], o)
+			if err != nil {
+				return err
 			}
+			mu.Lock()
+			out[page] = s
+			mu.Unlock()
+			progress(gctx)
+			return nil
 		})
 	}
-feed:
-	for _, p := range pages {
-		select {
-		case next <- p:
-		case <-ctx.Done():
-			break feed
-		}
-	}
-	close(next)
-	wg.Wait()
-	if firstErr != nil {
-		return nil, firstErr
+	if err := g.Wait(); err != nil {
+		return nil, err
 	}
 	return out, ctx.Err()
 }
