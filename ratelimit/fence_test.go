@@ -191,8 +191,8 @@ func TestLocalShareCountsRedisPermitsInFlight(t *testing.T) {
 	t.Parallel()
 	const n = 4
 	_, prefix := cleanRedis(t)
-	cfg := Config{MaxConcurrent: n, MaxWait: 500 * time.Millisecond, Lease: 600 * time.Millisecond,
-		PollInterval: 20 * time.Millisecond, OnRedisError: PolicyLocal, NoPubSub: true}
+	cfg := localPolicy(n, 500*time.Millisecond, 600*time.Millisecond)
+	cfg.PollInterval = 20 * time.Millisecond
 	clients, limiters := localInstances(t, prefix, 3, cfg)
 	// Each instance holds its share from Redis: all N are in flight.
 	var held []*Permit
@@ -205,9 +205,7 @@ func TestLocalShareCountsRedisPermitsInFlight(t *testing.T) {
 			held = append(held, p)
 		}
 	}
-	for _, c := range clients {
-		c.cut(t)
-	}
+	cutAll(t, clients)
 	for i, l := range limiters {
 		if tryGrants(t, l, 1, fmt.Sprint("local", i), "x") > 0 {
 			t.Errorf("instance %d granted a local permit with its whole share held from Redis", i)

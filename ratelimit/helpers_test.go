@@ -158,6 +158,14 @@ func (c *switchableClient) cut(t testing.TB) {
 
 func (c *switchableClient) restore() { c.down.Store(false) }
 
+// cutAll cuts every client: Redis goes away for every instance.
+func cutAll(t testing.TB, clients []*switchableClient) {
+	t.Helper()
+	for _, c := range clients {
+		c.cut(t)
+	}
+}
+
 // killClients kills the server side of every connection named name (and only
 // those: other tests share this Redis).
 func killClients(t testing.TB, admin redis.UniversalClient, name string) {
@@ -255,6 +263,15 @@ func allSeen(ls []*Limiter) bool {
 		}
 	}
 	return true
+}
+
+// localPolicy is the configuration of the outage tests: n permits, the
+// local semaphore when Redis fails, and no pub/sub (an instance hears of a
+// freed permit by polling, every 50 ms), so cutting a client leaves
+// nothing half-connected.
+func localPolicy(n int, maxWait, lease time.Duration) Config {
+	return Config{MaxConcurrent: n, MaxWait: maxWait, Lease: lease,
+		PollInterval: 50 * time.Millisecond, OnRedisError: PolicyLocal, NoPubSub: true}
 }
 
 // localInstances starts k limiters of one name, each on a client of its

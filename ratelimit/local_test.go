@@ -17,8 +17,7 @@ func TestLocalPolicySharesTheCap(t *testing.T) {
 	t.Parallel()
 	const n = 4
 	_, prefix := cleanRedis(t)
-	cfg := Config{MaxConcurrent: n, MaxWait: time.Second, Lease: 600 * time.Millisecond,
-		PollInterval: 50 * time.Millisecond, OnRedisError: PolicyLocal, NoPubSub: true}
+	cfg := localPolicy(n, time.Second, 600*time.Millisecond)
 	clients, limiters := localInstances(t, prefix, 3, cfg)
 	shares := func() (sum int64, each []int64) {
 		for _, l := range limiters {
@@ -37,9 +36,7 @@ func TestLocalPolicySharesTheCap(t *testing.T) {
 			fromRedis = append(fromRedis, mustAcquire(t, l, fmt.Sprintf("redis%d-%d", i, j), "u"))
 		}
 	}
-	for _, c := range clients {
-		c.cut(t)
-	}
+	cutAll(t, clients)
 	for _, p := range fromRedis {
 		p.Release()
 	}
@@ -86,8 +83,7 @@ func TestLocalPolicyCountsAnotherInstancesExcess(t *testing.T) {
 	t.Parallel()
 	const n = 4
 	_, prefix := cleanRedis(t)
-	cfg := Config{MaxConcurrent: n, MaxWait: time.Second, Lease: 3 * time.Second,
-		PollInterval: 50 * time.Millisecond, OnRedisError: PolicyLocal, NoPubSub: true}
+	cfg := localPolicy(n, time.Second, 3*time.Second)
 	clients, limiters := localInstances(t, prefix, 3, cfg)
 	busy := limiters[0]
 	// The busy instance takes every permit from the shared queue.
@@ -95,9 +91,7 @@ func TestLocalPolicyCountsAnotherInstancesExcess(t *testing.T) {
 	for i := range n {
 		held = append(held, mustAcquire(t, busy, fmt.Sprintf("busy%d", i), "u"))
 	}
-	for _, c := range clients {
-		c.cut(t)
-	}
+	cutAll(t, clients)
 	// The others grant nothing while the busy instance's holders run on,
 	// whatever their shares (three tries each: the first may time out still trying Redis on a
 	// loaded machine; the next go to the local semaphore at once)...
@@ -138,8 +132,7 @@ func TestLocalPolicyNewcomerWaitsUntilSeen(t *testing.T) {
 	const n = 4
 	_, prefix := cleanRedis(t)
 	// A lease of 30 s: the instances beat every 2 s (10 s before the fix).
-	cfg := Config{MaxConcurrent: n, MaxWait: 6 * time.Second, Lease: 30 * time.Second,
-		PollInterval: 50 * time.Millisecond, OnRedisError: PolicyLocal, NoPubSub: true}
+	cfg := localPolicy(n, 6*time.Second, 30*time.Second)
 	first := newSwitchableClient(t)
 	oldCfg := cfg
 	oldCfg.MaxWait = time.Second // its acquires below are expected to time out
@@ -159,9 +152,7 @@ func TestLocalPolicyNewcomerWaitsUntilSeen(t *testing.T) {
 			held = append(held, p)
 		}
 	}
-	for _, c := range clients {
-		c.cut(t)
-	}
+	cutAll(t, clients)
 	// The newcomers' n permits run on; the first instance must add none.
 	granted := tryGrants(t, old, 2, "old", "v")
 	if granted > 0 {
@@ -180,8 +171,7 @@ func TestLocalPolicyShareSurvivesRedisLosingItsData(t *testing.T) {
 	t.Parallel()
 	const n = 4
 	admin, prefix := cleanRedis(t)
-	cfg := Config{MaxConcurrent: n, MaxWait: time.Second, Lease: 30 * time.Second,
-		PollInterval: 50 * time.Millisecond, OnRedisError: PolicyLocal, NoPubSub: true}
+	cfg := localPolicy(n, time.Second, 30*time.Second)
 	clients, limiters := localInstances(t, prefix, 3, cfg)
 	// Two instances run a permit each from Redis.
 	for i, l := range limiters[1:] {
@@ -212,8 +202,7 @@ func TestLocalPolicyShareSurvivesRedisLosingItsData(t *testing.T) {
 func TestLocalPolicyAsksRedisOnceItAnswers(t *testing.T) {
 	t.Parallel()
 	_, prefix := cleanRedis(t)
-	cfg := Config{MaxConcurrent: 2, MaxWait: 2 * time.Second, Lease: 30 * time.Second,
-		PollInterval: 50 * time.Millisecond, OnRedisError: PolicyLocal, NoPubSub: true}
+	cfg := localPolicy(2, 2*time.Second, 30*time.Second)
 	c := newSwitchableClient(t)
 	l := startLimiter(t, c, prefix, "chat", cfg)
 	testenv.Eventually(t, 10*time.Second, "the instance to join", func() bool { return allSeen([]*Limiter{l}) })

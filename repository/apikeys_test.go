@@ -13,10 +13,7 @@ import (
 // written only when older than the caller's bound.
 func TestAPIKeyStore(t *testing.T) {
 	s, ctx := migrated(t)
-	owner := &service.User{ID: newID(), Username: "keyowner", PasswordHash: "x", Role: service.RoleUser}
-	if err := s.CreateUser(ctx, owner); err != nil {
-		t.Fatal(err)
-	}
+	owner := seedUser(t, s, "keyowner")
 	exp := time.Now().Add(time.Hour).UTC().Truncate(time.Microsecond)
 	all := &service.APIKey{ID: newID(), UserID: owner.ID, Name: "all", Prefix: "rk_aaaaaaa", Hash: []byte("hash-all"),
 		Scopes: []service.Scope{service.ScopeRead, service.ScopeChat}, ExpiresAt: &exp}

@@ -50,6 +50,16 @@ func seedKB(t *testing.T, s *Store, dim int) *service.KnowledgeBase {
 	return kb
 }
 
+// seedUser creates a local user (role user) named username.
+func seedUser(t *testing.T, s *Store, username string) *service.User {
+	t.Helper()
+	u := &service.User{ID: newID(), Username: username, PasswordHash: "x", Role: service.RoleUser}
+	if err := s.CreateUser(context.Background(), u); err != nil {
+		t.Fatal(err)
+	}
+	return u
+}
+
 func seedDoc(t *testing.T, s *Store, kb *service.KnowledgeBase, content string) *service.Document {
 	t.Helper()
 	id := newID()

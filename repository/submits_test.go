@@ -17,10 +17,7 @@ import (
 // failed turn moves the key once, however many retries race.
 func TestSaveQuestionSubmitKey(t *testing.T) {
 	s, ctx := migrated(t)
-	user := &service.User{ID: newID(), Username: "u", PasswordHash: "x", Role: service.RoleUser}
-	if err := s.CreateUser(ctx, user); err != nil {
-		t.Fatal(err)
-	}
+	user := seedUser(t, s, "u")
 	const key = "req-1"
 	race := func(n int, write func(i int) error) (wins int, dups int) {
 		t.Helper()
@@ -104,10 +101,7 @@ func TestSaveQuestionSubmitKey(t *testing.T) {
 	}
 
 	// The key is the user's: another user's same key is another turn.
-	other := &service.User{ID: newID(), Username: "v", PasswordHash: "x", Role: service.RoleUser}
-	if err := s.CreateUser(ctx, other); err != nil {
-		t.Fatal(err)
-	}
+	other := seedUser(t, s, "v")
 	conv := &service.Conversation{ID: newID(), UserID: other.ID}
 	q := service.Message{ID: newID(), ConversationID: conv.ID, Role: "user", Content: "hi", Status: service.MessageCompleted}
 	if err := s.SaveQuestion(ctx, conv, &q, &service.ChatSubmit{UserID: other.ID, Key: key, ConversationID: conv.ID, MessageID: q.ID, TaskID: newID()}); err != nil {
@@ -192,10 +186,7 @@ func TestCheckSent(t *testing.T) {
 // key stays for ever.
 func TestChatSubmitKeysPruned(t *testing.T) {
 	s, ctx := migrated(t)
-	user := &service.User{ID: newID(), Username: "u", PasswordHash: "x", Role: service.RoleUser}
-	if err := s.CreateUser(ctx, user); err != nil {
-		t.Fatal(err)
-	}
+	user := seedUser(t, s, "u")
 	submit := func(key string, age time.Duration) *service.ChatSubmit {
 		t.Helper()
 		conv := &service.Conversation{ID: newID(), UserID: user.ID}

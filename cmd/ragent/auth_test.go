@@ -281,13 +281,8 @@ func TestTokens(t *testing.T) {
 	t.Run("cookie", func(t *testing.T) {
 		req, _ := http.NewRequest("GET", in.url+"/api/v1/me", nil)
 		req.AddCookie(&http.Cookie{Name: "ragent_session", Value: token})
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		resp.Body.Close()
-		if resp.StatusCode != http.StatusOK {
-			t.Fatalf("cookie auth: %d", resp.StatusCode)
+		if r := roundTrip(t, req); r.Status != http.StatusOK {
+			t.Fatalf("cookie auth: %d", r.Status)
 		}
 	})
 

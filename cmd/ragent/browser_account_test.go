@@ -17,12 +17,7 @@ func TestBrowserAccount(t *testing.T) {
 		t.Helper()
 		req, _ := http.NewRequest("GET", in.url+"/api/v1/me", nil)
 		req.AddCookie(cookie)
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		resp.Body.Close()
-		return resp.StatusCode
+		return roundTrip(t, req).Status
 	}
 	step := steps(t)
 

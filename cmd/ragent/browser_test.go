@@ -297,13 +297,8 @@ func TestBrowserUI(t *testing.T) {
 		for _, path := range []string{"/api/v1/admin/intents", "/api/v1/admin/term-mappings", "/api/v1/users", "/api/v1/admin/limiter"} {
 			req, _ := http.NewRequest("GET", in.url+path, nil)
 			req.AddCookie(cookie)
-			resp, err := http.DefaultClient.Do(req)
-			if err != nil {
-				t.Fatal(err)
-			}
-			resp.Body.Close()
-			if resp.StatusCode != http.StatusForbidden {
-				t.Errorf("GET %s with the user's cookie: %d, want 403", path, resp.StatusCode)
+			if r := roundTrip(t, req); r.Status != http.StatusForbidden {
+				t.Errorf("GET %s with the user's cookie: %d, want 403", path, r.Status)
 			}
 		}
 	})

@@ -412,13 +412,8 @@ func TestMCPAuthentication(t *testing.T) {
 			if key != "" {
 				req.Header.Set("Authorization", "Bearer "+key)
 			}
-			resp, err := http.DefaultClient.Do(req)
-			if err != nil {
-				t.Fatal(err)
-			}
-			resp.Body.Close()
-			if resp.StatusCode != http.StatusUnauthorized || resp.Header.Get("WWW-Authenticate") == "" {
-				t.Fatalf("status %d, WWW-Authenticate %q", resp.StatusCode, resp.Header.Get("WWW-Authenticate"))
+			if r := roundTrip(t, req); r.Status != http.StatusUnauthorized || r.Header.Get("WWW-Authenticate") == "" {
+				t.Fatalf("status %d, WWW-Authenticate %q", r.Status, r.Header.Get("WWW-Authenticate"))
 			}
 		})
 	}
@@ -431,13 +426,8 @@ func TestMCPAuthentication(t *testing.T) {
 	req.Header.Set("Authorization", "Bearer "+f.noChat)
 	req.Header.Set("Mcp-Session-Id", s.ID())
 	req.Header.Set("Mcp-Protocol-Version", s.InitializeResult().ProtocolVersion)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusForbidden {
-		t.Fatalf("another key on the session: %d, want 403", resp.StatusCode)
+	if r := roundTrip(t, req); r.Status != http.StatusForbidden {
+		t.Fatalf("another key on the session: %d, want 403", r.Status)
 	}
 
 	// Revoking the key stops the session at its next request.

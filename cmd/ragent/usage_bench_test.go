@@ -30,22 +30,11 @@ func BenchmarkQuotaTTFT(b *testing.B) {
 	isMessage := func(l string) bool { return l == "event: message" }
 	body := map[string]any{"question": "How do I connect to the VPN?"}
 	ctx := context.Background()
-	var withQuotas, without []time.Duration
-	b.ResetTimer()
-	for i := 0; i < b.N; i++ {
-		d, err := firstEvent(ctx, offIn.url+"/api/v1/chat", admin, body, isMessage)
-		if err != nil {
-			b.Fatal(err)
-		}
-		without = append(without, d)
-		d, err = firstEvent(ctx, on.url+"/api/v1/chat", admin, body, isMessage)
-		if err != nil {
-			b.Fatal(err)
-		}
-		withQuotas = append(withQuotas, d)
-	}
-	b.StopTimer()
-	reportPercentiles(b, "ms", []int{50, 99}, map[string][]time.Duration{"off": without, "on": withQuotas}, "off", "on")
+	alternate(b, "ms",
+		"off", func() (time.Duration, error) {
+			return firstEvent(ctx, offIn.url+"/api/v1/chat", admin, body, isMessage)
+		},
+		"on", func() (time.Duration, error) { return firstEvent(ctx, on.url+"/api/v1/chat", admin, body, isMessage) })
 }
 
 // BenchmarkQuotaAdmit isolates the check itself: Quotas.Admit for the same
@@ -70,21 +59,14 @@ func BenchmarkQuotaAdmit(b *testing.B) {
 	if err := on.app.quotas.Admit(ctx, p); err != nil { // loads the quotas
 		b.Fatal(err)
 	}
-	var withQuotas, without []time.Duration
-	b.ResetTimer()
-	for i := 0; i < b.N; i++ {
-		t0 := time.Now()
-		if err := offIn.app.quotas.Admit(ctx, p); err != nil {
-			b.Fatal(err)
+	admit := func(in *instance) func() (time.Duration, error) {
+		return func() (time.Duration, error) {
+			t0 := time.Now()
+			err := in.app.quotas.Admit(ctx, p)
+			return time.Since(t0), err
 		}
-		t1 := time.Now()
-		if err := on.app.quotas.Admit(ctx, p); err != nil {
-			b.Fatal(err)
-		}
-		without, withQuotas = append(without, t1.Sub(t0)), append(withQuotas, time.Since(t1))
 	}
-	b.StopTimer()
-	reportPercentiles(b, "us", []int{50, 99}, map[string][]time.Duration{"off": without, "on": withQuotas}, "off", "on")
+	alternate(b, "us", "off", admit(offIn), "on", admit(on))
 }
 
 // quotaEverything gives c's user a user and a group quota, daily and
