@@ -416,3 +416,31 @@ func BenchmarkOwnNodesTail(b *testing.B) {
 			ms(percentile(r.lat, 99))/ms(percentile(rs[2].lat, 99)))
 	}
 }
+
+// BenchmarkClusterClientRate takes BenchmarkGrantsPerTopology's grants/s
+// (100 acquirers on two limiters, rounds of 500 in turns, 6,000 grants
+// each) on the single node, on the Cluster through the ClusterClient of
+// redisconn.New, and on the same Cluster master through a plain client
+// (every key of the limiter is in that master's slot): what the Cluster
+// client itself costs a CPU-bound burst on this machine.
+func BenchmarkClusterClientRate(b *testing.B) {
+	cluster := newTopologyRun(b, redisconn.Cluster, "cluster")
+	master := &redis.Options{Addr: slotNode(b, cluster.ls[0].rdb, testenv.RedisOptionsOf(b, redisconn.Cluster), cluster.rawKeys.permits)}
+	plain := newRun(b, redisconn.Cluster, "cluster-plain", func() redis.UniversalClient { return redis.NewClient(master) },
+		func(redis.UniversalClient, string) *redis.Options { return master })
+	rs := []*topologyRun{newTopologyRun(b, redisconn.Single, "single"), cluster, plain}
+	warmUp(b, rs)
+	for round := range 12 * b.N {
+		for j := range rs {
+			r := rs[(j+round)%len(rs)]
+			r.busy += grantBurst(b, r.ls, fmt.Sprint("g", round, "."), 500)
+			r.grants += 500
+		}
+	}
+	rate := func(r *topologyRun) float64 { return float64(r.grants) / r.busy.Seconds() }
+	for _, r := range rs {
+		b.Logf("%-13s %5.0f grants/s, single ÷ this %.2f", r.name, rate(r), rate(rs[0])/rate(r))
+		b.ReportMetric(rate(rs[0])/rate(r), r.name+"-single/rate")
+	}
+	b.ReportMetric(rate(plain)/rate(cluster), "plain/clusterclient")
+}
