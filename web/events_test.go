@@ -10,9 +10,10 @@ import (
 	"github.com/ragent-go/ragent/service/chat"
 )
 
-// TestChatJSHandlesTheStreamEvents checks the event names chat.js handles
-// against the ones the chat service emits, both ways: done is read by
-// api.js's stream reader, every other event by chat.js's onEvent switch.
+// TestChatJSHandlesTheStreamEvents checks the event names the chat page
+// handles against the ones the chat service emits, both ways: done is read by
+// api.js's stream reader, every other event by chat-stream.js's onEvent
+// switch.
 func TestChatJSHandlesTheStreamEvents(t *testing.T) {
 	read := func(name string) string {
 		b, err := fs.ReadFile(Assets(), name)
@@ -21,11 +22,11 @@ func TestChatJSHandlesTheStreamEvents(t *testing.T) {
 		}
 		return string(b)
 	}
-	src := read("chat.js")
+	src := read("chat-stream.js")
 	start := strings.Index(src, "const onEvent = (name, data) => {")
 	end := strings.Index(src[max(start, 0):], "default:")
 	if start < 0 || end < 0 {
-		t.Fatal("chat.js: the onEvent switch was not found")
+		t.Fatal("chat-stream.js: the onEvent switch was not found")
 	}
 	var handled []string
 	for _, m := range regexp.MustCompile(`case '([a-z]+)':`).FindAllStringSubmatch(src[start:start+end], -1) {
@@ -37,12 +38,12 @@ func TestChatJSHandlesTheStreamEvents(t *testing.T) {
 	handled = append(handled, chat.EventDone)
 	for _, name := range chat.EventNames {
 		if !slices.Contains(handled, name) {
-			t.Errorf("the server emits %q, which chat.js does not handle", name)
+			t.Errorf("the server emits %q, which chat-stream.js does not handle", name)
 		}
 	}
 	for _, name := range handled {
 		if !slices.Contains(chat.EventNames, name) {
-			t.Errorf("chat.js handles %q, which the server never emits", name)
+			t.Errorf("chat-stream.js handles %q, which the server never emits", name)
 		}
 	}
 }

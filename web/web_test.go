@@ -65,41 +65,57 @@ func TestModuleImportsAreInImportMap(t *testing.T) {
 }
 
 // TestTranslationKeys checks that every literal t('key') used by a module
-// exists in both the Chinese and the English dictionary.
+// exists in every language, and that every language has the same keys. A
+// language's dictionary is the union of its modules i18n-<lang>.js and
+// i18n-<lang>-<part>.js, each imported by i18n.js; a key is defined once
+// per language (i18n.js merges the parts, so a second definition would
+// silently win).
 func TestTranslationKeys(t *testing.T) {
-	src, err := fs.ReadFile(Assets(), "i18n.js")
-	if err != nil {
-		t.Fatal(err)
-	}
-	zhPart, enPart, ok := strings.Cut(string(src), "const en = {")
-	if !ok {
-		t.Fatal("i18n.js has no English dictionary")
-	}
+	mods := modules(t)
+	dictRe := regexp.MustCompile(`^i18n-([a-z]+)(?:-[a-z]+)?\.js$`)
 	keyRe := regexp.MustCompile(`(?m)^\s*'([^']+)':`)
-	dict := func(s string) map[string]bool {
-		keys := map[string]bool{}
-		for _, m := range keyRe.FindAllStringSubmatch(s, -1) {
-			keys[m[1]] = true
+	dicts := map[string]map[string]string{} // language → key → defining module
+	for f, src := range mods {
+		m := dictRe.FindStringSubmatch(f)
+		if m == nil {
+			continue
 		}
-		return keys
-	}
-	zh, en := dict(zhPart), dict(enPart)
-	for k := range zh {
-		if !en[k] {
-			t.Errorf("key %q has no English text", k)
+		if !strings.Contains(mods["i18n.js"], "from './"+f+"';") {
+			t.Errorf("i18n.js does not import %s", f)
+		}
+		lang := m[1]
+		if dicts[lang] == nil {
+			dicts[lang] = map[string]string{}
+		}
+		for _, k := range keyRe.FindAllStringSubmatch(src, -1) {
+			if prev, ok := dicts[lang][k[1]]; ok {
+				t.Errorf("key %q is defined in both %s and %s", k[1], prev, f)
+			}
+			dicts[lang][k[1]] = f
 		}
 	}
-	for k := range en {
-		if !zh[k] {
-			t.Errorf("key %q has no Chinese text", k)
+	for _, lang := range []string{"zh", "en"} {
+		if len(dicts[lang]) == 0 {
+			t.Fatalf("no dictionary for language %q (i18n-%s*.js)", lang, lang)
+		}
+	}
+	for _, keys := range dicts {
+		for other, otherKeys := range dicts {
+			for k, f := range keys {
+				if _, ok := otherKeys[k]; !ok {
+					t.Errorf("key %q (%s) has no %s text", k, f, other)
+				}
+			}
 		}
 	}
 
 	useRe := regexp.MustCompile(`\bt\(\s*'([A-Za-z0-9_.]+)'`)
-	for f, src := range modules(t) {
+	for f, src := range mods {
 		for _, m := range useRe.FindAllStringSubmatch(src, -1) {
-			if !zh[m[1]] {
-				t.Errorf("%s uses t(%q), which i18n.js does not define", f, m[1])
+			for lang, keys := range dicts {
+				if _, ok := keys[m[1]]; !ok {
+					t.Errorf("%s uses t(%q), which the %s dictionary does not define", f, m[1], lang)
+				}
 			}
 		}
 	}

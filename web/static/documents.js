@@ -3,7 +3,8 @@
 import { t } from './i18n.js';
 import { h, toast, errorText, modal, formatTime, formatBytes, confirmDialog } from './dom.js';
 import { get, post, patch, del, enc, upload } from './api.js';
-import { pageHeader, emptyRow, reembedBadge, rowAction, act, confirmDelete } from './admin.js';
+import { pageHeader, emptyRow, rowAction, act, confirmDelete } from './admin.js';
+import { reembedBadge } from './knowledgebases.js';
 
 const POLL_MS = 2000;
 const PARALLEL_UPLOADS = 3;
