@@ -5,7 +5,7 @@ import "github.com/ragent-go/ragent/service"
 // Event is one event of the stream (DESIGN §6): its name and its payload,
 // one of the types below (nil for done, written as the raw text [DONE]).
 // Fields are in the alphabetical order of their JSON names, the order the
-// stream has always had. web/events_test.go checks web/static/chat.js
+// stream has always had. web/events_test.go checks web/static/chat-stream.js
 // handles the same names.
 type Event struct {
 	// ID is the event's place in its task's stream, from 1: the SSE id a

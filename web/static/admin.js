@@ -4,7 +4,7 @@
 // users.js, groups.js and limiter.js (and documents.js, intents.js,
 // audit.js, usage.js, feedback.js, apikeys.js, widgets.js).
 import { t } from './i18n.js';
-import { h, toast, errorText, confirmDialog } from './dom.js';
+import { h, toast, errorText, confirmDialog, modal } from './dom.js';
 import { get, del } from './api.js';
 
 export function pageHeader(titleText, subtitle) {
@@ -134,11 +134,16 @@ export function listPage({ path, tbody, row, cols, empty, order, onForbidden }) 
   return { load, destroy() { destroyed = true; } };
 }
 
-// dialogList keeps the list of a dialog: load() fetches path and shows a
-// row(item) per item in tbody, or the empty text across cols columns;
-// remove(itemPath, after) deletes itemPath, loads again and runs after. A
-// failure of either shows in errBox and leaves the list as it was.
-export function dialogList({ path, tbody, row, cols, empty, errBox }) {
+// dialogList opens a dialog (title, testid) holding a table of the list at
+// path under columns, with before above it and after below it (an
+// explanation, a form, the error box), and keeps that list: load() fetches
+// path and shows a row(item) per item, or the empty text across the
+// columns; remove(itemPath, after) deletes itemPath, loads again and runs
+// after. A failure of either shows in errBox and leaves the list as it was.
+export function dialogList({ title, testid, before, columns, after, path, row, empty, errBox }) {
+  const tbody = h('tbody');
+  const cols = columns.length;
+  modal(title, h('div', {}, before, dataTable(columns, tbody, { card: false }), after), testid);
   async function load() {
     try {
       const res = await get(path);

@@ -1,7 +1,7 @@
 // The group admin page: the groups knowledge bases are shared with, and the
 // dialog of who is in each.
 import { t } from './i18n.js';
-import { h, toast, promptDialog, field, modal } from './dom.js';
+import { h, toast, promptDialog, field } from './dom.js';
 import { post, patch, enc, ActionKey } from './api.js';
 import { pageHeader, adminForm, dataTable, rowAction, act, confirmDelete, numCol, listPage, dialogList } from './admin.js';
 
@@ -66,7 +66,6 @@ export function mountGroups(root, ctx) {
 // openGroupMembers lists a group's users and adds or removes one by
 // username; changed() refreshes the member counts behind the dialog.
 function openGroupMembers(g, changed) {
-  const list = h('tbody');
   const username = h('input', { id: 'group-member-username', required: true, maxlength: 64, autocomplete: 'off', 'data-testid': 'group-member-username' });
   const addKey = new ActionKey(); // the Idempotency-Key of the form's submit
   const { form, errBox } = adminForm({
@@ -83,14 +82,13 @@ function openGroupMembers(g, changed) {
     },
   });
   const managed = Boolean(g.managedBy);
-  modal(t('groups.membersOf', { name: g.name }), h('div', {},
-    dataTable([t('users.username'), t('common.actions')], list, { card: false }),
-    managed ? h('p', { class: 'muted', 'data-testid': 'group-managed-note' }, t('groups.managedHint')) : form), 'group-members-dialog');
 
   const { load, remove } = dialogList({
+    title: t('groups.membersOf', { name: g.name }),
+    testid: 'group-members-dialog',
+    columns: [t('users.username'), t('common.actions')],
+    after: managed ? h('p', { class: 'muted', 'data-testid': 'group-managed-note' }, t('groups.managedHint')) : form,
     path: `/groups/${enc(g.id)}/members`,
-    tbody: list,
-    cols: 2,
     empty: t('members.empty'),
     errBox,
     row: (u) => h('tr', { 'data-testid': 'group-member-row', 'data-username': u.username },

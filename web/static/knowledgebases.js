@@ -2,7 +2,7 @@
 // knowledge bases, with the dialogs of their members (who a knowledge base
 // is shared with) and webhooks. Its documents are in documents.js.
 import { t } from './i18n.js';
-import { h, toast, confirmDialog, field, modal } from './dom.js';
+import { h, toast, confirmDialog, field } from './dom.js';
 import { post, patch, enc, ActionKey } from './api.js';
 import { pageHeader, formError, adminForm, dataTable, rowAction, confirmDelete, numCol, listPage, dialogList, optionalInt } from './admin.js';
 
@@ -117,7 +117,6 @@ export function reembedBadge(kb) {
 // managers add a user or group by name with a role, change a role (adding
 // again) or remove a grant.
 function openMembers(kb) {
-  const list = h('tbody');
   const kind = h('select', { id: 'member-kind', 'data-testid': 'member-kind' },
     h('option', { value: 'user' }, t('members.kind.user')),
     h('option', { value: 'group' }, t('members.kind.group')));
@@ -141,16 +140,14 @@ function openMembers(kb) {
     },
   });
   errBox.dataset.testid = 'member-error';
-  const content = h('div', {},
-    h('p', { class: 'muted' }, t('members.explain')),
-    dataTable([t('members.name'), t('members.kind'), t('members.role'), t('common.actions')], list, { card: false }),
-    form);
-  modal(t('members.title', { name: kb.name }), content, 'members-dialog');
 
   const { load, remove } = dialogList({
+    title: t('members.title', { name: kb.name }),
+    testid: 'members-dialog',
+    before: h('p', { class: 'muted' }, t('members.explain')),
+    columns: [t('members.name'), t('members.kind'), t('members.role'), t('common.actions')],
+    after: form,
     path: `/knowledge-bases/${enc(kb.id)}/members`,
-    tbody: list,
-    cols: 4,
     empty: t('members.empty'),
     errBox,
     row: (m) => h('tr', { 'data-testid': 'member-row', 'data-kind': m.kind, 'data-name': m.name, 'data-role': m.role },
@@ -169,19 +166,16 @@ function openMembers(kb) {
 // their deliveries, and lets its managers delete one. Webhooks are made
 // through the API: their secret is shown once, to a pipeline.
 function openWebhooks(kb) {
-  const list = h('tbody');
   const errBox = formError();
   errBox.dataset.testid = 'webhook-error';
-  const content = h('div', {},
-    h('p', { class: 'muted' }, t('webhooks.explain')),
-    dataTable([t('webhooks.url'), t('webhooks.createdBy'), t('webhooks.deliveries'), t('webhooks.lastError'), t('common.actions')], list, { card: false }),
-    errBox);
-  modal(t('webhooks.title', { name: kb.name }), content, 'webhooks-dialog');
 
   const { load, remove } = dialogList({
+    title: t('webhooks.title', { name: kb.name }),
+    testid: 'webhooks-dialog',
+    before: h('p', { class: 'muted' }, t('webhooks.explain')),
+    columns: [t('webhooks.url'), t('webhooks.createdBy'), t('webhooks.deliveries'), t('webhooks.lastError'), t('common.actions')],
+    after: errBox,
     path: `/knowledge-bases/${enc(kb.id)}/webhooks`,
-    tbody: list,
-    cols: 5,
     empty: t('webhooks.empty'),
     errBox,
     row: (w) => h('tr', { 'data-testid': 'webhook-row', 'data-webhook-id': w.id },
