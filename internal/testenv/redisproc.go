@@ -2,6 +2,8 @@ package testenv
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"net"
 	"os/exec"
 	"strconv"
@@ -20,8 +22,9 @@ type RedisProc struct {
 	bin  string
 	args []string
 
-	mu  sync.Mutex
-	cmd *exec.Cmd
+	mu     sync.Mutex
+	cmd    *exec.Cmd
+	exited chan struct{} // closed when cmd has ended
 }
 
 // FreePort returns a loopback port nothing listens on at the moment.
@@ -45,19 +48,40 @@ func FreeAddr(t testing.TB) string {
 // test's own defaults (no persistence, a temporary directory), waits until
 // it answers and kills it when the test ends. Without redis-server the test
 // fails under RAGENT_REQUIRE_SERVICES=1 and skips otherwise.
+//
+// A port free when picked may be taken before redis-server binds it (an
+// outgoing connection of a parallel test gets it as its local port): the
+// process then exits at once, and another free port is tried.
 func StartRedisServer(t testing.TB, args ...string) *RedisProc {
 	t.Helper()
-	return startRedisProc(t, "redis-server", FreePort(t), args...)
+	var err error
+	for range portAttempts {
+		p := newRedisProc(t, "redis-server", FreePort(t), args...)
+		if err = p.start(); err == nil {
+			return p
+		}
+		if !errors.Is(err, errExited) {
+			break
+		}
+		t.Logf("%v; trying another port", err)
+	}
+	t.Fatal(err)
+	return nil
 }
+
+// portAttempts bounds how many free ports a start tries.
+const portAttempts = 3
 
 // StartRedisServerOn is StartRedisServer on a given port (a Sentinel
 // topology needs its ports before its processes).
 func StartRedisServerOn(t testing.TB, port int, args ...string) *RedisProc {
 	t.Helper()
-	return startRedisProc(t, "redis-server", port, args...)
+	p := newRedisProc(t, "redis-server", port, args...)
+	p.Start(t)
+	return p
 }
 
-func startRedisProc(t testing.TB, name string, port int, args ...string) *RedisProc {
+func newRedisProc(t testing.TB, name string, port int, args ...string) *RedisProc {
 	t.Helper()
 	bin, err := exec.LookPath(name)
 	if err != nil {
@@ -67,26 +91,78 @@ func startRedisProc(t testing.TB, name string, port int, args ...string) *RedisP
 		args: append([]string{"--bind", "127.0.0.1", "--port", strconv.Itoa(port), "--save", "", "--appendonly", "no",
 			"--dir", t.TempDir()}, args...)}
 	t.Cleanup(p.Kill)
-	p.Start(t)
 	return p
 }
+
+// errExited marks a process that ended before it answered.
+var errExited = errors.New("exited before it answered")
 
 // Start (re)starts the process with its arguments and waits until it
 // answers PING.
 func (p *RedisProc) Start(t testing.TB) {
 	t.Helper()
-	cmd := exec.Command(p.bin, p.args...)
-	if err := cmd.Start(); err != nil {
+	if err := p.start(); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// start runs the process and waits up to 10 s until it answers PING. If it
+// ends first, or does not answer, the error says so with the end of what
+// it wrote (redis-server logs why it could not bind or start).
+func (p *RedisProc) start() error {
+	out := &tailBuffer{}
+	cmd := exec.Command(p.bin, p.args...)
+	cmd.Stdout, cmd.Stderr = out, out
+	if err := cmd.Start(); err != nil {
+		return err
+	}
+	exited := make(chan struct{})
+	go func() { cmd.Wait(); close(exited) }()
 	p.mu.Lock()
-	p.cmd = cmd
+	p.cmd, p.exited = cmd, exited
 	p.mu.Unlock()
 	c := p.Client()
 	defer c.Close()
-	Eventually(t, 10*time.Second, p.Addr+" to answer", func() bool {
-		return c.Ping(context.Background()).Err() == nil
-	})
+	deadline := time.Now().Add(10 * time.Second)
+	ping := func() error {
+		// A short wait per try: whatever holds a taken port may never answer.
+		ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+		defer cancel()
+		return c.Ping(ctx).Err()
+	}
+	for ping() != nil {
+		select {
+		case <-exited:
+			return fmt.Errorf("%s %w (%v); its last output:\n%s", p.Addr, errExited, cmd.ProcessState, out)
+		case <-time.After(20 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%s did not answer within 10s; its last output:\n%s", p.Addr, out)
+		}
+	}
+	return nil
+}
+
+// tailBuffer keeps the last 4 KiB written to it.
+type tailBuffer struct {
+	mu  sync.Mutex
+	buf []byte
+}
+
+func (b *tailBuffer) Write(data []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.buf = append(b.buf, data...)
+	if over := len(b.buf) - 4096; over > 0 {
+		b.buf = append(b.buf[:0], b.buf[over:]...)
+	}
+	return len(data), nil
+}
+
+func (b *tailBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return string(b.buf)
 }
 
 // Client returns a new client of this process alone (the caller closes it).
@@ -98,11 +174,11 @@ func (p *RedisProc) Client() *redis.Client {
 // replicated is lost.
 func (p *RedisProc) Kill() {
 	p.mu.Lock()
-	cmd := p.cmd
+	cmd, exited := p.cmd, p.exited
 	p.cmd = nil
 	p.mu.Unlock()
 	if cmd != nil {
 		cmd.Process.Kill()
-		cmd.Wait()
+		<-exited
 	}
 }

@@ -2,6 +2,7 @@ package testenv
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"net"
@@ -122,11 +123,8 @@ func StartClusterTopology(t testing.TB, nodeTimeout time.Duration) *ClusterTopol
 		unavailable(t, "redis-cli", err)
 	}
 	c := &ClusterTopology{NodeTimeout: nodeTimeout}
-	for _, port := range clusterPorts(t, 6) {
-		p := StartRedisServerOn(t, port, "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
-			"--cluster-node-timeout", strconv.FormatInt(nodeTimeout.Milliseconds(), 10))
-		c.Nodes = append(c.Nodes, p)
-	}
+	c.Nodes = startClusterNodes(t, 6, "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
+		"--cluster-node-timeout", strconv.FormatInt(nodeTimeout.Milliseconds(), 10))
 	out, err := exec.Command(cli, append(append([]string{"--cluster", "create"}, c.Addrs()...),
 		"--cluster-replicas", "1", "--cluster-yes")...).CombinedOutput()
 	if err != nil {
@@ -146,6 +144,37 @@ func StartClusterTopology(t testing.TB, nodeTimeout time.Duration) *ClusterTopol
 		nc.Close()
 	}
 	return c
+}
+
+// startClusterNodes starts n redis-servers with args on ports free with
+// their bus ports. A port taken between the pick and the bind (the process
+// exits at once, StartRedisServer) has every node started again on new
+// ports.
+func startClusterNodes(t testing.TB, n int, args ...string) []*RedisProc {
+	t.Helper()
+	var err error
+	for range portAttempts {
+		var nodes []*RedisProc
+		for _, port := range clusterPorts(t, n) {
+			p := newRedisProc(t, "redis-server", port, args...)
+			if err = p.start(); err != nil {
+				break
+			}
+			nodes = append(nodes, p)
+		}
+		if err == nil {
+			return nodes
+		}
+		for _, p := range nodes {
+			p.Kill()
+		}
+		if !errors.Is(err, errExited) {
+			break
+		}
+		t.Logf("%v; trying other ports", err)
+	}
+	t.Fatal(err)
+	return nil
 }
 
 // clusterPorts picks n loopback ports that are free together with their
