@@ -157,9 +157,8 @@ func newTopologyRun(b *testing.B, top redisconn.Topology, name string) *topology
 // their replication, and without their topology client.
 func newReplicatedRun(b *testing.B, name string) *topologyRun {
 	primary, _ := testenv.StartPrimaryReplica(b)
-	opts := &redis.Options{Addr: primary.Addr}
-	return newRun(b, redisconn.Single, name, func() redis.UniversalClient { return redis.NewClient(opts) },
-		func(redis.UniversalClient, string) *redis.Options { return opts })
+	return newRun(b, redisconn.Single, name, func() redis.UniversalClient { return redis.NewClient(&redis.Options{Addr: primary.Addr}) },
+		func(redis.UniversalClient, string) *redis.Options { return &redis.Options{Addr: primary.Addr} })
 }
 
 // newRun builds a run of two limiters, each on a client of its own from

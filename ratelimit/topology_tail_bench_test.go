@@ -425,9 +425,9 @@ func BenchmarkOwnNodesTail(b *testing.B) {
 // client itself costs a CPU-bound burst on this machine.
 func BenchmarkClusterClientRate(b *testing.B) {
 	cluster := newTopologyRun(b, redisconn.Cluster, "cluster")
-	master := &redis.Options{Addr: slotNode(b, cluster.ls[0].rdb, testenv.RedisOptionsOf(b, redisconn.Cluster), cluster.rawKeys.permits)}
-	plain := newRun(b, redisconn.Cluster, "cluster-plain", func() redis.UniversalClient { return redis.NewClient(master) },
-		func(redis.UniversalClient, string) *redis.Options { return master })
+	master := slotNode(b, cluster.ls[0].rdb, testenv.RedisOptionsOf(b, redisconn.Cluster), cluster.rawKeys.permits)
+	plain := newRun(b, redisconn.Cluster, "cluster-plain", func() redis.UniversalClient { return redis.NewClient(&redis.Options{Addr: master}) },
+		func(redis.UniversalClient, string) *redis.Options { return &redis.Options{Addr: master} })
 	rs := []*topologyRun{newTopologyRun(b, redisconn.Single, "single"), cluster, plain}
 	warmUp(b, rs)
 	for round := range 12 * b.N {

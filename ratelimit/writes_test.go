@@ -163,14 +163,9 @@ func show(m map[string]float64) string {
 
 // startPrimaryReplica starts a primary and its replica of the test's own.
 func startPrimaryReplica(t *testing.T) (primary, replica *redis.Client) {
-	p := testenv.StartRedisServer(t)
-	host, port, _ := strings.Cut(p.Addr, ":")
-	r := testenv.StartRedisServer(t, "--replicaof", host, port)
+	p, r := testenv.StartPrimaryReplica(t)
 	primary, replica = p.Client(), r.Client()
 	t.Cleanup(func() { primary.Close(); replica.Close() })
-	testenv.Eventually(t, 10*time.Second, "the replica in sync", func() bool {
-		return strings.Contains(replica.Info(t.Context(), "replication").Val(), "master_link_status:up")
-	})
 	return primary, replica
 }
 

@@ -54,23 +54,30 @@ func FreeAddr(t testing.TB) string {
 // process then exits at once, and another free port is tried.
 func StartRedisServer(t testing.TB, args ...string) *RedisProc {
 	t.Helper()
-	var err error
-	for range portAttempts {
+	return onFreePorts(t, func() (*RedisProc, error) {
 		p := newRedisProc(t, "redis-server", FreePort(t), args...)
-		if err = p.start(); err == nil {
-			return p
-		}
-		if !errors.Is(err, errExited) {
-			break
-		}
-		t.Logf("%v; trying another port", err)
-	}
-	t.Fatal(err)
-	return nil
+		return p, p.start()
+	})
 }
 
-// portAttempts bounds how many free ports a start tries.
-const portAttempts = 3
+// onFreePorts returns what start started, calling it again (on ports it
+// picks anew, up to three times in all) while its error is errExited: a
+// process that ended before it answered, as one whose port was taken.
+// Any other error fails the test.
+func onFreePorts[T any](t testing.TB, start func() (T, error)) T {
+	t.Helper()
+	for attempt := 1; ; attempt++ {
+		v, err := start()
+		switch {
+		case err == nil:
+			return v
+		case attempt < 3 && errors.Is(err, errExited):
+			t.Logf("%v; trying other ports", err)
+		default:
+			t.Fatal(err)
+		}
+	}
+}
 
 // StartRedisServerOn is StartRedisServer on a given port (a Sentinel
 // topology needs its ports before its processes).

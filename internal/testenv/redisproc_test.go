@@ -2,6 +2,7 @@ package testenv
 
 import (
 	"errors"
+	"fmt"
 	"net"
 	"strings"
 	"testing"
@@ -29,5 +30,21 @@ func TestRedisProcStartOnTakenPort(t *testing.T) {
 	defer c.Close()
 	if err := c.Ping(t.Context()).Err(); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// A start whose process exited before it answered is tried again; the
+// first that starts is returned.
+func TestOnFreePortsTriesAgainAfterAnExit(t *testing.T) {
+	calls := 0
+	got := onFreePorts(t, func() (int, error) {
+		calls++
+		if calls == 1 {
+			return 0, fmt.Errorf("127.0.0.1:1 %w", errExited)
+		}
+		return calls, nil
+	})
+	if got != 2 || calls != 2 {
+		t.Fatalf("onFreePorts = %d after %d calls, want 2 after 2", got, calls)
 	}
 }

@@ -2,7 +2,6 @@ package testenv
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"math/rand/v2"
 	"net"
@@ -35,15 +34,7 @@ type SentinelTopology struct {
 func StartSentinelTopology(t testing.TB, master string, downAfter time.Duration) *SentinelTopology {
 	t.Helper()
 	s := &SentinelTopology{Master: master, DownAfter: downAfter}
-	s.Primary = StartRedisServer(t)
-	host, port, _ := strings.Cut(s.Primary.Addr, ":")
-	s.Replica = StartRedisServer(t, "--replicaof", host, port)
-	rc := s.Replica.Client()
-	defer rc.Close()
-	Eventually(t, 20*time.Second, "the replica in sync", func() bool {
-		info, _ := rc.Info(context.Background(), "replication").Result()
-		return strings.Contains(info, "master_link_status:up")
-	})
+	s.Primary, s.Replica = StartPrimaryReplica(t)
 	for range 3 {
 		s.Sentinels = append(s.Sentinels, startSentinel(t, master, s.Primary.Addr, downAfter))
 	}
@@ -152,29 +143,20 @@ func StartClusterTopology(t testing.TB, nodeTimeout time.Duration) *ClusterTopol
 // ports.
 func startClusterNodes(t testing.TB, n int, args ...string) []*RedisProc {
 	t.Helper()
-	var err error
-	for range portAttempts {
+	return onFreePorts(t, func() ([]*RedisProc, error) {
 		var nodes []*RedisProc
 		for _, port := range clusterPorts(t, n) {
 			p := newRedisProc(t, "redis-server", port, args...)
-			if err = p.start(); err != nil {
-				break
+			if err := p.start(); err != nil {
+				for _, started := range nodes {
+					started.Kill()
+				}
+				return nil, err
 			}
 			nodes = append(nodes, p)
 		}
-		if err == nil {
-			return nodes
-		}
-		for _, p := range nodes {
-			p.Kill()
-		}
-		if !errors.Is(err, errExited) {
-			break
-		}
-		t.Logf("%v; trying other ports", err)
-	}
-	t.Fatal(err)
-	return nil
+		return nodes, nil
+	})
 }
 
 // clusterPorts picks n loopback ports that are free together with their
