@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"sync/atomic"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // claimReply is a decoded enqueue.lua or claim.lua reply.
@@ -86,28 +88,26 @@ func (l *Limiter) enqueue(ctx context.Context, id, user string, c Class) (claimR
 	ks := []string{l.keys.seq, l.keys.queue, l.keys.permits, l.keys.users, l.keys.owners, l.keys.held, l.keys.deadlines, l.keys.entry, l.keys.levels}
 	args := []any{id, user, l.max(c), l.cfg.Lease.Milliseconds(), ttl.Milliseconds(),
 		l.cfg.MaxQueue, l.cfg.MaxQueuedPerUser, headWindow, c.Level, max(l.cfg.MaxRunningPerUser, 0), fmt.Sprintf("%.0f", c.place)}
-	// A budget's key and arguments follow (budget.go), then the fence's
-	// go last (fence.go).
+	// A budget's key and arguments follow (budget.go).
 	if bk, bargs := l.budgetEnqueueArgs(c); bk != "" {
 		ks, args = append(ks, bk), append(args, bargs...)
 	}
-	v, err := enqueueScript.Run(ctx, l.rdb, l.fence.withKey(ks...), l.fence.withArgs(args...)...).Slice()
-	if err != nil {
-		return claimReply{}, err
-	}
-	l.fence.saw()
-	l.answered()
-	return parseClaim(v)
+	return l.runClaim(ctx, enqueueScript, ks, args)
 }
 
 func (l *Limiter) claim(ctx context.Context, id string, c Class) (claimReply, error) {
 	ks, args := l.queueKeys(), []any{id, l.max(c), l.cfg.Lease.Milliseconds(), headWindow, max(l.cfg.MaxRunningPerUser, 0)}
-	// A budget's key and arguments follow (budget.go), then the fence's
-	// go last (fence.go).
+	// A budget's key and arguments follow (budget.go).
 	if l.cfg.Budget.enabled() {
 		ks, args = append(ks, l.keys.budget()), append(append(args, l.cfg.Budget.args()...), c.budgetReserve())
 	}
-	v, err := claimScript.Run(ctx, l.rdb, l.fence.withKey(ks...), l.fence.withArgs(args...)...).Slice()
+	return l.runClaim(ctx, claimScript, ks, args)
+}
+
+// runClaim runs enqueue.lua or claim.lua with the fence's key and arguments
+// after ks and args (they go last, fence.go) and decodes the reply.
+func (l *Limiter) runClaim(ctx context.Context, script *redis.Script, ks []string, args []any) (claimReply, error) {
+	v, err := script.Run(ctx, l.rdb, l.fence.withKey(ks...), l.fence.withArgs(args...)...).Slice()
 	if err != nil {
 		return claimReply{}, err
 	}
