@@ -42,15 +42,22 @@ func usageChunk(p, c int) map[string]any {
 	return map[string]any{"choices": []any{}, "usage": map[string]any{"prompt_tokens": p, "completion_tokens": c, "total_tokens": p + c}}
 }
 
+// streamEvents writes a complete stream: the events, then [DONE].
+func streamEvents(w http.ResponseWriter, events ...any) {
+	startSSE(w)
+	for _, e := range events {
+		sse(w, e)
+	}
+	sse(w, nil)
+}
+
 // streamAnswer writes a complete stream of the given content pieces.
 func streamAnswer(w http.ResponseWriter, pieces ...string) {
-	startSSE(w)
-	sse(w, delta("role", "assistant"))
+	events := []any{delta("role", "assistant")}
 	for _, p := range pieces {
-		sse(w, delta("content", p))
+		events = append(events, delta("content", p))
 	}
-	sse(w, finish())
-	sse(w, nil)
+	streamEvents(w, append(events, finish())...)
 }
 
 // failWith returns a handler that answers every request with status and
@@ -137,12 +144,8 @@ func TestOpenAIRequestOptions(t *testing.T) {
 
 func TestOpenAIReasoning(t *testing.T) {
 	v := newVendor(t, func(_ int, w http.ResponseWriter, _ *http.Request) {
-		startSSE(w)
-		sse(w, delta("reasoning_content", "The user "))
-		sse(w, delta("reasoning", "wants a greeting."))
-		sse(w, delta("content", "Hello"))
-		sse(w, finish())
-		sse(w, nil)
+		streamEvents(w, delta("reasoning_content", "The user "), delta("reasoning", "wants a greeting."),
+			delta("content", "Hello"), finish())
 	})
 	m := chatFor(t, fastConfig(v.srv.URL))
 	tests := []struct {

@@ -193,13 +193,10 @@ func TestAzureDeployment(t *testing.T) {
 
 func TestMistralChat(t *testing.T) {
 	v := newVendor(t, func(_ int, w http.ResponseWriter, _ *http.Request) {
-		startSSE(w)
-		sse(w, delta("role", "assistant"))
-		sse(w, delta("content", "Bonjour"))
-		// Mistral puts the usage on the chunk with the finish reason.
-		sse(w, map[string]any{"choices": []any{map[string]any{"index": 0, "delta": map[string]any{"content": ""}, "finish_reason": "stop"}},
-			"usage": map[string]any{"prompt_tokens": 10, "completion_tokens": 2, "total_tokens": 12}})
-		sse(w, nil)
+		streamEvents(w, delta("role", "assistant"), delta("content", "Bonjour"),
+			// Mistral puts the usage on the chunk with the finish reason.
+			map[string]any{"choices": []any{map[string]any{"index": 0, "delta": map[string]any{"content": ""}, "finish_reason": "stop"}},
+				"usage": map[string]any{"prompt_tokens": 10, "completion_tokens": 2, "total_tokens": 12}})
 	})
 	m := modelFor(t, Config{Provider: ProviderMistral, BaseURL: v.srv.URL + "/v1", APIKey: "mk"}, "mistral-small-latest")
 	deltas, usage, err := collect(t, context.Background(), m, question)

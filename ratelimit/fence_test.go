@@ -181,21 +181,11 @@ func TestFailoverFenceKeepsTheUploadCap(t *testing.T) {
 func TestLocalShareCountsRedisPermitsInFlight(t *testing.T) {
 	t.Parallel()
 	const n = 4
-	_, prefix := cleanRedis(t)
 	cfg := localPolicy(n, 500*time.Millisecond, 600*time.Millisecond)
 	cfg.PollInterval = 20 * time.Millisecond
-	clients, limiters := localInstances(t, prefix, 3, cfg)
+	clients, limiters := localInstances(t, 3, cfg)
 	// Each instance holds its share from Redis: all N are in flight.
-	var held []*Permit
-	for i, l := range limiters {
-		for j := range int(l.local.share.Load()) {
-			p := mustAcquire(t, l, fmt.Sprintf("redis%d-%d", i, j), fmt.Sprint("u", i))
-			if p.Local() {
-				t.Fatalf("instance %d: a local permit with Redis up", i)
-			}
-			held = append(held, p)
-		}
-	}
+	held := holdShares(t, limiters)
 	cutAll(t, clients)
 	for i, l := range limiters {
 		if tryGrants(t, l, 1, fmt.Sprint("local", i), "x") > 0 {

@@ -274,11 +274,13 @@ func localPolicy(n int, maxWait, lease time.Duration) Config {
 		PollInterval: 50 * time.Millisecond, OnRedisError: PolicyLocal, NoPubSub: true}
 }
 
-// localInstances starts k limiters of one name, each on a client of its
-// own that can be cut, and waits until each has seen the others: their
-// shares add up to cfg.MaxConcurrent and no newcomer hold is left.
-func localInstances(t testing.TB, prefix string, k int, cfg Config) ([]*switchableClient, []*Limiter) {
+// localInstances starts k limiters of one name on a key prefix of the
+// test's own (see cleanRedis), each on a client of its own that can be cut,
+// and waits until each has seen the others: their shares add up to
+// cfg.MaxConcurrent and no newcomer hold is left.
+func localInstances(t testing.TB, k int, cfg Config) ([]*switchableClient, []*Limiter) {
 	t.Helper()
+	_, prefix := cleanRedis(t)
 	var (
 		clients  []*switchableClient
 		limiters []*Limiter
@@ -296,6 +298,24 @@ func localInstances(t testing.TB, prefix string, k int, cfg Config) ([]*switchab
 		return sum == int64(cfg.MaxConcurrent) && allSeen(limiters)
 	})
 	return clients, limiters
+}
+
+// holdShares takes each limiter's share of the permits from Redis (ids
+// redis<i>-<j>, user u<i>), so that all MaxConcurrent are in flight, and
+// fails the test on a local permit: Redis is up.
+func holdShares(t testing.TB, limiters []*Limiter) []*Permit {
+	t.Helper()
+	var held []*Permit
+	for i, l := range limiters {
+		for j := range int(l.local.share.Load()) {
+			p := mustAcquire(t, l, fmt.Sprintf("redis%d-%d", i, j), fmt.Sprint("u", i))
+			if p.Local() {
+				t.Fatalf("instance %d: a local permit with Redis up", i)
+			}
+			held = append(held, p)
+		}
+	}
+	return held
 }
 
 // tryGrants makes k acquires on l for user (ids idPrefix0, idPrefix1, …),

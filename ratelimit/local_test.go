@@ -16,9 +16,8 @@ import (
 func TestLocalPolicySharesTheCap(t *testing.T) {
 	t.Parallel()
 	const n = 4
-	_, prefix := cleanRedis(t)
 	cfg := localPolicy(n, time.Second, 600*time.Millisecond)
-	clients, limiters := localInstances(t, prefix, 3, cfg)
+	clients, limiters := localInstances(t, 3, cfg)
 	shares := func() (sum int64, each []int64) {
 		for _, l := range limiters {
 			s := l.local.share.Load()
@@ -30,12 +29,7 @@ func TestLocalPolicySharesTheCap(t *testing.T) {
 
 	// Each instance runs its share from Redis when Redis goes; those end
 	// during the outage, and local permits take their places.
-	var fromRedis []*Permit
-	for i, l := range limiters {
-		for j := range int(l.local.share.Load()) {
-			fromRedis = append(fromRedis, mustAcquire(t, l, fmt.Sprintf("redis%d-%d", i, j), "u"))
-		}
-	}
+	fromRedis := holdShares(t, limiters)
 	cutAll(t, clients)
 	for _, p := range fromRedis {
 		p.Release()
@@ -82,9 +76,8 @@ func TestLocalPolicySharesTheCap(t *testing.T) {
 func TestLocalPolicyCountsAnotherInstancesExcess(t *testing.T) {
 	t.Parallel()
 	const n = 4
-	_, prefix := cleanRedis(t)
 	cfg := localPolicy(n, time.Second, 3*time.Second)
-	clients, limiters := localInstances(t, prefix, 3, cfg)
+	clients, limiters := localInstances(t, 3, cfg)
 	busy := limiters[0]
 	// The busy instance takes every permit from the shared queue.
 	var held []*Permit
@@ -170,16 +163,15 @@ func TestLocalPolicyNewcomerWaitsUntilSeen(t *testing.T) {
 func TestLocalPolicyShareSurvivesRedisLosingItsData(t *testing.T) {
 	t.Parallel()
 	const n = 4
-	admin, prefix := cleanRedis(t)
 	cfg := localPolicy(n, time.Second, 30*time.Second)
-	clients, limiters := localInstances(t, prefix, 3, cfg)
+	clients, limiters := localInstances(t, 3, cfg)
 	// Two instances run a permit each from Redis.
 	for i, l := range limiters[1:] {
 		defer mustAcquire(t, l, fmt.Sprintf("held%d", i), "u").Release()
 	}
 	// Redis loses everything; the first instance beats before the others.
 	k := limiters[0].keys
-	if err := admin.Del(t.Context(), k.queue, k.seq, k.permits, k.users, k.owners, k.held, k.deadlines, k.instances, k.fence).Err(); err != nil {
+	if err := testenv.Redis(t).Del(t.Context(), k.queue, k.seq, k.permits, k.users, k.owners, k.held, k.deadlines, k.instances, k.fence).Err(); err != nil {
 		t.Fatal(err)
 	}
 	first := limiters[0]
