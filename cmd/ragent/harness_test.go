@@ -195,27 +195,7 @@ func (r response) errorCode(t testing.TB) string {
 
 func (c *client) do(method, path string, body any, headers ...string) response {
 	c.t.Helper()
-	var rd io.Reader
-	switch b := body.(type) {
-	case nil:
-	case string:
-		rd = strings.NewReader(b)
-	case []byte:
-		rd = bytes.NewReader(b)
-	default:
-		buf, err := json.Marshal(b)
-		if err != nil {
-			c.t.Fatal(err)
-		}
-		rd = bytes.NewReader(buf)
-	}
-	req, err := http.NewRequest(method, c.base+path, rd)
-	if err != nil {
-		c.t.Fatal(err)
-	}
-	if body != nil {
-		req.Header.Set("Content-Type", "application/json")
-	}
+	req := testenv.NewRequest(c.t, method, c.base+path, body)
 	c.authorize(req, headers)
 	return roundTrip(c.t, req)
 }

@@ -91,16 +91,8 @@ func (k *keycloak) adminToken() string {
 // call makes one admin REST call and decodes a JSON answer into out.
 func (k *keycloak) call(method, path string, body, out any) int {
 	k.t.Helper()
-	var rd io.Reader
-	if body != nil {
-		b, _ := json.Marshal(body)
-		rd = strings.NewReader(string(b))
-	}
-	req, _ := http.NewRequest(method, k.base+"/admin/realms/"+kcRealm+path, rd)
+	req := testenv.NewRequest(k.t, method, k.base+"/admin/realms/"+kcRealm+path, body)
 	req.Header.Set("Authorization", "Bearer "+k.adminToken())
-	if body != nil {
-		req.Header.Set("Content-Type", "application/json")
-	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		k.t.Fatal(err)

@@ -2,13 +2,13 @@ package main
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"net/http"
 	"strings"
 	"testing"
 
 	"github.com/ragent-go/ragent/api"
+	"github.com/ragent-go/ragent/internal/testenv"
 )
 
 const (
@@ -37,18 +37,7 @@ func createWidgetKey(t *testing.T, in *instance, admin string, body map[string]a
 // headers when not empty; the answer's events are parsed when it streams.
 func widgetCall(t *testing.T, in *instance, method, path, key, origin, visitor string, body any) (response, []sseEvent) {
 	t.Helper()
-	var b []byte
-	switch v := body.(type) {
-	case nil:
-	case []byte:
-		b = v
-	default:
-		b, _ = json.Marshal(v)
-	}
-	req, _ := http.NewRequestWithContext(context.Background(), method, in.url+path+"?key="+key, bytes.NewReader(b))
-	if body != nil {
-		req.Header.Set("Content-Type", "application/json")
-	}
+	req := testenv.NewRequest(t, method, in.url+path+"?key="+key, body)
 	if origin != "" {
 		req.Header.Set("Origin", origin)
 	}

@@ -218,19 +218,7 @@ func (s *stack) ingestedThroughRocketMQ() {
 
 func (s *stack) request(method, path, token string, body any) (int, []byte) {
 	s.t.Helper()
-	var rd io.Reader
-	if body != nil {
-		b, _ := json.Marshal(body)
-		rd = bytes.NewReader(b)
-	}
-	req, err := http.NewRequest(method, s.base+path, rd)
-	if err != nil {
-		s.t.Fatal(err)
-	}
-	if body != nil {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	return s.send(req, token)
+	return s.send(testenv.NewRequest(s.t, method, s.base+path, body), token)
 }
 
 func (s *stack) send(req *http.Request, token string) (int, []byte) {
