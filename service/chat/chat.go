@@ -20,6 +20,7 @@
 package chat
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -176,21 +177,13 @@ type Service struct {
 
 // New returns a Service.
 func New(d Deps, cfg Config) *Service {
-	if cfg.Logger == nil {
-		cfg.Logger = slog.New(slog.DiscardHandler)
-	}
+	cfg.Logger = cmp.Or(cfg.Logger, slog.New(slog.DiscardHandler))
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	if cfg.HistoryMessages <= 0 {
-		cfg.HistoryMessages = 16
-	}
-	if cfg.TopK <= 0 {
-		cfg.TopK = 5
-	}
-	if cfg.MaxAnswerTokens <= 0 {
-		cfg.MaxAnswerTokens = 4096
-	}
+	cfg.HistoryMessages = cmp.Or(max(cfg.HistoryMessages, 0), 16)
+	cfg.TopK = cmp.Or(max(cfg.TopK, 0), 5)
+	cfg.MaxAnswerTokens = cmp.Or(max(cfg.MaxAnswerTokens, 0), 4096)
 	return &Service{d: d, cfg: cfg}
 }
 

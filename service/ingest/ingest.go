@@ -14,6 +14,7 @@
 package ingest
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"log/slog"
@@ -173,76 +174,34 @@ func (c *Config) inFlightPerKB() int {
 }
 
 func (c *Config) defaults() {
-	if c.MaxBytes <= 0 {
-		c.MaxBytes = 50 << 20
-	}
-	if c.MaxChunks <= 0 {
-		c.MaxChunks = 20_000
-	}
+	c.MaxBytes = cmp.Or(max(c.MaxBytes, 0), 50<<20)
+	c.MaxChunks = cmp.Or(max(c.MaxChunks, 0), 20_000)
 	if c.Parser == nil {
 		c.Parser = parse.InProcess{}
 	}
-	if c.MaxAttempts <= 0 {
-		c.MaxAttempts = 5
-	}
-	if c.RunningTimeout <= 0 {
-		c.RunningTimeout = 15 * time.Minute
-	}
-	if c.PendingTimeout <= 0 {
-		c.PendingTimeout = 10 * time.Minute
-	}
-	if c.RelayInterval <= 0 {
-		c.RelayInterval = time.Second
-	}
-	if c.ConfirmAfter <= 0 {
-		c.ConfirmAfter = 10 * time.Second
-	}
-	if c.ReaperInterval <= 0 {
-		c.ReaperInterval = min(time.Minute, c.PendingTimeout/2)
-	}
-	if c.EmbedBatch <= 0 {
-		c.EmbedBatch = 64
-	}
-	if c.OutboxRetention <= 0 {
-		c.OutboxRetention = 7 * 24 * time.Hour
-	}
-	if c.PruneBatch <= 0 {
-		c.PruneBatch = 1000
-	}
-	if c.Logger == nil {
-		c.Logger = slog.New(slog.DiscardHandler)
-	}
+	c.MaxAttempts = cmp.Or(max(c.MaxAttempts, 0), 5)
+	c.RunningTimeout = cmp.Or(max(c.RunningTimeout, 0), 15*time.Minute)
+	c.PendingTimeout = cmp.Or(max(c.PendingTimeout, 0), 10*time.Minute)
+	c.RelayInterval = cmp.Or(max(c.RelayInterval, 0), time.Second)
+	c.ConfirmAfter = cmp.Or(max(c.ConfirmAfter, 0), 10*time.Second)
+	c.ReaperInterval = cmp.Or(max(c.ReaperInterval, 0), min(time.Minute, c.PendingTimeout/2))
+	c.EmbedBatch = cmp.Or(max(c.EmbedBatch, 0), 64)
+	c.OutboxRetention = cmp.Or(max(c.OutboxRetention, 0), 7*24*time.Hour)
+	c.PruneBatch = cmp.Or(max(c.PruneBatch, 0), 1000)
+	c.Logger = cmp.Or(c.Logger, slog.New(slog.DiscardHandler))
 	if c.Now == nil {
 		c.Now = time.Now
 	}
-	if c.FetchTimeout <= 0 {
-		c.FetchTimeout = 30 * time.Second
-	}
-	if c.MinRefresh <= 0 {
-		c.MinRefresh = time.Minute
-	}
-	if c.WebhookMaxAttempts <= 0 {
-		c.WebhookMaxAttempts = 8
-	}
-	if c.WebhookBackoff <= 0 {
-		c.WebhookBackoff = 2 * time.Second
-	}
-	if c.FetchConcurrency <= 0 {
-		c.FetchConcurrency = 8
-	}
-	if c.FetchPerKB <= 0 {
-		c.FetchPerKB = 2
-	}
-	if c.WebhookConcurrency <= 0 {
-		c.WebhookConcurrency = 8
-	}
-	if c.WebhookDeliveryRetention <= 0 {
-		c.WebhookDeliveryRetention = 30 * 24 * time.Hour
-	}
-	if c.FetchInterval <= 0 {
-		// Often enough that the shortest refresh is kept.
-		c.FetchInterval = min(5*time.Second, c.MinRefresh)
-	}
+	c.FetchTimeout = cmp.Or(max(c.FetchTimeout, 0), 30*time.Second)
+	c.MinRefresh = cmp.Or(max(c.MinRefresh, 0), time.Minute)
+	c.WebhookMaxAttempts = cmp.Or(max(c.WebhookMaxAttempts, 0), 8)
+	c.WebhookBackoff = cmp.Or(max(c.WebhookBackoff, 0), 2*time.Second)
+	c.FetchConcurrency = cmp.Or(max(c.FetchConcurrency, 0), 8)
+	c.FetchPerKB = cmp.Or(max(c.FetchPerKB, 0), 2)
+	c.WebhookConcurrency = cmp.Or(max(c.WebhookConcurrency, 0), 8)
+	c.WebhookDeliveryRetention = cmp.Or(max(c.WebhookDeliveryRetention, 0), 30*24*time.Hour)
+	// Often enough that the shortest refresh is kept.
+	c.FetchInterval = cmp.Or(max(c.FetchInterval, 0), min(5*time.Second, c.MinRefresh))
 }
 
 // Service runs uploads and ingestion.

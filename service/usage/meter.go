@@ -15,6 +15,7 @@
 package usage
 
 import (
+	"cmp"
 	"context"
 	"log/slog"
 	"sync"
@@ -61,18 +62,10 @@ type Meter struct {
 // NewMeter returns a Meter writing to sink; newID names calls that carry no
 // id of their own.
 func NewMeter(sink Sink, newID func() string, cfg MeterConfig) *Meter {
-	if cfg.FlushInterval <= 0 {
-		cfg.FlushInterval = time.Second
-	}
-	if cfg.BatchSize <= 0 {
-		cfg.BatchSize = 500
-	}
-	if cfg.MaxBuffered <= 0 {
-		cfg.MaxBuffered = 100_000
-	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.New(slog.DiscardHandler)
-	}
+	cfg.FlushInterval = cmp.Or(max(cfg.FlushInterval, 0), time.Second)
+	cfg.BatchSize = cmp.Or(max(cfg.BatchSize, 0), 500)
+	cfg.MaxBuffered = cmp.Or(max(cfg.MaxBuffered, 0), 100_000)
+	cfg.Logger = cmp.Or(cfg.Logger, slog.New(slog.DiscardHandler))
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}

@@ -1,6 +1,7 @@
 package usage
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -86,12 +87,8 @@ type subjectRef struct {
 // NewQuotas returns the quota use case; it records admitted requests in
 // meter and has meter mirror stored usage into the counters.
 func NewQuotas(store Store, counters Counters, meter *Meter, audit *service.Auditor, cfg QuotasConfig) *Quotas {
-	if cfg.Refresh <= 0 {
-		cfg.Refresh = 10 * time.Second
-	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.New(slog.DiscardHandler)
-	}
+	cfg.Refresh = cmp.Or(max(cfg.Refresh, 0), 10*time.Second)
+	cfg.Logger = cmp.Or(cfg.Logger, slog.New(slog.DiscardHandler))
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
