@@ -113,6 +113,10 @@ func adminListActions(t *testing.T, tb *tab, in *instance, api *client) {
 
 	t.Run("groups", func(t *testing.T) {
 		tb.open(t, "/#/admin/groups")
+		// The create form is named by its title.
+		if name := tb.evalString(t, `(f => f.getAttribute('aria-label') === f.querySelector('h2').textContent ? f.getAttribute('aria-label') : '')(document.querySelector('[data-testid=group-form]'))`); name == "" {
+			t.Error("the group form's accessible name is not its title")
+		}
 		tb.click(t, `[data-testid=group-row][data-name=night-shift] [data-testid=group-rename]`)
 		tb.fill(t, `[data-testid=prompt-input]`, "day-shift")
 		tb.click(t, `[data-testid=prompt-ok]`)
