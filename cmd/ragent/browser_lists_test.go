@@ -11,8 +11,9 @@ import (
 // adminListActions works the admin lists' row actions no other step of
 // TestBrowserUI reaches, on the signed-in admin's tab: a user is created,
 // promoted, disabled, given a new password and deleted; a group renamed and
-// deleted; a term mapping disabled and deleted; a document reindexed and
-// deleted. Each change is checked on the server, not only on the page.
+// deleted; a knowledge base edited in the form; a term mapping disabled and
+// deleted; a document reindexed and deleted. Each change is checked on the
+// server, not only on the page.
 func adminListActions(t *testing.T, tb *tab, in *instance, api *client) {
 	if r := api.do("POST", "/api/v1/groups", map[string]string{"name": "night-shift"}); r.Status != http.StatusCreated {
 		t.Fatalf("create group: %d %s", r.Status, r.Body)
@@ -112,6 +113,10 @@ func adminListActions(t *testing.T, tb *tab, in *instance, api *client) {
 
 	t.Run("groups", func(t *testing.T) {
 		tb.open(t, "/#/admin/groups")
+		// The create form is named by its title.
+		if name := tb.evalString(t, `(f => f.getAttribute('aria-label') === f.querySelector('h2').textContent ? f.getAttribute('aria-label') : '')(document.querySelector('[data-testid=group-form]'))`); name == "" {
+			t.Error("the group form's accessible name is not its title")
+		}
 		tb.click(t, `[data-testid=group-row][data-name=night-shift] [data-testid=group-rename]`)
 		tb.fill(t, `[data-testid=prompt-input]`, "day-shift")
 		tb.click(t, `[data-testid=prompt-ok]`)
@@ -121,6 +126,39 @@ func adminListActions(t *testing.T, tb *tab, in *instance, api *client) {
 		tb.poll(t, "the row to go", stepTimeout, `!document.querySelector('[data-testid=group-row][data-name=day-shift]')`)
 		if r := api.do("GET", "/api/v1/groups", nil); r.Status != http.StatusOK || strings.Contains(string(r.Body), "shift") {
 			t.Fatalf("groups after the delete: %d %s", r.Status, r.Body)
+		}
+	})
+
+	t.Run("knowledge bases", func(t *testing.T) {
+		r := api.do("POST", "/api/v1/knowledge-bases", map[string]any{
+			"name": "playbooks", "description": "on-call steps", "chunkSize": 600, "chunkOverlap": 40, "visibility": "internal"})
+		if r.Status != http.StatusCreated {
+			t.Fatalf("create knowledge base: %d %s", r.Status, r.Body)
+		}
+		var created struct{ ID string }
+		r.json(t, &created)
+		tb.open(t, "/#/admin/kb")
+		row := `[data-testid=kb-row][data-name=playbooks]`
+		tb.click(t, row+` [data-testid=kb-edit]`)
+		// Edit loads the knowledge base into the form; Save sends all of it.
+		form := tb.evalString(t, `JSON.stringify(['#kb-name', '#kb-description', '#kb-chunk-size', '#kb-chunk-overlap', '#kb-visibility'].map((s) => document.querySelector(s).value))`)
+		if want := `["playbooks","on-call steps","600","40","internal"]`; form != want {
+			t.Fatalf("the form after Edit holds %s, want %s", form, want)
+		}
+		if n := tb.count(t, `[data-testid=kb-cancel]:not([hidden])`); n != 1 {
+			t.Fatalf("%d cancel buttons shown while editing, want 1", n)
+		}
+		tb.fill(t, `#kb-description`, "on-call steps and escalation")
+		tb.click(t, `[data-testid=kb-submit]`)
+		tb.waitText(t, row, "on-call steps and escalation")
+		tb.poll(t, "the form to empty", stepTimeout, `document.querySelector('#kb-name').value === '' && document.querySelector('[data-testid=kb-cancel]').hidden`)
+		var kb struct {
+			Name, Description, Visibility string
+			ChunkSize, ChunkOverlap       int
+		}
+		api.do("GET", "/api/v1/knowledge-bases/"+created.ID, nil).json(t, &kb)
+		if kb.Name != "playbooks" || kb.Description != "on-call steps and escalation" || kb.ChunkSize != 600 || kb.ChunkOverlap != 40 || kb.Visibility != "internal" {
+			t.Fatalf("stored knowledge base after the edit: %+v", kb)
 		}
 	})
 

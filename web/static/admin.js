@@ -1,11 +1,11 @@
-// The admin pages' shared parts: the page header, the create/edit form, the
-// table of a list and its row buttons, acting on a row, and keeping the list
-// of a page or of a dialog. The pages are knowledgebases.js, terms.js,
+// The admin pages' shared parts: the page header, the form (one that
+// creates, one that also edits), the table of a list and its row buttons,
+// acting on a row, and keeping the list of a page or of a dialog. The pages are knowledgebases.js, terms.js,
 // users.js, groups.js and limiter.js (and documents.js, intents.js,
 // audit.js, usage.js, feedback.js, apikeys.js, widgets.js).
 import { t } from './i18n.js';
 import { h, toast, errorText, confirmDialog, modal } from './dom.js';
-import { get, del } from './api.js';
+import { get, post, del, enc, ActionKey } from './api.js';
 
 export function pageHeader(titleText, subtitle) {
   return h('div', { class: 'page-head' },
@@ -26,8 +26,9 @@ export function showFormError(box, err) {
 // grid of fields, what goes below the grid, an error line and the actions
 // (cancel, when onCancel is given, then submit). On submit it runs save with
 // the button disabled and shows a failure in the error line. name prefixes
-// the test ids: <name>-form, <name>-submit, <name>-cancel.
-export function adminForm({ name, label, title, fields = [], below = [], submitText = t('common.create'), onCancel, save, formClass = 'card form-card' }) {
+// the test ids: <name>-form, <name>-submit, <name>-cancel; label, the
+// form's accessible name, is its title unless given.
+export function adminForm({ name, title, label = title, fields = [], below = [], submitText = t('common.create'), onCancel, save, formClass = 'card form-card' }) {
   const heading = title ? h('h2', {}, title) : null;
   const errBox = formError();
   const submit = h('button', { type: 'submit', class: 'btn btn-primary', 'data-testid': `${name}-submit` }, submitText);
@@ -51,6 +52,67 @@ export function adminForm({ name, label, title, fields = [], below = [], submitT
     }
   });
   return { form, heading, errBox, submit, cancel };
+}
+
+// createForm is the adminForm of a page that creates items at path: its
+// submit POSTs body(), empties the form, runs created with the answer (by
+// default a "Created" toast) and reloads the list. The POST carries the
+// form's Idempotency-Key (api.js ActionKey), so a double submit or a retry
+// makes one item; the key pages set idempotent: false, as the server
+// ignores the header there rather than store the new key (docs/api.md).
+export function createForm({ path, body, idempotent = true, created = () => toast(t('common.created'), 'info'), reload, ...form }) {
+  const key = idempotent ? new ActionKey() : undefined;
+  const f = adminForm({
+    ...form,
+    save: async () => {
+      const answer = await post(path, body(), { key });
+      f.form.reset();
+      created(answer);
+      await reload();
+    },
+  });
+  return f.form;
+}
+
+// editForm is the adminForm of a page that creates items at path and edits
+// them there: edit(item) loads item into the form (fill sets the fields
+// from it, focus takes the focus) and Save sends body() to its path with
+// update (put or patch); edit(null), Cancel and every save empty it again
+// (fill(null) sets the fields' defaults) for a create, which POSTs with
+// the form's Idempotency-Key. title(item) is the form's title.
+// remove(item, message) asks message and deletes item, emptying the form
+// if it holds item.
+export function editForm({ path, body, update, fill, focus, title, reload, ...form }) {
+  let editing = null;
+  const key = new ActionKey();
+  const f = adminForm({
+    ...form,
+    title: title(null),
+    onCancel: () => edit(null),
+    save: async () => {
+      if (editing) {
+        await update(`${path}/${enc(editing.id)}`, body());
+        toast(t('common.saved'), 'info');
+      } else {
+        await post(path, body(), { key });
+        toast(t('common.created'), 'info');
+      }
+      edit(null);
+      await reload();
+    },
+  });
+  function edit(item) {
+    editing = item;
+    f.errBox.hidden = true;
+    fill(item);
+    f.heading.textContent = title(item);
+    f.submit.textContent = item ? t('common.save') : t('common.create');
+    f.cancel.hidden = !item;
+    if (item) focus.focus();
+  }
+  const remove = (item, message) => confirmDelete(message, `${path}/${enc(item.id)}`, reload,
+    () => { if (editing?.id === item.id) edit(null); });
+  return { form: f.form, edit, remove };
 }
 
 // dataTable is the table of a list: a header cell per column (a label, or a
@@ -98,13 +160,17 @@ export function emptyRow(cols, text) {
   return h('tr', { class: 'empty-row' }, h('td', { colspan: cols, class: 'muted' }, text));
 }
 
-// listPage keeps the list of an admin page: load() fetches path and shows a
-// row(item) per item in tbody, or the empty text across cols columns. After
-// a failure (a toast) it shows what it had; a 403 calls onForbidden instead,
-// where given. Nothing is shown once destroy() has run. Of loads that
-// overlap only the newest shows (an older answer arriving later would put
-// back what a newer one removed), and tbody is aria-busy while any is out.
-export function listPage({ path, tbody, row, cols, empty, order, onForbidden }) {
+// listPage keeps the list of an admin page in a table (the table, a card)
+// under columns: load() fetches path and shows a row(item) per item that
+// keep passes (in order, where given), or the empty text. After a failure
+// (a toast) it shows what it had; a 403 calls onForbidden instead, where
+// given. Nothing is shown once destroy() has run (destroyed() says so). Of
+// loads that overlap only the newest shows (an older answer arriving later
+// would put back what a newer one removed), and the table's body is
+// aria-busy while any is out.
+export function listPage({ columns, testid, path, row, empty, keep, order, onForbidden }) {
+  const tbody = h('tbody');
+  const table = dataTable(columns, tbody, { testid });
   let items = [];
   let destroyed = false;
   let latest = 0; // the newest load's number
@@ -126,12 +192,13 @@ export function listPage({ path, tbody, row, cols, empty, order, onForbidden }) 
       toast(errorText(failure));
     } else {
       items = res?.items ?? [];
+      if (keep) items = items.filter(keep);
       if (order) items = items.slice().sort(order);
     }
     tbody.replaceChildren(...items.map(row));
-    if (items.length === 0) tbody.append(emptyRow(cols, empty));
+    if (items.length === 0) tbody.append(emptyRow(columns.length, empty));
   }
-  return { load, destroy() { destroyed = true; } };
+  return { table, load, destroyed: () => destroyed, destroy() { destroyed = true; } };
 }
 
 // dialogList opens a dialog (title, testid) holding a table of the list at

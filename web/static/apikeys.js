@@ -3,16 +3,13 @@
 // shown once, in a dialog with a copy button; the server keeps only its hash.
 import { t } from './i18n.js';
 import { h, formatTime, field } from './dom.js';
-import { post } from './api.js';
-import { pageHeader, adminForm, dataTable, emptyRow } from './admin.js';
-import { kbPicker, listKeys, revokeKey, showOnce } from './keyforms.js';
+import { pageHeader, createForm, listPage } from './admin.js';
+import { kbPicker, revokeKey, showOnce } from './keyforms.js';
 
 const SCOPES = ['read', 'search', 'chat', 'ingest'];
 
 export function mountAPIKeys(root, ctx) {
   const isAdmin = ctx.user?.role === 'admin';
-  let destroyed = false;
-  const gone = () => destroyed;
 
   const name = h('input', { id: 'apikey-name', required: true, maxlength: 100, autocomplete: 'off', 'data-testid': 'apikey-name' });
   const scopeBoxes = SCOPES.map((s) => h('input', { type: 'checkbox', id: `apikey-scope-${s}`, value: s, 'data-testid': 'apikey-scope', 'data-scope': s, checked: s === 'read' || s === 'search' }));
@@ -21,41 +18,41 @@ export function mountAPIKeys(root, ctx) {
     scopeBoxes.map((box) => h('label', { for: box.id, class: 'check' }, box, ' ', h('strong', {}, box.value), ' ', h('span', { class: 'muted' }, t(`apikeys.scope.${box.value}`)))));
   const kbs = kbPicker('apikey', t('apikeys.knowledgeBases'), t('apikeys.knowledgeBasesHint'));
   const expires = h('input', { id: 'apikey-expires', type: 'date', 'data-testid': 'apikey-expires' });
-  const { form } = adminForm({
+  const form = createForm({
     name: 'apikey',
-    label: t('apikeys.createTitle'),
     title: t('apikeys.createTitle'),
     fields: [
       field(t('apikeys.name'), name),
       field(t('apikeys.expires'), expires, t('apikeys.expiresHint'))],
     below: [scopes, kbs.fieldset],
-    save: async () => {
+    path: '/api-keys',
+    idempotent: false,
+    body: () => {
       const body = { name: name.value.trim(), scopes: scopeBoxes.filter((b) => b.checked).map((b) => b.value) };
       const picked = kbs.picked();
       if (picked.length > 0) body.knowledgeBaseIds = picked;
       if (expires.value) body.expiresAt = new Date(`${expires.value}T23:59:59`).toISOString();
-      const created = await post('/api-keys', body);
-      form.reset();
-      for (const b of scopeBoxes) b.checked = b.value === 'read' || b.value === 'search';
-      showKeyOnce(created);
-      await load();
+      return body;
     },
+    created: (key) => {
+      for (const b of scopeBoxes) b.checked = b.value === 'read' || b.value === 'search';
+      showKeyOnce(key);
+    },
+    reload: () => load(),
   });
-  const tbody = h('tbody');
-  const head = [t('apikeys.name'), t('apikeys.prefix')];
-  if (isAdmin) head.push(t('apikeys.owner'));
-  head.push(t('apikeys.scopes'), t('apikeys.knowledgeBases'), t('apikeys.lastUsed'), t('apikeys.expires'), t('common.actions'));
-  const table = dataTable(head, tbody, { testid: 'apikey-table' });
-  root.append(h('div', { class: 'page' },
-    pageHeader(t('apikeys.title'), t(isAdmin ? 'apikeys.subtitleAdmin' : 'apikeys.subtitle')),
-    form, table,
-    isAdmin ? h('p', { class: 'muted' }, h('a', { href: '#/admin/widgets', 'data-testid': 'apikey-widgets-link' }, t('apikeys.widgetsElsewhere'))) : null));
+  const columns = [t('apikeys.name'), t('apikeys.prefix')];
+  if (isAdmin) columns.push(t('apikeys.owner'));
+  columns.push(t('apikeys.scopes'), t('apikeys.knowledgeBases'), t('apikeys.lastUsed'), t('apikeys.expires'), t('common.actions'));
 
   const revoke = (k) => revokeKey('apikeys', k, load);
 
-  function render(items) {
-    const cols = head.length;
-    tbody.replaceChildren(...(items.length === 0 ? [emptyRow(cols, t('apikeys.empty'))] : items.map((k) => h('tr', { 'data-testid': 'apikey-row', 'data-id': k.id, 'data-name': k.name },
+  const { table, load, destroyed, destroy } = listPage({
+    columns,
+    testid: 'apikey-table',
+    path: '/api-keys?limit=200',
+    keep: (k) => k.kind !== 'widget', // widget keys have a page of their own (widgets.js)
+    empty: t('apikeys.empty'),
+    row: (k) => h('tr', { 'data-testid': 'apikey-row', 'data-id': k.id, 'data-name': k.name },
       h('th', { scope: 'row' }, k.name),
       h('td', {}, h('code', {}, `${k.prefix}…`)),
       isAdmin ? h('td', {}, k.username) : null,
@@ -64,14 +61,15 @@ export function mountAPIKeys(root, ctx) {
       h('td', { class: 'muted' }, k.lastUsedAt ? formatTime(k.lastUsedAt) : t('apikeys.never')),
       h('td', { class: 'muted' }, k.expiresAt ? formatTime(k.expiresAt) : t('apikeys.noExpiry')),
       h('td', { class: 'actions' },
-        h('button', { type: 'button', class: 'btn btn-sm btn-danger', 'data-testid': 'apikey-revoke', onClick: () => revoke(k) }, t('apikeys.revoke')))))));
-  }
+        h('button', { type: 'button', class: 'btn btn-sm btn-danger', 'data-testid': 'apikey-revoke', onClick: () => revoke(k) }, t('apikeys.revoke')))),
+  });
+  root.append(h('div', { class: 'page' },
+    pageHeader(t('apikeys.title'), t(isAdmin ? 'apikeys.subtitleAdmin' : 'apikeys.subtitle')),
+    form, table,
+    isAdmin ? h('p', { class: 'muted' }, h('a', { href: '#/admin/widgets', 'data-testid': 'apikey-widgets-link' }, t('apikeys.widgetsElsewhere'))) : null));
 
-  // Widget keys have a page of their own (widgets.js).
-  const load = () => listKeys((k) => k.kind !== 'widget', gone, render);
-
-  kbs.load(gone).then(load);
-  return { destroy() { destroyed = true; } };
+  kbs.load(destroyed).then(load);
+  return { destroy };
 }
 
 // showKeyOnce shows a new key with a copy button. Closing the dialog drops

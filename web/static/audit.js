@@ -2,8 +2,8 @@
 // newest first, with filters and "load more" paging.
 import { t } from './i18n.js';
 import { h, formatTime, field } from './dom.js';
-import { pageHeader, formError, dataTable } from './admin.js';
-import { pagedList } from './pager.js';
+import { pageHeader } from './admin.js';
+import { filteredList } from './pager.js';
 
 // The recorded actions (docs/security.md "Audit log"); the filter offers these.
 const ACTIONS = [
@@ -19,7 +19,6 @@ const ACTIONS = [
   'term.create', 'term.update', 'term.delete',
 ];
 const RESULTS = ['success', 'denied', 'invalid', 'not_found', 'conflict', 'locked', 'failed'];
-const PAGE = 50;
 
 // datetime-local gives local wall time without a zone; the API wants RFC 3339.
 function toRFC3339(v) {
@@ -39,30 +38,8 @@ export function mountAudit(root, ctx) {
   const target = h('input', { id: 'audit-target', autocomplete: 'off', 'data-testid': 'audit-target', placeholder: t('audit.targetHint') });
   const since = h('input', { id: 'audit-since', type: 'datetime-local', 'data-testid': 'audit-since' });
   const until = h('input', { id: 'audit-until', type: 'datetime-local', 'data-testid': 'audit-until' });
-  const errBox = formError();
-  const form = h('form', { class: 'card form-card', 'data-testid': 'audit-filters', 'aria-label': t('audit.filters') },
-    h('div', { class: 'form-grid' },
-      field(t('audit.action'), action),
-      field(t('audit.result'), result),
-      field(t('audit.actor'), actor),
-      field(t('audit.target'), target),
-      field(t('audit.since'), since),
-      field(t('audit.until'), until)),
-    errBox,
-    h('div', { class: 'form-actions' },
-      h('button', { type: 'reset', class: 'btn', 'data-testid': 'audit-reset' }, t('audit.reset')),
-      h('button', { type: 'submit', class: 'btn btn-primary', 'data-testid': 'audit-search' }, t('audit.search'))));
-  const tbody = h('tbody', { 'data-testid': 'audit-table' });
-  const more = h('button', { type: 'button', class: 'btn', hidden: true, 'data-testid': 'audit-load-more' }, t('chat.loadMore'));
-
-  root.append(h('div', { class: 'page' },
-    pageHeader(t('audit.title'), t('audit.subtitle')),
-    form,
-    dataTable([t('audit.time'), t('audit.actor'), t('audit.action'), t('audit.target'), t('audit.result'), t('audit.detail'), t('audit.source')], tbody),
-    h('div', { class: 'form-actions' }, more)));
-
   function query() {
-    const q = new URLSearchParams({ limit: String(PAGE) });
+    const q = new URLSearchParams();
     const add = (k, v) => { if (v) q.set(k, v); };
     add('action', action.value);
     add('result', result.value);
@@ -86,13 +63,26 @@ export function mountAudit(root, ctx) {
       h('td', { class: 'wrap muted' }, e.ip || '', h('br'), h('small', {}, e.requestId || '')));
   }
 
-  const list = pagedList({ path: '/admin/audit', query, tbody, more, errBox, row, empty: [7, t('audit.empty')], ctx });
-  const load = list.load;
-
-
-  form.addEventListener('submit', (e) => { e.preventDefault(); load(false); });
+  const { form, table, more, list } = filteredList({
+    name: 'audit',
+    fields: [
+      field(t('audit.action'), action),
+      field(t('audit.result'), result),
+      field(t('audit.actor'), actor),
+      field(t('audit.target'), target),
+      field(t('audit.since'), since),
+      field(t('audit.until'), until)],
+    actions: [h('button', { type: 'reset', class: 'btn', 'data-testid': 'audit-reset' }, t('audit.reset'))],
+    columns: [t('audit.time'), t('audit.actor'), t('audit.action'), t('audit.target'), t('audit.result'), t('audit.detail'), t('audit.source')],
+    path: '/admin/audit',
+    query,
+    row,
+    empty: t('audit.empty'),
+    ctx,
+  });
+  root.append(h('div', { class: 'page' }, pageHeader(t('audit.title'), t('audit.subtitle')), form, table, more));
   // After the reset has cleared the controls.
-  form.addEventListener('reset', () => setTimeout(() => load(false)));
-  load(false);
+  form.addEventListener('reset', () => setTimeout(() => list.load(false)));
+  list.load(false);
   return list;
 }

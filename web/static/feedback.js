@@ -6,10 +6,8 @@
 import { t } from './i18n.js';
 import { h, formatTime, field, toast, errorText } from './dom.js';
 import { get, put } from './api.js';
-import { pageHeader, formError, dataTable } from './admin.js';
-import { pagedList } from './pager.js';
-
-const PAGE = 50;
+import { pageHeader } from './admin.js';
+import { filteredList } from './pager.js';
 
 export function mountFeedback(root, ctx) {
   const kb = h('select', { id: 'feedback-kb', 'data-testid': 'feedback-kb' }, h('option', { value: '' }, t('audit.any')));
@@ -19,26 +17,10 @@ export function mountFeedback(root, ctx) {
     h('option', { value: 'up' }, t('feedback.up')));
   const since = h('input', { id: 'feedback-since', type: 'date', 'data-testid': 'feedback-since' });
   const until = h('input', { id: 'feedback-until', type: 'date', 'data-testid': 'feedback-until' });
-  const errBox = formError();
   const exportBtn = h('button', { type: 'button', class: 'btn', 'data-testid': 'feedback-export' }, t('feedback.export'));
-  const form = h('form', { class: 'card form-card', 'data-testid': 'feedback-filters', 'aria-label': t('audit.filters') },
-    h('div', { class: 'form-grid' },
-      field(t('feedback.kb'), kb), field(t('feedback.rating'), rating),
-      field(t('audit.since'), since), field(t('audit.until'), until)),
-    errBox,
-    h('div', { class: 'form-actions' }, exportBtn,
-      h('button', { type: 'submit', class: 'btn btn-primary', 'data-testid': 'feedback-search' }, t('audit.search'))));
-  const tbody = h('tbody', { 'data-testid': 'feedback-table' });
-  const more = h('button', { type: 'button', class: 'btn', hidden: true, 'data-testid': 'feedback-load-more' }, t('chat.loadMore'));
-
-  root.append(h('div', { class: 'page' },
-    pageHeader(t('feedback.title'), t('feedback.subtitle')),
-    form,
-    dataTable([t('audit.time'), t('feedback.rating'), t('feedback.question'), t('feedback.answer'), t('feedback.sources')], tbody),
-    h('div', { class: 'form-actions' }, more)));
 
   function query() {
-    const q = new URLSearchParams({ limit: String(PAGE) });
+    const q = new URLSearchParams();
     if (kb.value) q.set('knowledgeBaseId', kb.value);
     if (rating.value) q.set('rating', rating.value);
     if (since.value) q.set('since', since.value);
@@ -70,9 +52,20 @@ export function mountFeedback(root, ctx) {
     return tr;
   }
 
-  const list = pagedList({ path: '/admin/feedback', query, tbody, more, errBox, row, empty: [5, t('feedback.empty')], ctx });
-  const load = list.load;
-
+  const { form, table, more, list } = filteredList({
+    name: 'feedback',
+    fields: [
+      field(t('feedback.kb'), kb), field(t('feedback.rating'), rating),
+      field(t('audit.since'), since), field(t('audit.until'), until)],
+    actions: [exportBtn],
+    columns: [t('audit.time'), t('feedback.rating'), t('feedback.question'), t('feedback.answer'), t('feedback.sources')],
+    path: '/admin/feedback',
+    query,
+    row,
+    empty: t('feedback.empty'),
+    ctx,
+  });
+  root.append(h('div', { class: 'page' }, pageHeader(t('feedback.title'), t('feedback.subtitle')), form, table, more));
 
   async function loadKBs() {
     try {
@@ -101,8 +94,7 @@ export function mountFeedback(root, ctx) {
     a.remove();
     setTimeout(() => URL.revokeObjectURL(url), 10000);
   });
-  form.addEventListener('submit', (e) => { e.preventDefault(); load(false); });
   loadKBs();
-  load(false);
+  list.load(false);
   return list;
 }

@@ -1,35 +1,25 @@
 // The group admin page: the groups knowledge bases are shared with, and the
 // dialog of who is in each.
 import { t } from './i18n.js';
-import { h, toast, promptDialog, field } from './dom.js';
+import { h, promptDialog, field } from './dom.js';
 import { post, patch, enc, ActionKey } from './api.js';
-import { pageHeader, adminForm, dataTable, rowAction, act, confirmDelete, numCol, listPage, dialogList } from './admin.js';
+import { pageHeader, adminForm, createForm, rowAction, act, confirmDelete, numCol, listPage, dialogList } from './admin.js';
 
 // mountGroups manages the groups knowledge bases are shared with: create,
 // rename, delete, and who is in each.
 export function mountGroups(root, ctx) {
   const name = h('input', { id: 'group-name', required: true, maxlength: ctx.limits.nameRunes, autocomplete: 'off', 'data-testid': 'group-name' });
   const description = h('input', { id: 'group-description', maxlength: ctx.limits.descriptionRunes, autocomplete: 'off', 'data-testid': 'group-description' });
-  const createKey = new ActionKey(); // the Idempotency-Key of the form's submit
-  const { form } = adminForm({
+  const form = createForm({
     name: 'group',
-    label: t('groups.createTitle'),
     title: t('groups.createTitle'),
     fields: [
       field(t('groups.name'), name),
       field(t('groups.description'), description)],
-    save: async () => {
-      await post('/groups', { name: name.value.trim(), description: description.value.trim() }, { key: createKey });
-      toast(t('common.created'), 'info');
-      form.reset();
-      await load();
-    },
+    path: '/groups',
+    body: () => ({ name: name.value.trim(), description: description.value.trim() }),
+    reload: () => load(),
   });
-  const tbody = h('tbody');
-  root.append(h('div', { class: 'page' },
-    pageHeader(t('groups.title'), t('groups.subtitle')),
-    form,
-    dataTable([t('groups.name'), t('groups.description'), numCol(t('groups.memberCount')), t('common.actions')], tbody)));
 
   async function rename(g) {
     const v = await promptDialog(t('groups.rename', { name: g.name }), g.name);
@@ -41,10 +31,9 @@ export function mountGroups(root, ctx) {
     return confirmDelete(t('groups.deleteConfirm', { name: g.name }), `/groups/${enc(g.id)}`, load);
   }
 
-  const { load, destroy } = listPage({
+  const { table, load, destroy } = listPage({
+    columns: [t('groups.name'), t('groups.description'), numCol(t('groups.memberCount')), t('common.actions')],
     path: '/groups?limit=200',
-    tbody,
-    cols: 4,
     empty: t('groups.empty'),
     // A group the identity provider manages follows its groups claim:
     // its members are shown, nothing about it can be changed here.
@@ -58,6 +47,7 @@ export function mountGroups(root, ctx) {
         g.managedBy ? null : rowAction('group-rename', t('common.edit'), g.name, () => rename(g)),
         g.managedBy ? null : rowAction('group-delete', t('common.delete'), g.name, () => remove(g), { danger: true }))),
   });
+  root.append(h('div', { class: 'page' }, pageHeader(t('groups.title'), t('groups.subtitle')), form, table));
 
   load();
   return { destroy };

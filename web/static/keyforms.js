@@ -1,6 +1,6 @@
 // What the API-key and widget-key pages share: the knowledge-base picker of
-// the create form, the list of one kind of key, revoking one, and the
-// dialog that shows a new key once (the server keeps only its hash).
+// the create form, revoking a key, and the dialog that shows a new key once
+// (the server keeps only its hash).
 import { t } from './i18n.js';
 import { h, toast, errorText, confirmDialog } from './dom.js';
 import { get, del, enc } from './api.js';
@@ -30,16 +30,6 @@ export function kbPicker(p, legend, hint) {
     },
   };
   return picker;
-}
-
-// listKeys renders the caller's keys that keep passes, unless gone.
-export async function listKeys(keep, gone, render) {
-  try {
-    const res = await get('/api-keys?limit=200');
-    if (!gone()) render((res?.items ?? []).filter(keep));
-  } catch (err) {
-    toast(errorText(err));
-  }
 }
 
 // revokeKey asks first, revokes key k and reloads the list; ns is the

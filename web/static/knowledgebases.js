@@ -2,12 +2,11 @@
 // knowledge bases, with the dialogs of their members (who a knowledge base
 // is shared with) and webhooks. Its documents are in documents.js.
 import { t } from './i18n.js';
-import { h, toast, confirmDialog, field } from './dom.js';
+import { h, confirmDialog, field } from './dom.js';
 import { post, patch, enc, ActionKey } from './api.js';
-import { pageHeader, formError, adminForm, dataTable, rowAction, confirmDelete, numCol, listPage, dialogList, optionalInt } from './admin.js';
+import { pageHeader, formError, adminForm, editForm, rowAction, numCol, listPage, dialogList, optionalInt } from './admin.js';
 
 export function mountKnowledgeBases(root, ctx) {
-  let editing = null;
   // Only admins create knowledge bases; a manager uses the form to edit.
   const isAdmin = ctx.user?.role === 'admin';
 
@@ -18,66 +17,41 @@ export function mountKnowledgeBases(root, ctx) {
   const visibility = h('select', { id: 'kb-visibility', 'data-testid': 'kb-visibility' },
     h('option', { value: 'private' }, t('kb.visibility.private')),
     h('option', { value: 'internal' }, t('kb.visibility.internal')));
-  const { form, heading: formTitle, errBox, submit, cancel } = adminForm({
+  const { form, edit, remove } = editForm({
     name: 'kb',
     label: t('kb.formLabel'),
-    title: t('kb.createTitle'),
+    title: (kb) => (kb ? t('kb.editTitle', { name: kb.name }) : t('kb.createTitle')),
     fields: [
       field(t('kb.name'), name),
       field(t('kb.chunkSize'), chunkSize, t('kb.chunkSizeHint')),
       field(t('kb.chunkOverlap'), chunkOverlap, t('kb.chunkOverlapHint')),
       field(t('kb.visibility'), visibility, t('kb.visibilityHint'))],
     below: [field(t('kb.description'), description)],
-    onCancel: () => setEditing(null),
-    save,
+    path: '/knowledge-bases',
+    update: patch,
+    body: () => {
+      const body = { name: name.value.trim(), description: description.value.trim(), visibility: visibility.value };
+      const cs = optionalInt(chunkSize);
+      const co = optionalInt(chunkOverlap);
+      if (cs !== undefined) body.chunkSize = cs;
+      if (co !== undefined) body.chunkOverlap = co;
+      return body;
+    },
+    fill: (kb) => {
+      name.value = kb?.name ?? '';
+      description.value = kb?.description ?? '';
+      chunkSize.value = kb?.chunkSize || '';
+      chunkOverlap.value = kb?.chunkOverlap ?? '';
+      visibility.value = kb?.visibility ?? 'private';
+      form.hidden = !kb && !isAdmin;
+    },
+    focus: name,
+    reload: () => load(),
   });
-  const tbody = h('tbody');
-  const table = dataTable([t('kb.name'), t('kb.description'), t('kb.access'), numCol(t('kb.documents')), t('kb.chunking'), t('kb.embedding'), t('common.actions')], tbody);
-  root.append(h('div', { class: 'page' }, pageHeader(t('kb.title'), t('kb.subtitle')), form, table));
 
-  function setEditing(kb) {
-    editing = kb;
-    errBox.hidden = true;
-    name.value = kb?.name ?? '';
-    description.value = kb?.description ?? '';
-    chunkSize.value = kb?.chunkSize || '';
-    chunkOverlap.value = kb?.chunkOverlap ?? '';
-    if (!kb) chunkOverlap.value = '';
-    visibility.value = kb?.visibility ?? 'private';
-    form.hidden = !kb && !isAdmin;
-    formTitle.textContent = kb ? t('kb.editTitle', { name: kb.name }) : t('kb.createTitle');
-    submit.textContent = kb ? t('common.save') : t('common.create');
-    cancel.hidden = !kb;
-    if (kb) name.focus();
-  }
-
-  // Creates send an Idempotency-Key: a double submit or a retry after a
-  // network error makes one knowledge base (api.js ActionKey).
-  const createKey = new ActionKey();
-  async function save() {
-    const body = { name: name.value.trim(), description: description.value.trim(), visibility: visibility.value };
-    const cs = optionalInt(chunkSize);
-    const co = optionalInt(chunkOverlap);
-    if (cs !== undefined) body.chunkSize = cs;
-    if (co !== undefined) body.chunkOverlap = co;
-    if (editing) {
-      await patch(`/knowledge-bases/${enc(editing.id)}`, body);
-      toast(t('common.saved'), 'info');
-    } else {
-      await post('/knowledge-bases', body, { key: createKey });
-      toast(t('common.created'), 'info');
-    }
-    setEditing(null);
-    await load();
-  }
-
-  const remove = (kb) => confirmDelete(t('kb.deleteConfirm', { name: kb.name }), `/knowledge-bases/${enc(kb.id)}`, load,
-    () => { if (editing?.id === kb.id) setEditing(null); });
-
-  const { load, destroy } = listPage({
+  const { table, load, destroy } = listPage({
+    columns: [t('kb.name'), t('kb.description'), t('kb.access'), numCol(t('kb.documents')), t('kb.chunking'), t('kb.embedding'), t('common.actions')],
     path: '/knowledge-bases?limit=200',
-    tbody,
-    cols: 7,
     empty: t('kb.empty'),
     onForbidden: ctx.forbidden,
     row: (kb) => h('tr', { 'data-testid': 'kb-row', 'data-kb-id': kb.id, 'data-name': kb.name },
@@ -95,9 +69,10 @@ export function mountKnowledgeBases(root, ctx) {
         kb.role === 'manager' ? [
           rowAction('kb-members', t('kb.members'), kb.name, () => openMembers(kb)),
           rowAction('kb-webhooks', t('kb.webhooks'), kb.name, () => openWebhooks(kb)),
-          rowAction('kb-edit', t('common.edit'), kb.name, () => setEditing(kb)),
-          rowAction('kb-delete', t('common.delete'), kb.name, () => remove(kb), { danger: true })] : null)),
+          rowAction('kb-edit', t('common.edit'), kb.name, () => edit(kb)),
+          rowAction('kb-delete', t('common.delete'), kb.name, () => remove(kb, t('kb.deleteConfirm', { name: kb.name })), { danger: true })] : null)),
   });
+  root.append(h('div', { class: 'page' }, pageHeader(t('kb.title'), t('kb.subtitle')), form, table));
 
   form.hidden = !isAdmin;
   load();

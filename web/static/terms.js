@@ -2,62 +2,40 @@
 // to before retrieval (create, edit, enable or disable, delete).
 import { t } from './i18n.js';
 import { h, toast, errorText, formatTime, field } from './dom.js';
-import { post, put, enc, ActionKey } from './api.js';
-import { pageHeader, adminForm, dataTable, rowAction, confirmDelete, numCol, listPage, optionalInt } from './admin.js';
+import { put, enc } from './api.js';
+import { pageHeader, editForm, rowAction, numCol, listPage, optionalInt } from './admin.js';
 
 export function mountTerms(root, ctx) {
-  let editing = null;
-
   const source = h('input', { id: 'term-source', required: true, maxlength: ctx.limits.sourceTermRunes, 'data-testid': 'term-source', autocomplete: 'off' });
   const target = h('input', { id: 'term-target', required: true, maxlength: ctx.limits.targetTermRunes, 'data-testid': 'term-target', autocomplete: 'off' });
   const priority = h('input', { id: 'term-priority', type: 'number', step: 1, value: '0', 'data-testid': 'term-priority' });
   const enabled = h('input', { id: 'term-enabled', type: 'checkbox', checked: true, 'data-testid': 'term-enabled' });
-  const createKey = new ActionKey(); // the Idempotency-Key of the form's submit
-  const { form, heading: formTitle, errBox, submit, cancel } = adminForm({
+  const { form, edit, remove } = editForm({
     name: 'term',
     label: t('terms.formLabel'),
-    title: t('terms.createTitle'),
+    title: (m) => (m ? t('terms.editTitle', { source: m.sourceTerm }) : t('terms.createTitle')),
     fields: [
       field(t('terms.source'), source, t('terms.sourceHint')),
       field(t('terms.target'), target),
       field(t('terms.priority'), priority, t('terms.priorityHint')),
       h('div', { class: 'field field-check' }, h('label', { class: 'check', for: 'term-enabled' }, enabled, h('span', {}, t('common.enabled'))))],
-    onCancel: () => setEditing(null),
-    save: async () => {
-      if (editing) await put(`/admin/term-mappings/${enc(editing.id)}`, bodyOf());
-      else await post('/admin/term-mappings', bodyOf(), { key: createKey });
-      toast(editing ? t('common.saved') : t('common.created'), 'info');
-      setEditing(null);
-      await load();
-    },
-  });
-  const tbody = h('tbody');
-  root.append(h('div', { class: 'page' },
-    pageHeader(t('terms.title'), t('terms.subtitle')),
-    form,
-    dataTable([t('terms.source'), t('terms.target'), numCol(t('terms.priority')), t('common.status'), t('common.updated'), t('common.actions')], tbody)));
-
-  function setEditing(m) {
-    editing = m;
-    errBox.hidden = true;
-    source.value = m?.sourceTerm ?? '';
-    target.value = m?.targetTerm ?? '';
-    priority.value = String(m?.priority ?? 0);
-    enabled.checked = m ? Boolean(m.enabled) : true;
-    formTitle.textContent = m ? t('terms.editTitle', { source: m.sourceTerm }) : t('terms.createTitle');
-    submit.textContent = m ? t('common.save') : t('common.create');
-    cancel.hidden = !m;
-    if (m) source.focus();
-  }
-
-  function bodyOf() {
-    return {
+    path: '/admin/term-mappings',
+    update: put,
+    body: () => ({
       sourceTerm: source.value.trim(),
       targetTerm: target.value.trim(),
       priority: optionalInt(priority) ?? 0,
       enabled: enabled.checked,
-    };
-  }
+    }),
+    fill: (m) => {
+      source.value = m?.sourceTerm ?? '';
+      target.value = m?.targetTerm ?? '';
+      priority.value = String(m?.priority ?? 0);
+      enabled.checked = m ? Boolean(m.enabled) : true;
+    },
+    focus: source,
+    reload: () => load(),
+  });
 
   async function toggle(m) {
     try {
@@ -68,13 +46,9 @@ export function mountTerms(root, ctx) {
     }
   }
 
-  const remove = (m) => confirmDelete(t('terms.deleteConfirm', { source: m.sourceTerm, target: m.targetTerm }), `/admin/term-mappings/${enc(m.id)}`, load,
-    () => { if (editing?.id === m.id) setEditing(null); });
-
-  const { load, destroy } = listPage({
+  const { table, load, destroy } = listPage({
+    columns: [t('terms.source'), t('terms.target'), numCol(t('terms.priority')), t('common.status'), t('common.updated'), t('common.actions')],
     path: '/admin/term-mappings',
-    tbody,
-    cols: 6,
     empty: t('terms.empty'),
     order: (a, b) => (b.priority ?? 0) - (a.priority ?? 0) || a.sourceTerm.localeCompare(b.sourceTerm),
     onForbidden: ctx.forbidden,
@@ -85,10 +59,12 @@ export function mountTerms(root, ctx) {
       h('td', {}, h('span', { class: m.enabled ? 'badge badge-ok' : 'badge' }, m.enabled ? t('common.enabled') : t('common.disabled'))),
       h('td', { class: 'muted' }, formatTime(m.updatedAt)),
       h('td', { class: 'actions' },
-        rowAction('term-edit', t('common.edit'), m.sourceTerm, () => setEditing(m)),
+        rowAction('term-edit', t('common.edit'), m.sourceTerm, () => edit(m)),
         rowAction('term-toggle', m.enabled ? t('common.disable') : t('common.enable'), m.sourceTerm, () => toggle(m)),
-        rowAction('term-delete', t('common.delete'), m.sourceTerm, () => remove(m), { danger: true }))),
+        rowAction('term-delete', t('common.delete'), m.sourceTerm,
+          () => remove(m, t('terms.deleteConfirm', { source: m.sourceTerm, target: m.targetTerm })), { danger: true }))),
   });
+  root.append(h('div', { class: 'page' }, pageHeader(t('terms.title'), t('terms.subtitle')), form, table));
 
   load();
   return { destroy };

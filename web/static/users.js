@@ -1,9 +1,9 @@
 // The user admin page: create users, change a role, disable, reset a
 // password, delete.
 import { t } from './i18n.js';
-import { h, toast, promptDialog, formatTime, field } from './dom.js';
-import { post, patch, enc, ActionKey } from './api.js';
-import { pageHeader, adminForm, dataTable, rowAction, act, confirmDelete, listPage } from './admin.js';
+import { h, promptDialog, formatTime, field } from './dom.js';
+import { patch, enc } from './api.js';
+import { pageHeader, createForm, rowAction, act, confirmDelete, listPage } from './admin.js';
 
 export function mountUsers(root, ctx) {
   const username = h('input', { id: 'user-username', required: true, maxlength: 64, autocomplete: 'off', 'data-testid': 'user-username' });
@@ -11,8 +11,7 @@ export function mountUsers(root, ctx) {
   const role = h('select', { id: 'user-role', 'data-testid': 'user-role' },
     h('option', { value: 'user' }, t('role.user')),
     h('option', { value: 'admin' }, t('role.admin')));
-  const createKey = new ActionKey(); // the Idempotency-Key of the form's submit
-  const { form } = adminForm({
+  const form = createForm({
     name: 'user',
     label: t('users.formLabel'),
     title: t('users.createTitle'),
@@ -20,18 +19,10 @@ export function mountUsers(root, ctx) {
       field(t('users.username'), username),
       field(t('users.password'), password),
       field(t('users.role'), role)],
-    save: async () => {
-      await post('/users', { username: username.value.trim(), password: password.value, role: role.value }, { key: createKey });
-      toast(t('common.created'), 'info');
-      form.reset();
-      await load();
-    },
+    path: '/users',
+    body: () => ({ username: username.value.trim(), password: password.value, role: role.value }),
+    reload: () => load(),
   });
-  const tbody = h('tbody');
-  root.append(h('div', { class: 'page' },
-    pageHeader(t('users.title'), t('users.subtitle')),
-    form,
-    dataTable([t('users.username'), t('users.role'), t('common.status'), t('common.createdAt'), t('common.actions')], tbody)));
 
   function update(u, body, okText = t('common.saved')) {
     return act(() => patch(`/users/${enc(u.id)}`, body), load, okText);
@@ -46,10 +37,9 @@ export function mountUsers(root, ctx) {
     return confirmDelete(t('users.deleteConfirm', { name: u.username }), `/users/${enc(u.id)}`, load);
   }
 
-  const { load, destroy } = listPage({
+  const { table, load, destroy } = listPage({
+    columns: [t('users.username'), t('users.role'), t('common.status'), t('common.createdAt'), t('common.actions')],
     path: '/users',
-    tbody,
-    cols: 5,
     empty: t('users.empty'),
     onForbidden: ctx.forbidden,
     row: (u) => {
@@ -69,6 +59,7 @@ export function mountUsers(root, ctx) {
           rowAction('user-delete', t('common.delete'), u.username, () => remove(u), { danger: true, disabled: self })));
     },
   });
+  root.append(h('div', { class: 'page' }, pageHeader(t('users.title'), t('users.subtitle')), form, table));
 
   load();
   return { destroy };

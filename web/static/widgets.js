@@ -7,18 +7,14 @@
 // docs/widget.md.
 import { t } from './i18n.js';
 import { h, formatTime, field } from './dom.js';
-import { post } from './api.js';
-import { pageHeader, adminForm, dataTable, emptyRow, rowAction } from './admin.js';
-import { kbPicker, listKeys, revokeKey, showOnce } from './keyforms.js';
+import { pageHeader, createForm, rowAction, listPage } from './admin.js';
+import { kbPicker, revokeKey, showOnce } from './keyforms.js';
 
 // The server's bounds (service/auth/widget.go), checked here to say so early.
 const MAX_ORIGINS = 20;
 const MAX_RATE = 10000;
 
 export function mountWidgets(root) {
-  let destroyed = false;
-  const gone = () => destroyed;
-
   const name = h('input', { id: 'widgetkey-name', required: true, maxlength: 100, autocomplete: 'off', 'data-testid': 'widgetkey-name' });
   const origins = h('textarea', { id: 'widgetkey-origins', required: true, rows: 3, spellcheck: 'false', autocomplete: 'off',
     placeholder: 'https://intranet.example.com', 'data-testid': 'widgetkey-origins' });
@@ -28,9 +24,8 @@ export function mountWidgets(root) {
   originRate.placeholder = '60';
   visitorRate.placeholder = '10';
   const kbs = kbPicker('widgetkey', t('widgets.knowledgeBases'), t('widgets.knowledgeBasesHint'));
-  const { form } = adminForm({
+  const form = createForm({
     name: 'widgetkey',
-    label: t('widgets.createTitle'),
     title: t('widgets.createTitle'),
     fields: [
       field(t('widgets.name'), name),
@@ -38,7 +33,9 @@ export function mountWidgets(root) {
       field(t('widgets.originRate'), originRate, t('widgets.originRateHint')),
       field(t('widgets.visitorRate'), visitorRate, t('widgets.visitorRateHint'))],
     below: [kbs.fieldset],
-    save: async () => {
+    path: '/widget-keys',
+    idempotent: false,
+    body: () => {
       const list = origins.value.split(/[\s,]+/).map((o) => o.trim().replace(/\/+$/, '')).filter(Boolean);
       if (list.length === 0 || list.length > MAX_ORIGINS) throw new Error(t('widgets.originsCount', { max: MAX_ORIGINS }));
       const picked = kbs.picked();
@@ -46,25 +43,22 @@ export function mountWidgets(root) {
       const body = { name: name.value.trim(), knowledgeBaseIds: picked, origins: list };
       if (originRate.value) body.originRate = Number(originRate.value);
       if (visitorRate.value) body.visitorRate = Number(visitorRate.value);
-      const created = await post('/widget-keys', body);
-      form.reset();
-      showSnippetOnce(created);
-      await load();
+      return body;
     },
+    created: showSnippetOnce,
+    reload: () => load(),
   });
-
-  const tbody = h('tbody');
-  const head = [t('widgets.name'), t('widgets.prefix'), t('widgets.owner'), t('widgets.knowledgeBases'), t('widgets.origins'),
-    t('widgets.rates'), t('widgets.lastUsed'), t('common.actions')];
-  const table = dataTable(head, tbody, { testid: 'widgetkey-table' });
-  root.append(h('div', { class: 'page' },
-    pageHeader(t('widgets.title'), t('widgets.subtitle')),
-    form, table));
 
   const revoke = (k) => revokeKey('widgets', k, load);
 
-  function render(items) {
-    tbody.replaceChildren(...(items.length === 0 ? [emptyRow(head.length, t('widgets.empty'))] : items.map((k) => h('tr', { 'data-testid': 'widgetkey-row', 'data-id': k.id, 'data-name': k.name },
+  const { table, load, destroyed, destroy } = listPage({
+    columns: [t('widgets.name'), t('widgets.prefix'), t('widgets.owner'), t('widgets.knowledgeBases'), t('widgets.origins'),
+      t('widgets.rates'), t('widgets.lastUsed'), t('common.actions')],
+    testid: 'widgetkey-table',
+    path: '/api-keys?limit=200',
+    keep: (k) => k.kind === 'widget',
+    empty: t('widgets.empty'),
+    row: (k) => h('tr', { 'data-testid': 'widgetkey-row', 'data-id': k.id, 'data-name': k.name },
       h('th', { scope: 'row' }, k.name),
       h('td', {}, h('code', {}, `${k.prefix}…`)),
       h('td', {}, k.username),
@@ -72,13 +66,12 @@ export function mountWidgets(root) {
       h('td', { class: 'wrap', 'data-testid': 'widgetkey-row-origins' }, (k.widget?.origins ?? []).map((o) => h('div', {}, o))),
       h('td', { class: 'muted' }, t('widgets.ratesValue', { origin: k.widget?.originRate ?? '', visitor: k.widget?.visitorRate ?? '' })),
       h('td', { class: 'muted' }, k.lastUsedAt ? formatTime(k.lastUsedAt) : t('widgets.never')),
-      h('td', { class: 'actions' }, rowAction('widgetkey-revoke', t('widgets.revoke'), k.name, () => revoke(k), { danger: true }))))));
-  }
+      h('td', { class: 'actions' }, rowAction('widgetkey-revoke', t('widgets.revoke'), k.name, () => revoke(k), { danger: true }))),
+  });
+  root.append(h('div', { class: 'page' }, pageHeader(t('widgets.title'), t('widgets.subtitle')), form, table));
 
-  const load = () => listKeys((k) => k.kind === 'widget', gone, render);
-
-  kbs.load(gone).then(load);
-  return { destroy() { destroyed = true; } };
+  kbs.load(destroyed).then(load);
+  return { destroy };
 }
 
 // widgetSnippet is what a site pastes into its pages: this server's
